@@ -1,0 +1,119 @@
+"""The pipeline, the one place the stages are chained:
+discover -> ingest -> RunTables -> rules -> findings.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from tracelens.discover import discover
+from tracelens.findings import Finding
+from tracelens.ingest import IngestResult, InputFile, ingest_file
+from tracelens.rules import Rule, select_rules
+from tracelens.tables import RunTables
+
+Progress = Callable[[int, int, str], None]
+
+# Below this much input, worker processes cost more than they save.
+PARALLEL_MIN_BYTES = 64 << 20
+
+
+@dataclass
+class Analysis:
+    target: Path
+    tables: RunTables
+    findings: list[Finding]
+    rules: list[Rule]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def readable(self) -> bool:
+        """Whether anything at all was understood."""
+        inputs = self.tables["inputs"]
+        return inputs.height > 0 and int(inputs["parsed"].sum()) > 0
+
+
+def _ingest_with_host(source: InputFile) -> IngestResult:
+    """Ingest one file; rows whose content named no host take the host its path suggests."""
+    result = ingest_file(source)
+    if source.host_hint:
+        for name, frame in result.tables.items():
+            if "host" in frame.columns:
+                result.tables[name] = frame.with_columns(pl.col("host").fill_null(source.host_hint))
+    return result
+
+
+def _input_row(source: InputFile, result: IngestResult) -> dict:
+    acc = result.account
+    hosts = set()
+    for frame in result.tables.values():
+        if "host" in frame.columns:
+            hosts.update(h for h in frame["host"].unique().to_list() if h)
+    return {
+        "file": source.name,
+        "format": source.format,
+        "host": ", ".join(sorted(hosts)) or source.host_hint,
+        "size": source.size,
+        "lines": acc.lines,
+        "parsed": acc.parsed,
+        "ignored": acc.ignored,
+        "unrecognized": acc.unrecognized,
+        "errors": acc.errors,
+        "samples": [{"line": line, "text": text} for line, text in acc.samples],
+    }
+
+
+def ingest_run(target: Path, workdir: Path, jobs: int = 1, progress: Progress | None = None) -> tuple[RunTables, list[str]]:
+    """Discover and ingest every input under `target`; return the tables and discovery notes."""
+    found = discover(target, workdir)
+    tables = RunTables()
+    total = len(found.files)
+    big = sum(f.size for f in found.files) >= PARALLEL_MIN_BYTES
+    if jobs > 1 and total > 1 and big:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            results = pool.map(_ingest_with_host, found.files)
+            pairs = zip(found.files, results)
+            _collect(pairs, tables, total, progress)
+    else:
+        _collect(((f, _ingest_with_host(f)) for f in found.files), tables, total, progress)
+    return tables, found.notes
+
+
+def _collect(pairs, tables: RunTables, total: int, progress: Progress | None) -> None:
+    rows = []
+    for done, (source, result) in enumerate(pairs, start=1):
+        for name, frame in result.tables.items():
+            tables.add(name, frame)
+        rows.append(_input_row(source, result))
+        if progress:
+            progress(done, total, source.name)
+    if rows:
+        tables.add("inputs", pl.DataFrame(rows, infer_schema_length=None))
+
+
+def run_rules(tables: RunTables, rules: list[Rule]) -> list[Finding]:
+    """Run every rule; order findings worst first, then by rule id."""
+    findings: list[Finding] = []
+    for r in rules:
+        findings.extend(r.run(tables))
+    return sorted(findings, key=lambda f: (-f.severity, f.rule_id))
+
+
+def analyze(
+    target: Path,
+    jobs: int = 1,
+    select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    progress: Progress | None = None,
+) -> Analysis:
+    """Analyse a run folder, file or archive end to end."""
+    with tempfile.TemporaryDirectory(prefix="tracelens-") as workdir:
+        tables, notes = ingest_run(target, Path(workdir), jobs=jobs, progress=progress)
+    rules = select_rules(select, ignore)
+    return Analysis(target=target, tables=tables, findings=run_rules(tables, rules), rules=rules, notes=notes)

@@ -1,0 +1,75 @@
+"""What a rule reports: a Finding with its Evidence, scope and fix."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from enum import IntEnum
+
+
+class Severity(IntEnum):
+    """Ordered so that `max()` gives the worst; `info` findings never fail a run."""
+
+    INFO = 0
+    WARNING = 1
+    CRITICAL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        return cls[text.strip().upper()]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """One piece of proof: a line of a file (or a frame of a capture) and its text."""
+
+    file: str
+    line: int | None = None
+    text: str = ""
+    host: str | None = None
+    frame: int | None = None
+
+    @property
+    def location(self) -> str:
+        if self.frame is not None:
+            return f"{self.file} frame {self.frame}"
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+
+@dataclass
+class Finding:
+    """A rule's conclusion, with numbers in the summary and a concrete fix."""
+
+    rule_id: str
+    severity: Severity
+    title: str
+    summary: str
+    fix: str
+    evidence: list[Evidence] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    window: tuple[datetime, datetime] | None = None
+    cost_seconds: float | None = None
+
+    MAX_EVIDENCE = 50
+
+    def __post_init__(self) -> None:
+        self.hosts = sorted({h for h in self.hosts if h})
+        self.ranks = sorted({int(r) for r in self.ranks if r is not None})
+        self.evidence_total = len(self.evidence)
+        self.evidence = self.evidence[: self.MAX_EVIDENCE]
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["severity"] = self.severity.label
+        data["evidence_total"] = self.evidence_total
+        data["window"] = [t.isoformat() for t in self.window] if self.window else None
+        data["evidence"] = [
+            {k: v for k, v in asdict(e).items() if v is not None} | {"location": e.location}
+            for e in self.evidence
+        ]
+        return data

@@ -1,0 +1,105 @@
+"""Ingest: turn one input file into table rows plus an account of what was read.
+
+Each format module in this package that defines `FORMAT`, `PRIORITY`,
+`sniff(head: bytes) -> bool` and `ingest(source: InputFile) -> IngestResult`
+is found automatically. Sniffers run in PRIORITY order (lower first) on the
+first 64 KiB of a file; text that no sniffer claims is read as a log by
+`textlog`, where the line parsers (NCCL, DeepSpeed, ...) share one pass.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+
+import polars as pl
+
+SAMPLE_LIMIT = 20
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """A file to ingest: where it is on disk, how to name it, what it is."""
+
+    path: Path  # on disk (maybe inside a temporary extraction folder)
+    name: str  # as shown to the user: relative to the run, archive members as archive!member
+    format: str
+    host_hint: str | None = None  # from the path (a node folder, a host in the file name)
+    size: int = 0
+
+
+@dataclass
+class Account:
+    """How much of a file was understood. Nothing is dropped without being counted."""
+
+    lines: int = 0  # lines (or packets) read
+    parsed: int = 0  # classified into a specific kind
+    ignored: int = 0  # known but irrelevant (blank, application output, noise)
+    unrecognized: int = 0  # looked like a record of a known format, but no kind matched
+    errors: list[str] = field(default_factory=list)
+    samples: list[tuple[int, str]] = field(default_factory=list)  # (line, text) of unrecognized
+
+    def add_samples(self, rows: list[tuple[int, str]]) -> None:
+        room = SAMPLE_LIMIT - len(self.samples)
+        if room > 0:
+            self.samples.extend(rows[:room])
+
+    def merge(self, other: "Account") -> None:
+        self.lines += other.lines
+        self.parsed += other.parsed
+        self.ignored += other.ignored
+        self.unrecognized += other.unrecognized
+        self.errors.extend(other.errors)
+        self.add_samples(other.samples)
+
+
+@dataclass
+class IngestResult:
+    """Rows per table name, and the file's account."""
+
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    account: Account = field(default_factory=Account)
+
+    def add(self, name: str, frame: pl.DataFrame) -> None:
+        if frame.height:
+            prev = self.tables.get(name)
+            self.tables[name] = frame if prev is None else pl.concat([prev, frame], how="diagonal_relaxed")
+
+
+@cache
+def format_modules() -> list[ModuleType]:
+    """All format modules, in sniffing order."""
+    found = []
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "FORMAT") and hasattr(module, "sniff") and hasattr(module, "ingest"):
+            found.append(module)
+    return sorted(found, key=lambda m: (m.PRIORITY, m.FORMAT))
+
+
+def sniff_format(head: bytes) -> str:
+    """The format of a file from its first bytes: the first sniffer that claims it."""
+    for module in format_modules():
+        if module.sniff(head):
+            return module.FORMAT
+    return "binary" if b"\x00" in head[:4096] else "log"
+
+
+def ingest_file(source: InputFile) -> IngestResult:
+    """Ingest one file with its format's module; failures become a one-line error, never a crash."""
+    modules = {m.FORMAT: m for m in format_modules()}
+    module = modules.get(source.format)
+    if module is None:
+        result = IngestResult()
+        result.account.errors.append(f"{source.name}: not a format tracelens reads ({source.format})")
+        return result
+    try:
+        return module.ingest(source)
+    except Exception as exc:  # one bad file must not stop the run
+        result = IngestResult()
+        result.account.errors.append(f"{source.name}: could not be read: {type(exc).__name__}: {exc}")
+        return result

@@ -1,0 +1,57 @@
+"""Text logs: one pass over the lines, shared by every line parser.
+
+A launcher's stdout mixes DeepSpeed lines, NCCL lines and application output,
+so a log is not one format: each parser in LINE_PARSERS looks at every chunk,
+claims the lines it knows, and the file's account takes the strongest claim
+per line. Lines nobody claims are counted as ignored (application output).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import polars as pl
+
+from tracelens.ingest import Account, IngestResult, InputFile
+from tracelens.ingest import nccl
+from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, read_chunks
+
+FORMAT = "log"
+PRIORITY = 1000  # the catch-all: any text nobody else claimed
+
+
+class LineParser(Protocol):
+    """One per file: `feed` each chunk in order, then `finish`."""
+
+    def feed(self, chunk: pl.DataFrame) -> pl.Series:
+        """Parse a chunk (columns line, text); return a UInt8 status per line (lines.py codes)."""
+
+    def finish(self, result: IngestResult) -> None:
+        """Add the parsed tables to `result`."""
+
+
+LINE_PARSERS = [nccl.NcclParser]
+
+
+def sniff(head: bytes) -> bool:
+    return b"\x00" not in head[:4096]
+
+
+def ingest(source: InputFile) -> IngestResult:
+    parsers = [cls(source) for cls in LINE_PARSERS]
+    account = Account()
+    for chunk in read_chunks(source.path):
+        status = pl.max_horizontal([p.feed(chunk) for p in parsers]) if parsers else pl.repeat(NOT_MINE, chunk.height)
+        counts = status.value_counts()
+        by_code = dict(zip(counts[counts.columns[0]].to_list(), counts["count"].to_list()))
+        account.lines += chunk.height
+        account.parsed += by_code.get(PARSED, 0)
+        account.unrecognized += by_code.get(UNRECOGNIZED, 0)
+        account.ignored += by_code.get(IGNORED, 0) + by_code.get(NOT_MINE, 0)
+        if by_code.get(UNRECOGNIZED) and len(account.samples) < 20:
+            bad = chunk.filter(status == UNRECOGNIZED).head(20)
+            account.add_samples(list(zip(bad["line"].to_list(), bad["text"].to_list())))
+    result = IngestResult(account=account)
+    for parser in parsers:
+        parser.finish(result)
+    return result

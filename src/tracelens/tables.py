@@ -1,0 +1,258 @@
+"""The data contract between ingest and rules: one Arrow schema per kind of fact.
+
+Every row carries provenance (`file`, `line` or `frame`, `host`) and a time
+(`ts`, UTC, nullable) with `ts_quality` saying how the time was obtained:
+"exact" (printed on the line), "inferred" (from neighbouring lines) or "none".
+Ingest modules build polars frames; `conform` casts them to these schemas so
+every file's rows concatenate, and `RunTables` holds the concatenation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+
+TS = pa.timestamp("ns", tz="UTC")
+
+PROVENANCE = [
+    pa.field("file", pa.string()),
+    pa.field("line", pa.int64()),
+    pa.field("host", pa.string()),
+    pa.field("ts", TS),
+    pa.field("ts_quality", pa.string()),
+]
+
+
+def _schema(*fields: pa.Field, provenance: list[pa.Field] = PROVENANCE) -> pa.Schema:
+    return pa.schema([*provenance, *fields])
+
+
+SCHEMAS: dict[str, pa.Schema] = {
+    # One row per NCCL or ProcessGroupNCCL line.
+    "nccl_events": _schema(
+        pa.field("pid", pa.int64()),
+        pa.field("tid", pa.int64()),
+        pa.field("cuda_dev", pa.int32()),
+        pa.field("level", pa.string()),  # INFO, WARN, TRACE, CALL, ABORT, VERSION, ERROR (PyTorch)
+        pa.field("kind", pa.string()),  # message kind from grammars/nccl.lark; "unknown" if none
+        pa.field("prefix", pa.string()),  # launcher/wrapper text before the record
+        pa.field("message", pa.string()),
+    ),
+    # One row per communicator member (Init START/COMPLETE, Destroy/Abort).
+    "nccl_comms": _schema(
+        pa.field("pid", pa.int64()),
+        pa.field("comm_id", pa.string()),  # the comm pointer, e.g. 0x7f6df005a260
+        pa.field("comm_hash", pa.string()),  # commId 0x... (2.16+), shared by all members
+        pa.field("rank", pa.int64()),
+        pa.field("nranks", pa.int64()),
+        pa.field("cuda_dev", pa.int32()),
+        pa.field("nvml_dev", pa.int32()),
+        pa.field("bus_id", pa.string()),
+        pa.field("event", pa.string()),  # init_start, init_complete, destroy, abort, rank_info
+        pa.field("nccl_version", pa.string()),
+    ),
+    # One row per channel connection line (`Channel 00/0 : 0[0] -> 1[1] via ...`).
+    "nccl_channels": _schema(
+        pa.field("pid", pa.int64()),
+        pa.field("comm_id", pa.string()),
+        pa.field("channel", pa.int32()),
+        pa.field("conn", pa.int32()),
+        pa.field("src_rank", pa.int64()),
+        pa.field("dst_rank", pa.int64()),
+        pa.field("src_dev", pa.string()),  # busId (2.5-2.17) or nvmlDev (2.18+) as printed
+        pa.field("dst_dev", pa.string()),
+        pa.field("direction", pa.string()),  # send, receive, or null for P2P/SHM
+        pa.field("transport", pa.string()),  # P2P/IPC, P2P/CUMEM, P2P/direct, SHM, NET, COLLNET ...
+        pa.field("net", pa.string()),  # NET plugin: IB, Socket, IBext, Libfabric ... (NET/COLLNET only)
+        pa.field("nic", pa.int32()),
+        pa.field("proxy_rank", pa.int64()),  # PXN proxy rank, NET/IB/0(3)
+        pa.field("gdr", pa.bool_()),
+        pa.field("via", pa.string()),  # the full `via ...` token
+    ),
+    # Network selection facts per process: one row per network, device or interface named.
+    "nccl_net": _schema(
+        pa.field("pid", pa.int64()),
+        pa.field("what", pa.string()),  # network, ib_device, socket_if, bootstrap_if, oob_if, ib_missing, gdr_disabled, gdr_enabled, plugin
+        pa.field("name", pa.string()),  # network name (IB, Socket), device (mlx5_0) or interface (eth0)
+        pa.field("port", pa.int32()),
+        pa.field("link_layer", pa.string()),  # IB / RoCE for devices
+        pa.field("address", pa.string()),  # IP address for interfaces
+    ),
+    # One row per echoed setting (`NCCL_IB_DISABLE set by environment to 1.`).
+    "nccl_env": _schema(
+        pa.field("pid", pa.int64()),
+        pa.field("name", pa.string()),
+        pa.field("value", pa.string()),
+    ),
+    # One row per WARN or PyTorch watchdog/NCCL error.
+    "nccl_errors": _schema(
+        pa.field("pid", pa.int64()),
+        pa.field("tid", pa.int64()),
+        pa.field("kind", pa.string()),  # ib_completion, watchdog_timeout, socket, bootstrap, proxy, ...
+        pa.field("status", pa.int32()),  # IB work-completion status (12 = retry exceeded)
+        pa.field("status_name", pa.string()),
+        pa.field("opcode", pa.int64()),
+        pa.field("vendor_err", pa.int64()),
+        pa.field("peer", pa.string()),  # peer ip<port> or host
+        pa.field("rank", pa.int64()),
+        pa.field("seq", pa.int64()),
+        pa.field("op_type", pa.string()),
+        pa.field("timeout_ms", pa.int64()),
+        pa.field("ran_ms", pa.int64()),
+        pa.field("message", pa.string()),
+    ),
+    # One row per training step report (DeepSpeed / Megatron).
+    "steps": _schema(
+        pa.field("rank", pa.int64()),
+        pa.field("engine", pa.string()),
+        pa.field("step", pa.int64()),
+        pa.field("skipped", pa.int64()),
+        pa.field("lr", pa.float64()),
+        pa.field("samples_per_sec", pa.float64()),
+        pa.field("fwd_ms", pa.float64()),
+        pa.field("bwd_ms", pa.float64()),
+        pa.field("bwd_allreduce_ms", pa.float64()),
+        pa.field("step_ms", pa.float64()),
+    ),
+    # One row per comms-logger record.
+    "comm_ops": _schema(
+        pa.field("rank", pa.int64()),
+        pa.field("op", pa.string()),
+        pa.field("msg_bytes", pa.int64()),
+        pa.field("count", pa.int64()),
+        pa.field("total_ms", pa.float64()),
+        pa.field("avg_ms", pa.float64()),
+        pa.field("algbw_gbps", pa.float64()),
+        pa.field("busbw_gbps", pa.float64()),
+    ),
+    # One row per DeepSpeed or NCCL setting.
+    "config": _schema(
+        pa.field("engine", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("value", pa.string()),
+        pa.field("source", pa.string()),
+    ),
+    # One row per counter in one dump.
+    "ib_counters": _schema(
+        pa.field("dump_ts", TS),
+        pa.field("node", pa.string()),  # lid / guid / device name
+        pa.field("port", pa.int32()),
+        pa.field("counter", pa.string()),
+        pa.field("value", pa.uint64()),
+        pa.field("source", pa.string()),  # perfquery, perfquery_x, ethtool, hw_counters ...
+    ),
+    # One row per HCA port.
+    "ib_ports": _schema(
+        pa.field("ca", pa.string()),
+        pa.field("port", pa.int32()),
+        pa.field("state", pa.string()),
+        pa.field("phys_state", pa.string()),
+        pa.field("rate_gbps", pa.float64()),
+        pa.field("width", pa.string()),
+        pa.field("link_layer", pa.string()),
+        pa.field("active_mtu", pa.int32()),
+    ),
+    # One row per captured frame.
+    "packets": pa.schema(
+        [
+            pa.field("file", pa.string()),
+            pa.field("frame", pa.int64()),
+            pa.field("host", pa.string()),
+            pa.field("ts", TS),
+            pa.field("ts_quality", pa.string()),
+            pa.field("src", pa.string()),
+            pa.field("dst", pa.string()),
+            pa.field("proto", pa.string()),
+            pa.field("sport", pa.int32()),
+            pa.field("dport", pa.int32()),
+            pa.field("length", pa.int32()),
+            pa.field("ecn", pa.int8()),
+            pa.field("opcode", pa.int16()),
+            pa.field("dest_qp", pa.int64()),
+            pa.field("psn", pa.int64()),
+            pa.field("ack_req", pa.bool_()),
+            pa.field("syndrome", pa.int16()),
+            pa.field("seq", pa.int64()),
+            pa.field("ack", pa.int64()),
+            pa.field("flags", pa.int16()),
+            pa.field("payload", pa.int32()),
+        ]
+    ),
+    # One row per input file: what was read and how much of it was understood.
+    "inputs": pa.schema(
+        [
+            pa.field("file", pa.string()),
+            pa.field("format", pa.string()),
+            pa.field("host", pa.string()),
+            pa.field("size", pa.int64()),
+            pa.field("lines", pa.int64()),  # lines or packets read
+            pa.field("parsed", pa.int64()),
+            pa.field("ignored", pa.int64()),
+            pa.field("unrecognized", pa.int64()),
+            pa.field("errors", pa.list_(pa.string())),
+            pa.field(
+                "samples",
+                pa.list_(pa.struct([pa.field("line", pa.int64()), pa.field("text", pa.string())])),
+            ),
+        ]
+    ),
+}
+
+
+def empty(name: str) -> pl.DataFrame:
+    """An empty frame with the columns and types of table `name`."""
+    return pl.from_arrow(SCHEMAS[name].empty_table())  # type: ignore[return-value]
+
+
+def conform(name: str, frame: pl.DataFrame) -> pl.DataFrame:
+    """Cast `frame` to the schema of `name`: missing columns become nulls, extra columns stay.
+
+    Ingest modules only fill what they know; this keeps every file's rows
+    concatenable and typed the same way.
+    """
+    target = pl.from_arrow(SCHEMAS[name].empty_table()).schema
+    columns = []
+    for col, dtype in target.items():
+        if col in frame.columns:
+            columns.append(pl.col(col).cast(dtype, strict=False))
+        else:
+            columns.append(pl.lit(None, dtype=dtype).alias(col))
+    extra = [c for c in frame.columns if c not in target]
+    return frame.select(*columns, *extra)
+
+
+class RunTables:
+    """All tables of one run, each the concatenation over input files."""
+
+    def __init__(self) -> None:
+        self._parts: dict[str, list[pl.DataFrame]] = {}
+        self._frames: dict[str, pl.DataFrame] = {}
+
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        if name not in self._frames:
+            parts = self._parts.get(name)
+            self._frames[name] = pl.concat(parts, how="diagonal_relaxed") if parts else empty(name)
+        return self._frames[name]
+
+    def add(self, name: str, frame: pl.DataFrame) -> None:
+        """Append rows to table `name` (cast to its schema)."""
+        if frame.height:
+            self._parts.setdefault(name, []).append(conform(name, frame))
+            self._frames.pop(name, None)
+
+    def replace(self, name: str, frame: pl.DataFrame) -> None:
+        """Set table `name` wholesale (used by stages that enrich rows, like the timeline)."""
+        self._parts[name] = [conform(name, frame)]
+        self._frames.pop(name, None)
+
+    def write_parquet(self, out_dir: Path) -> list[Path]:
+        """Write every table (empty ones too, so the set is predictable) as Parquet."""
+        out_dir.mkdir(parents=True, exist_ok=True)
+        written = []
+        for name in SCHEMAS:
+            path = out_dir / f"{name}.parquet"
+            self[name].write_parquet(path)
+            written.append(path)
+        return written
