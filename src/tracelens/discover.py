@@ -113,18 +113,20 @@ def _gunzip(path: Path, dest: Path) -> Path:
     return target
 
 
-_HOSTLIKE = re.compile(r"^(?:[A-Za-z][\w-]*\d[\w-]*|(?:\d{1,3}\.){3}\d{1,3})$")
+_HOST_FOLDER = re.compile(r"^(?:[A-Za-z][\w-]*\d[\w-]*|(?:\d{1,3}\.){3}\d{1,3})$")
+_HOST_IN_NAME = re.compile(
+    r"(?<![A-Za-z0-9])((?:node|gpu|host|worker|compute|dgx|hgx)[-_]?\d+|ip-\d+-\d+-\d+-\d+|(?:\d{1,3}\.){3}\d{1,3})(?![0-9])",
+    re.IGNORECASE,
+)
 
 
 def host_from_path(rel: PurePosixPath) -> str | None:
-    """A host name suggested by a file's path: a node-like folder, or a node-like piece of the name."""
+    """A host suggested by a file's path: the nearest node-like folder, else a node-like piece of the name."""
     for part in reversed(rel.parts[:-1]):
-        if _HOSTLIKE.match(part):
+        if _HOST_FOLDER.match(part):
             return part
-    for piece in re.split(r"[._\-]+(?=[A-Za-z])|\.", rel.name):
-        if _HOSTLIKE.match(piece) and not re.match(r"^(?:perfquery|ibstat|capture|nccl|train|log)", piece, re.I):
-            return piece
-    return None
+    found = _HOST_IN_NAME.search(rel.name)
+    return found.group(1) if found else None
 
 
 class _Walker:
@@ -200,11 +202,3 @@ def discover(target: Path, workdir: Path) -> Discovery:
         walker.result.notes.append(f"{target}: no such file or folder")
     return walker.result
 
-
-def describe(files: list[InputFile]) -> str:
-    """One line summary, e.g. '12 files: 9 log, 2 perfquery, 1 pcap'."""
-    counts: dict[str, int] = {}
-    for f in files:
-        counts[f.format] = counts.get(f.format, 0) + 1
-    parts = ", ".join(f"{n} {fmt}" for fmt, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return f"{len(files)} file{'s' if len(files) != 1 else ''}" + (f": {parts}" if parts else "")

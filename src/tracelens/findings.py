@@ -48,7 +48,7 @@ class Finding:
     severity: Severity
     title: str
     summary: str
-    fix: str
+    fix: str = ""  # empty: the rule's documented "How to fix" is used
     evidence: list[Evidence] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)

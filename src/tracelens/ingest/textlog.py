@@ -41,7 +41,8 @@ def ingest(source: InputFile) -> IngestResult:
     parsers = [cls(source) for cls in LINE_PARSERS]
     account = Account()
     for chunk in read_chunks(source.path):
-        status = pl.max_horizontal([p.feed(chunk) for p in parsers]) if parsers else pl.repeat(NOT_MINE, chunk.height)
+        claims = pl.DataFrame([p.feed(chunk).alias(str(i)) for i, p in enumerate(parsers)])
+        status = claims.select(pl.max_horizontal(pl.all()).fill_null(NOT_MINE)).to_series()
         counts = status.value_counts()
         by_code = dict(zip(counts[counts.columns[0]].to_list(), counts["count"].to_list()))
         account.lines += chunk.height

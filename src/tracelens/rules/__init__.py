@@ -34,7 +34,10 @@ class Rule:
         return parse_doc(self.func.__doc__ or "")
 
     def run(self, tables: RunTables) -> list[Finding]:
-        return list(self.func(tables))
+        findings = list(self.func(tables))
+        for finding in findings:
+            finding.fix = finding.fix or self.docs["How to fix"]
+        return findings
 
 
 _REGISTRY: dict[str, Rule] = {}
@@ -61,7 +64,8 @@ def parse_doc(doc: str) -> dict[str, str]:
     parts = re.split(rf"^\s*({pattern}):", doc, flags=re.MULTILINE)
     out: dict[str, str] = {}
     for title, body in zip(parts[1::2], parts[2::2]):
-        out[title] = " ".join(body.split())
+        text = " ".join(body.split())
+        out[title] = text[:1].upper() + text[1:]
     return out
 
 

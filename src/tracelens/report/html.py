@@ -1,0 +1,54 @@
+"""The self-contained HTML report: one file, no external requests, all input text escaped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+from tracelens import __version__
+from tracelens.analyze import Analysis
+from tracelens.findings import Severity
+from tracelens.report.sections import build_sections
+from tracelens.report.summary import verdict
+from tracelens.resources import data_dir
+
+# No scripts, no fetches: styles and images inline only.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+
+def _environment() -> Environment:
+    return Environment(
+        loader=FileSystemLoader(data_dir("reports")),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+
+
+def render(analysis: Analysis) -> str:
+    """The report as one HTML string."""
+    env = _environment()
+    inputs = analysis.tables["inputs"].sort("file").to_dicts()
+    counts = Counter(f.severity for f in analysis.findings)
+    return env.get_template("report.html.j2").render(
+        csp=CSP,
+        css=(data_dir("reports") / "report.css").read_text(encoding="utf-8"),
+        version=__version__,
+        target=str(analysis.target),
+        verdict=verdict(analysis),
+        findings=analysis.findings,
+        severity_counts={s.label: counts.get(s, 0) for s in sorted(Severity, reverse=True)},
+        sections=build_sections(analysis),
+        inputs=inputs,
+        totals={k: sum(row[k] or 0 for row in inputs) for k in ("lines", "parsed", "ignored", "unrecognized")},
+        notes=analysis.notes,
+        rules=analysis.rules,
+    )
+
+
+def write(analysis: Analysis, path: Path) -> Path:
+    path.write_text(render(analysis), encoding="utf-8")
+    return path

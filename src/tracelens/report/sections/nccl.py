@@ -1,0 +1,68 @@
+"""NCCL facts per host: versions, ranks, networks, HCAs, transports per channel, settings."""
+
+from __future__ import annotations
+
+import polars as pl
+
+ORDER = 30
+TITLE = "NCCL per host"
+TEMPLATE = "sections/nccl.html.j2"
+
+
+def _sorted_unique(frame: pl.DataFrame, column: str) -> list:
+    return sorted(v for v in frame[column].unique().to_list() if v is not None)
+
+
+def _gdr_label(value: bool | None) -> str:
+    return {True: "yes", False: "no"}.get(value, "")
+
+
+def context(analysis) -> dict | None:
+    t = analysis.tables
+    events, comms, channels, net, env = (t[n] for n in ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env"))
+    if events.height == 0:
+        return None
+    hosts = []
+    for host in _sorted_unique(events, "host") or [None]:
+        def mine(frame: pl.DataFrame) -> pl.DataFrame:
+            return frame.filter(pl.col("host") == host) if host is not None else frame.filter(pl.col("host").is_null())
+
+        h_events, h_net = mine(events), mine(net)
+        versions = mine(events).filter(pl.col("kind") == "version")["message"].str.extract(r"(\d+\.\d+\.\d+\S*)").drop_nulls()
+        transports = (
+            mine(channels)
+            .group_by("transport", "net", "gdr")
+            .len()
+            .sort("len", descending=True)
+            .rows(named=True)
+        )
+        interfaces = (
+            h_net.filter(pl.col("what").is_in(["bootstrap_if", "socket_if", "oob_if"]))
+            .select(pl.format("{} {}:{}", "what", "name", "address").alias("x"))["x"]
+            .unique(maintain_order=True)
+            .to_list()
+        )
+        hcas = (
+            h_net.filter(pl.col("what") == "ib_device")
+            .select(pl.format("{}:{}/{}", "name", "port", "link_layer").alias("x"))["x"]
+            .unique(maintain_order=True)
+            .to_list()
+        )
+        hosts.append(
+            {
+                "host": host or "(host not named)",
+                "versions": sorted(set(versions.to_list())),
+                "ranks": _sorted_unique(mine(comms), "rank"),
+                "processes": h_events["pid"].n_unique() if h_events["pid"].null_count() < h_events.height else 0,
+                "networks": _sorted_unique(h_net.filter(pl.col("what") == "network"), "name"),
+                "hcas": hcas,
+                "interfaces": interfaces,
+                "errors": mine(t["nccl_errors"]).height,
+                "transports": [
+                    {"transport": r["transport"], "net": r["net"], "gdr": _gdr_label(r["gdr"]), "n": r["len"]}
+                    for r in transports
+                ],
+                "settings": mine(env).unique(["name", "value"]).sort("name").select("name", "value").rows(named=True),
+            }
+        )
+    return {"hosts": hosts}

@@ -1,0 +1,53 @@
+"""Helpers the rules share: turning table rows into Evidence, and small run facts."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import polars as pl
+
+from tracelens.findings import Evidence
+from tracelens.tables import RunTables
+
+
+def with_text(tables: RunTables, rows: pl.DataFrame) -> pl.DataFrame:
+    """Add the NCCL record text (`message`) to rows of any NCCL table, joined on file and line."""
+    if "message" in rows.columns:
+        return rows
+    text = tables["nccl_events"].select("file", "line", "message").unique(["file", "line"])
+    return rows.join(text, on=["file", "line"], how="left")
+
+
+def evidence(rows: pl.DataFrame, limit: int | None = None) -> list[Evidence]:
+    """Evidence for each row (columns file, line, host, message), in file and line order."""
+    rows = rows.unique(["file", "line"]).sort("file", "line")
+    if limit is not None:
+        rows = rows.head(limit)
+    return [
+        Evidence(file=r["file"], line=r["line"], text=r.get("message") or "", host=r.get("host"))
+        for r in rows.iter_rows(named=True)
+    ]
+
+
+def hosts_of(*frames: pl.DataFrame) -> list[str]:
+    """Distinct non-null hosts over the given frames."""
+    found: set[str] = set()
+    for frame in frames:
+        if "host" in frame.columns:
+            found.update(h for h in frame["host"].unique().to_list() if h)
+    return sorted(found)
+
+
+def ranks_of(tables: RunTables, rows: pl.DataFrame) -> list[int]:
+    """Ranks of the processes (host, pid) behind `rows`, from the communicator lines."""
+    comms = tables["nccl_comms"].select("host", "pid", "rank").drop_nulls()
+    if comms.height == 0 or "pid" not in rows.columns:
+        return []
+    hit = rows.select("host", "pid").unique().join(comms, on=["host", "pid"], how="inner")
+    return sorted(set(hit["rank"].to_list()))
+
+
+def time_window(rows: pl.DataFrame) -> tuple[datetime, datetime] | None:
+    """The first and last time of `rows`, when any of them carries a time."""
+    ts = rows["ts"].drop_nulls()
+    return (ts.min(), ts.max()) if ts.len() else None

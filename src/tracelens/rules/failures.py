@@ -1,0 +1,167 @@
+"""TL107-TL109: what NCCL and PyTorch reported going wrong: IB completion errors,
+collective timeouts, and socket/bootstrap/proxy failures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from tracelens.findings import Finding, Severity
+from tracelens.rules import rule
+from tracelens.rules.evidence import evidence, hosts_of, ranks_of, time_window
+from tracelens.tables import RunTables
+
+FLUSH = 5  # IBV_WC_WR_FLUSH_ERR: queued work flushed after an earlier error on the QP
+
+
+def _count_list(frame: pl.DataFrame, column: str) -> str:
+    """'12 x A, 3 x B' for the values of `column`, most frequent first."""
+    counts = frame.group_by(column).len().sort(["len", column], descending=[True, False])
+    return ", ".join(f"{r['len']} x {r[column]}" for r in counts.iter_rows(named=True))
+
+
+@rule("TL107", "ib-completion-errors", Severity.CRITICAL)
+def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: NCCL `NET/IB : Got completion ... with error/status N` warnings, in every
+    wording NCCL has used (2.3 to 2.30), grouped per host with the status names, peers and
+    counts. Status 12 (IBV_WC_RETRY_EXC_ERR) means the NIC retransmitted until its retry
+    count ran out; 5 (WR_FLUSH_ERR) follows an earlier error; 4, 10 and 13 are protection,
+    remote access and receiver-not-ready failures.
+
+    Why it slows the run: a completion error kills the queue pair, so the collective aborts
+    and the job hangs until the watchdog fires or crashes; before that, the retries behind
+    a status 12 already stalled the transfer for seconds each (4.096 us x 2^NCCL_IB_TIMEOUT
+    per attempt, NCCL_IB_RETRY_CNT attempts).
+
+    How to fix: status 12 right at start-up means the NICs cannot reach each other (RoCE GID
+    index or traffic class wrong: set NCCL_IB_GID_INDEX to the RoCE v2 GID from `show_gids`,
+    NCCL_IB_TC to the lossless class); later in the run it means packet loss: check the link
+    from the peer's port with `perfquery -x` (SymbolErrorCounter, LinkDownedCounter,
+    PortRcvErrors) and `ibstat`, reseat or replace the cable, check PFC/ECN on RoCE. Raising
+    NCCL_IB_TIMEOUT (e.g. 22) and NCCL_IB_RETRY_CNT (max 7) only rides out short outages.
+    """
+    errors = t["nccl_errors"].filter(pl.col("kind") == "ib_completion")
+    if errors.height == 0:
+        return
+    errors = errors.with_columns(
+        status_label=pl.when(pl.col("status_name").is_not_null())
+        .then(pl.format("{} ({})", "status_name", "status"))
+        .otherwise(pl.format("status {}", pl.col("status").cast(pl.String).fill_null("?")))
+    )
+    for (host,), rows in errors.sort("file", "line").group_by(["host"], maintain_order=True):
+        root = rows.filter(pl.col("status").fill_null(-1) != FLUSH)
+        peers = sorted(set(rows["peer"].drop_nulls().to_list()))
+        peer_text = f" with peer(s) {', '.join(peers[:5])}{' ...' if len(peers) > 5 else ''}" if peers else ""
+        yield Finding(
+            rule_id="TL107",
+            severity=Severity.CRITICAL,
+            title="InfiniBand completion errors",
+            summary=f"{rows.height} IB completion error(s) on {host or 'an unnamed host'}{peer_text}: "
+            f"{_count_list(rows, 'status_label')}."
+            + (f" First non-flush error: {root['status_label'][0]}." if root.height and root.height < rows.height else ""),
+            evidence=evidence(rows),
+            hosts=[host] if host else [],
+            ranks=ranks_of(t, rows),
+            window=time_window(rows),
+        )
+
+
+_TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception"]
+
+
+@rule("TL108", "collective-timeout", Severity.CRITICAL)
+def collective_timeout(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: PyTorch ProcessGroupNCCL watchdog timeouts (`Watchdog caught collective
+    operation timeout: WorkNCCL(SeqNum=..., OpType=..., Timeout(ms)=...)`), blocking-wait
+    timeouts and watchdog exceptions, grouped per collective (operation and sequence number)
+    with the ranks that reported it.
+
+    Why it slows the run: a collective that never completes means some rank never joined it
+    (crashed, stuck in data loading or in a different code path) or the network stopped
+    delivering; every other rank sits idle for the whole timeout (often 10 or 30 minutes)
+    before the job dies.
+
+    How to fix: find the rank that did not reach the collective: compare the last lines each
+    rank logged and the SeqNum each reports (a rank with a lower last-completed work is the
+    one behind); enable the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000,
+    TORCH_NCCL_DUMP_ON_TIMEOUT=1) and NCCL_DEBUG=INFO; look for IB completion errors or link
+    errors in the same minutes. Raising the timeout hides the cause.
+    """
+    rows = t["nccl_errors"].filter(pl.col("kind").is_in(_TIMEOUT_KINDS))
+    if rows.height == 0:
+        return
+    rows = rows.with_columns(op=pl.col("op_type").fill_null("collective"))
+    for (op, seq), group in rows.sort("file", "line").group_by(["op", "seq"], maintain_order=True):
+        timeout = group["timeout_ms"].drop_nulls()
+        ran = group["ran_ms"].drop_nulls()
+        ranks = sorted(set(group["rank"].drop_nulls().to_list()))
+        what = f"{op} SeqNum={seq}" if seq is not None else op
+        timing = ""
+        if timeout.len():
+            timing = f" after Timeout(ms)={int(timeout.max())}"
+            if ran.len():
+                timing += f" (ran up to {int(ran.max())} ms)"
+        yield Finding(
+            rule_id="TL108",
+            severity=Severity.CRITICAL,
+            title="Collective timed out",
+            summary=f"{what} timed out{timing}, reported by {len(ranks) or 'unnamed'} rank(s)"
+            + (f" ({', '.join(map(str, ranks[:16]))}{' ...' if len(ranks) > 16 else ''})" if ranks else "")
+            + f" in {group.height} line(s).",
+            evidence=evidence(group),
+            hosts=hosts_of(group),
+            ranks=ranks,
+            window=time_window(group),
+        )
+
+
+_FAILURE_KINDS = {
+    "socket": "socket connection failures",
+    "bootstrap": "bootstrap failures",
+    "proxy": "proxy thread failures",
+    "nccl_runtime_error": "NCCL errors raised to PyTorch",
+    "version_mismatch": "NCCL version mismatches",
+    "verbs_call": "IB verbs call failures",
+    "ib_async_event": "IB asynchronous error events",
+}
+
+
+@rule("TL109", "nccl-communication-failure", Severity.CRITICAL)
+def communication_failure(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: NCCL failures outside the data path: socket connects refused or aborted,
+    connections closed by the remote peer, bootstrap errors, proxy-thread failures, IB verbs
+    calls that failed (`ibv_create_qp`, `ibv_modify_qp`), IB async error events, and the
+    `NCCL error in: ... unhandled system error` errors PyTorch raises from them.
+
+    Why it slows the run: the communicator cannot be built or is torn down, so the job fails
+    at start-up or hangs at its next collective; these lines usually name the first rank and
+    peer that broke, which is where the search should start.
+
+    How to fix: read the first failure in time: `Connect to <ip> failed` points at a firewall,
+    a wrong NCCL_SOCKET_IFNAME or an unreachable address; `Connection closed by remote peer`
+    means the peer process died first (look at its log); `ibv_modify_qp failed` with
+    `Network is unreachable` or a timeout means a wrong RoCE GID (NCCL_IB_GID_INDEX) or a
+    port that is down (`ibstat`).
+    """
+    rows = t["nccl_errors"].filter(pl.col("kind").is_in(list(_FAILURE_KINDS)))
+    if rows.height == 0:
+        return
+    for (kind,), group in rows.sort("file", "line").group_by(["kind"], maintain_order=True):
+        hosts = hosts_of(group)
+        first = group.row(0, named=True)
+        yield Finding(
+            rule_id="TL109",
+            severity=Severity.CRITICAL,
+            title=f"NCCL {_FAILURE_KINDS[kind]}",
+            summary=f"{group.height} {_FAILURE_KINDS[kind]} on {len(hosts) or 'unnamed'} host(s); first: "
+            f"{(first['message'] or '')[:160]}",
+            evidence=evidence(group),
+            hosts=hosts,
+            ranks=ranks_of(t, group),
+            window=time_window(group),
+        )
+

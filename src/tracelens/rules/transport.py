@@ -1,0 +1,316 @@
+"""TL101-TL106: how NCCL moves data between nodes, and the set-ups that make it slow."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import polars as pl
+
+from tracelens.findings import Finding, Severity
+from tracelens.rules import rule
+from tracelens.rules.evidence import evidence, hosts_of, ranks_of, with_text
+from tracelens.tables import RunTables
+
+SOCKET = "Socket"
+
+
+def _is_socket(col: str = "net") -> pl.Expr:
+    return pl.col(col).str.to_lowercase() == "socket"
+
+
+def _ib_hcas_seen(t: RunTables) -> bool:
+    """Whether the run shows InfiniBand/RoCE hardware anywhere (NCCL device lists or port dumps)."""
+    return t["nccl_net"].filter(pl.col("what") == "ib_device").height > 0 or t["ib_ports"].height > 0
+
+
+def _multi_node(t: RunTables) -> bool:
+    """Whether more than one node is involved: several hosts log NCCL lines, or channels go over a network."""
+    if len(hosts_of(t["nccl_events"])) > 1:
+        return True
+    return t["nccl_channels"].filter(pl.col("transport").is_in(["NET", "COLLNET"])).height > 0
+
+
+def _single_node(t: RunTables) -> bool:
+    """Whether the logs show a one-node job: one host, channel lines present, none over a network."""
+    channels = t["nccl_channels"]
+    return (
+        len(hosts_of(t["nccl_events"])) <= 1
+        and channels.height > 0
+        and channels.filter(pl.col("transport").is_in(["NET", "COLLNET"])).height == 0
+    )
+
+
+@rule("TL101", "nccl-socket-transport", Severity.WARNING)
+def socket_transport(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: NCCL carrying traffic over NET/Socket (TCP) instead of InfiniBand or RoCE:
+    `Using network Socket`, `NET/IB : No device found`, `Failed to open libibverbs.so`, or
+    channels connected `via NET/Socket`.
+
+    Why it slows the run: the socket transport goes through the kernel TCP stack and host
+    memory, reaching a few GB/s at best where an IB or RoCE NIC with GPUDirect RDMA reaches
+    25-50 GB/s; every all-reduce of the gradients then takes several times longer and the
+    GPUs wait. The fallback is silent: NCCL only says so in its INFO lines.
+
+    How to fix: make the IB devices visible to NCCL: install rdma-core / libibverbs in the
+    container and pass the devices (`--device=/dev/infiniband`, `--cap-add=IPC_LOCK`, or the
+    RDMA device plugin on Kubernetes), check `ibv_devinfo` lists the HCAs with `state:
+    PORT_ACTIVE`, unset `NCCL_IB_DISABLE` and `NCCL_NET=Socket`, and select the HCAs with
+    `NCCL_IB_HCA` (e.g. `mlx5_0,mlx5_1`). Confirm with `NCCL_DEBUG=INFO` that it logs `Using
+    network IB` and channels `via NET/IB/.../GDRDMA`.
+    """
+    net = t["nccl_net"]
+    signals = pl.concat(
+        [
+            net.filter((pl.col("what") == "network") & _is_socket("name")).select("file", "line", "host", "pid"),
+            net.filter(pl.col("what") == "ib_missing").select("file", "line", "host", "pid"),
+            t["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket()).select("file", "line", "host", "pid"),
+        ]
+    )
+    if signals.height == 0:
+        return
+    socket_channels = t["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket())
+    hosts = hosts_of(signals)
+    if _ib_hcas_seen(t) or _multi_node(t):
+        severity = Severity.CRITICAL
+        why = "while the run shows IB HCAs" if _ib_hcas_seen(t) else "in a multi-node run"
+    elif _single_node(t):
+        severity, why = Severity.INFO, "but the job is on one node, so no traffic crosses the network"
+    else:
+        severity, why = Severity.WARNING, "(the logs do not show whether traffic crossed nodes)"
+    detail = f"{socket_channels.height} channel connection(s) via NET/Socket" if socket_channels.height else "NCCL chose the socket network"
+    yield Finding(
+        rule_id="TL101",
+        severity=severity,
+        title="NCCL fell back to TCP sockets",
+        summary=f"{detail} on {len(hosts) or 'unnamed'} host(s) {why}.",
+        evidence=evidence(with_text(t, signals)),
+        hosts=hosts,
+        ranks=ranks_of(t, signals),
+    )
+
+
+@rule("TL102", "nccl-ib-disabled-by-env", Severity.WARNING)
+def ib_disabled(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: `NCCL_IB_DISABLE=1` or `NCCL_NET=Socket` set in the environment, as NCCL
+    echoes it (`NCCL_IB_DISABLE set by environment to 1.`) or a launcher prints it.
+
+    Why it slows the run: it forbids NCCL from using InfiniBand or RoCE at all, so every
+    inter-node transfer goes over TCP sockets. The variable is often left over from
+    debugging or copied from a single-node recipe, and it survives into production jobs.
+
+    How to fix: remove `NCCL_IB_DISABLE` (or set it to 0) and `NCCL_NET=Socket` from the job
+    environment, the container image (`ENV`), `/etc/nccl.conf` and `~/.nccl.conf`; then check
+    the log says `Using network IB`.
+    """
+    env = t["nccl_env"].select("file", "line", "host", "pid", "name", "value")
+    config = t["config"]
+    if config.height:
+        env = pl.concat(
+            [env, config.select("file", "line", "host", pl.lit(None, pl.Int64).alias("pid"), pl.col("key").alias("name"), "value")]
+        )
+    value = pl.col("value").str.strip_chars().str.strip_chars(".").str.to_lowercase()
+    bad = env.filter(
+        ((pl.col("name") == "NCCL_IB_DISABLE") & value.is_in(["1", "true", "yes"]))
+        | ((pl.col("name") == "NCCL_NET") & (value == "socket"))
+    )
+    if bad.height == 0:
+        return
+    names = sorted(set(bad["name"].to_list()))
+    hosts = hosts_of(bad)
+    yield Finding(
+        rule_id="TL102",
+        severity=Severity.CRITICAL if _ib_hcas_seen(t) else Severity.WARNING,
+        title="InfiniBand disabled by environment",
+        summary=f"{' and '.join(names)} forces the socket transport on {len(hosts) or 'unnamed'} host(s)"
+        + (" although IB HCAs are present." if _ib_hcas_seen(t) else "."),
+        evidence=evidence(with_text(t, bad)),
+        hosts=hosts,
+        ranks=ranks_of(t, bad),
+    )
+
+
+@rule("TL103", "nccl-mixed-transports", Severity.CRITICAL)
+def mixed_transports(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: ranks of the same job on different network transports: some processes
+    use InfiniBand/RoCE (or a vendor plugin) while others use TCP sockets.
+
+    Why it slows the run: a collective runs at the speed of its slowest link, so one node on
+    sockets drags every all-reduce down to TCP speed; connecting an IB rank to a socket rank
+    can also fail or hang at init.
+
+    How to fix: find what differs on the socket nodes (missing libibverbs or RDMA device in the
+    container, a different image, `NCCL_IB_DISABLE` set only there, HCAs down in `ibstat`), make
+    all nodes identical, and pin `NCCL_IB_HCA` so every rank selects the same kind of device.
+    """
+    net = t["nccl_net"].filter(pl.col("what") == "network").select("file", "line", "host", "pid", pl.col("name").alias("net"))
+    channels = t["nccl_channels"].filter(pl.col("transport") == "NET").select("file", "line", "host", "pid", "net")
+    used = pl.concat([net, channels]).drop_nulls("net").with_columns(socket=_is_socket())
+    per_process = used.group_by("host", "pid").agg(pl.col("socket").any().alias("socket"), pl.col("socket").all().alias("only_socket"))
+    socket_procs = per_process.filter(pl.col("only_socket"))
+    other_procs = per_process.filter(~pl.col("socket"))
+    if socket_procs.height == 0 or other_procs.height == 0:
+        return
+    first_rows = used.sort("file", "line").unique(["host", "pid", "socket"], keep="first")
+    socket_hosts = hosts_of(socket_procs)
+    other_hosts = hosts_of(other_procs)
+    other_nets = sorted(set(used.filter(~pl.col("socket"))["net"].to_list()))
+    yield Finding(
+        rule_id="TL103",
+        severity=Severity.CRITICAL,
+        title="Ranks on different network transports",
+        summary=f"{socket_procs.height} process(es) on {', '.join(socket_hosts) or 'unnamed hosts'} use Socket while "
+        f"{other_procs.height} on {', '.join(other_hosts) or 'unnamed hosts'} use {'/'.join(other_nets)}.",
+        evidence=evidence(with_text(t, first_rows)),
+        hosts=socket_hosts + other_hosts,
+        ranks=ranks_of(t, socket_procs),
+    )
+
+
+@rule("TL104", "nccl-gdr-not-used", Severity.WARNING)
+def gdr_not_used(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: InfiniBand/RoCE channels connected without `/GDRDMA` (GPUDirect RDMA), and
+    `GPU Direct RDMA Disabled` lines.
+
+    Why it slows the run: without GPUDirect RDMA the NIC cannot read and write GPU memory
+    directly, so every transfer is staged through host memory over PCIe twice, costing
+    bandwidth and latency, and CPU proxy threads become a bottleneck at scale.
+
+    How to fix: load the peer-memory module (`modprobe nvidia-peermem`, or nv_peer_mem on old
+    drivers; or use DMA-BUF with a recent driver and kernel), check the GPU and NIC share a PCIe
+    switch (`nvidia-smi topo -m`), remove `NCCL_NET_GDR_LEVEL=0` / `NCCL_NET_GDR_READ=0` if set,
+    and look for `via NET/IB/<n>/GDRDMA` in the log.
+    """
+    channels = t["nccl_channels"].filter((pl.col("transport") == "NET") & ~_is_socket() & pl.col("net").is_not_null())
+    no_gdr = channels.filter(pl.col("gdr").not_())
+    disabled = t["nccl_net"].filter(pl.col("what") == "gdr_disabled")
+    if no_gdr.height == 0 and disabled.height == 0:
+        return
+    parts = []
+    if no_gdr.height:
+        parts.append(f"{no_gdr.height} of {channels.height} network channel connection(s) without /GDRDMA")
+    if disabled.height:
+        parts.append(f"{disabled.height} `GPU Direct RDMA Disabled` line(s)")
+    gdr_env = t["nccl_env"].filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))
+    cause = ""
+    if gdr_env.height:
+        settings = sorted({f"{r['name']}={r['value']}" for r in gdr_env.iter_rows(named=True)})
+        cause = f" ({', '.join(settings)} is set)"
+    rows = pl.concat([no_gdr.select("file", "line", "host", "pid"), disabled.select("file", "line", "host", "pid"), gdr_env.select("file", "line", "host", "pid")])
+    yield Finding(
+        rule_id="TL104",
+        severity=Severity.WARNING,
+        title="GPUDirect RDMA not used",
+        summary="; ".join(parts) + cause + ".",
+        evidence=evidence(with_text(t, rows)),
+        hosts=hosts_of(rows),
+        ranks=ranks_of(t, rows),
+    )
+
+
+_VIRTUAL_IF = re.compile(r"^(lo|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel\.\d+|cali\w+|tun\d*|tap\d*|ip6tnl\d*|vxlan\w*|kube-\w+)$")
+_LINK_LOCAL = re.compile(r"^(fe80:|169\.254\.|127\.|::1$)", re.IGNORECASE)
+
+
+@rule("TL105", "nccl-suspect-interface", Severity.WARNING)
+def suspect_interface(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: NCCL's bootstrap, out-of-band or socket-transport interface on a loopback,
+    container bridge or virtual device (`lo`, `docker0`, `virbr0`, `veth*`, `cni0` ...) or on a
+    link-local or loopback address (fe80::, 169.254.x.x, 127.x).
+
+    Why it slows the run: such interfaces either do not reach the other nodes (init hangs or
+    times out) or go through a software bridge with NAT, so the socket transport and NCCL's
+    control traffic crawl or fail intermittently.
+
+    How to fix: name the real data interface: `NCCL_SOCKET_IFNAME=eth0` (or `ib0`, `bond0`; a
+    `^docker,lo` prefix list excludes), and for IB/RoCE `NCCL_IB_HCA`; check the address with
+    `ip -br addr`.
+    """
+    net = t["nccl_net"].filter(pl.col("what").is_in(["bootstrap_if", "oob_if", "socket_if"]))
+    # Bootstrap lines of NCCL 2.4-2.9 list every interface; NCCL uses the first one.
+    first_bootstrap = net.filter(pl.col("what") == "bootstrap_if").sort("file", "line").unique(["file", "line"], keep="first")
+    used = pl.concat([first_bootstrap, net.filter(pl.col("what") != "bootstrap_if")])
+    suspect = used.filter(
+        pl.col("name").str.contains(_VIRTUAL_IF.pattern) | pl.col("address").fill_null("").str.contains(_LINK_LOCAL.pattern)
+    )
+    if suspect.height == 0:
+        return
+    choices = sorted({f"{r['what'].removesuffix('_if')} {r['name']}:{r['address']}" for r in suspect.iter_rows(named=True)})
+    loopback_multi = suspect.filter(pl.col("name") == "lo").height > 0 and _multi_node(t)
+    yield Finding(
+        rule_id="TL105",
+        severity=Severity.CRITICAL if loopback_multi else Severity.WARNING,
+        title="NCCL on a virtual or link-local interface",
+        summary=f"NCCL uses {', '.join(choices[:4])}{' ...' if len(choices) > 4 else ''} on {len(hosts_of(suspect)) or 'unnamed'} host(s).",
+        evidence=evidence(with_text(t, suspect)),
+        hosts=hosts_of(suspect),
+        ranks=ranks_of(t, suspect),
+    )
+
+
+_VERSION = r"(\d+\.\d+\.\d+)"
+
+# Settings that legitimately differ per process (device and rank selection).
+_PER_PROCESS_SETTINGS = {"CUDA_VISIBLE_DEVICES", "NCCL_COMM_ID", "NCCL_LOCAL_RANK"}
+
+
+@rule("TL106", "nccl-version-or-setting-skew", Severity.WARNING)
+def version_skew(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: different NCCL versions, or different values of the same NCCL_* setting,
+    across the hosts or ranks of one run.
+
+    Why it slows the run: ranks that disagree on protocol, algorithm, buffer sizes or network
+    settings either fail at init (`Mismatched NCCL version`), hang in a collective, or silently
+    pick different paths so the slowest one paces everyone.
+
+    How to fix: run every node from the same container image and NCCL build (`python -c "import
+    torch; print(torch.cuda.nccl.version())"` on each), and set NCCL_* variables in one place
+    that every rank inherits (the launcher's env export or /etc/nccl.conf), not per node.
+    """
+    events = t["nccl_events"]
+    versions = (
+        events.filter(pl.col("kind") == "version")
+        .with_columns(version=pl.col("message").str.extract(_VERSION))
+        .drop_nulls("version")
+    )
+    if versions["version"].n_unique() > 1:
+        first = versions.sort("file", "line").unique(["version", "host"], keep="first")
+        per_version = first.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort("version")
+        described = "; ".join(f"{r['version']} on {', '.join(r['host']) or 'unnamed host'}" for r in per_version.iter_rows(named=True))
+        yield Finding(
+            rule_id="TL106",
+            severity=Severity.CRITICAL,
+            title="NCCL versions differ across the run",
+            summary=f"{versions['version'].n_unique()} NCCL versions: {described}.",
+            evidence=evidence(first),
+            hosts=hosts_of(first),
+        )
+    env = t["nccl_env"].filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS)))
+    value = pl.col("value").str.strip_chars().str.strip_chars(".")
+    skewed = (
+        env.with_columns(v=value)
+        .group_by("name")
+        .agg(pl.col("v").n_unique().alias("n"), pl.col("v").unique().sort().alias("values"))
+        .filter(pl.col("n") > 1)
+        .sort("name")
+    )
+    if skewed.height == 0:
+        return
+    names = skewed["name"].to_list()
+    rows = env.filter(pl.col("name").is_in(names)).with_columns(v=value).sort("file", "line").unique(["name", "v", "host"], keep="first")
+    described = "; ".join(f"{r['name']} = {' / '.join(r['values'])}" for r in skewed.iter_rows(named=True))
+    yield Finding(
+        rule_id="TL106",
+        severity=Severity.WARNING,
+        title="NCCL settings differ across the run",
+        summary=f"{len(names)} setting(s) with different values: {described}.",
+        evidence=evidence(with_text(t, rows)),
+        hosts=hosts_of(rows),
+        ranks=ranks_of(t, rows),
+    )
