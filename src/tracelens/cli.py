@@ -25,7 +25,7 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode="rich",
 )
-out = Console(stderr=True)
+out = Console(stderr=True, soft_wrap=True)
 
 
 class FailOn(str, Enum):

@@ -1,0 +1,38 @@
+"""Shared test helpers: small RunTables built from rows, and the real corpus location."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracelens.rules import all_rules
+from tracelens.tables import RunTables
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus"
+FIXTURES = REPO / "fixtures"
+
+
+def corpus_dir(kind: str) -> Path:
+    """A corpus folder, or skip the test when the corpus is not beside the repository."""
+    path = CORPUS / kind
+    if not path.is_dir():
+        pytest.skip(f"real-log corpus not found at {path} (it lives in ../shared/corpus beside the repo)")
+    return path
+
+
+def tables_from(**rows: list[dict]) -> RunTables:
+    """RunTables with the given rows per table; provenance defaults so tests stay short."""
+    tables = RunTables()
+    for name, items in rows.items():
+        filled = [{"file": "t.log", "line": i + 1, **item} for i, item in enumerate(items)]
+        tables.add(name, pl.DataFrame(filled, infer_schema_length=None))
+    return tables
+
+
+def fire(tables: RunTables, rule_id: str):
+    """The findings of one rule on `tables`."""
+    (chosen,) = [r for r in all_rules() if r.id == rule_id]
+    return chosen.run(tables)

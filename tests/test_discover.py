@@ -1,0 +1,107 @@
+"""Discovery: folders, single files, archives opened safely, formats by content."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+import zipfile
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from tracelens.discover import discover, host_from_path
+
+NCCL_LINE = b"node01:100:100 [0] NCCL INFO Using network IB\n"
+PCAP_HEAD = bytes.fromhex("d4c3b2a1020004000000000000000000ffff000001000000")
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes = b"", **attrs) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    for key, value in attrs.items():
+        setattr(info, key, value)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def test_folder_formats_are_sniffed_by_content_not_name(tmp_path: Path):
+    run = tmp_path / "run"
+    (run / "node01").mkdir(parents=True)
+    (run / "node01" / "capture.log").write_bytes(PCAP_HEAD)  # a pcap with a misleading name
+    (run / "node01" / "train.pcap").write_bytes(NCCL_LINE)  # and a log named like a capture
+    (run / "empty.txt").write_bytes(b"")
+    (run / ".hidden").write_bytes(b"x")
+    found = discover(run, tmp_path / "work")
+    by_name = {f.name: f for f in found.files}
+    assert by_name["node01/train.pcap"].format == "log"
+    assert by_name["node01/capture.log"].format != "log"
+    assert by_name["empty.txt"].format == "empty"
+    assert ".hidden" not in by_name
+    assert by_name["node01/train.pcap"].host_hint == "node01"
+
+
+def test_tar_gz_members_are_read_and_unsafe_members_refused(tmp_path: Path):
+    archive = tmp_path / "run42.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        _add(tar, "run42/node01/nccl.log", NCCL_LINE)
+        _add(tar, "../evil.log", NCCL_LINE)
+        _add(tar, "/etc/evil.log", NCCL_LINE)
+        _add(tar, "run42/link", type=tarfile.SYMTYPE, linkname="/etc/passwd")
+        _add(tar, "run42/hard", type=tarfile.LNKTYPE, linkname="../../outside")
+    work = tmp_path / "work"
+    found = discover(archive, work)
+    assert [f.name for f in found.files] == ["run42.tar.gz!run42/node01/nccl.log"]
+    assert found.files[0].host_hint == "node01"
+    refused = "\n".join(found.notes)
+    for member, reason in [("../evil.log", "'..'"), ("/etc/evil.log", "absolute path"), ("run42/link", "link"), ("run42/hard", "link")]:
+        assert f"refused member {member!r}: " in refused and reason in refused
+    assert not (tmp_path / "evil.log").exists()
+    written = [p for p in work.rglob("*") if p.is_file()]
+    assert all(p.resolve().is_relative_to(work.resolve()) for p in written)
+
+
+def test_zip_and_single_gz_and_nested_archive(tmp_path: Path):
+    inner = tmp_path / "inner.tar"
+    with tarfile.open(inner, "w") as tar:
+        _add(tar, "node02/nccl.log", NCCL_LINE)
+    archive = tmp_path / "run.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("node01/train.log", NCCL_LINE)
+        zf.writestr("../escape.log", NCCL_LINE)
+        zf.write(inner, "nested/inner.tar")
+    single = tmp_path / "nccl.node03.123.gz"
+    single.write_bytes(gzip.compress(NCCL_LINE))
+    found = discover(archive, tmp_path / "w1")
+    names = sorted(f.name for f in found.files)
+    assert names == ["run.zip!nested/inner.tar!node02/nccl.log", "run.zip!node01/train.log"]
+    assert any("'../escape.log'" in n for n in found.notes)
+    gz = discover(single, tmp_path / "w2").files
+    assert [(f.name, f.format, f.host_hint) for f in gz] == [("nccl.node03.123.gz!nccl.node03.123", "log", "node03")]
+
+
+def test_damaged_archive_and_missing_path_give_notes_not_tracebacks(tmp_path: Path):
+    broken = tmp_path / "broken.tar.gz"
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w:gz") as tar:
+        _add(tar, "a.log", NCCL_LINE * 100)
+    broken.write_bytes(data.getvalue()[:40])
+    found = discover(broken, tmp_path / "w")
+    assert found.notes and "broken.tar.gz" in found.notes[0]
+    missing = discover(tmp_path / "nope", tmp_path / "w3")
+    assert missing.files == [] and "no such file or folder" in missing.notes[0]
+
+
+@pytest.mark.parametrize(
+    "path, host",
+    [
+        ("node01/train.log", "node01"),
+        ("logs/gpu-dev006/x.txt", "gpu-dev006"),
+        ("capture-node03.pcap", "node03"),
+        ("nccl.worker-7.1234", "worker-7"),
+        ("10.0.143.177/stdout.log", "10.0.143.177"),
+        ("001_nccl147_v23_ib.log", None),
+        ("perfquery-0900.txt", None),
+    ],
+)
+def test_host_from_path(path: str, host: str | None):
+    assert host_from_path(PurePosixPath(path)) == host

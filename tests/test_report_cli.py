@@ -1,0 +1,115 @@
+"""The HTML report, the JSON and the command line, end to end."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+from typer.testing import CliRunner
+
+from tests.conftest import tables_from
+from tracelens.analyze import Analysis
+from tracelens.cli import app
+from tracelens.findings import Evidence, Finding, Severity
+from tracelens.report.html import render
+from tracelens.rules import all_rules
+
+SCRIPT = "<script>alert(1)</script>"
+runner = CliRunner()
+
+
+def _analysis_with(text: str) -> Analysis:
+    tables = tables_from(
+        inputs=[
+            {
+                "file": f"node01/{text}.log",
+                "format": "log",
+                "host": "node01",
+                "size": 10,
+                "lines": 2,
+                "parsed": 1,
+                "ignored": 0,
+                "unrecognized": 1,
+                "errors": [f"bad {text}"],
+                "samples": [{"line": 2, "text": text}],
+            }
+        ]
+    )
+    finding = Finding(
+        rule_id="TL109",
+        severity=Severity.CRITICAL,
+        title="NCCL socket connection failures",
+        summary=f"first: {text}",
+        fix="fix it",
+        evidence=[Evidence(file="node01/train.log", line=3, text=text, host="node01")],
+        hosts=["node01"],
+    )
+    return Analysis(target=Path("run42"), tables=tables, findings=[finding], rules=all_rules())
+
+
+def test_untrusted_text_is_escaped_everywhere_and_nothing_external_is_loaded():
+    html = render(_analysis_with(SCRIPT))
+    assert SCRIPT not in html
+    assert html.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 4  # summary, evidence, error, sample
+    assert "Content-Security-Policy" in html and "default-src 'none'" in html
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
+    assert "<script" not in html.lower()
+
+
+def test_report_shows_verdict_findings_evidence_and_coverage():
+    html = render(_analysis_with("plain"))
+    assert "NCCL socket connection failures" in html
+    assert "node01/train.log:3" in html
+    assert "Input coverage" in html and "1 unrecognised line(s) shown" in html
+
+
+def _write_log(folder: Path, lines: list[str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "train.log"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_cli_analyze_writes_report_json_and_tables(tmp_path: Path):
+    run = tmp_path / "run42"
+    _write_log(run / "node01", ["hello from the training script", f"node01:1:1 [0] NCCL INFO {SCRIPT}"])
+    report, js, tables = tmp_path / "r.html", tmp_path / "f.json", tmp_path / "tables"
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(report), "--json", str(js), "--tables", str(tables)])
+    assert result.exit_code in (0, 2), result.output
+    assert "Report:" in result.output and str(report) in result.output.replace("\n", "")
+    assert SCRIPT not in report.read_text()
+    data = json.loads(js.read_text())
+    assert [row["file"] for row in data["inputs"]] == ["node01/train.log"]
+    assert data["inputs"][0]["lines"] == 2
+    inputs = pl.read_parquet(tables / "inputs.parquet")
+    assert inputs["file"].to_list() == ["node01/train.log"]
+    assert {p.stem for p in tables.glob("*.parquet")} >= {"nccl_events", "nccl_channels", "inputs", "packets", "steps"}
+
+
+def test_cli_exit_codes(tmp_path: Path):
+    missing = runner.invoke(app, ["analyze", str(tmp_path / "nope")])
+    assert missing.exit_code == 2 and "no such file or folder" in missing.output
+    junk = tmp_path / "junk"
+    _write_log(junk, ["nothing to see here"])
+    unreadable = runner.invoke(app, ["analyze", str(junk), "-o", str(tmp_path / "j.html")])
+    assert unreadable.exit_code == 2 and "Nothing readable" in unreadable.output
+
+
+def test_cli_rules_catalogue_and_one_rule():
+    catalogue = runner.invoke(app, ["rules"])
+    assert catalogue.exit_code == 0
+    for r in all_rules():
+        assert r.id in catalogue.output
+    one = runner.invoke(app, ["rules", "tl101"])
+    assert one.exit_code == 0
+    for heading in ("What it finds", "Why it slows the run", "How to fix"):
+        assert heading in one.output
+    assert runner.invoke(app, ["rules", "TL999"]).exit_code == 2
+
+
+def test_every_rule_is_documented_in_the_three_parts():
+    for r in all_rules():
+        assert list(r.docs) == ["What it finds", "Why it slows the run", "How to fix"], r.id
+        assert all(len(text) > 40 for text in r.docs.values()), r.id
