@@ -89,13 +89,20 @@ def sniff_format(head: bytes) -> str:
     return "binary" if b"\x00" in head[:4096] else "log"
 
 
+_UNREADABLE = {
+    "empty": "empty file, nothing to read",
+    "binary": "binary content of no format tracelens reads (not a pcap/pcapng capture or a text log)",
+}
+
+
 def ingest_file(source: InputFile) -> IngestResult:
     """Ingest one file with its format's module; failures become a one-line error, never a crash."""
     modules = {m.FORMAT: m for m in format_modules()}
     module = modules.get(source.format)
     if module is None:
         result = IngestResult()
-        result.account.errors.append(f"{source.name}: not a format tracelens reads ({source.format})")
+        reason = _UNREADABLE.get(source.format, f"not a format tracelens reads ({source.format})")
+        result.account.errors.append(f"{source.name}: {reason}")
         return result
     try:
         return module.ingest(source)
