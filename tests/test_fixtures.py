@@ -1,0 +1,40 @@
+"""The fixtures are the generator's output, and each one fires exactly the rules it was made to show."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tracelens.analyze import analyze
+from tracelens.synth.runs import write
+from tracelens.synth.scenarios import SCENARIOS
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FOLDERS = sorted(p for p in FIXTURES.iterdir() if (p / "expected.json").is_file())
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_every_scenario_has_a_fixture_and_back():
+    assert {s.name for s in SCENARIOS} == {p.name for p in FOLDERS}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_fixture_is_the_generators_output(scenario, tmp_path):
+    fresh = _tree(write(scenario, tmp_path))
+    committed = _tree(FIXTURES / scenario.name)
+    assert sorted(fresh) == sorted(committed), "regenerate with: python -m tracelens.synth fixtures/"
+    changed = [name for name in fresh if fresh[name] != committed[name]]
+    assert not changed, f"differ from the generator's output: {changed}; regenerate with python -m tracelens.synth fixtures/"
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_fixture_fires_exactly_its_rules(folder):
+    expected = json.loads((folder / "expected.json").read_text())
+    assert expected["synthetic"] is True
+    fired = {f.rule_id for f in analyze(folder).findings}
+    assert fired == set(expected["rules"])
