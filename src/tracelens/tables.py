@@ -178,6 +178,15 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("ack", pa.int64()),
             pa.field("flags", pa.int16()),
             pa.field("payload", pa.int32()),
+            # Appended for flow analysis (tracelens.packets.flows):
+            pa.field("ip_id", pa.int32()),  # IPv4 identification: same id and bytes = a capture duplicate
+            pa.field("window", pa.int32()),  # TCP window as sent (unscaled); 0 = zero window
+            pa.field("sack_left", pa.int64()),  # first TCP SACK block (a D-SACK, if any, comes first)
+            pa.field("sack_right", pa.int64()),
+            pa.field("fecn", pa.bool_()),  # BTH forward / backward congestion notification
+            pa.field("becn", pa.bool_()),
+            pa.field("msn", pa.int64()),  # AETH message sequence number
+            pa.field("digest", pa.int64()),  # hash of the first 32 transport bytes (header, checksum, payload start)
         ]
     ),
     # One row per input file: what was read and how much of it was understood.

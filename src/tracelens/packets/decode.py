@@ -1,0 +1,448 @@
+"""Decode a chunk of captured frames into `packets` rows, a protocol layer at a time for all frames at once.
+
+Each layer computes, for every frame, where the next header starts and what it
+is, then reads its fields with one gather per field (`gather.ByteView`). A field
+that lies past a frame's captured end (snaplen truncation) is null; the fields
+before it are kept. Layers:
+
+- link: Ethernet (with up to two VLAN tags), Linux cooked v1 (113) and v2 (276),
+  raw IP (101, 228, 229, and DLT_RAW 12/14), IPoIB (242), ERF (197) carrying
+  Ethernet or native InfiniBand, native InfiniBand (247);
+- network: IPv4 (first fragments only carry transport headers), IPv6 (with
+  hop-by-hop, routing, destination-options and fragment headers), RoCEv1
+  (ethertype 0x8915, a GRH), the InfiniBand LRH (+GRH);
+- transport: TCP (seq, ack, flags, window, payload length, the first SACK
+  block), UDP, and RoCEv2 by UDP destination port 4791 only;
+- InfiniBand transport: BTH (opcode, destination QP, PSN, ack request,
+  FECN/BECN) and the AETH (syndrome, MSN) of RC responses.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+import numpy as np
+import pyarrow as pa
+
+from tracelens.packets.gather import ByteView
+from tracelens.packets.records import Records
+
+# Link types (LINKTYPE_*)
+ETHERNET, SLL, ERF, IPOIB, INFINIBAND, SLL2 = 1, 113, 197, 242, 247, 276
+RAW_IP = (12, 14, 101, 228, 229)
+
+# What a frame's network header is: an ethertype, or one of these pseudo-types.
+IB_LRH = -2  # native InfiniBand local route header
+NO_NETWORK = -1  # unknown link type, or the link header itself was cut off
+ETH_IPV4, ETH_IPV6, ETH_ARP, ETH_ROCEV1 = 0x0800, 0x86DD, 0x0806, 0x8915
+VLAN_TPIDS = (0x8100, 0x88A8, 0x9100)
+ERF_ETH, ERF_INFINIBAND = 2, 21
+
+IPPROTO_ICMP, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_ICMPV6 = 1, 6, 17, 58
+IPV6_EXTENSIONS = (0, 43, 60)  # hop-by-hop, routing, destination options: (len + 1) * 8 bytes
+IPV6_FRAGMENT = 44
+ROCE_PORT = 4791
+
+BTH_LEN, AETH_LEN, ICRC_LEN, GRH_LEN, LRH_LEN = 12, 4, 4, 40, 8
+TCP_OPT_SACK = 5
+
+PROTOS = ("eth", "arp", "ip", "icmp", "tcp", "udp", "roce", "icmpv6", "ib")
+_P = {name: code for code, name in enumerate(PROTOS)}
+
+# Address families of the src/dst keys.
+_V4, _V6, _LID = 4, 6, 1
+
+
+def _bth_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Per BTH opcode: bytes of extension headers after the BTH, and whether an AETH follows it directly."""
+    rc = {3: 4, 5: 4, 6: 16, 9: 4, 10: 16, 11: 20, 12: 16, 13: 4, 15: 4, 16: 4, 17: 4, 18: 12, 19: 28, 20: 28}
+    rc |= {22: 4, 23: 4}  # SEND with invalidate: IETH
+    ext = np.zeros(256, np.int64)
+    for op, size in rc.items():
+        ext[op] = size
+        if op <= 11:
+            ext[0x20 + op] = size  # UC has the RC send and write opcodes
+    ext[0x64], ext[0x65] = 8, 12  # UD SEND only (DETH), with immediate
+    ext[0x80] = ext[0x81] = 16  # CNP: 16 reserved bytes
+    aeth = np.zeros(256, bool)
+    aeth[[0x0D, 0x0F, 0x10, 0x11, 0x12]] = True  # RC READ response first/last/only, ACK, ATOMIC ACK
+    return ext, aeth
+
+
+BTH_EXT_LEN, BTH_HAS_AETH = _bth_tables()
+
+# Column name -> arrow type of the decoded values (beyond file/host/ts/ts_quality/src/dst/proto).
+INT_COLUMNS = {
+    "frame": pa.int64(),
+    "sport": pa.int32(),
+    "dport": pa.int32(),
+    "length": pa.int32(),
+    "ecn": pa.int8(),
+    "ip_id": pa.int32(),
+    "opcode": pa.int16(),
+    "dest_qp": pa.int64(),
+    "psn": pa.int64(),
+    "syndrome": pa.int16(),
+    "msn": pa.int64(),
+    "seq": pa.int64(),
+    "ack": pa.int64(),
+    "flags": pa.int16(),
+    "window": pa.int32(),
+    "payload": pa.int32(),
+    "sack_left": pa.int64(),
+    "sack_right": pa.int64(),
+    "digest": pa.int64(),
+}
+BOOL_COLUMNS = ("ack_req", "fecn", "becn")
+DIGEST_WORDS = 4  # the first 32 bytes of the transport header and payload identify a segment's bytes
+
+
+class _Chunk:
+    """One chunk's frames as seen by the decoder: bounded field reads and the output columns."""
+
+    def __init__(self, view: ByteView, rec: Records) -> None:
+        self.view = view
+        self.rec = rec
+        self.n = len(rec)
+        self.end = rec.offset + rec.caplen
+        self.values: dict[str, np.ndarray] = {}
+        self.valid: dict[str, np.ndarray] = {}
+        self.proto = np.full(self.n, -1, np.int64)
+        self.addr = {side: (np.zeros(self.n, np.int8), np.zeros(self.n, np.uint64), np.zeros(self.n, np.uint64))
+                     for side in ("src", "dst")}
+
+    def read(self, rows: np.ndarray, at: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Fields of `width` bytes at `at` in frames `rows`; not valid where past the captured end."""
+        return self.view.uint_within(at, width, self.end[rows])
+
+    def put(self, name: str, rows: np.ndarray, values: np.ndarray, valid: np.ndarray | bool = True) -> None:
+        if name not in self.values:
+            self.values[name] = np.zeros(self.n, np.int64)
+            self.valid[name] = np.zeros(self.n, bool)
+        self.values[name][rows] = values
+        self.valid[name][rows] = valid
+
+    def put_read(self, name: str, rows: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+        """Read a field and store it as column `name`; return the values (0 where not captured)."""
+        values, valid = self.read(rows, at, width)
+        self.put(name, rows, values, valid)
+        return values
+
+    def put_addr(self, side: str, rows: np.ndarray, family: int, hi: np.ndarray | int, lo: np.ndarray) -> None:
+        fam, his, los = self.addr[side]
+        fam[rows] = family
+        his[rows] = hi
+        los[rows] = lo
+
+
+# What became of each frame.
+PARSED, IGNORED, UNDECODABLE = 0, 1, 2
+
+
+def decode(view: ByteView, rec: Records) -> tuple[pa.Table, np.ndarray]:
+    """Decode one chunk: the `packets` columns it fills, and each frame's status.
+
+    PARSED: an IP, RoCE or InfiniBand header was read; IGNORED: another link-layer
+    protocol (ARP, LLDP, ...); UNDECODABLE: unknown link type, or the network
+    header is cut off or malformed.
+    """
+    chunk = _Chunk(view, rec)
+    net, nettype = _link(chunk)
+    everything = np.arange(chunk.n)
+    chunk.put("frame", everything, rec.frame)
+    chunk.put("length", everything, rec.origlen)
+    layers = {ETH_IPV4: _ipv4, ETH_IPV6: _ipv6, ETH_ROCEV1: _rocev1, IB_LRH: _lrh}
+    for ethertype, layer in layers.items():
+        rows = np.flatnonzero(nettype == ethertype)
+        if len(rows):
+            layer(chunk, rows, net[rows])
+    status = np.where(chunk.proto >= 0, PARSED, UNDECODABLE)
+    other = (nettype != NO_NETWORK) & ~np.isin(nettype, list(layers))
+    status[other] = IGNORED
+    chunk.proto[other] = _P["eth"]
+    chunk.proto[nettype == ETH_ARP] = _P["arp"]
+    return _table(chunk), status
+
+
+# -- link layer ---------------------------------------------------------------------------------
+
+
+def _link(chunk: _Chunk) -> tuple[np.ndarray, np.ndarray]:
+    """Per frame: where its network header starts, and its ethertype (or IB_LRH, or NO_NETWORK)."""
+    net = np.zeros(chunk.n, np.int64)
+    nettype = np.full(chunk.n, NO_NETWORK, np.int64)
+    linktype = chunk.rec.linktype
+    for lt in np.unique(linktype):
+        rows = np.flatnonzero(linktype == lt)
+        start = chunk.rec.offset[rows]
+        if lt == ETHERNET:
+            at, kind = _ethernet(chunk, rows, start)
+        elif lt in (SLL, SLL2, IPOIB):
+            type_at, header = {SLL: (14, 16), SLL2: (0, 20), IPOIB: (40, 44)}[int(lt)]
+            kind, valid = chunk.read(rows, start + type_at, 2)
+            at, kind = start + header, np.where(valid, kind, NO_NETWORK)
+        elif lt in RAW_IP:
+            version, valid = chunk.read(rows, start, 1)
+            at = start
+            kind = np.select([valid & (version >> 4 == 4), valid & (version >> 4 == 6)], [ETH_IPV4, ETH_IPV6], NO_NETWORK)
+        elif lt == INFINIBAND:
+            at, kind = start, np.full(len(rows), IB_LRH)
+        elif lt == ERF:
+            at, kind = _erf(chunk, rows, start)
+        else:
+            continue
+        net[rows], nettype[rows] = at, kind
+    return net, nettype
+
+
+def _ethernet(chunk: _Chunk, rows: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    at = start + 14
+    kind, valid = chunk.read(rows, at - 2, 2)
+    for _ in range(2):  # 802.1Q / 802.1ad tags, at most two (QinQ)
+        tagged = valid & np.isin(kind, VLAN_TPIDS)
+        at = np.where(tagged, at + 4, at)
+        kind, valid = chunk.read(rows, at - 2, 2)
+    return at, np.where(valid, kind, NO_NETWORK)
+
+
+def _erf(chunk: _Chunk, rows: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """ERF records: a 16-byte header, optional 8-byte extension headers, then Ethernet (2 bytes pad) or IB."""
+    rtype, valid = chunk.read(rows, start + 8, 1)
+    at = start + 16
+    more = valid & (rtype & 0x80 != 0)
+    for _ in range(8):
+        ext, ext_valid = chunk.read(rows, at, 1)
+        at = np.where(more, at + 8, at)
+        more = more & ext_valid & (ext & 0x80 != 0)
+    nettype = np.full(len(rows), NO_NETWORK)
+    ib = valid & (rtype & 0x7F == ERF_INFINIBAND)
+    nettype[ib] = IB_LRH
+    eth = np.flatnonzero(valid & (rtype & 0x7F == ERF_ETH))
+    if len(eth):
+        at[eth], nettype[eth] = _ethernet(chunk, rows[eth], at[eth] + 2)
+    return at, nettype
+
+
+# -- network layer ------------------------------------------------------------------------------
+
+
+def _ipv4(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+    first, header_ok = chunk.read(rows, at, 1)
+    header_ok &= (first >> 4 == 4) & (first & 0x0F >= 5) & (at + 20 <= chunk.end[rows])
+    rows, at, first = rows[header_ok], at[header_ok], first[header_ok]
+    ihl = (first & 0x0F) * 4
+    tos, _ = chunk.read(rows, at + 1, 1)
+    total, _ = chunk.read(rows, at + 2, 2)
+    chunk.put("ecn", rows, tos & 3)
+    chunk.put_read("ip_id", rows, at + 4, 2)
+    fragment, _ = chunk.read(rows, at + 6, 2)
+    proto, _ = chunk.read(rows, at + 9, 1)
+    for side, offset in (("src", 12), ("dst", 16)):
+        address, _ = chunk.read(rows, at + offset, 4)
+        chunk.put_addr(side, rows, _V4, 0, address)
+    first_fragment = fragment & 0x1FFF == 0
+    _transport(chunk, rows, proto, at + ihl, total - ihl, first_fragment)
+
+
+def _ipv6(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+    first, header_ok = chunk.read(rows, at, 2)
+    header_ok &= (first >> 12 == 6) & (at + 40 <= chunk.end[rows])
+    rows, at, first = rows[header_ok], at[header_ok], first[header_ok]
+    chunk.put("ecn", rows, (first >> 4) & 3)
+    length, _ = chunk.read(rows, at + 4, 2)
+    nexthdr, _ = chunk.read(rows, at + 6, 1)
+    for side, offset in (("src", 8), ("dst", 24)):
+        hi, _ = chunk.read(rows, at + offset, 8)
+        lo, _ = chunk.read(rows, at + offset + 8, 8)
+        chunk.put_addr(side, rows, _V6, hi.astype(np.uint64), lo.astype(np.uint64))
+    at = at + 40
+    first_fragment = np.ones(len(rows), bool)
+    for _ in range(4):  # extension headers before the transport header
+        ext = np.isin(nexthdr, IPV6_EXTENSIONS)
+        frag = nexthdr == IPV6_FRAGMENT
+        if not (ext.any() or frag.any()):
+            break
+        ext_len, _ = chunk.read(rows, at + 1, 1)
+        offset, frag_valid = chunk.read(rows, at + 2, 2)
+        first_fragment &= ~frag | (frag_valid & (offset >> 3 == 0))
+        skip = np.where(ext, (ext_len + 1) * 8, np.where(frag, 8, 0))
+        following, valid = chunk.read(rows, at, 1)
+        nexthdr = np.where(ext | frag, np.where(valid, following, -1), nexthdr)
+        at, length = at + skip, length - skip
+    _transport(chunk, rows, nexthdr, at, length, first_fragment)
+
+
+def _rocev1(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+    """RoCEv1: a GRH (IPv6-like, GIDs as addresses) directly followed by the BTH."""
+    ok = at + GRH_LEN <= chunk.end[rows]
+    rows, at = rows[ok], at[ok]
+    chunk.proto[rows] = _P["roce"]
+    _grh_addresses(chunk, rows, at)
+    length, _ = chunk.read(rows, at + 4, 2)
+    _bth(chunk, rows, at + GRH_LEN, length)
+
+
+def _lrh(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+    """Native InfiniBand: LRH (LIDs as addresses), a GRH when LNH says so, then the BTH."""
+    lnh, ok = chunk.read(rows, at + 1, 1)
+    ok &= at + LRH_LEN <= chunk.end[rows]
+    rows, at, lnh = rows[ok], at[ok], lnh[ok] & 3
+    chunk.proto[rows] = _P["ib"]
+    for side, offset in (("dst", 2), ("src", 6)):
+        lid, _ = chunk.read(rows, at + offset, 2)
+        chunk.put_addr(side, rows, _LID, 0, lid)
+    words, _ = chunk.read(rows, at + 4, 2)
+    global_route = lnh == 3
+    bth_at = at + LRH_LEN + np.where(global_route, GRH_LEN, 0)
+    transport = np.flatnonzero(lnh >= 2)  # 2: IBA local (BTH next), 3: IBA global (GRH, then BTH)
+    length = (words & 0x7FF) * 4 - (bth_at - at) - 2  # packet length counts LRH to VCRC
+    _bth(chunk, rows[transport], bth_at[transport], length[transport])
+
+
+def _grh_addresses(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+    for side, offset in (("src", 8), ("dst", 24)):
+        hi, _ = chunk.read(rows, at + offset, 8)
+        lo, _ = chunk.read(rows, at + offset + 8, 8)
+        chunk.put_addr(side, rows, _V6, hi.astype(np.uint64), lo.astype(np.uint64))
+
+
+# -- transport layer ----------------------------------------------------------------------------
+
+
+def _transport(
+    chunk: _Chunk, rows: np.ndarray, proto: np.ndarray, at: np.ndarray, length: np.ndarray, first_fragment: np.ndarray
+) -> None:
+    """TCP, UDP (RoCEv2) and ICMP for IP packets whose transport header starts at `at` and spans `length` bytes."""
+    chunk.proto[rows] = _P["ip"]
+    chunk.proto[rows[proto == IPPROTO_ICMP]] = _P["icmp"]
+    chunk.proto[rows[proto == IPPROTO_ICMPV6]] = _P["icmpv6"]
+    tcp = first_fragment & (proto == IPPROTO_TCP)
+    udp = first_fragment & (proto == IPPROTO_UDP)
+    chunk.proto[rows[tcp]] = _P["tcp"]
+    chunk.proto[rows[udp]] = _P["udp"]
+    if tcp.any():
+        _tcp(chunk, rows[tcp], at[tcp], length[tcp])
+    if udp.any():
+        _udp(chunk, rows[udp], at[udp])
+    _digest(chunk, rows[tcp | udp], at[tcp | udp])
+
+
+def _ports(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> np.ndarray:
+    chunk.put_read("sport", rows, at, 2)
+    return chunk.put_read("dport", rows, at + 2, 2)
+
+
+def _tcp(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, length: np.ndarray) -> None:
+    _ports(chunk, rows, at)
+    chunk.put_read("seq", rows, at + 4, 4)
+    chunk.put_read("ack", rows, at + 8, 4)
+    flags, flags_valid = chunk.read(rows, at + 12, 2)
+    chunk.put("flags", rows, flags & 0x1FF, flags_valid)
+    chunk.put_read("window", rows, at + 14, 2)
+    header = (flags >> 12) * 4
+    chunk.put("payload", rows, np.maximum(length - header, 0), flags_valid & (header >= 20))
+    _sack(chunk, rows, at + 20, at + header)
+
+
+def _sack(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, end: np.ndarray) -> None:
+    """The first SACK block of each segment (a D-SACK, when there is one, is always first)."""
+    active = np.flatnonzero(at < end)
+    rows, at, end = rows[active], at[active], end[active]
+    for _ in range(40):  # 40 option bytes at most; each step consumes at least one
+        if not len(rows):
+            return
+        kind, valid = chunk.read(rows, at, 1)
+        size, size_valid = chunk.read(rows, at + 1, 1)
+        sack = valid & size_valid & (kind == TCP_OPT_SACK) & (size >= 10)
+        if sack.any():
+            chunk.put_read("sack_left", rows[sack], at[sack] + 2, 4)
+            chunk.put_read("sack_right", rows[sack], at[sack] + 6, 4)
+        at = at + np.where(kind == 1, 1, np.maximum(size, 2))  # NOP is one byte; guard a zero length
+        going = valid & (kind != 0) & ~sack & ((kind == 1) | size_valid) & (at < end)
+        rows, at, end = rows[going], at[going], end[going]
+
+
+def _udp(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+    dport = _ports(chunk, rows, at)
+    length, length_valid = chunk.read(rows, at + 4, 2)
+    chunk.put("payload", rows, np.maximum(length - 8, 0), length_valid)
+    roce = dport == ROCE_PORT  # by destination port only: RoCE source ports are entropy (even 69)
+    chunk.proto[rows[roce]] = _P["roce"]
+    _bth(chunk, rows[roce], at[roce] + 8, np.where(length_valid, length - 8, -1)[roce])
+
+
+def _bth(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, length: np.ndarray) -> None:
+    """BTH fields, the AETH of RC responses, and the payload bytes (`length` counts BTH to ICRC, -1 if unknown)."""
+    opcode, opcode_valid = chunk.read(rows, at, 1)
+    chunk.put("opcode", rows, opcode, opcode_valid)
+    marks, valid = chunk.read(rows, at + 4, 1)
+    chunk.put("fecn", rows, marks >> 7, valid)
+    chunk.put("becn", rows, (marks >> 6) & 1, valid)
+    chunk.put_read("dest_qp", rows, at + 5, 3)
+    ack_req, valid = chunk.read(rows, at + 8, 1)
+    chunk.put("ack_req", rows, ack_req >> 7, valid)
+    chunk.put_read("psn", rows, at + 9, 3)
+    ext = BTH_EXT_LEN[opcode]
+    chunk.put("payload", rows, np.maximum(length - BTH_LEN - ext - ICRC_LEN, 0), opcode_valid & (length >= 0))
+    aeth = np.flatnonzero(opcode_valid & BTH_HAS_AETH[opcode])
+    chunk.put_read("syndrome", rows[aeth], at[aeth] + BTH_LEN, 1)
+    chunk.put_read("msn", rows[aeth], at[aeth] + BTH_LEN + 1, 3)
+
+
+def _digest(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+    """A hash of the first bytes of the transport header and payload (the TCP checksum and the
+    RoCE BTH among them), so two frames with the same digest carry the same bytes."""
+    digest = np.zeros(len(rows), np.uint64)
+    end = chunk.end[rows]
+    with np.errstate(over="ignore"):
+        for k in range(DIGEST_WORDS):
+            word_at = at + 8 * k
+            word, full = chunk.read(rows, word_at, 8)
+            partial_bytes = np.clip(end - word_at, 0, 8)
+            if not full.all():
+                # a word cut by the capture end: the 8 bytes ending there hold its captured
+                # leading bytes last; shift them to the top and zero the rest
+                partial, _ = chunk.read(rows, np.maximum(end - 8, 1), 8)
+                shift = (8 * (8 - partial_bytes)).astype(np.uint64)
+                word = np.where(full, word, np.where(partial_bytes > 0, (partial.astype(np.uint64) << shift), 0))
+            digest = (digest ^ word.astype(np.uint64)) * np.uint64(0x100000001B3 + 2 * k)
+    chunk.put("digest", rows, digest.view(np.int64))
+
+
+# -- output -------------------------------------------------------------------------------------
+
+
+def _table(chunk: _Chunk) -> pa.Table:
+    columns: dict[str, pa.Array] = {}
+    for name, kind in INT_COLUMNS.items():
+        if name in chunk.values:
+            columns[name] = pa.array(chunk.values[name], mask=~chunk.valid[name]).cast(kind)
+    for name in BOOL_COLUMNS:
+        if name in chunk.values:
+            columns[name] = pa.array(chunk.values[name].astype(bool), mask=~chunk.valid[name])
+    for side in ("src", "dst"):
+        columns[side] = _addresses(*chunk.addr[side])
+    known = chunk.proto >= 0
+    columns["proto"] = pa.DictionaryArray.from_arrays(
+        pa.array(np.where(known, chunk.proto, 0).astype(np.int32), mask=~known), pa.array(PROTOS)
+    )
+    return pa.table(columns)
+
+
+def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> pa.DictionaryArray:
+    """Addresses as a dictionary column: each distinct address is formatted once."""
+    keys = np.empty(len(family), dtype=[("family", "i1"), ("hi", "u8"), ("lo", "u8")])
+    keys["family"], keys["hi"], keys["lo"] = family, hi, lo
+    distinct, index = np.unique(keys, return_inverse=True)
+    names = [_format(int(f), int(h), int(lo_)) for f, h, lo_ in distinct.tolist()]
+    return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), mask=family == 0), pa.array(names))
+
+
+def _format(family: int, hi: int, lo: int) -> str:
+    if family == _V4:
+        return str(ipaddress.IPv4Address(lo))
+    if family == _V6:
+        return str(ipaddress.IPv6Address((hi << 64) | lo))
+    if family == _LID:
+        return f"LID {lo}"
+    return ""

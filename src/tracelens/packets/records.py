@@ -1,0 +1,262 @@
+"""The record stream of a pcap or pcapng file: where each captured frame lies, when, on which link.
+
+Only the walk from one record to the next is sequential (a record's length
+says where the next one starts), so that walk is the one Python loop, and it
+reads a single length per record. Everything else about a record (time,
+lengths, interface) is gathered afterwards with numpy from the memory-mapped
+file, a chunk of records at a time: memory follows the chunk, not the file.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracelens.packets.gather import ByteView
+
+PCAP_MAGICS = {  # magic as stored -> (byte order, nanoseconds per timestamp fraction unit)
+    b"\xd4\xc3\xb2\xa1": ("<", 1000),
+    b"\xa1\xb2\xc3\xd4": (">", 1000),
+    b"\x4d\x3c\xb2\xa1": ("<", 1),
+    b"\xa1\xb2\x3c\x4d": (">", 1),
+}
+PCAPNG_SHB = b"\x0a\x0d\x0d\x0a"
+PCAPNG_BOM = 0x1A2B3C4D
+
+PCAP_HEADER = 24
+PCAP_RECORD_HEADER = 16
+CHUNK_RECORDS = 1 << 18
+MAX_CAPLEN = 1 << 24  # a record claiming more is corruption, not a packet
+
+# pcapng block types
+_SHB, _IDB, _PB, _SPB, _EPB = 0x0A0D0D0A, 1, 2, 3, 6
+_OPT_TSRESOL, _OPT_TSOFFSET = 9, 14
+
+
+class CaptureError(ValueError):
+    """The file is not a capture this reader understands (the message says why)."""
+
+
+@dataclass
+class Records:
+    """One chunk of captured frames, as columns."""
+
+    frame: np.ndarray  # 1-based frame number in the file, as Wireshark counts
+    offset: np.ndarray  # where the frame's captured bytes start in the file
+    caplen: np.ndarray  # bytes captured
+    origlen: np.ndarray  # bytes on the wire
+    ts_ns: np.ndarray  # nanoseconds since the epoch
+    ts_valid: np.ndarray  # False where the block carries no time (pcapng simple packet blocks)
+    linktype: np.ndarray  # LINKTYPE_* of the frame's interface, -1 if the interface is unknown
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+
+def is_capture(head: bytes) -> bool:
+    """Whether `head` starts a pcap or pcapng file."""
+    if head[:4] in PCAP_MAGICS:
+        return True
+    return head[:4] == PCAPNG_SHB and len(head) >= 12 and head[8:12] in (b"\x1a\x2b\x3c\x4d", b"\x4d\x3c\x2b\x1a")
+
+
+@dataclass
+class _Interface:
+    linktype: int
+    snaplen: int
+    resol_base: int = 10  # timestamp unit is resol_base ** -resol_exp seconds
+    resol_exp: int = 6
+    offset_s: int = 0
+
+    def to_ns(self, units: np.ndarray) -> np.ndarray:
+        if self.resol_base == 2:
+            whole = units >> self.resol_exp
+            frac = units & ((1 << self.resol_exp) - 1)
+            ns = whole * 1_000_000_000 + ((frac * 1_000_000_000) >> self.resol_exp)
+        elif self.resol_exp <= 9:
+            ns = units * 10 ** (9 - self.resol_exp)
+        else:
+            ns = units // 10 ** (self.resol_exp - 9)
+        return ns + self.offset_s * 1_000_000_000
+
+
+class CaptureReader:
+    """Walks a capture held in `data` (a uint8 array, usually a memory map) chunk by chunk.
+
+    `notes` collects what the reader had to stop at or skip (a record cut
+    mid-way, a corrupt length), each as one sentence without the file name.
+    """
+
+    def __init__(self, data: np.ndarray) -> None:
+        self.data = data
+        self.view = ByteView(data)
+        self.notes: list[str] = []
+        self.linktypes: set[int] = set()
+        head = bytes(data[:12])
+        if head[:4] in PCAP_MAGICS:
+            self.kind = "pcap"
+        elif is_capture(head):
+            self.kind = "pcapng"
+        elif not head:
+            raise CaptureError("empty file")
+        else:
+            raise CaptureError(f"not a pcap or pcapng file (starts with {head[:4].hex()})")
+
+    def chunks(self) -> Iterator[Records]:
+        """The frames of the capture in file order, CHUNK_RECORDS at a time."""
+        return self._pcap() if self.kind == "pcap" else self._pcapng()
+
+    def _cut(self, pos: int, frames: int) -> None:
+        self.notes.append(
+            f"capture cut mid-record at byte {pos} (frame {frames + 1}); kept the {frames} whole packets before it"
+        )
+
+    def _pcap(self) -> Iterator[Records]:
+        data, size = self.data, len(self.data)
+        if size < PCAP_HEADER:
+            raise CaptureError(f"pcap file header cut short ({size} of {PCAP_HEADER} bytes)")
+        order, frac_ns = PCAP_MAGICS[bytes(data[:4])]
+        little = order == "<"
+        linktype = int(self.view.uint(np.array([20]), 4, little)[0]) & 0x0FFFFFFF  # upper bits: FCS length
+        self.linktypes.add(linktype)
+        caplen_at = struct.Struct(order + "I").unpack_from
+        pos, frames, finished = PCAP_HEADER, 0, False
+        while not finished:
+            starts = array("q")
+            pos, finished = self._walk_pcap(memoryview(data), pos, starts, frames, caplen_at)
+            if starts:
+                yield self._pcap_records(np.frombuffer(starts, np.int64), frames, little, frac_ns, linktype)
+                frames += len(starts)
+
+    def _walk_pcap(self, raw: memoryview, pos: int, starts: array, frames: int, caplen_at) -> tuple[int, bool]:
+        """Append up to CHUNK_RECORDS record positions from `pos`; return where it stopped and if at the end."""
+        size, append = len(raw), starts.append
+        for _ in range(CHUNK_RECORDS):
+            if pos == size:
+                return pos, True
+            if pos + PCAP_RECORD_HEADER > size:
+                self._cut(pos, frames + len(starts))
+                return pos, True
+            caplen = caplen_at(raw, pos + 8)[0]
+            if caplen > MAX_CAPLEN:
+                kept = frames + len(starts)
+                self.notes.append(
+                    f"record at byte {pos} (frame {kept + 1}) claims {caplen} captured bytes, "
+                    f"so the file is corrupt from there; kept the {kept} packets before it"
+                )
+                return pos, True
+            end = pos + PCAP_RECORD_HEADER + caplen
+            if end > size:
+                self._cut(pos, frames + len(starts))
+                return pos, True
+            append(pos)
+            pos = end
+        return pos, False
+
+    def _pcap_records(self, heads: np.ndarray, before: int, little: bool, frac_ns: int, linktype: int) -> Records:
+        view = self.view
+        sec, frac = view.uint(heads, 4, little), view.uint(heads + 4, 4, little)
+        return Records(
+            frame=np.arange(before + 1, before + 1 + len(heads), dtype=np.int64),
+            offset=heads + PCAP_RECORD_HEADER,
+            caplen=view.uint(heads + 8, 4, little),
+            origlen=view.uint(heads + 12, 4, little),
+            ts_ns=sec * 1_000_000_000 + frac * frac_ns,
+            ts_valid=np.ones(len(heads), bool),
+            linktype=np.full(len(heads), linktype, np.int64),
+        )
+
+    def _pcapng(self) -> Iterator[Records]:
+        data, size = self.data, len(self.data)
+        raw = memoryview(data)
+        pos, frames = 0, 0
+        order, interfaces = "<", []
+        starts, kinds = array("q"), array("b")
+        while pos < size:
+            if pos + 12 > size:
+                self._cut(pos, frames + len(starts))
+                break
+            if bytes(raw[pos : pos + 4]) == PCAPNG_SHB:
+                if starts:  # a new section may change byte order and interfaces
+                    yield self._pcapng_records(starts, kinds, frames, order, interfaces)
+                    frames += len(starts)
+                    starts, kinds = array("q"), array("b")
+                bom = struct.unpack_from("<I", raw, pos + 8)[0]
+                order, interfaces = ("<" if bom == PCAPNG_BOM else ">"), []
+            btype, blen = struct.unpack_from(order + "II", raw, pos)
+            if blen < 12 or blen % 4 or pos + blen > size:
+                self._cut(pos, frames + len(starts))
+                break
+            if btype == _IDB:
+                interfaces.append(self._interface(raw, pos, blen, order))
+            elif btype in (_EPB, _SPB, _PB):
+                starts.append(pos)
+                kinds.append(btype)
+                if len(starts) == CHUNK_RECORDS:
+                    yield self._pcapng_records(starts, kinds, frames, order, interfaces)
+                    frames += len(starts)
+                    starts, kinds = array("q"), array("b")
+            pos += blen
+        if starts:
+            yield self._pcapng_records(starts, kinds, frames, order, interfaces)
+
+    @staticmethod
+    def _interface(raw: memoryview, pos: int, blen: int, order: str) -> _Interface:
+        linktype, _, snaplen = struct.unpack_from(order + "HHI", raw, pos + 8)
+        iface = _Interface(linktype, snaplen)
+        opt, end = pos + 16, pos + blen - 4
+        while opt + 4 <= end:
+            code, length = struct.unpack_from(order + "HH", raw, opt)
+            if code == 0:
+                break
+            if code == _OPT_TSRESOL and length >= 1:
+                resol = raw[opt + 4]
+                iface.resol_base, iface.resol_exp = (2, resol & 0x7F) if resol & 0x80 else (10, resol)
+            elif code == _OPT_TSOFFSET and length >= 8:
+                iface.offset_s = struct.unpack_from(order + "q", raw, opt + 4)[0]
+            opt += 4 + (length + 3) // 4 * 4
+        return iface
+
+    def _pcapng_records(
+        self, starts: array, kinds: array, before: int, order: str, interfaces: list[_Interface]
+    ) -> Records:
+        view, little = self.view, order == "<"
+        block = np.frombuffer(starts, np.int64)
+        kind = np.frombuffer(kinds, np.int8)
+        simple = kind == _SPB
+        timed = np.flatnonzero(~simple)  # enhanced and obsolete packet blocks: same layout, interface id width aside
+        iface_id = np.zeros(len(block), np.int64)
+        units = np.zeros(len(block), np.int64)
+        origlen = view.uint(block + 8, 4, little)  # right for simple blocks, replaced below for the others
+        caplen = np.minimum(origlen, view.uint(block + 4, 4, little) - 16)
+        at = block[timed]
+        iface_id[timed] = np.where(kind[timed] == _PB, view.uint(at + 8, 2, little), view.uint(at + 8, 4, little))
+        units[timed] = (view.uint(at + 12, 4, little) << 32) | view.uint(at + 16, 4, little)
+        origlen[timed] = view.uint(at + 24, 4, little)
+        caplen[timed] = np.minimum(view.uint(at + 20, 4, little), view.uint(at + 4, 4, little) - 32)
+        ts_ns = np.zeros(len(block), np.int64)
+        linktype = np.full(len(block), -1, np.int64)
+        for i in np.unique(iface_id):
+            mine = iface_id == i
+            if i >= len(interfaces):
+                self.notes.append(f"{int(mine.sum())} packets name interface {i}, which the file never describes")
+                continue
+            iface = interfaces[i]
+            self.linktypes.add(iface.linktype)
+            linktype[mine] = iface.linktype
+            ts_ns[mine] = iface.to_ns(units[mine])
+            if iface.snaplen:
+                caplen[mine & simple] = np.minimum(caplen[mine & simple], iface.snaplen)
+        return Records(
+            frame=np.arange(before + 1, before + 1 + len(block), dtype=np.int64),
+            offset=block + np.where(simple, 12, 28),
+            caplen=np.maximum(caplen, 0),
+            origlen=origlen,
+            ts_ns=ts_ns,
+            ts_valid=~simple,
+            linktype=linktype,
+        )
