@@ -3,6 +3,10 @@
 Every row carries provenance (`file`, `line` or `frame`, `host`) and a time
 (`ts`, UTC, nullable) with `ts_quality` saying how the time was obtained:
 "exact" (printed on the line), "inferred" (from neighbouring lines) or "none".
+Counter and port dumps (ib_counters, ib_ports) are timed per dump: "exact" (a
+timestamp line inside the file, e.g. `date` output, applies to the block after
+it), "filename" (a time in the file name) or "mtime" (the file's modification
+time, the weakest: copies and archive extraction change it).
 Ingest modules build polars frames; `conform` casts them to these schemas so
 every file's rows concatenate, and `RunTables` holds the concatenation.
 """
@@ -141,7 +145,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("port", pa.int32()),
         pa.field("counter", pa.string()),
         pa.field("value", pa.uint64()),
-        pa.field("source", pa.string()),  # perfquery, perfquery_x, ethtool, hw_counters ...
+        pa.field("source", pa.string()),  # perfquery, perfquery_x, perfquery_detail, ethtool, hw_counters, sysfs_counters
+        pa.field("ca", pa.string()),  # RDMA device (mlx5_0) when known; ethtool dumps name a netdev in `node` instead
+        pa.field("lid", pa.int32()),  # perfquery's `Lid N`: joins ib_ports.lid to find the CA
+        pa.field("bits", pa.int8()),  # counter width in this dump: a value of 2**bits - 1 is saturated
     ),
     # One row per HCA port.
     "ib_ports": _schema(
@@ -153,6 +160,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("width", pa.string()),
         pa.field("link_layer", pa.string()),
         pa.field("active_mtu", pa.int32()),
+        pa.field("max_mtu", pa.int32()),
+        pa.field("lid", pa.int32()),  # base lid (IB); 0 on RoCE
+        pa.field("node_guid", pa.string()),
+        pa.field("ca_type", pa.string()),  # MT4129, or ibv_devinfo's vendor_part_id
+        pa.field("source", pa.string()),  # ibstat, ibstatus, ibv_devinfo
     ),
     # One row per captured frame.
     "packets": pa.schema(

@@ -1,0 +1,49 @@
+"""`ibstat` dumps (one or many CAs, IB or Ethernet link layer) into ib_ports.
+
+The line grammar is grammars/ibstat.lark; src/tracelens/ingest/ports.py turns the
+CA / Port / attribute lines into rows.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest.dumps import LineGrammar
+from tracelens.ingest.ports import (
+    Columns, PortLines, Device, Port, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text,
+)
+
+FORMAT = "ibstat"
+PRIORITY = 100
+
+_SNIFF = re.compile(rb"^CA '[^']*'\r?\n\s+CA type:", re.M)
+
+COLUMNS: Columns = {
+    "CA type": {"ca_type": read_text},
+    "Node GUID": {"node_guid": read_text},
+    "State": {"state": read_state},
+    "Physical state": {"phys_state": read_phys_state},
+    "Rate": {"rate_gbps": read_float},
+    "Base lid": {"lid": read_int},
+    "Link layer": {"link_layer": read_text},
+}
+
+
+class _ToValues(PortLines):
+    def ca(self, items):
+        return Device(items[0][1:-1])
+
+    def port(self, items):
+        return Port(int(re.search(r"\d+", items[0])[0]))
+
+
+LINES = LineGrammar("ibstat", _ToValues)
+
+
+def sniff(head: bytes) -> bool:
+    return _SNIFF.search(head) is not None
+
+
+def ingest(source: InputFile) -> IngestResult:
+    return ingest_port_dump(source, LINES, FORMAT, COLUMNS)

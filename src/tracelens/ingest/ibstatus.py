@@ -1,0 +1,46 @@
+"""`ibstatus` dumps (the infiniband-diags script printing sysfs port values) into ib_ports.
+
+The line grammar is grammars/ibstatus.lark. `rate: 100 Gb/sec (4X EDR)` gives both the
+rate and the width; RoCE ports keep an IB speed name ("EDR"), so the link layer comes
+from `link_layer`, never from the rate.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest.dumps import LineGrammar
+from tracelens.ingest.ports import (
+    Columns, PortLines, Port, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text, read_width,
+)
+
+FORMAT = "ibstatus"
+PRIORITY = 100
+
+_SNIFF = re.compile(rb"^Infiniband device '[^']*' port \d+ status:", re.M)
+
+COLUMNS: Columns = {
+    "base lid": {"lid": read_int},
+    "state": {"state": read_state},
+    "phys state": {"phys_state": read_phys_state},
+    "rate": {"rate_gbps": read_float, "width": read_width},
+    "link_layer": {"link_layer": read_text},
+}
+
+
+class _ToValues(PortLines):
+    def port(self, items):
+        device, number = items
+        return Port(int(number), device[1:-1])
+
+
+LINES = LineGrammar("ibstatus", _ToValues)
+
+
+def sniff(head: bytes) -> bool:
+    return _SNIFF.search(head) is not None
+
+
+def ingest(source: InputFile) -> IngestResult:
+    return ingest_port_dump(source, LINES, FORMAT, COLUMNS)

@@ -1,0 +1,67 @@
+"""`ibv_devinfo` and `ibv_devinfo -v` dumps into ib_ports.
+
+The line grammar is grammars/ibv_devinfo.lark. With `-v` the port's rate is its
+active width times its lane speed (`4X (2)` × `25.0 Gbps (32)` = 100 Gb/s). The -v
+device section's capability flags (one per line under `device_cap_flags`) are read
+and ignored.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest.dumps import LineGrammar
+from tracelens.ingest.ports import (
+    Columns, Device, Port, PortLines, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text,
+    read_width,
+)
+
+FORMAT = "ibv_devinfo"
+PRIORITY = 100
+
+_SNIFF = re.compile(rb"^\s*(?:hca_id:\s+\S+\r?\n\s+transport:|(?:max|active)_mtu:\s+\d+ \(\d\))", re.M)
+
+COLUMNS: Columns = {
+    "vendor_part_id": {"ca_type": read_text},
+    "node_guid": {"node_guid": read_text},
+    "state": {"state": read_state},
+    "phys_state": {"phys_state": read_phys_state},
+    "max_mtu": {"max_mtu": read_int},
+    "active_mtu": {"active_mtu": read_int},
+    "port_lid": {"lid": read_int},
+    "link_layer": {"link_layer": read_text},
+    "active_width": {"width": read_width},
+    "active_speed": {"lane_gbps": read_float},
+}
+
+
+class _ToValues(PortLines):
+    def device(self, items):
+        return Device(str(items[1]).strip())
+
+    def port(self, items):
+        return Port(int(re.search(r"\d+", items[0])[0]))
+
+    def gid(self, items):
+        return "gid"
+
+    def word(self, items):
+        return "word"
+
+
+LINES = LineGrammar("ibv_devinfo", _ToValues)
+
+
+def sniff(head: bytes) -> bool:
+    return _SNIFF.search(head) is not None
+
+
+def _rate(row: dict) -> None:
+    lanes = int(row["width"][:-1]) if row.get("width") else None
+    lane_gbps = row.pop("lane_gbps", None)
+    row["rate_gbps"] = lanes * lane_gbps if lanes and lane_gbps else None
+
+
+def ingest(source: InputFile) -> IngestResult:
+    return ingest_port_dump(source, LINES, FORMAT, COLUMNS, finish=_rate)
