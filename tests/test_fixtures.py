@@ -33,6 +33,15 @@ def test_fixture_is_the_generators_output(scenario, tmp_path):
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_fixture_says_it_is_synthetic(folder):
+    assert "synthetic" in (folder / "README.md").read_text().lower()
+    logs = [p for p in folder.rglob("*") if p.is_file() and p.suffix not in (".md", ".json")]
+    assert logs
+    for log in logs:
+        assert log.read_text().startswith(f"# tracelens synthetic fixture: {folder.name} "), log
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
 def test_fixture_fires_exactly_its_rules(folder):
     expected = json.loads((folder / "expected.json").read_text())
     assert expected["synthetic"] is True

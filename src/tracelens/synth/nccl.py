@@ -154,18 +154,26 @@ class Comm:
     comm_hash: str
     channels: int = 2
 
+    def __post_init__(self) -> None:
+        # Indexes, so that jobs of hundreds of ranks stay quick to lay out.
+        self._host = [m.proc.host.name for m in self.members]
+        self._ranks_on: dict[str, list[int]] = {}
+        for rank, host in enumerate(self._host):
+            self._ranks_on.setdefault(host, []).append(rank)
+        self._tree_edges: dict[int, list[tuple[int, int]]] = {}
+
     @property
     def nranks(self) -> int:
         return len(self.members)
 
     def host_of(self, rank: int) -> str:
-        return self.members[rank].proc.host.name
+        return self._host[rank]
 
     def hosts(self) -> list[str]:
-        return list(dict.fromkeys(self.host_of(r) for r in range(self.nranks)))
+        return list(self._ranks_on)
 
     def locals(self, rank: int) -> list[int]:
-        return [r for r in range(self.nranks) if self.host_of(r) == self.host_of(rank)]
+        return self._ranks_on[self._host[rank]]
 
     def tree(self, channel: int, rank: int) -> tuple[list[int], int]:
         """(children, parent) of `rank`: a chain inside each host below its first rank; hosts in a binary tree."""
@@ -175,24 +183,22 @@ class Comm:
             return local[k + 1 : k + 2], local[k - 1]
         hosts = self.hosts()[:: -1 if channel % 2 else 1]
         i = hosts.index(self.host_of(rank))
-
-        def leader(host: str) -> int:
-            return next(r for r in range(self.nranks) if self.host_of(r) == host)
-
-        children = local[1:2] + [leader(hosts[j]) for j in (2 * i + 1, 2 * i + 2) if j < len(hosts)]
-        return children, leader(hosts[(i - 1) // 2]) if i > 0 else -1
+        children = local[1:2] + [self._ranks_on[hosts[j]][0] for j in (2 * i + 1, 2 * i + 2) if j < len(hosts)]
+        return children, self._ranks_on[hosts[(i - 1) // 2]][0] if i > 0 else -1
 
     def ring_edges(self) -> list[tuple[int, int]]:
         return [(r, (r + 1) % self.nranks) for r in range(self.nranks)] if self.nranks > 1 else []
 
     def tree_edges(self, channel: int) -> list[tuple[int, int]]:
         """Tree connections go both ways: up for reduce, down for broadcast."""
-        edges = []
-        for r in range(self.nranks):
-            parent = self.tree(channel, r)[1]
-            if parent >= 0:
-                edges += [(r, parent), (parent, r)]
-        return edges
+        if channel not in self._tree_edges:
+            edges = []
+            for r in range(self.nranks):
+                parent = self.tree(channel, r)[1]
+                if parent >= 0:
+                    edges += [(r, parent), (parent, r)]
+            self._tree_edges[channel] = edges
+        return self._tree_edges[channel]
 
 
 def _dev(comm: Comm, rank: int) -> str:
@@ -351,9 +357,9 @@ def ib_completion_error(proc: Process, err: IbError, when: datetime) -> list[str
     ]
 
 
-def collective(op: str, op_count: int, buff: str, count: int, datatype: int, comm: Member, nranks: int, stream: str) -> str:
-    """A COLL-subsystem line, one per collective call (NCCL_DEBUG_SUBSYS=COLL)."""
+def collective(op: str, op_count: int, buff: str, count: int, datatype: int, member: Member, nranks: int, stream: str) -> str:
+    """A COLL-subsystem line, one per collective call and rank (NCCL_DEBUG_SUBSYS=COLL)."""
     return (
         f"{op}: opCount {op_count:x} sendbuff {buff} recvbuff {buff} count {count} datatype {datatype} op 0 root 0 "
-        f"comm {comm.ptr} [nranks={nranks}] stream {stream}"
+        f"comm {member.ptr} [nranks={nranks}] stream {stream}"
     )

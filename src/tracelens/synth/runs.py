@@ -74,6 +74,10 @@ class Scenario:
     node_comms: bool = False  # also one communicator per host, as tensor-parallel groups make
     channels: int = 2
 
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"{self.name}: unknown layout {self.layout!r}; known: {', '.join(LAYOUTS)}")
+
 
 class Run:
     """A scenario being played: its processes, communicators and printed lines."""
@@ -231,7 +235,7 @@ class IbRetryExceeded:
 
     host: str
     peer: str
-    flushes: int = 2
+    flushes: int = 1
 
     def play(self, run: Run) -> None:
         comm = run.world
