@@ -324,7 +324,8 @@ def _transport(
         _tcp(chunk, rows[tcp], at[tcp], length[tcp])
     if udp.any():
         _udp(chunk, rows[udp], at[udp])
-    _digest(chunk, rows[tcp | udp], at[tcp | udp])
+    l4 = tcp | udp
+    _digest(chunk, rows[l4], at[l4], np.minimum(chunk.end[rows[l4]], at[l4] + length[l4]))
 
 
 def _ports(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -389,20 +390,20 @@ def _bth(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, length: np.ndarray) ->
     chunk.put_read("msn", rows[aeth], at[aeth] + BTH_LEN + 1, 3)
 
 
-def _digest(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+def _digest(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, end: np.ndarray) -> None:
     """A hash of the first bytes of the transport header and payload (the TCP checksum and the
-    RoCE BTH among them), so two frames with the same digest carry the same bytes."""
+    RoCE BTH among them), so two frames with the same digest carry the same bytes. It stops at
+    `end`, the datagram's end, so Ethernet padding after short segments does not count."""
     digest = np.zeros(len(rows), np.uint64)
-    end = chunk.end[rows]
     with np.errstate(over="ignore"):
         for k in range(DIGEST_WORDS):
             word_at = at + 8 * k
-            word, full = chunk.read(rows, word_at, 8)
+            word, full = chunk.view.uint_within(word_at, 8, end)
             partial_bytes = np.clip(end - word_at, 0, 8)
             if not full.all():
                 # a word cut by the capture end: the 8 bytes ending there hold its captured
                 # leading bytes last; shift them to the top and zero the rest
-                partial, _ = chunk.read(rows, np.maximum(end - 8, 1), 8)
+                partial, _ = chunk.view.uint_within(np.maximum(end - 8, 1), 8, end)
                 shift = (8 * (8 - partial_bytes)).astype(np.uint64)
                 word = np.where(full, word, np.where(partial_bytes > 0, (partial.astype(np.uint64) << shift), 0))
             digest = (digest ^ word.astype(np.uint64)) * np.uint64(0x100000001B3 + 2 * k)

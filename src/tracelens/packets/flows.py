@@ -1,0 +1,301 @@
+"""Per-QP (RoCE) and per-flow (TCP) sequence analysis of the `packets` table, shared by rules and report.
+
+Everything is computed from the table with polars expressions per flow, in
+frame order; `analyze` caches its result for the frame it was given, so the
+rules and the report section pay for it once.
+
+Capture duplicates come first: a frame whose previous frame in the same
+direction has the same IP id and the same transport bytes (digest), less than
+DUP_WINDOW_NS before it, is the same packet captured twice (a mirror port, two
+capture points), not a retransmission. Duplicates are counted, then left out.
+
+RoCE (RC), per connection: the data direction (src = requester, dst = responder,
+qp = the responder's QP, as in the BTH) is paired with the responses flowing
+back (ACK/NAK and CNPs, addressed to the requester's QP). A PSN at or below the
+highest PSN already seen is retransmitted (go-back-N after a NAK, or a
+timeout); a PSN above the highest + 1 leaves a gap of missing PSNs.
+
+TCP, per direction, with Wireshark's semantics: a segment carrying data (or
+SYN/FIN) that starts below the highest sequence number already sent is a
+retransmission (the overlap is matched by byte range, so a repacketized resend
+counts), unless it is a keep-alive or arrives so soon after the highest segment
+that it is out of order; it is fast when the receiver had sent >= 2 duplicate
+ACKs for it. A stream seen first mid-connection simply starts there: bytes
+before the capture are neither lost nor retransmitted.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import polars as pl
+
+DUP_WINDOW_NS = 500_000  # a fraction of a millisecond: the same frame seen twice
+OOO_WINDOW_NS = 3_000_000  # Wireshark's out-of-order window when the handshake RTT is unknown
+FAST_RETX_WINDOW_NS = 20_000_000  # a fast retransmission follows the dup ACKs within this
+
+CNP_OPCODES = (0x80, 0x81)  # 0x81 in the spec and on the wire; tshark 4.0 labels 0x80 "CNP"
+ACK_OPCODES = (0x11, 0x12)  # RC Acknowledge, Atomic Acknowledge (they carry the AETH)
+NAK_PSN_SEQUENCE = 0x60
+
+SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
+DIRECTION = ["src", "sport", "dst", "dport"]
+QP = ["src", "dst", "dest_qp"]
+
+
+@dataclass(frozen=True)
+class PacketAnalysis:
+    qps: pl.DataFrame  # one row per RoCE connection, worst first
+    tcp: pl.DataFrame  # one row per TCP direction, worst first
+    events: pl.DataFrame  # file, frame, ts, kind, flow, src, dst: every NAK, CNP, CE mark, retransmission, ...
+
+
+EVENT_KINDS = (
+    "NAK (PSN sequence error)",
+    "NAK (other)",
+    "RNR NAK",
+    "CNP",
+    "ECN-CE",
+    "PSN gap",
+    "RoCE retransmission",
+    "TCP retransmission",
+    "zero window",
+    "capture duplicate",
+)
+
+_cache: tuple[weakref.ref, PacketAnalysis] | None = None
+
+
+def analyze(packets: pl.DataFrame) -> PacketAnalysis:
+    """The per-QP, per-flow and per-event analysis of `packets` (cached for the same frame)."""
+    global _cache
+    if _cache is not None and _cache[0]() is packets:
+        return _cache[1]
+    frames = _with_duplicates(packets.sort("file", "frame").with_row_index("order"))
+    roce_qps, roce_events = _roce(frames.filter(pl.col("proto") == "roce", ~pl.col("duplicate")))
+    tcp_flows, tcp_events = _tcp(frames.filter(pl.col("proto") == "tcp", ~pl.col("duplicate")))
+    dups = _event(frames.filter(pl.col("duplicate")), "capture duplicate", _direction_label())
+    result = PacketAnalysis(roce_qps, tcp_flows, pl.concat([roce_events, tcp_events, dups]).sort("ts", "frame"))
+    _cache = (weakref.ref(packets), result)
+    return result
+
+
+def _with_duplicates(frames: pl.DataFrame) -> pl.DataFrame:
+    same_as_previous = pl.all_horizontal(
+        (pl.col(c).fill_null(-1) == pl.col(c).fill_null(-1).shift(1)).over("file", "proto", *DIRECTION)
+        for c in ("ip_id", "digest")
+    )
+    soon = (pl.col("ts") - pl.col("ts").shift(1)).over("file", "proto", *DIRECTION) < pl.duration(
+        nanoseconds=DUP_WINDOW_NS
+    )
+    return frames.with_columns(duplicate=(pl.col("digest").is_not_null() & same_as_previous & soon).fill_null(False))
+
+
+def _unwrapped(column: str, bits: int, over: list[str]) -> pl.Expr:
+    """A sequence number made monotonic across wraps (mod 2**bits), relative to the flow's first."""
+    mod, half = 1 << bits, 1 << (bits - 1)
+    step = (pl.col(column).diff().over(over).fill_null(0) + half + mod) % mod - half
+    return step.cum_sum().over(over)
+
+
+def _event(frames: pl.DataFrame, kind: str, flow: pl.Expr) -> pl.DataFrame:
+    return frames.select("file", "frame", "ts", pl.lit(kind).alias("kind"), flow.alias("flow"), "src", "dst")
+
+
+def _direction_label() -> pl.Expr:
+    return pl.format("{}:{} → {}:{}", "src", "sport", "dst", "dport")
+
+
+# -- RoCE ---------------------------------------------------------------------------------------
+
+
+def _roce(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    cnp = pl.col("opcode").is_in(CNP_OPCODES)
+    response = pl.col("opcode").is_in(ACK_OPCODES)
+    data = _roce_data(frames.filter(~cnp, ~response))
+    responses = frames.filter(response | cnp).with_columns(
+        cnp=cnp,
+        nak_seq=pl.col("syndrome") == NAK_PSN_SEQUENCE,
+        nak_other=(pl.col("syndrome") > NAK_PSN_SEQUENCE) & (pl.col("syndrome") & 0x60 == 0x60),
+        rnr=pl.col("syndrome") & 0x60 == 0x20,
+    )
+    # responses travel responder -> requester; seen from the data direction they answer:
+    answers = _pair(responses, data).with_columns(src=pl.col("dst"), dst=pl.col("src"), qp=pl.col("pair_qp"))
+    qps = _roce_table(data, answers)
+    qp_names = {qp: f"0x{qp:06x}" for qp in data["qp"].unique().to_list()}
+    label = pl.format("{} → {} QP {}", "src", "dst", pl.col("qp").replace_strict(qp_names, default="?"))
+    events = [
+        _event(answers.filter("nak_seq"), "NAK (PSN sequence error)", label),
+        _event(answers.filter("nak_other"), "NAK (other)", label),
+        _event(answers.filter("rnr"), "RNR NAK", label),
+        _event(answers.filter("cnp"), "CNP", label),
+        _event(data.filter(pl.col("ecn") == 3), "ECN-CE", label),
+        _event(data.filter(pl.col("missing") > 0), "PSN gap", label),
+        _event(data.filter("retransmitted"), "RoCE retransmission", label),
+    ]
+    return qps, pl.concat(events)
+
+
+def _roce_data(data: pl.DataFrame) -> pl.DataFrame:
+    """Data packets per QP with their PSN fate: retransmitted, or how many PSNs are missing before them."""
+    rel = _unwrapped("psn", 24, QP)
+    highest = rel.cum_max().shift(1).over(QP)
+    return data.with_columns(qp=pl.col("dest_qp"), rel_psn=rel).with_columns(
+        retransmitted=(pl.col("rel_psn") <= highest).fill_null(False),
+        missing=(pl.col("rel_psn") - highest - 1).clip(lower_bound=0).fill_null(0),
+    )
+
+
+def _pair(responses: pl.DataFrame, data: pl.DataFrame) -> pl.DataFrame:
+    """Give each response the data QP it answers: same hosts reversed, nearest PSN when several QPs."""
+    keys = data.group_by("src", "dst", "qp").agg(data_psn=pl.col("psn").median())
+    wrap = 1 << 24
+    candidates = (
+        responses.select("src", "dst", "dest_qp", "psn", "cnp")
+        .unique()
+        .join(keys, left_on=["src", "dst"], right_on=["dst", "src"], suffix="_data")
+        .with_columns(distance=((pl.col("psn") - pl.col("data_psn")).abs() % wrap))
+        .with_columns(distance=pl.when(pl.col("cnp")).then(0).otherwise(pl.min_horizontal("distance", wrap - pl.col("distance"))))
+        .sort("distance")
+        .unique(["src", "dst", "dest_qp", "psn", "cnp"], keep="first")
+        .select("src", "dst", "dest_qp", "psn", "cnp", pair_qp="qp")
+    )
+    return responses.join(candidates, on=["src", "dst", "dest_qp", "psn", "cnp"], how="left", nulls_equal=True)
+
+
+def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
+    sent = data.group_by("src", "dst", "qp").agg(
+        packets=pl.len(),
+        bytes=pl.col("length").sum(),
+        retransmitted=pl.col("retransmitted").sum(),
+        retransmitted_bytes=pl.col("payload").filter("retransmitted").sum(),
+        psn_gaps=(pl.col("missing") > 0).sum(),
+        missing_psns=pl.col("missing").sum(),
+        ce_marked=(pl.col("ecn") == 3).sum(),
+        first=pl.col("ts").min(),
+        last=pl.col("ts").max(),
+    )
+    answered = (
+        answers.filter(pl.col("qp").is_not_null())
+        .group_by("src", "dst", "qp")
+        .agg(
+            peer_qp=pl.col("dest_qp").filter(~pl.col("cnp")).first(),
+            naks_seq=pl.col("nak_seq").sum(),
+            naks_other=pl.col("nak_other").sum(),
+            rnr_naks=pl.col("rnr").sum(),
+            cnps=pl.col("cnp").sum(),
+        )
+    )
+    delays = _nak_to_resend(data, answers)
+    table = sent.join(answered, on=["src", "dst", "qp"], how="left").join(delays, on=["src", "dst", "qp"], how="left")
+    counts = ["naks_seq", "naks_other", "rnr_naks", "cnps"]
+    table = table.with_columns(pl.col(counts).fill_null(0).cast(pl.Int64), ce_share=pl.col("ce_marked") / pl.col("packets"))
+    trouble = pl.sum_horizontal("retransmitted", "missing_psns", *counts, "ce_marked") / pl.col("packets")
+    return table.with_columns(trouble=trouble).sort("trouble", "packets", descending=True)
+
+
+def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
+    """Per QP, the median time from a NAK (sequence error or RNR) to the resend of the PSN it names."""
+    naks = answers.filter(pl.col("nak_seq") | pl.col("rnr"), pl.col("qp").is_not_null())
+    joined = naks.select("order", "src", "dst", "qp", "psn", nak_ts="ts").join_asof(
+        data.select("order", "src", "dst", "qp", "psn", "ts"), on="order", by=["src", "dst", "qp", "psn"], strategy="forward",
+        check_sortedness=False,  # sorted by "order" within each group
+    )
+    return joined.group_by("src", "dst", "qp").agg(
+        nak_to_resend_ms=((pl.col("ts") - pl.col("nak_ts")).dt.total_nanoseconds() / 1e6).median()
+    )
+
+
+# -- TCP ----------------------------------------------------------------------------------------
+
+
+def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    flags = pl.col("flags")
+    seglen = pl.col("payload").fill_null(0) + (flags & SYN > 0).cast(pl.Int64) + (flags & FIN > 0).cast(pl.Int64)
+    control = flags & (SYN | FIN | RST) > 0
+    segments = frames.filter(pl.col("seq").is_not_null(), flags.is_not_null()).with_columns(
+        seglen=seglen, rel=_unwrapped("seq", 32, DIRECTION)
+    )
+    end = pl.col("rel") + pl.col("seglen")
+    nextseq = end.cum_max().shift(1).over(DIRECTION)
+    advanced = pl.col("nextseq").is_null() | (end > pl.col("nextseq"))
+    segments = segments.with_columns(nextseq=nextseq).with_columns(
+        nextseq_ts=pl.when(advanced).then(pl.col("ts")).forward_fill().shift(1).over(DIRECTION),
+        pure_ack=(pl.col("seglen") == 0) & ~control,
+    )
+    dup_ack = pl.col("pure_ack") & (pl.col("window") > 0) & _as_before("window") & _as_before("ack")
+    ack_run = (~_as_before("ack")).fill_null(True).cum_sum().over(DIRECTION)
+    segments = segments.with_columns(dup_ack=dup_ack.fill_null(False), ack_run=ack_run).with_columns(
+        dup_acks_so_far=pl.col("dup_ack").cum_sum().over(*DIRECTION, "ack_run")
+    )
+    keepalive = (pl.col("seglen") <= 1) & (pl.col("rel") == pl.col("nextseq") - 1) & ~control
+    candidate = (pl.col("seglen") > 0) & (pl.col("rel") < pl.col("nextseq")) & ~keepalive
+    segments = _with_reverse_state(segments.with_columns(candidate=candidate.fill_null(False)))
+    fast = (
+        pl.col("candidate")
+        & (pl.col("rev_dup_acks") >= 2)
+        & (pl.col("rev_ack") == pl.col("seq"))
+        & ((pl.col("ts") - pl.col("rev_ts")).dt.total_nanoseconds() < FAST_RETX_WINDOW_NS)
+    ).fill_null(False)
+    soon = (pl.col("ts") - pl.col("nextseq_ts")).dt.total_nanoseconds() < pl.col("ooo_window")
+    out_of_order = (pl.col("candidate") & ~fast & soon & (pl.col("nextseq") != end)).fill_null(False)
+    segments = segments.with_columns(fast=fast, retransmission=pl.col("candidate") & ~out_of_order).with_columns(
+        retransmitted_bytes=pl.when("retransmission")
+        .then((pl.min_horizontal(end, pl.col("nextseq")) - pl.col("rel")).clip(lower_bound=0))
+        .otherwise(0),
+        zero_window=(pl.col("window") == 0) & (flags & RST == 0),
+    )
+    table = (
+        segments.group_by(DIRECTION)
+        .agg(
+            segments=(pl.col("seglen") > 0).sum(),
+            bytes=pl.col("payload").sum(),
+            retransmissions=pl.col("retransmission").sum(),
+            fast_retransmissions=pl.col("fast").sum(),
+            retransmitted_bytes=pl.col("retransmitted_bytes").sum(),
+            dup_acks=pl.col("dup_ack").sum(),
+            zero_windows=pl.col("zero_window").sum(),
+            first=pl.col("ts").min(),
+            last=pl.col("ts").max(),
+        )
+        .with_columns(retransmission_share=pl.col("retransmissions") / pl.col("segments").clip(lower_bound=1))
+        .sort("retransmission_share", "segments", descending=True)
+    )
+    label = _direction_label()
+    events = pl.concat(
+        [
+            _event(segments.filter("retransmission"), "TCP retransmission", label),
+            _event(segments.filter("zero_window"), "zero window", label),
+        ]
+    )
+    return table, events
+
+
+def _as_before(column: str) -> pl.Expr:
+    """Whether `column` equals its value on the previous segment of the same direction."""
+    return pl.col(column) == pl.col(column).shift(1).over(DIRECTION)
+
+
+def _with_reverse_state(segments: pl.DataFrame) -> pl.DataFrame:
+    """Add what the other direction last said before each segment (ack, dup ACK count, time) and the
+    connection's out-of-order window (its handshake RTT when the handshake was captured)."""
+    reverse = segments.select(
+        "file", "order", src="dst", sport="dport", dst="src", dport="sport",
+        rev_ack="ack", rev_dup_acks="dup_acks_so_far", rev_ts="ts",
+    )
+    segments = segments.join_asof(
+        reverse, on="order", by=["file", *DIRECTION], strategy="backward", check_sortedness=False
+    )
+    syn = (pl.col("flags") & (SYN | ACK)) == SYN
+    handshake = segments.group_by("file", *DIRECTION).agg(
+        syn_ts=pl.col("ts").filter(syn).first(),
+        ack_ts=pl.col("ts").filter(pl.col("flags") & (SYN | ACK) == ACK).first(),
+    )
+    rtt = handshake.select(
+        "file", *DIRECTION, rtt=(pl.col("ack_ts") - pl.col("syn_ts")).dt.total_nanoseconds()
+    ).filter(pl.col("rtt") > 0)
+    both_ways = pl.concat([rtt, rtt.select("file", "rtt", src="dst", sport="dport", dst="src", dport="sport")], how="diagonal")
+    return segments.join(both_ways, on=["file", *DIRECTION], how="left").with_columns(
+        ooo_window=pl.col("rtt").fill_null(OOO_WINDOW_NS)
+    )
