@@ -431,11 +431,18 @@ def _table(chunk: _Chunk) -> pa.Table:
 
 
 def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> pa.DictionaryArray:
-    """Addresses as a dictionary column: each distinct address is formatted once."""
-    keys = np.empty(len(family), dtype=[("family", "i1"), ("hi", "u8"), ("lo", "u8")])
-    keys["family"], keys["hi"], keys["lo"] = family, hi, lo
-    distinct, index = np.unique(keys, return_inverse=True)
-    names = [_format(int(f), int(h), int(lo_)) for f, h, lo_ in distinct.tolist()]
+    """Addresses as a dictionary column: each distinct address is formatted once.
+
+    The distinct (family, hi, lo) triples are found with integer uniques (each part
+    coded, then the codes combined), far faster than a unique over records.
+    """
+    his, hi_code = np.unique(hi, return_inverse=True)
+    los, lo_code = np.unique(lo, return_inverse=True)
+    combined = (family.astype(np.int64) * len(his) + hi_code) * len(los) + lo_code
+    distinct, index = np.unique(combined, return_inverse=True)
+    rest, lo_of = np.divmod(distinct, len(los))
+    family_of, hi_of = np.divmod(rest, len(his))
+    names = [_format(int(f), int(his[h]), int(los[l_])) for f, h, l_ in zip(family_of, hi_of, lo_of)]
     return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), mask=family == 0), pa.array(names))
 
 
