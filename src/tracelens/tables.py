@@ -118,7 +118,16 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("fwd_ms", pa.float64()),
         pa.field("bwd_ms", pa.float64()),
         pa.field("bwd_allreduce_ms", pa.float64()),
-        pa.field("step_ms", pa.float64()),
+        pa.field("step_ms", pa.float64()),  # DeepSpeed's `step` timer: the optimizer step
+        pa.field("avg_samples_per_sec", pa.float64()),  # ThroughputTimer's running average; samples_per_sec is the last step's
+        pa.field("epoch", pa.int64()),
+        pa.field("micro_step", pa.int64()),
+        pa.field("iter_ms", pa.float64()),  # wall time of the whole iteration (Megatron, pipeline engine)
+        pa.field("bwd_inner_ms", pa.float64()),  # autograd only; bwd = bwd_inner + bwd_allreduce
+        pa.field("optimizer_allgather_ms", pa.float64()),  # ZeRO-1/2 timers
+        pa.field("optimizer_gradients_ms", pa.float64()),
+        pa.field("optimizer_step_ms", pa.float64()),
+        pa.field("message", pa.string()),  # text of the line the step's timing comes from
     ),
     # One row per comms-logger record.
     "comm_ops": _schema(
@@ -130,6 +139,10 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("avg_ms", pa.float64()),
         pa.field("algbw_gbps", pa.float64()),
         pa.field("busbw_gbps", pa.float64()),
+        pa.field("kind", pa.string()),  # op (one verbose line), summary or straggler (log_summary tables)
+        pa.field("caller", pa.string()),  # `[Caller Func: ...]` with comms_logger debug
+        pa.field("straggler_total_ms", pa.float64()),  # time waiting for the slowest rank (straggler table)
+        pa.field("straggler_avg_ms", pa.float64()),
     ),
     # One row per DeepSpeed or NCCL setting.
     "config": _schema(

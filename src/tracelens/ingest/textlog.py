@@ -13,7 +13,7 @@ from typing import Protocol
 import polars as pl
 
 from tracelens.ingest import Account, IngestResult, InputFile
-from tracelens.ingest import nccl
+from tracelens.ingest import deepspeed, nccl
 from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, read_chunks
 
 FORMAT = "log"
@@ -30,7 +30,7 @@ class LineParser(Protocol):
         """Add the parsed tables to `result`."""
 
 
-LINE_PARSERS = [nccl.NcclParser]
+LINE_PARSERS = [nccl.NcclParser, deepspeed.DeepSpeedParser]
 
 
 def sniff(head: bytes) -> bool:

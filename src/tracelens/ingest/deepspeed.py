@@ -1,0 +1,419 @@
+"""DeepSpeed training logs: steps, timers, throughput, comms logger, config echo, launcher.
+
+A line parser for `textlog` (see its LineParser): every line of a launcher's stdout
+comes through here, and only lines in DeepSpeed's shapes are claimed. How a line is read
+(formats: ../shared/docs/other-formats.md §1):
+
+1. The envelope is split off, vectorized: an optional pdsh `host: ` tag, any junk
+   (tqdm bars), the logger prefix anywhere in the line (`[2023-04-18 01:46:59,142] [INFO]
+   [logging.py:96:log_dist] `, v0.1's `[INFO 2020-02-06 19:53:56] `, or a loguru / HF
+   Trainer wrapper), then log_dist's `[Rank N] `. What is left is the body.
+2. The body's kind is chosen by its first words (HEADS). Lines printed without a prefix
+   (v0.1-v0.3 timers, the comms summary table, Megatron and pipeline-engine lines) are
+   claimed only for the kinds that DeepSpeed prints that way.
+3. Hot kinds, whose bodies are nearly all distinct, are read by vectorized regexes
+   (HOT); the tests prove them equal to grammars/deepspeed.lark. The other kinds are
+   parsed by the grammar, once per distinct body.
+4. Multi-line records continue on lines without a prefix: JSON values of the config
+   echo, the v0.1 echo, the comms summary table. Such lines belong to the record that
+   opened them (`owner`, the opener's line number).
+
+Claims: PARSED; IGNORED for loss-scale messages (counted by `skipped`) and empty
+messages; UNRECOGNIZED for a line with DeepSpeed's logger prefix whose body is no known
+kind, or a body of a known kind that does not parse. The tables are assembled by
+`ds_assemble` when the file ends.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import polars as pl
+from lark import Lark, Token, Transformer
+from lark.exceptions import UnexpectedInput, VisitError
+
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import ds_assemble
+from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.resources import grammar_text
+
+# ---------------------------------------------------------------- envelope (§1.1)
+
+_TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+ENVELOPE = (
+    r"^(?:(?P<host>[\w.\-]+): )?.*?(?:"
+    rf"\[(?P<ts>{_TS},\d{{3}})\] \[[A-Z]+\] \[[^\]\s:]+:\d+:[^\]\s]+\] ?"  # the logger, v0.2+
+    rf"|\[[A-Z]+ (?P<ts_v01>{_TS})\] "  # v0.1
+    rf"|(?P<ts_loguru>{_TS}\.\d{{3}}) \| [A-Z]+ *\| \S+ - "  # applications' loguru log_dist
+    rf"|\[[A-Z]+\|[^\]\s]+\] (?P<ts_hf>{_TS},\d{{3}}) >> "  # HF Trainer
+    r")(?:\[Rank (?P<rank>-?\d+)\] )?(?P<body>.*)$"
+)
+_TS_FORMATS = {"ts": "%Y-%m-%d %H:%M:%S,%3f", "ts_v01": "%Y-%m-%d %H:%M:%S", "ts_loguru": "%Y-%m-%d %H:%M:%S%.3f", "ts_hf": "%Y-%m-%d %H:%M:%S,%3f"}
+HOST_TAG = r"^([\w.\-]+): "
+
+
+def split_envelope(chunk: pl.DataFrame) -> pl.DataFrame:
+    """Columns line, host, ts (UTC), rank, prefix ("deepspeed", "foreign" or null), body."""
+    parts = chunk.select("line", "text", pl.col("text").str.extract_groups(ENVELOPE).alias("e")).unnest("e")
+    ts = pl.coalesce(pl.col(c).str.strptime(pl.Datetime("ns"), fmt, strict=False) for c, fmt in _TS_FORMATS.items())
+    tag = pl.col("text").str.extract(HOST_TAG, 1)
+    untagged = pl.col("text").str.replace(HOST_TAG, "")
+    # `steps: 100 loss: ...` (pipeline engine) is not a host called "steps"
+    pipe = untagged.str.contains(r"^\d+ loss: ") & (tag == "steps")
+    enveloped = pl.col("body").is_not_null()
+    return parts.select(
+        "line",
+        pl.when(enveloped).then(pl.col("host")).when(pipe).then(None).otherwise(tag).alias("host"),
+        ts.dt.replace_time_zone("UTC").alias("ts"),
+        pl.col("rank").cast(pl.Int64),
+        pl.when(pl.col("ts").is_not_null() | pl.col("ts_v01").is_not_null())
+        .then(pl.lit("deepspeed"))
+        .when(enveloped)
+        .then(pl.lit("foreign"))
+        .alias("prefix"),
+        pl.when(enveloped).then(pl.col("body")).when(pipe).then(pl.col("text")).otherwise(untagged).alias("body"),
+    )
+
+
+# ---------------------------------------------------------------- kinds
+
+# kind -> (first words of its body, printed without a logger prefix by some version)
+HEADS: dict[str, tuple[str, bool]] = {
+    "progress": (r"^(?:rank:\d+ )?step=\d+, skipped=", False),
+    "timers": (r"^(?:rank=-?\d+ )?time \(ms\) \| ", True),
+    "throughput": (r"^(?:epoch=\d+/micro_step=\d+/global_step=\d+|\d+/\d+), (?:RunningAvg)?SamplesPerSec=", False),
+    "pipe_step": (r"^steps: \d+ loss: ", True),
+    "iteration": (r"^ *iteration +\d+/ *\d+ \|", True),
+    "comm_op": (r"^(?:rank=-?\d+ \| )?comm op: ", False),
+    "overflow": (
+        r"^(?:\[deepspeed\] OVERFLOW! |Overflow detected\. |(?:Reducing|Increasing) dynamic loss scale "
+        r"|No Grad overflow for |Grad overflow on iteration )",
+        True,
+    ),
+    "chatter": (r"^(?:Process \d+ exits |Setting ds_accelerator to )", False),
+    "comms_header": (r"^Comm\. Op {2,}Message Size", True),
+    "config_header": (r"^DeepSpeed(?:Engine|Light) configuration:", True),
+    "config_entry": (r"^  [A-Za-z_]\w*(?: \.{2,}| {2}\S| = )", False),
+    "zero_init": (r"^(?:Reduce bucket size|Allgather bucket size|CPU Offload:) ", False),
+    "version": (r"^DeepSpeed info: version=", True),
+    "launcher": (
+        r"^(?:WORLD INFO DICT: |nnodes=\d|global_rank_mapping=|dist_world_size=\d|Setting CUDA_VISIBLE_DEVICES="
+        r"|process \d+ spawned with command: |cmd ?= ?|\d+ (?:NCCL|UCX|FI|CUDA|TORCH)_\w+[ =])",
+        True,
+    ),
+}
+NOISE = {"overflow", "chatter", "blank"}  # known, but nothing to keep: IGNORED
+
+# Continuation lines (no prefix) of multi-line records: block -> (openers, line shapes -> kind)
+_INDENTED = r"^(?:\s+\S|[}\]])"
+BLOCKS: dict[str, tuple[pl.Expr, dict[str, str]]] = {
+    # the v0.1 echo (entries without a prefix) and JSON values (`  json = {` ... `}`)
+    "indented": (
+        (pl.col("kind") == "config_header") | ((pl.col("kind") == "config_entry") & pl.col("body").str.contains(r"[{\[]\s*$")),
+        {"config_entry": HEADS["config_entry"][0], "json_line": _INDENTED},
+    ),
+    # log_summary(): op name lines and 20-character-cell rows, banners before the straggler table
+    "comms": (
+        pl.col("kind") == "comms_header",
+        {
+            "comms_op": r"^[A-Za-z_][\w.]*(?: \| \[Caller Func: [^\]\s]+\])? *$",
+            "comms_row": r"^ {2,}\d",
+            "straggler_banner": r"^(?:_{5,}|-{5,}|Breakdown with straggler effect) *$",
+        },
+    ),
+}
+
+# ---------------------------------------------------------------- hot kinds: vectorized
+
+N = r"(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+HOT: dict[str, str] = {
+    "progress": rf"^(?:rank:(?P<rank0>\d+) )?step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>{N})?[^\]]*\], mom=\[.*\] *$",
+    "timers": rf"^(?:rank=(?P<rank0>-?\d+) )?time \(ms\)(?: \| [A-Za-z_][\w.]*: {N})+ *$",
+    "throughput": (
+        rf"^(?:epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+)|(?P<epoch_v07>\d+)/(?P<step_v07>\d+)), "
+        rf"(?:RunningAvgSamplesPerSec=(?P<avg>{N}), CurrSamplesPerSec=(?P<curr>{N})|SamplesPerSec=(?P<avg_v06>{N}))"
+        rf"(?:, MemAllocated={N}GB, MaxMemAllocated={N}GB)?(?:, vm percent: {N}, swap percent: {N})? *$"
+    ),
+    "pipe_step": rf"^steps: (?P<step>\d+) loss: {N}(?: [A-Za-z_][\w.]*: {N})* iter time \(s\): (?P<iter_s>{N}) samples/sec: (?P<sps>{N}) *$",
+    "iteration": r"^ *iteration +(?P<step>\d+)/ *\d+ *(?:\| *[A-Za-z][^:|]*:[^|]+)*\|? *$",
+    "comm_op": (
+        rf"^(?:rank=(?P<rank0>-?\d+) \| )?comm op: (?P<op>[A-Za-z_][\w.]*)(?: \| \[Caller Func: (?P<caller>[^\]\s]+)\])?"
+        rf" \| time \(ms\): (?P<latency>{N}) \| msg size: (?P<size>{N}) ?(?P<unit>[KMGTPEZY]?B)"
+        rf" \| algbw \(Gbps\): (?P<algbw>{N}) +\| busbw \(Gbps\): (?P<busbw>{N}) *$"
+    ),
+}
+
+# Timer names, both schemes (§1.3), `_microstep` suffix optional -> steps column
+TIMERS = {
+    "fwd_ms": ("fwd", "forward"),
+    "bwd_ms": ("bwd", "backward"),
+    "bwd_inner_ms": ("bwd_inner", "backward_inner"),
+    "bwd_allreduce_ms": ("bwd_allreduce", "backward_allreduce"),
+    "step_ms": ("step",),
+    "optimizer_allgather_ms": ("optimizer_allgather",),
+    "optimizer_gradients_ms": ("optimizer_gradients",),
+    "optimizer_step_ms": ("optimizer_step",),
+}
+# Megatron iteration fields -> steps column
+MEGATRON = {
+    "iter_ms": "elapsed time per iteration (ms)",
+    "lr": "learning rate",
+    "samples_per_sec": "samples per second",
+    "skipped_iterations": "number of skipped iterations",
+}
+SIZE_UNITS = ["B", "KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"]  # comms_logging.convert_size, 1024-based
+
+
+def timer_column(name: str) -> str | None:
+    """The steps column of a timer name (`fwd_microstep`, `forward`, ...), None for others."""
+    base = name.removesuffix("_microstep")
+    return next((col for col, names in TIMERS.items() if base in names), None)
+
+
+def timer_role(names: list[str]) -> str:
+    """micro (every micro-step), global (per optimizer step), optimizer (ZeRO) or other (pipeline)."""
+    if any(n.endswith("_microstep") for n in names):
+        return "micro"
+    columns = {timer_column(n) for n in names}
+    if columns & {"fwd_ms", "bwd_ms", "step_ms"}:
+        return "global"
+    return "optimizer" if any(c and c.startswith("optimizer_") for c in columns) else "other"
+
+
+def msg_bytes(size: pl.Expr, unit: pl.Expr) -> pl.Expr:
+    scale = unit.replace_strict(SIZE_UNITS, [float(1024**i) for i in range(len(SIZE_UNITS))], return_dtype=pl.Float64)
+    return (size.cast(pl.Float64) * scale).round(0).cast(pl.Int64)
+
+
+def _num(name: str) -> pl.Expr:
+    return pl.col(name).cast(pl.Float64, strict=False)
+
+
+def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
+    """Fields of the hot `kind` from records (line, host, ts, rank, body) known to match HOT[kind]."""
+    groups = recs.with_columns(pl.col("body").str.extract_groups(HOT[kind]).alias("g")).unnest("g")
+    body = pl.col("body")
+    rank = pl.coalesce(pl.col("rank0").cast(pl.Int64), pl.col("rank")) if "rank0" in groups.columns else pl.col("rank")
+    base = [pl.col("line"), pl.col("host"), pl.col("ts"), rank.alias("rank")]
+    if kind != "comm_op":  # the text a step row shows as its evidence
+        base.append(body)
+    if kind == "progress":
+        fields = [pl.col("step").cast(pl.Int64), pl.col("skipped").cast(pl.Int64), _num("lr").alias("lr")]
+    elif kind == "timers":
+        timer_names = body.str.extract_all(r"\| [A-Za-z_][\w.]*").list.eval(pl.element().str.slice(2))
+        fields = [
+            timer_names.map_elements(timer_role, return_dtype=pl.String).alias("role"),
+            *(
+                body.str.extract(rf"\| (?:{'|'.join(names)})(?:_microstep)?: ({N})", 1).cast(pl.Float64).alias(col)
+                for col, names in TIMERS.items()
+            ),
+        ]
+    elif kind == "throughput":
+        fields = [
+            pl.coalesce("epoch", "epoch_v07").cast(pl.Int64).alias("epoch"),
+            pl.col("micro_step").cast(pl.Int64),
+            pl.coalesce("step", "step_v07").cast(pl.Int64).alias("step"),
+            _num("curr").alias("samples_per_sec"),
+            pl.coalesce(_num("avg"), _num("avg_v06")).alias("avg_samples_per_sec"),
+        ]
+    elif kind == "pipe_step":
+        fields = [pl.col("step").cast(pl.Int64), (_num("iter_s") * 1000).alias("iter_ms"), _num("sps").alias("samples_per_sec")]
+    elif kind == "iteration":
+        fields = [pl.col("step").cast(pl.Int64)] + [
+            body.str.extract(rf"\| *{_escape(label)}: *({N}) *(?:\||$)", 1).cast(pl.Float64).alias(col)
+            for col, label in MEGATRON.items()
+        ]
+    else:  # comm_op
+        fields = [
+            pl.col("op"),
+            pl.col("caller"),
+            msg_bytes(pl.col("size"), pl.col("unit")).alias("msg_bytes"),
+            _num("latency").alias("latency_ms"),
+            _num("algbw").alias("algbw_gbps"),
+            _num("busbw").alias("busbw_gbps"),
+        ]
+    return groups.select(*base, *fields)
+
+
+def _escape(label: str) -> str:
+    return label.replace("(", r"\(").replace(")", r"\)")
+
+
+# ---------------------------------------------------------------- cold kinds: the grammar
+
+KINDS = [*HEADS, "comms_op", "comms_row", "straggler_banner", "pyrepr"]
+
+
+class Record(Transformer):
+    """Parse tree -> dict. A rule holding one value is a field `(name, value)`; a kind, or any
+    rule holding fields, is a record whose fields merge into one dict."""
+
+    def __default__(self, data, children, meta):
+        if data not in KINDS and len(children) == 1 and not isinstance(children[0], (tuple, dict)):
+            return (str(data), _value(children[0]))
+        record: dict = {}
+        for child in children:
+            if isinstance(child, tuple):
+                record[child[0]] = child[1]
+            elif isinstance(child, dict):
+                record.update(child)
+        return record
+
+    def list(self, children):
+        return [_value(c) for c in children if c is not None]
+
+    tuple = pylist = list
+
+    def pydict(self, children):
+        values = self.list(children)
+        return dict(zip(values[::2], values[1::2]))
+
+    def timer(self, children):
+        return (str(children[0]), float(children[1]))
+
+    def mfield(self, children):
+        return (children[0].strip(), children[1].strip())
+
+    def kwarg(self, children):
+        return (str(children[0]), _value(children[1]))
+
+    def call(self, children):
+        return dict(c for c in children if isinstance(c, tuple))
+
+    def pyrepr(self, children):
+        return dict(children)
+
+    def msg_size(self, children):
+        return ("msg_bytes", round(float(children[0]) * 1024 ** SIZE_UNITS.index(str(children[1]))))
+
+    def latency_columns(self, _):
+        return ("straggler", False)
+
+    def straggler_columns(self, _):
+        return ("straggler", True)
+
+
+def _value(item):
+    if not isinstance(item, Token):
+        return item
+    if item.type == "INT":
+        return int(item)
+    if item.type == "NUMBER":
+        return float(item)
+    if item.type in ("PYNUMBER", "BIG_INT"):
+        text = item.replace(",", "")
+        return int(text) if text.lstrip("-").isdigit() else float(text)
+    if item.type == "STRING":
+        return item[1:-1]
+    return str(item)
+
+
+@cache
+def grammar() -> Lark:
+    return Lark(grammar_text("deepspeed"), parser="lalr", start=KINDS)
+
+
+def parse_body(kind: str, body: str) -> dict | None:
+    """The fields of one body of `kind` by the grammar, or None when it does not parse."""
+    try:
+        return Record().transform(grammar().parse(body, start=kind))
+    except (UnexpectedInput, VisitError):
+        return None
+
+
+# ---------------------------------------------------------------- the line parser
+
+
+def classify(recs: pl.DataFrame) -> pl.Expr:
+    """The kind of each record by its body's first words; null when none fits."""
+    bare = pl.col("prefix").is_null()
+    kind = pl.when(pl.col("prefix").is_not_null() & (pl.col("body").str.strip_chars() == "")).then(pl.lit("blank"))
+    for name, (head, printed_bare) in HEADS.items():
+        matches = pl.col("body").str.contains(head)
+        kind = kind.when(matches if printed_bare else matches & ~bare).then(pl.lit(name))
+    return kind.otherwise(None)
+
+
+class DeepSpeedParser:
+    """One per file: `feed` each chunk in order, then `finish` adds steps, comm_ops and config."""
+
+    def __init__(self, source: InputFile) -> None:
+        self.source = source
+        self._hot: dict[str, list[pl.DataFrame]] = {kind: [] for kind in HOT}
+        self._cold: list[pl.DataFrame] = []
+        self._parsed: dict[tuple[str, str], dict | None] = {}
+        self._open: dict[str, int | None] = {block: None for block in BLOCKS}  # block still open at chunk end
+
+    def feed(self, chunk: pl.DataFrame) -> pl.Series:
+        recs = split_envelope(chunk)
+        recs = recs.with_columns(classify(recs).alias("kind"))
+        recs = self._continuations(recs)
+        ok = pl.lit(False)
+        for kind, pattern in HOT.items():
+            ok = pl.when(pl.col("kind") == kind).then(pl.col("body").str.contains(pattern)).otherwise(ok)
+        recs = recs.with_columns(ok.alias("ok"))
+        recs = recs.with_columns(self._parse_cold(recs))
+        status = (
+            pl.when(pl.col("ok") & pl.col("kind").is_in(NOISE))
+            .then(IGNORED)
+            .when(pl.col("ok"))
+            .then(PARSED)
+            .when(pl.col("kind").is_not_null() | (pl.col("prefix") == "deepspeed"))
+            .then(UNRECOGNIZED)
+            .otherwise(NOT_MINE)
+        )
+        kept = recs.filter(pl.col("ok") & ~pl.col("kind").is_in(NOISE))
+        for kind in HOT:
+            rows = kept.filter(pl.col("kind") == kind)
+            if rows.height:
+                self._hot[kind].append(extract_hot(kind, rows))
+        cold = kept.filter(~pl.col("kind").is_in(list(HOT)))
+        if cold.height:
+            self._cold.append(cold.select("line", "host", "ts", "rank", "kind", "body", "owner"))
+        return recs.select(status.cast(pl.UInt8)).to_series()
+
+    def _continuations(self, recs: pl.DataFrame) -> pl.DataFrame:
+        """Give prefix-less continuation lines the kind of their shape and the line of their opener."""
+        recs = recs.with_columns(pl.lit(None, pl.Int64).alias("owner"))
+        for block, (opens, shapes) in BLOCKS.items():
+            opens = opens.fill_null(False)
+            bare = pl.col("prefix").is_null()
+            shape = pl.lit(None, pl.String)
+            for kind, pattern in reversed(shapes.items()):
+                shape = pl.when(bare & pl.col("body").str.contains(pattern)).then(pl.lit(kind)).otherwise(shape)
+            cont = shape.is_not_null() & ~opens
+            runs = recs.with_columns(
+                shape.alias("shape"),
+                cont.alias("cont"),
+                pl.when(opens).then(pl.col("line")).alias("opener"),
+                (~cont).cum_sum().alias("run"),
+            )
+            # a run is a non-continuation line and the continuation lines after it; run 0 is
+            # what continues from the previous chunk
+            first = pl.col("opener").first().over("run")
+            runs = runs.with_columns(pl.when(pl.col("run") == 0).then(pl.lit(self._open[block])).otherwise(first).alias("block"))
+            last = runs.row(-1, named=True) if runs.height else None
+            self._open[block] = last["block"] if last and (last["cont"] or last["opener"] is not None) else None
+            inside = pl.col("cont") & pl.col("block").is_not_null()
+            recs = runs.select(
+                *(c for c in recs.columns if c not in ("kind", "owner")),
+                pl.when(inside).then(pl.col("shape")).otherwise(pl.col("kind")).alias("kind"),
+                pl.when(inside).then(pl.col("block")).otherwise(pl.col("owner")).alias("owner"),
+            )
+        return recs
+
+    def _parse_cold(self, recs: pl.DataFrame) -> pl.Expr:
+        """Parse the distinct bodies of the grammar-read kinds; return the `ok` column."""
+        cold = recs.filter(pl.col("kind").is_not_null() & ~pl.col("kind").is_in(list(HOT))).select("kind", "body").unique()
+        for kind, body in cold.iter_rows():
+            if (kind, body) not in self._parsed:
+                self._parsed[(kind, body)] = {} if kind in ("json_line", "blank") else parse_body(kind, body)
+        good = [f"{k}\x00{b}" for (k, b), parsed in self._parsed.items() if parsed is not None]
+        key = pl.concat_str("kind", pl.lit("\x00"), "body")
+        return (pl.col("ok") | key.is_in(good)).alias("ok")
+
+    def finish(self, result: IngestResult) -> None:
+        hot = {kind: pl.concat(parts) for kind, parts in self._hot.items() if parts}
+        cold = pl.concat(self._cold) if self._cold else None
+        for name, frame in ds_assemble.tables(self.source, hot, cold, self._parsed).items():
+            result.add(name, frame)
