@@ -3,7 +3,7 @@ hw_counters) share: reading a dump's lines with the time and host each belongs t
 
 People collect these dumps with small scripts, so around the tool's own lines a file
 may hold `date` output, a `hostname` line, the shell prompt and command that made it,
-blank lines and `...` where a paste was shortened. Those context lines are read here,
+`#` comments, blank lines and `...` where a paste was shortened. Those context lines are read here,
 once for every format; each format module only gives a line parser (usually its lark
 grammar, see `LineGrammar`) and turns the parsed lines into rows.
 
@@ -192,7 +192,7 @@ def read_dump(source: InputFile, parse_line: LineParser) -> tuple[list[DumpLine]
                 if prompt := _PROMPT_HOST.search(text[: m.start() + 1]):
                     hosts.add(number, prompt["host"])
                 account.ignored += 1
-            elif _ELISION.match(text):
+            elif _ELISION.match(text) or text.startswith("#"):  # a comment of the collecting script
                 account.ignored += 1
             else:
                 account.unrecognized += 1

@@ -1,0 +1,82 @@
+"""The fabric per host and port: state, rate, and the counters that moved (worst first),
+with a chart of error and blocked-time rates over the dump times."""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from tracelens.fabric.deltas import PORT_KEY, counter_deltas, describe, kind_of, movements
+from tracelens.fabric.ports import latest_ports
+from tracelens.report.charts import to_svg
+from tracelens.rules.fabric import port_label
+
+ORDER = 50
+TITLE = "Fabric ports and counters"
+TEMPLATE = "sections/fabric.html.j2"
+
+_IDENT = ["host", "ident", "port"]  # a port: its CA when known, else what the dump called it (Lid 2052)
+
+
+def _with_ident(frame: pl.DataFrame) -> pl.DataFrame:
+    node = pl.col("node") if "node" in frame.columns else pl.lit(None, pl.String)
+    return frame.with_columns(ident=pl.coalesce("ca", node))
+
+
+def _chart(deltas: pl.DataFrame):
+    """Error and blocked-time rates per port and interval, or None when no port was dumped twice."""
+    points = deltas.filter(
+        pl.col("start").is_not_null() & pl.col("rate_per_s").is_not_null() & (pl.col("delta") > 0)
+        & ~kind_of(pl.col("counter")).is_in(["traffic", "other"])
+    )
+    if points.height == 0:
+        return None
+    labels = pl.struct(PORT_KEY).map_elements(lambda p: port_label(**p), return_dtype=pl.String)
+    data = points.select(
+        pl.col("end").dt.strftime("%Y-%m-%dT%H:%M:%S").alias("time"),
+        pl.col("rate_per_s").alias("per_second"),
+        pl.format("{} {}", labels, "counter").alias("series"),
+    )
+    chart = (
+        alt.Chart(alt.Data(values=data.to_dicts()), title="Error and wait counters per second, per interval between dumps")
+        .mark_line(point=True)
+        .encode(x=alt.X("time:T", title="dump time (UTC)"), y=alt.Y("per_second:Q", title="per second"),
+                color=alt.Color("series:N", title=None), tooltip=["series:N", "time:T", "per_second:Q"])
+        .properties(width=640, height=220)
+    )
+    return to_svg(chart)
+
+
+def _port_row(key: dict, state: dict, moves: pl.DataFrame) -> dict:
+    first = moves.row(0, named=True) if moves.height else {}
+    node = first.get("node", None if state else key["ident"])
+    label = port_label(key["host"], node, state.get("ca") or first.get("ca"), key["port"])
+    return {
+        "label": label or key["ident"] or "(unnamed port)",
+        "state": " / ".join(v for v in (state.get("state"), state.get("phys_state")) if v),
+        "rate": f"{state['rate_gbps']:g} Gb/s" if state.get("rate_gbps") else "",
+        "link": " ".join(str(v) for v in (state.get("width"), state.get("link_layer")) if v),
+        "mtu": state.get("active_mtu") or "",
+        "counters": [{"kind": m["kind"], "counter": m["counter"], "change": describe(m)} for m in moves.iter_rows(named=True)],
+        "worst": int(moves["rank"].min()) if moves.height else 99,
+    }
+
+
+def context(analysis) -> dict | None:
+    t = analysis.tables
+    deltas, ports = counter_deltas(t), latest_ports(t)
+    if deltas.height == 0 and ports.height == 0:
+        return None
+    moves, states = _with_ident(movements(deltas)), _with_ident(ports)
+    keys = pl.concat([moves.select(_IDENT), states.select(_IDENT), _with_ident(deltas).select(_IDENT)]).unique()
+    rows = []
+    for key in keys.sort(_IDENT, nulls_last=True).iter_rows(named=True):
+        match = pl.all_horizontal(pl.col(c).eq_missing(key[c]) for c in _IDENT)
+        state = states.filter(match)
+        rows.append(_port_row(key, state.row(0, named=True) if state.height else {}, moves.filter(match)))
+    rows.sort(key=lambda r: r["worst"])
+    return {
+        "ports": rows,
+        "chart": _chart(deltas),
+        "untied": deltas.filter(pl.col("start").is_null()).height > 0,
+    }

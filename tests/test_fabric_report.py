@@ -1,0 +1,37 @@
+"""The report's fabric section: ports worst first, moved counters only, a chart, escaped text."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from tests.test_fabric_rules import ingest_folder, two_nodes
+from tracelens.report.sections import fabric
+from tracelens.resources import data_dir
+from tracelens.tables import RunTables
+
+
+def test_fabric_section_lists_the_failing_port_first_with_a_chart(tmp_path):
+    folder = two_nodes(tmp_path, {("node02", "mlx5_1"): {"SymbolErrorCounter": 0.05}})
+    ctx = fabric.context(SimpleNamespace(tables=ingest_folder(folder), findings=[]))
+    first = ctx["ports"][0]
+    assert first["label"] == "node02 mlx5_1 port 1 (Lid 21)"
+    assert (first["state"], first["rate"]) == ("Active / LinkUp", "400 Gb/s")
+    assert first["counters"][0] == {"kind": "physical errors", "counter": "SymbolErrorCounter", "change": "+90 (180/h)"}
+    assert all(c["counter"] != "SymbolErrorCounter" for p in ctx["ports"][1:] for c in p["counters"])
+    assert len(ctx["ports"]) == 4 and ctx["untied"] is False
+    assert str(ctx["chart"]).startswith("<svg")
+
+
+def test_no_fabric_dumps_no_section():
+    assert fabric.context(SimpleNamespace(tables=RunTables(), findings=[])) is None
+
+
+def test_section_escapes_names_from_the_dumps(tmp_path):
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "eth.txt").write_text("NIC statistics:\n     rx_prio0_pause: 3\n     <script>x</script>: 4\n")
+    ctx = fabric.context(SimpleNamespace(tables=ingest_folder(tmp_path), findings=[]))
+    env = Environment(loader=FileSystemLoader(data_dir("reports")), autoescape=select_autoescape(default=True))
+    html = env.get_template(fabric.TEMPLATE).render(ctx=ctx)
+    assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html and "rx_prio0_pause" in html
