@@ -46,8 +46,8 @@ QP = ["src", "dst", "dest_qp"]
 
 @dataclass(frozen=True)
 class PacketAnalysis:
-    qps: pl.DataFrame  # one row per RoCE connection, worst first
-    tcp: pl.DataFrame  # one row per TCP direction, worst first
+    qps: pl.DataFrame  # one row per RoCE connection, worst first; `flow` names it as in `events`
+    tcp: pl.DataFrame  # one row per TCP direction, worst first; `flow` names it as in `events`
     events: pl.DataFrame  # file, frame, ts, kind, flow, src, dst: every NAK, CNP, CE mark, retransmission, ...
 
 
@@ -89,7 +89,11 @@ def _with_duplicates(frames: pl.DataFrame) -> pl.DataFrame:
     soon = (pl.col("ts") - pl.col("ts").shift(1)).over("file", "proto", *DIRECTION) < pl.duration(
         nanoseconds=DUP_WINDOW_NS
     )
-    return frames.with_columns(duplicate=(pl.col("digest").is_not_null() & same_as_previous & soon).fill_null(False))
+    # CNPs carry no sequence number: a NIC's CNPs to one QP are identical by design
+    cnp = pl.col("opcode").is_in(CNP_OPCODES).fill_null(False)
+    return frames.with_columns(
+        duplicate=(pl.col("digest").is_not_null() & ~cnp & same_as_previous & soon).fill_null(False)
+    )
 
 
 def _unwrapped(column: str, bits: int, over: list[str]) -> pl.Expr:
@@ -122,9 +126,9 @@ def _roce(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     # responses travel responder -> requester; seen from the data direction they answer:
     answers = _pair(responses, data).with_columns(src=pl.col("dst"), dst=pl.col("src"), qp=pl.col("pair_qp"))
-    qps = _roce_table(data, answers)
     qp_names = {qp: f"0x{qp:06x}" for qp in data["qp"].unique().to_list()}
     label = pl.format("{} → {} QP {}", "src", "dst", pl.col("qp").replace_strict(qp_names, default="?"))
+    qps = _roce_table(data, answers).with_columns(flow=label)
     events = [
         _event(answers.filter("nak_seq"), "NAK (PSN sequence error)", label),
         _event(answers.filter("nak_other"), "NAK (other)", label),
@@ -259,7 +263,10 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             first=pl.col("ts").min(),
             last=pl.col("ts").max(),
         )
-        .with_columns(retransmission_share=pl.col("retransmissions") / pl.col("segments").clip(lower_bound=1))
+        .with_columns(
+            retransmission_share=pl.col("retransmissions") / pl.col("segments").clip(lower_bound=1),
+            flow=_direction_label(),
+        )
         .sort("retransmission_share", "segments", descending=True)
     )
     label = _direction_label()

@@ -99,6 +99,8 @@ class CaptureReader:
         head = bytes(data[:12])
         if head[:4] in PCAP_MAGICS:
             self.kind = "pcap"
+            if len(data) < PCAP_HEADER:
+                raise CaptureError(f"pcap file header cut short ({len(data)} of {PCAP_HEADER} bytes)")
         elif is_capture(head):
             self.kind = "pcapng"
         elif not head:
@@ -116,9 +118,7 @@ class CaptureReader:
         )
 
     def _pcap(self) -> Iterator[Records]:
-        data, size = self.data, len(self.data)
-        if size < PCAP_HEADER:
-            raise CaptureError(f"pcap file header cut short ({size} of {PCAP_HEADER} bytes)")
+        data = self.data
         order, frac_ns = PCAP_MAGICS[bytes(data[:4])]
         little = order == "<"
         linktype = int(self.view.uint(np.array([20]), 4, little)[0]) & 0x0FFFFFFF  # upper bits: FCS length

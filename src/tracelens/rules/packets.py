@@ -1,0 +1,216 @@
+"""TL301-TL305: what packet captures show: RoCE loss, RNR NAKs, congestion, TCP retransmissions, capture artefacts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from tracelens.findings import Evidence, Finding, Severity
+from tracelens.packets.flows import PacketAnalysis, analyze
+from tracelens.packets.hosts import describe, host_names
+from tracelens.rules import rule
+from tracelens.rules.evidence import time_window
+from tracelens.tables import RunTables
+
+LOSS_SHARE = 0.001  # RoCE is meant to be lossless: one loss event per 1000 packets is already a problem
+CONGESTION_SHARE = 0.01  # CNPs + CE marks per data packet: DCQCN throttling more than now and then
+TCP_RETRANSMISSION_SHARE = 0.01  # retransmitted per data segment, per host pair
+
+
+def _analysis(t: RunTables) -> PacketAnalysis | None:
+    packets = t["packets"]
+    return analyze(packets) if packets.height else None
+
+
+def _finding(
+    t: RunTables, rule_id: str, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]
+) -> Finding:
+    """A finding about `addresses` ({} in `summary` become `host (ip)`), its window and evidence from `events`."""
+    names = host_names(t)
+    window = time_window(events)
+    when = f" between {window[0]:%H:%M:%S.%f} and {window[1]:%H:%M:%S.%f} UTC" if window else ""
+    return Finding(
+        rule_id=rule_id,
+        severity=Severity.WARNING,
+        title=title,
+        summary=summary.format(*(describe(a, names) for a in addresses)) + when + ".",
+        evidence=[
+            Evidence(file=r["file"], frame=r["frame"], text=f"{r['kind']}: {r['flow']}")
+            for r in events.sort("ts", "frame").iter_rows(named=True)
+        ],
+        hosts=[names.get(a, a) for a in addresses],
+        window=window,
+    )
+
+
+def _events(analysis: PacketAnalysis, flow: str, *kinds: str) -> pl.DataFrame:
+    return analysis.events.filter(pl.col("flow") == flow, pl.col("kind").is_in(kinds))
+
+
+def _qps_above(t: RunTables, share: float, *counts: str) -> Iterator[tuple[PacketAnalysis, dict]]:
+    """RoCE QPs whose `counts` together exceed `share` of their data packets, worst first."""
+    analysis = _analysis(t)
+    if analysis is None:
+        return
+    over = analysis.qps.filter(pl.sum_horizontal(counts) > share * pl.col("packets"))
+    for qp in over.iter_rows(named=True):
+        yield analysis, qp
+
+
+@rule("TL301", "roce-packet-loss", Severity.WARNING)
+def roce_loss(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: RoCE QPs in a packet capture that lose packets: NAKs with syndrome 0x60
+    (PSN sequence error) and gaps in the PSNs of a QP's data, above 0.1% of its packets,
+    with the go-back-N retransmissions that follow and the time from NAK to resend.
+
+    Why it slows the run: RoCE assumes a lossless fabric. Each loss makes the requester go
+    back and resend everything from the lost PSN (go-back-N), after a NAK round trip or,
+    for a lost tail, after the QP's ACK timeout (4.096 us x 2^NCCL_IB_TIMEOUT); NCCL's
+    collectives wait for the slowest QP, so one lossy link slows every rank.
+
+    How to fix: find where the drops happen: `ethtool -S <iface> | grep -E
+    'discard|drop|out_of_buffer'` and the switch port counters, and check PFC is enabled on
+    the RoCE priority end to end (`mlnx_qos -i <iface>` shows `pfc` on the priority NCCL
+    uses, `NCCL_IB_TC`/DSCP mapped to it). Replace cables or optics with symbol or FEC errors
+    (`perfquery -x`, `mlxlink -d <dev> -m`).
+    """
+    for analysis, qp in _qps_above(t, LOSS_SHARE, "naks_seq", "psn_gaps"):
+        delay = f", {qp['nak_to_resend_ms']:.3f} ms from NAK to resend" if qp["nak_to_resend_ms"] is not None else ""
+        yield _finding(
+            t, "TL301", "RoCE packet loss",
+            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['naks_seq']} NAK(s) with PSN sequence error and "
+            f"{qp['missing_psns']} missing PSN(s) in {qp['packets']} packets; {qp['retransmitted']} packets "
+            f"({qp['retransmitted_bytes']} payload bytes) resent{delay}",
+            _events(analysis, qp["flow"], "NAK (PSN sequence error)", "PSN gap", "RoCE retransmission"),
+            (qp["src"], qp["dst"]),
+        )
+
+
+@rule("TL302", "roce-rnr-nak", Severity.WARNING)
+def roce_rnr(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: RNR NAKs (AETH syndrome 0x20-0x3F, receiver not ready) on a RoCE QP in a
+    packet capture: the responder had no receive buffer posted when a SEND arrived.
+
+    Why it slows the run: the requester must wait the RNR timer (the 5-bit code in the
+    syndrome, 0.01 to 655 ms) before it resends, and with `rnr_retry` exhausted the QP fails
+    with `IBV_WC_RNR_RETRY_EXC_ERR`. The sender is fine; the receiving side is behind.
+
+    How to fix: on the receiving side: a process that is slow to post receives (an
+    overloaded or stalled rank, CPU starved proxy thread, or a custom plugin or application
+    using SEND/RECV with too few receive buffers); check that host's CPU and the rank's step
+    times, raise the receive queue depth, and keep the QP's `min_rnr_timer` and `rnr_retry`
+    (7 = retry forever) high enough.
+    """
+    for analysis, qp in _qps_above(t, 0, "rnr_naks"):
+        yield _finding(
+            t, "TL302", "RoCE receiver not ready (RNR NAKs)",
+            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['rnr_naks']} RNR NAK(s) from the receiving side in "
+            f"{qp['packets']} packets",
+            _events(analysis, qp["flow"], "RNR NAK"),
+            (qp["src"], qp["dst"]),
+        )
+
+
+@rule("TL303", "roce-congestion", Severity.WARNING)
+def roce_congestion(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: congestion notifications on a RoCE QP in a packet capture: data packets
+    marked ECN-CE (IP ECN = 11) by a switch and CNPs (BTH opcode 0x81) sent back to throttle
+    the sender, more than 1 per 100 data packets.
+
+    Why it slows the run: each CNP makes the sender's NIC cut its rate (DCQCN) and recover
+    only slowly; steady marking means a congested link or an incast, and the QP runs far
+    below line rate. If marking is too late or PFC is off, the same congestion becomes loss.
+
+    How to fix: check the ECN/PFC configuration end to end: the RoCE traffic class
+    (`NCCL_IB_TC`, DSCP) maps to a lossless priority with ECN marking on every switch, the
+    NIC's DCQCN is enabled (`/sys/class/net/<iface>/ecn/roce_np|roce_rp/enable/<prio>`,
+    `mlnx_qos`), and CNPs go on their own high priority (`cnp_dscp`, `cnp_802p_prio`). Then
+    look for oversubscribed uplinks or an unbalanced ECMP hash (many QPs on one path):
+    `NCCL_IB_QPS_PER_CONNECTION` and `NCCL_IB_SPLIT_DATA_ON_QPS` spread the traffic.
+    """
+    for analysis, qp in _qps_above(t, CONGESTION_SHARE, "cnps", "ce_marked"):
+        yield _finding(
+            t, "TL303", "RoCE congestion (ECN-CE marks, CNPs)",
+            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['ce_marked']} of {qp['packets']} data packets "
+            f"ECN-CE marked ({qp['ce_share']:.1%}) and {qp['cnps']} CNP(s) sent back to throttle the sender",
+            _events(analysis, qp["flow"], "ECN-CE", "CNP"),
+            (qp["src"], qp["dst"]),
+        )
+
+
+@rule("TL304", "tcp-retransmissions", Severity.WARNING)
+def tcp_retransmissions(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: TCP retransmissions in a packet capture above 1% of the data segments
+    between two hosts (all their connections together: NCCL's socket transport opens several
+    per peer), with the fast retransmissions, duplicate ACKs and zero windows around them.
+    Capture duplicates (the same frame captured twice) are not counted.
+
+    Why it slows the run: a lost segment costs a fast retransmit round trip at best and an RTO
+    (200 ms minimum on Linux) at worst; NCCL's socket transport and the bootstrap over IPoIB
+    or Ethernet stall the whole collective while one connection waits.
+
+    How to fix: find the loss: `ethtool -S <iface>` drops and errors on both hosts, `ip -s
+    link`, `nstat -az | grep -i retrans`, switch port counters; for IPoIB check the mode and
+    MTU agree on both sides (`cat /sys/class/net/ib0/mode`). If NCCL should not be on TCP at
+    all, see TL101. Zero windows instead point at a receiving process that does not read.
+    """
+    analysis = _analysis(t)
+    if analysis is None:
+        return
+    pairs = (
+        analysis.tcp.group_by("src", "dst")
+        .agg(pl.col("segments", "retransmissions", "fast_retransmissions", "retransmitted_bytes", "zero_windows").sum(),
+             flows=pl.col("flow"))
+        .filter(pl.col("retransmissions") > TCP_RETRANSMISSION_SHARE * pl.col("segments"))
+        .sort("retransmissions", descending=True)
+    )
+    for pair in pairs.iter_rows(named=True):
+        events = analysis.events.filter(
+            pl.col("flow").is_in(pair["flows"]), pl.col("kind").is_in(["TCP retransmission", "zero window"])
+        )
+        yield _finding(
+            t, "TL304", "TCP retransmissions",
+            f"{{}} to {{}}: {pair['retransmissions']} of {pair['segments']} data segments retransmitted "
+            f"({pair['retransmissions'] / pair['segments']:.1%}, {pair['fast_retransmissions']} fast, "
+            f"{pair['retransmitted_bytes']} bytes resent) over {len(pair['flows'])} connection(s), "
+            f"{pair['zero_windows']} zero window(s)",
+            events,
+            (pair["src"], pair["dst"]),
+        )
+
+
+@rule("TL305", "capture-duplicates", Severity.INFO)
+def capture_duplicates(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: frames that appear twice in a capture: the same IP id and the same bytes,
+    less than half a millisecond apart, as when a mirrored port or two capture points see
+    the same packet. Wireshark flags them as retransmissions and duplicate ACKs.
+
+    Why it slows the run: it does not: the network sent the packet once. It is noted so that
+    nobody blames the network for "retransmissions" that are an artefact of the capture;
+    tracelens leaves these frames out of the loss and retransmission counts.
+
+    How to fix: nothing on the cluster. For cleaner captures, capture on one point only (not
+    both a mirror port and the host), or deduplicate first (`editcap -d in.pcap out.pcap`).
+    """
+    analysis = _analysis(t)
+    if analysis is None:
+        return
+    duplicates = analysis.events.filter(pl.col("kind") == "capture duplicate")
+    for (file,), frames in duplicates.group_by("file", maintain_order=True):
+        total = t["packets"].filter(pl.col("file") == file).height
+        yield Finding(
+            rule_id="TL305",
+            severity=Severity.INFO,
+            title="Duplicate frames in the capture",
+            summary=f"{file}: {frames.height} of {total} frames are capture duplicates (same IP id and bytes "
+            "as the frame before, < 0.5 ms apart), not retransmissions.",
+            evidence=[Evidence(file=file, frame=r["frame"], text=f"duplicate of the previous frame of {r['flow']}")
+                      for r in frames.iter_rows(named=True)],
+            window=time_window(frames),
+        )

@@ -1,0 +1,112 @@
+"""TL301-TL305 on synthetic captures (no public capture has NAKs, CNPs or CE marks): each fault fires
+exactly its rule, on the right QP and hosts; the clean captures fire nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracelens.ingest import InputFile, pcap
+from tracelens.packets.flows import analyze
+from tracelens.rules import all_rules
+from tracelens.synth import pcap as synth
+from tracelens.tables import RunTables
+
+QP = synth.RoceQp()
+OTHER_QP = synth.RoceQp(requester="10.0.0.3", responder="10.0.0.2", requester_qp=0x21, responder_qp=0x99,
+                        first_psn=0xFFFF00)  # healthy, and its PSNs wrap past 2^24
+
+
+def tables(tmp_path: Path, *conversations: list, nccl_net: list[dict] | None = None) -> RunTables:
+    frames = sorted((f for c in conversations for f in c), key=lambda f: f.time)
+    path = synth.write(tmp_path / "capture.pcap", frames)
+    t = RunTables()
+    t.add("packets", pcap.ingest(InputFile(path, path.name, "pcap")).tables["packets"])
+    if nccl_net:
+        t.add("nccl_net", pl.DataFrame(nccl_net))
+    return t
+
+
+def fired(t: RunTables) -> dict[str, list]:
+    runs = {r.id: r.run(t) for r in all_rules() if r.id.startswith("TL3")}
+    return {rule_id: findings for rule_id, findings in runs.items() if findings}
+
+
+def healthy_other_qp() -> list:
+    return synth.roce_conversation(OTHER_QP, messages=400)
+
+
+def test_clean_roce_and_tcp_fire_nothing(tmp_path):
+    assert fired(tables(tmp_path, synth.roce_conversation(), healthy_other_qp(), synth.tcp_stream())) == {}
+
+
+def test_loss_fires_tl301_on_the_lossy_qp_only(tmp_path):
+    t = tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(lost=(50, 200))), healthy_other_qp())
+    found = fired(t)
+    assert list(found) == ["TL301"]
+    (finding,) = found["TL301"]
+    assert finding.summary.startswith("QP 0x000048 from 10.0.0.1 to 10.0.0.2: 2 NAK(s) with PSN sequence error "
+                                      "and 2 missing PSN(s) in 402 packets; 4 packets (4096 payload bytes) resent, "
+                                      "0.012 ms from NAK to resend between 22:13:20")
+    assert finding.hosts == ["10.0.0.1", "10.0.0.2"]
+    assert [e.text.split(":")[0] for e in finding.evidence][:4] == [
+        "PSN gap", "NAK (PSN sequence error)", "RoCE retransmission", "RoCE retransmission"]
+    assert all(e.frame and e.file == "capture.pcap" for e in finding.evidence)
+
+
+def test_rnr_fires_tl302_naming_the_receiver_side(tmp_path):
+    found = fired(tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(rnr=(100,))), healthy_other_qp()))
+    assert list(found) == ["TL302"]
+    (finding,) = found["TL302"]
+    assert "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 1 RNR NAK(s)" in finding.summary
+    qp = analyze(tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(rnr=(100,))))["packets"]).qps.row(0, named=True)
+    assert qp["nak_to_resend_ms"] == pytest.approx(synth.RNR_DELAY * 1e3, rel=0.01)
+
+
+def test_cnp_burst_fires_tl303(tmp_path):
+    burst = synth.RoceFaults(congested=tuple(range(100, 140)))
+    found = fired(tables(tmp_path, synth.roce_conversation(faults=burst), healthy_other_qp()))
+    assert list(found) == ["TL303"]
+    (finding,) = found["TL303"]
+    assert "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 40 of 400 data packets ECN-CE marked (10.0%) and 40 CNP(s)" in finding.summary
+
+
+def test_a_few_ce_marks_stay_below_the_congestion_share(tmp_path):
+    assert fired(tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(congested=(5, 6))))) == {}
+
+
+def test_tcp_retransmissions_fire_tl304(tmp_path):  # 200 segments, 3 resent, and the SYN
+    found = fired(tables(tmp_path, synth.tcp_stream(lost=(20, 60, 100))))
+    assert list(found) == ["TL304"]
+    (finding,) = found["TL304"]
+    assert finding.summary.startswith("10.0.1.1 to 10.0.1.2: 3 of 204 data segments retransmitted (1.5%, 3 fast, "
+                                      "3000 bytes resent) over 1 connection(s), 0 zero window(s)")
+
+
+def test_one_retransmission_in_200_segments_is_below_the_share(tmp_path):
+    assert fired(tables(tmp_path, synth.tcp_stream(lost=(20,)))) == {}
+
+
+def test_mirrored_capture_is_noted_as_duplicates_only(tmp_path):
+    found = fired(tables(tmp_path, synth.tcp_stream(mirrored=True)))
+    assert list(found) == ["TL305"]
+    assert found["TL305"][0].summary.startswith("capture.pcap: 201 of 604 frames are capture duplicates")
+
+
+def test_hosts_named_from_nccl_interfaces(tmp_path):
+    net = [
+        {"what": "oob_if", "name": "eth0", "address": "10.0.0.1<0>", "host": "node01"},
+        {"what": "bootstrap_if", "name": "eth0", "address": "10.0.0.2", "host": "node02"},
+    ]
+    t = tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(lost=(50,))), nccl_net=net)
+    (finding,) = fired(t)["TL301"]
+    assert finding.hosts == ["node01", "node02"]
+    assert "from node01 (10.0.0.1) to node02 (10.0.0.2)" in finding.summary
+
+
+def test_rule_docs_have_three_parts():
+    for r in all_rules():
+        if r.id.startswith("TL3"):
+            assert set(r.docs) == {"What it finds", "Why it slows the run", "How to fix"}
