@@ -77,8 +77,13 @@ def _from_parts(m: re.Match) -> datetime:
     return local.replace(tzinfo=_zone_offset(m["zone"])).astimezone(timezone.utc)
 
 
+_CANDIDATE = re.compile(r"\d:\d\d|^\D{0,20}1\d{9}(?:\.\d+)?$")  # a clock, or an epoch alone
+
+
 def parse_time(text: str) -> datetime | None:
     """The UTC time a timestamp line states (`date` in its usual forms, ISO 8601, epoch), or None."""
+    if not _CANDIDATE.search(text):
+        return None
     text = _LABEL.sub("", text.strip())
     if m := _EPOCH.match(text):
         return datetime.fromtimestamp(int(m["epoch"]), timezone.utc)
