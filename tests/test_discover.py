@@ -43,7 +43,7 @@ def test_folder_formats_are_sniffed_by_content_not_name(tmp_path: Path):
 def test_tar_gz_members_are_read_and_unsafe_members_refused(tmp_path: Path):
     archive = tmp_path / "run42.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
-        _add(tar, "run42/node01/nccl.log", NCCL_LINE)
+        _add(tar, "run42/node01/nccl.log", NCCL_LINE, mtime=1_700_000_000)
         _add(tar, "../evil.log", NCCL_LINE)
         _add(tar, "/etc/evil.log", NCCL_LINE)
         _add(tar, "run42/link", type=tarfile.SYMTYPE, linkname="/etc/passwd")
@@ -51,6 +51,7 @@ def test_tar_gz_members_are_read_and_unsafe_members_refused(tmp_path: Path):
     work = tmp_path / "work"
     found = discover(archive, work)
     assert [f.name for f in found.files] == ["run42.tar.gz!run42/node01/nccl.log"]
+    assert found.files[0].path.stat().st_mtime == 1_700_000_000  # archived time kept: dumps are ordered by it
     assert found.files[0].host_hint == "node01"
     refused = "\n".join(found.notes)
     for member, reason in [("../evil.log", "'..'"), ("/etc/evil.log", "absolute path"), ("run42/link", "link"), ("run42/hard", "link")]:

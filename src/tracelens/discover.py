@@ -10,10 +10,12 @@ ever written outside that folder.
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import shutil
 import stat
 import tarfile
+import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -65,6 +67,11 @@ def _safe_target(dest: Path, name: str) -> Path:
     return target
 
 
+def _keep_mtime(path: Path, mtime: float) -> None:
+    """Give an extracted file its archived modification time: dumps without a timestamp are timed by it."""
+    os.utime(path, (mtime, mtime))
+
+
 def _extract_tar(archive: Path, label: str, dest: Path, notes: list[str]) -> None:
     with tarfile.open(archive, "r:*") as tar:
         for member in tar:
@@ -85,6 +92,7 @@ def _extract_tar(archive: Path, label: str, dest: Path, notes: list[str]) -> Non
                 continue
             with src, target.open("wb") as out:
                 shutil.copyfileobj(src, out)
+            _keep_mtime(target, member.mtime)
 
 
 def _extract_zip(archive: Path, label: str, dest: Path, notes: list[str]) -> None:
@@ -103,6 +111,7 @@ def _extract_zip(archive: Path, label: str, dest: Path, notes: list[str]) -> Non
             target.parent.mkdir(parents=True, exist_ok=True)
             with zf.open(info) as src, target.open("wb") as out:
                 shutil.copyfileobj(src, out)
+            _keep_mtime(target, time.mktime((*info.date_time, 0, 0, -1)))
 
 
 def _gunzip(path: Path, dest: Path) -> Path:
@@ -110,6 +119,7 @@ def _gunzip(path: Path, dest: Path) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "rb") as src, target.open("wb") as out:
         shutil.copyfileobj(src, out)
+    _keep_mtime(target, path.stat().st_mtime)
     return target
 
 
