@@ -19,7 +19,7 @@ from itertools import count
 from pathlib import Path
 from typing import Protocol
 
-from tracelens.synth import nccl, pytorch
+from tracelens.synth import fabric, nccl, pytorch
 from tracelens.synth.nccl import Comm, Host, IbError, Member, Process
 
 START = datetime(2024, 12, 6, 18, 30, 0)
@@ -95,6 +95,7 @@ class Run:
         self._seq = count()
         self._clock: dict[int, float] = {}
         self._gids: dict[tuple[str, str], str] = {}
+        self._attached: dict[str, str | bytes] = {}
 
     def _spawn(self, host: Host) -> list[Process]:
         pid = self.rand.int(20_000, 900_000)
@@ -137,17 +138,23 @@ class Run:
             self._clock[proc.pid] += self.rand.uniform(0.0002, 0.004)
             self.put(proc.host, "nccl", self._clock[proc.pid], [proc.info(message, tid)], proc.pid)
 
-    def files(self) -> dict[str, str]:
-        """Relative path -> content, each file starting with the synthetic marker."""
-        out = {}
+    def attach(self, path: str, content: str | bytes) -> None:
+        """A whole file the run leaves beside its logs (a counter dump, a capture); text gets the marker."""
+        if isinstance(content, str):
+            content = MARKER.format(name=self.scenario.name) + "\n" + content
+        self._attached[path] = content
+
+    def files(self) -> dict[str, str | bytes]:
+        """Relative path -> content; logs start with the synthetic marker."""
+        out: dict[str, str | bytes] = {}
         for path, items in sorted(self._lines.items()):
             lines = [MARKER.format(name=self.scenario.name)] + [line for *_, block in sorted(items) for line in block]
             out[path] = "\n".join(lines) + "\n"
-        return out
+        return out | self._attached
 
     # -- playing ----------------------------------------------------------------
 
-    def play(self) -> dict[str, str]:
+    def play(self) -> dict[str, str | bytes]:
         self._launch()
         self._init()
         for event in self.scenario.story:
@@ -283,6 +290,24 @@ class WatchdogTimeout:
         run.now = hang + self.work.timeout_ms / 1000 + 1.0
 
 
+@dataclass(frozen=True)
+class CounterDumps:
+    """A collection script runs ibstat, and perfquery before the job and again after it, on every
+    host (`ports` per host; a port's `per_second` rises are what happened during the run)."""
+
+    ports: tuple[tuple[str, tuple[fabric.FabricPort, ...]], ...]
+    cleared_s: float = 3600.0  # the counters were last cleared this long before the job
+
+    def play(self, run: Run) -> None:
+        for host, ports in self.ports:
+            run.attach(f"{host}/ibstat.txt", fabric.ibstat(list(ports)))
+        for moment, t in (("before", 0.0), ("after", run.now)):
+            for host, ports in self.ports:
+                at = run.time(t)
+                text = fabric.port_dumps(host, list(ports), at, self.cleared_s + t)
+                run.attach(f"{host}/perfquery-{moment}-{at:%H%M}.txt", text)
+
+
 def readme(scenario: Scenario) -> str:
     hosts = "\n".join(
         f"- {h.name} ({h.ip}): {h.gpus} GPUs, NCCL {h.version.text}, network {h.network}"
@@ -311,5 +336,5 @@ def write(scenario: Scenario, root: Path) -> Path:
     for rel, text in files.items():
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(text.encode("utf-8"))
+        path.write_bytes(text.encode("utf-8") if isinstance(text, str) else text)
     return folder

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 from tracelens.synth.nccl import Host, Version
 from tracelens.synth.pytorch import Work
-from tracelens.synth.runs import IbRetryExceeded, Scenario, Training, WatchdogTimeout
+from tracelens.synth.fabric import FabricPort
+from tracelens.synth.runs import CounterDumps, IbRetryExceeded, Scenario, Training, WatchdogTimeout
 
 NODE01 = Host("node01", "10.0.0.1", env=(("NCCL_SOCKET_IFNAME", "eth0"),))
 NODE02 = replace(NODE01, name="node02", ip="10.0.0.2")
@@ -102,5 +103,25 @@ SCENARIOS = (
         rules=("TL108",),
         hosts=pair(version=Version("2.26.2", "12.8")),
         story=(Training(), WatchdogTimeout(HANG)),
+    ),
+    Scenario(
+        name="flaky-link",
+        description="A healthy-looking IB run whose logs show nothing wrong, but perfquery dumps taken before and "
+        "after the job show node02's mlx5_1 port accumulating symbol errors and link-error recoveries during it "
+        "(a marginal cable or transceiver); every other port stays clean.",
+        rules=("TL201",),
+        hosts=pair(),
+        story=(
+            Training(),
+            CounterDumps(
+                ports=(
+                    ("node01", (FabricPort("mlx5_0", lid=11), FabricPort("mlx5_1", lid=12))),
+                    ("node02", (
+                        FabricPort("mlx5_0", lid=21),
+                        FabricPort("mlx5_1", lid=22, per_second={"SymbolErrorCounter": 37.0, "LinkErrorRecoveryCounter": 0.02}),
+                    )),
+                ),
+            ),
+        ),
     ),
 )
