@@ -201,7 +201,7 @@ _PYTORCH_ERROR = (
 _BARE_VERSION = r"^(?P<prefix>.*?)(?P<msg>NCCL version \d\S*)$"
 _SEVERITY = {"E": "ERROR", "W": "WARN", "I": "INFO", "F": "FATAL"}
 
-_NCCL_TS = r"\[(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:[.,]\d+)?)\] ?$"  # 2.26+ NCCL_DEBUG_TIMESTAMP_FORMAT default
+_NCCL_TS = r"\[(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?$"  # 2.26+ NCCL_DEBUG_TIMESTAMP_FORMAT default
 _WRAPPER_TS = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?)"  # launcher/shipper timestamp with a full date
 _PDSH_HOST = r"^([A-Za-z0-9][\w.-]*): "
 
