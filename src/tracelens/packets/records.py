@@ -29,7 +29,7 @@ PCAPNG_BOM = 0x1A2B3C4D
 
 PCAP_HEADER = 24
 PCAP_RECORD_HEADER = 16
-CHUNK_RECORDS = 1 << 18
+CHUNK_RECORDS = 1 << 16
 MAX_CAPLEN = 1 << 24  # a record claiming more is corruption, not a packet
 
 # pcapng block types
