@@ -251,10 +251,7 @@ def _ipv6(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
     chunk.put("ecn", rows, (first >> 4) & 3)
     length, _ = chunk.read(rows, at + 4, 2)
     nexthdr, _ = chunk.read(rows, at + 6, 1)
-    for side, offset in (("src", 8), ("dst", 24)):
-        hi, _ = chunk.read(rows, at + offset, 8)
-        lo, _ = chunk.read(rows, at + offset + 8, 8)
-        chunk.put_addr(side, rows, _V6, hi.astype(np.uint64), lo.astype(np.uint64))
+    _ipv6_addresses(chunk, rows, at)
     at = at + 40
     first_fragment = np.ones(len(rows), bool)
     for _ in range(4):  # extension headers before the transport header
@@ -277,7 +274,7 @@ def _rocev1(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
     ok = at + GRH_LEN <= chunk.end[rows]
     rows, at = rows[ok], at[ok]
     chunk.proto[rows] = _P["roce"]
-    _grh_addresses(chunk, rows, at)
+    _ipv6_addresses(chunk, rows, at)
     length, _ = chunk.read(rows, at + 4, 2)
     _bth(chunk, rows, at + GRH_LEN, length)
 
@@ -299,7 +296,8 @@ def _lrh(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
     _bth(chunk, rows[transport], bth_at[transport], length[transport])
 
 
-def _grh_addresses(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+def _ipv6_addresses(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+    """Source and destination of an IPv6 header or an InfiniBand GRH (same layout: GIDs at 8 and 24)."""
     for side, offset in (("src", 8), ("dst", 24)):
         hi, _ = chunk.read(rows, at + offset, 8)
         lo, _ = chunk.read(rows, at + offset + 8, 8)
