@@ -1,0 +1,62 @@
+"""ds_config.json: the DeepSpeed configuration a run was started with.
+
+Its settings go to the `config` table under dotted keys (`zero_optimization.overlap_comm`),
+the same keys the log's echo of the user config gets, with source "ds_config.json" and
+the line each key is on. Values are kept as text: JSON for non-strings (`true`, `5e8` as
+`500000000.0`), HF's `"auto"` as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import polars as pl
+
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest.ds_assemble import flatten, render
+
+FORMAT = "ds_config"
+PRIORITY = 50  # before the text-log catch-all; JSON that names DeepSpeed's own sections
+MARKERS = (b'"zero_optimization"', b'"train_micro_batch_size_per_gpu"', b'"train_batch_size"', b'"gradient_accumulation_steps"')
+
+
+def sniff(head: bytes) -> bool:
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{") and any(m in head for m in MARKERS)
+
+
+def ingest(source: InputFile) -> IngestResult:
+    result = IngestResult()
+    text = source.path.read_bytes().decode("utf-8", errors="replace")
+    result.account.lines = text.count("\n") + 1
+    try:
+        settings = json.loads(text.lstrip("\ufeff"))
+    except json.JSONDecodeError as exc:
+        result.account.errors.append(f"{source.name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        return result
+    if not isinstance(settings, dict):
+        result.account.errors.append(f"{source.name}: not a DeepSpeed config (the JSON is not an object)")
+        return result
+    pairs = flatten(settings)
+    rows = [{"line": line, "key": key, "value": render(value)} for (key, value), line in zip(pairs, _key_lines(text, pairs))]
+    result.account.parsed = len(rows)
+    result.account.ignored = result.account.lines - len(rows)
+    result.add(
+        "config",
+        pl.DataFrame(rows, schema={"line": pl.Int64, "key": pl.String, "value": pl.String}).with_columns(
+            pl.lit(source.name).alias("file"), pl.lit("ds_config.json").alias("source"), pl.lit("none").alias("ts_quality")
+        ),
+    )
+    return result
+
+
+def _key_lines(text: str, pairs: list[tuple[str, object]]) -> list[int | None]:
+    """The line of each flattened key: the next line, from the previous key's, that names its last part."""
+    lines = text.splitlines()
+    found, at = [], 0
+    for key, _ in pairs:
+        pattern = re.compile(rf'"{re.escape(key.rsplit(".", 1)[-1])}"\s*:')
+        hit = next((i for i in range(at, len(lines)) if pattern.search(lines[i])), None)
+        found.append(None if hit is None else hit + 1)
+        at = hit if hit is not None else at
+    return found

@@ -1,0 +1,264 @@
+"""TL401-TL404: how long the training steps took, and where the time went."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from tracelens import steps as timing
+from tracelens.findings import Evidence, Finding, Severity
+from tracelens.rules import rule
+from tracelens.tables import RunTables
+
+MAX_WINDOWS = 10  # findings for the costliest windows; the rest are counted in the last one
+LONG_WINDOW_ROWS = 3  # windows of fewer logged steps are isolated spikes, reported together
+MIN_COST_SHARE = 0.01  # of the run's step time: less is not worth a finding
+COMM_BOUND_SHARE = 0.35  # all-reduce + all-gather share of a step that makes it communication-bound
+COMM_SURGE = 2.0  # comm time in a window over its usual, with ...
+COMPUTE_FLAT = 1.3  # ... compute no more than this over its usual
+THROUGHPUT_DROP = 0.15  # sustained fall of samples/s below the early steady state
+STRAGGLER_RATIO = 1.15  # a rank this much slower than its peers' median ...
+STRAGGLER_SHARE = 0.6  # ... on this share of the steps
+STRAGGLER_WAIT_SHARE = 0.5  # comms-logger straggler time over comm latency
+
+
+def _evidence(t: RunTables, file: str, lines: list[int] | tuple[int, ...]) -> list[Evidence]:
+    rows = t["steps"].filter((pl.col("file") == file) & pl.col("line").is_in(list(lines))).sort("line")
+    return [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in rows.iter_rows(named=True)]
+
+
+def _basis_note(basis: str) -> str:
+    return {
+        "timers": "measured by wall_clock_breakdown (forward + backward + optimizer step)",
+        "iteration": "as the iteration time the log reports",
+        "timestamps": "measured between progress lines, so data loading, evaluation and checkpoints count too",
+    }[basis]
+
+
+def _scope(w: timing.Window) -> dict:
+    return {"hosts": [w.host] if w.host else [], "ranks": [w.rank] if w.rank >= 0 else [], "window": (w.start, w.end) if w.start else None}
+
+
+@rule("TL401", "step-time-spikes", Severity.WARNING)
+def step_time_spikes(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: steps that took far longer than the run's usual step time, grouped into
+    windows of consecutive slow steps, each with how much time it cost the run. "Usual" is a
+    rolling median of the step time and "far" is both 1.5x that median and six robust
+    standard deviations (median absolute deviation) above it, so a noisy run is not flagged
+    for its noise and no fixed number of milliseconds is assumed. Step time comes from
+    Megatron's iteration time, else wall_clock_breakdown's timers, else the time between
+    progress lines.
+
+    Why it slows the run: in data-parallel training every rank waits for the slowest at each
+    gradient all-reduce, so a slow window stalls the whole job. Windows where every step is
+    slow at once point at a shared cause: the network (packet loss with long RoCE/IB
+    retransmission timeouts, congestion, a flapping link), a storage or data-loader stall,
+    or checkpointing. Isolated multi-second spikes that repeat are the classic sign of
+    retransmission timeouts.
+
+    How to fix: look at what else happened in the window (other findings with the same time
+    span): compare the timers (TL402 says whether the all-reduce grew), check the fabric
+    counters for errors (`perfquery -x`, `ethtool -S` for `rx_prio*_pause`, `out_of_sequence`,
+    `local_ack_timeout_err`) and the NCCL log for warnings in that window. For RoCE
+    timeouts, fix the loss (PFC/ECN on the RoCE priority) and keep `NCCL_IB_TIMEOUT` at its
+    default rather than raising it. If the windows line up with evaluation or checkpoints,
+    make those asynchronous or less frequent.
+    """
+    series = timing.step_series(t["steps"])
+    windows = timing.slow_windows(series)
+    if not windows:
+        return
+    total = timing.run_time_s(series) or 1.0
+    long = [w for w in windows if w.rows >= LONG_WINDOW_ROWS and w.cost_s >= MIN_COST_SHARE * total]
+    spikes = [w for w in windows if w.rows < LONG_WINDOW_ROWS]
+    for w in long[:MAX_WINDOWS]:
+        share = w.cost_s / total
+        severity = Severity.CRITICAL if share >= 0.2 else Severity.WARNING
+        yield Finding(
+            rule_id="TL401",
+            severity=severity,
+            title=f"Slow steps: {w.label} took {w.ratio:.1f}x the usual step time",
+            summary=f"{w.label} ({w.steps} steps, engine {w.engine}) took {w.ratio:.1f}x the usual "
+            f"{w.baseline_ms:.0f} ms per step (worst {w.peak_ms:.0f} ms), {_basis_note(w.basis)}; "
+            f"they cost {w.cost_s:.1f} s, {share:.0%} of the run's step time.",
+            evidence=_evidence(t, w.file, w.lines),
+            cost_seconds=w.cost_s,
+            **_scope(w),
+        )
+    cost = sum(w.cost_s for w in spikes)
+    if spikes and cost >= MIN_COST_SHARE * total:
+        worst = max(spikes, key=lambda w: w.peak_ms)
+        yield Finding(
+            rule_id="TL401",
+            # between progress lines a spike may as well be an evaluation or a checkpoint
+            severity=Severity.INFO if worst.basis == "timestamps" else Severity.WARNING,
+            title=f"{len(spikes)} isolated step-time spike(s)",
+            summary=f"{len(spikes)} single slow step(s) or pairs, up to {worst.peak_ms:.0f} ms against a usual "
+            f"{worst.baseline_ms:.0f} ms ({worst.label}), {_basis_note(worst.basis)}; together they cost "
+            f"{cost:.1f} s, {cost / total:.0%} of the run's step time.",
+            evidence=[e for w in spikes for e in _evidence(t, w.file, w.lines)],
+            hosts=[w.host for w in spikes if w.host],
+            cost_seconds=cost,
+        )
+
+
+@rule("TL402", "comm-bound-steps", Severity.WARNING)
+def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: steps where gradient communication takes a large share of the step, from
+    wall_clock_breakdown's timers: `bwd_allreduce` (the all-reduce or reduce-scatter that did
+    not overlap with the backward pass) plus ZeRO's `optimizer_allgather`. Either the share
+    is high throughout (over 35% of the step), or it surges in a slow window (twice its
+    usual time) while forward and backward compute stay flat.
+
+    Why it slows the run: time in these timers is time the GPUs wait for the network. A high
+    share throughout means the fabric cannot keep up with the model's gradient volume (too
+    little bandwidth, a downshifted link, TCP instead of RDMA); a surge with flat compute
+    means the network itself slowed down for that window (loss, retransmissions, congestion),
+    not the model.
+
+    How to fix: for a surge, look for fabric errors and congestion in the same window (port
+    counters, pause frames, ECN/CNP counters, NCCL warnings). For a high share throughout:
+    check NCCL really uses IB/RoCE with GPUDirect RDMA (`NCCL_DEBUG=INFO`, `via NET/IB/.../GDRDMA`),
+    the link rate (`ibstat`), then reduce the traffic: `overlap_comm: true` with ZeRO,
+    larger `reduce_bucket_size`, `gradient_accumulation_steps` > 1, bf16/fp16 gradients
+    (`communication_data_type`).
+    """
+    series = timing.step_series(t["steps"])
+    timed = series.filter(pl.col("comm_ms").is_not_null() & (pl.col("basis") == "timers"))
+    if timed.height == 0:
+        return
+    for w in timing.slow_windows(series):
+        if w.comm_ratio and w.comm_ratio >= COMM_SURGE and (w.compute_ratio or 1.0) <= COMPUTE_FLAT:
+            yield Finding(
+                rule_id="TL402",
+                severity=Severity.WARNING,
+                title=f"Gradient communication surged in {w.label}",
+                summary=f"In {w.label} the gradient all-reduce/all-gather took {w.comm_ratio:.1f}x its usual time "
+                f"while forward and backward compute stayed at {w.compute_ratio or 1.0:.2f}x: the network slowed "
+                "down, not the model.",
+                evidence=_evidence(t, w.file, w.lines),
+                **_scope(w),
+            )
+    steady = timed.filter(~pl.col("slow"))
+    for (file, host, rank, engine), stream in steady.group_by(timing.STREAM, maintain_order=True):
+        share = (stream["comm_ms"] / stream["time_ms"]).median()
+        if share is not None and share >= COMM_BOUND_SHARE:
+            median = stream["comm_ms"].median()
+            yield Finding(
+                rule_id="TL402",
+                severity=Severity.WARNING,
+                title=f"Steps are communication-bound ({share:.0%} in all-reduce/all-gather)",
+                summary=f"Engine {engine}: the gradient all-reduce and ZeRO all-gather take {share:.0%} of each "
+                f"step (median {median:.0f} ms of {stream['time_ms'].median():.0f} ms) over {stream.height} steps.",
+                evidence=_evidence(t, file, stream["line"].head(5).to_list()),
+                hosts=[host] if host else [],
+                ranks=[rank] if rank >= 0 else [],
+            )
+
+
+@rule("TL403", "throughput-drop", Severity.WARNING)
+def throughput_drop(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: samples/sec (DeepSpeed's ThroughputTimer, Megatron or the pipeline engine)
+    falling and staying below the run's early steady state by more than 15%, judged on a
+    rolling median over a third of the run so that short spikes (TL401) do not count. The
+    first steps (warm-up) and steps skipped for fp16 overflow are left out: a skipped step
+    is a numerical event (the loss scale was too high), not a network one.
+
+    Why it slows the run: a sustained fall in throughput with no change to the model or the
+    batch is the signature of a resource degrading under load: congestion building up in
+    the fabric (PFC pauses, ECN/DCQCN rate cuts), a link that retrains at a lower rate,
+    thermal throttling, or a slowly filling disk or data pipeline.
+
+    How to fix: compare the time the drop starts with the fabric counters (`PortXmitWait`,
+    `rx_prio*_pause`, `np_ecn_marked_roce_packets`, `rp_cnp_handled`) and with the link rate
+    (`ibstat`); check GPU clocks and temperatures (`nvidia-smi -q -d PERFORMANCE`) and the
+    data loader. If only some ranks show it, look for stragglers (TL404).
+    """
+    rows = t["steps"].filter(pl.col("samples_per_sec").is_not_null() & pl.col("step").is_not_null())
+    for (file, host, engine), stream in rows.sort("line").group_by(["file", "host", "engine"], maintain_order=True):
+        skipped = stream["skipped"].fill_null(strategy="forward").fill_null(0)
+        fresh = (skipped.diff().fill_null(0) == 0).to_list()
+        clean = stream.filter(pl.Series(fresh)).slice(timing.WARMUP_ROWS)
+        if clean.height < 12:
+            continue
+        steady = clean["samples_per_sec"].head(max(clean.height // 4, 3)).median()
+        span = max(clean.height // 3, 4)
+        rolling = clean["samples_per_sec"].rolling_median(span, center=True)
+        low = clean.with_columns(rolling.alias("rolling")).filter(pl.col("rolling") < steady * (1 - THROUGHPUT_DROP))
+        if low.height < span:
+            continue
+        worst = float(low["rolling"].min())
+        overflow = int(skipped[-1] - skipped[0]) if stream.height else 0
+        note = (
+            f" {overflow} step(s) were skipped for fp16 overflow and left out: a too-high loss scale, not the network."
+            if overflow
+            else ""
+        )
+        yield Finding(
+            rule_id="TL403",
+            severity=Severity.WARNING,
+            title=f"Throughput fell {1 - worst / steady:.0%} below its steady state",
+            summary=f"Engine {engine}: samples/sec fell from a steady {steady:.1f} to {worst:.1f} (rolling median over "
+            f"{span} reports) from step {low['step'][0]} to {low['step'][-1]}.{note}",
+            evidence=_evidence(t, file, [low["line"][0], low["line"][-1]]),
+            hosts=[host] if host else [],
+            window=(low["ts"].min(), low["ts"].max()) if low["ts"].null_count() < low.height else None,
+        )
+
+
+@rule("TL404", "stragglers", Severity.WARNING)
+def stragglers(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: one rank consistently slower than its peers, where per-rank timings exist:
+    wall_clock_breakdown timer lines from every rank (compute time forward + backward without
+    the all-reduce, at least 15% above the other ranks' median on most steps), or the comms
+    logger's straggler table (`show_straggler`) where waiting for the slowest rank is more
+    than half of the collective time.
+
+    Why it slows the run: a collective ends when its last rank arrives, so one slow rank
+    (a GPU throttling, a noisy neighbour, a slow host CPU or data loader) makes every other
+    rank wait at every all-reduce. The waiting shows up as communication time on the fast
+    ranks, so it looks like a network problem when it is not.
+
+    How to fix: look at the named rank's host: GPU clocks, temperature and ECC errors
+    (`nvidia-smi -q`), CPU load and NUMA binding of its process, its data-loader workers.
+    Swap the node out and see whether the slowness moves with it.
+    """
+    series = timing.step_series(t["steps"])
+    ranked = series.filter(pl.col("compute_ms").is_not_null() & (pl.col("rank") >= 0))
+    step_key = ["file", "engine", "step"]
+    peers = ranked.filter(pl.col("rank").n_unique().over(step_key) >= 2)
+    if peers.height:
+        ratio = pl.col("compute_ms") / pl.col("compute_ms").median().over(step_key)
+        per_rank = (
+            peers.with_columns(ratio.alias("ratio"))
+            .group_by("file", "host", "rank", "engine")
+            .agg(pl.col("ratio").median(), (pl.col("ratio") >= STRAGGLER_RATIO).mean().alias("share"), pl.col("line"))
+        )
+        for r in per_rank.filter((pl.col("ratio") >= STRAGGLER_RATIO) & (pl.col("share") >= STRAGGLER_SHARE)).iter_rows(named=True):
+            yield Finding(
+                rule_id="TL404",
+                severity=Severity.WARNING,
+                title=f"Rank {r['rank']} is a straggler ({r['ratio']:.2f}x its peers' compute time)",
+                summary=f"Rank {r['rank']} took {r['ratio']:.2f}x the median forward+backward time of the other ranks, "
+                f"and was slower by {STRAGGLER_RATIO - 1:.0%} or more on {r['share']:.0%} of the steps.",
+                evidence=_evidence(t, r["file"], r["line"][:5]),
+                hosts=[r["host"]] if r["host"] else [],
+                ranks=[r["rank"]],
+            )
+    waits = t["comm_ops"].filter(pl.col("kind") == "straggler")
+    for (file,), table in waits.group_by(["file"], maintain_order=True):
+        comm, wait = table["total_ms"].sum(), table["straggler_total_ms"].sum()
+        if comm and wait / comm >= STRAGGLER_WAIT_SHARE:
+            yield Finding(
+                rule_id="TL404",
+                severity=Severity.WARNING,
+                title="Collectives mostly wait for a straggler",
+                summary=f"The comms logger's straggler breakdown shows {wait:.0f} ms of {comm:.0f} ms collective time "
+                f"({wait / comm:.0%}) spent waiting for the slowest rank to arrive, not moving data.",
+                evidence=[Evidence(file=file, line=r["line"], text=f"{r['op']} {r['msg_bytes']} B") for r in table.iter_rows(named=True)],
+            )

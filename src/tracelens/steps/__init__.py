@@ -1,0 +1,147 @@
+"""Step times, their robust baseline and the slow windows: shared by the TL4xx rules and the report.
+
+A *stream* is one engine of one rank in one file. Its step time comes from the best
+evidence the log has (`basis`):
+
+- "iteration": the whole iteration as Megatron or the pipeline engine reports it;
+- "timers": wall_clock_breakdown's forward + backward + optimizer step (GPU time, so data
+  loading between steps is not in it);
+- "timestamps": the time between two progress lines divided by the steps between them
+  (everything: data loading, evaluation, checkpoints).
+
+The baseline is a centred rolling median over BASELINE_ROWS rows, and the spread its
+rolling median absolute deviation: a window of slow steps shorter than half of that does
+not move it, and no fixed number of milliseconds is assumed anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import polars as pl
+
+STREAM = ["file", "host", "rank", "engine"]
+BASELINE_ROWS = 201
+WARMUP_ROWS = 2  # DeepSpeed's own ThroughputTimer skips the first two steps too
+SLOW_RATIO = 1.5  # slower than this multiple of the baseline ...
+SLOW_SIGMAS = 6.0  # ... and this many robust standard deviations above it
+MIN_SPREAD = 0.02  # spread floor, as a share of the baseline: very steady runs are not flagged for jitter
+MERGE_GAP_ROWS = 2  # slow rows this close belong to one window
+
+
+def step_series(steps: pl.DataFrame) -> pl.DataFrame:
+    """Per stream and step: time_ms (by basis), steps_covered, comm_ms, compute_ms, baseline_ms, slow."""
+    timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
+    prev_ts, prev_step = pl.col("ts").shift().over(STREAM), pl.col("step").shift().over(STREAM)
+    covered = (pl.col("step") - prev_step).cast(pl.Float64)
+    per_step_gap = (pl.col("ts") - prev_ts).dt.total_microseconds() / 1000 / covered
+    # v0.1 stamps whole seconds: too coarse to time a step
+    fine_ts = (pl.col("ts").dt.millisecond() != 0).any().over(STREAM)
+    series = (
+        steps.with_columns(pl.col("rank").fill_null(-1), pl.col("engine").fill_null("0"))
+        .filter(pl.col("step").is_not_null())
+        .sort([*STREAM, "step"], nulls_last=True)
+        .with_columns(
+            pl.coalesce(pl.col("iter_ms"), timers, pl.when((covered > 0) & fine_ts).then(per_step_gap)).alias("time_ms"),
+            pl.when(pl.col("iter_ms").is_not_null())
+            .then(pl.lit("iteration"))
+            .when(timers.is_not_null())
+            .then(pl.lit("timers"))
+            .otherwise(pl.lit("timestamps"))
+            .alias("basis"),
+            pl.when(pl.col("iter_ms").is_null() & timers.is_null()).then(covered).otherwise(1.0).alias("steps_covered"),
+            pl.sum_horizontal("bwd_allreduce_ms", "optimizer_allgather_ms").alias("comm_ms"),
+            (pl.col("fwd_ms") + pl.coalesce("bwd_inner_ms", pl.col("bwd_ms") - pl.col("bwd_allreduce_ms"))).alias("compute_ms"),
+        )
+    )
+    return _baseline(series)
+
+
+def _baseline(series: pl.DataFrame) -> pl.DataFrame:
+    index = pl.int_range(pl.len()).over(STREAM)
+    timed = pl.col("time_ms").is_not_null() & (index >= WARMUP_ROWS)
+    t = pl.when(timed).then(pl.col("time_ms"))
+    window = dict(window_size=BASELINE_ROWS, center=True, min_samples=1)
+    base = t.rolling_median(**window).over(STREAM)
+    series = series.with_columns(base.alias("baseline_ms"))
+    spread = (t - pl.col("baseline_ms")).abs().rolling_median(**window).over(STREAM) * 1.4826
+    spread = pl.max_horizontal(spread, pl.col("baseline_ms") * MIN_SPREAD)
+    slow = timed & (pl.col("baseline_ms") > 0) & (pl.col("time_ms") > SLOW_RATIO * pl.col("baseline_ms")) & (pl.col("time_ms") - pl.col("baseline_ms") > SLOW_SIGMAS * spread)
+    return series.with_columns(slow.fill_null(False).alias("slow"))
+
+
+@dataclass(frozen=True)
+class Window:
+    """Consecutive slow steps of one stream."""
+
+    file: str
+    host: str | None
+    rank: int
+    engine: str
+    first_step: int
+    last_step: int
+    rows: int  # slow rows (one per logged step)
+    steps: int  # steps inside, counting those between progress lines
+    ratio: float  # median time over baseline inside
+    baseline_ms: float
+    peak_ms: float
+    cost_s: float  # time lost against the baseline
+    start: datetime | None
+    end: datetime | None
+    basis: str
+    lines: tuple[int, ...]
+    comm_ratio: float | None  # comm time inside over the stream's median, where timers show it
+    compute_ratio: float | None
+
+    @property
+    def label(self) -> str:
+        return f"step {self.first_step}" if self.first_step == self.last_step else f"steps {self.first_step}-{self.last_step}"
+
+
+def slow_windows(series: pl.DataFrame) -> list[Window]:
+    """The slow windows of every stream, costliest first."""
+    windows = []
+    for key, stream in series.group_by(STREAM, maintain_order=True):
+        stream = stream.with_row_index("i")
+        slow_rows = stream.filter(pl.col("slow"))["i"].to_list()
+        for first, last in _runs(slow_rows):
+            inside = stream.filter(pl.col("i").is_between(first, last) & pl.col("slow"))
+            windows.append(_window(key, stream, inside))
+    return sorted(windows, key=lambda w: -w.cost_s)
+
+
+def _runs(rows: list[int]) -> list[tuple[int, int]]:
+    runs: list[tuple[int, int]] = []
+    for i in rows:
+        if runs and i - runs[-1][1] <= MERGE_GAP_ROWS + 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def _window(key: tuple, stream: pl.DataFrame, inside: pl.DataFrame) -> Window:
+    file, host, rank, engine = key
+    steps_covered = inside["steps_covered"].fill_null(1.0)
+    lost = ((inside["time_ms"] - inside["baseline_ms"]) * steps_covered).sum() / 1000
+    first_step = int(inside["step"][0] - steps_covered[0] + 1)
+
+    def ratio(col: str) -> float | None:
+        typical = stream[col].median()
+        return float(inside[col].median() / typical) if typical else None
+
+    return Window(
+        file=file, host=host, rank=rank, engine=engine,
+        first_step=first_step, last_step=int(inside["step"][-1]), rows=inside.height, steps=int(steps_covered.sum()),
+        ratio=float((inside["time_ms"] / inside["baseline_ms"]).median()),
+        baseline_ms=float(inside["baseline_ms"].median()), peak_ms=float(inside["time_ms"].max()),
+        cost_s=float(lost), start=inside["ts"].min(), end=inside["ts"].max(), basis=inside["basis"][0],
+        lines=tuple(inside["line"].to_list()), comm_ratio=ratio("comm_ms"), compute_ratio=ratio("compute_ms"),
+    )  # fmt: skip
+
+
+def run_time_s(series: pl.DataFrame) -> float:
+    """Total step time of the longest stream: what a window's cost is measured against."""
+    totals = series.group_by(STREAM).agg((pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0)).sum() / 1000)
+    return float(totals["time_ms"].max() or 0.0)

@@ -1,0 +1,263 @@
+"""DeepSpeed ingest: every format of other-formats.md §1, the real corpus, and the vectorized kinds against the grammar."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tracelens.ingest import InputFile, ds_config, textlog
+from tracelens.ingest.deepspeed import HOT, extract_hot, parse_body, split_envelope, timer_column
+from tracelens.ingest.lines import read_chunks
+from tracelens.synth.deepspeed import DsConfig
+from tracelens.synth.deepspeed import ds_config as make_ds_config
+
+from .conftest import FIXTURES, corpus_dir
+
+EXAMPLES = {  # the complete DeepSpeedExamples logs: progress lines per engine
+    "DeepSpeedExamples__step1_supervised_finetuning__opt-1.3b-globalBatchSize128.log": {"0": 736},
+    "DeepSpeedExamples__step2_dpo_finetuning__opt-350M_globalBatchSize-32.log": {"0": 236},
+    "DeepSpeedExamples__step2_reward_model_finetuning__opt-350m_globalBatchSize-64.log": {"0": 184},
+    "DeepSpeedExamples__step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log": {"0": 47, "1": 47},
+}
+
+
+def ingest(path: Path):
+    return textlog.ingest(InputFile(path, path.name, "log"))
+
+
+def ingest_text(tmp_path: Path, text: str):
+    path = tmp_path / "train.log"
+    path.write_text(text)
+    return ingest(path)
+
+
+def corpus(name: str) -> Path:
+    return corpus_dir("deepspeed") / name
+
+
+# ---------------------------------------------------------------- the real corpus
+
+
+def test_every_corpus_file_is_read_without_error():
+    for path in sorted(corpus_dir("deepspeed").glob("*.log")):
+        result = ingest(path)
+        assert result.account.errors == [], path.name
+        assert result.account.parsed > 0, path.name
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_examples_give_one_row_per_logged_step(name):
+    path = corpus(name)
+    result = ingest(path)
+    steps = result.tables["steps"]
+    progress = sum("] step=" in line for line in path.read_text().splitlines())
+    assert steps.height == progress
+    assert dict(steps.group_by("engine").len().iter_rows()) == EXAMPLES[name]
+    assert steps.select(pl.struct("engine", "step").is_unique().all()).item()
+
+
+def test_examples_keep_step_throughput_and_engines_together():
+    sft = ingest(corpus(next(iter(EXAMPLES)))).tables["steps"].row(0, named=True)
+    assert (sft["step"], sft["skipped"], sft["rank"], sft["epoch"], sft["micro_step"]) == (10, 6, 0, 0, 10)
+    assert sft["lr"] == pytest.approx(9.649992967150629e-06)
+    assert sft["samples_per_sec"] == pytest.approx(171.97903593624417)
+    assert sft["avg_samples_per_sec"] == pytest.approx(173.4455644119137)
+    assert str(sft["ts"]) == "2023-04-18 01:46:59.142000+00:00"
+    rlhf = ingest(corpus(list(EXAMPLES)[3])).tables["steps"].filter(pl.col("step") == 10).sort("engine")
+    assert rlhf["skipped"].to_list() == [4, 3]  # actor and critic, each its own skipped count
+    assert rlhf["samples_per_sec"].to_list()[0] == pytest.approx(78.87912870644737)  # the timer line is the actor's
+    dpo = ingest(corpus(list(EXAMPLES)[1])).tables["steps"].filter(pl.col("step") == 10).row(0, named=True)
+    assert (dpo["micro_step"], dpo["skipped"]) == (20, 4)  # gradient accumulation 2
+
+
+def test_unrecognised_lines_are_counted_and_sampled():
+    account = ingest(corpus("alcf_megatron_deepspeed_aurora_zero2_2024-04-04.log")).account
+    assert account.unrecognized == 5  # activation checkpointing chatter
+    assert "Activation Checkpointing Information" in account.samples[0][1]
+
+
+def test_megatron_and_new_style_timers_merge_into_one_step():
+    rows = ingest(corpus("alcf_megatron_deepspeed_aurora_zero2_2024-04-04.log")).tables["steps"].sort("step")
+    first = rows.row(0, named=True)
+    assert first["step"] == 1 and rows["step"].to_list() == [1, 2]
+    assert first["fwd_ms"] == 6567.66 and first["bwd_ms"] == 17950.35 and first["bwd_inner_ms"] == 17711.19
+    assert first["bwd_allreduce_ms"] == 239.11 and first["step_ms"] == 1139.29
+    assert first["optimizer_allgather_ms"] == 884.11 and first["optimizer_step_ms"] == 23.44
+    assert first["iter_ms"] == 25849.1 and first["samples_per_sec"] == 3.714
+    assert first["message"].startswith("time (ms) | fwd: 6567.66")
+
+
+def test_old_formats():
+    v01 = ingest(corpus("ds_docs_cifar10_pdsh_worker0_v0.1_2020-02-06.log"))
+    steps = v01.tables["steps"].sort("step")
+    assert set(steps["host"].to_list()) == {"worker-0"}
+    assert steps.row(0, named=True)["lr"] == 0.001 and steps["step"].to_list()[:3] == [0, 50, 100]
+    assert steps.row(1, named=True)["avg_samples_per_sec"] == pytest.approx(1292.6411179579866)
+    config = dict(v01.tables["config"].select("key", "value").iter_rows())
+    assert config["allgather_size"] == "500000000" and config["tensorboard_output_path"] == ""
+    assert config["optimizer.params.lr"] == "0.001"  # the json block, continued without prefix
+    assert config["launcher.dist_world_size"] == "1" and config["NCCL_VERSION"] == "2.4.2"
+    assert config["deepspeed_version"] == "2.1"
+    micro = ingest(corpus("gh_deepspeed_issue255_2020_forward_microstep.log")).tables["steps"].sort("line")
+    timed = micro.filter(pl.col("fwd_ms").is_not_null())
+    assert timed.height == 8 and timed["fwd_ms"][0] == 193.65 and timed["bwd_allreduce_ms"][0] == 0.05
+    rank0 = ingest(corpus("gh_accelerate_issue1589_2023_rank0_time_ms.log")).tables["steps"].sort("line")
+    assert rank0["fwd_ms"].to_list() == [27.41, 27.46] and rank0["bwd_allreduce_ms"].to_list() == [22.40, 22.50]
+
+
+def test_comms_logger():
+    verbose = ingest(corpus("ds_docs_comms_logger_verbose_2022-06-26.log")).tables["comm_ops"].row(0, named=True)
+    assert (verbose["op"], verbose["kind"], verbose["rank"], verbose["count"]) == ("reduce_scatter_base", "op", 0, 1)
+    assert verbose["msg_bytes"] == round(678.86 * 1024**2) and verbose["total_ms"] == 9.46
+    assert (verbose["algbw_gbps"], verbose["busbw_gbps"]) == (1204.52, 1129.23)
+    summary = ingest(corpus("ds_docs_comms_logger_summary_debug.log")).tables["comm_ops"]
+    assert summary["op"].to_list() == ["broadcast", "broadcast", "reduce_scatter_base"]
+    assert summary["caller"].to_list()[-1] == "reduce_scatter_fn"
+    last = summary.row(-1, named=True)
+    assert (last["count"], last["total_ms"], last["avg_ms"], last["algbw_gbps"], last["busbw_gbps"]) == (80, 1527.17, 13.94, 1211.75, 1136.01)
+    padded = ingest(corpus("gh_deepspeed_pr2012_comms_summary_2022.log"))
+    assert padded.account.unrecognized == 0 and padded.tables["comm_ops"]["msg_bytes"].to_list()[:2] == [0, 2048]
+
+
+def test_config_echo_and_zero_init():
+    echo = dict(ingest(corpus("gh_deepspeed_issue745_config_echo_2021.log")).tables["config"].select("key", "value").iter_rows())
+    assert echo["checkpoint_tag_validation_enabled"] == "True" and echo["allreduce_always_fp32"] == "False"
+    assert echo["dynamic_loss_scale_args"].startswith("{'init_scale': 65536")
+    init = dict(ingest(corpus("gh_accelerate_issue1970_zero2_init_2023.log")).tables["config"].select("key", "value").iter_rows())
+    assert init["zero_optimization.reduce_bucket_size"] == "500000000"
+    assert init["zero_optimization.cpu_offload"] == "False"
+    dpo = ingest(corpus(list(EXAMPLES)[1])).tables["config"]
+    assert set(dpo["engine"].drop_nulls().to_list()) == {"0", "1"}  # two echoes: actor and reference
+    first = dict(dpo.filter(pl.col("engine") == "0").select("key", "value").iter_rows())
+    assert first["zero_optimization.overlap_comm"] in ("True", "true")
+    assert first["zero_optimization.offload_optimizer.device"] == "none"
+    assert first["autotuning_config.metric"] == "throughput"  # a multi-line JSON value
+    assert first["train_batch_size"] == "32" and first["gradient_accumulation_steps"] == "2"
+
+
+# ---------------------------------------------------------------- wrappers and versions (formats from the docs)
+
+STAMP = "[2023-06-21 07:39:09,625] [INFO] [logging.py:96:log_dist] [Rank 0] "
+
+
+def test_prefix_anywhere_in_the_line(tmp_path):
+    lines = [
+        "gpu-7: " + STAMP + "step=12, skipped=0, lr=[0.1], mom=[0.9]",
+        "gpu-7:   3%|███          | 12/345 [00:07<06:50,  1.23s/it]" + STAMP + "time (ms) | fwd: 10.00 | bwd: 20.00 | step: 5.00",
+        "2023-08-02 00:41:17.936 | INFO     | __main__:log_dist:54 - [Rank 0] step=13, skipped=0, lr=[0.1], mom=[0.9]",
+        "[INFO|trainer.py:1013] 2021-10-08 20:03:14,331 >> step=14, skipped=1, lr=[0.1], mom=[0.9]",
+        "2023-08-02 00:41:18.001 | INFO     | __main__:main:10 - loss went down",  # an app's own loguru line: not ours
+        "steps: 100 loss: 0.6931 iter time (s): 0.532 samples/sec: 240.4",
+    ]
+    result = ingest_text(tmp_path, "\n".join(lines) + "\n")
+    steps = result.tables["steps"].sort("line")
+    assert steps["step"].to_list() == [12, 13, 14, 100]
+    assert steps["host"].to_list() == ["gpu-7", None, None, None]
+    assert steps.filter(pl.col("step") == 12)["fwd_ms"].item() == 10.0
+    assert steps.filter(pl.col("step") == 100)["iter_ms"].item() == 532.0
+    assert str(steps.filter(pl.col("step") == 13)["ts"].item()) == "2023-08-02 00:41:17.936000+00:00"
+    assert (result.account.parsed, result.account.unrecognized) == (5, 0)
+
+
+def test_unknown_message_with_deepspeed_prefix_is_unrecognized_and_broken_kinds_too(tmp_path):
+    text = STAMP + "something DeepSpeed says that tracelens does not know\n" + STAMP + "step=oops, skipped=0\n" + "plain app line\n"
+    result = ingest_text(tmp_path, text)
+    assert (result.account.unrecognized, result.account.parsed) == (2, 0)
+    assert "steps" not in result.tables
+
+
+@pytest.mark.parametrize("data", [b"", b"\x00\xff\xfe" * 1000, b"[2023-06-21 07:39:09,6", b"time (ms) | fwd: \r\n" * 3, "é".encode("latin-1") * 50])
+def test_bad_input_never_raises(tmp_path, data):
+    path = tmp_path / "train.log"
+    path.write_bytes(data)
+    assert ingest(path).account.errors == []
+
+
+def test_two_engines_with_their_own_timers(tmp_path):
+    a, b = STAMP + "step=10, skipped=0, lr=[0.1], mom=[0.9]", STAMP + "step=10, skipped=2, lr=[0.2], mom=[0.9]"
+    timers = STAMP + "time (ms) | fwd: {0} | bwd: {0} | bwd_inner: {0} | bwd_allreduce: 0.00 | step: 1.00"
+    result = ingest_text(tmp_path, "\n".join([a, timers.format(1.0), b, timers.format(2.0)]) + "\n")
+    rows = result.tables["steps"].sort("engine")
+    assert rows.select("engine", "step", "skipped", "fwd_ms").rows() == [("0", 10, 0, 1.0), ("1", 10, 2, 2.0)]
+
+
+# ---------------------------------------------------------------- ds_config.json
+
+
+def test_ds_config_file(tmp_path):
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(make_ds_config(DsConfig(overlap_comm=False)), indent=2))
+    assert ds_config.sniff(path.read_bytes())
+    result = ds_config.ingest(InputFile(path, "node01/ds_config.json", "ds_config"))
+    rows = {r["key"]: r for r in result.tables["config"].iter_rows(named=True)}
+    assert rows["zero_optimization.overlap_comm"]["value"] == "false"
+    assert rows["zero_optimization.reduce_bucket_size"]["value"] == "500000000.0"
+    assert rows["zero_optimization.offload_optimizer.device"]["value"] == "none"
+    assert rows["zero_optimization.overlap_comm"]["line"] == path.read_text().splitlines().index('    "overlap_comm": false,') + 1
+    assert all(r["source"] == "ds_config.json" for r in rows.values())
+
+
+def test_ds_config_bad_json_is_one_line_error(tmp_path):
+    path = tmp_path / "ds_config.json"
+    path.write_text('{"zero_optimization": {"stage": 2,,}')
+    assert ds_config.sniff(path.read_bytes()) and not ds_config.sniff(b'{"name": "not deepspeed"}')
+    errors = ds_config.ingest(InputFile(path, "ds_config.json", "ds_config")).account.errors
+    assert len(errors) == 1 and errors[0].startswith("ds_config.json: not valid JSON") and "\n" not in errors[0]
+
+
+# ---------------------------------------------------------------- vectorized kinds == grammar
+
+
+def _hot_bodies() -> list[tuple[str, pl.DataFrame]]:
+    paths = sorted(FIXTURES.glob("ds-*/*/*.log"))
+    if (corpus_root := FIXTURES.parent.parent / "shared" / "corpus" / "deepspeed").is_dir():
+        paths += sorted(corpus_root.glob("*.log"))
+    out = []
+    for path in paths:
+        for chunk in read_chunks(path):
+            out.append((path.name, split_envelope(chunk)))
+    return out
+
+
+def _by_grammar(kind: str, body: str) -> dict | None:
+    """The grammar's fields in the vectorized extraction's columns."""
+    fields = parse_body(kind, body)
+    if fields is None:
+        return None
+    if kind == "progress":
+        return {"step": fields["step"], "skipped": fields["skipped"], "lr": (fields["lr"] or [None])[0]}
+    if kind == "timers":
+        return {col: v for name, v in fields.items() if (col := timer_column(name))}
+    if kind == "throughput":
+        return {k: fields.get(k) for k in ("epoch", "micro_step", "step", "samples_per_sec", "avg_samples_per_sec")}
+    if kind == "iteration":
+        labels = {"iter_ms": "elapsed time per iteration (ms)", "lr": "learning rate", "samples_per_sec": "samples per second"}
+        return {"step": fields["step"]} | {c: float(fields[label]) for c, label in labels.items() if label in fields}
+    if kind == "pipe_step":
+        return {"step": fields["step"], "iter_ms": fields["iter_s"] * 1000, "samples_per_sec": fields["samples_per_sec"]}
+    return {k: fields.get(k) for k in ("op", "caller", "msg_bytes", "latency_ms", "algbw_gbps", "busbw_gbps")}
+
+
+def _same(a, b) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isclose(a, b))
+
+
+def test_vectorized_kinds_equal_the_grammar():
+    checked = dict.fromkeys(HOT, 0)
+    for name, recs in _hot_bodies():
+        for kind, pattern in HOT.items():
+            rows = recs.filter(pl.col("body").str.contains(pattern))
+            if rows.height == 0:
+                continue
+            fast = extract_hot(kind, rows).to_dicts()
+            for body, got in zip(rows["body"].to_list(), fast):
+                want = _by_grammar(kind, body)
+                assert want is not None, f"{name}: grammar rejects a {kind} body the regex accepts: {body!r}"
+                for col, value in want.items():
+                    assert _same(got[col], value), f"{name}: {kind}.{col}: {got[col]!r} != {value!r} in {body!r}"
+                checked[kind] += 1
+    assert all(checked[k] for k in ("progress", "timers", "throughput", "iteration", "comm_op")), checked

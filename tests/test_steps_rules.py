@@ -1,0 +1,107 @@
+"""TL401-TL404 on generated DeepSpeed runs and on small tables: each fires where it should and not on a healthy run."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from tracelens.analyze import analyze
+from tracelens.steps import slow_windows, step_series
+from tracelens.synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
+from tracelens.synth.runs import Scenario, write
+from tracelens.synth.scenarios import pair
+
+from .conftest import FIXTURES, fire, tables_from
+
+
+def findings(tmp_path, training: DeepSpeedTraining, prefix: str = "TL4"):
+    folder = write(Scenario(name="run", description="generated", rules=(), hosts=pair(), story=(training,)), tmp_path)
+    return [f for f in analyze(folder).findings if f.rule_id.startswith(prefix)]
+
+
+def test_slow_window_fires_with_its_edges_and_cost():
+    (window,) = [f for f in analyze(FIXTURES / "ds-slow-window").findings if f.rule_id == "TL401"]
+    assert "steps 120-159" in window.title and "3.0x" in window.title
+    assert window.cost_seconds == pytest.approx(40 * 2 * 0.42, rel=0.1)  # 40 steps, 2x the 420 ms baseline extra
+    assert window.window is not None and window.window[0] < window.window[1]
+    assert window.evidence[0].text.startswith("time (ms) | fwd: ")
+
+
+@pytest.mark.parametrize("first,last", [(40, 71), (200, 250)])
+def test_spike_rule_finds_other_windows_within_two_steps(tmp_path, first, last):
+    (f,) = [f for f in findings(tmp_path, DeepSpeedTraining(slow=(first, last, 3.0))) if f.rule_id == "TL401"]
+    lo, hi = (int(x) for x in f.title.split("steps ")[1].split(" ")[0].split("-"))
+    assert abs(lo - first) <= 2 and abs(hi - last) <= 2
+
+
+def test_the_baseline_is_robust_not_a_fixed_threshold(tmp_path):
+    # a slow run is slow everywhere: no spike; the same 3x steps in a 3x slower run are spikes again
+    assert findings(tmp_path / "a", DeepSpeedTraining(phases=Phases(fwd=900.0, bwd_inner=1800.0))) == []
+    slow = findings(tmp_path / "b", DeepSpeedTraining(phases=Phases(fwd=900.0, bwd_inner=1800.0), slow=(100, 130, 3.0)))
+    assert [f.rule_id for f in slow] == ["TL401", "TL402"]
+
+
+def test_healthy_fixture_fires_nothing():
+    assert analyze(FIXTURES / "ds-healthy-steps").findings == []
+
+
+def test_comm_surge_in_the_window_blames_the_network():
+    surge = [f for f in analyze(FIXTURES / "ds-slow-window").findings if f.rule_id == "TL402"]
+    assert len(surge) == 1 and "stayed at 1.0" in surge[0].summary and "steps 120-159" in surge[0].title
+
+
+def test_comm_bound_throughout(tmp_path):
+    bound = findings(tmp_path, DeepSpeedTraining(phases=Phases(bwd_allreduce=300.0)), prefix="TL")
+    assert sorted(f.rule_id for f in bound) == ["TL402", "TL504"]  # and no accumulation to spread it
+    (tl402,) = [f for f in bound if f.rule_id == "TL402"]
+    assert "49%" in tl402.title
+    accumulating = findings(tmp_path / "gas", DeepSpeedTraining(phases=Phases(bwd_allreduce=300.0), config=DsConfig(gradient_accumulation_steps=4)), prefix="TL")
+    assert [f.rule_id for f in accumulating] == ["TL402"]
+
+
+def _throughput_rows(values: list[float], skipped: list[int] | None = None) -> list[dict]:
+    start = datetime(2024, 1, 1)
+    return [
+        {"host": "n1", "engine": "0", "rank": 0, "step": i * 10, "samples_per_sec": v, "skipped": (skipped or [0] * len(values))[i], "ts": start + timedelta(seconds=i)}
+        for i, v in enumerate(values)
+    ]
+
+
+def test_throughput_drop():
+    (f,) = fire(tables_from(steps=_throughput_rows([100.0] * 30 + [70.0] * 30)), "TL403")
+    assert "from a steady 100.0 to 70.0" in f.summary and f.window is not None
+    assert fire(tables_from(steps=_throughput_rows([100.0] * 30 + [95.0] * 30)), "TL403") == []
+
+
+def test_throughput_leaves_out_overflow_skips_and_says_so():
+    values = [100.0] * 30 + [70.0] * 30
+    skipped = [0] * 10 + [3] * 50
+    (f,) = fire(tables_from(steps=_throughput_rows(values, skipped)), "TL403")
+    assert "3 step(s) were skipped for fp16 overflow" in f.summary and "not the network" in f.summary
+    spikes_only = [100.0] * 60
+    spikes_only[20] = 5.0  # the skipped step itself reports odd throughput
+    assert fire(tables_from(steps=_throughput_rows(spikes_only, [0] * 20 + [1] * 40)), "TL403") == []
+
+
+def test_straggler_rank(tmp_path):
+    (f,) = findings(tmp_path, DeepSpeedTraining(steps=60, straggler=(3, 1.3)))
+    assert f.rule_id == "TL404" and f.ranks == [3] and "1.30x" in f.title
+    assert findings(tmp_path / "even", DeepSpeedTraining(steps=60, straggler=(3, 1.0))) == []
+
+
+def test_straggler_table_from_the_comms_logger():
+    row = {"kind": "straggler", "op": "all_reduce", "msg_bytes": 1 << 20, "count": 10}
+    waiting = tables_from(comm_ops=[row | {"total_ms": 100.0, "straggler_total_ms": 80.0}])
+    (f,) = fire(waiting, "TL404")
+    assert "80%" in f.summary
+    assert fire(tables_from(comm_ops=[row | {"total_ms": 100.0, "straggler_total_ms": 5.0}]), "TL404") == []
+
+
+def test_windows_are_shared_with_the_report():
+    from tracelens.analyze import analyze as run
+
+    series = step_series(run(FIXTURES / "ds-slow-window").tables["steps"])
+    (w,) = slow_windows(series)
+    assert (w.first_step, w.last_step, w.rows, w.basis) == (120, 159, 40, "timers")
+    assert w.comm_ratio > 10 and w.compute_ratio == pytest.approx(1.0, abs=0.05)
