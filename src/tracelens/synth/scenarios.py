@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from tracelens.synth import deepspeed
 from tracelens.synth.nccl import Host, Version
 from tracelens.synth.pytorch import Work
 from tracelens.synth.fabric import FabricPort
@@ -125,3 +126,5 @@ SCENARIOS = (
         ),
     ),
 )
+
+SCENARIOS += deepspeed.scenarios(pair())  # DeepSpeed steps and config: healthy, a slow window, overlap_comm off
