@@ -216,3 +216,14 @@ def test_decoder_agrees_with_scapy_on_synthetic_captures(tmp_path):
                                        "fecn", "becn", "syndrome", "msn", "seq", "ack", "flags", "window", "payload"])
     for want, got in zip(expected, decoded.rows(named=True), strict=True):
         assert {k: got[k] for k in want} == want
+
+
+def test_rocev1_grh(tmp_path):
+    from scapy.contrib.roce import GRH
+
+    frame = Ether(type=0x8915) / GRH(sgid=0xFE80 << 112 | 1, dgid=0xFE80 << 112 | 2, paylen=12 + 64 + 4) / BTH(
+        opcode=4, dqpn=0x48, psn=77) / Raw(b"x" * 64)
+    packets, account = read(classic(tmp_path / "v1.pcap", [bytes(frame)]))
+    row = packets.row(0, named=True)
+    assert (row["proto"], row["src"], row["dst"], row["psn"], row["dest_qp"], row["payload"]) == (
+        "roce", "fe80::1", "fe80::2", 77, 0x48, 64)
