@@ -1,0 +1,119 @@
+"""Step time: per engine, the step time and samples/sec over the steps with the slow windows
+shaded, where each step's time went (forward, backward, all-reduce, optimizer), and the
+worst windows. The windows are the ones the TL401 rule reports (tracelens.steps)."""
+
+from __future__ import annotations
+
+import altair as alt
+import polars as pl
+
+from tracelens import steps as timing
+from tracelens.report.charts import to_svg
+
+ORDER = 40
+TITLE = "Step time"
+TEMPLATE = "sections/steps.html.j2"
+
+MAX_POINTS = 600  # steps per chart; longer runs are averaged over bins of steps
+MAX_CHARTS = 4  # streams charted (the ones with most steps); the table lists all
+MAX_WINDOWS = 20
+WIDTH = 900
+PHASES = {  # stacked in this order, bottom first
+    "forward": pl.col("fwd_ms"),
+    "backward compute": pl.coalesce("bwd_inner_ms", pl.col("bwd_ms") - pl.col("bwd_allreduce_ms").fill_null(0)),
+    "gradient all-reduce": pl.col("bwd_allreduce_ms"),
+    "ZeRO all-gather": pl.col("optimizer_allgather_ms"),
+    "optimizer": pl.col("step_ms") - pl.col("optimizer_allgather_ms").fill_null(0),
+}
+
+
+def context(analysis) -> dict | None:
+    steps = analysis.tables["steps"]
+    if steps.height == 0:
+        return None
+    series = timing.step_series(steps)
+    windows = timing.slow_windows(series)
+    streams = series.group_by(timing.STREAM, maintain_order=True).agg(
+        pl.len().alias("steps"),
+        pl.col("step").min().alias("first"),
+        pl.col("step").max().alias("last"),
+        pl.col("basis").first(),
+        pl.col("time_ms").median().alias("median_ms"),
+        pl.col("samples_per_sec").median().alias("samples_per_sec"),
+        pl.col("skipped").max().alias("skipped"),
+    )
+    charted = streams.sort("steps", descending=True).head(MAX_CHARTS)
+    charts = []
+    for key in charted.select(timing.STREAM).iter_rows():
+        stream = series.filter(pl.all_horizontal(pl.col(c).eq_missing(v) for c, v in zip(timing.STREAM, key)))
+        mine = [w for w in windows if (w.file, w.host, w.rank, w.engine) == key]
+        charts.append({"title": _stream_label(*key), **_charts(stream, mine)})
+    return {
+        "streams": [r | {"label": _stream_label(r["file"], r["host"], r["rank"], r["engine"])} for r in streams.to_dicts()],
+        "charts": charts,
+        "windows": [_window_row(w) for w in windows[:MAX_WINDOWS]],
+        "more_windows": max(len(windows) - MAX_WINDOWS, 0),
+    }
+
+
+def _stream_label(file: str, host: str | None, rank: int, engine: str) -> str:
+    who = f"rank {rank}" if rank >= 0 else "rank not logged"
+    return f"{file}{' on ' + host if host else ''}, {who}, engine {engine}"
+
+
+def _window_row(w: timing.Window) -> dict:
+    return {
+        "label": w.label,
+        "where": _stream_label(w.file, w.host, w.rank, w.engine),
+        "steps": w.steps,
+        "ratio": w.ratio,
+        "baseline_ms": w.baseline_ms,
+        "peak_ms": w.peak_ms,
+        "cost_s": w.cost_s,
+        "start": w.start.strftime("%Y-%m-%d %H:%M:%S") if w.start else "",
+        "comm": f"{w.comm_ratio:.1f}x" if w.comm_ratio else "",
+        "basis": w.basis,
+    }
+
+
+def _binned(stream: pl.DataFrame, columns: dict[str, pl.Expr]) -> pl.DataFrame:
+    """One point per step, or per bin of steps (mean) when there are too many to draw."""
+    size = max(1, -(-stream.height // MAX_POINTS))
+    rows = stream.with_row_index("i").with_columns(**columns)
+    return rows.group_by(pl.col("i") // size).agg(pl.col("step").min(), *(pl.col(c).mean() for c in columns)).sort("step")
+
+
+def _charts(stream: pl.DataFrame, windows: list[timing.Window]) -> dict:
+    x = alt.X("step:Q", title="step", scale=alt.Scale(zero=False, nice=False))
+    shades = alt.Chart(alt.Data(values=[{"from": w.first_step, "to": w.last_step} for w in windows])).mark_rect(
+        color="#b3261e", opacity=0.15
+    ).encode(x="from:Q", x2="to:Q")
+    timed = _binned(stream, {"step time (ms)": pl.col("time_ms"), "usual (ms)": pl.col("baseline_ms"), "samples/sec": pl.col("samples_per_sec")})
+    base = alt.Chart(alt.Data(values=timed.to_dicts())).encode(x=x)
+    time_chart = alt.layer(
+        shades,
+        base.mark_line(color="#3d5a80").encode(y=alt.Y("step time (ms):Q", title="ms per step (dashed: usual)")),
+        base.mark_line(color="#5f6368", strokeDash=[4, 3]).encode(y="usual (ms):Q"),
+    ).properties(width=WIDTH, height=220)
+    panels = [time_chart]
+    if timed["samples/sec"].null_count() < timed.height:
+        panels.append(alt.layer(shades, base.mark_line(color="#2e7d32").encode(y="samples/sec:Q")).properties(width=WIDTH, height=140))
+    out = {"time": to_svg(alt.vconcat(*panels).resolve_scale(x="shared")), "phases": None}
+    phases = stream.filter(pl.col("fwd_ms").is_not_null())
+    if phases.height:
+        binned = _binned(phases, PHASES)
+        long = binned.unpivot(index="step", on=list(PHASES), variable_name="phase", value_name="ms").drop_nulls("ms")
+        order = {name: i for i, name in enumerate(PHASES)}
+        long = long.with_columns(pl.col("phase").replace_strict(order, return_dtype=pl.Int8).alias("order"))
+        out["phases"] = to_svg(
+            alt.layer(
+                shades,
+                alt.Chart(alt.Data(values=long.to_dicts())).mark_area().encode(
+                    x=x,
+                    y=alt.Y("ms:Q", stack="zero", title="ms per step"),
+                    color=alt.Color("phase:N", sort=list(PHASES), scale=alt.Scale(scheme="tableau10")),
+                    order="order:Q",
+                ),
+            ).properties(width=WIDTH, height=220)
+        )
+    return out
