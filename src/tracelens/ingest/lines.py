@@ -8,6 +8,7 @@ the ones an editor shows.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +20,35 @@ CHUNK_BYTES = 32 << 20
 NOT_MINE, IGNORED, UNRECOGNIZED, PARSED = 0, 1, 2, 3
 
 
-def _frame(block: bytes, first_line: int) -> pl.DataFrame:
+def _split_lines(block: bytes) -> pl.Series:
+    """Lines of a block by a plain split: exact for any byte (NUL, lone CR), at about 400 MB/s."""
     text = pl.Series("text", [block.decode("utf-8", errors="replace")])
-    lines = text.str.split("\n").explode().str.strip_suffix("\r").str.replace_all("\r", " ", literal=True)
+    lines = text.str.split("\n").explode()
+    if b"\r" in block:
+        lines = lines.str.strip_suffix("\r").str.replace_all("\r", " ", literal=True)
+    return lines
+
+
+def _csv_lines(block: bytes) -> pl.Series | None:
+    """Lines through polars' multi-threaded CSV reader (about 800 MB/s), when it splits exactly as `\n` does."""
+    if b"\x00" in block or b"\r" in block:
+        return None
+    frame = pl.read_csv(
+        io.BytesIO(block),
+        has_header=False,
+        separator="\x00",
+        quote_char=None,
+        schema={"text": pl.String},
+        encoding="utf8-lossy",
+    )
+    lines = frame["text"].fill_null("")
+    return lines if lines.len() == block.count(b"\n") + 1 else None
+
+
+def _frame(block: bytes, first_line: int) -> pl.DataFrame:
+    lines = _csv_lines(block)
+    if lines is None:
+        lines = _split_lines(block)
     return pl.DataFrame(
         {"line": pl.int_range(first_line, first_line + lines.len(), dtype=pl.Int64, eager=True), "text": lines}
     )
