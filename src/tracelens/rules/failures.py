@@ -93,8 +93,11 @@ def collective_timeout(t: RunTables) -> Iterator[Finding]:
     rows = t["nccl_errors"].filter(pl.col("kind").is_in(_TIMEOUT_KINDS))
     if rows.height == 0:
         return
-    rows = rows.with_columns(op=pl.col("op_type").fill_null("collective"))
-    for (op, seq), group in rows.sort("file", "line").group_by(["op", "seq"], maintain_order=True):
+    # A watchdog exception line names only the sequence number; it belongs with the timeout of that work.
+    rows = rows.with_columns(collective=pl.coalesce(pl.col("seq").cast(pl.String), pl.col("op_type"), pl.lit("?")))
+    for _, group in rows.sort("file", "line").group_by(["collective"], maintain_order=True):
+        seq = group["seq"].drop_nulls().first()
+        op = group["op_type"].drop_nulls().first() or "collective"
         timeout = group["timeout_ms"].drop_nulls()
         ran = group["ran_ms"].drop_nulls()
         ranks = sorted(set(group["rank"].drop_nulls().to_list()))
