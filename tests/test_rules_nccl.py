@@ -82,6 +82,7 @@ def test_ib_disable_from_nccl_echo_and_from_launcher_config():
     tables = healthy(nccl_env=[{"host": "node02", "pid": 21, "name": "NCCL_IB_DISABLE", "value": "1."}])
     (finding,) = fire(tables, "TL102")
     assert finding.severity is Severity.CRITICAL  # IB HCAs are present in the run
+    assert [f.rule_id for f in fire(tables, "TL101")] == ["TL101"]  # and the traffic is on sockets
     assert finding.hosts == ["node02"]
     launcher = tables_from(config=[{"host": "n1", "key": "NCCL_NET", "value": "Socket", "source": "env"}])
     assert [f.rule_id for f in fire(launcher, "TL102")] == ["TL102"]
@@ -190,3 +191,17 @@ def test_socket_and_bootstrap_failures_one_finding_per_kind():
     assert sorted(f.title for f in findings) == ["NCCL bootstrap failures", "NCCL socket connection failures"]
     socket = [f for f in findings if "socket" in f.title][0]
     assert socket.summary.startswith("2 socket connection failures on 2 host(s); first: socketStartConnect: Connect to 10.0.0.2<45763>")
+
+
+def test_watchdog_taking_the_process_down_without_details_is_still_a_timeout_finding():
+    down = {"kind": "watchdog_abort", "message": "Some NCCL operations have failed or timed out. ..."}
+    tables = healthy(nccl_errors=[{**down, "host": "node01"}, {**down, "host": "node02"}])
+    (finding,) = fire(tables, "TL108")
+    assert finding.title == "Collective failed or timed out"
+    assert "took the process down after NCCL operations failed or timed out (2 line(s))" in finding.summary
+
+
+def test_socket_interface_list_alone_is_not_a_fallback():
+    # NCCL 2.4 prints `NET/Socket : Using [0]ib0:...` before `NET/IB : Using [0]mlx5_0:1/IB` on IB runs.
+    tables = tables_from(nccl_net=[{"host": "c1", "pid": 5, "what": "socket_if", "name": "ib0", "address": "192.168.11.1"}])
+    assert fire(tables, "TL101") == []

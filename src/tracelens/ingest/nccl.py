@@ -445,6 +445,7 @@ ERROR_KINDS = {
     "pt_watchdog_exception": "watchdog_exception",
     "pt_blocking_wait_timeout": "blocking_wait_timeout",
     "pt_nccl_error": "nccl_runtime_error",
+    "pt_process_down": "watchdog_abort",
 }
 PYTORCH_ERRORS = [k for k in ERROR_KINDS if k.startswith("pt_")] + ["pt_watchdog_terminated"]
 

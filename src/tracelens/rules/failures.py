@@ -68,7 +68,7 @@ def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
         )
 
 
-_TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception"]
+_TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception", "watchdog_abort"]
 
 
 @rule("TL108", "collective-timeout", Severity.CRITICAL)
@@ -76,8 +76,9 @@ def collective_timeout(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: PyTorch ProcessGroupNCCL watchdog timeouts (`Watchdog caught collective
     operation timeout: WorkNCCL(SeqNum=..., OpType=..., Timeout(ms)=...)`), blocking-wait
-    timeouts and watchdog exceptions, grouped per collective (operation and sequence number)
-    with the ranks that reported it.
+    timeouts, watchdog exceptions and the watchdog taking the process down ("Some NCCL
+    operations have failed or timed out"), grouped per collective (operation and sequence
+    number) with the ranks that reported it.
 
     Why it slows the run: a collective that never completes means some rank never joined it
     (crashed, stuck in data loading or in a different code path) or the network stopped
@@ -101,6 +102,18 @@ def collective_timeout(t: RunTables) -> Iterator[Finding]:
         timeout = group["timeout_ms"].drop_nulls()
         ran = group["ran_ms"].drop_nulls()
         ranks = sorted(set(group["rank"].drop_nulls().to_list()))
+        if group["kind"].eq("watchdog_abort").all():
+            yield Finding(
+                rule_id="TL108",
+                severity=Severity.CRITICAL,
+                title="Collective failed or timed out",
+                summary=f"PyTorch's NCCL watchdog took the process down after NCCL operations failed or timed out "
+                f"({group.height} line(s)); the log does not say which collective.",
+                evidence=evidence(group),
+                hosts=hosts_of(group),
+                window=time_window(group),
+            )
+            continue
         what = f"{op} SeqNum={seq}" if seq is not None else op
         timing = ""
         if timeout.len():

@@ -41,12 +41,28 @@ def _single_node(t: RunTables) -> bool:
     )
 
 
+def _ib_disabled_settings(t: RunTables) -> pl.DataFrame:
+    """Rows (file, line, host, pid, name, value) setting NCCL_IB_DISABLE=1 or NCCL_NET=Socket,
+    echoed by NCCL or printed by a launcher."""
+    env = t["nccl_env"].select("file", "line", "host", "pid", "name", "value")
+    config = t["config"]
+    if config.height:
+        env = pl.concat(
+            [env, config.select("file", "line", "host", pl.lit(None, pl.Int64).alias("pid"), pl.col("key").alias("name"), "value")]
+        )
+    value = pl.col("value").str.strip_chars().str.strip_chars(".").str.to_lowercase()
+    return env.filter(
+        ((pl.col("name") == "NCCL_IB_DISABLE") & value.is_in(["1", "true", "yes"]))
+        | ((pl.col("name") == "NCCL_NET") & (value == "socket"))
+    )
+
+
 @rule("TL101", "nccl-socket-transport", Severity.WARNING)
 def socket_transport(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: NCCL carrying traffic over NET/Socket (TCP) instead of InfiniBand or RoCE:
-    `Using network Socket`, `NET/IB : No device found`, `Failed to open libibverbs.so`, or
-    channels connected `via NET/Socket`.
+    `Using network Socket`, `NET/IB : No device found`, `Failed to open libibverbs.so`,
+    `NCCL_IB_DISABLE=1`, or channels connected `via NET/Socket`.
 
     Why it slows the run: the socket transport goes through the kernel TCP stack and host
     memory, reaching a few GB/s at best where an IB or RoCE NIC with GPUDirect RDMA reaches
@@ -61,10 +77,12 @@ def socket_transport(t: RunTables) -> Iterator[Finding]:
     network IB` and channels `via NET/IB/.../GDRDMA`.
     """
     net = t["nccl_net"]
+    # `NET/Socket : Using ...` is not a signal: NCCL 2.4 and 2.5 print it even when IB carries the traffic.
     signals = pl.concat(
         [
             net.filter((pl.col("what") == "network") & _is_socket("name")).select("file", "line", "host", "pid"),
             net.filter(pl.col("what") == "ib_missing").select("file", "line", "host", "pid"),
+            _ib_disabled_settings(t).select("file", "line", "host", "pid"),
             t["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket()).select("file", "line", "host", "pid"),
         ]
     )
@@ -105,17 +123,7 @@ def ib_disabled(t: RunTables) -> Iterator[Finding]:
     environment, the container image (`ENV`), `/etc/nccl.conf` and `~/.nccl.conf`; then check
     the log says `Using network IB`.
     """
-    env = t["nccl_env"].select("file", "line", "host", "pid", "name", "value")
-    config = t["config"]
-    if config.height:
-        env = pl.concat(
-            [env, config.select("file", "line", "host", pl.lit(None, pl.Int64).alias("pid"), pl.col("key").alias("name"), "value")]
-        )
-    value = pl.col("value").str.strip_chars().str.strip_chars(".").str.to_lowercase()
-    bad = env.filter(
-        ((pl.col("name") == "NCCL_IB_DISABLE") & value.is_in(["1", "true", "yes"]))
-        | ((pl.col("name") == "NCCL_NET") & (value == "socket"))
-    )
+    bad = _ib_disabled_settings(t)
     if bad.height == 0:
         return
     names = sorted(set(bad["name"].to_list()))
