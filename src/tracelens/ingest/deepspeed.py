@@ -126,6 +126,14 @@ HEADS: dict[str, tuple[str, bool]] = {
 }
 NOISE = {"overflow", "chatter", "blank"}  # known, but nothing to keep: IGNORED
 
+# A line can be DeepSpeed's only if it has a logger envelope or starts (after a pdsh tag) like a kind
+# printed without one: a cheap test that spares the full reading of the NCCL and application lines.
+CANDIDATE = ENVELOPE_START + "|" + r"^(?:[\w.\-]+: )?(?:" + "|".join(
+    head.removeprefix("^") for head, printed_bare in HEADS.values() if printed_bare
+) + ")"
+# Lines that open a multi-line record (see BLOCKS): a chunk with one is read in full.
+OPENER = r"configuration:|Comm\. Op|[{\[]\s*$"
+
 # Continuation lines (no prefix) of multi-line records: block -> (openers, line shapes -> kind)
 _INDENTED = r"^(?:\s+\S|[}\]])"
 BLOCKS: dict[str, tuple[pl.Expr, dict[str, str]]] = {
@@ -370,6 +378,15 @@ class DeepSpeedParser:
         self._open: dict[str, int | None] = {block: None for block in BLOCKS}  # block still open at chunk end
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
+        """Claim the chunk's DeepSpeed lines; only candidate lines are read, unless a block is open."""
+        block_open = any(owner is not None for owner in self._open.values())
+        candidates = chunk["text"].str.contains(CANDIDATE)
+        if block_open or chunk.filter(candidates)["text"].str.contains(OPENER).any():
+            return self._feed(chunk)  # continuation lines look like anything: read every line
+        status = self._feed(chunk.filter(candidates))
+        return pl.Series(chunk.height * [NOT_MINE], dtype=pl.UInt8).scatter(candidates.arg_true(), status)
+
+    def _feed(self, chunk: pl.DataFrame) -> pl.Series:
         recs = split_envelope(chunk)
         recs = recs.with_columns(classify(recs).alias("kind"))
         recs = self._continuations(recs)
