@@ -1,5 +1,5 @@
 """The pipeline, the one place the stages are chained:
-discover -> ingest -> RunTables -> rules -> findings.
+discover -> ingest -> RunTables -> timeline -> rules -> findings.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tracelens.findings import Finding
 from tracelens.ingest import IngestResult, InputFile, ingest_file
 from tracelens.rules import Rule, select_rules
 from tracelens.tables import RunTables
+from tracelens.timeline import Timeline, align
 
 Progress = Callable[[int, int, str], None]
 
@@ -31,6 +32,7 @@ class Analysis:
     findings: list[Finding]
     rules: list[Rule]
     notes: list[str] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
 
     @property
     def readable(self) -> bool:
@@ -98,11 +100,16 @@ def _collect(pairs, tables: RunTables, total: int, progress: Progress | None) ->
 
 
 def run_rules(tables: RunTables, rules: list[Rule]) -> list[Finding]:
-    """Run every rule; order findings worst first, then by rule id."""
+    """Run every rule; order findings by evidence score, then worst first, then by rule id.
+
+    Only the correlation rules (TL41x) score their findings (see Finding.score): a finding
+    that joins several sources into the cause of a slow window or a hang comes first, and
+    the others keep the severity-then-id order among themselves.
+    """
     findings: list[Finding] = []
     for r in rules:
         findings.extend(r.run(tables))
-    return sorted(findings, key=lambda f: (-f.severity, f.rule_id))
+    return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id))
 
 
 def analyze(
@@ -111,9 +118,14 @@ def analyze(
     select: list[str] | None = None,
     ignore: list[str] | None = None,
     progress: Progress | None = None,
+    tz: str | None = None,
 ) -> Analysis:
-    """Analyse a run folder, file or archive end to end."""
+    """Analyse a run folder, file or archive end to end; `tz` is the zone of log times printed without one."""
     with tempfile.TemporaryDirectory(prefix="tracelens-") as workdir:
         tables, notes = ingest_run(target, Path(workdir), jobs=jobs, progress=progress)
+    timeline = align(tables, tz)
     rules = select_rules(select, ignore)
-    return Analysis(target=target, tables=tables, findings=run_rules(tables, rules), rules=rules, notes=notes)
+    return Analysis(
+        target=target, tables=tables, findings=run_rules(tables, rules), rules=rules,
+        notes=notes + timeline.notes, timeline=timeline,
+    )

@@ -7,6 +7,7 @@ import tempfile
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
 from rich.console import Console
@@ -45,6 +46,16 @@ def _require(path: Path) -> None:
     if not path.exists():
         out.print(f"[red]error:[/] {path}: no such file or folder")
         raise typer.Exit(2)
+
+
+def _require_zone(tz: str | None) -> None:
+    if tz is None:
+        return
+    try:
+        ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        out.print(f"[red]error:[/] --tz {tz!r} is not a time zone name (e.g. UTC, Europe/Berlin, America/New_York)")
+        raise typer.Exit(2) from None
 
 
 def _progress() -> Progress:
@@ -92,7 +103,7 @@ def analyze_cmd(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the HTML report. Default: ./tracelens-<run>.html")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the findings and input accounting as JSON.")] = None,
     tables_dir: Annotated[Optional[Path], typer.Option("--tables", help="Also write every parsed table as Parquet into this folder.")] = None,
-    tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: UTC.")] = None,
+    tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: found against a capture's UTC times, else UTC.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Files to ingest in parallel (worth it for runs of hundreds of MB).")] = 1,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit with status 1 when a finding at or above this severity fires.")] = FailOn.never,
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rules (ids or prefixes, comma separated), e.g. TL1,TL205.")] = None,
@@ -103,15 +114,14 @@ def analyze_cmd(
     from tracelens.report.summary import to_json
 
     _require(run)
-    if tz is not None:
-        out.print("[yellow]note:[/] --tz is accepted but clock alignment arrives with the timeline stage; times are read as UTC.")
+    _require_zone(tz)
     with _progress() as bar:
         task = bar.add_task("", total=None)
 
         def step(done: int, total: int, name: str) -> None:
             bar.update(task, completed=done, total=total, description=name[-60:])
 
-        analysis = analyze(run, jobs=jobs, select=_split(select), ignore=_split(ignore), progress=step)
+        analysis = analyze(run, jobs=jobs, select=_split(select), ignore=_split(ignore), progress=step, tz=tz)
     _print_summary(analysis)
     report = output or Path(f"tracelens-{run.resolve().name.split('.')[0] or 'run'}.html")
     write_html(analysis, report)

@@ -54,6 +54,11 @@ class Finding:
     ranks: list[int] = field(default_factory=list)
     window: tuple[datetime, datetime] | None = None
     cost_seconds: float | None = None
+    ports: list[str] = field(default_factory=list)  # HCA ports as `mlx5_1:1` (or a netdev name)
+    # How strongly the evidence points here, for ordering: 0 for single-source findings; the
+    # correlation rules (TL41x) give the number of independent sources that agree plus a
+    # fraction for the time lost, so a joined root cause ranks above its separate symptoms.
+    score: float = 0.0
 
     MAX_EVIDENCE = 50
 

@@ -29,8 +29,13 @@ PROVENANCE = [
 ]
 
 
+# The bracket of a row's time (tracelens.timeline): equal to `ts` for exact times, the
+# neighbouring timestamped lines for inferred ones; null where a side is unknown.
+TIME_BRACKET = [pa.field("ts_lo", TS), pa.field("ts_hi", TS)]
+
+
 def _schema(*fields: pa.Field, provenance: list[pa.Field] = PROVENANCE) -> pa.Schema:
-    return pa.schema([*provenance, *fields])
+    return pa.schema([*provenance, *fields, *TIME_BRACKET])
 
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -43,6 +48,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("kind", pa.string()),  # message kind from grammars/nccl.lark; "unknown" if none
         pa.field("prefix", pa.string()),  # launcher/wrapper text before the record
         pa.field("message", pa.string()),
+        pa.field("clock", pa.string()),  # PyTorch c10 time without a year (`1206 18:41:33`); the timeline dates it
     ),
     # One row per communicator member (Init START/COMPLETE, Destroy/Abort).
     "nccl_comms": _schema(

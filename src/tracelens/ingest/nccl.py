@@ -189,9 +189,10 @@ _HEAD = (
     r"(?:\d+\.\d+ \S+:\d+ )?(?:\S+:\d+ (?:\([^)]*\) )?)?$"
 )
 _GLUED = r"^(?P<head>.*)NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT) (?P<msg>.*)$"  # last record of a glued line
-# c10 logging: `[rank0]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] ` or `[E ProcessGroupNCCL.cpp:737] `
+# c10 logging: `[rank0]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] ` or `[E ProcessGroupNCCL.cpp:737] `;
+# its time has no year and a monotonic fraction, so it goes to `clock` for the timeline to date
 _PYTORCH = (
-    r"^(?P<prefix>.*?)(?:\[rank\d+\]:)?\[(?P<sev>[EWIF])(?:\d{3,4} \d\d:\d\d:\d\d\.\d+)? "
+    r"^(?P<prefix>.*?)(?:\[rank\d+\]:)?\[(?P<sev>[EWIF])(?:(?P<clock>\d{3,4} \d\d:\d\d:\d\d)\.\d+)? "
     r"(?:ProcessGroupNCCL|NCCLUtils)\.[ch]pp:\d+\] ?(?P<msg>.*)$"
 )
 _PYTORCH_ERROR = (
@@ -270,19 +271,21 @@ def _other_records(lines: pl.LazyFrame) -> pl.LazyFrame:
     text = pl.col("text")
     none = {c: pl.lit(None, dtype=t) for c, t in (("host", pl.String), ("pid", pl.Int64), ("tid", pl.Int64), ("cuda_dev", pl.Int32))}
 
-    def records(pattern: str, level: pl.Expr) -> pl.LazyFrame:
+    def records(pattern: str, level: pl.Expr, clock: pl.Expr = pl.lit(None, pl.String)) -> pl.LazyFrame:
         parts = text.str.extract_groups(pattern)
         found = lines.with_columns(parts=parts).filter(pl.col("parts").struct.field("msg").is_not_null())
         return found.select(
-            "idx", prefix=pl.col("parts").struct.field("prefix"), msg=pl.col("parts").struct.field("msg"), level=level, **none
+            "idx", prefix=pl.col("parts").struct.field("prefix"), msg=pl.col("parts").struct.field("msg"), level=level,
+            clock=clock, **none,
         )
 
-    c10 = records(_PYTORCH, pl.col("parts").struct.field("sev").replace_strict(_SEVERITY, default="ERROR"))
+    sev = pl.col("parts").struct.field("sev").replace_strict(_SEVERITY, default="ERROR")
+    c10 = records(_PYTORCH, sev, clock=pl.col("parts").struct.field("clock"))
     error = records(_PYTORCH_ERROR, pl.lit("ERROR"))
     version = records(_BARE_VERSION, pl.lit("VERSION"))
     pdsh_host = pl.col("prefix").str.extract(_PDSH_HOST)
     found = pl.concat([c10, error, version]).unique("idx", keep="first", maintain_order=True)
-    return _split_prefix(found.with_columns(host=pdsh_host)).select(RECORD_COLUMNS)
+    return _split_prefix(found.with_columns(host=pdsh_host)).select(*RECORD_COLUMNS, "clock")
 
 
 def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
@@ -292,7 +295,7 @@ def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
     nccl = _nccl_records(candidates)
     rest = candidates.lazy().join(nccl.lazy().select("idx"), on="idx", how="anti")
     rest = rest.filter(pl.col("text").str.contains_any(["ProcessGroupNCCL", "NCCLUtils", "Error: ", "NCCL version "]))
-    records = pl.concat([nccl, _other_records(rest).collect()]).sort("idx")
+    records = pl.concat([nccl, _other_records(rest).collect()], how="diagonal").sort("idx")
     return records.with_columns(msg=pl.col("msg").str.strip_chars_start())
 
 
@@ -453,7 +456,7 @@ COMM_EVENTS = {"START": "init_start", "COMPLETE": "init_complete", "Destroy": "d
 
 
 def _events(records: pl.DataFrame) -> pl.DataFrame:
-    return records.select(*PROVENANCE, "pid", "tid", "cuda_dev", "level", "kind", "prefix", message=pl.col("msg"))
+    return records.select(*PROVENANCE, "pid", "tid", "cuda_dev", "level", "kind", "prefix", "clock", message=pl.col("msg"))
 
 
 def _channels(records: pl.DataFrame) -> pl.DataFrame:

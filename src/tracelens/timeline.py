@@ -1,0 +1,351 @@
+"""One time model for the run: every row of every table gets a UTC `ts` and a `ts_quality`.
+
+`align(tables, tz)` runs three steps over the ingested tables, in place, and returns
+the `Timeline` it decided on (the report shows it):
+
+1. **Inferred times.** Log lines without a time of their own (NCCL INFO lines before
+   2.26, or with the default NCCL_DEBUG_TIMESTAMP_LEVELS=WARN) take the bracket of the
+   nearest timestamped lines around them in the same file, from the same process
+   where it has some (`ts_lo` = the last time before, `ts_hi` = the next one after;
+   `ts` = the middle, or the one side known), and `ts_quality` "inferred". PyTorch's
+   c10 times (`[E1206 18:41:33.676 ...`, no year, and a fraction that comes from the
+   monotonic clock) take the year of the nearest dated line and a one-second bracket.
+   Exact rows get `ts_lo` = `ts_hi` = `ts`, so any row can be tested against a window
+   by its bracket.
+2. **Zone.** Logs print local wall time without a zone; ingest read it as UTC. `--tz`
+   names the zone (zoneinfo, daylight saving included). Without it, the log times are
+   compared with the sources that carry real UTC (capture timestamps, counter dumps
+   stamped with a zone): if they overlap only when the logs are shifted by a whole or
+   half number of hours, that shift is applied and said; otherwise UTC is assumed and
+   the report says it assumed it.
+3. **Clock offsets.** Hosts' clocks disagree. Where one event is seen on several hosts
+   (the same training step logged on several hosts, the same watchdog timeout SeqNum,
+   whose start is its time minus `ran for` ms; the same packet in captures taken at
+   both ends), each host's median deviation from the event times is its offset from
+   the reference host (the capturing host, else the host with most evidence). Offsets
+   above the evidence's resolution are subtracted from that host's rows.
+
+Everything is polars over sorted frames (forward/backward fills per file and process,
+joins on file and line); nothing loops over rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from zoneinfo import ZoneInfo
+
+import polars as pl
+
+from tracelens.tables import RunTables
+
+# Tables whose times come from log lines: local wall time, naive, as printed.
+LOG_TABLES = ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env", "nccl_errors", "steps", "comm_ops", "config")
+DUMP_TABLES = ("ib_counters", "ib_ports")
+TIME_COLUMNS = ("ts", "ts_lo", "ts_hi", "dump_ts")
+
+SHIFT_STEP_MIN = 30  # candidate zone shifts: whole and half hours ...
+SHIFT_RANGE_H = 14  # ... up to UTC-14 / UTC+14
+OVERLAP_MARGIN_S = 60.0  # a capture or dump this close to the logs' span still counts as overlapping
+C10_RESOLUTION = timedelta(seconds=1)
+
+# Clock offsets: the time resolution of each kind of shared event, below which an offset is not applied.
+OFFSET_RESOLUTION_S = {"packets": 0.001, "steps": 0.1, "watchdog": 1.0}
+MIN_OFFSET_EVENTS = 3  # rows of shared events a host needs for its offset to be estimated
+
+
+@dataclass
+class Timeline:
+    """What the time model decided: the logs' zone and the per-host clock offsets."""
+
+    zone: str = "UTC"  # the zone the log times were read in: a zone name or "UTC+03:00"
+    basis: str = "assumed"  # "--tz", "capture" (a shift found against UTC sources), "agrees" (UTC matched them), "assumed"
+    shift_hours: float = 0.0  # for basis "capture": local = UTC + shift_hours
+    offsets: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OFFSET_SCHEMA))
+    notes: list[str] = field(default_factory=list)
+
+
+OFFSET_SCHEMA = {"host": pl.String, "offset_s": pl.Float64, "events": pl.UInt32, "basis": pl.String, "applied": pl.Boolean}
+
+
+def align(tables: RunTables, tz: str | None = None) -> Timeline:
+    """Give every row a UTC time (tables are replaced in place) and say how."""
+    _infer_log_times(tables)
+    timeline = _zone(tables, tz)
+    timeline.offsets = _clock_offsets(tables)
+    applied = timeline.offsets.filter("applied")
+    if applied.height:
+        offset = pl.col("host").replace_strict(applied["host"], applied["offset_s"], default=0.0, return_dtype=pl.Float64)
+        _shift(tables, _all_timed_tables(), offset.fill_null(0.0))
+        said = ", ".join(f"{r['host']} {r['offset_s']:+.3f} s" for r in applied.iter_rows(named=True))
+        timeline.notes.append(f"Clock offsets estimated from events seen on several hosts and subtracted: {said}.")
+    return timeline
+
+
+# -- 1. inferred times ----------------------------------------------------------------------------
+
+
+def _infer_log_times(tables: RunTables) -> None:
+    lines = _line_times(tables)
+    if lines.height == 0:
+        return
+    for name in LOG_TABLES:
+        frame = tables[name]
+        if frame.height == 0:
+            continue
+        joined = frame.drop("ts_lo", "ts_hi", strict=False).join(
+            lines.select("file", "line", "_ts", "_quality", "ts_lo", "ts_hi"), on=["file", "line"], how="left", maintain_order="left"
+        )
+        tables.replace(name, joined.with_columns(
+            ts=pl.coalesce("_ts", "ts"),
+            ts_quality=pl.coalesce("_quality", "ts_quality"),
+            ts_lo=pl.coalesce("ts_lo", "ts"),
+            ts_hi=pl.coalesce("ts_hi", "ts"),
+        ).drop("_ts", "_quality"))
+
+
+def _line_times(tables: RunTables) -> pl.DataFrame:
+    """One row per (file, line) of every log table: its time, how it was obtained and its bracket."""
+    parts = []
+    for name in LOG_TABLES:
+        frame = tables[name]
+        pid = pl.col("pid") if "pid" in frame.columns else pl.lit(None, pl.Int64)
+        clock = pl.col("clock") if "clock" in frame.columns else pl.lit(None, pl.String)
+        parts.append(frame.select("file", "line", pid.alias("pid"), "ts", clock.alias("clock")))
+    lines = (
+        pl.concat(parts)
+        .filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
+        .sort("file", "line", "ts", nulls_last=True)
+        .unique(["file", "line"], keep="first")
+        .sort("file", "line")
+    )
+    lines = _with_c10_times(lines)
+    process, whole_file = ["file", "pid"], ["file"]
+    before, after = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
+    lo = pl.coalesce(before.over(process), before.over(whole_file))
+    hi = pl.coalesce(after.over(process), after.over(whole_file))
+    exact = pl.col("ts").is_not_null()
+    middle = pl.when(pl.col("_lo").is_not_null() & pl.col("_hi").is_not_null()).then(
+        pl.col("_lo") + (pl.col("_hi") - pl.col("_lo")) / 2
+    )
+    return (
+        lines.with_columns(_lo=lo, _hi=hi)
+        .with_columns(
+            _ts=pl.when(exact).then("ts").otherwise(pl.coalesce(middle, "_lo", "_hi")),
+            ts_lo=pl.when(exact).then(pl.coalesce("_c10_lo", "ts")).otherwise("_lo"),
+            ts_hi=pl.when(exact).then(pl.coalesce("_c10_hi", "ts")).otherwise("_hi"),
+        )
+        .with_columns(
+            _quality=pl.when(exact).then(pl.lit("exact")).when(pl.col("_ts").is_not_null()).then(pl.lit("inferred"))
+            .otherwise(pl.lit("none"))
+        )
+    )
+
+
+def _with_c10_times(lines: pl.DataFrame) -> pl.DataFrame:
+    """Fill `ts` from PyTorch's `MMDD HH:MM:SS` clock where the line has no dated time, with the
+    year of the nearest dated line of the file (else of the run), corrected across a new year."""
+    dated = pl.col("ts").is_not_null()
+    anchor = pl.col("ts").forward_fill().backward_fill().over("file")
+    parts = pl.col("clock").str.extract_groups(r"^(?P<mo>\d{1,2})(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)")
+    lines = lines.with_columns(_anchor=pl.coalesce(anchor, pl.col("ts").drop_nulls().median()), _parts=parts)
+
+    def on_year(offset: int) -> pl.Expr:
+        p = pl.col("_parts").struct
+        return pl.datetime(
+            pl.col("_anchor").dt.year() + offset, p.field("mo").cast(pl.Int32), p.field("d").cast(pl.Int32),
+            p.field("h").cast(pl.Int32), p.field("mi").cast(pl.Int32), p.field("s").cast(pl.Int32),
+            time_unit="ns", time_zone="UTC",
+        )
+
+    half_year = pl.duration(days=183)
+    same = on_year(0)
+    c10 = (
+        pl.when(same - pl.col("_anchor") > half_year).then(on_year(-1))  # a January anchor, a December clock
+        .when(pl.col("_anchor") - same > half_year).then(on_year(1))
+        .otherwise(same)
+    )
+    c10 = pl.when(~dated & pl.col("clock").is_not_null()).then(c10)
+    return lines.with_columns(_c10_lo=c10).with_columns(
+        ts=pl.coalesce("ts", "_c10_lo"), _c10_hi=pl.col("_c10_lo") + C10_RESOLUTION
+    ).drop("_anchor", "_parts")
+
+
+# -- 2. zone --------------------------------------------------------------------------------------
+
+
+def _zone(tables: RunTables, tz: str | None) -> Timeline:
+    if tz:
+        zone = ZoneInfo(tz)  # raises on an unknown zone name: the CLI checks it first
+        _shift(tables, _local_tables(tables), zone=zone)
+        return Timeline(zone=tz, basis="--tz", notes=[f"Log times were read in {tz} (--tz) and converted to UTC."])
+    span = _log_span(tables)
+    zoned = _zoned_intervals(tables)
+    if span is None or zoned.height == 0:
+        return Timeline(notes=["Log times carry no zone and the run has no capture or zoned counter dump to compare "
+                               "them with: read as UTC (assumed; use --tz ZONE if the hosts ran on local time)."])
+    scores = shift_scores(span, zoned)
+    best = scores.row(0, named=True)
+    at_zero = scores.filter(pl.col("minutes") == 0)["score"][0]
+    what = _zoned_sources(zoned)
+    if best["score"] == 0:
+        return Timeline(notes=[f"Log times read as UTC (assumed): they overlap {what} at no whole or half hour "
+                               "shift; use --tz ZONE if the hosts ran on local time."])
+    if best["score"] <= at_zero:
+        return Timeline(basis="agrees", notes=[f"Log times read as UTC: they overlap {what} without a shift."])
+    minutes = best["minutes"]
+    _shift(tables, _local_tables(tables), minutes * 60.0)
+    label = _utc_label(minutes)
+    return Timeline(
+        zone=label, basis="capture", shift_hours=minutes / 60,
+        notes=[f"Log times were shifted by {-minutes / 60:+g} h to UTC: they overlap {what} only when read as "
+               f"{label} (no --tz given)."],
+    )
+
+
+def shift_scores(span: tuple, zoned: pl.DataFrame) -> pl.DataFrame:
+    """For each candidate shift (local = UTC + minutes), how well the logs' span, read at that
+    shift, overlaps the UTC-timed intervals (columns start, end): the sum over intervals of
+    the overlap over the shorter of the two, best first (ties: the smallest shift)."""
+    first, last = span
+    margin = pl.duration(seconds=OVERLAP_MARGIN_S)
+    candidates = pl.DataFrame({"minutes": range(-SHIFT_RANGE_H * 60, SHIFT_RANGE_H * 60 + 1, SHIFT_STEP_MIN)})
+    log_len = (last - first).total_seconds()
+    shifted = pl.duration(minutes=pl.col("minutes"))
+    overlap = pl.min_horizontal(pl.lit(last) - shifted, pl.col("end") + margin) - pl.max_horizontal(
+        pl.lit(first) - shifted, pl.col("start") - margin
+    )
+    shorter = pl.min_horizontal((pl.col("end") - pl.col("start")).dt.total_seconds(), pl.lit(log_len)) + 2 * OVERLAP_MARGIN_S
+    return (
+        candidates.join(zoned, how="cross")
+        .with_columns(share=(overlap.dt.total_milliseconds() / 1000 / shorter).clip(0.0, 1.0))
+        .group_by("minutes")
+        .agg(score=pl.col("share").sum().round(6))
+        .sort(pl.col("score"), pl.col("minutes").abs(), descending=[True, False])
+    )
+
+
+def _log_span(tables: RunTables) -> tuple | None:
+    times = pl.concat([tables[n].filter(pl.col("ts_quality") == "exact").select("ts") for n in LOG_TABLES])["ts"]
+    return (times.min(), times.max()) if times.len() else None
+
+
+def _zoned_intervals(tables: RunTables) -> pl.DataFrame:
+    """Spans of the sources timed in UTC: each capture file, and each host's exact-stamped dumps."""
+    captures = tables["packets"].filter(pl.col("ts").is_not_null()).group_by("file").agg(
+        pl.lit("capture").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max()
+    )
+    dumps = pl.concat([tables[n].select("host", "ts", "ts_quality") for n in DUMP_TABLES]).filter(
+        pl.col("ts_quality") == "exact", pl.col("ts").is_not_null()
+    )
+    dumps = dumps.group_by("host").agg(pl.lit("dumps").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max())
+    return pl.concat([captures.select("source", "start", "end"), dumps.select("source", "start", "end")])
+
+
+def _zoned_sources(zoned: pl.DataFrame) -> str:
+    """`the capture and the counter dumps of 2 host(s)`: what the log times were compared with."""
+    counts = dict(zoned.group_by("source").len().iter_rows())
+    parts = []
+    if n := counts.get("capture"):
+        parts.append("the capture" if n == 1 else f"{n} captures")
+    if n := counts.get("dumps"):
+        parts.append(f"the zoned counter dumps of {n} host(s)")
+    return " and ".join(parts)
+
+
+def _utc_label(minutes: int) -> str:
+    sign = "+" if minutes >= 0 else "-"
+    return f"UTC{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def _local_tables(tables: RunTables) -> dict[str, pl.Expr]:
+    """The tables whose rows carry local wall time, with which of their rows do: every log row,
+    and dumps timed by their file name (perfquery-0915.txt)."""
+    local = {name: pl.lit(True) for name in LOG_TABLES}
+    local.update({name: pl.col("ts_quality") == "filename" for name in DUMP_TABLES})
+    return local
+
+
+def _all_timed_tables() -> dict[str, pl.Expr]:
+    return {name: pl.lit(True) for name in (*LOG_TABLES, *DUMP_TABLES, "packets")}
+
+
+def _shift(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Expr = 0.0, zone: ZoneInfo | None = None) -> None:
+    """Move the time columns of the chosen rows: read them in `zone`, or subtract `seconds`."""
+    for name, rows in which.items():
+        frame = tables[name]
+        if frame.height == 0:
+            continue
+
+        def moved(col: str) -> pl.Expr:
+            c = pl.col(col)
+            if zone is not None:
+                new = c.dt.replace_time_zone(None).dt.replace_time_zone(
+                    zone.key, ambiguous="earliest", non_existent="null"
+                ).dt.convert_time_zone("UTC")
+            else:
+                micros = (seconds if isinstance(seconds, pl.Expr) else pl.lit(seconds)) * 1e6
+                new = c - pl.duration(microseconds=micros.round().cast(pl.Int64), time_unit="ns")
+            return pl.when(rows).then(new).otherwise(c).alias(col)
+
+        tables.replace(name, frame.with_columns(moved(c) for c in TIME_COLUMNS if c in frame.columns))
+
+
+# -- 3. clock offsets -----------------------------------------------------------------------------
+
+
+def shared_events(tables: RunTables) -> pl.DataFrame:
+    """Events seen on several hosts: columns basis, key, host, ts (the event's time by that host's clock)."""
+    steps = tables["steps"].filter(pl.col("ts_quality") == "exact", pl.col("step").is_not_null()).select(
+        pl.lit("steps").alias("basis"), pl.struct(pl.col("engine").fill_null(""), "step").hash().alias("key"), "host", "ts"
+    )
+    watchdog = tables["nccl_errors"].filter(
+        pl.col("kind") == "watchdog_timeout", pl.col("ts_quality") == "exact", pl.col("ran_ms").is_not_null()
+    ).select(
+        pl.lit("watchdog").alias("basis"), pl.struct(pl.col("op_type").fill_null(""), "seq").hash().alias("key"), "host",
+        (pl.col("ts") - pl.duration(milliseconds=pl.col("ran_ms"), time_unit="ns")).alias("ts"),
+    )
+    return pl.concat([steps, watchdog, _packets_both_ends(tables["packets"])]).filter(
+        pl.col("host").is_not_null(), pl.col("host").n_unique().over("basis", "key") >= 2
+    )
+
+
+def _packets_both_ends(packets: pl.DataFrame) -> pl.DataFrame:
+    """The same frame in captures taken on different hosts (same addresses, IP id and bytes)."""
+    identity = ["src", "dst", "proto", "ip_id", "digest"]
+    frames = packets.filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null()).select("file", "host", "ts", *identity)
+    once = frames.filter(pl.len().over("file", *identity) == 1)  # a frame repeated within a capture is ambiguous
+    return once.filter(pl.col("host").n_unique().over(identity) >= 2).select(
+        pl.lit("packets").alias("basis"), pl.struct(identity).hash().alias("key"), "host", "ts"
+    )
+
+
+def _clock_offsets(tables: RunTables) -> pl.DataFrame:
+    events = shared_events(tables)
+    if events.height == 0:
+        return pl.DataFrame(schema=OFFSET_SCHEMA)
+    # in ns after the event's first sighting (medians of raw datetimes lose microseconds); the
+    # median per host and event first, so that a host with more ranks does not outvote the others
+    since_first = (pl.col("ts") - pl.col("ts").min().over("basis", "key")).dt.total_nanoseconds()
+    per_host = events.with_columns(ns=since_first).group_by("basis", "key", "host").agg(pl.col("ns").median(), pl.len().alias("rows"))
+    hosts = (
+        per_host.with_columns(dev=(pl.col("ns") - pl.col("ns").median().over("basis", "key")) / 1e9)
+        .group_by("host")
+        .agg(
+            dev=pl.col("dev").median(),
+            spread=(pl.col("dev") - pl.col("dev").median()).abs().median(),
+            events=pl.col("rows").sum(),
+            basis=pl.col("basis").unique().sort().str.join(", "),
+            resolution=pl.col("basis").replace_strict(OFFSET_RESOLUTION_S, return_dtype=pl.Float64).max(),
+        )
+        .filter(pl.col("events") >= MIN_OFFSET_EVENTS)
+    )
+    if hosts.height < 2:
+        return pl.DataFrame(schema=OFFSET_SCHEMA)
+    captured = set(tables["packets"]["host"].drop_nulls().unique().to_list())
+    reference = hosts.sort(pl.col("host").is_in(list(captured)), "events", pl.col("host"), descending=[True, True, False])["host"][0]
+    ref_dev = hosts.filter(pl.col("host") == reference)["dev"][0]
+    offset = pl.col("dev") - ref_dev
+    return hosts.with_columns(offset_s=offset).with_columns(
+        applied=(pl.col("host") != reference) & (offset.abs() >= pl.max_horizontal("resolution", 2 * pl.col("spread")))
+    ).select(list(OFFSET_SCHEMA)).cast(OFFSET_SCHEMA).sort("host")

@@ -1,0 +1,187 @@
+"""The time model: inferred times and their brackets, c10 dates, the logs' zone, per-host clock offsets."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import polars as pl
+from typer.testing import CliRunner
+
+from tests.conftest import FIXTURES, tables_from
+from tracelens.cli import app
+from tracelens.timeline import align
+
+T0 = datetime(2024, 12, 6, 18, 30, tzinfo=timezone.utc)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def nccl(line: int, ts: datetime | None = None, pid: int = 100, **more) -> dict:
+    return {"line": line, "host": "node01", "pid": pid, "ts": ts, "level": "INFO", "message": f"line {line}", **more}
+
+
+def by_line(frame: pl.DataFrame) -> dict[int, dict]:
+    return {r["line"]: r for r in frame.iter_rows(named=True)}
+
+
+def test_untimed_lines_are_bracketed_by_their_timestamped_neighbours():
+    t = tables_from(nccl_events=[nccl(1, at(0)), nccl(2), nccl(3), nccl(4, at(10)), nccl(5)])
+    align(t)
+    rows = by_line(t["nccl_events"])
+    assert rows[1]["ts_quality"] == "exact" and rows[1]["ts_lo"] == rows[1]["ts_hi"] == at(0)
+    for line in (2, 3):
+        assert rows[line]["ts_quality"] == "inferred"
+        assert (rows[line]["ts_lo"], rows[line]["ts_hi"], rows[line]["ts"]) == (at(0), at(10), at(5))
+    # after the last timestamp: only a lower bound
+    assert (rows[5]["ts_quality"], rows[5]["ts_lo"], rows[5]["ts_hi"], rows[5]["ts"]) == ("inferred", at(10), None, at(10))
+
+
+def test_a_line_takes_its_own_process_bracket_before_the_files():
+    t = tables_from(nccl_events=[nccl(1, at(0), pid=1), nccl(2, at(4), pid=2), nccl(3, pid=1), nccl(4, pid=2), nccl(5, at(10), pid=1)])
+    align(t)
+    rows = by_line(t["nccl_events"])
+    assert (rows[3]["ts_lo"], rows[3]["ts_hi"]) == (at(0), at(10))  # pid 1's own lines, not pid 2's line 2
+    assert (rows[4]["ts_lo"], rows[4]["ts_hi"]) == (at(4), at(10))  # pid 2 has nothing after: the file's next line
+
+
+def test_other_tables_share_the_time_of_their_line():
+    t = tables_from(
+        nccl_events=[nccl(1, at(0)), nccl(2), nccl(3, at(2))],
+        nccl_errors=[{"line": 2, "host": "node01", "kind": "ib_completion"}],
+    )
+    align(t)
+    error = t["nccl_errors"].row(0, named=True)
+    assert (error["ts_quality"], error["ts"], error["ts_lo"], error["ts_hi"]) == ("inferred", at(1), at(0), at(2))
+
+
+def test_a_file_without_any_time_stays_without():
+    t = tables_from(nccl_events=[nccl(1), nccl(2)])
+    align(t)
+    assert t["nccl_events"]["ts_quality"].to_list() == ["none", "none"]
+    assert t["nccl_events"]["ts"].null_count() == 2
+
+
+def test_pytorch_clock_is_dated_from_the_file_with_a_one_second_bracket():
+    t = tables_from(nccl_events=[nccl(1, at(0)), nccl(2, clock="1206 18:41:33", level="ERROR")])
+    align(t)
+    row = by_line(t["nccl_events"])[2]
+    assert row["ts_quality"] == "exact"
+    assert (row["ts"], row["ts_hi"] - row["ts_lo"]) == (datetime(2024, 12, 6, 18, 41, 33, tzinfo=timezone.utc), timedelta(seconds=1))
+
+
+def test_pytorch_clock_across_the_new_year_takes_the_year_before():
+    january = datetime(2025, 1, 1, 0, 5, tzinfo=timezone.utc)
+    t = tables_from(nccl_events=[nccl(1, january), nccl(2, clock="1231 23:59:58", level="ERROR")])
+    align(t)
+    assert by_line(t["nccl_events"])[2]["ts"] == datetime(2024, 12, 31, 23, 59, 58, tzinfo=timezone.utc)
+
+
+def _steps(first: datetime, count: int = 60, host: str = "node01", every: float = 10.0) -> list[dict]:
+    return [{"file": f"{host}/train.log", "line": i + 1, "host": host, "rank": 0, "step": i + 1,
+             "ts": first + timedelta(seconds=every * i)} for i in range(count)]
+
+
+def _capture(first: datetime, seconds: int = 120) -> list[dict]:
+    return [{"file": "capture.pcap", "frame": i, "ts": first + timedelta(seconds=i)} for i in range(seconds)]
+
+
+def test_logs_three_hours_ahead_of_a_capture_are_shifted_to_it():
+    local = T0 + timedelta(hours=3)  # the logs' wall clock in UTC+3, read as if UTC
+    t = tables_from(steps=_steps(local), packets=_capture(T0 + timedelta(minutes=2)))
+    timeline = align(t)
+    assert (timeline.basis, timeline.shift_hours, timeline.zone) == ("capture", 3.0, "UTC+03:00")
+    assert t["steps"]["ts"].min() == T0
+    assert "-3 h" in timeline.notes[0] and "UTC+03:00" in timeline.notes[0]
+
+
+def test_half_hour_zones_are_found_too():
+    t = tables_from(steps=_steps(T0 + timedelta(hours=5, minutes=30)), packets=_capture(T0 + timedelta(minutes=2)))
+    assert align(t).shift_hours == 5.5
+
+
+def test_an_unrelated_offset_is_not_taken_for_a_zone():
+    local = T0 + timedelta(hours=3, minutes=17)
+    t = tables_from(steps=_steps(local, count=12), packets=_capture(T0 + timedelta(minutes=2)))
+    timeline = align(t)
+    assert (timeline.basis, timeline.shift_hours) == ("assumed", 0.0)
+    assert t["steps"]["ts"].min() == local  # left as read
+    assert "assumed" in timeline.notes[0]
+
+
+def test_logs_that_already_match_the_capture_stay():
+    t = tables_from(steps=_steps(T0), packets=_capture(T0 + timedelta(minutes=2)))
+    timeline = align(t)
+    assert (timeline.basis, timeline.shift_hours) == ("agrees", 0.0)
+
+
+def test_without_any_utc_source_utc_is_assumed_and_said():
+    t = tables_from(steps=_steps(T0))
+    timeline = align(t)
+    assert timeline.basis == "assumed" and "--tz" in timeline.notes[0]
+
+
+def test_tz_option_reads_logs_in_that_zone_with_daylight_saving():
+    t = tables_from(steps=[{"host": "node01", "step": 1, "ts": datetime(2024, 12, 6, 19, 30, tzinfo=timezone.utc)},
+                           {"host": "node01", "step": 2, "ts": datetime(2024, 7, 6, 20, 30, tzinfo=timezone.utc)}])
+    timeline = align(t, tz="Europe/Berlin")
+    assert timeline.basis == "--tz"
+    assert t["steps"]["ts"].to_list() == [datetime(2024, 12, 6, 18, 30, tzinfo=timezone.utc),
+                                          datetime(2024, 7, 6, 18, 30, tzinfo=timezone.utc)]
+
+
+def test_counter_dumps_named_by_local_time_move_with_the_logs_but_zoned_ones_do_not():
+    stamped = {"host": "node01", "counter": "SymbolErrorCounter", "value": 0}
+    t = tables_from(
+        steps=_steps(T0),
+        ib_counters=[{**stamped, "ts": at(0), "dump_ts": at(0), "ts_quality": "exact"},
+                     {**stamped, "ts": at(600), "dump_ts": at(600), "ts_quality": "filename"}],
+    )
+    align(t, tz="Asia/Tokyo")
+    assert t["ib_counters"]["dump_ts"].to_list() == [at(0), at(600) - timedelta(hours=9)]
+
+
+def test_a_host_whose_clock_runs_ahead_is_measured_on_shared_steps_and_corrected():
+    t = tables_from(steps=_steps(T0) + _steps(T0 + timedelta(seconds=2.5), host="node02"))
+    timeline = align(t)
+    offsets = {r["host"]: r for r in timeline.offsets.iter_rows(named=True)}
+    assert abs(offsets["node02"]["offset_s"] - 2.5) < 1e-3 and offsets["node02"]["applied"]
+    assert offsets["node01"]["offset_s"] == 0.0 and not offsets["node01"]["applied"]
+    node02 = t["steps"].filter(pl.col("host") == "node02")
+    assert node02["ts"].min() == T0
+    assert any("node02 +2.500 s" in n for n in timeline.notes)
+
+
+def test_an_offset_below_the_evidence_resolution_is_not_applied():
+    t = tables_from(steps=_steps(T0) + _steps(T0 + timedelta(seconds=0.05), host="node02"))
+    timeline = align(t)
+    assert not timeline.offsets["applied"].any()
+    assert t["steps"].filter(pl.col("host") == "node02")["ts"].min() == T0 + timedelta(seconds=0.05)
+
+
+def test_watchdog_timeouts_of_one_collective_give_the_offset_by_their_start():
+    def timeout(host: str, fired: datetime, ran_ms: int) -> dict:
+        return {"host": host, "kind": "watchdog_timeout", "seq": 1583, "op_type": "ALLREDUCE", "ran_ms": ran_ms,
+                "ts": fired, "ts_quality": "exact"}
+
+    # both started the collective at T0; node02's clock is 4 s ahead and its watchdog fired later
+    rows = [timeout("node01", at(600), 600_000)] * 3 + [timeout("node02", at(604 + 2), 602_000)] * 3
+    timeline = align(tables_from(nccl_errors=rows))
+    node02 = timeline.offsets.filter(pl.col("host") == "node02").row(0, named=True)
+    assert (node02["offset_s"], node02["basis"], node02["applied"]) == (4.0, "watchdog", True)
+
+
+def test_packets_captured_at_both_ends_give_the_capturing_hosts_offset():
+    frames = [{"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "roce", "ip_id": i, "digest": 1000 + i} for i in range(20)]
+    a = [{"file": "a.pcap", "frame": i, "host": "node01", "ts": at(i * 0.01), **f} for i, f in enumerate(frames)]
+    b = [{"file": "b.pcap", "frame": i, "host": "node02", "ts": at(i * 0.01 + 0.2), **f} for i, f in enumerate(frames)]
+    timeline = align(tables_from(packets=a + b))
+    node02 = timeline.offsets.filter(pl.col("host") == "node02").row(0, named=True)
+    assert abs(node02["offset_s"] - 0.2) < 1e-3 and node02["basis"] == "packets" and node02["applied"]
+
+
+def test_cli_rejects_an_unknown_zone():
+    result = CliRunner().invoke(app, ["analyze", str(FIXTURES / "healthy-2node-ib"), "--tz", "Mars/Olympus"])
+    assert result.exit_code == 2
+    assert "not a time zone" in result.output
