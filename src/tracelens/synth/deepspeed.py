@@ -110,67 +110,105 @@ class Phases:
 
 @dataclass(frozen=True)
 class DeepSpeedTraining:
-    """Rank 0's DeepSpeed lines for `steps` optimizer steps (steps_per_print=1, wall_clock_breakdown on).
+    """Rank 0's DeepSpeed lines for optimizer steps `first_step`..`steps` (steps_per_print=1,
+    wall_clock_breakdown on); `first_step` > 1 resumes from a checkpoint. Records the story spans
+    "training" and, with `slow`, "slow".
 
     `slow` = (first, last, factor): those steps take `factor` times as long, all of it in the
-    gradient all-reduce (the network); `straggler` = (rank, factor): every rank logs its
-    timers and that rank's compute is slower.
+    gradient all-reduce (the network), reached gradually over the first `ramp` of them.
+    `straggler` = (ranks, factor): those ranks' compute is slower, and the others wait for them
+    in the all-reduce. With a straggler or `every_rank`, every rank logs its timers (each on its
+    own host). `stuck`: that rank hangs in its data loader after the last step; the others still
+    run the next step's first micro-step, print its timers, and wait in its gradient all-reduce.
     """
 
     steps: int = 300
     config: DsConfig = DsConfig()
     phases: Phases = Phases()
     slow: tuple[int, int, float] | None = None
-    straggler: tuple[int, float] | None = None
+    ramp: int = 0
+    straggler: tuple[tuple[int, ...], float] | None = None
+    every_rank: bool = False
+    stuck: int | None = None
+    first_step: int = 1
     jitter: float = 0.03
     gap_ms: float = 5.0  # data loading between steps, outside the timers
 
     def play(self, run: Run) -> None:
-        host = run.scenario.hosts[0]
-        world = sum(h.gpus for h in run.scenario.hosts)
+        host = run.procs[0].host
+        world = len(run.procs)
         batch = self.config.micro_batch * self.config.gradient_accumulation_steps * world
         t = run.now
         run.put(host, "stdout", t, config_echo(run.time(t), self.config, world))
+        begin = t
         timed = 0.0  # the ThroughputTimer's running average leaves out the first two steps
-        for step in range(1, self.steps + 1):
+        for step in range(self.first_step, self.steps + 1):
+            if self.slow and step == self.slow[0]:
+                slow_from = t
             p = self._phases(run, step)
             t += (p.total + self.gap_ms) / 1000
             when = run.time(t)
             lr = 1e-4 * min(1.0, step / 50)
             curr = batch / (p.total / 1000)
-            if step > 2:
+            n = step - self.first_step + 1
+            if n > 2:
                 timed += p.total / 1000
-            avg = batch * (step - 2) / timed if step > 2 else curr
+            avg = batch * (n - 2) / timed if n > 2 else curr
             lines = [
                 log_dist(when, f"time (ms) | optimizer_allgather: {p.allgather:.2f} | optimizer_gradients: {p.gradients:.2f} | optimizer_step: {p.optimizer:.2f}"),
                 log_dist(when, f"step={step}, skipped=0, lr=[{lr}, {lr}], mom=[(0.9, 0.95), (0.9, 0.95)]"),
                 f"[{stamp(when)}] [INFO] [timer.py:264:stop] epoch=0/micro_step={step * self.config.gradient_accumulation_steps}/global_step={step}, "
                 f"RunningAvgSamplesPerSec={avg}, CurrSamplesPerSec={curr}, MemAllocated=5.53GB, MaxMemAllocated=8.61GB",
             ]
-            lines += [log_dist(when, timers, rank) for rank, timers in self._timers(run, p, world)]
-            run.put(host, "stdout", t, lines)
+            (_, rank0), *others = self._timers(p, world)
+            run.put(host, "stdout", t, lines + [log_dist(when, line) for line in rank0])
+            for rank, timers in others:
+                self._print(run, rank, t, timers)
+            if self.slow and step == self.slow[1]:
+                run.spans["slow"] = (slow_from, t)
+        run.spans["training"] = (begin, t)
+        if self.stuck is not None:
+            micro = t + (self.gap_ms + p.fwd + p.bwd_inner) / 1000
+            for rank, timers in self._timers(p, world, ("_microstep",)):
+                if rank != self.stuck:
+                    self._print(run, rank, micro, timers)
         run.now = t + 1.0
+
+    def _print(self, run: Run, rank: int, t: float, lines: list[str]) -> None:
+        """A rank other than 0 logs its own lines on its host, a few milliseconds apart from the others."""
+        t += run.rand.uniform(0.0, 0.004)
+        run.put(run.procs[rank].host, "stdout", t, [log_dist(run.time(t), line, rank) for line in lines])
+
+    def _slowdown(self, step: int) -> float:
+        """How many times its usual length step `step` takes."""
+        if not self.slow or not self.slow[0] <= step <= self.slow[1]:
+            return 1.0
+        first, _, factor = self.slow
+        return 1 + (factor - 1) * min(1.0, (step - first + 1) / self.ramp) if self.ramp else factor
 
     def _phases(self, run: Run, step: int) -> Phases:
         def vary(ms: float) -> float:
             return ms * (1 + run.rand.uniform(-self.jitter, self.jitter))
 
         p = self.phases
-        allreduce = p.bwd_allreduce
-        if self.slow and self.slow[0] <= step <= self.slow[1]:
-            allreduce += (self.slow[2] - 1) * p.total
+        allreduce = p.bwd_allreduce + (self._slowdown(step) - 1) * p.total + self._wait(p)
         return Phases(vary(p.fwd), vary(p.bwd_inner), vary(allreduce), vary(p.allgather), vary(p.gradients), vary(p.optimizer))
 
-    def _timers(self, run: Run, p: Phases, world: int) -> list[tuple[int, str]]:
+    def _wait(self, p: Phases) -> float:
+        """What the other ranks wait in the all-reduce for the stragglers' extra compute."""
+        return (self.straggler[1] - 1) * (p.fwd + p.bwd_inner) if self.straggler else 0.0
+
+    def _timers(self, p: Phases, world: int, suffixes: tuple[str, ...] = ("_microstep", "")) -> list[tuple[int, list[str]]]:
         """The micro and global timer lines, of rank 0 or of every rank."""
         out = []
-        for rank in range(world if self.straggler else 1):
-            factor = self.straggler[1] if self.straggler and rank == self.straggler[0] else 1.0
-            fwd, inner = p.fwd * factor, p.bwd_inner * factor
-            values = (fwd, inner + p.bwd_allreduce, inner, p.bwd_allreduce, p.step)
+        for rank in range(world if self.straggler or self.every_rank else 1):
+            fwd, inner, allreduce = p.fwd, p.bwd_inner, p.bwd_allreduce
+            if self.straggler and rank in self.straggler[0]:
+                factor = self.straggler[1]
+                fwd, inner, allreduce = fwd * factor, inner * factor, allreduce - self._wait(p)
+            values = (fwd, inner + allreduce, inner, allreduce, p.step)
             names = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step")
-            for suffix in ("_microstep", ""):
-                out.append((rank, "time (ms) | " + " | ".join(f"{n}{suffix}: {v:.2f}" for n, v in zip(names, values))))
+            out.append((rank, ["time (ms) | " + " | ".join(f"{n}{suffix}: {v:.2f}" for n, v in zip(names, values)) for suffix in suffixes]))
         return out
 
 

@@ -1,6 +1,8 @@
 """Synthetic fabric dumps as the real tools print them (docs: other-formats.md §2):
-`perfquery` (basic and -x), `ibstat` and `ethtool -S`, each after a `date` line, as a
-collection script run before and after a job leaves them.
+`perfquery` (basic and -x), the same PMA counters and the mlx5 hw_counters read from sysfs
+(`grep "" .../ports/1/counters/* .../hw_counters/*`, what RoCE ports, which have no LID
+to query, leave), `ibstat` and `ethtool -S`, each after a `date` line, as a collection
+script run before, during and after a job leaves them.
 
 `FabricPort` describes one HCA port and how its counters move; `port_dumps` writes one
 host's dump files at one moment. Counter values are a pure function of the port, the
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tracelens.ingest.hw_counters import SYSFS_NAMES
 from tracelens.ingest.perfquery import BASIC_BITS
 
 BASIC_ORDER = [
@@ -22,6 +25,12 @@ BASIC_ORDER = [
 DATA_ORDER = ["PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts"]
 CAST_ORDER = ["PortUnicastXmitPkts", "PortUnicastRcvPkts", "PortMulticastXmitPkts", "PortMulticastRcvPkts"]
 WORDS_PER_SECOND = 400e9 / 8 / 4 * 0.6  # a 400 Gb/s port at 60% load, in 4-byte words
+SYSFS_FILES = {name: file for file, name in SYSFS_NAMES.items()}  # perfquery name -> sysfs counters/ file
+HW_COUNTERS = (  # mlx5's hw_counters/ files that tell about RDMA transport and congestion
+    "duplicate_request", "implied_nak_seq_err", "local_ack_timeout_err", "np_cnp_sent", "np_ecn_marked_roce_packets",
+    "out_of_buffer", "out_of_sequence", "packet_seq_err", "req_transport_retries_exceeded", "rnr_nak_retry_err",
+    "rp_cnp_handled", "rp_cnp_ignored",
+)
 
 
 @dataclass(frozen=True)
@@ -39,15 +48,16 @@ class FabricPort:
     base: dict[str, int] = field(default_factory=dict)  # values when the counters were cleared
     per_second: dict[str, float] = field(default_factory=dict)  # rises besides traffic
 
-    def counters(self, seconds: float) -> dict[str, int]:
-        """Every counter's value `seconds` after the counters were cleared."""
+    def counters(self, seconds: float, rising_s: float | None = None) -> dict[str, int]:
+        """Every counter's value `seconds` after the counters were cleared, `per_second` having
+        applied for `rising_s` of them (all of them by default)."""
         words = int(WORDS_PER_SECOND * seconds)
         values = {name: 0 for name in BASIC_ORDER + ["PortXmitWait", "QP1Dropped"]}
         values |= {"PortXmitData": words, "PortRcvData": words, "PortXmitPkts": words // 1024,
                    "PortRcvPkts": words // 1024, "PortUnicastXmitPkts": words // 1024,
                    "PortUnicastRcvPkts": words // 1024, "PortMulticastXmitPkts": 3, "PortMulticastRcvPkts": 3}
         for name, rate in self.per_second.items():
-            values[name] = values.get(name, 0) + int(rate * seconds)
+            values[name] = values.get(name, 0) + int(rate * (seconds if rising_s is None else rising_s))
         for name, value in self.base.items():
             values[name] = values.get(name, 0) + value
         return values
@@ -81,16 +91,26 @@ def perfquery(port: FabricPort, values: dict[str, int], extended: bool = False) 
     return "\n".join(lines) + "\n"
 
 
+def sysfs(port: FabricPort, values: dict[str, int]) -> str:
+    """`grep "" .../ports/N/counters/* .../ports/N/hw_counters/*` for one port (grep sorts the files)."""
+    base = f"/sys/class/infiniband/{port.ca}/ports/{port.port}"
+    pma = sorted((SYSFS_FILES[n], min(v, 2 ** BASIC_BITS.get(n, 64) - 1)) for n, v in values.items() if n in SYSFS_FILES)
+    hw = sorted((n, values.get(n, 0)) for n in {*HW_COUNTERS, *values} - SYSFS_FILES.keys() - {"QP1Dropped"})
+    return "".join(f"{base}/counters/{f}:{v}\n" for f, v in pma) + "".join(f"{base}/hw_counters/{n}:{v}\n" for n, v in hw)
+
+
 def ibstat(ports: list[FabricPort]) -> str:
-    """`ibstat` for the CAs of `ports` (tabs, as the tool prints them)."""
+    """`ibstat` for the CAs of `ports` (tabs, as the tool prints them; RoCE ports have no LID or SM)."""
     lines = []
     for i, port in enumerate(ports):
         guid = f"0x0c42a1030065{i:04x}"
+        roce = port.link_layer == "Ethernet"
         lines += [f"CA '{port.ca}'", "\tCA type: MT4129", "\tNumber of ports: 1", "\tFirmware version: 28.39.1002",
                   "\tHardware version: 0", f"\tNode GUID: {guid}", f"\tSystem image GUID: {guid}",
                   f"\tPort {port.port}:", f"\t\tState: {port.state}", f"\t\tPhysical state: {port.phys_state}",
-                  f"\t\tRate: {port.rate}", f"\t\tBase lid: {port.lid}", "\t\tLMC: 0", "\t\tSM lid: 1",
-                  "\t\tCapability mask: 0xa751e848", f"\t\tPort GUID: {guid}", f"\t\tLink layer: {port.link_layer}"]
+                  f"\t\tRate: {port.rate}", f"\t\tBase lid: {port.lid}", "\t\tLMC: 0", f"\t\tSM lid: {0 if roce else 1}",
+                  f"\t\tCapability mask: {'0x00010000' if roce else '0xa751e848'}", f"\t\tPort GUID: {guid}",
+                  f"\t\tLink layer: {port.link_layer}"]
     return "\n".join(lines) + "\n"
 
 
@@ -99,7 +119,12 @@ def ethtool(values: dict[str, int]) -> str:
     return "NIC statistics:\n" + "".join(f"     {name}: {value}\n" for name, value in values.items())
 
 
-def port_dumps(host: str, ports: list[FabricPort], at: datetime, seconds: float, extended: bool = True) -> str:
-    """A collection script's output on one host: hostname, date, then perfquery for each port."""
-    blocks = "".join(perfquery(p, p.counters(seconds), extended) for p in ports)
+def port_dumps(
+    host: str, ports: list[FabricPort], at: datetime, seconds: float, extended: bool = True,
+    rising_s: float | None = None, tool: str = "perfquery",
+) -> str:
+    """A collection script's output on one host: hostname, date, then perfquery (`-x` if `extended`)
+    or the sysfs counters of each port."""
+    dump = {"perfquery": lambda p, v: perfquery(p, v, extended), "sysfs": sysfs}[tool]
+    blocks = "".join(dump(p, p.counters(seconds, rising_s)) for p in ports)
     return f"# hostname\n{host}\n{date_line(at)}\n{blocks}"

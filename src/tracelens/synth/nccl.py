@@ -45,6 +45,7 @@ class Host:
     version: Version = field(default_factory=Version)
     iface: str = "eth0"  # bootstrap and socket interface
     hcas: tuple[str, ...] = ("mlx5_0", "mlx5_1")  # () = no IB device found
+    link_layer: str = "IB"  # of the HCA ports, as NCCL lists them: IB or RoCE
     gdr: bool = True  # GPUDirect RDMA usable (nvidia-peermem loaded)
     p2p: str = "P2P/IPC/read"  # intra-node transport token
     env: tuple[tuple[str, str], ...] = ()  # NCCL_* variables set, echoed by NCCL
@@ -121,7 +122,7 @@ def net_init(proc: Process) -> list[str]:
     lines = [env_echo(k, val) for k, val in host.env if k != "NCCL_SOCKET_IFNAME"]
     oob = f"{host.iface}:{host.ip}<0>"
     if host.network == "IB":
-        devices = " ".join(f"[{i}]{hca}:1/IB" for i, hca in enumerate(host.hcas))
+        devices = " ".join(f"[{i}]{hca}:1/{host.link_layer}" for i, hca in enumerate(host.hcas))
         lines.append(f"NET/IB : Using {devices} [RO]; OOB {oob}")
     else:
         if host.hcas == () and dict(host.env).get("NCCL_IB_DISABLE") != "1":

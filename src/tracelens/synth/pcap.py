@@ -118,6 +118,7 @@ def tcp_stream(
     lost: tuple[int, ...] = (),
     mirrored: bool = False,
     start: float = START,
+    ports: tuple[int, int] = (40000, 5201),
 ) -> list[Packet]:
     """A handshake, then `segments` 1000-byte segments client -> server, each ACKed.
 
@@ -134,7 +135,7 @@ def tcp_stream(
     def emit(src: str, dst: str, **tcp) -> None:
         nonlocal t
         ip_ids[src] += 1
-        sport, dport = (40000, 5201) if src == client else (5201, 40000)
+        sport, dport = ports if src == client else ports[::-1]
         payload = tcp.pop("payload", b"")
         frame = Ether() / IP(src=src, dst=dst, id=ip_ids[src]) / TCP(sport=sport, dport=dport, window=512, **tcp)
         copies = 2 if mirrored and src == server else 1
@@ -166,6 +167,17 @@ def write(path: Path, packets: list[Packet]) -> Path:
     """Write `packets` as a classic pcap (microseconds, Ethernet)."""
     wrpcap(str(path), packets)
     return path
+
+
+def capture(packets: list[Packet], snaplen: int) -> bytes:
+    """`packets` as the bytes of a classic pcap (microseconds, Ethernet) cut at `snaplen`, as
+    `tcpdump -s SNAPLEN` writes it: each record keeps the frame's length on the wire."""
+    out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1)]
+    for packet in sorted(packets, key=lambda p: p.time):
+        frame = bytes(packet)
+        sec, usec = divmod(round(packet.time * 1_000_000), 1_000_000)
+        out.append(struct.pack("<IIII", sec, usec, min(len(frame), snaplen), len(frame)) + frame[:snaplen])
+    return b"".join(out)
 
 
 # -- a bulk capture for the benchmark -----------------------------------------------------------

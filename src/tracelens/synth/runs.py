@@ -14,7 +14,7 @@ import random
 import shutil
 import zlib
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from itertools import count
 from pathlib import Path
 from typing import Protocol
@@ -64,6 +64,18 @@ class Event(Protocol):
 
 
 @dataclass(frozen=True)
+class Cause:
+    """The one cause a scenario injects, as the top finding must name it (expected.json's "top")."""
+
+    rule: str
+    hosts: tuple[str, ...]
+    span: str  # the story span (`Run.spans`) the cause covers: "slow", "training", "hang" ...
+    ports: tuple[str, ...] = ()  # `mlx5_1:1`
+    ranks: tuple[int, ...] = ()
+    tolerance_s: float = 5.0  # how exactly the evidence can place the span (a step, a dump interval ...)
+
+
+@dataclass(frozen=True)
 class Scenario:
     name: str
     description: str  # what the run shows and why, for README.md and expected.json
@@ -73,6 +85,8 @@ class Scenario:
     story: tuple[Event, ...] = ()
     node_comms: bool = False  # also one communicator per host, as tensor-parallel groups make
     channels: int = 2
+    utc_offset_h: float = 0.0  # the logs print local time this far ahead of UTC (captures and `date -u` do not)
+    cause: Cause | None = None
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -86,16 +100,22 @@ class Run:
         self.scenario = scenario
         self.rand = Rand(scenario.name)
         self.now = 0.0  # seconds after START where the next story event begins
-        self.procs = [proc for host in scenario.hosts for proc in self._spawn(host)]
-        self.world = self._comm(self.procs)
-        self.comms = [self.world]
-        if scenario.node_comms:
-            self.comms += [self._comm([p for p in self.procs if p.host is host]) for host in scenario.hosts]
+        self.attempt = 1  # the job's launches so far: a relaunch logs into new files
+        self.spans: dict[str, tuple[float, float]] = {}  # story spans events record for later events and expected.json
+        self._processes(scenario.hosts)
         self._lines: dict[str, list[tuple[float, int, list[str]]]] = {}
         self._seq = count()
         self._clock: dict[int, float] = {}
         self._gids: dict[tuple[str, str], str] = {}
         self._attached: dict[str, str | bytes] = {}
+
+    def _processes(self, hosts: tuple[Host, ...]) -> None:
+        self.hosts = hosts
+        self.procs = [proc for host in hosts for proc in self._spawn(host)]
+        self.world = self._comm(self.procs)
+        self.comms = [self.world]
+        if self.scenario.node_comms:
+            self.comms += [self._comm([p for p in self.procs if p.host is host]) for host in hosts]
 
     def _spawn(self, host: Host) -> list[Process]:
         pid = self.rand.int(20_000, 900_000)
@@ -111,7 +131,12 @@ class Run:
         return Comm(members, self.rand.hex(16), self.scenario.channels)
 
     def time(self, t: float) -> datetime:
-        return START + timedelta(seconds=t)
+        """The local time logs print for t (no zone)."""
+        return START + timedelta(hours=self.scenario.utc_offset_h, seconds=t)
+
+    def utc(self, t: float) -> datetime:
+        """The UTC time of t, as captures and `date -u` give it."""
+        return (START + timedelta(seconds=t)).replace(tzinfo=timezone.utc)
 
     def gid(self, host: str, hca: str) -> str:
         """The port GID of an IB HCA (link-local, from its GUID)."""
@@ -129,7 +154,8 @@ class Run:
             path, prefix = f"{host.name}/nccl.{host.name}.{pid}", ""
         else:
             owner = self.scenario.hosts[0].name if layout == "launcher" else host.name
-            path, prefix = f"{owner}/train.log", f"{host.name}: "
+            attempt = f"-{self.attempt}" if self.attempt > 1 else ""
+            path, prefix = f"{owner}/train{attempt}.log", f"{host.name}: "
         self._lines.setdefault(path, []).append((t, next(self._seq), [prefix + line for line in block]))
 
     def emit(self, proc: Process, messages: list[str], tid: int | None = None) -> None:
@@ -161,16 +187,37 @@ class Run:
             event.play(self)
         return self.files()
 
+    def relaunch(self, hosts: tuple[Host, ...]) -> None:
+        """The job starts again (new processes, new log files) on `hosts` as they are now."""
+        self.attempt += 1
+        self._processes(hosts)
+        self._launch()
+        self._init()
+
+    def expected(self) -> dict:
+        """expected.json: the rules that fire and, for a scenario with a cause, the top finding."""
+        scenario = self.scenario
+        out = {"synthetic": True, "description": scenario.description, "rules": list(scenario.rules)}
+        if cause := scenario.cause:
+            start, end = self.spans[cause.span]
+            top = {"rule": cause.rule, "hosts": list(cause.hosts), "ports": list(cause.ports), "ranks": list(cause.ranks)}
+            top = {k: v for k, v in top.items() if v}
+            window = [self.utc(t).isoformat(timespec="milliseconds") for t in (start, end)]
+            out["top"] = top | {"window": window, "tolerance_s": cause.tolerance_s}
+        if scenario.utc_offset_h:
+            out["tz_shift_hours"] = scenario.utc_offset_h
+        return out
+
     def _launch(self) -> None:
         """DeepSpeed's launcher on each node says what it starts (deepspeed/launcher/launch.py)."""
-        hosts = self.scenario.hosts
+        hosts = self.hosts
         slots = {h.name: list(range(h.gpus)) for h in hosts}
         ranks, first = {}, 0
         for h in hosts:
             ranks[h.name] = list(range(first, first + h.gpus))
             first += h.gpus
         for node_rank, host in enumerate(hosts):
-            t = 0.3 + self.rand.uniform(0, 0.2)
+            t = self.now + 0.3 + self.rand.uniform(0, 0.2)
             stamp = self.time(t).strftime("%Y-%m-%d %H:%M:%S,") + f"{self.time(t).microsecond // 1000:03d}"
             head = f"[{stamp}] [INFO] [launch.py:"
             self.put(host, "stdout", t, [
@@ -184,7 +231,7 @@ class Run:
     def _init(self) -> None:
         """Every process starts NCCL and joins its communicators; ranks run concurrently."""
         for proc in self.procs:
-            self._clock[proc.pid] = 3.0 + self.rand.uniform(0, 0.4)
+            self._clock[proc.pid] = self.now + 3.0 + self.rand.uniform(0, 0.4)
             self.emit(proc, nccl.process_start(proc))
         for comm in self.comms:
             self._sync([m.proc for m in comm.members])
@@ -276,36 +323,55 @@ class IbRetryExceeded:
 
 @dataclass(frozen=True)
 class WatchdogTimeout:
-    """Every rank's watchdog gives up on the same collective once its timeout has passed."""
+    """Every rank's watchdog gives up on the same collective once its timeout has passed; `silent`
+    ranks never enqueued it (stuck before it), so they report nothing. Records the span "hang"."""
 
     work: pytorch.Work
+    silent: tuple[int, ...] = ()
 
     def play(self, run: Run) -> None:
-        hang = run.now
+        hang = last = run.now
         for rank, proc in enumerate(run.procs):
+            if rank in self.silent:
+                continue
             ran_ms = self.work.timeout_ms + run.rand.int(20, 95)
             t = hang + ran_ms / 1000
+            last = max(last, t)
             mono_ns = run.rand.int(0, 999_000_000)
             run.put(proc.host, "stdout", t, pytorch.watchdog_timeout(rank, self.work, ran_ms, run.time(t), mono_ns))
+        run.spans["hang"] = (hang, last)
         run.now = hang + self.work.timeout_ms / 1000 + 1.0
 
 
 @dataclass(frozen=True)
 class CounterDumps:
-    """A collection script runs ibstat, and perfquery before the job and again after it, on every
-    host (`ports` per host; a port's `per_second` rises are what happened during the run)."""
+    """A collection script runs ibstat, and dumps the port counters (`tool`: perfquery, or "sysfs" for
+    RoCE ports, which have no LID to query) before the job, every `every_s` while it runs (if set) and
+    after it, on every host (`ports` per host). A port's `per_second` rises happen during the story
+    span `during`, or all along."""
 
     ports: tuple[tuple[str, tuple[fabric.FabricPort, ...]], ...]
     cleared_s: float = 3600.0  # the counters were last cleared this long before the job
+    every_s: float | None = None
+    during: str | None = None
+    tool: str = "perfquery"
 
     def play(self, run: Run) -> None:
         for host, ports in self.ports:
             run.attach(f"{host}/ibstat.txt", fabric.ibstat(list(ports)))
-        for moment, t in (("before", 0.0), ("after", run.now)):
+        periodic = [("during", k * self.every_s) for k in range(1, int(run.now // self.every_s) + 1)] if self.every_s else []
+        for moment, t in [("before", 0.0), *periodic, ("after", run.now)]:
             for host, ports in self.ports:
-                at = run.time(t)
-                text = fabric.port_dumps(host, list(ports), at, self.cleared_s + t)
-                run.attach(f"{host}/perfquery-{moment}-{at:%H%M}.txt", text)
+                at = run.utc(t)
+                text = fabric.port_dumps(host, list(ports), at, self.cleared_s + t, rising_s=self._rising_s(run, t), tool=self.tool)
+                run.attach(f"{host}/{self.tool}-{moment}-{at:%H%M}.txt", text)
+
+    def _rising_s(self, run: Run, t: float) -> float | None:
+        """Seconds of the `during` span up to t (None: the rises apply all along)."""
+        if self.during is None:
+            return None
+        start, end = run.spans[self.during]
+        return max(0.0, min(t, end) - start)
 
 
 def readme(scenario: Scenario) -> str:
@@ -329,10 +395,10 @@ def write(scenario: Scenario, root: Path) -> Path:
     folder = root / scenario.name
     if folder.exists():
         shutil.rmtree(folder)
-    files = Run(scenario).play()
+    run = Run(scenario)
+    files = run.play()
     files["README.md"] = readme(scenario)
-    expected = {"synthetic": True, "description": scenario.description, "rules": list(scenario.rules)}
-    files["expected.json"] = json.dumps(expected, indent=2) + "\n"
+    files["expected.json"] = json.dumps(run.expected(), indent=2) + "\n"
     for rel, text in files.items():
         path = folder / rel
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tracelens.synth import deepspeed
+from tracelens.synth import deepspeed, incidents
 from tracelens.synth.nccl import Host, Version
 from tracelens.synth.pytorch import Work
 from tracelens.synth.fabric import FabricPort
@@ -128,3 +128,5 @@ SCENARIOS = (
 )
 
 SCENARIOS += deepspeed.scenarios(pair())  # DeepSpeed steps and config: healthy, a slow window, overlap_comm off
+# Whole runs, every source at once, one injected cause each, over RoCE
+SCENARIOS += incidents.scenarios(pair(link_layer="RoCE", env=(("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_GID_INDEX", "3"))))
