@@ -153,7 +153,7 @@ def scenarios(hosts: tuple[Host, Host]) -> tuple[Scenario, ...]:
             "that port shows NAKs with PSN sequence errors on the QPs from node01 and go-back-N resends, node01's "
             "mlx5_1 counts the NAKs it received, and every step in the window takes 3.8x as long, all of it in the "
             "gradient all-reduce. NCCL logs nothing: the RC transport recovers every loss.",
-            rules=("TL201", "TL204", "TL301", "TL401", "TL402"),
+            rules=("TL201", "TL204", "TL301", "TL401", "TL402", "TL410"),
             hosts=hosts,
             story=slow_link,
             cause=Cause("TL410", ("node02",), "slow", ports=("mlx5_1:1",), tolerance_s=10.0),
@@ -165,7 +165,7 @@ def scenarios(hosts: tuple[Host, Host]) -> tuple[Scenario, ...]:
             "ports could not send for about 6% of the time (PortXmitWait), mark ECN and send and handle CNPs "
             "(hw_counters); the capture on node02 mlx5_0 shows ECN-CE marked data and CNPs back to node01. "
             "No errors anywhere, mlx5_1 is clean.",
-            rules=("TL203", "TL303", "TL403"),
+            rules=("TL203", "TL303", "TL403", "TL410"),
             hosts=hosts,
             story=(
                 DeepSpeedTraining(steps=180, phases=BIG, slow=(60, 150, 2.2), ramp=20),
@@ -185,7 +185,7 @@ def scenarios(hosts: tuple[Host, Host]) -> tuple[Scenario, ...]:
             "device and every inter-node connection runs over NET/Socket on eth0 (node01 still lists its RoCE "
             "HCAs). Steps 61-160 take 1.9x as long as in the first attempt, the extra time all in the gradient "
             "all-reduce; a short capture on node02's eth0 shows NCCL's TCP connections. Counters are clean.",
-            rules=("TL101", "TL103", "TL402", "TL504"),
+            rules=("TL101", "TL103", "TL402", "TL412", "TL504"),
             hosts=hosts,
             story=(
                 DeepSpeedTraining(steps=80, phases=BIG),
@@ -217,7 +217,7 @@ def scenarios(hosts: tuple[Host, Host]) -> tuple[Scenario, ...]:
             "50's timers, while the other ranks still run the first micro-step of step 51, print its timers and "
             "wait in the gradient all-reduce. Traffic stops in the capture; ten minutes later the seven waiting "
             "ranks' watchdogs time out on the same ALLREDUCE; rank 5 reports nothing. No network fault.",
-            rules=("TL108",),
+            rules=("TL108", "TL411"),
             hosts=hosts,
             story=(
                 DeepSpeedTraining(steps=50, phases=BIG, config=DsConfig(gradient_accumulation_steps=2), every_rank=True,
@@ -233,7 +233,7 @@ def scenarios(hosts: tuple[Host, Host]) -> tuple[Scenario, ...]:
             description="The flaky link of scenario-flaky-link, on node01 mlx5_0 this time, with the logs printed "
             "in the hosts' local time, UTC+3 (DeepSpeed's asctime, the launcher), while the capture and the counter "
             "dumps (`date -u`) are in UTC: tracelens must find the 3-hour shift without --tz and say so.",
-            rules=("TL201", "TL204", "TL301", "TL401", "TL402"),
+            rules=("TL201", "TL204", "TL301", "TL401", "TL402", "TL410"),
             hosts=hosts,
             utc_offset_h=3.0,
             story=(

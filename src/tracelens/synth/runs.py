@@ -374,13 +374,18 @@ class CounterDumps:
         return max(0.0, min(t, end) - start)
 
 
+def _network(h: Host) -> str:
+    if h.network != "IB":
+        return f"network {h.network} on {h.iface}"
+    return f"network IB over {', '.join(h.hcas)}" + (f" ({h.link_layer})" if h.link_layer != "IB" else "")
+
+
 def readme(scenario: Scenario) -> str:
-    hosts = "\n".join(
-        f"- {h.name} ({h.ip}): {h.gpus} GPUs, NCCL {h.version.text}, network {h.network}"
-        + (f" over {', '.join(h.hcas)}" if h.network == "IB" else f" on {h.iface}")
-        for h in scenario.hosts
-    )
+    hosts = "\n".join(f"- {h.name} ({h.ip}): {h.gpus} GPUs, NCCL {h.version.text}, {_network(h)}" for h in scenario.hosts)
     rules = ", ".join(scenario.rules) or "none (a healthy run: no rule may fire)"
+    if cause := scenario.cause:
+        scope = ", ".join([*cause.hosts, *cause.ports, *(f"rank {r}" for r in cause.ranks)])
+        rules += f"\n\nThe top finding must be the injected root cause: {cause.rule} on {scope}, within the window of `top` in expected.json."
     return (
         f"# {scenario.name}: a synthetic run\n\n"
         "Synthetic: written by `python -m tracelens.synth fixtures/` from the scenario of the same name in\n"
