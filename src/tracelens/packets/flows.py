@@ -152,20 +152,42 @@ def _roce_data(data: pl.DataFrame) -> pl.DataFrame:
 
 
 def _pair(responses: pl.DataFrame, data: pl.DataFrame) -> pl.DataFrame:
-    """Give each response the data QP it answers: same hosts reversed, nearest PSN when several QPs."""
+    """Give each response the data QP it answers (same hosts reversed).
+
+    An ACK or NAK carries a PSN of the data it answers: the nearest data QP by PSN wins.
+    A CNP carries no PSN of the flow, but it is addressed to the throttled requester's own
+    QP, as that requester's ACKs and NAKs are: it takes their pairing, or the only data QP
+    between the two hosts; with several QPs and no ACK to go by it stays unattributed.
+    """
     keys = data.group_by("src", "dst", "qp").agg(data_psn=pl.col("psn").median())
     wrap = 1 << 24
-    candidates = (
-        responses.select("src", "dst", "dest_qp", "psn", "cnp")
+    acks = (
+        responses.filter(~pl.col("cnp"))
+        .select("src", "dst", "dest_qp", "psn")
         .unique()
-        .join(keys, left_on=["src", "dst"], right_on=["dst", "src"], suffix="_data")
+        .join(keys, left_on=["src", "dst"], right_on=["dst", "src"])
         .with_columns(distance=((pl.col("psn") - pl.col("data_psn")).abs() % wrap))
-        .with_columns(distance=pl.when(pl.col("cnp")).then(0).otherwise(pl.min_horizontal("distance", wrap - pl.col("distance"))))
+        .with_columns(distance=pl.min_horizontal("distance", wrap - pl.col("distance")))
         .sort("distance")
-        .unique(["src", "dst", "dest_qp", "psn", "cnp"], keep="first")
-        .select("src", "dst", "dest_qp", "psn", "cnp", pair_qp="qp")
+        .unique(["src", "dst", "dest_qp", "psn"], keep="first")
+        .select("src", "dst", "dest_qp", "psn", pair_qp="qp")
     )
-    return responses.join(candidates, on=["src", "dst", "dest_qp", "psn", "cnp"], how="left", nulls_equal=True)
+    by_requester_qp = acks.group_by("src", "dst", "dest_qp").agg(by_ack=pl.col("pair_qp").mode().min())
+    only_qp = (
+        keys.group_by("src", "dst")
+        .agg(only=pl.col("qp").first(), n=pl.len())
+        .filter(pl.col("n") == 1)
+        .select(src="dst", dst="src", only="only")
+    )
+    cnps = (
+        responses.filter("cnp")
+        .join(by_requester_qp, on=["src", "dst", "dest_qp"], how="left")
+        .join(only_qp, on=["src", "dst"], how="left")
+        .with_columns(pair_qp=pl.coalesce("by_ack", "only"))
+        .drop("by_ack", "only")
+    )
+    answered = responses.filter(~pl.col("cnp")).join(acks, on=["src", "dst", "dest_qp", "psn"], how="left", nulls_equal=True)
+    return pl.concat([answered, cnps], how="diagonal_relaxed")
 
 
 def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
