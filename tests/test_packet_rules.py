@@ -112,12 +112,14 @@ def test_rule_docs_have_three_parts():
             assert set(r.docs) == {"What it finds", "Why it slows the run", "How to fix"}
 
 
-def test_cnps_go_to_the_qp_whose_requester_they_throttle_when_two_qps_join_the_same_hosts(tmp_path):
-    # Both QPs run 10.0.0.1 -> 10.0.0.2; only the second is congested. A CNP carries no PSN of
-    # the flow, so it must be matched through the requester QP its ACKs are addressed to too.
-    second = synth.RoceQp(requester_qp=0x77, responder_qp=0x66, first_psn=0x500000)
+@pytest.mark.parametrize("congested_first", [True, False])
+def test_cnp_attribution_does_not_depend_on_which_qp_comes_first(tmp_path, congested_first):
+    # Two QPs join the same hosts and only one is congested. A CNP carries no PSN of the flow,
+    # so it must be matched through the requester QP its ACKs are addressed to too.
     burst = synth.RoceFaults(congested=tuple(range(100, 140)))
-    t = tables(tmp_path, synth.roce_conversation(), synth.roce_conversation(second, faults=burst))
-    qps = {row["qp"]: row for row in analyze(t["packets"]).qps.iter_rows(named=True)}
-    assert qps[0x66]["cnps"] == 40 and qps[0x66]["ce_marked"] == 40
-    assert qps[QP.responder_qp]["cnps"] == 0
+    qps = [synth.RoceQp(requester_qp=0x77 + i, responder_qp=0x60 + i, first_psn=0x100000 * (i + 1)) for i in range(2)]
+    hot, cold = (0, 1) if congested_first else (1, 0)
+    conversations = [synth.roce_conversation(qps[hot], faults=burst), synth.roce_conversation(qps[cold])]
+    rows = {row["qp"]: row for row in analyze(tables(tmp_path, *conversations)["packets"]).qps.iter_rows(named=True)}
+    assert rows[qps[hot].responder_qp]["cnps"] == 40
+    assert rows[qps[cold].responder_qp]["cnps"] == 0
