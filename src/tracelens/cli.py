@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from enum import Enum
 from pathlib import Path
@@ -156,6 +157,15 @@ def tables_cmd(
         out.print(f"{path}  ({tables[path.stem].height:,} rows)", highlight=False)
 
 
+def _headline(text: str) -> str:
+    """The first clause of a rule's description, for the catalogue (`tracelens rules ID` has it all)."""
+    for stop in re.finditer(r"(?<=[^.])[.:;] |\.$", text):
+        inside_quote = text.count("`", 0, stop.start()) % 2 == 1  # a `quoted log text`
+        if not inside_quote and not re.search(r"\b(?:i\.e|e\.g)$", text[: stop.start()]):
+            return text[: stop.start()]
+    return text
+
+
 @app.command("rules")
 def rules_cmd(rule_id: Annotated[Optional[str], typer.Argument(help="A rule id, e.g. TL101, to show its documentation.")] = None) -> None:
     """Print the rule catalogue, or one rule's documentation."""
@@ -166,7 +176,7 @@ def rules_cmd(rule_id: Annotated[Optional[str], typer.Argument(help="A rule id, 
         for col in ("Rule", "Name", "Severity", "What it finds"):
             table.add_column(col)
         for r in rules:
-            table.add_row(r.id, r.name, r.severity.label, r.docs.get("What it finds", ""))
+            table.add_row(r.id, r.name, r.severity.label, _headline(r.docs.get("What it finds", "")))
         console.print(table)
         return
     match = [r for r in rules if r.id == rule_id.upper()]
