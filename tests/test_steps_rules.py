@@ -38,7 +38,7 @@ def test_spike_rule_finds_other_windows_within_two_steps(tmp_path, first, last):
 def test_the_baseline_is_robust_not_a_fixed_threshold(tmp_path):
     # a slow run is slow everywhere: no spike; the same 3x steps in a 3x slower run are spikes again
     assert findings(tmp_path / "a", DeepSpeedTraining(phases=Phases(fwd=900.0, bwd_inner=1800.0))) == []
-    slow = findings(tmp_path / "b", DeepSpeedTraining(phases=Phases(fwd=900.0, bwd_inner=1800.0), slow=(100, 130, 3.0)))
+    slow = findings(tmp_path / "b", DeepSpeedTraining(phases=Phases(fwd=900.0, bwd_inner=1800.0), slow=(100, 130, 3.0)), prefix="TL40")
     assert [f.rule_id for f in slow] == ["TL401", "TL402"]
 
 
@@ -85,9 +85,10 @@ def test_throughput_leaves_out_overflow_skips_and_says_so():
 
 
 def test_straggler_rank(tmp_path):
-    (f,) = findings(tmp_path, DeepSpeedTraining(steps=60, straggler=(3, 1.3)))
+    (f,) = findings(tmp_path, DeepSpeedTraining(steps=60, straggler=((3,), 1.3)))
     assert f.rule_id == "TL404" and f.ranks == [3] and "1.30x" in f.title
-    assert findings(tmp_path / "even", DeepSpeedTraining(steps=60, straggler=(3, 1.0))) == []
+    assert findings(tmp_path / "even", DeepSpeedTraining(steps=60, straggler=((3,), 1.0))) == []
+
 
 
 def test_straggler_table_from_the_comms_logger():

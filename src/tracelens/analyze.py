@@ -21,6 +21,9 @@ from tracelens.timeline import Timeline, align
 
 Progress = Callable[[int, int, str], None]
 
+# Step-time findings: slow steps, communication share, throughput (TL401-TL403).
+SYMPTOMS = frozenset({"TL401", "TL402", "TL403"})
+
 # Below this much input, worker processes cost more than they save.
 PARALLEL_MIN_BYTES = 64 << 20
 
@@ -100,16 +103,18 @@ def _collect(pairs, tables: RunTables, total: int, progress: Progress | None) ->
 
 
 def run_rules(tables: RunTables, rules: list[Rule]) -> list[Finding]:
-    """Run every rule; order findings by evidence score, then worst first, then by rule id.
+    """Run every rule; order findings by evidence score, then worst first, causes before
+    symptoms, then by rule id.
 
     Only the correlation rules (TL41x) score their findings (see Finding.score): a finding
-    that joins several sources into the cause of a slow window or a hang comes first, and
-    the others keep the severity-then-id order among themselves.
+    that joins several sources into the cause of a slow window or a hang comes first. Among
+    the others, at equal severity, a finding that says why (a straggler, a bad port) comes
+    before the SYMPTOMS that only say how much time went where.
     """
     findings: list[Finding] = []
     for r in rules:
         findings.extend(r.run(tables))
-    return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id))
+    return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in SYMPTOMS, f.rule_id))
 
 
 def analyze(

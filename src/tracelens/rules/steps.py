@@ -237,18 +237,27 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
         per_rank = (
             peers.with_columns(ratio.alias("ratio"))
             .group_by("file", "host", "rank", "engine")
-            .agg(pl.col("ratio").median(), (pl.col("ratio") >= STRAGGLER_RATIO).mean().alias("share"), pl.col("line"))
+            .agg(pl.col("ratio").median(), (pl.col("ratio") >= STRAGGLER_RATIO).mean().alias("share"), pl.col("line"),
+                 first=pl.col("ts").min(), last=pl.col("ts").max())
         )
-        for r in per_rank.filter((pl.col("ratio") >= STRAGGLER_RATIO) & (pl.col("share") >= STRAGGLER_SHARE)).iter_rows(named=True):
+        slow = per_rank.filter((pl.col("ratio") >= STRAGGLER_RATIO) & (pl.col("share") >= STRAGGLER_SHARE))
+        # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
+        for (file, host, engine), group in slow.sort("rank").group_by("file", "host", "engine", maintain_order=True):
+            ranks, worst = group["rank"].to_list(), group.sort("ratio").row(-1, named=True)
+            who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {', '.join(map(str, ranks))}"
+            where = f" on {host}" if host else ""
             yield Finding(
                 rule_id="TL404",
                 severity=Severity.WARNING,
-                title=f"Rank {r['rank']} is a straggler ({r['ratio']:.2f}x its peers' compute time)",
-                summary=f"Rank {r['rank']} took {r['ratio']:.2f}x the median forward+backward time of the other ranks, "
-                f"and was slower by {STRAGGLER_RATIO - 1:.0%} or more on {r['share']:.0%} of the steps.",
-                evidence=_evidence(t, r["file"], r["line"][:5]),
-                hosts=[r["host"]] if r["host"] else [],
-                ranks=[r["rank"]],
+                title=f"{who}{where} {'is a straggler' if len(ranks) == 1 else 'are stragglers'} "
+                f"({worst['ratio']:.2f}x {'its' if len(ranks) == 1 else 'their'} peers' compute time)",
+                summary=f"{who}{where} took up to {worst['ratio']:.2f}x the median forward+backward time of the other ranks, "
+                f"and {'was' if len(ranks) == 1 else 'were'} slower by {STRAGGLER_RATIO - 1:.0%} or more on at least "
+                f"{group['share'].min():.0%} of the steps.",
+                evidence=_evidence(t, file, [line for lines in group["line"] for line in lines[:2]]),
+                hosts=[host] if host else [],
+                ranks=ranks,
+                window=(group["first"].min(), group["last"].max()) if group["first"].min() else None,
             )
     waits = t["comm_ops"].filter(pl.col("kind") == "straggler")
     for (file,), table in waits.group_by(["file"], maintain_order=True):

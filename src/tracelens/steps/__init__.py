@@ -111,6 +111,22 @@ def slow_windows(series: pl.DataFrame) -> list[Window]:
     return sorted(windows, key=lambda w: -w.cost_s)
 
 
+SUSTAINED_RATIO = 1.25  # a stretch this much slower than the stream's fast quartile ...
+SUSTAINED_ROWS = 10  # ... for this many logged steps in a row
+
+
+def sustained_windows(series: pl.DataFrame) -> list[Window]:
+    """Long slow stretches the rolling baseline absorbs (a slowdown that lasts, or ramps up over
+    tens of steps): steps slower than SUSTAINED_RATIO x the stream's lower quartile (its usual
+    pace, as long as most of the stream is not slow), for SUSTAINED_ROWS logged steps or more.
+    The windows are measured against that quartile."""
+    usual = pl.col("time_ms").filter(pl.int_range(pl.len()) >= WARMUP_ROWS).quantile(0.25).over(STREAM)
+    marked = series.with_columns(baseline_ms=usual).with_columns(
+        slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS) & (pl.col("time_ms") > SUSTAINED_RATIO * pl.col("baseline_ms"))
+    )
+    return [w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= SUSTAINED_ROWS]
+
+
 def _runs(rows: list[int]) -> list[tuple[int, int]]:
     runs: list[tuple[int, int]] = []
     for i in rows:

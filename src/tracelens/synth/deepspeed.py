@@ -227,7 +227,7 @@ def scenarios(hosts: tuple[Host, ...]) -> tuple[Scenario, ...]:
             name="ds-slow-window",
             description="Steps 120-159 of 300 take 3x as long, all of the extra time in the gradient all-reduce "
             "(bwd_allreduce) while forward and backward compute stay flat: a network slowdown for 40 steps.",
-            rules=("TL401", "TL402"),
+            rules=("TL401", "TL402", "TL410"),
             hosts=hosts,
             story=(DeepSpeedTraining(slow=(120, 159, 3.0)),),
         ),

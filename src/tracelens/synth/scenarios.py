@@ -92,7 +92,7 @@ SCENARIOS = (
         "proxy threads report completion errors status=12 (retry exceeded) from node01's address, followed by a "
         "cascade of status=5 (flushed) errors; ten minutes later every rank's PyTorch watchdog times out on the "
         "same ALLREDUCE. No socket or bootstrap failure is involved.",
-        rules=("TL107", "TL108"),
+        rules=("TL107", "TL108", "TL411"),
         hosts=pair(),
         layout="launcher",
         story=(Training(steps=120, every=40), IbRetryExceeded(host="node02", peer="node01"), WatchdogTimeout(HANG)),
@@ -101,7 +101,7 @@ SCENARIOS = (
         name="watchdog-hang",
         description="A healthy IB init (NCCL 2.26.2) and 200 good steps, then a silent hang: with no NCCL "
         "warning at all, every rank's PyTorch watchdog times out on the same ALLREDUCE (same SeqNum).",
-        rules=("TL108",),
+        rules=("TL108", "TL411"),
         hosts=pair(version=Version("2.26.2", "12.8")),
         story=(Training(), WatchdogTimeout(HANG)),
     ),
