@@ -5,6 +5,7 @@ from __future__ import annotations
 from tracelens import __version__
 from tracelens.analyze import Analysis
 from tracelens.findings import Severity
+from tracelens.timeline import duration_text
 
 
 def verdict(analysis: Analysis) -> dict:
@@ -26,13 +27,18 @@ def verdict(analysis: Analysis) -> dict:
             "detail": f"{len(analysis.rules)} rules checked over {files} file(s)"
             + (f"; {minor} informational note(s)." if minor else "."),
         }
+    # findings come ranked (analyze.run_rules): the first serious one is the cause with the most evidence
     top = serious[0]
     others = len(serious) - 1
     return {
         "severity": top.severity.label,
         "headline": top.title,
         "detail": top.summary + (f" ({others} more finding(s) below.)" if others else ""),
+        "anchor": f"finding-{analysis.findings.index(top) + 1}",
+        "cost": duration_text(top.cost_seconds) if top.cost_seconds else "",
+        "window": f"{top.window[0]:%Y-%m-%d %H:%M:%S} to {top.window[1]:%H:%M:%S} UTC" if top.window else "",
     }
+
 
 
 def to_json(analysis: Analysis) -> dict:

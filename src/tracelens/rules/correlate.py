@@ -41,7 +41,7 @@ from tracelens.findings import Evidence, Finding, Severity
 from tracelens.rules import rule
 from tracelens.rules.steps import COMM_SURGE, COMPUTE_FLAT, MAX_WINDOWS, MIN_COST_SHARE
 from tracelens.tables import RunTables
-from tracelens.timeline import LOG_TABLES
+from tracelens.timeline import LOG_TABLES, duration_text
 
 MARGIN = timedelta(seconds=5)  # events this close to a window still belong to it (log and dump times are coarse)
 STRAGGLER_COMPUTE = 1.3  # a stream whose compute grew this much in a window while the others' did not
@@ -226,10 +226,6 @@ def _span(begin: datetime, end: datetime) -> str:
     return f"{begin:%H:%M:%S} to {end:%H:%M:%S} UTC"
 
 
-def _duration(seconds: float) -> str:
-    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.1f} s"
-
-
 def _join(phrases: list[str]) -> str:
     return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
 
@@ -281,7 +277,7 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
             f"{_span(episode.begin, episode.end)} on {len(streams)} step stream(s)")
     if _comm_surged(episode):
         slow += f", the all-reduce {w.comm_ratio:.1f}x its usual while compute stayed flat"
-    cost = f"{_duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
+    cost = f"{duration_text(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
     missing = _missing(t, episode.begin, episode.end)
     advice = f" Not in the evidence for this window; collect next time: {'; '.join(missing)}." if missing else ""
     evidence = _step_evidence(t, w)
@@ -426,7 +422,7 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed" + (f"; rank {', '.join(map(str, ranks))} on {', '.join(hosts)} stopped first" if ranks else ""),
         summary=f"{what} started at {hang['begin']:%H:%M:%S} UTC and {len(hang['ranks'])} rank(s) waited for it until their "
-        f"watchdogs fired at {hang['end']:%H:%M:%S}: {why}. The job stood still for {_duration(lost)}.{network}"
+        f"watchdogs fired at {hang['end']:%H:%M:%S}: {why}. The job stood still for {duration_text(lost)}.{network}"
         + ("" if rank_lines or not ranks else f" Not in the evidence: what rank {ranks[0]} was doing; collect next time: "
            "PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "
            f"{COLLECT['steps']}."),
@@ -447,8 +443,8 @@ def _gap_finding(t: RunTables, gap: dict) -> Finding:
     return Finding(
         rule_id="TL411",
         severity=Severity.WARNING,
-        title=f"Logs silent for {_duration(gap['seconds'])} on {scope}",
-        summary=f"Every log of {scope} is silent from {_span(gap['begin'], gap['end'])} ({_duration(gap['seconds'])}, "
+        title=f"Logs silent for {duration_text(gap['seconds'])} on {scope}",
+        summary=f"Every log of {scope} is silent from {_span(gap['begin'], gap['end'])} ({duration_text(gap['seconds'])}, "
         f"against lines every few seconds otherwise): the job stalled there. No watchdog reported it; collect next time: "
         f"{COLLECT['NCCL']}; PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000).",
         hosts=hosts_silent,
@@ -498,10 +494,10 @@ def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
     yield Finding(
         rule_id="TL412",
         severity=Severity.CRITICAL if lost / total >= 0.2 else Severity.WARNING,
-        title=f"NCCL on TCP sockets from {start:%H:%M:%S} cost {_duration(lost)}",
+        title=f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration_text(lost)}",
         summary=f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "
         f"{slow:.0f} ms instead of the {usual:.0f} ms of the same job's {before['step'].n_unique()} steps before it "
-        f"({slow / usual:.1f}x) over {after['step'].n_unique()} step(s): {_duration(lost)} lost, {lost / total:.0%} of the run's step time.",
+        f"({slow / usual:.1f}x) over {after['step'].n_unique()} step(s): {duration_text(lost)} lost, {lost / total:.0%} of the run's step time.",
         evidence=_evidence(socket.sort("lo").to_dicts(), 5),
         hosts=hosts,
         window=(start, end),

@@ -1,0 +1,54 @@
+"""The report's centre: the timeline chart before the findings, each window linked to its
+finding, the zone decision and the clock offsets; the verdict names the cause and its cost."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+
+from tests.conftest import FIXTURES
+from tracelens.analyze import Analysis, analyze
+from tracelens.report.html import render
+from tracelens.report.summary import verdict
+
+
+@cache
+def _flaky() -> tuple[Analysis, str]:
+    analysis = analyze(FIXTURES / "scenario-flaky-link")
+    return analysis, render(analysis)
+
+
+def test_the_timeline_is_the_first_section_with_its_chart():
+    _, html = _flaky()
+    assert html.index('id="timeline"') < html.index('id="findings"')
+    centre = html[html.index('id="timeline"'):html.index('id="findings"')]
+    assert "<svg" in centre and "ms per step" in centre and "node02 · counters" in centre
+
+
+def test_each_window_links_to_its_finding_and_back():
+    analysis, html = _flaky()
+    centre = html[html.index('id="timeline"'):html.index('id="findings"')]
+    windowed = [i for i, f in enumerate(analysis.findings, start=1) if f.window]
+    assert windowed and all(f'href="#finding-{i}"' in centre for i in windowed)
+    assert all(f'id="finding-{i}"' in html for i in windowed)
+    assert '<a href="#timeline">' in html[html.index('id="findings"'):]
+
+
+def test_the_verdict_names_the_root_cause_and_the_time_it_cost():
+    analysis, html = _flaky()
+    top = verdict(analysis)
+    assert top["headline"] == analysis.findings[0].title and "node02" in top["headline"]
+    assert top["cost"] == "2.2 min" and top["anchor"] == "finding-1"
+    assert re.search(r"Time lost: <strong>2\.2 min</strong>", html)
+
+
+def test_the_zone_decision_and_the_clocks_are_shown():
+    _, html = _flaky()
+    centre = html[html.index('id="timeline"'):html.index('id="findings"')]
+    assert "Log times read as UTC: they overlap the capture" in centre
+    assert "<h3>Clocks</h3>" in centre
+
+
+def test_a_run_without_any_timed_evidence_has_no_timeline():
+    html = render(analyze(FIXTURES / "gdr-off"))
+    assert 'id="timeline"' not in html
