@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from functools import cache
 
+import pytest
+
 from tests.conftest import FIXTURES
 from tracelens.analyze import Analysis, analyze
 from tracelens.report.html import render
@@ -52,3 +54,10 @@ def test_the_zone_decision_and_the_clocks_are_shown():
 def test_a_run_without_any_timed_evidence_has_no_timeline():
     html = render(analyze(FIXTURES / "gdr-off"))
     assert 'id="timeline"' not in html
+
+
+@pytest.mark.parametrize("folder", sorted(FIXTURES.glob("scenario-*")), ids=lambda p: p.name)
+def test_every_scenario_renders_its_timeline(folder):
+    html = render(analyze(folder))
+    centre = html[html.index('id="timeline"'):html.index('id="findings"')]
+    assert "<svg" in centre and "time (UTC)" in centre

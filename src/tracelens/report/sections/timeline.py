@@ -108,7 +108,7 @@ def _binned_steps(series: pl.DataFrame) -> pl.DataFrame:
 
 def _lanes(events: pl.DataFrame) -> list[dict]:
     """One mark per lane (host, source) and bin of time and cause; counter rises keep their interval."""
-    span = (events["hi"].max() - events["lo"].min()).total_seconds() if events.height else 0
+    span = (events.select(pl.coalesce("hi", "lo").max()).item() - events["lo"].min()).total_seconds()
     width_ms = max(1, int(span * 1000 / BINS))
     lane = pl.format("{} · {}", pl.col("host").fill_null("?"), "source")
     named = events.with_columns(lane=lane, cause=pl.col("cause").replace_strict(CAUSES))
