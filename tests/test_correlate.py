@@ -99,6 +99,21 @@ def test_errors_outside_the_window_do_not_explain_it():
     assert "no network event" in finding.title  # the rise between 360 s and 420 s is long after the window
 
 
+def test_a_window_where_one_hosts_compute_grew_is_blamed_on_that_straggler():
+    def timers(host: str, rank: int, slow_compute: bool) -> list[dict]:
+        rows = []
+        for r in steps(slow=SLOW, file=f"{host}/train.log"):
+            inside = r["step"] in SLOW
+            compute = 600.0 * (3.0 if inside and slow_compute else 1.0)
+            allreduce = 100.0 + (1200.0 if inside and not slow_compute else 0.0)
+            rows.append({**r, "host": host, "rank": rank, "iter_ms": None, "fwd_ms": compute / 3, "bwd_ms": 2 * compute / 3 + allreduce,
+                         "bwd_allreduce_ms": allreduce, "step_ms": 300.0})
+        return rows
+
+    (finding,) = fire(analysed(steps=timers("node01", 0, False) + timers("node02", 4, True)), "TL410")
+    assert finding.hosts == ["node02"] and finding.ranks == [4] and "straggler" in finding.title
+
+
 def test_a_steady_run_has_no_slow_window():
     t = analysed(steps=steps(), ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0] * 7))
     assert fire(t, "TL410") == []

@@ -32,6 +32,7 @@ CAUSES = {
     "receiver": "a slow receiver",
     "failure": "NCCL communication failures",
     "stall": "a stalled collective",
+    "straggler": "a slow rank (straggler)",  # from the step timers, not the network (rules.correlate)
 }
 SOURCES = ("NCCL", "counters", "packets")
 

@@ -307,7 +307,7 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
         summary=summary + advice,
         evidence=evidence,
         hosts=hosts,
-        ranks=[x.rank for x in episode.windows if x.rank >= 0] if best is None or best["cause"] == "straggler" else [],
+        ranks=sorted({x.rank for x in episode.windows if x.rank >= 0 and x.host in hosts}) if best is None or best["cause"] == "straggler" else [],
         window=(episode.begin, episode.end),
         cost_seconds=episode.cost_s,
         ports=ports,

@@ -25,7 +25,7 @@ MAX_SHADES = 8
 ISO = "%Y-%m-%dT%H:%M:%S%.3fZ"
 X_AXIS = alt.Axis(format="%H:%M:%S", title="time (UTC)", labelAngle=0)
 CAUSE_COLOURS = {"link": "#b3261e", "congestion": "#e37400", "socket": "#6a1b9a", "receiver": "#00796b",
-                 "failure": "#5f6368", "stall": "#000000"}
+                 "failure": "#5f6368", "stall": "#000000", "straggler": "#1565c0"}
 
 
 def context(analysis) -> dict | None:
@@ -77,7 +77,7 @@ def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list) -> str:
         lanes = _lanes(events)
         order = sorted({lane["lane"] for lane in lanes})
         y = alt.Y("lane:N", sort=order, title=None)
-        colour = alt.Color("cause:N", scale=alt.Scale(domain=list(CAUSES.values()), range=list(CAUSE_COLOURS.values())),
+        colour = alt.Color("cause:N", scale=alt.Scale(domain=[CAUSES[c] for c in CAUSE_COLOURS], range=list(CAUSE_COLOURS.values())),
                            legend=alt.Legend(orient="bottom", title=None))
         data = alt.Chart(alt.Data(values=lanes))
         intervals = data.transform_filter("datum.source == 'counters'").mark_bar(opacity=0.5, height=10).encode(x=x, x2="t2:T", y=y, color=colour)
