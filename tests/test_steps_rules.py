@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+import polars as pl
 import pytest
 
 from tracelens.analyze import analyze
@@ -106,3 +107,33 @@ def test_windows_are_shared_with_the_report():
     (w,) = slow_windows(series)
     assert (w.first_step, w.last_step, w.rows, w.basis) == (120, 159, 40, "timers")
     assert w.comm_ratio > 10 and w.compute_ratio == pytest.approx(1.0, abs=0.05)
+
+
+def _timer_rows(host: str, file: str, ranks: range, factor: float, steps: int = 40) -> list[dict]:
+    """wall_clock_breakdown timer rows of each rank of one host, compute scaled by `factor`."""
+    return [
+        {"file": file, "line": step * 10 + rank, "host": host, "rank": rank, "engine": "0", "step": step,
+         "fwd_ms": 100.0 * factor, "bwd_ms": 200.0 * factor + 50.0, "bwd_inner_ms": 200.0 * factor,
+         "bwd_allreduce_ms": 50.0, "step_ms": 20.0}
+        for step in range(1, steps + 1)
+        for rank in ranks
+    ]
+
+
+def _steps_tables(rows: list[dict]):
+    from tracelens.tables import RunTables
+
+    t = RunTables()
+    t.add("steps", pl.DataFrame(rows))
+    return t
+
+
+def test_a_slow_host_is_found_when_each_host_logs_to_its_own_file():
+    # node02's four ranks compute 1.3x slower; half the ranks are slow, so a median over all ranks
+    # would sit between the two groups; and per-node files must still be compared with each other.
+    rows = _timer_rows("node01", "node01/train.log", range(0, 4), 1.0) + _timer_rows("node02", "node02/train.log", range(4, 8), 1.3)
+    (f,) = fire(_steps_tables(rows), "TL404")
+    assert f.hosts == ["node02"] and f.ranks == [4, 5, 6, 7]
+    assert {e.file for e in f.evidence} == {"node02/train.log"}
+    even = _timer_rows("node01", "node01/train.log", range(0, 4), 1.0) + _timer_rows("node02", "node02/train.log", range(4, 8), 1.03)
+    assert fire(_steps_tables(even), "TL404") == []

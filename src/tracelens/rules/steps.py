@@ -230,31 +230,40 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
     """
     series = timing.step_series(t["steps"])
     ranked = series.filter(pl.col("compute_ms").is_not_null() & (pl.col("rank") >= 0))
-    step_key = ["file", "engine", "step"]
+    # Ranks are compared across files: per-node logs each hold one host's ranks.
+    step_key = ["engine", "step"]
     peers = ranked.filter(pl.col("rank").n_unique().over(step_key) >= 2)
     if peers.height:
-        ratio = pl.col("compute_ms") / pl.col("compute_ms").median().over(step_key)
+        # The usual compute time of a step: the fastest host's median where several hosts log it
+        # (so a whole slow host does not drag the median up to meet it), else all ranks' median.
+        host_median = pl.col("compute_ms").median().over([*step_key, "host"])
+        several_hosts = pl.col("host").n_unique().over(step_key) >= 2
+        usual = pl.when(several_hosts).then(pl.col("host_median").min().over(step_key)).otherwise(
+            pl.col("compute_ms").median().over(step_key)
+        )
         per_rank = (
-            peers.with_columns(ratio.alias("ratio"))
-            .group_by("file", "host", "rank", "engine")
-            .agg(pl.col("ratio").median(), (pl.col("ratio") >= STRAGGLER_RATIO).mean().alias("share"), pl.col("line"),
-                 first=pl.col("ts").min(), last=pl.col("ts").max())
+            peers.with_columns(host_median.alias("host_median"))
+            .with_columns((pl.col("compute_ms") / usual).alias("ratio"))
+            .group_by("host", "rank", "engine")
+            .agg(pl.col("ratio").median(), (pl.col("ratio") >= STRAGGLER_RATIO).mean().alias("share"),
+                 pl.struct("file", "line").head(2).alias("where"), first=pl.col("ts").min(), last=pl.col("ts").max())
         )
         slow = per_rank.filter((pl.col("ratio") >= STRAGGLER_RATIO) & (pl.col("share") >= STRAGGLER_SHARE))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
-        for (file, host, engine), group in slow.sort("rank").group_by("file", "host", "engine", maintain_order=True):
+        for (host, engine), group in slow.sort("rank").group_by("host", "engine", maintain_order=True):
             ranks, worst = group["rank"].to_list(), group.sort("ratio").row(-1, named=True)
             who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {', '.join(map(str, ranks))}"
             where = f" on {host}" if host else ""
+            places = [p for ps in group["where"].to_list() for p in ps]
             yield Finding(
                 rule_id="TL404",
                 severity=Severity.WARNING,
                 title=f"{who}{where} {'is a straggler' if len(ranks) == 1 else 'are stragglers'} "
                 f"({worst['ratio']:.2f}x {'its' if len(ranks) == 1 else 'their'} peers' compute time)",
-                summary=f"{who}{where} took up to {worst['ratio']:.2f}x the median forward+backward time of the other ranks, "
-                f"and {'was' if len(ranks) == 1 else 'were'} slower by {STRAGGLER_RATIO - 1:.0%} or more on at least "
+                summary=f"{who}{where} took up to {worst['ratio']:.2f}x the usual forward+backward time of the fastest "
+                f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {STRAGGLER_RATIO - 1:.0%} or more on at least "
                 f"{group['share'].min():.0%} of the steps.",
-                evidence=_evidence(t, file, [line for lines in group["line"] for line in lines[:2]]),
+                evidence=[e for p in places for e in _evidence(t, p["file"], [p["line"]])],
                 hosts=[host] if host else [],
                 ranks=ranks,
                 window=(group["first"].min(), group["last"].max()) if group["first"].min() else None,
