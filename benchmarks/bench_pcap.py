@@ -25,8 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-from tracelens.synth.pcap import write_bulk_roce
-
 OUT = Path(__file__).resolve().parent / "out"
 
 TSHARK_FIELDS = (
@@ -70,7 +68,10 @@ def main() -> None:
     OUT.mkdir(exist_ok=True)
     capture = OUT / f"roce-{args.packets}.pcap"
     if not capture.exists():
-        write_bulk_roce(capture, args.packets)
+        # In a child process: Linux carries a process's peak RSS across fork+exec into the
+        # children it measures, so this process must stay small (no scapy, no capture in memory).
+        generate = "import sys, pathlib; from tracelens.synth.pcap import write_bulk_roce; write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
+        subprocess.run([sys.executable, "-c", generate, str(capture), str(args.packets)], check=True)
     size_mb = capture.stat().st_size / 1e6
 
     rows = []
