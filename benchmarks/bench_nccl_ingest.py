@@ -17,17 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from _measure import OUT, import_rss_mb, python, run
+
 from tracelens.synth import nccl
 from tracelens.synth.nccl import Host, IbError
 from tracelens.synth.runs import Run, Scenario
 
-OUT = Path(__file__).resolve().parent / "out"
 NODES, GPUS = 64, 8
 # Collectives of a data-parallel step: operation, NCCL datatype (9 = bfloat16), element counts.
 OPS = (("AllReduce", 9, (4_194_304, 33_554_432)), ("AllGather", 9, (1_048_576,)), ("ReduceScatter", 9, (8_388_608,)))
@@ -92,13 +92,10 @@ def write_workloads(big: Path, small: Path, big_bytes: int) -> None:
 
 
 def ingest_child(path: str) -> None:
-    """Runs in the fresh process: ingest the file (or only import, for the baseline) and report as JSON."""
+    """Runs in the fresh process: ingest the file and report as JSON."""
     from tracelens.ingest import InputFile
     from tracelens.ingest.textlog import ingest
 
-    if not path:
-        print(json.dumps({}))
-        return
     file = Path(path)
     start = time.perf_counter()
     account = ingest(InputFile(file, file.name, "log", size=file.stat().st_size)).account
@@ -106,15 +103,10 @@ def ingest_child(path: str) -> None:
     print(json.dumps({"seconds": seconds, "lines": account.lines, "parsed": account.parsed, "unrecognized": account.unrecognized}))
 
 
-def measure(path: Path | None) -> dict:
-    """Ingest in a fresh process; its peak RSS comes from wait4, the per-child form of RUSAGE_CHILDREN."""
-    child = subprocess.Popen([sys.executable, __file__, "--child", str(path or "")], stdout=subprocess.PIPE, text=True)
-    output = child.stdout.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    child.returncode = os.waitstatus_to_exitcode(status)
-    if child.returncode:
-        raise SystemExit(f"ingest of {path} failed (exit {child.returncode})")
-    return {**json.loads(output), "rss_mb": usage.ru_maxrss / 1024}  # ru_maxrss is in KiB on Linux
+def measure(path: Path) -> dict:
+    """Ingest in a fresh process: its report plus its peak RSS."""
+    child = run(python(__file__, "--child", str(path)))
+    return {**child.report(), "rss_mb": child.rss_mb}
 
 
 def main() -> None:
@@ -135,7 +127,7 @@ def main() -> None:
         write_workloads(big, small, args.size_mb << 20)
         print(f"generated {big.name} and {small.name} in {time.perf_counter() - start:.1f} s", file=sys.stderr)
 
-    baseline = measure(None)["rss_mb"]
+    baseline = import_rss_mb("tracelens.ingest.textlog")
     print(f"\nNCCL log ingest (tracelens.ingest.textlog.ingest), one fresh process per file; {os.cpu_count()} CPUs")
     print(f"{'workload':<34}{'MB':>8}{'lines':>12}{'parsed':>12}{'s':>8}{'MB/s':>8}{'lines/s':>12}{'peak RSS MB':>13}")
     for path in [small] if args.quick else [small, big]:

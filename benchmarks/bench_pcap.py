@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
-import sys
-import time
-from pathlib import Path
 
-OUT = Path(__file__).resolve().parent / "out"
+from _measure import OUT, Child, import_rss_mb, python, run
 
 TSHARK_FIELDS = (
     "frame.number", "frame.time_epoch", "frame.len", "ip.src", "ip.dst", "ip.dsfield.ecn", "ip.id",
@@ -45,18 +41,8 @@ print(result.tables["packets"].height)
 """
 
 
-def measure(argv: list[str]) -> tuple[float, int, str]:
-    """Run `argv`; return wall seconds, the child's peak RSS in MiB, and its stdout's first line."""
-    start = time.perf_counter()
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    first = child.stdout.readline().strip()
-    for _ in child.stdout:  # drain (tshark prints a line per frame)
-        pass
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - start
-    if status:
-        raise SystemExit(f"{argv[0]} failed with status {status}")
-    return seconds, usage.ru_maxrss // 1024, first
+def row(tool: str, child: Child, packets: int) -> dict:
+    return {"tool": tool, "seconds": child.seconds, "packets_per_s": packets / child.seconds, "peak_rss_mb": round(child.rss_mb)}
 
 
 def main() -> None:
@@ -71,22 +57,19 @@ def main() -> None:
         # In a child process: Linux carries a process's peak RSS across fork+exec into the
         # children it measures, so this process must stay small (no scapy, no capture in memory).
         generate = "import sys, pathlib; from tracelens.synth.pcap import write_bulk_roce; write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
-        subprocess.run([sys.executable, "-c", generate, str(capture), str(args.packets)], check=True)
+        subprocess.run(python("-c", generate, str(capture), str(args.packets)), check=True)
     size_mb = capture.stat().st_size / 1e6
 
     rows = []
-    seconds, rss, _ = measure([sys.executable, "-c", "import tracelens.ingest.pcap"])
-    baseline = rss
-    seconds, rss, decoded = measure([sys.executable, "-c", TRACELENS, str(capture)])
-    assert int(decoded) == args.packets, decoded
-    rows.append({"tool": "tracelens", "seconds": seconds, "packets_per_s": args.packets / seconds, "peak_rss_mb": rss})
+    baseline = round(import_rss_mb("tracelens.ingest.pcap"))
+    ours = run(python("-c", TRACELENS, str(capture)), quiet=True)
+    assert int(ours.last_line) == args.packets, ours.last_line
+    rows.append(row("tracelens", ours, args.packets))
     tshark = shutil.which("tshark")
     if tshark:
         fields = [arg for field in TSHARK_FIELDS for arg in ("-e", field)]
         argv = [tshark, "-n", "-r", str(capture), "-d", "udp.port==4791,infiniband", "-T", "fields", *fields]
-        seconds, rss, _ = measure(argv)
-        rows.append({"tool": "tshark -T fields", "seconds": seconds, "packets_per_s": args.packets / seconds,
-                     "peak_rss_mb": rss})
+        rows.append(row("tshark -T fields", run(argv, quiet=True), args.packets))
 
     print(f"capture: {capture.name}, {args.packets} frames, {size_mb:.1f} MB")
     print(f"{'tool':<18}{'seconds':>9}{'packets/s':>13}{'peak RSS MB':>13}")
