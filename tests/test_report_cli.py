@@ -95,6 +95,9 @@ def test_cli_exit_codes(tmp_path: Path):
     _write_log(junk, ["nothing to see here"])
     unreadable = runner.invoke(app, ["analyze", str(junk), "-o", str(tmp_path / "j.html")])
     assert unreadable.exit_code == 2 and "Nothing readable" in unreadable.output
+    (tmp_path / "empty").mkdir()
+    empty = runner.invoke(app, ["analyze", str(tmp_path / "empty"), "-o", str(tmp_path / "e.html")])
+    assert empty.exit_code == 2 and "no file found in" in empty.output
 
 
 def test_cli_rules_catalogue_and_one_rule():

@@ -84,7 +84,8 @@ def _print_summary(analysis: Analysis) -> None:
     for note in analysis.notes:
         out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     if not analysis.readable:
-        out.print("[red]Nothing readable:[/] no input contained evidence tracelens understands.")
+        why = "no input contained evidence tracelens understands" if inputs.height else f"no file found in {analysis.target}"
+        out.print(f"[red]Nothing readable:[/] {escape(why)}.")
         return
     if not analysis.findings:
         out.print(f"[green]No problem found[/] ({len(analysis.rules)} rules checked).")

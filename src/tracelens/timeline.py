@@ -187,8 +187,10 @@ def _zone(tables: RunTables, tz: str | None) -> Timeline:
         _shift(tables, _local_tables(tables), zone=zone)
         return Timeline(zone=tz, basis="--tz", notes=[f"Log times were read in {tz} (--tz) and converted to UTC."])
     span = _log_span(tables)
+    if span is None:
+        return Timeline()  # no log printed a time: nothing to place in a zone
     zoned = _zoned_intervals(tables)
-    if span is None or zoned.height == 0:
+    if zoned.height == 0:
         return Timeline(notes=["Log times carry no zone and the run has no capture or zoned counter dump to compare "
                                "them with: read as UTC (assumed; use --tz ZONE if the hosts ran on local time)."])
     scores = shift_scores(span, zoned)
