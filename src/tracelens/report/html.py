@@ -11,7 +11,7 @@ from tracelens import __version__
 from tracelens.analyze import Analysis
 from tracelens.findings import Severity
 from tracelens.report.sections import build_sections
-from tracelens.report.summary import verdict
+from tracelens.report.summary import describe_window, verdict
 from tracelens.resources import data_dir
 
 # No scripts, no fetches: styles and images inline only.
@@ -19,13 +19,15 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 
 
 def _environment() -> Environment:
-    return Environment(
+    env = Environment(
         loader=FileSystemLoader(data_dir("reports")),
         autoescape=select_autoescape(default=True, default_for_string=True),
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
     )
+    env.filters["window"] = describe_window
+    return env
 
 
 def render(analysis: Analysis) -> str:

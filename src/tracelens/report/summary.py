@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from tracelens import __version__
 from tracelens.analyze import Analysis
 from tracelens.findings import Severity
 from tracelens.timeline import duration_text
+
+
+def describe_window(window: tuple[datetime, datetime]) -> str:
+    """'2024-12-06 18:31:18 to 18:34:58 UTC' (the end's date only when it differs)."""
+    start, end = window
+    end_text = f"{end:%H:%M:%S}" if end.date() == start.date() else f"{end:%Y-%m-%d %H:%M:%S}"
+    return f"{start:%Y-%m-%d %H:%M:%S} to {end_text} UTC"
 
 
 def verdict(analysis: Analysis) -> dict:
@@ -36,7 +45,7 @@ def verdict(analysis: Analysis) -> dict:
         "detail": top.summary + (f" ({others} more finding(s) below.)" if others else ""),
         "anchor": f"finding-{analysis.findings.index(top) + 1}",
         "cost": duration_text(top.cost_seconds) if top.cost_seconds else "",
-        "window": f"{top.window[0]:%Y-%m-%d %H:%M:%S} to {top.window[1]:%H:%M:%S} UTC" if top.window else "",
+        "window": describe_window(top.window) if top.window else "",
     }
 
 
