@@ -3,35 +3,25 @@ TCP retransmissions as tshark counts them, capture duplicates told apart."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import polars as pl
 import pytest
 from scapy.contrib.roce import AETH, BTH
 from scapy.utils import rdpcap
 
+from tests import tshark
 from tests.conftest import corpus_dir
+from tests.tshark import needs_tshark
 from tracelens.ingest import InputFile, pcap
 from tracelens.packets.flows import analyze
 from tracelens.tables import conform
 
 ROCE = "oferby-proxy__roce.pcap"
-TSHARK = shutil.which("tshark")
-needs_tshark = pytest.mark.skipif(TSHARK is None, reason="tshark is not installed")
 
 
 def read(name: str) -> tuple[pl.DataFrame, object]:
     path = corpus_dir("pcap") / name
     result = pcap.ingest(InputFile(path, path.name, "pcap"))
     return conform("packets", result.tables["packets"]), result.account
-
-
-def tshark(name: str, *args: str) -> list[list[str]]:
-    path = corpus_dir("pcap") / name
-    out = subprocess.run([TSHARK, "-r", str(path), *args], capture_output=True, text=True, check=True).stdout
-    return [line.split("\t") for line in out.splitlines()]
 
 
 def test_every_corpus_capture_reads_without_error():
@@ -72,9 +62,9 @@ def test_native_infiniband_in_erf():
 def test_roce_fields_equal_tshark():
     packets, _ = read(ROCE)
     mine = packets.filter(pl.col("dport") == 4791).select("frame", "opcode", "dest_qp", "psn").rows()
-    theirs = tshark(ROCE, "-d", "udp.port==4791,infiniband", "-d", "udp.port==69,infiniband", "-Y", "udp.dstport==4791",
-                    "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.opcode", "-e", "infiniband.bth.destqp",
-                    "-e", "infiniband.bth.psn")
+    theirs = tshark.run(corpus_dir("pcap") / ROCE, "-d", "udp.port==4791,infiniband", "-d", "udp.port==69,infiniband",
+                        "-Y", "udp.dstport==4791", "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.opcode",
+                        "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn")
     assert len(mine) == 105
     assert mine == [(int(f), int(op), int(qp, 16), int(psn)) for f, op, qp, psn in theirs]
 
@@ -119,10 +109,7 @@ def test_pptp_duplicates_are_capture_duplicates_not_retransmissions():
                                   "tcpdump-tests__of13_ericsson.pcapng", "tcpdump-tests__accecn_handshake.pcap"])
 def test_tcp_retransmissions_per_flow_match_tshark(name):
     packets, _ = read(name)
-    rows = tshark(name, "-Y", "tcp.analysis.retransmission", "-T", "fields", "-e", "ip.src", "-e", "tcp.srcport",
-                  "-e", "ip.dst", "-e", "tcp.dstport")
-    theirs = pl.DataFrame([(a, int(b), c, int(d)) for a, b, c, d in rows], orient="row",
-                          schema={"src": pl.String, "sport": pl.Int32, "dst": pl.String, "dport": pl.Int32}).group_by("src", "sport", "dst", "dport").len()
+    theirs = tshark.per_flow(corpus_dir("pcap") / name, "tcp.analysis.retransmission")
     mine = analyze(packets).tcp.filter(pl.col("retransmissions") > 0)
     joined = mine.join(theirs, on=["src", "sport", "dst", "dport"], how="full", coalesce=True).fill_null(0)
     for row in joined.iter_rows(named=True):

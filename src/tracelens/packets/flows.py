@@ -20,7 +20,9 @@ SYN/FIN) that starts below the highest sequence number already sent is a
 retransmission (the overlap is matched by byte range, so a repacketized resend
 counts), unless it is a keep-alive or arrives so soon after the highest segment
 that it is out of order; it is fast when the receiver had sent >= 2 duplicate
-ACKs for it. A stream seen first mid-connection simply starts there: bytes
+ACKs for it (Wireshark's: no data, same ack and window as before, not answering
+a keep-alive; checked against tshark on real kernel retransmissions,
+tests/captures/kernel_retransmissions). A stream seen first mid-connection simply starts there: bytes
 before the capture are neither lost nor retransmitted.
 """
 
@@ -246,18 +248,26 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     end = pl.col("rel") + pl.col("seglen")
     nextseq = end.cum_max().shift(1).over(DIRECTION)
     advanced = pl.col("nextseq").is_null() | (end > pl.col("nextseq"))
+    keepalive = (pl.col("seglen") <= 1) & (pl.col("rel") == pl.col("nextseq") - 1) & ~control
     segments = segments.with_columns(nextseq=nextseq).with_columns(
         nextseq_ts=pl.when(advanced).then(pl.col("ts")).forward_fill().shift(1).over(DIRECTION),
-        pure_ack=(pl.col("seglen") == 0) & ~control,
+        keepalive=keepalive.fill_null(False),
     )
-    dup_ack = pl.col("pure_ack") & (pl.col("window") > 0) & _as_before("window") & _as_before("ack")
+    segments = _with_reverse_state(segments)
+    # Wireshark's duplicate ACK: no data, the same window and ack as the direction's previous segment,
+    # at the next sequence number, and not the answer to a keep-alive; the count restarts when the ack moves
+    dup_ack = (
+        (pl.col("seglen") == 0) & ~control & (pl.col("window") > 0) & _as_before("window") & _as_before("ack")
+        & (pl.col("rel") == pl.col("nextseq")) & ~pl.col("rev_keepalive")
+    ).fill_null(False)
     ack_run = (~_as_before("ack")).fill_null(True).cum_sum().over(DIRECTION)
-    segments = segments.with_columns(dup_ack=dup_ack.fill_null(False), ack_run=ack_run).with_columns(
-        dup_acks_so_far=pl.col("dup_ack").cum_sum().over(*DIRECTION, "ack_run")
+    segments = segments.with_columns(dup_ack=dup_ack).with_columns(
+        dup_acks_so_far=pl.col("dup_ack").cum_sum().over(*DIRECTION, ack_run)
     )
-    keepalive = (pl.col("seglen") <= 1) & (pl.col("rel") == pl.col("nextseq") - 1) & ~control
-    candidate = (pl.col("seglen") > 0) & (pl.col("rel") < pl.col("nextseq")) & ~keepalive
-    segments = _with_reverse_state(segments.with_columns(candidate=candidate.fill_null(False)))
+    candidate = (pl.col("seglen") > 0) & (pl.col("rel") < pl.col("nextseq")) & ~pl.col("keepalive")
+    segments = segments.with_columns(candidate=candidate.fill_null(False)).join(
+        segments.select(rev_order="order", rev_dup_acks="dup_acks_so_far"), on="rev_order", how="left", maintain_order="left"
+    )
     fast = (
         pl.col("candidate")
         & (pl.col("rev_dup_acks") >= 2)
@@ -307,11 +317,11 @@ def _as_before(column: str) -> pl.Expr:
 
 
 def _with_reverse_state(segments: pl.DataFrame) -> pl.DataFrame:
-    """Add what the other direction last said before each segment (ack, dup ACK count, time) and the
-    connection's out-of-order window (its handshake RTT when the handshake was captured)."""
+    """Add the other direction's last segment before each segment (its order, ack, time, whether it was
+    a keep-alive) and the connection's out-of-order window (its handshake RTT when the handshake was captured)."""
     reverse = segments.select(
         "file", "order", src="dst", sport="dport", dst="src", dport="sport",
-        rev_ack="ack", rev_dup_acks="dup_acks_so_far", rev_ts="ts",
+        rev_order="order", rev_ack="ack", rev_ts="ts", rev_keepalive="keepalive",
     )
     segments = segments.join_asof(
         reverse, on="order", by=["file", *DIRECTION], strategy="backward", check_sortedness=False
@@ -325,6 +335,6 @@ def _with_reverse_state(segments: pl.DataFrame) -> pl.DataFrame:
         "file", *DIRECTION, rtt=(pl.col("ack_ts") - pl.col("syn_ts")).dt.total_nanoseconds()
     ).filter(pl.col("rtt") > 0)
     both_ways = pl.concat([rtt, rtt.select("file", "rtt", src="dst", sport="dport", dst="src", dport="sport")], how="diagonal")
-    return segments.join(both_ways, on=["file", *DIRECTION], how="left").with_columns(
-        ooo_window=pl.col("rtt").fill_null(OOO_WINDOW_NS)
+    return segments.join(both_ways, on=["file", *DIRECTION], how="left", maintain_order="left").with_columns(
+        ooo_window=pl.col("rtt").fill_null(OOO_WINDOW_NS), rev_keepalive=pl.col("rev_keepalive").fill_null(False)
     )
