@@ -32,12 +32,15 @@ VECTOR_BODIES = [
     "Channel 05/0 : 2[2] -> 3[3] via P2P/indirect/1[1]",
     "Channel 21 : 5[5] -> 4[4] via SHM/direct/direct",
     "Channel 00/0 : 8[0] -> 0[0] [receive] via NET/IB/0/GDRDMA(PCI)",  # 2.26+
+    "Channel 01/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA",  # plugin name with a space
+    "Channel 00/0 : 0[0] -> 4[0] via P2P/MNNVL",  # 2.20.3+
     "Coll 01 : 3 [receive] via COLLNET/SHARP/1/GDRDMA",
     "CollNet 05/0 : 5 [receive] via COLLNET/SHARP/5/GDRDMA",
     "comm 0x557fe785f7a0 rank 36 nranks 64 cudaDev 4 nvmlDev 4 busId 9b000 commId 0x5ae77eb5ea4ec1ee - Init COMPLETE",
     "comm 0x7f6df005a260 rank 2 nranks 8 cudaDev 2 nvmlDev 2 - Init COMPLETE",  # 2.4
     "comm 0x55d2a0 rank 1 nranks 2 cudaDev 1 busId 1e0 - Init COMPLETE",  # 2.5-2.15
     "ncclCommSplit comm 0x5602 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 18000 commId 0x1a parent 0x5601 color 7 key 0 - Init START",
+    "ncclCommSplit comm 0x5602 rank 0 nranks 4 cudaDev 0 nvmlDev 0 busId 18000 parent 0x5601 splitCount 1 color 7 key 0 commId 0x1a - Init START",
     "[Rank 0] ncclCommInitRankConfig comm 0x5603 rank 0 nranks 8 cudaDev 0 nvmlDev 0 busId 18000 commId 0x2b - Init START",
     "comm 0x5604 rank 3 nranks 8 cudaDev 3 busId 5d000 - Destroy COMPLETE",
     "comm 0x5605 rank 3 nranks 8 cudaDev 3 nvmlDev 3 busId 5d000 - Abort COMPLETE",

@@ -103,12 +103,13 @@ def parse_body(body: str) -> tuple[str, dict]:
 # ------------------------------------------------------------------ vectorized kinds
 
 _HEX = r"[0-9a-fA-F]+"
-_VIA = r"(?P<via>(?:P2P|SHM|NET|COLLNET|direct shared memory)\S*(?: pointer\S*| device)?)"
+_VIA = r"(?P<via>(?:NET|COLLNET)/[^/]+/\S+|(?:P2P|SHM|NET|COLLNET|direct shared memory)\S*(?: pointer\S*| device)?)"
 _COMM = (
     r"^(?:\[Rank \d+\] )?(?:nccl\w+ )?comm (?P<comm_id>0x" + _HEX + r"|\(nil\)) rank (?P<rank>\d+) "
     r"nranks (?P<nranks>\d+) cudaDev (?P<comm_cuda_dev>\d+)(?: nvmlDev (?P<nvml_dev>\d+))?(?: busId (?P<bus_id>" + _HEX + r"))?"
-    r"(?: commId (?P<comm_hash>0x" + _HEX + r"))?"
 )
+_COMM_HASH = r"(?: commId (?P<comm_hash>0x" + _HEX + r"))?"
+_SPLIT = r"(?: parent \S+(?: splitCount \d+)? color -?\d+ key -?\d+)?"  # ncclCommSplit, before or after commId
 _PTR = r"(?:0x" + _HEX + r"|\(nil\))"
 
 # kind -> (literals one of which every such body contains, full-match regex with the grammar's
@@ -138,8 +139,8 @@ VECTOR_KINDS: list[tuple[str, list[str], str]] = [
         r"^(?P<src_file>[\w./+-]+\.(?:cc|c|cu|h|hpp|cpp)):(?P<src_line>\d+) -> (?P<result>\d+)(?: \((?P<strerror>[^)]*)\))?"
         r"(?: (?P<thread_tag>\[(?:Async thread|Proxy Thread|Progress Thread|Service thread)\]))?$",
     ),
-    ("comm_init", [" - Init "], _COMM + r"(?: parent \S+ color -?\d+ key -?\d+)? - Init (?P<comm_event>START|COMPLETE)$"),
-    ("comm_teardown", [" COMPLETE"], _COMM + r" - (?P<comm_event>Destroy|Abort) COMPLETE$"),
+    ("comm_init", [" - Init "], _COMM + _SPLIT + _COMM_HASH + _SPLIT + r" - Init (?P<comm_event>START|COMPLETE)$"),
+    ("comm_teardown", [" COMPLETE"], _COMM + _COMM_HASH + r" - (?P<comm_event>Destroy|Abort) COMPLETE$"),
     (
         "comm_info",
         [" nNodes "],
@@ -197,14 +198,18 @@ _PYTORCH = (
 )
 _PYTORCH_ERROR = (
     r"^(?P<prefix>.*?)(?P<msg>(?:[\w.]*Error: NCCL error in: |nccl(?:System|Remote|Internal|UnhandledCuda|InvalidArgument"
-    r"|InvalidUsage|InProgress)Error: ).*)$"
+    r"|InvalidUsage|InProgress)(?:Error)?: ).*)$"
 )
 _BARE_VERSION = r"^(?P<prefix>.*?)(?P<msg>NCCL version \d\S*)$"
+# NCCLUtils quotes NCCL's last WARN (2.13+): `ncclRemoteError: ... Last error:` and the WARN's text on the
+# next line, or on the same line once collapsed (corpus 085).
+_LAST_ERROR = r"^(?P<prefix>.*?)(?:(?:[\w.]*Error|nccl\w+): .*)?Last error: ?(?P<msg>.*)$"
 _SEVERITY = {"E": "ERROR", "W": "WARN", "I": "INFO", "F": "FATAL"}
 
 _NCCL_TS = r"\[(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?$"  # 2.26+ NCCL_DEBUG_TIMESTAMP_FORMAT default
 _WRAPPER_TS = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?)"  # launcher/shipper timestamp with a full date
-_PDSH_HOST = r"^([A-Za-z0-9][\w.-]*): "
+# pdsh's `host: `; a name is cut at its first dot as NCCL cuts its own (§1.1), an IPv4 address is kept whole
+_PDSH_HOST = r"^((?:\d+\.){3}\d+|[A-Za-z0-9][\w-]*)[\w.-]*: "
 
 RECORD_COLUMNS = ["idx", "prefix", "ts", "host", "pid", "tid", "cuda_dev", "level", "msg"]
 
@@ -239,6 +244,12 @@ def _with_head(records: pl.LazyFrame) -> pl.LazyFrame:
     return records.join(_split_prefix(heads), on="head", how="left", maintain_order="left")
 
 
+def _bytes(start: pl.Expr, length: pl.Expr | int | None = None) -> pl.Expr:
+    """Slice of `text` by byte offsets, as `str.find` gives them (`str.slice` counts characters,
+    which differ once a tqdm bar or other non-ASCII text precedes the record)."""
+    return pl.col("text").cast(pl.Binary).bin.slice(start, length).cast(pl.String)
+
+
 def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
     """Lines carrying an NCCL record: split into prefix, host, pid, tid, cuda_dev, level, msg."""
     text, pos = pl.col("text"), pl.col("pos")
@@ -246,8 +257,8 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
         lines.lazy()
         .with_columns(pos=text.str.find(_MARK))
         .filter(pos.is_not_null())
-        .with_columns(level=text.str.slice(pos + 5, 5).str.strip_chars_end())
-        .with_columns(head=text.str.slice(0, pos), msg=text.str.slice(pos + 6 + pl.col("level").str.len_chars()))
+        .with_columns(level=_bytes(pos + 5, 5).str.strip_chars_end())
+        .with_columns(head=_bytes(0, pos), msg=_bytes(pos + 6 + pl.col("level").str.len_bytes()))
         .collect()
     )
     glued = marked["msg"].str.contains(_MARK)
@@ -260,20 +271,36 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
         .filter(text.str.find(_MARK).is_null())
         .with_columns(pos=text.str.find(_OLD_MARK))
         .filter(pos.is_not_null())
-        .with_columns(level=pl.lit("INFO"), head=text.str.slice(0, pos + 2), msg=text.str.slice(pos + 7))
+        .with_columns(level=pl.lit("INFO"), head=_bytes(0, pos + 2), msg=_bytes(pos + 7))
     )
     old = _with_head(old).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
     return pl.concat([marked.select(RECORD_COLUMNS), old.select(RECORD_COLUMNS)]).collect()
 
 
-def _other_records(lines: pl.LazyFrame) -> pl.LazyFrame:
-    """PyTorch ProcessGroupNCCL records, PyTorch's NCCL errors, and bare `NCCL version` lines."""
+def _quoted_errors(lines: pl.LazyFrame) -> pl.LazyFrame:
+    """Bodies of the NCCL WARNs PyTorch quotes after `Last error:`, each at the line that holds it
+    (columns idx, prefix, msg). A quote on the next line loses the launcher prefix of the `Last error:` line."""
+    text, prefix = pl.col("text"), pl.col("prefix")
+    marks = lines.filter(text.str.contains("Last error:", literal=True)).select("idx", parts=text.str.extract_groups(_LAST_ERROR))
+    marks = marks.unnest("parts")
+    next_line = (
+        marks.filter(pl.col("msg") == "")
+        .select(pl.col("idx") + 1, "prefix")
+        .join(lines, on="idx")
+        .select("idx", prefix=pl.when(text.str.starts_with(prefix)).then(prefix).otherwise(pl.lit("")), msg=text.str.strip_prefix(prefix))
+    )
+    quotes = pl.concat([marks.filter(pl.col("msg") != ""), next_line]).with_columns(pl.col("msg").str.strip_chars_end())
+    return quotes.filter(pl.col("msg").str.strip_chars_start() != "")
+
+
+def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
+    """PyTorch ProcessGroupNCCL records, PyTorch's NCCL errors and the WARNs they quote, and bare `NCCL version` lines."""
     text = pl.col("text")
     none = {c: pl.lit(None, dtype=t) for c, t in (("host", pl.String), ("pid", pl.Int64), ("tid", pl.Int64), ("cuda_dev", pl.Int32))}
 
     def records(pattern: str, level: pl.Expr, clock: pl.Expr = pl.lit(None, pl.String)) -> pl.LazyFrame:
         parts = text.str.extract_groups(pattern)
-        found = lines.with_columns(parts=parts).filter(pl.col("parts").struct.field("msg").is_not_null())
+        found = rest.with_columns(parts=parts).filter(pl.col("parts").struct.field("msg").is_not_null())
         return found.select(
             "idx", prefix=pl.col("parts").struct.field("prefix"), msg=pl.col("parts").struct.field("msg"), level=level,
             clock=clock, **none,
@@ -284,18 +311,21 @@ def _other_records(lines: pl.LazyFrame) -> pl.LazyFrame:
     error = records(_PYTORCH_ERROR, pl.lit("ERROR"))
     version = records(_BARE_VERSION, pl.lit("VERSION"))
     pdsh_host = pl.col("prefix").str.extract(_PDSH_HOST)
-    found = pl.concat([c10, error, version]).unique("idx", keep="first", maintain_order=True)
+    warns = quoted.with_columns(level=pl.lit("WARN"), clock=pl.lit(None, pl.String), **none)
+    found = pl.concat([warns, c10, error, version], how="diagonal").unique("idx", keep="first", maintain_order=True)
     return _split_prefix(found.with_columns(host=pdsh_host)).select(*RECORD_COLUMNS, "clock")
 
 
 def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
     """Every record in the chunk, one row each, with prefix/ts split off and the body stripped."""
-    lines = chunk.lazy().with_row_index("idx").select("idx", pl.col("text").str.strip_chars_end())
-    candidates = lines.filter(pl.col("text").str.contains_any(["NCCL", "] INFO ", "nccl"])).collect()
+    lines = chunk.lazy().with_row_index("idx").select("idx", "text")
+    candidates = lines.filter(pl.col("text").str.contains_any(["NCCL", "] INFO ", "nccl"]))
+    candidates = candidates.with_columns(pl.col("text").str.strip_chars_end()).collect()
     nccl = _nccl_records(candidates)
     rest = candidates.lazy().join(nccl.lazy().select("idx"), on="idx", how="anti")
-    rest = rest.filter(pl.col("text").str.contains_any(["ProcessGroupNCCL", "NCCLUtils", "Error: ", "NCCL version "]))
-    records = pl.concat([nccl, _other_records(rest).collect()], how="diagonal").sort("idx")
+    rest = rest.filter(pl.col("text").str.contains_any(["ProcessGroupNCCL", "NCCLUtils", "Error: ", "ncclInvalid", "NCCL version "]))
+    quoted = _quoted_errors(lines).join(nccl.lazy().select("idx"), on="idx", how="anti")
+    records = pl.concat([nccl, _other_records(rest, quoted).collect()], how="diagonal").sort("idx")
     return records.with_columns(msg=pl.col("msg").str.strip_chars_start())
 
 
