@@ -5,7 +5,7 @@ is, then reads its fields with one gather per field (`gather.ByteView`). A field
 that lies past a frame's captured end (snaplen truncation) is null; the fields
 before it are kept. Layers:
 
-- link: Ethernet (with up to two VLAN tags), Linux cooked v1 (113) and v2 (276),
+- link: Ethernet and Linux cooked v1 (113) and v2 (276), each with up to two VLAN tags,
   raw IP (101, 228, 229, and DLT_RAW 12/14), IPoIB (242), ERF (197) carrying
   Ethernet or native InfiniBand, native InfiniBand (247);
 - network: IPv4 (first fragments only carry transport headers), IPv6 (with
@@ -180,7 +180,7 @@ def _link(chunk: _Chunk) -> tuple[np.ndarray, np.ndarray]:
         elif lt in (SLL, SLL2, IPOIB):
             type_at, header = {SLL: (14, 16), SLL2: (0, 20), IPOIB: (40, 44)}[int(lt)]
             kind, valid = chunk.read(rows, start + type_at, 2)
-            at, kind = start + header, np.where(valid, kind, NO_NETWORK)
+            at, kind = _untagged(chunk, rows, start + header, kind, valid)  # libpcap re-inserts VLAN tags
         elif lt in RAW_IP:
             version, valid = chunk.read(rows, start, 1)
             at = start
@@ -196,12 +196,19 @@ def _link(chunk: _Chunk) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ethernet(chunk: _Chunk, rows: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    at = start + 14
-    kind, valid = chunk.read(rows, at - 2, 2)
-    for _ in range(2):  # 802.1Q / 802.1ad tags, at most two (QinQ)
+    kind, valid = chunk.read(rows, start + 12, 2)
+    return _untagged(chunk, rows, start + 14, kind, valid)
+
+
+def _untagged(
+    chunk: _Chunk, rows: np.ndarray, at: np.ndarray, kind: np.ndarray, valid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Past up to two 802.1Q / 802.1ad tags (QinQ) at `at`: where the network header starts, and its type."""
+    for _ in range(2):
         tagged = valid & np.isin(kind, VLAN_TPIDS)
+        inner, inner_valid = chunk.read(rows, at + 2, 2)
         at = np.where(tagged, at + 4, at)
-        kind, valid = chunk.read(rows, at - 2, 2)
+        kind, valid = np.where(tagged, inner, kind), np.where(tagged, inner_valid, valid)
     return at, np.where(valid, kind, NO_NETWORK)
 
 
