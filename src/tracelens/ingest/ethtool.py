@@ -17,7 +17,7 @@ FORMAT = "ethtool"
 PRIORITY = 100
 
 _SNIFF = re.compile(rb"^NIC statistics:|^\s+(?:rx|tx)_\w+: \d+\r?$", re.M)
-_COUNTER = re.compile(r"^\s*(?P<name>[^\s:][^:]*?)\s*:\s*(?P<value>\d+)\s*$")
+_COUNTER = re.compile(r"^\s*(?P<name>[^\s:].*?)\s*:\s*(?P<value>\d+)\s*$")  # bnxt: `[0]: rx_ucast_packets: 5`
 _NETDEV = re.compile(r"ethtool\s+(?:-S|--statistics)\s+(?P<dev>[\w.@-]+)")
 HEADER = "NIC statistics:"
 
