@@ -205,3 +205,13 @@ def test_socket_interface_list_alone_is_not_a_fallback():
     # NCCL 2.4 prints `NET/Socket : Using [0]ib0:...` before `NET/IB : Using [0]mlx5_0:1/IB` on IB runs.
     tables = tables_from(nccl_net=[{"host": "c1", "pid": 5, "what": "socket_if", "name": "ib0", "address": "192.168.11.1"}])
     assert fire(tables, "TL101") == []
+
+
+def test_an_error_pytorch_quotes_after_last_error_counts_once():
+    text = "NET/IB : Got completion from peer 10.0.0.1<4242> with error 12, opcode 0, len 0, vendor err 129 (Recv)"
+    err = {"kind": "ib_completion", "status": 12, "peer": "10.0.0.1<4242>", "message": text, "host": "node02"}
+    tables = healthy(nccl_errors=[{**err, "pid": 21}, {**err, "pid": None}])  # the WARN, and PyTorch's quote of it
+    (finding,) = fire(tables, "TL107")
+    assert finding.summary.startswith("1 IB completion error(s) on node02")
+    quoted_only = healthy(nccl_errors=[{**err, "pid": None}])  # NCCL_DEBUG unset: the quote is all there is
+    assert [f.rule_id for f in fire(quoted_only, "TL107")] == ["TL107"]

@@ -45,6 +45,10 @@ def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
     errors = t["nccl_errors"].filter(pl.col("kind") == "ib_completion")
     if errors.height == 0:
         return
+    # PyTorch quotes NCCL's last WARN after `Last error:` (a row without a pid): the same error
+    # counts once when NCCL's own WARN line is in the logs too.
+    logged = errors.filter(pl.col("pid").is_not_null()).select("message").unique()
+    errors = errors.filter(pl.col("pid").is_not_null() | ~pl.col("message").is_in(logged["message"].implode()))
     errors = errors.with_columns(
         status_label=pl.when(pl.col("status_name").is_not_null())
         .then(pl.format("{} ({})", "status_name", "status"))
