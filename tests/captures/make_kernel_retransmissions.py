@@ -98,21 +98,22 @@ class Namespaces:
                 "class add dev {d} parent 1: classid 1:20 htb rate 50mbit ceil 50mbit",
             ):
                 run("ip", "netns", "exec", self.a, "tc", *cmd.format(d=self.va).split())
-            self.nft(self.a, _table("inet", "output", f"{segments} {scenario['a_reorder']} 0 meta priority set 1:20"))
-        if "a_output" in scenario:
-            self.nft(self.a, _table("inet", "output", f"{segments} {_action(scenario['a_output'], self.va)}"))
-        if "a_ingress" in scenario:
-            self.nft(self.a, _table("netdev", f"ingress device {self.va}", f"{segments} {_action(scenario['a_ingress'], self.va)}"))
-        if "a_egress" in scenario:
-            self.nft(self.a, _table("netdev", f"egress device {self.va}", f"{segments} {_action(scenario['a_egress'], self.va)}"))
-        if "b_ingress" in scenario:
-            self.nft(self.b, _table("netdev", f"ingress device {self.vb}", f"{segments} {_action(scenario['b_ingress'], self.vb)}"))
+            rule = f"{segments} {scenario['a_reorder']} 0 meta priority set 1:20"
+            self.nft(self.a, _table("tl_reorder", "inet", "output", rule))
+        hooks = {  # scenario key -> namespace, nft family and hook, the device a `dup` sends out of
+            "a_output": (self.a, "inet", "output", self.va),
+            "a_ingress": (self.a, "netdev", f"ingress device {self.va}", self.va),
+            "a_egress": (self.a, "netdev", f"egress device {self.va}", self.va),
+            "b_ingress": (self.b, "netdev", f"ingress device {self.vb}", self.vb),
+        }
+        for key, (ns, family, hook, dev) in hooks.items():
+            if key in scenario:
+                self.nft(ns, _table(f"tl_{key}", family, hook, f"{segments} {_action(scenario[key], dev)}"))
 
 
-def _table(family: str, hook: str, rule: str) -> str:
-    """An nftables script: a table of its own holding one chain on `hook` with one rule."""
-    name = hook.split()[0]
-    return f"table {family} tl_{name}_{abs(hash(rule)) % 10**6} {{\n chain c {{\n  type filter hook {hook} priority 0\n  {rule}\n }}\n}}\n"
+def _table(name: str, family: str, hook: str, rule: str) -> str:
+    """An nftables script: table `name` holding one chain on `hook` with one rule."""
+    return f"table {family} {name} {{\n chain c {{\n  type filter hook {hook} priority 0\n  {rule}\n }}\n}}\n"
 
 
 def _action(spec: str, dev: str) -> str:
