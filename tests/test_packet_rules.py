@@ -123,3 +123,20 @@ def test_cnp_attribution_does_not_depend_on_which_qp_comes_first(tmp_path, conge
     rows = {row["qp"]: row for row in analyze(tables(tmp_path, *conversations)["packets"]).qps.iter_rows(named=True)}
     assert rows[qps[hot].responder_qp]["cnps"] == 40
     assert rows[qps[cold].responder_qp]["cnps"] == 0
+
+
+def test_one_flow_captured_at_both_ends_is_not_one_stream_of_resends(tmp_path):
+    # tcpdump on the sender and on the receiver: the same segments in two files, the receiver's copy
+    # later by the link latency. Merged into one stream, every segment would look retransmitted.
+    stream = synth.tcp_stream(lost=())
+    sender = synth.write(tmp_path / "sender.pcap", stream)
+    for packet in stream:
+        packet.time += 0.002  # 2 ms later: past the duplicate window, as a resend would be
+    receiver = synth.write(tmp_path / "receiver.pcap", stream)
+    t = RunTables()
+    for path in (sender, receiver):
+        t.add("packets", pcap.ingest(InputFile(path, path.name, "pcap")).tables["packets"])
+    flows = analyze(t["packets"]).tcp
+    assert flows["file"].n_unique() == 2
+    assert flows["retransmissions"].sum() == 0
+    assert fired(t) == {}

@@ -42,8 +42,10 @@ ACK_OPCODES = (0x11, 0x12)  # RC Acknowledge, Atomic Acknowledge (they carry the
 NAK_PSN_SEQUENCE = 0x60
 
 SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
-DIRECTION = ["src", "sport", "dst", "dport"]
-QP = ["src", "dst", "dest_qp"]
+# Flows and QPs are kept per capture file: two captures of one flow (both ends of a link)
+# must not merge into one stream where every segment looks resent.
+DIRECTION = ["file", "src", "sport", "dst", "dport"]
+QP = ["file", "src", "dst", "dest_qp"]
 
 
 @dataclass(frozen=True)
@@ -85,10 +87,10 @@ def analyze(packets: pl.DataFrame) -> PacketAnalysis:
 
 def _with_duplicates(frames: pl.DataFrame) -> pl.DataFrame:
     same_as_previous = pl.all_horizontal(
-        (pl.col(c).fill_null(-1) == pl.col(c).fill_null(-1).shift(1)).over("file", "proto", *DIRECTION)
+        (pl.col(c).fill_null(-1) == pl.col(c).fill_null(-1).shift(1)).over("proto", *DIRECTION)
         for c in ("ip_id", "digest")
     )
-    soon = (pl.col("ts") - pl.col("ts").shift(1)).over("file", "proto", *DIRECTION) < pl.duration(
+    soon = (pl.col("ts") - pl.col("ts").shift(1)).over("proto", *DIRECTION) < pl.duration(
         nanoseconds=DUP_WINDOW_NS
     )
     # CNPs carry no sequence number: a NIC's CNPs to one QP are identical by design
@@ -161,39 +163,39 @@ def _pair(responses: pl.DataFrame, data: pl.DataFrame) -> pl.DataFrame:
     QP, as that requester's ACKs and NAKs are: it takes their pairing, or the only data QP
     between the two hosts; with several QPs and no ACK to go by it stays unattributed.
     """
-    keys = data.group_by("src", "dst", "qp").agg(data_psn=pl.col("psn").median())
+    keys = data.group_by("file", "src", "dst", "qp").agg(data_psn=pl.col("psn").median())
     wrap = 1 << 24
     acks = (
         responses.filter(~pl.col("cnp"))
-        .select("src", "dst", "dest_qp", "psn")
+        .select("file", "src", "dst", "dest_qp", "psn")
         .unique()
-        .join(keys, left_on=["src", "dst"], right_on=["dst", "src"])
+        .join(keys, left_on=["file", "src", "dst"], right_on=["file", "dst", "src"])
         .with_columns(distance=((pl.col("psn") - pl.col("data_psn")).abs() % wrap))
         .with_columns(distance=pl.min_horizontal("distance", wrap - pl.col("distance")))
         .sort("distance")
-        .unique(["src", "dst", "dest_qp", "psn"], keep="first")
-        .select("src", "dst", "dest_qp", "psn", pair_qp="qp")
+        .unique(["file", "src", "dst", "dest_qp", "psn"], keep="first")
+        .select("file", "src", "dst", "dest_qp", "psn", pair_qp="qp")
     )
-    by_requester_qp = acks.group_by("src", "dst", "dest_qp").agg(by_ack=pl.col("pair_qp").mode().min())
+    by_requester_qp = acks.group_by("file", "src", "dst", "dest_qp").agg(by_ack=pl.col("pair_qp").mode().min())
     only_qp = (
-        keys.group_by("src", "dst")
+        keys.group_by("file", "src", "dst")
         .agg(only=pl.col("qp").first(), n=pl.len())
         .filter(pl.col("n") == 1)
-        .select(src="dst", dst="src", only="only")
+        .select("file", src="dst", dst="src", only="only")
     )
     cnps = (
         responses.filter("cnp")
-        .join(by_requester_qp, on=["src", "dst", "dest_qp"], how="left")
-        .join(only_qp, on=["src", "dst"], how="left")
+        .join(by_requester_qp, on=["file", "src", "dst", "dest_qp"], how="left")
+        .join(only_qp, on=["file", "src", "dst"], how="left")
         .with_columns(pair_qp=pl.coalesce("by_ack", "only"))
         .drop("by_ack", "only")
     )
-    answered = responses.filter(~pl.col("cnp")).join(acks, on=["src", "dst", "dest_qp", "psn"], how="left", nulls_equal=True)
+    answered = responses.filter(~pl.col("cnp")).join(acks, on=["file", "src", "dst", "dest_qp", "psn"], how="left", nulls_equal=True)
     return pl.concat([answered, cnps], how="diagonal_relaxed")
 
 
 def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
-    sent = data.group_by("src", "dst", "qp").agg(
+    sent = data.group_by("file", "src", "dst", "qp").agg(
         packets=pl.len(),
         bytes=pl.col("length").sum(),
         retransmitted=pl.col("retransmitted").sum(),
@@ -206,7 +208,7 @@ def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
     )
     answered = (
         answers.filter(pl.col("qp").is_not_null())
-        .group_by("src", "dst", "qp")
+        .group_by("file", "src", "dst", "qp")
         .agg(
             peer_qp=pl.col("dest_qp").filter(~pl.col("cnp")).first(),
             naks_seq=pl.col("nak_seq").sum(),
@@ -216,7 +218,7 @@ def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
         )
     )
     delays = _nak_to_resend(data, answers)
-    table = sent.join(answered, on=["src", "dst", "qp"], how="left").join(delays, on=["src", "dst", "qp"], how="left")
+    table = sent.join(answered, on=["file", "src", "dst", "qp"], how="left").join(delays, on=["file", "src", "dst", "qp"], how="left")
     counts = ["naks_seq", "naks_other", "rnr_naks", "cnps"]
     table = table.with_columns(pl.col(counts).fill_null(0).cast(pl.Int64), ce_share=pl.col("ce_marked") / pl.col("packets"))
     trouble = pl.sum_horizontal("retransmitted", "missing_psns", *counts, "ce_marked") / pl.col("packets")
@@ -226,11 +228,11 @@ def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
 def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
     """Per QP, the median time from a NAK (sequence error or RNR) to the resend of the PSN it names."""
     naks = answers.filter(pl.col("nak_seq") | pl.col("rnr"), pl.col("qp").is_not_null())
-    joined = naks.select("order", "src", "dst", "qp", "psn", nak_ts="ts").join_asof(
-        data.select("order", "src", "dst", "qp", "psn", "ts"), on="order", by=["src", "dst", "qp", "psn"], strategy="forward",
+    joined = naks.select("order", "file", "src", "dst", "qp", "psn", nak_ts="ts").join_asof(
+        data.select("order", "file", "src", "dst", "qp", "psn", "ts"), on="order", by=["file", "src", "dst", "qp", "psn"], strategy="forward",
         check_sortedness=False,  # sorted by "order" within each group
     )
-    return joined.group_by("src", "dst", "qp").agg(
+    return joined.group_by("file", "src", "dst", "qp").agg(
         nak_to_resend_ms=((pl.col("ts") - pl.col("nak_ts")).dt.total_nanoseconds() / 1e6).median()
     )
 
@@ -324,17 +326,17 @@ def _with_reverse_state(segments: pl.DataFrame) -> pl.DataFrame:
         rev_order="order", rev_ack="ack", rev_ts="ts", rev_keepalive="keepalive",
     )
     segments = segments.join_asof(
-        reverse, on="order", by=["file", *DIRECTION], strategy="backward", check_sortedness=False
+        reverse, on="order", by=DIRECTION, strategy="backward", check_sortedness=False
     )
     syn = (pl.col("flags") & (SYN | ACK)) == SYN
-    handshake = segments.group_by("file", *DIRECTION).agg(
+    handshake = segments.group_by(DIRECTION).agg(
         syn_ts=pl.col("ts").filter(syn).first(),
         ack_ts=pl.col("ts").filter(pl.col("flags") & (SYN | ACK) == ACK).first(),
     )
     rtt = handshake.select(
-        "file", *DIRECTION, rtt=(pl.col("ack_ts") - pl.col("syn_ts")).dt.total_nanoseconds()
+        *DIRECTION, rtt=(pl.col("ack_ts") - pl.col("syn_ts")).dt.total_nanoseconds()
     ).filter(pl.col("rtt") > 0)
     both_ways = pl.concat([rtt, rtt.select("file", "rtt", src="dst", sport="dport", dst="src", dport="sport")], how="diagonal")
-    return segments.join(both_ways, on=["file", *DIRECTION], how="left", maintain_order="left").with_columns(
+    return segments.join(both_ways, on=DIRECTION, how="left", maintain_order="left").with_columns(
         ooo_window=pl.col("rtt").fill_null(OOO_WINDOW_NS), rev_keepalive=pl.col("rev_keepalive").fill_null(False)
     )
