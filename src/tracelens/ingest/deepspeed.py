@@ -4,10 +4,12 @@ A line parser for `textlog` (see its LineParser): every line of a launcher's std
 comes through here, and only lines in DeepSpeed's shapes are claimed. How a line is read
 (formats: ../shared/docs/other-formats.md §1):
 
-1. The envelope is split off, vectorized: an optional pdsh `host: ` tag, any junk
-   (tqdm bars), the logger prefix anywhere in the line (`[2023-04-18 01:46:59,142] [INFO]
-   [logging.py:96:log_dist] `, v0.1's `[INFO 2020-02-06 19:53:56] `, or a loguru / HF
-   Trainer wrapper), then log_dist's `[Rank N] `. What is left is the body.
+1. The envelope is split off, vectorized: a launcher's tag (pdsh `host: `, torchrun
+   `[default0]:` / `[rank3]:`, Open MPI `[1,3]<stdout>:`), any junk (tqdm bars), the logger
+   prefix anywhere in the line (`[2023-04-18 01:46:59,142] [INFO] [logging.py:96:log_dist] `,
+   v0.1's `[INFO 2020-02-06 19:53:56] `, or a loguru / HF Trainer wrapper), then log_dist's
+   `[Rank N] `. What is left is the body. A line's rank is its `[Rank N]`, else its tag's,
+   else that of a per-rank log (`--enable_each_rank_log`: `..._rank3.log`).
 2. The body's kind is chosen by its first words (HEADS). Lines printed without a prefix
    (v0.1-v0.3 timers, the comms summary table, Megatron and pipeline-engine lines) are
    claimed only for the kinds that DeepSpeed prints that way.
@@ -26,6 +28,8 @@ kind, or a body of a known kind that does not parse. The tables are assembled by
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from functools import cache
 
 import polars as pl
@@ -40,7 +44,7 @@ from tracelens.resources import grammar_text
 # ---------------------------------------------------------------- envelope (§1.1)
 
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-# Where the envelope starts (after a pdsh tag, tqdm junk ...), then the whole envelope from there
+# Where the envelope starts (after a launcher tag, tqdm junk ...), then the whole envelope from there
 ENVELOPE_START = (
     rf"\[{_TS},\d{{3}}\] \[[A-Z]+\] \["  # the logger, v0.2+
     rf"|\[[A-Z]+ {_TS}\] "  # v0.1
@@ -54,46 +58,88 @@ ENVELOPE = (
     r"|\[[A-Z]+\|[^\]\s]+\] [\d\-]+ [\d:,]+ >> )"
 )
 FOREIGN = r"^(?:\d|\[[A-Z]+\|)"  # loguru and HF Trainer: other loggers that may carry DeepSpeed's messages
-RANK = r"^\[Rank (-?\d+)\] "
-HOST_TAG = r"^([\w.\-]+): "
+# What launchers put before a process's line: pdsh `host: `, then torchrun `[default0]:` (role
+# and local rank) or `[rank3]:` (global rank), or Open MPI's --tag-output `[1,3]<stdout>:` (job, rank)
+HOST_TAG = r"[\w.\-]+"
+LAUNCHER_TAG = rf"^(?:{HOST_TAG}: )?(?:\[[A-Za-z_]*\d+\]:|\[\d+,\d+\]<std(?:out|err)>:)?"
+TAG_RANK = r"\[(?:rank|\d+,)(\d+)\]"
+RANK_FILE = r"(?:^|[/_])rank(\d+)\.log$"  # --enable_each_rank_log: `<log dir>/20230621073909_rank3.log`
+
+
+def file_rank(name: str) -> int | None:
+    """The rank of a per-rank log by its file name, None for others."""
+    found = re.search(RANK_FILE, name)
+    return int(found.group(1)) if found else None
+
+
+def _nulls(like: pl.Series, dtype: pl.DataType = pl.String) -> pl.Series:
+    return pl.repeat(None, like.len(), dtype=dtype, eager=True)
+
+
+def _patched(fast: pl.Series, wrong: pl.Series, slow: Callable[[pl.Series], pl.Series]) -> pl.Series:
+    """`fast`, with the rows where `wrong` is true computed again by `slow` (given their indices)."""
+    rows = wrong.fill_null(False).arg_true()
+    return fast.scatter(rows, slow(rows)) if rows.len() else fast
 
 
 def _envelope(text: pl.Series) -> pl.Series:
-    """Each line from where its envelope starts; null without one."""
-    found = text.str.find(ENVELOPE_START)
-    envelope = text.str.slice(found)
-    # str.find counts bytes and str.slice characters: lines with non-ASCII junk (tqdm bars) are cut again
-    wide = (found.is_not_null() & (text.str.len_bytes() != text.str.len_chars())).arg_true()
-    if wide.len():
-        envelope = envelope.scatter(wide, text.gather(wide).str.replace(rf"^.*?({ENVELOPE_START})", "$1"))
-    return envelope
+    """Each line from where its envelope starts; null without one. Nearly always it starts the line:
+    only the other lines are searched."""
+    at_start = text.str.contains(f"^(?:{ENVELOPE_START})")
+
+    def search(rows: pl.Series) -> pl.Series:
+        lines = text.gather(rows)
+        found = lines.str.find(ENVELOPE_START)
+        # str.find counts bytes and str.slice characters: lines with non-ASCII junk (tqdm bars) are cut again
+        wide = found.is_not_null() & (lines.str.len_bytes() != lines.str.len_chars())
+        return _patched(lines.str.slice(found), wide, lambda w: lines.gather(w).str.replace(rf"^.*?({ENVELOPE_START})", "$1"))
+
+    return _patched(text.zip_with(at_start, _nulls(text)), ~at_start, search)
 
 
-def split_envelope(chunk: pl.DataFrame) -> pl.DataFrame:
+def _search_stamps(envelopes: pl.Series) -> pl.Series:
+    """The local time in envelopes of any shape (v0.1's has no milliseconds, loguru's has a `.`)."""
+    stamp = envelopes.str.extract(rf"({_TS}(?:[,.]\d{{3}})?)", 1).str.replace(".", ",", literal=True)
+    with_ms = stamp.str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False)
+    return with_ms.fill_null(stamp.str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S", strict=False))
+
+
+def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame:
     """Columns line, host, ts (UTC), rank, prefix ("deepspeed", "foreign" or null), body.
 
-    Vectorized in cheap steps (find, slice, anchored replace) that each run once: one
-    regex with capture groups over every line costs ten times more."""
-    text, envelope, message = pl.col("text"), pl.col("envelope"), pl.col("message")
-    stamp = envelope.str.extract(rf"({_TS}(?:[,.]\d{{3}})?)", 1).str.replace(".", ",", literal=True)
-    parts = (
-        chunk.with_columns(_envelope(chunk["text"]).alias("envelope"), text.str.extract(HOST_TAG, 1).alias("tag"))
-        .with_columns(envelope.str.replace(ENVELOPE, "").alias("message"), stamp.alias("stamp"))
-        # `steps: 100 loss: ...` (pipeline engine) is not a host called "steps"
-        .with_columns(((pl.col("tag") == "steps") & text.str.contains(r"^steps: \d+ loss: ")).alias("pipe"))
-    )
-    ts = pl.coalesce(
-        pl.col("stamp").str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False),
-        pl.col("stamp").str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S", strict=False),
-    )
-    bare = pl.when(pl.col("pipe")).then(text).otherwise(text.str.replace(HOST_TAG, ""))
-    return parts.select(
-        "line",
-        pl.when(pl.col("pipe")).then(None).otherwise(pl.col("tag")).alias("host"),
-        ts.dt.replace_time_zone("UTC").alias("ts"),
-        message.str.extract(RANK, 1).cast(pl.Int64).alias("rank"),
-        pl.when(envelope.is_null()).then(None).when(envelope.str.contains(FOREIGN)).then(pl.lit("foreign")).otherwise(pl.lit("deepspeed")).alias("prefix"),
-        pl.when(envelope.is_not_null()).then(message.str.replace(RANK, "")).otherwise(bare).alias("body"),
+    `rank` is that of the lines that name none (a per-rank log's). Vectorized in cheap steps
+    (anchored regexes, literal finds, slices), searching only the few lines that do not
+    have the common shape: one regex with capture groups over every line costs ten times more."""
+    text = chunk["text"]
+    rest = text.str.replace(LAUNCHER_TAG, "")
+    tag = text.str.head(text.str.len_chars() - rest.str.len_chars())
+    host = tag.str.head(tag.str.find(": ", literal=True))
+    # `steps: 100 loss: ...` (the pipeline engine's bare print) is not a host called "steps"
+    pipe = (host == "steps").fill_null(False)
+    if pipe.any():
+        pipe &= rest.str.contains(r"^\d+ loss: ")
+        rest, host = text.zip_with(pipe, rest), _nulls(host).zip_with(pipe, host)
+    envelope = _envelope(rest)
+    message = envelope.str.replace(ENVELOPE, "")
+    ranked = message.str.starts_with("[Rank ").fill_null(False)
+    rank_end = message.str.find("] ", literal=True)
+    # DeepSpeed's logger (v0.2+) has its stamp at a fixed place; other envelopes are a few lines, searched
+    ts = envelope.str.slice(1, 23).str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False)
+    others = ts.is_null() & envelope.is_not_null()
+    prefix = pl.repeat("deepspeed", text.len(), eager=True).zip_with(envelope.is_not_null(), _nulls(text))
+    return pl.DataFrame(
+        {
+            "line": chunk["line"],
+            "host": host,
+            "ts": _patched(ts, others, lambda rows: _search_stamps(envelope.gather(rows))).dt.replace_time_zone("UTC"),
+            "rank": message.str.slice(6, rank_end - 6)
+            .zip_with(ranked, _nulls(message))
+            .cast(pl.Int64, strict=False)
+            .fill_null(tag.str.extract(TAG_RANK, 1).cast(pl.Int64))
+            .fill_null(pl.lit(rank, pl.Int64)),
+            "prefix": _patched(prefix, others, lambda rows: envelope.gather(rows).str.contains(FOREIGN).replace_strict({True: "foreign", False: "deepspeed"})),
+            "body": message.str.slice(rank_end + 2).zip_with(ranked, message).fill_null(rest),
+        }
     )
 
 
@@ -128,11 +174,16 @@ NOISE = {"overflow", "chatter", "blank"}  # known, but nothing to keep: IGNORED
 
 # A line can be DeepSpeed's only if it has a logger envelope or starts (after a pdsh tag) like a kind
 # printed without one: a cheap test that spares the full reading of the NCCL and application lines.
-CANDIDATE = ENVELOPE_START + "|" + r"^(?:[\w.\-]+: )?(?:" + "|".join(
+CANDIDATE = ENVELOPE_START + "|" + LAUNCHER_TAG + "(?:" + "|".join(
     head.removeprefix("^") for head, printed_bare in HEADS.values() if printed_bare
 ) + ")"
-# Lines that open a multi-line record (see BLOCKS): a chunk with one is read in full.
-OPENER = r"configuration:|Comm\. Op|[{\[]\s*$"
+
+
+def may_open_block(text: pl.Series) -> bool:
+    """Whether a line may open a multi-line record (see BLOCKS): a chunk with one is read in full."""
+    json_open = text.str.strip_chars_end().str.tail(1).is_in(["{", "["])
+    return (text.str.contains("configuration:", literal=True) | text.str.contains("Comm. Op", literal=True) | json_open).any()
+
 
 # Continuation lines (no prefix) of multi-line records: block -> (openers, line shapes -> kind)
 _INDENTED = r"^(?:\s+\S|[}\]])"
@@ -211,6 +262,8 @@ def _num(name: str) -> pl.Expr:
 
 def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
     """Fields of the hot `kind` from records (line, host, ts, rank, body) known to match HOT[kind]."""
+    if kind == "timers":
+        return _timers(recs)
     groups = recs.with_columns(pl.col("body").str.extract_groups(HOT[kind]).alias("g")).unnest("g")
     body = pl.col("body")
     rank = pl.coalesce(pl.col("rank0").cast(pl.Int64), pl.col("rank")) if "rank0" in groups.columns else pl.col("rank")
@@ -219,14 +272,6 @@ def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
         base.append(body)
     if kind == "progress":
         fields = [pl.col("step").cast(pl.Int64), pl.col("skipped").cast(pl.Int64), _num("lr").alias("lr")]
-    elif kind == "timers":
-        fields = [
-            _timer_role(body).alias("role"),
-            *(
-                body.str.extract(rf"\| (?:{'|'.join(names)})(?:_microstep)?: ({N})", 1).cast(pl.Float64).alias(col)
-                for col, names in TIMERS.items()
-            ),
-        ]
     elif kind == "throughput":
         fields = [
             pl.coalesce("epoch", "epoch_v07").cast(pl.Int64).alias("epoch"),
@@ -252,6 +297,35 @@ def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
             _num("busbw").alias("busbw_gbps"),
         ]
     return groups.select(*base, *fields)
+
+
+def _timers(recs: pl.DataFrame) -> pl.DataFrame:
+    """Timer records: the bodies split into their cells, not one regex per column (see _timer_columns)."""
+    body = pl.col("body")
+    return recs.select(
+        "line",
+        "host",
+        "ts",
+        body.str.extract(r"^rank=(-?\d+) ", 1).cast(pl.Int64).fill_null(pl.col("rank")).alias("rank"),
+        body,
+        _timer_role(body).alias("role"),
+    ).with_columns(**_timer_columns(recs["body"]))
+
+
+def _timer_columns(body: pl.Series) -> dict[str, pl.Series]:
+    """The TIMERS columns of timer bodies: each body's `name: value` cells (after `time (ms)`) as rows,
+    the distinct names mapped to their columns once, the values scattered back to their bodies' rows."""
+    cells = (
+        pl.DataFrame({"cell": body.str.split(" | ").list.slice(1)})
+        .with_row_index("row")
+        .explode("cell")
+        .select("row", pl.col("cell").str.split_exact(": ", 1).struct.rename_fields(["name", "value"]))
+        .unnest("cell")
+    )
+    columns = {name: timer_column(name) for name in cells["name"].unique()}
+    column = cells["name"].replace_strict(columns, return_dtype=pl.String)
+    value = cells["value"].cast(pl.Float64)
+    return {col: _nulls(body, pl.Float64).scatter(cells["row"].filter(column == col), value.filter(column == col)) for col in TIMERS}
 
 
 def _timer_role(body: pl.Expr) -> pl.Expr:
@@ -357,6 +431,15 @@ def parse_body(kind: str, body: str) -> dict | None:
 # ---------------------------------------------------------------- the line parser
 
 
+def _hot_ok(recs: pl.DataFrame) -> pl.Series:
+    """Whether each record of a hot kind matches its HOT pattern (each pattern runs on its kind's records only)."""
+    ok = pl.repeat(False, recs.height, eager=True).alias("ok")
+    for kind, pattern in HOT.items():
+        rows = (recs["kind"] == kind).fill_null(False).arg_true()
+        ok.scatter(rows, recs["body"].gather(rows).str.contains(pattern))
+    return ok
+
+
 def classify(recs: pl.DataFrame) -> pl.Expr:
     """The kind of each record by its body's first words; null when none fits."""
     bare = pl.col("prefix").is_null()
@@ -372,6 +455,7 @@ class DeepSpeedParser:
 
     def __init__(self, source: InputFile) -> None:
         self.source = source
+        self.rank = file_rank(source.name)  # of the lines that name none
         self._hot: dict[str, list[pl.DataFrame]] = {kind: [] for kind in HOT}
         self._cold: list[pl.DataFrame] = []
         self._parsed: dict[tuple[str, str], dict | None] = {}
@@ -381,20 +465,16 @@ class DeepSpeedParser:
         """Claim the chunk's DeepSpeed lines; only candidate lines are read, unless a block is open."""
         block_open = any(owner is not None for owner in self._open.values())
         candidates = chunk["text"].str.contains(CANDIDATE)
-        if block_open or chunk.filter(candidates)["text"].str.contains(OPENER).any():
+        if block_open or may_open_block(chunk.filter(candidates)["text"]):
             return self._feed(chunk)  # continuation lines look like anything: read every line
         status = self._feed(chunk.filter(candidates))
         return pl.Series(chunk.height * [NOT_MINE], dtype=pl.UInt8).scatter(candidates.arg_true(), status)
 
     def _feed(self, chunk: pl.DataFrame) -> pl.Series:
-        recs = split_envelope(chunk)
+        recs = split_envelope(chunk, self.rank)
         recs = recs.with_columns(classify(recs).alias("kind"))
         recs = self._continuations(recs)
-        ok = pl.lit(False)
-        for kind, pattern in HOT.items():
-            ok = pl.when(pl.col("kind") == kind).then(pl.col("body").str.contains(pattern)).otherwise(ok)
-        recs = recs.with_columns(ok.alias("ok"))
-        recs = recs.with_columns(self._parse_cold(recs))
+        recs = recs.with_columns(ok=_hot_ok(recs) | self._parse_cold(recs))
         status = (
             pl.when(pl.col("ok") & pl.col("kind").is_in(NOISE))
             .then(IGNORED)
@@ -419,6 +499,8 @@ class DeepSpeedParser:
         recs = recs.with_columns(pl.lit(None, pl.Int64).alias("owner"))
         for block, (opens, shapes) in BLOCKS.items():
             opens = opens.fill_null(False)
+            if self._open[block] is None and not recs.select(opens.any()).item():
+                continue  # nothing to continue in this chunk
             bare = pl.col("prefix").is_null()
             shape = pl.lit(None, pl.String)
             for kind, pattern in reversed(shapes.items()):
@@ -444,15 +526,16 @@ class DeepSpeedParser:
             )
         return recs
 
-    def _parse_cold(self, recs: pl.DataFrame) -> pl.Expr:
-        """Parse the distinct bodies of the grammar-read kinds; return the `ok` column."""
-        cold = recs.filter(pl.col("kind").is_not_null() & ~pl.col("kind").is_in(list(HOT))).select("kind", "body").unique()
-        for kind, body in cold.iter_rows():
+    def _parse_cold(self, recs: pl.DataFrame) -> pl.Series:
+        """Parse the distinct bodies of the grammar-read kinds; whether each record is one that parsed."""
+        is_cold = (recs["kind"].is_not_null() & ~recs["kind"].is_in(list(HOT))).alias("ok")
+        cold = recs.filter(is_cold).select("kind", "body")
+        for kind, body in cold.unique().iter_rows():
             if (kind, body) not in self._parsed:
                 self._parsed[(kind, body)] = {} if kind in ("json_line", "blank") else parse_body(kind, body)
         good = [f"{k}\x00{b}" for (k, b), parsed in self._parsed.items() if parsed is not None]
-        key = pl.concat_str("kind", pl.lit("\x00"), "body")
-        return (pl.col("ok") | key.is_in(good)).alias("ok")
+        parsed = cold.select(pl.concat_str("kind", pl.lit("\x00"), "body").is_in(good)).to_series()
+        return is_cold.scatter(is_cold.arg_true(), parsed)
 
     def finish(self, result: IngestResult) -> None:
         hot = {kind: pl.concat(parts) for kind, parts in self._hot.items() if parts}
