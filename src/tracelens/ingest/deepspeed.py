@@ -313,19 +313,19 @@ def _timers(recs: pl.DataFrame) -> pl.DataFrame:
 
 
 def _timer_columns(body: pl.Series) -> dict[str, pl.Series]:
-    """The TIMERS columns of timer bodies: each body's `name: value` cells (after `time (ms)`) as rows,
-    the distinct names mapped to their columns once, the values scattered back to their bodies' rows."""
-    cells = (
-        pl.DataFrame({"cell": body.str.split(" | ").list.slice(1)})
+    """The TIMERS columns of timer bodies. After `time (ms) | `, a body is `name: value` cells
+    joined by ` | `: as one list of tokens they alternate name, value. The distinct names
+    are mapped to their columns once, the values scattered back to their bodies' rows."""
+    cells = body.str.slice(body.str.find("time (ms) | ", literal=True) + len("time (ms) | "))
+    tokens = (
+        pl.DataFrame({"token": cells.str.replace_all(" | ", ": ", literal=True).str.split(": ")})
         .with_row_index("row")
-        .explode("cell")
-        .select("row", pl.col("cell").str.split_exact(": ", 1).struct.rename_fields(["name", "value"]))
-        .unnest("cell")
+        .explode("token")
     )
-    columns = {name: timer_column(name) for name in cells["name"].unique()}
-    column = cells["name"].replace_strict(columns, return_dtype=pl.String)
-    value = cells["value"].cast(pl.Float64)
-    return {col: _nulls(body, pl.Float64).scatter(cells["row"].filter(column == col), value.filter(column == col)) for col in TIMERS}
+    row, name, value = tokens["row"].gather_every(2), tokens["token"].gather_every(2), tokens["token"].gather_every(2, 1)
+    column = name.replace_strict({n: timer_column(n) for n in name.unique()}, return_dtype=pl.String)
+    value = value.cast(pl.Float64)
+    return {col: _nulls(body, pl.Float64).scatter(row.filter(column == col), value.filter(column == col)) for col in TIMERS}
 
 
 def _timer_role(body: pl.Expr) -> pl.Expr:
