@@ -100,6 +100,16 @@ def test_saturated_basic_counter_is_reported_as_saturated_not_as_a_delta(tmp_pat
     assert finding.severity == Severity.WARNING
 
 
+
+def test_saturated_32_bit_data_counter_is_saturated_not_a_delta(tmp_path):
+    # Basic PortCounters hold PortXmitData in 32 bits: a 400 Gb/s port pins it within a second.
+    folder = two_nodes(tmp_path, {}, extended=False)
+    row = counter_deltas(ingest_folder(folder)).filter(
+        (pl.col("counter") == "PortXmitData") & (pl.col("host") == "node01") & (pl.col("lid") == 10)
+    ).row(0, named=True)
+    assert (row["before"], row["after"], row["status"], row["delta"]) == (2**32 - 1, 2**32 - 1, "saturated", None)
+
+
 # --- TL202 link down, TL203 drops and congestion: the real switch-port dumps -----------------------
 
 def _corpus_tables(*names: str) -> RunTables:
