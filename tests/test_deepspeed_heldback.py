@@ -385,6 +385,7 @@ def test_launcher_preamble(tmp_path):
     result = ingest(
         tmp_path,
         [
+            "[2023-06-21 07:37:59,000] [INFO] [multinode_runner.py:65:get_cmd] Running on the following workers: worker-0,worker-1",
             "[2023-06-21 07:37:59,000] [INFO] [runner.py:607:main] cmd = /usr/bin/python -u -m deepspeed.launcher.launch --world_info=e30= train.py",
             "worker-0: " + launch + "WORLD INFO DICT: {'worker-0': [0, 1, 2, 3, 4, 5, 6, 7], 'worker-1': [0, 1, 2, 3, 4, 5, 6, 7]}",
             "worker-0: " + launch + "nnodes=2, num_local_procs=8, node_rank=0",
@@ -400,7 +401,8 @@ def test_launcher_preamble(tmp_path):
     assert (config["launcher.nnodes"], config["launcher.num_local_procs"], config["launcher.dist_world_size"]) == ("2", "8", "16")
     assert config["launcher.cuda_visible_devices"] == "0,1,2,3,4,5,6,7" and config["NCCL_IB_DISABLE"] == "1"
     assert config["launcher.command"].startswith("['/usr/bin/python'")
-    assert counts(result) == (8, 0, 1)  # `Process ... exits` is known chatter
+    assert config["launcher.workers"] == "worker-0,worker-1"
+    assert counts(result) == (9, 0, 1)  # `Process ... exits` is known chatter
 
 
 def test_unknown_deepspeed_messages_are_counted_and_sampled(tmp_path):

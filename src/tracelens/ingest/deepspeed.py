@@ -166,7 +166,8 @@ HEADS: dict[str, tuple[str, bool]] = {
     "version": (r"^DeepSpeed info: version=", True),
     "launcher": (
         r"^(?:WORLD INFO DICT: |nnodes=\d|global_rank_mapping=|dist_world_size=\d|Setting CUDA_VISIBLE_DEVICES="
-        r"|process \d+ spawned with command: |cmd ?= ?|\d+ (?:NCCL|UCX|FI|CUDA|TORCH)_\w+[ =])",
+        r"|process \d+ spawned with command: |cmd ?= ?|Running on the following workers: "
+        r"|\d+ (?:NCCL|UCX|FI|CUDA|TORCH)_\w+[ =])",
         True,
     ),
 }
