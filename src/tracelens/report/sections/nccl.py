@@ -9,6 +9,9 @@ TITLE = "NCCL per host"
 TEMPLATE = "sections/nccl.html.j2"
 
 
+_INTERFACE_ROLES = {"bootstrap_if": "bootstrap", "oob_if": "IB out-of-band", "socket_if": "socket transport"}
+
+
 def _sorted_unique(frame: pl.DataFrame, column: str) -> list:
     return sorted(v for v in frame[column].unique().to_list() if v is not None)
 
@@ -37,8 +40,8 @@ def context(analysis) -> dict | None:
             .rows(named=True)
         )
         interfaces = (
-            h_net.filter(pl.col("what").is_in(["bootstrap_if", "socket_if", "oob_if"]))
-            .select(pl.format("{} {}:{}", "what", "name", "address").alias("x"))["x"]
+            h_net.filter(pl.col("what").is_in(list(_INTERFACE_ROLES)))
+            .select(pl.format("{} {} ({})", pl.col("what").replace_strict(_INTERFACE_ROLES), "name", "address").alias("x"))["x"]
             .unique(maintain_order=True)
             .to_list()
         )
