@@ -116,3 +116,16 @@ def test_every_rule_is_documented_in_the_three_parts():
     for r in all_rules():
         assert list(r.docs) == ["What it finds", "Why it slows the run", "How to fix"], r.id
         assert all(len(text) > 40 for text in r.docs.values()), r.id
+
+
+def test_nccl_section_shows_each_hosts_network_and_transports():
+    from tests.conftest import FIXTURES
+    from tracelens.analyze import analyze
+    from tracelens.report.sections import nccl
+
+    ctx = nccl.context(analyze(FIXTURES / "socket-fallback"))
+    hosts = {h["host"]: h for h in ctx["hosts"]}
+    assert hosts["node01"]["networks"] == ["IB"] and hosts["node02"]["networks"] == ["Socket"]
+    assert hosts["node01"]["versions"] == ["2.21.5+cuda12.4"]
+    assert {(t["transport"], t["net"]) for t in hosts["node02"]["transports"]} >= {("NET", "Socket")}
+    assert any(i.startswith("bootstrap eth0 (10.0.0.2)") for i in hosts["node02"]["interfaces"])
