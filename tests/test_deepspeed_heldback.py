@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from tracelens.ingest import InputFile, textlog

@@ -34,7 +34,6 @@ CAUSES = {
     "stall": "a stalled collective",
     "straggler": "a slow rank (straggler)",  # from the step timers, not the network (rules.correlate)
 }
-SOURCES = ("NCCL", "counters", "packets")
 
 _NCCL_CAUSE = {
     "ib_completion": "link", "ib_async_event": "link",

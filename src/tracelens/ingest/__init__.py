@@ -48,14 +48,6 @@ class Account:
         if room > 0:
             self.samples.extend(rows[:room])
 
-    def merge(self, other: "Account") -> None:
-        self.lines += other.lines
-        self.parsed += other.parsed
-        self.ignored += other.ignored
-        self.unrecognized += other.unrecognized
-        self.errors.extend(other.errors)
-        self.add_samples(other.samples)
-
 
 @dataclass
 class IngestResult:

@@ -24,7 +24,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED
 from tracelens.resources import grammar_text
 
 UNKNOWN = "unknown"

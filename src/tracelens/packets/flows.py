@@ -55,19 +55,6 @@ class PacketAnalysis:
     events: pl.DataFrame  # file, frame, ts, kind, flow, src, dst: every NAK, CNP, CE mark, retransmission, ...
 
 
-EVENT_KINDS = (
-    "NAK (PSN sequence error)",
-    "NAK (other)",
-    "RNR NAK",
-    "CNP",
-    "ECN-CE",
-    "PSN gap",
-    "RoCE retransmission",
-    "TCP retransmission",
-    "zero window",
-    "capture duplicate",
-)
-
 _cache: tuple[weakref.ref, PacketAnalysis] | None = None
 
 

@@ -103,7 +103,7 @@ def small_comm_bucket(t: RunTables) -> Iterator[Finding]:
             title="ZeRO communication buckets far below the default",
             summary=f"Bucket size(s) {', '.join(f'{s:,}' for s in sizes)} elements, at least 10x below the "
             f"default {DEFAULT_BUCKET:,}: many small collectives instead of few large ones.",
-            fix=f'Set "zero_optimization": {{"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8}} (or as large as memory allows).',
+            fix='Set "zero_optimization": {"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8} (or as large as memory allows).',
             evidence=_evidence(small),
         )
 

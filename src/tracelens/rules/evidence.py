@@ -18,11 +18,9 @@ def with_text(tables: RunTables, rows: pl.DataFrame) -> pl.DataFrame:
     return rows.join(text, on=["file", "line"], how="left")
 
 
-def evidence(rows: pl.DataFrame, limit: int | None = None) -> list[Evidence]:
+def evidence(rows: pl.DataFrame) -> list[Evidence]:
     """Evidence for each row (columns file, line, host, message), in file and line order."""
     rows = rows.unique(["file", "line"]).sort("file", "line")
-    if limit is not None:
-        rows = rows.head(limit)
     return [
         Evidence(file=r["file"], line=r["line"], text=r.get("message") or "", host=r.get("host"))
         for r in rows.iter_rows(named=True)

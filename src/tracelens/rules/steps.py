@@ -250,7 +250,7 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
         )
         slow = per_rank.filter((pl.col("ratio") >= STRAGGLER_RATIO) & (pl.col("share") >= STRAGGLER_SHARE))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
-        for (host, engine), group in slow.sort("rank").group_by("host", "engine", maintain_order=True):
+        for (host, _engine), group in slow.sort("rank").group_by("host", "engine", maintain_order=True):
             ranks, worst = group["rank"].to_list(), group.sort("ratio").row(-1, named=True)
             who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {', '.join(map(str, ranks))}"
             where = f" on {host}" if host else ""

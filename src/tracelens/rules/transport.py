@@ -12,8 +12,6 @@ from tracelens.rules import rule
 from tracelens.rules.evidence import evidence, hosts_of, ranks_of, with_text
 from tracelens.tables import RunTables
 
-SOCKET = "Socket"
-
 
 def _is_socket(col: str = "net") -> pl.Expr:
     return pl.col(col).str.to_lowercase() == "socket"
