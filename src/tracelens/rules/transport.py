@@ -75,18 +75,18 @@ def socket_transport(t: RunTables) -> Iterator[Finding]:
     network IB` and channels `via NET/IB/.../GDRDMA`.
     """
     net = t["nccl_net"]
+    socket_channels = t["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket())
     # `NET/Socket : Using ...` is not a signal: NCCL 2.4 and 2.5 print it even when IB carries the traffic.
     signals = pl.concat(
         [
             net.filter((pl.col("what") == "network") & _is_socket("name")).select("file", "line", "host", "pid"),
             net.filter(pl.col("what") == "ib_missing").select("file", "line", "host", "pid"),
             _ib_disabled_settings(t).select("file", "line", "host", "pid"),
-            t["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket()).select("file", "line", "host", "pid"),
+            socket_channels.select("file", "line", "host", "pid"),
         ]
     )
     if signals.height == 0:
         return
-    socket_channels = t["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket())
     hosts = hosts_of(signals)
     if _ib_hcas_seen(t) or _multi_node(t):
         severity = Severity.CRITICAL

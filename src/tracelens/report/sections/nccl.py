@@ -20,6 +20,11 @@ def _gdr_label(value: bool | None) -> str:
     return {True: "yes", False: "no"}.get(value, "")
 
 
+def _on_host(frame: pl.DataFrame, host: str | None) -> pl.DataFrame:
+    """The rows of `host`; for None, the rows no host was named for."""
+    return frame.filter(pl.col("host") == host) if host is not None else frame.filter(pl.col("host").is_null())
+
+
 def context(analysis) -> dict | None:
     t = analysis.tables
     events, comms, channels, net, env = (t[n] for n in ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env"))
@@ -27,13 +32,10 @@ def context(analysis) -> dict | None:
         return None
     hosts = []
     for host in _sorted_unique(events, "host") or [None]:
-        def mine(frame: pl.DataFrame) -> pl.DataFrame:
-            return frame.filter(pl.col("host") == host) if host is not None else frame.filter(pl.col("host").is_null())
-
-        h_events, h_net = mine(events), mine(net)
-        versions = mine(events).filter(pl.col("kind") == "version")["message"].str.extract(r"(\d+\.\d+\.\d+\S*)").drop_nulls()
+        h_events, h_net = _on_host(events, host), _on_host(net, host)
+        versions = h_events.filter(pl.col("kind") == "version")["message"].str.extract(r"(\d+\.\d+\.\d+\S*)").drop_nulls()
         transports = (
-            mine(channels)
+            _on_host(channels, host)
             .group_by("transport", "net", "gdr")
             .len()
             .sort("len", descending=True)
@@ -55,17 +57,17 @@ def context(analysis) -> dict | None:
             {
                 "host": host or "(host not named)",
                 "versions": sorted(set(versions.to_list())),
-                "ranks": _sorted_unique(mine(comms), "rank"),
+                "ranks": _sorted_unique(_on_host(comms, host), "rank"),
                 "processes": h_events["pid"].n_unique() if h_events["pid"].null_count() < h_events.height else 0,
                 "networks": _sorted_unique(h_net.filter(pl.col("what") == "network"), "name"),
                 "hcas": hcas,
                 "interfaces": interfaces,
-                "errors": mine(t["nccl_errors"]).height,
+                "errors": _on_host(t["nccl_errors"], host).height,
                 "transports": [
                     {"transport": r["transport"], "net": r["net"], "gdr": _gdr_label(r["gdr"]), "n": r["len"]}
                     for r in transports
                 ],
-                "settings": mine(env).unique(["name", "value"]).sort("name").select("name", "value").rows(named=True),
+                "settings": _on_host(env, host).unique(["name", "value"]).sort("name").select("name", "value").rows(named=True),
             }
         )
     return {"hosts": hosts}
