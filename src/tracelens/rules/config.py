@@ -82,7 +82,7 @@ def overlap_comm_off(t: RunTables) -> Iterator[Finding]:
 @rule("TL502", "small-comm-bucket", Severity.WARNING)
 def small_comm_bucket(t: RunTables) -> Iterator[Finding]:
     """
-    What it finds: a ZeRO `reduce_bucket_size` or `allgather_bucket_size` ten or more times
+    What it finds: a ZeRO `reduce_bucket_size` or `allgather_bucket_size` more than ten times
     smaller than DeepSpeed's default of 500,000,000 elements (ds_config.json, the echoed
     zero_config, or the `Reduce bucket size` / `Allgather bucket size` lines of ZeRO init).
 
@@ -101,7 +101,7 @@ def small_comm_bucket(t: RunTables) -> Iterator[Finding]:
             rule_id="TL502",
             severity=Severity.WARNING,
             title="ZeRO communication buckets far below the default",
-            summary=f"Bucket size(s) {', '.join(f'{s:,}' for s in sizes)} elements, at least 10x below the "
+            summary=f"Bucket size(s) {', '.join(f'{s:,}' for s in sizes)} elements, more than 10x below the "
             f"default {DEFAULT_BUCKET:,}: many small collectives instead of few large ones.",
             fix='Set "zero_optimization": {"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8} (or as large as memory allows).',
             evidence=_evidence(small),
@@ -144,7 +144,7 @@ def cpu_offload(t: RunTables) -> Iterator[Finding]:
 def no_grad_accumulation(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: `gradient_accumulation_steps` of 1 in a run whose steps are
-    communication-bound (the gradient all-reduce and ZeRO all-gather take over 35% of the
+    communication-bound (the gradient all-reduce and ZeRO all-gather take 35% or more of the
     step in wall_clock_breakdown's timers).
 
     Why it slows the run: gradients are reduced across all ranks once per optimizer step.

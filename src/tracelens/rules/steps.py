@@ -110,7 +110,7 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
     What it finds: steps where gradient communication takes a large share of the step, from
     wall_clock_breakdown's timers: `bwd_allreduce` (the all-reduce or reduce-scatter that did
     not overlap with the backward pass) plus ZeRO's `optimizer_allgather`. Either the share
-    is high throughout (over 35% of the step), or it surges in a slow window (twice its
+    is high throughout (35% or more of the step), or it surges in a slow window (twice its
     usual time) while forward and backward compute stay flat.
 
     Why it slows the run: time in these timers is time the GPUs wait for the network. A high
@@ -216,8 +216,8 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
     What it finds: one rank consistently slower than its peers, where per-rank timings exist:
     wall_clock_breakdown timer lines from every rank (compute time forward + backward without
     the all-reduce, at least 15% above the other ranks' median on most steps), or the comms
-    logger's straggler table (`show_straggler`) where waiting for the slowest rank is more
-    than half of the collective time.
+    logger's straggler table (`show_straggler`) where waiting for the slowest rank is half
+    or more of the collective time.
 
     Why it slows the run: a collective ends when its last rank arrives, so one slow rank
     (a GPU throttling, a noisy neighbour, a slow host CPU or data loader) makes every other
