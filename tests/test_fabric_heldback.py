@@ -8,6 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from tests.test_fabric_ingest import read, write
+from tracelens.synth.fabric import ethtool
 
 
 def pq(name: str, value: int | str) -> str:
@@ -231,7 +232,7 @@ def mlx5_ethtool() -> tuple[str, dict[str, int]]:
               "link_down_events_phy", "rx_pause_ctrl_phy", "tx_pause_ctrl_phy", "rx_buffer_passed_thres_phy",
               "rx_pcs_symbol_err_phy", "rx_err_lane_0_phy", "module_unplug", "module_bus_stuck"]
     values = {name: i * 1_000_003 for i, name in enumerate(names)}
-    return "NIC statistics:\n" + "".join(f"     {n}: {v}\n" for n, v in values.items()), values
+    return ethtool(values), values
 
 
 def test_ethtool_mlx5_with_hundreds_of_counters(tmp_path):

@@ -39,6 +39,7 @@ from tracelens import steps as timing
 from tracelens.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.rules import rule
+from tracelens.rules.evidence import step_evidence
 from tracelens.rules.steps import COMM_SURGE, COMPUTE_FLAT, MAX_WINDOWS, MIN_COST_SHARE
 from tracelens.tables import RunTables
 from tracelens.timeline import LOG_TABLES, duration_text
@@ -217,11 +218,6 @@ def _evidence(rows: list[dict], limit: int) -> list[Evidence]:
     return [Evidence(file=r["file"], line=r.get("line"), frame=r.get("frame"), text=r.get("text") or "", host=r.get("host")) for r in rows[:limit]]
 
 
-def _step_evidence(t: RunTables, w: timing.Window, limit: int = 3) -> list[Evidence]:
-    rows = t["steps"].filter(pl.col("file") == w.file, pl.col("line").is_in(list(w.lines))).sort("line").head(limit)
-    return [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in rows.iter_rows(named=True)]
-
-
 def _span(begin: datetime, end: datetime) -> str:
     return f"{begin:%H:%M:%S} to {end:%H:%M:%S} UTC"
 
@@ -280,7 +276,7 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
     cost = f"{duration_text(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
     missing = _missing(t, episode.begin, episode.end)
     advice = f" Not in the evidence for this window; collect next time: {'; '.join(missing)}." if missing else ""
-    evidence = _step_evidence(t, w)
+    evidence = step_evidence(t, w.file, w.lines)[:3]
     ports: list[str] = []
     if best is None:
         title = f"Slow {w.label}: no network event in the window"

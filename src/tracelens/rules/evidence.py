@@ -49,3 +49,9 @@ def time_window(rows: pl.DataFrame) -> tuple[datetime, datetime] | None:
     """The first and last time of `rows`, when any of them carries a time."""
     ts = rows["ts"].drop_nulls()
     return (ts.min(), ts.max()) if ts.len() else None
+
+
+def step_evidence(tables: RunTables, file: str, lines) -> list[Evidence]:
+    """Evidence for the `steps` rows at `lines` of `file`: the step, timer and throughput lines."""
+    rows = tables["steps"].filter((pl.col("file") == file) & pl.col("line").is_in(list(lines))).sort("line")
+    return [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in rows.iter_rows(named=True)]

@@ -9,6 +9,7 @@ import polars as pl
 from tracelens import steps as timing
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.rules import rule
+from tracelens.rules.evidence import step_evidence
 from tracelens.tables import RunTables
 
 MAX_WINDOWS = 10  # findings for the costliest windows; the rest are counted in the last one
@@ -21,11 +22,6 @@ THROUGHPUT_DROP = 0.15  # sustained fall of samples/s below the early steady sta
 STRAGGLER_RATIO = 1.15  # a rank this much slower than its peers' median ...
 STRAGGLER_SHARE = 0.6  # ... on this share of the steps
 STRAGGLER_WAIT_SHARE = 0.5  # comms-logger straggler time over comm latency
-
-
-def _evidence(t: RunTables, file: str, lines: list[int] | tuple[int, ...]) -> list[Evidence]:
-    rows = t["steps"].filter((pl.col("file") == file) & pl.col("line").is_in(list(lines))).sort("line")
-    return [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in rows.iter_rows(named=True)]
 
 
 def _basis_note(basis: str) -> str:
@@ -83,7 +79,7 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
             summary=f"{w.label} ({w.steps} steps, engine {w.engine}) took {w.ratio:.1f}x the usual "
             f"{w.baseline_ms:.0f} ms per step (worst {w.peak_ms:.0f} ms), {_basis_note(w.basis)}; "
             f"they cost {w.cost_s:.1f} s, {share:.0%} of the run's step time.",
-            evidence=_evidence(t, w.file, w.lines),
+            evidence=step_evidence(t, w.file, w.lines),
             cost_seconds=w.cost_s,
             **_scope(w),
         )
@@ -98,7 +94,7 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
             summary=f"{len(spikes)} single slow step(s) or pairs, up to {worst.peak_ms:.0f} ms against a usual "
             f"{worst.baseline_ms:.0f} ms ({worst.label}), {_basis_note(worst.basis)}; together they cost "
             f"{cost:.1f} s, {cost / total:.0%} of the run's step time.",
-            evidence=[e for w in spikes for e in _evidence(t, w.file, w.lines)],
+            evidence=[e for w in spikes for e in step_evidence(t, w.file, w.lines)],
             hosts=[w.host for w in spikes if w.host],
             cost_seconds=cost,
         )
@@ -139,7 +135,7 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
                 summary=f"In {w.label} the gradient all-reduce/all-gather took {w.comm_ratio:.1f}x its usual time "
                 f"while forward and backward compute stayed at {w.compute_ratio or 1.0:.2f}x: the network slowed "
                 "down, not the model.",
-                evidence=_evidence(t, w.file, w.lines),
+                evidence=step_evidence(t, w.file, w.lines),
                 **_scope(w),
             )
     steady = timed.filter(~pl.col("slow"))
@@ -153,7 +149,7 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
                 title=f"Steps are communication-bound ({share:.0%} in all-reduce/all-gather)",
                 summary=f"Engine {engine}: the gradient all-reduce and ZeRO all-gather take {share:.0%} of each "
                 f"step (median {median:.0f} ms of {stream['time_ms'].median():.0f} ms) over {stream.height} steps.",
-                evidence=_evidence(t, file, stream["line"].head(5).to_list()),
+                evidence=step_evidence(t, file, stream["line"].head(5).to_list()),
                 hosts=[host] if host else [],
                 ranks=[rank] if rank >= 0 else [],
             )
@@ -204,7 +200,7 @@ def throughput_drop(t: RunTables) -> Iterator[Finding]:
             title=f"Throughput fell {1 - worst / steady:.0%} below its steady state",
             summary=f"Engine {engine}: samples/sec fell from a steady {steady:.1f} to {worst:.1f} (rolling median over "
             f"{span} reports) from step {low['step'][0]} to {low['step'][-1]}.{note}",
-            evidence=_evidence(t, file, [low["line"][0], low["line"][-1]]),
+            evidence=step_evidence(t, file, [low["line"][0], low["line"][-1]]),
             hosts=[host] if host else [],
             window=(low["ts"].min(), low["ts"].max()) if low["ts"].null_count() < low.height else None,
         )
@@ -263,7 +259,7 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
                 summary=f"{who}{where} took up to {worst['ratio']:.2f}x the usual forward+backward time of the fastest "
                 f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {STRAGGLER_RATIO - 1:.0%} or more on at least "
                 f"{group['share'].min():.0%} of the steps.",
-                evidence=[e for p in places for e in _evidence(t, p["file"], [p["line"]])],
+                evidence=[e for p in places for e in step_evidence(t, p["file"], [p["line"]])],
                 hosts=[host] if host else [],
                 ranks=ranks,
                 window=(group["first"].min(), group["last"].max()) if group["first"].min() else None,
