@@ -30,6 +30,9 @@ PARALLEL_MIN_BYTES = 64 << 20
 
 @dataclass
 class Analysis:
+    """Everything one run produced: its tables, its findings (root causes first), the rules checked,
+    and the notes the report and terminal must show (refused archive members, the zone decision ...)."""
+
     target: Path
     tables: RunTables
     findings: list[Finding]

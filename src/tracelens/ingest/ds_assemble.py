@@ -49,6 +49,8 @@ def tables(source: InputFile, hot: dict[str, pl.DataFrame], cold: pl.DataFrame |
 
 
 def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    """One row per logged step: the progress, throughput, timer and Megatron lines of one step,
+    which DeepSpeed prints separately, merged by stream (host, rank, engine) and step."""
     parts = [hot[k].with_columns(pl.lit(k).alias("source")) for k in STEP_SOURCES if k in hot]
     if not parts:
         return pl.DataFrame()
@@ -118,6 +120,7 @@ def _timer_steps(rows: pl.DataFrame) -> pl.DataFrame:
 
 
 def comm_ops(verbose: pl.DataFrame | None, cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
+    """Comms-logger records: verbose per-op lines and the summary and straggler tables, one row each."""
     parts = []
     if verbose is not None:
         parts.append(

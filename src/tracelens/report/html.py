@@ -52,5 +52,6 @@ def render(analysis: Analysis) -> str:
 
 
 def write(analysis: Analysis, path: Path) -> Path:
+    """Write the report to `path` (UTF-8, one file with everything inline) and return the path."""
     path.write_text(render(analysis), encoding="utf-8")
     return path

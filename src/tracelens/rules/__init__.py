@@ -23,6 +23,8 @@ _SECTIONS = ("What it finds", "Why it slows the run", "How to fix")
 
 @dataclass(frozen=True)
 class Rule:
+    """A registered check: its id and name, default severity, and the function that yields findings."""
+
     id: str
     name: str
     severity: Severity

@@ -63,6 +63,7 @@ def _port_row(key: dict, state: dict, moves: pl.DataFrame) -> dict:
 
 
 def context(analysis) -> dict | None:
+    """Ports and counter deltas per host, worst first, and the error/wait-rate chart; None without fabric dumps."""
     t = analysis.tables
     deltas, ports = counter_deltas(t), latest_ports(t)
     if deltas.height == 0 and ports.height == 0:

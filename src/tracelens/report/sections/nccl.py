@@ -26,6 +26,7 @@ def _on_host(frame: pl.DataFrame, host: str | None) -> pl.DataFrame:
 
 
 def context(analysis) -> dict | None:
+    """NCCL facts per host; None when no NCCL line was read."""
     t = analysis.tables
     events, comms, channels, net, env = (t[n] for n in ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env"))
     if events.height == 0:

@@ -18,6 +18,7 @@ TIMELINE_KINDS = ("NAK (PSN sequence error)", "NAK (other)", "RNR NAK", "CNP", "
 
 
 def context(analysis) -> dict | None:
+    """Per-QP and per-flow tables worst first and the event timeline; None without captures."""
     packets = analysis.tables["packets"]
     if packets.height == 0:
         return None

@@ -28,6 +28,7 @@ PHASES = {  # stacked in this order, bottom first
 
 
 def context(analysis) -> dict | None:
+    """Per-stream step tables, the step-time and phase charts, the worst windows; None without steps."""
     steps = analysis.tables["steps"]
     if steps.height == 0:
         return None

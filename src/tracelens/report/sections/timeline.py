@@ -29,6 +29,7 @@ CAUSE_COLOURS = {"link": "#b3261e", "congestion": "#e37400", "socket": "#6a1b9a"
 
 
 def context(analysis) -> dict | None:
+    """The run on one UTC axis: step time, event lanes per host, finding windows, clocks and zone."""
     tables = analysis.tables
     events = network_events(tables)
     series = timing.step_series(tables["steps"]).filter(pl.col("ts").is_not_null(), pl.col("time_ms").is_not_null())
