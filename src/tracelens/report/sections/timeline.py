@@ -23,6 +23,7 @@ BINS = 300  # packet and NCCL events are counted per this share of the time span
 SHADED = {"TL401", "TL404"}  # besides the correlation findings (score > 0): the slow steps and stragglers
 MAX_SHADES = 8
 ISO = "%Y-%m-%dT%H:%M:%S%.3fZ"
+LABEL_ROWS = 4  # staggered rows of window labels
 X_AXIS = alt.Axis(format="%H:%M:%S", title="time (UTC)", labelAngle=0)
 CAUSE_COLOURS = {"link": "#b3261e", "congestion": "#e37400", "socket": "#6a1b9a", "receiver": "#00796b",
                  "failure": "#5f6368", "stall": "#000000", "straggler": "#1565c0"}
@@ -61,11 +62,14 @@ def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list) -> str:
     x = alt.X("t:T", scale=alt.Scale(type="utc"), axis=X_AXIS)
     shades = [{"from": f.window[0].isoformat(), "to": f.window[1].isoformat(), "finding": f"#{i} {f.rule_id}"}
               for i, f in windows if f.score > 0 or f.rule_id in SHADED][:MAX_SHADES]
+    # Labels of windows that start close together would print over each other: stagger them in rows.
+    for row, shade_ in enumerate(sorted(shades, key=lambda s: s["from"])):
+        shade_["offset"] = 12 * (row % LABEL_ROWS)
     shade = alt.Chart(alt.Data(values=shades)).mark_rect(color="#b3261e", opacity=0.12).encode(
         x=alt.X("from:T", scale=alt.Scale(type="utc"), axis=X_AXIS), x2="to:T"
     )
     labels = alt.Chart(alt.Data(values=shades)).mark_text(align="left", dx=2, dy=6, baseline="top", fontSize=10).encode(
-        x=alt.X("from:T", scale=alt.Scale(type="utc")), y=alt.value(0), text="finding:N"
+        x=alt.X("from:T", scale=alt.Scale(type="utc")), y=alt.Y("offset:Q", scale=None, axis=None), text="finding:N"
     )
     panels = []
     if series.height:
