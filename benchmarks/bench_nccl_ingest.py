@@ -31,7 +31,7 @@ from tracelens.synth.runs import Run, Scenario
 NODES, GPUS = 64, 8
 # Collectives of a data-parallel step: operation, NCCL datatype (9 = bfloat16), element counts.
 OPS = (("AllReduce", 9, (4_194_304, 33_554_432)), ("AllGather", 9, (1_048_576,)), ("ReduceScatter", 9, (8_388_608,)))
-ERROR_EVERY = 4000  # collective calls between two IB error bursts
+ERROR_EVERY = 500  # collective calls between two IB error bursts (each call is one line per rank: 512 lines)
 
 
 def job() -> Run:
