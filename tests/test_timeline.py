@@ -185,3 +185,41 @@ def test_cli_rejects_an_unknown_zone():
     result = CliRunner().invoke(app, ["analyze", str(FIXTURES / "healthy-2node-ib"), "--tz", "Mars/Olympus"])
     assert result.exit_code == 2
     assert "not a time zone" in result.output
+
+
+def _long_run_in_utc_plus_3(errors_at: list[float]) -> dict:
+    """Two hours of steps printed in UTC+3, a five-minute capture in its middle (UTC), and NCCL
+    completion errors at `errors_at` seconds into the capture, as the logs print them."""
+    capture_start = T0 + timedelta(hours=1)
+    local = timedelta(hours=3)
+    nak = {"proto": "roce", "src": "10.0.0.2", "dst": "10.0.0.1", "opcode": 17, "dest_qp": 7, "psn": 0x60, "syndrome": 0x60}
+    packets = _capture(capture_start, seconds=300) + [
+        {"file": "capture.pcap", "frame": 1000 + i, "ts": capture_start + timedelta(seconds=s), **nak} for i, s in enumerate(errors_at)
+    ]
+    errors = [{"file": "node01/train.log", "line": 10_000 + i, "host": "node01", "kind": "ib_completion",
+               "ts": capture_start + local + timedelta(seconds=s), "ts_quality": "exact"} for i, s in enumerate(errors_at)]
+    return {"steps": _steps(T0 + local, count=720), "packets": packets, "nccl_errors": errors}
+
+
+def test_a_long_log_around_a_short_capture_takes_the_shift_its_errors_line_up_at():
+    t = tables_from(**_long_run_in_utc_plus_3(errors_at=[40, 130, 250]))
+    timeline = align(t)
+    assert (timeline.basis, timeline.shift_hours) == ("capture", 3.0)
+    assert "line up" in timeline.notes[0] and "UTC+03:00" in timeline.notes[0]
+
+
+def test_a_long_log_around_a_short_capture_without_events_is_ambiguous_not_guessed():
+    t = tables_from(**_long_run_in_utc_plus_3(errors_at=[]))
+    timeline = align(t)
+    assert (timeline.basis, timeline.shift_hours) == ("assumed", 0.0)
+    note = timeline.notes[0]
+    assert "ambiguous" in note and "UTC+03:00" in note and "UTC+02:30" in note and "--tz" in note
+    assert t["steps"]["ts"].min() == T0 + timedelta(hours=3)  # left as read
+
+
+def test_a_capture_of_another_day_overlaps_at_no_shift_and_utc_is_assumed():
+    run = _long_run_in_utc_plus_3(errors_at=[40, 130, 250])
+    run["packets"] = _capture(T0 + timedelta(days=1))
+    timeline = align(tables_from(**run))
+    assert (timeline.basis, timeline.shift_hours) == ("assumed", 0.0)
+    assert "at no whole or half hour shift" in timeline.notes[0]

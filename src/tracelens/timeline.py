@@ -17,7 +17,9 @@ the `Timeline` it decided on (the report shows it):
    compared with the sources that carry real UTC (capture timestamps, counter dumps
    stamped with a zone): if they overlap only when the logs are shifted by a whole or
    half number of hours, that shift is applied and said; otherwise UTC is assumed and
-   the report says it assumed it.
+   the report says it assumed it. A long log fits a short capture at several shifts:
+   those are told apart by events (NCCL errors against the capture's NAKs and
+   retransmissions); if the events cannot, UTC is assumed and the candidates are named.
 3. **Clock offsets.** Hosts' clocks disagree. Where one event is seen on several hosts
    (the same training step logged on several hosts, the same watchdog timeout SeqNum,
    whose start is its time minus `ran for` ms; the same packet in captures taken at
@@ -37,6 +39,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 
+from tracelens.packets.flows import analyze as packet_analysis
 from tracelens.tables import RunTables
 
 # Tables whose times come from log lines: local wall time, naive, as printed.
@@ -47,6 +50,9 @@ TIME_COLUMNS = ("ts", "ts_lo", "ts_hi", "dump_ts")
 SHIFT_STEP_MIN = 30  # candidate zone shifts: whole and half hours ...
 SHIFT_RANGE_H = 14  # ... up to UTC-14 / UTC+14
 OVERLAP_MARGIN_S = 60.0  # a capture or dump this close to the logs' span still counts as overlapping
+SHIFT_TIE = 0.05  # shifts whose overlap score is within this share of the best fit the spans as well
+EVENT_MARGIN_S = 60.0  # an NCCL error this close to a packet event lines up with it
+EVENT_LEAD = 2  # a shift wins on events when it lines up this many times more errors than any other
 C10_RESOLUTION = timedelta(seconds=1)
 
 # Clock offsets: the time resolution of each kind of shared event, below which an offset is not applied.
@@ -194,21 +200,30 @@ def _zone(tables: RunTables, tz: str | None) -> Timeline:
         return Timeline(notes=["Log times carry no zone and the run has no capture or zoned counter dump to compare "
                                "them with: read as UTC (assumed; use --tz ZONE if the hosts ran on local time)."])
     scores = shift_scores(span, zoned)
-    best = scores.row(0, named=True)
-    at_zero = scores.filter(pl.col("minutes") == 0)["score"][0]
+    best = scores["score"][0]
     what = _zoned_sources(zoned)
-    if best["score"] == 0:
+    if best == 0:
         return Timeline(notes=[f"Log times read as UTC (assumed): they overlap {what} at no whole or half hour "
                                "shift; use --tz ZONE if the hosts ran on local time."])
-    if best["score"] <= at_zero:
+    fitting = scores.filter(pl.col("score") >= best * (1 - SHIFT_TIE))["minutes"].to_list()
+    by_events = len(fitting) > 1
+    if by_events:
+        fitting = _told_apart_by_events(tables, fitting)
+    if len(fitting) > 1:
+        *others, last = [_utc_label(m) for m in sorted(fitting)]
+        return Timeline(notes=[f"Log times read as UTC (assumed): their zone is ambiguous, they overlap {what} "
+                               f"equally well read as {', '.join(others)} or {last}, and no NCCL error lines up with a "
+                               "packet event to tell these apart; use --tz ZONE if the hosts ran on local time."])
+    minutes = fitting[0]
+    if minutes == 0:
         return Timeline(basis="agrees", notes=[f"Log times read as UTC: they overlap {what} without a shift."])
-    minutes = best["minutes"]
     _shift(tables, _local_tables(tables), minutes * 60.0)
     label = _utc_label(minutes)
+    why = (f"at several shifts, but their NCCL errors line up with the capture's packet events only when read as {label}"
+           if by_events else f"only when read as {label}")
     return Timeline(
         zone=label, basis="capture", shift_hours=minutes / 60,
-        notes=[f"Log times were shifted by {-minutes / 60:+g} h to UTC: they overlap {what} only when read as "
-               f"{label} (no --tz given)."],
+        notes=[f"Log times were shifted by {-minutes / 60:+g} h to UTC: they overlap {what} {why} (no --tz given)."],
     )
 
 
@@ -232,6 +247,33 @@ def shift_scores(span: tuple, zoned: pl.DataFrame) -> pl.DataFrame:
         .agg(score=pl.col("share").sum().round(6))
         .sort(pl.col("score"), pl.col("minutes").abs(), descending=[True, False])
     )
+
+
+def _event_matches(errors: pl.DataFrame, packet_times: pl.Series, minutes: list[int]) -> pl.DataFrame:
+    """For each candidate shift, how many NCCL errors (columns ts_lo, ts_hi: their time
+    bracket as read) have a packet event (UTC times) within EVENT_MARGIN_S once shifted."""
+    margin = pl.duration(seconds=EVENT_MARGIN_S)
+    shifted = pl.duration(minutes=pl.col("minutes"))
+    windows = pl.DataFrame({"minutes": minutes}).join(errors.select("ts_lo", "ts_hi"), how="cross").select(
+        "minutes", lo=pl.col("ts_lo") - shifted - margin, hi=pl.col("ts_hi") - shifted + margin
+    )
+    times = packet_times.sort()
+    inside = times.search_sorted(windows["hi"], side="right") - times.search_sorted(windows["lo"], side="left")
+    return windows.with_columns(matched=inside > 0).group_by("minutes").agg(pl.col("matched").sum())
+
+
+def _told_apart_by_events(tables: RunTables, minutes: list[int]) -> list[int]:
+    """The shifts, of those that fit the spans equally well, that the events cannot tell apart:
+    the one that lines up EVENT_LEAD times more NCCL errors with packet events than any other, or all."""
+    errors = tables["nccl_errors"].filter(pl.col("ts_lo").is_not_null(), pl.col("ts_hi").is_not_null())
+    if errors.height == 0 or tables["packets"].height == 0:
+        return minutes
+    events = packet_analysis(tables["packets"]).events.filter(pl.col("kind") != "capture duplicate")
+    matches = _event_matches(errors, events["ts"], minutes)
+    top = matches["matched"].max()
+    if not top:
+        return minutes
+    return matches.filter(pl.col("matched") * EVENT_LEAD > top)["minutes"].to_list()
 
 
 def _log_span(tables: RunTables) -> tuple | None:
