@@ -416,3 +416,10 @@ def test_unknown_deepspeed_messages_are_counted_and_sampled(tmp_path):
     )
     assert counts(result) == (0, 3, 1)
     assert [line for line, _ in result.account.samples] == [1, 2, 3]
+
+
+def test_non_ascii_host_and_rank_keep_their_text(tmp_path):
+    # str.find counts bytes: slicing by characters after a non-ASCII host cut the wrong text.
+    line = "nodé01: [2024-03-01 10:00:00,001] [INFO] [logging.py:96:log_dist] [Rank 3] step=40, skipped=0, lr=[0.001], mom=[(0.9, 0.95)]"
+    (row,) = steps(ingest(tmp_path, [line]))
+    assert (row["host"], row["rank"], row["step"]) == ("nodé01", 3, 40)

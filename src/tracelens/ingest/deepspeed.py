@@ -38,7 +38,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest import ds_assemble
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, byte_slice
 from tracelens.resources import grammar_text
 
 # ---------------------------------------------------------------- envelope (§1.1)
@@ -113,7 +113,8 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
     text = chunk["text"]
     rest = text.str.replace(LAUNCHER_TAG, "")
     tag = text.str.head(text.str.len_chars() - rest.str.len_chars())
-    host = tag.str.head(tag.str.find(": ", literal=True))
+    colon = tag.str.find(": ", literal=True)
+    host = pl.select(pl.when(colon.is_not_null()).then(byte_slice(pl.lit(tag), 0, pl.lit(colon)))).to_series()
     # `steps: 100 loss: ...` (the pipeline engine's bare print) is not a host called "steps"
     pipe = (host == "steps").fill_null(False)
     if pipe.any():
@@ -132,13 +133,13 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
             "line": chunk["line"],
             "host": host,
             "ts": _patched(ts, others, lambda rows: _search_stamps(envelope.gather(rows))).dt.replace_time_zone("UTC"),
-            "rank": message.str.slice(6, rank_end - 6)
+            "rank": byte_slice(message, 6, rank_end - 6)
             .zip_with(ranked, _nulls(message))
             .cast(pl.Int64, strict=False)
             .fill_null(tag.str.extract(TAG_RANK, 1).cast(pl.Int64))
             .fill_null(pl.lit(rank, pl.Int64)),
             "prefix": _patched(prefix, others, lambda rows: envelope.gather(rows).str.contains(FOREIGN).replace_strict({True: "foreign", False: "deepspeed"})),
-            "body": message.str.slice(rank_end + 2).zip_with(ranked, message).fill_null(rest),
+            "body": byte_slice(message, rank_end + 2).zip_with(ranked, message).fill_null(rest),
         }
     )
 
@@ -317,7 +318,7 @@ def _timer_columns(body: pl.Series) -> dict[str, pl.Series]:
     """The TIMERS columns of timer bodies. After `time (ms) | `, a body is `name: value` cells
     joined by ` | `: as one list of tokens they alternate name, value. The distinct names
     are mapped to their columns once, the values scattered back to their bodies' rows."""
-    cells = body.str.slice(body.str.find("time (ms) | ", literal=True) + len("time (ms) | "))
+    cells = byte_slice(body, body.str.find("time (ms) | ", literal=True) + len("time (ms) | "))
     tokens = (
         pl.DataFrame({"token": cells.str.replace_all(" | ", ": ", literal=True).str.split(": ")})
         .with_row_index("row")

@@ -24,7 +24,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED
+from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice
 from tracelens.resources import grammar_text
 
 UNKNOWN = "unknown"
@@ -245,9 +245,8 @@ def _with_head(records: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _bytes(start: pl.Expr, length: pl.Expr | int | None = None) -> pl.Expr:
-    """Slice of `text` by byte offsets, as `str.find` gives them (`str.slice` counts characters,
-    which differ once a tqdm bar or other non-ASCII text precedes the record)."""
-    return pl.col("text").cast(pl.Binary).bin.slice(start, length).cast(pl.String)
+    """Slice of the line by byte offsets, as `str.find` gives them."""
+    return byte_slice(pl.col("text"), start, length)
 
 
 def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
