@@ -16,15 +16,19 @@ the engine, built for logs of hundreds of MB (DESIGN §5: lark per line runs at 
 
 from __future__ import annotations
 
+import hashlib
 import re
+import sys
 from functools import cache
 
+import lark
 import polars as pl
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput
 
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice
+from tracelens.private_cache import cache_file
 from tracelens.resources import grammar_text
 
 UNKNOWN = "unknown"
@@ -59,6 +63,14 @@ class _Fields(Transformer):
         return merged
 
 
+def _cache_path(text: str) -> str | bool:
+    """Where lark may keep the built parser: a file in the user's private cache folder named by the
+    grammar, lark and Python versions, or False (build each time, about 1 s) when none is safe.
+    Never lark's `cache=True`, a pickle in the shared temporary folder (see private_cache)."""
+    key = hashlib.sha256(f"{text}{lark.__version__}{sys.version_info[:2]}".encode()).hexdigest()[:24]
+    return cache_file(f"nccl-grammar-{key}.lark") or False
+
+
 class _Grammar:
     """grammars/nccl.lark as an LALR parser with one start symbol per kind.
 
@@ -72,7 +84,7 @@ class _Grammar:
         text = grammar_text("nccl")
         catalogue = re.search(r"^\?message:(.*?)\n\n", text, re.S | re.M)
         self.kinds = [k.strip() for k in catalogue.group(1).split("|")] if catalogue else []
-        self.lark = Lark(text, parser="lalr", start=self.kinds, cache=True)
+        self.lark = Lark(text, parser="lalr", start=self.kinds, cache=_cache_path(text))
         table = self.lark.parser.parser.parser.parse_table
         patterns = {t.name: t.pattern.to_regexp() for t in self.lark.terminals}
         self.first = {
