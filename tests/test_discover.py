@@ -80,14 +80,15 @@ def test_zip_and_single_gz_and_nested_archive(tmp_path: Path):
     assert [(f.name, f.format, f.host_hint) for f in gz] == [("nccl.node03.123.gz!nccl.node03.123", "log", "node03")]
 
 
-def test_damaged_archive_and_missing_path_give_notes_not_tracebacks(tmp_path: Path):
+def test_damaged_archive_is_an_input_error_and_missing_path_a_note(tmp_path: Path):
     broken = tmp_path / "broken.tar.gz"
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w:gz") as tar:
         _add(tar, "a.log", NCCL_LINE * 100)
     broken.write_bytes(data.getvalue()[:40])
     found = discover(broken, tmp_path / "w")
-    assert found.notes and "broken.tar.gz" in found.notes[0]
+    (bad,) = found.files
+    assert bad.name == "broken.tar.gz" and bad.format == "unreadable" and "damaged gzip file" in bad.error
     missing = discover(tmp_path / "nope", tmp_path / "w3")
     assert missing.files == [] and "no such file or folder" in missing.notes[0]
 

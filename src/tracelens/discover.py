@@ -4,35 +4,81 @@ Formats are decided by content (the sniffers of tracelens.ingest), never by
 file names. Archives (.tar, .tar.gz, .tgz, .zip) and single .gz files are
 unpacked into a private temporary folder; members with absolute paths, `..`
 components, links or device nodes are refused with a message, so nothing is
-ever written outside that folder.
+ever written outside that folder. Extraction is capped (total bytes, expansion
+ratio, member count, nesting depth; see Limits) so an archive bomb cannot fill
+the disk, and one damaged member does not stop the rest. In a folder the user
+assembled, symbolic links are followed (a loop is detected); FIFOs, sockets and
+devices are skipped, never opened, so nothing waits on them.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
+import lzma
+import math
 import os
 import re
-import shutil
 import stat
 import tarfile
 import time
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from tracelens.ingest import InputFile, sniff_format
 
 HEAD_BYTES = 64 << 10
-MAX_ARCHIVE_DEPTH = 3
+_COPY_BLOCK = 1 << 20
+_GIB = 1 << 30
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZIP_MAGIC = b"PK\x03\x04"
 
+# What can go wrong decompressing untrusted bytes: corrupt deflate/LZMA/gzip data, encryption,
+# an unsupported method, a bad CRC, a truncated stream, an out-of-range header field.
+_MEMBER_ERRORS = (
+    OSError, EOFError, RuntimeError, NotImplementedError, ValueError, OverflowError,
+    zlib.error, lzma.LZMAError, zipfile.BadZipFile, tarfile.TarError,
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Caps on what archives may unpack. Environment overrides: TRACELENS_MAX_EXTRACT_GB,
+    TRACELENS_MAX_MEMBERS (for the rare honest run that is bigger)."""
+
+    total_bytes: int = 16 * _GIB  # everything extracted from one target
+    members: int = 100_000  # archive members, over all archives
+    ratio: int = 250  # expanded/compressed size of a member (or a compressed stream) ...
+    ratio_after: int = 64 << 20  # ... once it has expanded past this many bytes
+    depth: int = 3  # archives inside archives
+
+    @classmethod
+    def from_env(cls) -> Limits:
+        def number(name: str, default: float) -> float:
+            try:
+                value = float(os.environ.get(name, default))
+            except ValueError:
+                return default
+            return value if math.isfinite(value) and value > 0 else default
+
+        return cls(
+            total_bytes=int(number("TRACELENS_MAX_EXTRACT_GB", cls.total_bytes / _GIB) * _GIB),
+            members=int(number("TRACELENS_MAX_MEMBERS", cls.members)),
+        )
+
+
+class CapReached(Exception):
+    """Extraction stopped at a cap; the message names it."""
+
 
 @dataclass
 class Discovery:
-    files: list[InputFile] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)  # refused members, unreadable files ...
+    files: list[InputFile] = field(default_factory=list)  # readable inputs, and unreadable ones with their error
+    notes: list[str] = field(default_factory=list)  # refused archive members, caps reached ...
 
 
 def _read_head(path: Path) -> bytes:
@@ -45,7 +91,7 @@ def _is_tar(path: Path, head: bytes) -> bool:
         try:
             with gzip.open(path, "rb") as fh:
                 inner = fh.read(512)
-        except (OSError, EOFError):
+        except _MEMBER_ERRORS:
             return False
         return len(inner) >= 262 and inner[257:262] == b"ustar"
     return len(head) >= 262 and head[257:262] == b"ustar"
@@ -57,6 +103,8 @@ def _member_problem(name: str) -> str | None:
         return "absolute path"
     if ".." in PurePosixPath(name.replace("\\", "/")).parts:
         return "'..' in path"
+    if "\x00" in name:
+        return "NUL byte in name"
     return None
 
 
@@ -68,59 +116,72 @@ def _safe_target(dest: Path, name: str) -> Path:
 
 
 def _keep_mtime(path: Path, mtime: float) -> None:
-    """Give an extracted file its archived modification time: dumps without a timestamp are timed by it."""
-    os.utime(path, (mtime, mtime))
+    """Give an extracted file its archived modification time: dumps without a timestamp are timed
+    by it. A time that is no time (NaN, out of range) leaves the extraction time."""
+    try:
+        os.utime(path, (mtime, mtime))
+    except (OverflowError, ValueError, OSError):
+        pass
 
 
-def _extract_tar(archive: Path, label: str, dest: Path, notes: list[str]) -> None:
-    with tarfile.open(archive, "r:*") as tar:
-        for member in tar:
-            problem = _member_problem(member.name)
-            if problem is None and (member.issym() or member.islnk()):
-                problem = f"link to {member.linkname!r} (links are not followed)"
-            if problem is None and not (member.isfile() or member.isdir()):
-                problem = "special file"
-            if problem:
-                notes.append(f"{label}: refused member {member.name!r}: {problem}")
-                continue
-            if member.isdir():
-                continue
-            target = _safe_target(dest, member.name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            src = tar.extractfile(member)
-            if src is None:
-                continue
-            with src, target.open("wb") as out:
-                shutil.copyfileobj(src, out)
-            _keep_mtime(target, member.mtime)
+def _zip_mtime(info: zipfile.ZipInfo) -> float:
+    try:
+        return time.mktime((*info.date_time, 0, 0, -1))
+    except (OverflowError, ValueError):
+        return math.nan
 
 
-def _extract_zip(archive: Path, label: str, dest: Path, notes: list[str]) -> None:
-    with zipfile.ZipFile(archive) as zf:
-        for info in zf.infolist():
-            problem = _member_problem(info.filename)
-            mode = info.external_attr >> 16
-            if problem is None and stat.S_ISLNK(mode):
-                problem = "link (links are not followed)"
-            if problem:
-                notes.append(f"{label}: refused member {info.filename!r}: {problem}")
-                continue
-            if info.is_dir():
-                continue
-            target = _safe_target(dest, info.filename)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with zf.open(info) as src, target.open("wb") as out:
-                shutil.copyfileobj(src, out)
-            _keep_mtime(target, time.mktime((*info.date_time, 0, 0, -1)))
+def _reason(exc: BaseException) -> str:
+    """An exception as a short reason that never names a path (extraction folders are private)."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    if isinstance(exc, (zlib.error, lzma.LZMAError)):
+        return f"corrupt compressed data ({exc})"
+    if isinstance(exc, RuntimeError) and "encrypted" in str(exc):
+        return "encrypted (password protected), cannot be read"
+    if isinstance(exc, NotImplementedError):
+        return f"unsupported compression ({exc})"
+    return str(exc) or type(exc).__name__
 
 
-def _gunzip(path: Path, dest: Path) -> Path:
-    target = dest / (path.name[:-3] if path.name.endswith(".gz") else path.name + ".out")
-    dest.mkdir(parents=True, exist_ok=True)
-    with gzip.open(path, "rb") as src, target.open("wb") as out:
-        shutil.copyfileobj(src, out)
-    _keep_mtime(target, path.stat().st_mtime)
-    return target
+def _size(n: int) -> str:
+    return f"{n / _GIB:g} GiB" if n >= _GIB else f"{n >> 20} MiB"
+
+
+class _Budget:
+    """Bytes and members left to extract from one target, and the expansion ratio checks."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.bytes = 0
+        self.members = 0
+
+    def member(self) -> None:
+        self.members += 1
+        if self.members > self.limits.members:
+            raise CapReached(f"more than {self.limits.members:,} archive members (member cap; TRACELENS_MAX_MEMBERS raises it)")
+
+    def copy(self, src: BinaryIO, out: BinaryIO, compressed: int, what: str) -> None:
+        """Copy a decompressing stream, stopping at the total-size cap or when `what` expands more
+        than the ratio cap over its `compressed` size."""
+        written = 0
+        while block := src.read(_COPY_BLOCK):
+            written += len(block)
+            self.bytes += len(block)
+            if self.bytes > self.limits.total_bytes:
+                raise CapReached(
+                    f"extracted data passed {_size(self.limits.total_bytes)} (total size cap; TRACELENS_MAX_EXTRACT_GB raises it)"
+                )
+            if written > self.limits.ratio_after and written > self.limits.ratio * max(compressed, 1):
+                raise _RatioExceeded(
+                    f"{what} expands more than {self.limits.ratio}x its compressed size ({_size(compressed)} -> over "
+                    f"{_size(written)}: expansion ratio cap, a likely archive bomb)"
+                )
+            out.write(block)
+
+
+class _RatioExceeded(ValueError):
+    """One member (or stream) expanded past the ratio cap: that member is dropped."""
 
 
 _HOST_FOLDER = re.compile(r"^(?:[A-Za-z][\w-]*\d[\w-]*|(?:\d{1,3}\.){3}\d{1,3})$")
@@ -140,10 +201,13 @@ def host_from_path(rel: PurePosixPath) -> str | None:
 
 
 class _Walker:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, limits: Limits) -> None:
         self.workdir = workdir
+        self.limits = limits
+        self.budget = _Budget(limits)
         self.result = Discovery()
         self._count = 0
+        self._seen_folders: set[tuple[int, int]] = set()
 
     def _scratch(self) -> Path:
         self._count += 1
@@ -151,64 +215,178 @@ class _Walker:
         path.mkdir(parents=True)
         return path
 
+    def note(self, text: str) -> None:
+        self.result.notes.append(text.replace(str(self.workdir), "<extraction folder>"))
+
+    def unreadable(self, label: str, reason: str, rel: PurePosixPath | None = None) -> None:
+        """A file that cannot be read: an input with an error, counted and shown like any other."""
+        reason = reason.replace(str(self.workdir), "<extraction folder>")
+        hint = host_from_path(rel) if rel is not None else None
+        self.result.files.append(InputFile(path=Path(os.devnull), name=label, format="unreadable", host_hint=hint, error=reason))
+
     def visit_file(self, path: Path, label: str, rel: PurePosixPath, depth: int) -> None:
         try:
             head = _read_head(path)
+            size = path.stat().st_size
         except OSError as exc:
-            self.result.notes.append(f"{label}: cannot be read: {exc.strerror or exc}")
+            self.unreadable(label, f"cannot be read: {_reason(exc)}", rel)
+            return
+        is_archive = head.startswith(_ZIP_MAGIC) or _is_tar(path, head)
+        if (is_archive or head.startswith(_GZIP_MAGIC)) and depth >= self.limits.depth:
+            self.unreadable(label, f"archive nested more than {self.limits.depth} levels deep: not opened (nesting depth cap)", rel)
             return
         if not head:
             fmt = "empty"
-        elif depth < MAX_ARCHIVE_DEPTH and (head.startswith(_ZIP_MAGIC) or _is_tar(path, head)):
+        elif is_archive:
             self.visit_archive(path, label, rel, depth)
             return
-        elif depth < MAX_ARCHIVE_DEPTH and head.startswith(_GZIP_MAGIC):
-            try:
-                inner = _gunzip(path, self._scratch())
-            except (OSError, EOFError, zipfile.BadZipFile) as exc:
-                self.result.notes.append(f"{label}: damaged gzip file: {exc}")
-                return
-            stem = rel.with_name(inner.name)
-            self.visit_file(inner, f"{label}!{inner.name}", stem, depth + 1)
+        elif head.startswith(_GZIP_MAGIC):
+            self.visit_gzip(path, label, rel, depth, size)
             return
         else:
             fmt = sniff_format(head)
-        self.result.files.append(
-            InputFile(path=path, name=label, format=fmt, host_hint=host_from_path(rel), size=path.stat().st_size)
-        )
+        self.result.files.append(InputFile(path=path, name=label, format=fmt, host_hint=host_from_path(rel), size=size))
+
+    def visit_gzip(self, path: Path, label: str, rel: PurePosixPath, depth: int, size: int) -> None:
+        target = self._scratch() / (path.name[:-3] if path.name.endswith(".gz") else path.name + ".out")
+        try:
+            self.budget.member()
+            with gzip.open(path, "rb") as src, target.open("wb") as out:
+                self.budget.copy(src, out, size, label)
+        except CapReached as exc:
+            self.unreadable(label, f"not read: {exc}", rel)
+            return
+        except _MEMBER_ERRORS as exc:
+            if not target.exists() or not target.stat().st_size:
+                self.unreadable(label, f"damaged gzip file: {_reason(exc)}", rel)
+                return
+            self.note(f"{label}: damaged gzip file, read the {target.stat().st_size:,} bytes before the damage: {_reason(exc)}")
+        _keep_mtime(target, path.stat().st_mtime)
+        self.visit_file(target, f"{label}!{target.name}", rel.with_name(target.name), depth + 1)
 
     def visit_archive(self, path: Path, label: str, rel: PurePosixPath, depth: int) -> None:
         dest = self._scratch()
         try:
             if zipfile.is_zipfile(path):
-                _extract_zip(path, label, dest, self.result.notes)
+                self._extract_zip(path, label, dest)
             else:
-                _extract_tar(path, label, dest, self.result.notes)
-        except (tarfile.TarError, zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-            self.result.notes.append(f"{label}: damaged archive, read what could be extracted: {exc}")
-        self.visit_tree(dest, f"{label}!", rel.parent, depth + 1)
+                self._extract_tar(path, label, dest)
+        except CapReached as exc:
+            self.unreadable(label, f"extraction stopped: {exc}; the members before it are read", rel)
+        except _MEMBER_ERRORS as exc:
+            self.unreadable(label, f"damaged archive, read what could be extracted: {_reason(exc)}", rel)
+        self.visit_tree(dest, f"{label}!", rel.parent, depth + 1, follow_links=False)
 
-    def visit_tree(self, root: Path, label_prefix: str, rel_base: PurePosixPath, depth: int) -> None:
-        for path in sorted(p for p in root.rglob("*")):
-            if path.is_symlink():
-                self.result.notes.append(f"{label_prefix}{path.relative_to(root)}: symbolic link skipped")
-                continue
-            if not path.is_file():
-                continue
-            rel = path.relative_to(root)
-            if any(part.startswith(".") for part in rel.parts):
+    def _extract_member(self, label: str, name: str, dest: Path, open_member, compressed: int, mtime: float) -> None:
+        """Extract one member; a damaged one becomes an error and the next member is tried."""
+        self.budget.member()
+        target = None
+        try:
+            target = _safe_target(dest, name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open_member() as src, target.open("wb") as out:
+                self.budget.copy(src, out, compressed, f"member {name!r}")
+        except (CapReached, *_MEMBER_ERRORS) as exc:
+            if target is not None and target.exists():
+                target.unlink()  # a partial member is no input
+            if isinstance(exc, CapReached):
+                raise
+            self.unreadable(f"{label}!{name}", f"not extracted: {_reason(exc)}", PurePosixPath(name))
+            return
+        _keep_mtime(target, mtime)
+
+    def _extract_tar(self, archive: Path, label: str, dest: Path) -> None:
+        compressed = archive.stat().st_size  # per-member sizes are unknown in a compressed tar: ratio of the whole
+        with tarfile.open(archive, "r:*") as tar:
+            for member in tar:
+                problem = _member_problem(member.name)
+                if problem is None and (member.issym() or member.islnk()):
+                    problem = f"link to {member.linkname!r} (links are not followed)"
+                if problem is None and not (member.isfile() or member.isdir()):
+                    problem = "special file"
+                if problem:
+                    self.note(f"{label}: refused member {member.name!r}: {problem}")
+                    continue
+                if member.isfile():
+                    self._extract_member(label, member.name, dest, lambda m=member: tar.extractfile(m), compressed, _float(member.mtime))
+
+    def _extract_zip(self, archive: Path, label: str, dest: Path) -> None:
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                problem = _member_problem(info.filename)
+                if problem is None and stat.S_ISLNK(info.external_attr >> 16):
+                    problem = "link (links are not followed)"
+                if problem:
+                    self.note(f"{label}: refused member {info.filename!r}: {problem}")
+                    continue
+                if not info.is_dir():
+                    self._extract_member(label, info.filename, dest, lambda i=info: zf.open(i), info.compress_size, _zip_mtime(info))
+
+    def visit_tree(self, root: Path, label_prefix: str, rel_base: PurePosixPath, depth: int, follow_links: bool) -> None:
+        """Every file under `root`, sorted, hidden ones skipped. Links are followed only in a folder the
+        user assembled (`follow_links`); archives' links were refused when they were extracted."""
+        try:
+            entries = sorted(os.scandir(root), key=lambda e: e.name)
+            info = root.stat()
+        except OSError as exc:
+            self.unreadable(label_prefix.rstrip("/!") or str(root), f"folder cannot be read: {_reason(exc)}")
+            return
+        self._seen_folders.add((info.st_dev, info.st_ino))
+        for entry in entries:
+            if entry.name.startswith("."):
                 continue  # hidden files and folders (.git, .DS_Store ...)
-            self.visit_file(path, f"{label_prefix}{rel.as_posix()}", rel_base / rel.as_posix(), depth)
+            path, label, rel_path = Path(entry.path), f"{label_prefix}{entry.name}", rel_base / entry.name
+            if entry.is_symlink() and not follow_links:
+                self.note(f"{label}: symbolic link inside an archive skipped")
+                continue
+            try:
+                info = path.stat()
+            except OSError as exc:
+                broken = exc.errno == errno.ENOENT and entry.is_symlink()
+                looped = exc.errno == errno.ELOOP
+                why = "broken symbolic link" if broken else "symbolic link loop" if looped else _reason(exc)
+                self.unreadable(label, f"skipped: {why}", rel_path)
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if (info.st_dev, info.st_ino) in self._seen_folders:
+                    self.unreadable(label, "skipped: symbolic link loop (a link back to a folder already read)", rel_path)
+                    continue
+                self.visit_tree(path, f"{label}/", rel_path, depth, follow_links)
+            elif stat.S_ISREG(info.st_mode):
+                self.visit_file(path, label, rel_path, depth)
+            else:
+                self.unreadable(label, f"skipped: not a regular file ({_file_type(info.st_mode)}), not opened", rel_path)
 
 
-def discover(target: Path, workdir: Path) -> Discovery:
+def _float(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def discover(target: Path, workdir: Path, limits: Limits | None = None) -> Discovery:
     """List the inputs under `target` (folder, file or archive); archives unpack into `workdir`."""
-    walker = _Walker(workdir)
-    if target.is_dir():
-        walker.visit_tree(target, "", PurePosixPath(), 0)
-    elif target.is_file():
+    walker = _Walker(workdir, limits or Limits.from_env())
+    try:
+        info = target.stat()
+    except FileNotFoundError:
+        walker.note(f"{target}: no such file or folder")
+        return walker.result
+    except OSError as exc:
+        walker.unreadable(str(target), f"cannot be opened: {_reason(exc)}")
+        return walker.result
+    if stat.S_ISDIR(info.st_mode):
+        walker.visit_tree(target, "", PurePosixPath(), 0, follow_links=True)
+    elif stat.S_ISREG(info.st_mode):
         walker.visit_file(target, target.name, PurePosixPath(target.name), 0)
     else:
-        walker.result.notes.append(f"{target}: no such file or folder")
+        walker.unreadable(target.name, f"not a regular file ({_file_type(info.st_mode)}), not opened")
     return walker.result
-

@@ -30,6 +30,7 @@ class InputFile:
     format: str
     host_hint: str | None = None  # from the path (a node folder, a host in the file name)
     size: int = 0
+    error: str | None = None  # why discovery could not read it (a FIFO, a broken link, a damaged member ...)
 
 
 @dataclass
@@ -91,6 +92,10 @@ def ingest_file(source: InputFile) -> IngestResult:
     """Ingest one file with its format's module; failures become a one-line error, never a crash."""
     modules = {m.FORMAT: m for m in format_modules()}
     module = modules.get(source.format)
+    if source.error:
+        result = IngestResult()
+        result.account.errors.append(f"{source.name}: {source.error}")
+        return result
     if module is None:
         result = IngestResult()
         reason = _UNREADABLE.get(source.format, f"not a format tracelens reads ({source.format})")
