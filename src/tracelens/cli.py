@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
+import signal
 import tempfile
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -18,6 +25,7 @@ from rich.table import Table
 
 from tracelens.analyze import Analysis, analyze, ingest_run
 from tracelens.findings import Severity
+from tracelens.private_cache import cache_dir
 from tracelens.rules import all_rules
 
 app = typer.Typer(
@@ -39,14 +47,142 @@ class FailOn(str, Enum):
 SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "blue"}
 
 
-def _split(values: list[str] | None) -> list[str]:
-    return [v.strip().upper() for item in values or [] for v in item.split(",") if v.strip()]
+# Exit statuses: 0 analysed, 1 findings at --fail-on, 2 usage error or nothing readable,
+# 3 a bug in tracelens (never 1: a CI gate must not read a crash as "findings"), 128+N killed by signal N.
+INTERNAL_ERROR = 3
+_RULE_ID = re.compile(r"^TL\d{1,3}$")
+
+
+def _usage_error(message: str) -> typer.Exit:
+    out.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(2)
+
+
+def _split(values: list[str] | None, option: str) -> list[str]:
+    """Rule ids or prefixes given to --select/--ignore; any that names no rule is a usage error
+    (a typo such as TL1O7 must not silently run no rule and pass a CI gate)."""
+    chosen = [v.strip().upper() for item in values or [] for v in item.split(",") if v.strip()]
+    ids = [r.id for r in all_rules()]
+    unknown = [v for v in chosen if not _RULE_ID.match(v) or not any(i.startswith(v) for i in ids)]
+    if unknown:
+        raise _usage_error(f"{option}: no rule {', '.join(map(repr, unknown))}; `tracelens rules` lists them (e.g. TL107, or TL1 for a family)")
+    return chosen
 
 
 def _require(path: Path) -> None:
-    if not path.exists():
-        out.print(f"[red]error:[/] {path}: no such file or folder")
-        raise typer.Exit(2)
+    try:
+        path.stat()
+    except FileNotFoundError:
+        raise _usage_error(f"{path}: no such file or folder") from None
+    except OSError as exc:
+        raise _usage_error(f"{path}: cannot be opened: {exc.strerror or exc}") from None
+
+
+def _writable_folder(folder: Path) -> str | None:
+    """Why files cannot be written into `folder`, or None."""
+    if not folder.exists():
+        return f"folder {folder} does not exist"
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"no permission to write into {folder}"
+    return None
+
+
+def _check_output_file(path: Path, option: str) -> None:
+    """An output file must be writable before hours of analysis are spent on it."""
+    if str(path) in ("", "."):
+        raise _usage_error(f"{option}: an empty path; give a file name")
+    if path.is_dir():
+        raise _usage_error(f"{option} {path}: is a folder; give a file name")
+    problem = _writable_folder(path.parent)
+    if problem is None and path.exists() and not os.access(path, os.W_OK):
+        problem = f"no permission to overwrite {path}"
+    if problem:
+        raise _usage_error(f"{option} {path}: {problem}")
+
+
+def _check_output_folder(path: Path, option: str) -> None:
+    """A folder for output files: it may not exist yet (it is created), but it may not be a file."""
+    if str(path) == "":
+        raise _usage_error(f"{option}: an empty path; give a folder")
+    if path.exists():
+        problem = _writable_folder(path)
+    else:
+        existing = next(p for p in path.absolute().parents if p.exists())
+        problem = _writable_folder(existing) if existing.is_dir() else f"{existing} is a file, not a folder"
+    if problem:
+        raise _usage_error(f"{option} {path}: {problem}")
+
+
+class _Killed(BaseException):
+    """SIGTERM/SIGINT turned into an exception, so every `with` block (the private extraction
+    folder above all) is cleaned up on the way out."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_killed(signum: int, _frame) -> None:
+    raise _Killed(signum)
+
+
+def _crash_report() -> Path:
+    """Write the current traceback to a new file only this user can read, and return its path:
+    in the private cache folder, else a fresh temporary file."""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    folder = cache_dir()
+    if folder is not None:
+        path = folder / f"crash-{stamp}-{os.getpid()}.txt"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    else:
+        fd, name = tempfile.mkstemp(prefix=f"tracelens-crash-{stamp}-", suffix=".txt")  # 0600, unpredictable name
+        path = Path(name)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(traceback.format_exc())
+    return path
+
+
+@contextmanager
+def _signals_end_the_run() -> Iterator[None]:
+    handled = (signal.SIGTERM, signal.SIGINT)
+    try:
+        previous = {s: signal.signal(s, _raise_killed) for s in handled}
+    except ValueError:  # not the main thread (tests calling the app from a thread): leave signals alone
+        previous = {}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _guarded(command: Callable) -> Callable:
+    """Run a command so that no traceback ever reaches the user: a kill cleans up and exits 128+N,
+    an unexpected error prints one line and where its traceback was written, and exits 3."""
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        with _signals_end_the_run():
+            try:
+                return command(*args, **kwargs)
+            except _Killed as killed:
+                out.print(f"[red]stopped[/] by {signal.Signals(killed.signum).name}; temporary files removed.")
+                raise typer.Exit(128 + killed.signum) from None
+            except (typer.Exit, typer.Abort):
+                raise
+            except Exception as exc:
+                where = _crash_report()
+                first = (str(exc).splitlines() or [""])[0][:200]
+                out.print(
+                    f"[red]internal error:[/] {type(exc).__name__}: {escape(first)} (a bug in tracelens; "
+                    f"please report it with the traceback written to {where})",
+                    highlight=False,
+                )
+                raise typer.Exit(INTERNAL_ERROR) from None
+
+    return run
 
 
 def _require_zone(tz: str | None) -> None:
@@ -100,6 +236,7 @@ def _print_summary(analysis: Analysis) -> None:
 
 
 @app.command("analyze")
+@_guarded
 def analyze_cmd(
     run: Annotated[Path, typer.Argument(help="A run folder, a single file, or an archive (.tar, .tar.gz, .tgz, .zip, .gz).")],
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the HTML report. Default: ./tracelens-<run>.html")] = None,
@@ -117,15 +254,21 @@ def analyze_cmd(
 
     _require(run)
     _require_zone(tz)
+    select_ids, ignore_ids = _split(select, "--select"), _split(ignore, "--ignore")
+    report = output or Path(f"tracelens-{run.resolve().name.split('.')[0] or 'run'}.html")
+    _check_output_file(report, "-o/--output")
+    if json_path is not None:
+        _check_output_file(json_path, "--json")
+    if tables_dir is not None:
+        _check_output_folder(tables_dir, "--tables")
     with _progress() as bar:
         task = bar.add_task("", total=None)
 
         def step(done: int, total: int, name: str) -> None:
             bar.update(task, completed=done, total=total, description=name[-60:])
 
-        analysis = analyze(run, jobs=jobs, select=_split(select), ignore=_split(ignore), progress=step, tz=tz)
+        analysis = analyze(run, jobs=jobs, select=select_ids, ignore=ignore_ids, progress=step, tz=tz)
     _print_summary(analysis)
-    report = output or Path(f"tracelens-{run.resolve().name.split('.')[0] or 'run'}.html")
     write_html(analysis, report)
     if json_path:
         json_path.write_text(json.dumps(to_json(analysis), indent=2, default=str), encoding="utf-8")
@@ -141,13 +284,15 @@ def analyze_cmd(
 
 
 @app.command("tables")
+@_guarded
 def tables_cmd(
     run: Annotated[Path, typer.Argument(help="A run folder, file or archive.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the Parquet files (one per table, inputs included).")],
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1)] = 1,
 ) -> None:
-    """Ingest only: write every table as Parquet, to query with polars or DuckDB."""
+    """Ingest only: write every table as Parquet, to query with polars or DuckDB (exit 2 when nothing was readable)."""
     _require(run)
+    _check_output_folder(output, "-o/--output")
     with tempfile.TemporaryDirectory(prefix="tracelens-") as workdir, _progress() as bar:
         task = bar.add_task("", total=None)
         tables, notes = ingest_run(run, Path(workdir), jobs=jobs, progress=lambda d, t, n: bar.update(task, completed=d, total=t, description=n[-60:]))
@@ -156,6 +301,12 @@ def tables_cmd(
     written = tables.write_parquet(output)
     for path in written:
         out.print(f"{path}  ({tables[path.stem].height:,} rows)", highlight=False)
+    inputs = tables["inputs"]
+    for err in (e for errs in inputs["errors"].to_list() for e in errs or []) if inputs.height else []:
+        out.print(f"[red]error:[/] {escape(err)}", highlight=False)
+    if not inputs.height or not int(inputs["parsed"].sum()):
+        out.print(f"[red]Nothing readable:[/] {'no input contained evidence tracelens understands' if inputs.height else f'no file found in {escape(str(run))}'}.")
+        raise typer.Exit(2)
 
 
 def _headline(text: str) -> str:
@@ -189,3 +340,7 @@ def rules_cmd(rule_id: Annotated[Optional[str], typer.Argument(help="A rule id, 
     for title, body in r.docs.items():
         console.print(f"[bold]{title}[/]\n{body}\n")
 
+
+
+if __name__ == "__main__":
+    app()

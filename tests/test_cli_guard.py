@@ -1,0 +1,151 @@
+"""The command line never shows a traceback: usage problems are caught before the analysis, an
+unexpected error is one line plus where its traceback went (exit 3), and a kill cleans up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import tracelens.cli as cli
+from tracelens.cli import INTERNAL_ERROR, app
+
+REPO = Path(__file__).resolve().parents[1]
+LOG = "node01:100:100 [0] NCCL INFO Using network IB\n"
+runner = CliRunner()
+
+
+@pytest.fixture()
+def run(tmp_path: Path) -> Path:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "nccl.log").write_text(LOG)
+    return folder
+
+
+def _no_traceback(result) -> str:
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    return result.output
+
+
+@pytest.mark.parametrize("option", ["--select", "--ignore"])
+def test_an_unknown_rule_id_is_a_usage_error_even_with_fail_on(run: Path, tmp_path: Path, option: str):
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), option, "TL107,TL1O7", "--fail-on", "warning"])
+    assert result.exit_code == 2
+    assert "no rule 'TL1O7'" in _no_traceback(result)
+    assert not (tmp_path / "r.html").exists()  # stopped before the analysis
+
+
+def test_a_rule_family_prefix_is_accepted(run: Path, tmp_path: Path):
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--select", "TL1", "--ignore", "TL107"])
+    assert result.exit_code == 0, result.output
+
+
+def _analysis_never_runs(monkeypatch):
+    def boom(*args, **kwargs):
+        raise AssertionError("the analysis ran before the output paths were checked")
+
+    monkeypatch.setattr(cli, "analyze", boom)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["-o", "{tmp}/missing/r.html"], "does not exist"),
+        (["-o", "{tmp}"], "is a folder"),
+        (["-o", ""], "empty path"),
+        (["--json", "{tmp}/nope/x.json"], "does not exist"),
+        (["--json", "{tmp}"], "is a folder"),
+        (["--tables", "{tmp}/file.txt"], "is not a folder"),
+        (["--tables", "{tmp}/file.txt/sub"], "is a file, not a folder"),
+    ],
+)
+def test_bad_output_paths_are_refused_before_the_analysis(run: Path, tmp_path: Path, monkeypatch, args, message):
+    (tmp_path / "file.txt").write_text("x")
+    _analysis_never_runs(monkeypatch)
+    argv = ["analyze", str(run)] + [a.format(tmp=tmp_path) for a in args]
+    if "-o" not in args:
+        argv += ["-o", str(tmp_path / "r.html")]
+    result = runner.invoke(app, argv)
+    assert result.exit_code == 2, result.output
+    assert message in _no_traceback(result)
+
+
+def test_tables_refuses_a_file_as_output_folder_and_exits_2_on_an_empty_folder(tmp_path: Path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file.txt").write_text("x")
+    refused = runner.invoke(app, ["tables", str(tmp_path / "empty"), "-o", str(tmp_path / "file.txt")])
+    assert refused.exit_code == 2 and "is not a folder" in _no_traceback(refused)
+    empty = runner.invoke(app, ["tables", str(tmp_path / "empty"), "-o", str(tmp_path / "out")])
+    assert empty.exit_code == 2 and "Nothing readable" in _no_traceback(empty)
+
+
+def test_an_unexpected_error_exits_3_with_one_line_and_the_traceback_file(run: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def broken(*args, **kwargs):
+        raise KeyError("something internal\nsecond line")
+
+    monkeypatch.setattr(cli, "analyze", broken)
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == INTERNAL_ERROR != 1
+    output = _no_traceback(result)
+    (line,) = [l for l in output.splitlines() if "internal error" in l]
+    where = Path(line.rsplit(" ", 1)[-1].rstrip(")"))
+    assert where.is_file() and "KeyError" in where.read_text() and "Traceback" in where.read_text()
+    assert where.stat().st_mode & 0o077 == 0
+
+
+def test_a_target_in_a_folder_the_user_cannot_enter_is_a_usage_error(tmp_path: Path, monkeypatch):
+    locked = tmp_path / "locked"
+    (locked / "run").mkdir(parents=True)
+    if os.geteuid() == 0:  # root enters every folder: make the kernel's answer for a normal user
+        real_stat = os.stat
+
+        def denied(path, *args, **kwargs):
+            if str(path).startswith(str(locked) + "/"):
+                raise PermissionError(13, "Permission denied", str(path))
+            return real_stat(path, *args, **kwargs)
+
+        monkeypatch.setattr(os, "stat", denied)
+    else:
+        os.chmod(locked, 0o000)
+    try:
+        result = runner.invoke(app, ["analyze", str(locked / "run"), "-o", str(tmp_path / "r.html")])
+    finally:
+        os.chmod(locked, 0o700)
+    assert result.exit_code == 2
+    assert "cannot be opened: Permission denied" in _no_traceback(result)
+
+
+def test_sigterm_and_sigint_remove_the_private_extraction_folder(tmp_path: Path):
+    archive = tmp_path / "run.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        big = tmp_path / "big.log"
+        big.write_text("node01:100:100 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n" * 300_000)
+        for i in range(4):
+            tar.add(big, f"node0{i}/nccl.log")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        tmp = tmp_path / f"tmp-{sig.name}"
+        tmp.mkdir()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tracelens.cli", "analyze", str(archive), "-o", str(tmp_path / "r.html")],
+            env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not list(tmp.glob("tracelens-*/x1/*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert list(tmp.glob("tracelens-*")), "the run never started extracting"
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + sig, err
+        assert "Traceback" not in err and f"stopped by {sig.name}" in err
+        assert list(tmp.iterdir()) == []
