@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "out"  # workloads; git-ignored
+# The fixture generator (`synth/`) lives at the repository root, outside the installed package:
+# this process and the children it starts import it from there.
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 
 
 @dataclass(frozen=True)

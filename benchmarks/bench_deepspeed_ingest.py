@@ -1,7 +1,7 @@
 """How fast, and in how much memory, tracelens ingests a large DeepSpeed training log.
 
 The workload is the DeepSpeed launcher stdout of a 64-node x 8-GPU ZeRO-2 job as
-`tracelens.synth` writes it (pdsh `host: ` prefixes, all hosts interleaved): every
+`synth` writes it (pdsh `host: ` prefixes, all hosts interleaved): every
 rank's NCCL init, the DeepSpeedEngine configuration echo, then `--steps` optimizer
 steps with wall_clock_breakdown on, where every rank logs its micro and global timers
 (`[Rank N] time (ms) | fwd_microstep: ...`) and rank 0 its optimizer timers, `step=`
@@ -32,9 +32,9 @@ NODES, GPUS = 64, 8
 
 def generate(path: Path, steps: int) -> None:
     """Runs in a child process: write the launcher log of a `steps`-step job to `path`."""
-    from tracelens.synth.deepspeed import DeepSpeedTraining
-    from tracelens.synth.nccl import Host
-    from tracelens.synth.runs import Run, Scenario
+    from synth.deepspeed import DeepSpeedTraining
+    from synth.nccl import Host
+    from synth.runs import Run, Scenario
 
     hosts = tuple(
         Host(f"node{i:02d}", f"10.0.{i // 200}.{i % 200 + 1}", gpus=GPUS, hcas=tuple(f"mlx5_{k}" for k in range(4)))

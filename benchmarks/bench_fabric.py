@@ -1,7 +1,7 @@
 """How fast, and in how much memory, tracelens analyses a folder of many fabric counter dumps.
 
-The workload is what the collection script of `tracelens.synth.runs.CounterDumps` leaves
-on a 64-node cluster with 8 RoCE HCAs per node (`tracelens.synth.fabric`, the sysfs
+The workload is what the collection script of `synth.runs.CounterDumps` leaves
+on a 64-node cluster with 8 RoCE HCAs per node (`synth.fabric`, the sysfs
 writer the scenario fixtures use): per node an `ibstat.txt`, and the PMA `counters/` and
 mlx5 `hw_counters/` of every port (`grep "" .../counters/* .../hw_counters/*`) dumped
 before the job, once a minute during it (`--minutes`, default 30) and after it. A few
@@ -35,9 +35,9 @@ CONGESTED = {"np_ecn_marked_roce_packets": 4000.0, "np_cnp_sent": 900.0, "PortXm
 
 def generate(folder: Path, nodes: int, hcas: int, minutes: int) -> None:
     """Runs in a child process: write the dumps a `minutes`-long job leaves on `nodes` hosts."""
-    from tracelens.synth.fabric import FabricPort
-    from tracelens.synth.nccl import Host
-    from tracelens.synth.runs import CounterDumps, Run, Scenario
+    from synth.fabric import FabricPort
+    from synth.nccl import Host
+    from synth.runs import CounterDumps, Run, Scenario
 
     names = [f"node{i:03d}" for i in range(1, nodes + 1)]
     faults = {(names[1], "mlx5_1"): FLAKY, (names[-1], "mlx5_3"): CONGESTED, (names[-2], "mlx5_3"): CONGESTED}

@@ -24,9 +24,9 @@ from pathlib import Path
 
 from _measure import OUT, import_rss_mb, python, run
 
-from tracelens.synth import nccl
-from tracelens.synth.nccl import Host, IbError
-from tracelens.synth.runs import Run, Scenario
+from synth import nccl
+from synth.nccl import Host, IbError
+from synth.runs import Run, Scenario
 
 NODES, GPUS = 64, 8
 # Collectives of a data-parallel step: operation, NCCL datatype (9 = bfloat16), element counts.

@@ -1,6 +1,6 @@
 """How fast, and in how much memory, tracelens decodes a large RoCE capture, side by side with tshark.
 
-The workload is `tracelens.synth.pcap.write_bulk_roce`: about a million RoCEv2
+The workload is `synth.pcap.write_bulk_roce`: about a million RoCEv2
 frames over 8 QPs (SENDs snaplen-truncated to 128 bytes as a NIC sniffer
 captures them, an ACK with AETH every 5th frame, a CNP now and then), written
 to benchmarks/out/ (git-ignored) and deleted afterwards unless --keep.
@@ -56,7 +56,7 @@ def main() -> None:
     if not capture.exists():
         # In a child process: Linux carries a process's peak RSS across fork+exec into the
         # children it measures, so this process must stay small (no scapy, no capture in memory).
-        generate = "import sys, pathlib; from tracelens.synth.pcap import write_bulk_roce; write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
+        generate = "import sys, pathlib; from synth.pcap import write_bulk_roce; write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
         subprocess.run(python("-c", generate, str(capture), str(args.packets)), check=True)
     size_mb = capture.stat().st_size / 1e6
 

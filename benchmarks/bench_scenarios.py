@@ -1,7 +1,7 @@
 """How long tracelens takes on each whole-run fixture, end to end.
 
 The workloads are the committed fixtures fixtures/scenario-* (written by `python -m
-tracelens.synth`): two RoCE nodes' NCCL and DeepSpeed logs, sysfs counter dumps and
+synth`): two RoCE nodes' NCCL and DeepSpeed logs, sysfs counter dumps and
 captures, a few hundred KB each. Every fixture is measured in fresh processes, `--runs`
 times (default 3), and the table gives the medians:
 

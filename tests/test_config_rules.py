@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tracelens.analyze import analyze
-from tracelens.synth.deepspeed import DsConfig, ds_config
+from synth.deepspeed import DsConfig, ds_config
 
 from .conftest import FIXTURES
 

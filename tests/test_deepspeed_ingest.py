@@ -12,8 +12,8 @@ import pytest
 from tracelens.ingest import InputFile, ds_config, textlog
 from tracelens.ingest.deepspeed import HOT, extract_hot, parse_body, split_envelope, timer_column
 from tracelens.ingest.lines import read_chunks
-from tracelens.synth.deepspeed import DsConfig
-from tracelens.synth.deepspeed import ds_config as make_ds_config
+from synth.deepspeed import DsConfig
+from synth.deepspeed import ds_config as make_ds_config
 
 from .conftest import FIXTURES, corpus_dir
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import polars as pl
 
 from tests.test_fabric_ingest import read, write
-from tracelens.synth.fabric import ethtool
+from synth.fabric import ethtool
 
 
 def pq(name: str, value: int | str) -> str:

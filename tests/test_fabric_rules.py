@@ -13,7 +13,7 @@ from tracelens.discover import host_from_path
 from tracelens.fabric.deltas import counter_deltas
 from tracelens.findings import Severity
 from tracelens.ingest import InputFile, ethtool, hw_counters, ibstat, ibstatus, ibv_devinfo, perfquery
-from tracelens.synth.fabric import FabricPort, ethtool as ethtool_text, ibstat as ibstat_text, port_dumps
+from synth.fabric import FabricPort, ethtool as ethtool_text, ibstat as ibstat_text, port_dumps
 from tracelens.tables import RunTables
 
 FABRIC_RULES = ["TL201", "TL202", "TL203", "TL204", "TL205", "TL206"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tracelens.analyze import analyze
-from tracelens.synth.runs import write
-from tracelens.synth.scenarios import SCENARIOS
+from synth.runs import write
+from synth.scenarios import SCENARIOS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FOLDERS = sorted(p for p in FIXTURES.iterdir() if (p / "expected.json").is_file())
@@ -27,9 +27,9 @@ def test_every_scenario_has_a_fixture_and_back():
 def test_fixture_is_the_generators_output(scenario, tmp_path):
     fresh = _tree(write(scenario, tmp_path))
     committed = _tree(FIXTURES / scenario.name)
-    assert sorted(fresh) == sorted(committed), "regenerate with: python -m tracelens.synth fixtures/"
+    assert sorted(fresh) == sorted(committed), "regenerate with: python -m synth fixtures/"
     changed = [name for name in fresh if fresh[name] != committed[name]]
-    assert not changed, f"differ from the generator's output: {changed}; regenerate with python -m tracelens.synth fixtures/"
+    assert not changed, f"differ from the generator's output: {changed}; regenerate with python -m synth fixtures/"
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)

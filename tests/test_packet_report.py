@@ -10,7 +10,7 @@ import polars as pl
 from tracelens.ingest import InputFile, pcap
 from tracelens.report.sections import packets as section
 from tracelens.resources import data_dir
-from tracelens.synth import pcap as synth
+from synth import pcap as synth
 from tracelens.tables import RunTables
 
 

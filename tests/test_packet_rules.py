@@ -11,7 +11,7 @@ import pytest
 from tracelens.ingest import InputFile, pcap
 from tracelens.packets.flows import analyze
 from tracelens.rules import all_rules
-from tracelens.synth import pcap as synth
+from synth import pcap as synth
 from tracelens.tables import RunTables
 
 QP = synth.RoceQp()

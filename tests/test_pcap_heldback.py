@@ -15,7 +15,7 @@ from scapy.layers.l2 import CookedLinuxV2, Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
 
 from tests.test_pcap_ingest import classic, read, roce
-from tracelens.synth import pcap as synth
+from synth import pcap as synth
 
 T0 = int(synth.START)
 

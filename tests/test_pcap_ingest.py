@@ -15,7 +15,7 @@ from scapy.packet import Raw
 from scapy.utils import PcapNgWriter, PcapWriter, rdpcap
 
 from tracelens.ingest import InputFile, pcap
-from tracelens.synth import pcap as synth
+from synth import pcap as synth
 
 T0 = synth.START
 

@@ -9,9 +9,9 @@ import pytest
 
 from tracelens.analyze import analyze
 from tracelens.steps import slow_windows, step_series
-from tracelens.synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
-from tracelens.synth.runs import Scenario, write
-from tracelens.synth.scenarios import pair
+from synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
+from synth.runs import Scenario, write
+from synth.scenarios import pair
 
 from .conftest import FIXTURES, fire, tables_from
 

@@ -1,16 +1,16 @@
-"""`python -m tracelens.synth fixtures/ [NAME ...]`: (re)write the fixture run folders."""
+"""`python -m synth fixtures/ [NAME ...]`: (re)write the fixture run folders."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from tracelens.synth.runs import write
-from tracelens.synth.scenarios import SCENARIOS
+from synth.runs import write
+from synth.scenarios import SCENARIOS
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tracelens.synth", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m synth", description=__doc__)
     parser.add_argument("out", type=Path, help="folder to write the run folders into (e.g. fixtures/)")
     parser.add_argument("names", nargs="*", help="only these scenarios (default: all)")
     args = parser.parse_args(argv)

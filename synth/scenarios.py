@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tracelens.synth import deepspeed, incidents
-from tracelens.synth.nccl import Host, Version
-from tracelens.synth.pytorch import Work
-from tracelens.synth.fabric import FabricPort
-from tracelens.synth.runs import CounterDumps, IbRetryExceeded, Scenario, Training, WatchdogTimeout
+from synth import deepspeed, incidents
+from synth.nccl import Host, Version
+from synth.pytorch import Work
+from synth.fabric import FabricPort
+from synth.runs import CounterDumps, IbRetryExceeded, Scenario, Training, WatchdogTimeout
 
 NODE01 = Host("node01", "10.0.0.1", env=(("NCCL_SOCKET_IFNAME", "eth0"),))
 NODE02 = replace(NODE01, name="node02", ip="10.0.0.2")

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from tracelens.synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
-from tracelens.synth.fabric import FabricPort
-from tracelens.synth.nccl import Host
-from tracelens.synth.pcap import RoceFaults, RoceQp, capture, roce_conversation, tcp_stream
-from tracelens.synth.pytorch import Work
-from tracelens.synth.runs import Cause, CounterDumps, Run, Scenario, WatchdogTimeout
+from synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
+from synth.fabric import FabricPort
+from synth.nccl import Host
+from synth.pcap import RoceFaults, RoceQp, capture, roce_conversation, tcp_stream
+from synth.pytorch import Work
+from synth.runs import Cause, CounterDumps, Run, Scenario, WatchdogTimeout
 
 SNAPLEN = 64  # Ethernet, IPv4, UDP, BTH and AETH fit
 BIG = Phases(fwd=280.0, bwd_inner=620.0, bwd_allreduce=90.0, allgather=110.0, gradients=15.0, optimizer=65.0)  # 1.18 s

@@ -7,7 +7,7 @@ test proves the committed `fixtures/` are exactly this generator's output.
 
 - `nccl` and `pytorch`: the lines one process prints, per NCCL version.
 - `runs`: a `Scenario` (hosts, layout, story) played into the files of a run folder.
-- `scenarios`: the fixture catalogue; `python -m tracelens.synth fixtures/` writes it.
+- `scenarios`: the fixture catalogue; `python -m synth fixtures/` writes it.
 
 To add a source (DeepSpeed steps, perfquery dumps, pcaps): a module that formats
 its lines or bytes, story events in `runs` that emit them, and scenarios using them.

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from tracelens.synth.nccl import Host
-from tracelens.synth.runs import Run, Scenario
+from synth.nccl import Host
+from synth.runs import Run, Scenario
 
 
 @dataclass(frozen=True)
