@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Make the real hang fixtures: run each scenario of lab/hang/run.py on this machine (torch 2.13
+# CPU, gloo, 4 ranks), copy what it left into fixtures/lab-hang-<scenario>/, then run PyTorch's
+# own analyzer (torchfrtrace, lab/hang/torch_analyzer.py) on the pickles. Usage (from the repository root):
+#   python3 -m venv /work/hangenv && /work/hangenv/bin/pip install torch==2.13.0 py-spy tabulate
+#   PY=/work/hangenv/bin/python bash lab/hang/make_fixtures.sh [scenario ...]
+set -euo pipefail
+PY=${PY:-/work/hangenv/bin/python}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+for name in "${@:-healthy skip size sleep kill}"; do
+  for scenario in $name; do
+    out=$(mktemp -d /tmp/lab-hang-$scenario.XXXX)
+    "$PY" "$ROOT/lab/hang/run.py" "$scenario" "$out" > /dev/null
+    dest="$ROOT/fixtures/lab-hang-$scenario"
+    rm -rf "$dest" && mkdir -p "$dest"
+    cp -r "$out"/. "$dest"/
+    rm -rf "$out"
+    "$PY" "$ROOT/lab/hang/torch_analyzer.py" "$dest"  # PyTorch's analyzer on the pickles, as people paste it
+    echo "fixtures/lab-hang-$scenario"
+  done
+done
