@@ -220,6 +220,64 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("digest", pa.int64()),  # hash of the first 32 transport bytes (header, checksum, payload start)
         ]
     ),
+    # One row per PyTorch Flight Recorder entry (tracelens.ingest.flight_recorder and fr_text):
+    # a collective or p2p op a rank enqueued; `ts` is its time_created_ns.
+    "fr_entries": _schema(
+        pa.field("rank", pa.int64()),  # the dump's rank (its file name), or the rank column of analyzer text
+        pa.field("record_id", pa.int64()),
+        pa.field("pg_id", pa.int64()),
+        pa.field("pg_name", pa.string()),
+        pa.field("pg_desc", pa.string()),  # default_pg, undefined, or the group's description
+        pa.field("collective_seq_id", pa.int64()),  # `seq_id` before format 2.0
+        pa.field("p2p_seq_id", pa.int64()),
+        pa.field("op_id", pa.int64()),
+        pa.field("profiling_name", pa.string()),  # nccl:all_reduce, gloo:send 0->1 ...
+        pa.field("backend", pa.string()),  # nccl, gloo ... (the profiling name's prefix)
+        pa.field("op", pa.string()),  # all_reduce, send ...
+        pa.field("is_p2p", pa.bool_()),
+        pa.field("state", pa.string()),  # as written: scheduled, started, completed
+        pa.field("status", pa.string()),  # what happened: state, corrected by `retired` and pg_status
+        pa.field("retired", pa.bool_()),
+        pa.field("input_sizes", pa.string()),  # JSON text, e.g. [[1024,8]]
+        pa.field("output_sizes", pa.string()),
+        pa.field("input_dtypes", pa.string()),
+        pa.field("output_dtypes", pa.string()),
+        pa.field("time_created_ns", pa.int64()),
+        pa.field("time_discovered_started_ns", pa.int64()),
+        pa.field("time_discovered_completed_ns", pa.int64()),
+        pa.field("duration_ms", pa.float64()),
+        pa.field("timeout_ms", pa.int64()),
+        pa.field("thread_name", pa.string()),
+        pa.field("thread_id", pa.string()),
+        pa.field("frames", pa.list_(pa.struct([pa.field("name", pa.string()), pa.field("filename", pa.string()), pa.field("line", pa.int64())]))),  # innermost first
+        pa.field("version", pa.string()),  # the dump's format version (2.10 ...)
+        pa.field("encoding", pa.string()),  # pickle, json, dict text, analyzer text
+    ),
+    # One row per rank and process group in a Flight Recorder dump (pg_config, pg_status).
+    "fr_groups": _schema(
+        pa.field("rank", pa.int64()),
+        pa.field("pg_id", pa.int64()),
+        pa.field("pg_name", pa.string()),
+        pa.field("pg_desc", pa.string()),
+        pa.field("ranks", pa.list_(pa.int64())),  # the group's global ranks (pg_config), null when not written
+        pa.field("last_enqueued", pa.int64()),  # pg_status: last collective seq id enqueued / started / completed
+        pa.field("last_started", pa.int64()),
+        pa.field("last_completed", pa.int64()),
+        pa.field("version", pa.string()),
+        pa.field("comm_lib_version", pa.string()),
+    ),
+    # One row per thread of a stack dump (py-spy dump, ray stack, faulthandler, traceback).
+    "stacks": _schema(
+        pa.field("rank", pa.int64()),  # from the file name or a rank tag, when known
+        pa.field("pid", pa.int64()),
+        pa.field("process", pa.string()),  # py-spy's `Process N: <command>` or ray's ps line
+        pa.field("thread_id", pa.string()),  # as printed (decimal or 0x...)
+        pa.field("thread_name", pa.string()),
+        pa.field("thread_state", pa.string()),  # idle, active, active+gil (py-spy); null otherwise
+        pa.field("tool", pa.string()),  # py-spy, ray stack, faulthandler, traceback, abort (C++ terminate)
+        pa.field("frames", pa.list_(pa.struct([pa.field("name", pa.string()), pa.field("filename", pa.string()), pa.field("line", pa.int64()), pa.field("native", pa.bool_())]))),  # innermost first
+        pa.field("exception", pa.string()),  # the `Error: message` line after a traceback; an abort's type and what()
+    ),
     # One row per input file: what was read and how much of it was understood.
     "inputs": pa.schema(
         [
