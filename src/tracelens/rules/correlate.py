@@ -38,6 +38,7 @@ import polars as pl
 from tracelens import steps as timing
 from tracelens.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.hangs import first_stopped
 from tracelens.rules import rule
 from tracelens.rules.evidence import step_evidence
 from tracelens.rules.steps import COMM_SURGE, COMPUTE_FLAT, MAX_WINDOWS, MIN_COST_SHARE
@@ -356,7 +357,8 @@ def stall_or_hang(t: RunTables) -> Iterator[Finding]:
     every log of a host fell silent for minutes, or the ranks' last lines stop at different
     points. It names the rank that stopped first: a rank of the job that never reported the
     hung collective (it never enqueued it), else the rank whose last step line is the
-    earliest; and the network errors and counter rises of the minutes before, if any.
+    earliest; with Flight Recorder dumps, the rank they show stopped first (TL422); and the
+    network errors and counter rises of the minutes before, if any.
 
     Why it slows the run: a collective completes only when every rank joins it, so one rank
     stuck in its data loader, a crashed process or a dead link holds all the others idle
@@ -390,6 +392,9 @@ def stall_or_hang(t: RunTables) -> Iterator[Finding]:
 
 
 def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
+    stop = first_stopped(t)  # the Flight Recorder dumps and stack dumps, when the run has them
+    if stop is not None:
+        return [stop.rank], f"the Flight Recorder dumps show that {stop.why}; it was in {stop.where}"
     silent = _silent_ranks(t, reporters)
     if silent:
         return silent, f"rank(s) {', '.join(map(str, silent))} never reported it: they were not in the collective"

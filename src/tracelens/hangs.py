@@ -1,0 +1,337 @@
+"""Where a hung job stopped, from Flight Recorder entries and stack dumps: what the hang rules
+(TL420-TL423), TL411 and the report's hang section share.
+
+- `entries`: fr_entries with one row per (rank, group, record): a rank's pickle and JSON dumps
+  of the same buffer are one record (the pickle's, which has the frames).
+- `stuck`: per process group, the first collective sequence id not completed on all of its
+  ranks, and what each member was doing there: completed, waiting (its entry is started or
+  scheduled), never started (its last entry in the group is older), or unknown (no dump).
+  A group whose every dumped rank completed everything it enqueued is not stuck.
+- `desyncs`: ranks that issued another op, size or dtype than the others at the same sequence
+  id of a group.
+- `first_stopped`: the rank that stopped first and where: a rank the stuck collective's
+  other ranks wait for (it never started it, or left no dump), else the rank whose last
+  Flight Recorder activity is the oldest; where it was from its stack dump, its traceback,
+  or its own pending entry.
+
+Group members: pg_config's ranks when the dump has them (torch 2.13 gloo writes none), else
+the ranks whose dumps name the group, plus the ranks of the job without a dump.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import polars as pl
+
+from tracelens.tables import RunTables
+
+_ENCODING_RANK = {"pickle": 0, "json": 1, "dict text": 2, "analyzer text": 3, "analyzer listing": 4}
+# Frames of the runtime, not of the user's code: skipped when naming a call site.
+_LIBRARY = re.compile(
+    r"(?:^|/)(?:torch|deepspeed|threading|runpy|multiprocessing|concurrent|asyncio|selectors|subprocess|queue|site-packages|dist-packages)/"
+    r"|^<frozen|\.so(?:\.\d+)*$|^\?\?$|^$"
+)
+WHERE = {  # (kind, pattern over "function file") in order of precedence; the first that matches names it
+    "a checkpoint write": r"checkpoint|ckpt|torch/serialization|save_state|(?:^|\W)save(?:_\w+)?\s",
+    "the data loader": r"dataloader|data_loader|_next_data|__next__ |next_batch|[Ll]oader\.|fetch|_get_batch|collate",
+    "a collective": r"distributed_c10d|c10d::|ProcessGroup|gloo::|nccl|all_reduce|allreduce|broadcast|barrier|all_gather|reduce_scatter",
+}
+_SKIP_OPS = re.compile(r"all_to_all|_v$|coalesced|^scatter$|^gather$")
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
+
+
+@dataclass(frozen=True)
+class Member:
+    """One rank of a stuck collective: what it was doing at the group's stuck sequence id."""
+
+    rank: int
+    doing: str  # completed, waiting, failed (its collective raised), never started, no dump
+    entry: dict | None = None  # its entry at the stuck sequence id (waiting), or its last one in the group
+
+
+@dataclass(frozen=True)
+class Stuck:
+    """A process group's first collective not completed on all its ranks."""
+
+    pg: str  # pg_name (the group's id in the dumps)
+    pg_desc: str | None
+    seq: int
+    op: str | None
+    sizes: str | None
+    members: tuple[Member, ...]
+    since: datetime | None  # when the first waiting rank enqueued it
+
+    def ranks(self, doing: str) -> list[int]:
+        return [m.rank for m in self.members if m.doing == doing]
+
+    @property
+    def label(self) -> str:
+        desc = f" ({self.pg_desc})" if self.pg_desc and self.pg_desc not in ("undefined", self.pg) else ""
+        return f"process group {self.pg}{desc}"
+
+    @property
+    def culprits(self) -> list[int]:
+        """The ranks the others wait for: never started it, or left no dump."""
+        return self.ranks("never started") + self.ranks("no dump")
+
+
+@dataclass(frozen=True)
+class Desync:
+    """Ranks that issued something else than the others at one sequence id of a group."""
+
+    pg: str
+    pg_desc: str | None
+    seq: int
+    what: str  # op, input sizes, dtypes
+    usual: dict  # the majority's entry
+    odd: tuple[dict, ...]  # the odd ranks' entries
+
+
+@dataclass(frozen=True)
+class Stop:
+    """The rank that stopped first, and where."""
+
+    rank: int
+    why: str  # how we know it stopped first
+    where: str  # a data loader, a checkpoint write, a Python exception, a collective, ...
+    frame: dict | None  # the call site that says where (name, filename, line)
+    evidence: tuple[dict, ...] = field(default_factory=tuple)  # rows (file, line, text) that show it
+    at: datetime | None = None  # its last sign of progress
+
+
+def entries(t: RunTables) -> pl.DataFrame:
+    """fr_entries with one row per (rank, group, record, sequence ids): the pickle's row before the JSON's."""
+    pg = pl.coalesce(pl.col("pg_name"), pl.col("pg_id").cast(pl.String))
+    fr = t["fr_entries"]
+    if fr.height == 0:
+        return fr.with_columns(pg=pg)
+    key = ["rank", "pg", "record_id", "collective_seq_id", "p2p_seq_id", "is_p2p"]
+    order = pl.col("encoding").replace_strict(_ENCODING_RANK, default=9, return_dtype=pl.Int8)
+    dumps = fr.filter(~pl.col("encoding").str.starts_with("analyzer"))["rank"].drop_nulls().unique()
+    # the analyzer's text restates dumps: read it only for ranks whose dumps are not here
+    fr = fr.filter(~pl.col("encoding").str.starts_with("analyzer") | ~pl.col("rank").is_in(dumps.implode()))
+    unique = (
+        fr.with_columns(pg=pg, _order=order, _frames=pl.col("frames").list.len().fill_null(0))
+        .sort(["_order", "_frames"], descending=[False, True])
+        .unique(subset=key, keep="first", maintain_order=True)
+        .drop("_order", "_frames")
+        .sort("rank", "pg", "record_id", nulls_last=True)
+    )
+    return _mark_failed(unique, failed_ranks(t))
+
+
+def failed_ranks(t: RunTables) -> list[int]:
+    """Ranks whose log has a Python traceback through a collective: the collective raised."""
+    tracebacks = t["stacks"].filter(pl.col("tool") == "traceback", pl.col("exception").is_not_null(), pl.col("rank").is_not_null())
+    through = tracebacks.filter(
+        pl.col("frames").list.eval(pl.element().struct.field("filename").str.contains(WHERE["a collective"])).list.any()
+    )
+    return sorted(set(through["rank"].to_list()))
+
+
+def _mark_failed(fr: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
+    """A failed collective is `completed` in gloo's pg_status; a rank whose collective raised has
+    its newest entry marked `failed` instead."""
+    if not ranks or fr.height == 0:
+        return fr
+    newest = pl.col("ts") == pl.col("ts").max().over("rank")
+    return fr.with_columns(
+        status=pl.when(pl.col("rank").is_in(ranks) & newest & ~pl.col("is_p2p").fill_null(False)).then(pl.lit("failed")).otherwise("status")
+    )
+
+
+def job_ranks(t: RunTables, fr: pl.DataFrame) -> set[int]:
+    """Every rank some source names: dumps, stack dumps, per-rank file names (`rank3/train.log`),
+    NCCL communicators of the job's size. A killed rank leaves no dump, but its log names it."""
+    ranks = set(fr["rank"].drop_nulls().to_list()) | set(t["stacks"]["rank"].drop_nulls().to_list())
+    for name in t["inputs"]["file"].to_list() if "file" in t["inputs"].columns else []:
+        found = _RANK_IN_NAME.findall(name)
+        if found:
+            ranks.add(int(found[-1]))
+    world = t["nccl_comms"]["nranks"].max()
+    if world:
+        ranks |= set(range(int(world)))
+    return ranks
+
+
+def _members(t: RunTables, fr: pl.DataFrame) -> dict[str, set[int]]:
+    """Members per group: pg_config's ranks, else the ranks whose dumps name it; a world group
+    (default_pg) without pg_config has every rank of the job."""
+    groups = t["fr_groups"].with_columns(pg=pl.coalesce(pl.col("pg_name"), pl.col("pg_id").cast(pl.String)))
+    configured: dict[str, set[int]] = {}
+    for row in groups.filter(pl.col("ranks").is_not_null()).iter_rows(named=True):
+        configured.setdefault(row["pg"], set()).update(row["ranks"])
+    members = {pg: set(ranks) for pg, ranks in configured.items()}
+    for row in fr.filter(pl.col("rank").is_not_null()).select("pg", "rank").unique().iter_rows(named=True):
+        members.setdefault(row["pg"], set()).add(row["rank"])
+    job = job_ranks(t, fr) | set().union(*members.values()) if members else job_ranks(t, fr)
+    for pg in members:
+        if pg not in configured and _is_world(fr, pg):
+            members[pg] |= job
+    return members
+
+
+def _is_world(fr: pl.DataFrame, pg: str) -> bool:
+    desc = fr.filter(pl.col("pg").eq_missing(pg))["pg_desc"].drop_nulls()
+    return pg == "0" or (desc.len() > 0 and desc[0] == "default_pg")
+
+
+def stuck(t: RunTables) -> list[Stuck]:
+    """Every stuck group's first unfinished collective, the one most ranks wait in first."""
+    fr = entries(t)
+    colls = fr.filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
+    if colls.height == 0:
+        return []
+    members = _members(t, fr)
+    dumped = set(fr["rank"].drop_nulls().to_list())
+    found = []
+    for (pg,), group in colls.group_by("pg"):
+        per_rank = group.group_by("rank").agg(
+            first=pl.col("collective_seq_id").min(),
+            done=pl.col("collective_seq_id").filter(pl.col("status") == "completed").max(),
+        )
+        # the first sequence id some rank of the group has not completed (its first entry, if none completed)
+        first_open = per_rank.select(pl.coalesce(pl.col("done") + 1, pl.col("first")).min()).item()
+        pending = group.filter(pl.col("collective_seq_id") == first_open)
+        if pending.height == 0 or pending["status"].eq("completed").all():
+            continue  # every rank finished all it enqueued in this group
+        found.append(_stuck(pg, first_open, group, pending, members.get(pg, set()), dumped))
+    return sorted(found, key=lambda s: (-len(s.ranks("waiting")), s.since.timestamp() if s.since else float("inf"), s.pg))
+
+
+def _stuck(pg: str, seq: int, group: pl.DataFrame, pending: pl.DataFrame, ranks: set[int], dumped: set[int]) -> Stuck:
+    by_rank = {r["rank"]: r for r in pending.iter_rows(named=True)}
+    members = []
+    for rank in sorted(ranks):
+        if rank not in dumped:
+            members.append(Member(rank, "no dump"))
+        elif rank in by_rank:
+            row = by_rank[rank]
+            doing = {"completed": "completed", "failed": "failed"}.get(row["status"], "waiting")
+            members.append(Member(rank, doing, row))
+        else:
+            mine = group.filter(pl.col("rank") == rank).sort("collective_seq_id")
+            members.append(Member(rank, "never started", mine.row(-1, named=True) if mine.height else None))
+    waiting = [m.entry for m in members if m.doing == "waiting" and m.entry]
+    sample = (waiting or list(by_rank.values()))[0]
+    since = min((e["ts"] for e in waiting if e["ts"] is not None), default=None)
+    return Stuck(pg, sample.get("pg_desc"), seq, sample.get("op"), sample.get("input_sizes"), tuple(members), since)
+
+
+def desyncs(t: RunTables) -> list[Desync]:
+    """Per group, the first sequence id where ranks issued different collectives (op, sizes, dtypes)."""
+    fr = entries(t).filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
+    found = []
+    for (pg,), group in fr.group_by("pg"):
+        for (seq,), at in group.group_by("collective_seq_id"):
+            if at["rank"].n_unique() < 2:
+                continue
+            for what, column in (("op", "op"), ("input sizes", "input_sizes"), ("dtypes", "input_dtypes")):
+                values = at[column].drop_nulls()
+                if values.n_unique() < 2 or (column != "op" and at["op"].n_unique() > 1):
+                    continue
+                if column != "op" and _SKIP_OPS.search(at["op"][0] or ""):
+                    continue
+                usual = values.value_counts(sort=True)[column][0]
+                rows = at.sort("rank").to_dicts()
+                odd = tuple(r for r in rows if r[column] is not None and r[column] != usual)
+                norm = next(r for r in rows if r[column] == usual)
+                found.append(Desync(pg, norm.get("pg_desc"), seq, what, norm, odd))
+                break
+    firsts: dict[str, Desync] = {}
+    for d in sorted(found, key=lambda d: d.seq):
+        firsts.setdefault(d.pg, d)
+    return sorted(firsts.values(), key=lambda d: (d.seq, d.pg))
+
+
+def call_site(frames: list[dict] | None) -> dict | None:
+    """The innermost frame of the user's own code (not torch, not the interpreter), else the innermost."""
+    frames = [f for f in frames or [] if f]
+    for f in frames:
+        if not _LIBRARY.search(f.get("filename") or ""):
+            return f
+    return frames[0] if frames else None
+
+
+def frame_text(frame: dict | None) -> str:
+    if not frame:
+        return "no frame recorded"
+    where = f"{frame.get('filename')}:{frame['line']}" if frame.get("line") is not None else frame.get("filename")
+    return f"{frame.get('name')} ({where})"
+
+
+def where_kind(frames: list[dict] | None, exception: str | None = None) -> str:
+    """What a rank was doing, from its frames (innermost first): a checkpoint write, the data
+    loader, a collective, a Python exception, or plain Python code."""
+    if exception:
+        return f"an exception ({exception[:300]})"
+    text = " ".join(f"{f.get('name')} {f.get('filename')} " for f in frames or [])
+    for kind, pattern in WHERE.items():
+        if re.search(pattern, text):
+            return kind
+    return "Python code" if frames else "an unknown place"
+
+
+def _stack_of(t: RunTables, rank: int) -> dict | None:
+    """The rank's main-thread stack (py-spy, faulthandler), else its traceback; the richest one."""
+    rows = t["stacks"].filter(pl.col("rank") == rank)
+    if rows.height == 0:
+        return None
+    ranked = rows.with_columns(
+        main=pl.col("thread_name").fill_null("").str.contains("MainThread") | pl.col("thread_id").is_null(),
+        py=pl.col("frames").list.eval(~pl.element().struct.field("native").fill_null(False)).list.sum(),
+        exc=pl.col("exception").is_not_null(),
+    )
+    return ranked.sort(["exc", "main", "py"], descending=True).row(0, named=True)
+
+
+def _last_activity(fr: pl.DataFrame) -> pl.DataFrame:
+    """Per rank: the time of its newest Flight Recorder entry."""
+    return fr.filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null()).group_by("rank").agg(last=pl.col("ts").max()).sort("last")
+
+
+def first_stopped(t: RunTables) -> Stop | None:
+    """The rank that stopped first and where it was (None without Flight Recorder entries)."""
+    fr = entries(t)
+    if fr.height == 0:
+        return None
+    hung = stuck(t)
+    lives = _last_activity(fr)
+    last = dict(lives.iter_rows())
+    if hung and hung[0].culprits:
+        root = hung[0]
+        culprits = root.culprits
+        rank = min(culprits, key=lambda r: (last[r].timestamp() if r in last else float("-inf"), r))
+        doing = next(m for m in root.members if m.rank == rank).doing
+        others = ", ".join(map(str, root.ranks("waiting") + root.ranks("failed"))) or "none"
+        why = (f"rank {rank} never started collective #{root.seq} of {root.label} that rank(s) {others} waited in"
+               if doing == "never started" else f"rank {rank} left no Flight Recorder dump while rank(s) {others} waited for it "
+               f"in collective #{root.seq} of {root.label}")
+    elif hung and lives.height >= 2 and lives["last"][0] < lives["last"][1]:
+        rank, why = lives["rank"][0], f"rank {lives['rank'][0]}'s last Flight Recorder entry is the oldest"
+    else:
+        return None
+    return _locate(t, fr, hung, rank, why, last.get(rank))
+
+
+def _locate(t: RunTables, fr: pl.DataFrame, hung: list[Stuck], rank: int, why: str, at: datetime | None) -> Stop:
+    """Where `rank` was: its stack dump or traceback first, else its own pending entry."""
+    stack = _stack_of(t, rank)
+    if stack is not None:
+        frame = call_site(stack["frames"])
+        where = where_kind(stack["frames"], stack["exception"])
+        pending = [m.entry for s in hung for m in s.members if m.rank == rank and m.doing == "waiting" and m.entry]
+        if where == "a collective" and pending:
+            where = f"a collective: {pending[0]['profiling_name']} #{pending[0]['collective_seq_id']} of process group {pending[0]['pg']}"
+        text = f"{stack['tool']} of rank {rank}" + (f" ({stack['thread_name']})" if stack["thread_name"] else "") + f": {frame_text(frame)}"
+        return Stop(rank, why, where, frame, ({"file": stack["file"], "line": stack["line"], "text": text},), at)
+    mine = [m.entry for s in hung for m in s.members if m.rank == rank and m.doing == "waiting" and m.entry]
+    if mine:
+        entry = mine[0]
+        frame = call_site(entry["frames"])
+        text = f"rank {rank} waits in {entry['profiling_name']} #{entry['collective_seq_id']} of process group {entry['pg']} at {frame_text(frame)}"
+        return Stop(rank, why, "a collective", frame, ({"file": entry["file"], "line": entry["line"], "text": text},), at)
+    return Stop(rank, why, "an unknown place: no dump, stack or traceback of it (killed, e.g. by the OOM killer, or crashed)", None, (), at)

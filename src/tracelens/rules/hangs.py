@@ -1,0 +1,218 @@
+"""TL420-TL423: a hung job, from PyTorch Flight Recorder dumps and stack dumps (tracelens.hangs).
+
+TL420 names the collective the job hung in, TL421 a desync (ranks that issued different
+collectives at one sequence id), TL422 the rank that stopped first and where it was, TL423
+what the network and NCCL said at that moment. TL411 (rules.correlate) names the same rank
+when dumps are present, through tracelens.hangs.first_stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import polars as pl
+
+from tracelens import hangs
+from tracelens.events import network_events
+from tracelens.findings import Evidence, Finding, Severity
+from tracelens.rules import rule
+from tracelens.tables import RunTables
+
+AROUND = timedelta(seconds=60)  # network events this close before the first stop belong to it
+AFTER = timedelta(seconds=10)
+MAX_RANKS_LISTED = 16
+
+
+def _ranks(ranks: list[int]) -> str:
+    shown = ", ".join(map(str, ranks[:MAX_RANKS_LISTED]))
+    return shown + (f" and {len(ranks) - MAX_RANKS_LISTED} more" if len(ranks) > MAX_RANKS_LISTED else "")
+
+
+def _entry_text(e: dict) -> str:
+    when = f", enqueued {e['ts']:%H:%M:%S.%f}"[:-3] + " UTC" if e.get("ts") else ""
+    return (f"rank {e['rank']}: {e.get('profiling_name') or e.get('op')} #{e.get('collective_seq_id')} of process group "
+            f"{e['pg']} {e.get('status')}, sizes {e.get('input_sizes')}{when}, at {hangs.frame_text(hangs.call_site(e.get('frames')))}")
+
+
+def _evidence(e: dict) -> Evidence:
+    return Evidence(file=e["file"], line=e.get("line"), text=_entry_text(e), host=e.get("host"))
+
+
+def _hosts(rows: list[dict]) -> list[str]:
+    return sorted({r["host"] for r in rows if r and r.get("host")})
+
+
+@rule("TL420", "hung-collective", Severity.CRITICAL)
+def hung_collective(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: from the Flight Recorder dumps of the ranks (or PyTorch's analyzer text),
+    the collective the job hung in: per process group, the first sequence id that is not
+    completed on all of the group's ranks, with the ranks that wait in it (their entry is
+    scheduled or started), the ranks that never started it (their last entry in the group is
+    older) and the ranks that left no dump. When several groups are stuck, the one most
+    ranks wait in comes first; the others are its consequence.
+
+    Why it slows the run: a collective completes only when every rank of its group joins it.
+    One rank that never arrives (stuck in Python, crashed, or busy in another group's
+    collective) holds every other rank in the wait until the watchdog kills the job
+    (TORCH_NCCL / gloo timeout, 10-30 min by default), and the work since the last checkpoint
+    is lost.
+
+    How to fix: look at where the ranks that never started it were (TL422 and their stack
+    dumps: `py-spy dump --pid <pid>`); a rank busy in another group's collective means the
+    ranks call collectives of different groups in a different order: make every rank issue
+    them in the same order. Keep the Flight Recorder on for the next run:
+    TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE before 2.5),
+    TORCH_FR_DUMP_TEMP_FILE=/shared/fr/rank_ and TORCH_NCCL_DUMP_ON_TIMEOUT=1.
+    """
+    found = hangs.stuck(t)
+    if not found:
+        return
+    root, rest = found[0], found[1:]
+    waiting = [m.entry for m in root.members if m.doing in ("waiting", "failed") and m.entry]
+    never = [m for m in root.members if m.doing == "never started"]
+    gone = root.ranks("no dump")
+    failed = root.ranks("failed")
+    site = hangs.call_site(waiting[0]["frames"]) if waiting else None
+    what = f"{root.op or 'collective'} #{root.seq} of {root.label}"
+    parts = [f"{what} (sizes {root.sizes}) was enqueued by rank(s) {_ranks([e['rank'] for e in waiting]) or 'none'}"
+             + (f" from {hangs.frame_text(site)}" if site else "")
+             + (f" at {root.since:%H:%M:%S} UTC" if root.since else "") + " and never completed on all its ranks"]
+    if failed:
+        parts.append(f"it raised on rank(s) {_ranks(failed)} (their logs' tracebacks)")
+    if never:
+        last = [f"rank {m.rank} at #{m.entry['collective_seq_id']}" for m in never if m.entry]
+        parts.append(f"rank(s) {_ranks([m.rank for m in never])} never started it" + (f" (last entry in the group: {', '.join(last[:4])})" if last else ""))
+    if gone:
+        parts.append(f"rank(s) {_ranks(gone)} left no Flight Recorder dump (dead, or their dump was not collected)")
+    also = ""
+    if rest:
+        also = " Also stuck, as a consequence: " + "; ".join(
+            f"#{s.seq} of {s.label}, where rank(s) {_ranks(s.ranks('waiting')) or 'none'} wait" for s in rest[:3]) + "."
+    culprits = root.culprits
+    yield Finding(
+        rule_id="TL420",
+        severity=Severity.CRITICAL,
+        title=f"Hang: {what} never completed" + (f"; rank(s) {_ranks(culprits)} never joined it" if culprits else ""),
+        summary="; ".join(parts) + "." + also,
+        evidence=[_evidence(e) for e in waiting[:4]] + [_evidence(m.entry) for m in never if m.entry][:4],
+        hosts=_hosts([m.entry for m in never]) or _hosts(waiting),
+        ranks=culprits or [e["rank"] for e in waiting],
+        window=(root.since, root.since) if root.since else None,
+        score=3.0,
+    )
+
+
+@rule("TL421", "collective-desync", Severity.CRITICAL)
+def collective_desync(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: ranks that issued a different collective than the others of the same
+    process group at the same sequence id: another op (all_reduce against broadcast),
+    another input size, or another dtype, from the Flight Recorder dumps; with both call
+    sites from the entries' frames. The first such sequence id per group is reported.
+
+    Why it slows the run: collectives are matched by their order in the group, so a rank
+    that skips one, adds one or passes a tensor of another shape pairs with the wrong
+    collective of its peers: NCCL hangs (or corrupts data when sizes agree by chance), gloo
+    aborts with "Received data size doesn't match expected size" or waits forever.
+
+    How to fix: make every rank issue the same collectives in the same order with the same
+    shapes and dtypes: no collective under a rank-dependent `if`, the same model and bucket
+    layout on every rank (DDP checks this with TORCH_DISTRIBUTED_DEBUG=DETAIL, which also
+    reports mismatched collectives at the call), no data-dependent early exit on one rank.
+    """
+    for d in hangs.desyncs(t):
+        column = {"op": "op", "input sizes": "input_sizes", "dtypes": "input_dtypes"}[d.what]
+        odd_ranks = [o["rank"] for o in d.odd]
+        usual_site, odd_site = hangs.call_site(d.usual.get("frames")), hangs.call_site(d.odd[0].get("frames"))
+        label = f"process group {d.pg}" + (f" ({d.pg_desc})" if d.pg_desc and d.pg_desc not in ("undefined", d.pg) else "")
+        yield Finding(
+            rule_id="TL421",
+            severity=Severity.CRITICAL,
+            title=f"Desync at #{d.seq} of {label}: rank(s) {_ranks(odd_ranks)} issued another {d.what}",
+            summary=(f"At sequence id {d.seq} of {label}, rank(s) {_ranks(odd_ranks)} issued {d.odd[0].get('op')} with "
+                     f"{d.what} {d.odd[0].get(column)} from {hangs.frame_text(odd_site)}, where rank {d.usual['rank']} (and the "
+                     f"others) issued {d.usual.get('op')} with {d.what} {d.usual.get(column)} from {hangs.frame_text(usual_site)}."),
+            evidence=[_evidence(o) for o in d.odd[:4]] + [_evidence(d.usual)],
+            hosts=_hosts(list(d.odd)),
+            ranks=odd_ranks,
+            score=3.0,
+        )
+
+
+@rule("TL422", "first-rank-stopped", Severity.CRITICAL)
+def first_rank_stopped(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: in a hang, the rank that stopped first and where it was: the rank the
+    hung collective's other ranks wait for (it never started it, or it left no dump), else
+    the rank whose last Flight Recorder activity is the oldest; and where it was, from its
+    stack dump (py-spy, faulthandler), a traceback or C++ abort in its log, or its own
+    pending collective: the data loader, a checkpoint write, an exception, a collective of
+    another group, or plain Python code.
+
+    Why it slows the run: the other ranks are only waiting; the time is lost where this rank
+    is. A rank stuck in its input pipeline, writing a checkpoint alone, or dead after an
+    exception holds the whole job.
+
+    How to fix: follow where it was. The data loader: check the storage it reads and its
+    worker processes (`py-spy dump --subprocesses --pid <pid>`), raise
+    DataLoader(timeout=...) so a stuck read fails loudly. A checkpoint write: write from
+    every rank together or outside the collective schedule, and check the filesystem. An
+    exception: read that rank's traceback; with torchrun, `--max-restarts` only helps after
+    the cause is fixed. No dump and no stack: look for the OOM killer (`dmesg -T | grep -i
+    kill`) or a node failure.
+    """
+    stop = hangs.first_stopped(t)
+    if stop is None:
+        return
+    site = f": {hangs.frame_text(stop.frame)}" if stop.frame else ""
+    when = f" Its last Flight Recorder entry is from {stop.at:%H:%M:%S} UTC." if stop.at else ""
+    yield Finding(
+        rule_id="TL422",
+        severity=Severity.CRITICAL,
+        title=f"Rank {stop.rank} stopped first, in {stop.where.split(' (')[0]}{site}",
+        summary=f"Rank {stop.rank} stopped first: {stop.why}. It was in {stop.where}{site}.{when}",
+        evidence=[Evidence(file=e["file"], line=e.get("line"), text=e["text"]) for e in stop.evidence],
+        ranks=[stop.rank],
+        window=(stop.at, stop.at) if stop.at else None,
+        score=3.5,
+    )
+
+
+@rule("TL423", "hang-network-context", Severity.WARNING)
+def hang_network_context(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: NCCL errors, port counter rises and packet evidence (retransmissions,
+    NAKs, CNPs) in the minute before the first rank of a hang stopped (TL422), from every
+    source on the aligned timeline: whether the network had a part in it.
+
+    Why it slows the run: a rank whose link failed, or whose transfers are retried for
+    seconds, stops in a collective as surely as one stuck in Python; the hang's other
+    evidence then names a rank, and this names the link under it.
+
+    How to fix: fix the link first: check the named host's port with `perfquery -x` and
+    `ibstat` (`ethtool -S` on RoCE), and NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT; then relaunch
+    with the Flight Recorder on (TORCH_FR_BUFFER_SIZE=2000) to confirm.
+    """
+    stop = hangs.first_stopped(t)
+    if stop is None or stop.at is None:
+        return
+    events = network_events(t).filter(pl.col("cause") != "stall", pl.col("lo") <= stop.at + AFTER,
+                                      pl.coalesce("hi", "lo") >= stop.at - AROUND)
+    if events.height == 0:
+        return
+    kinds = events.group_by("source", "what", "host").agg(pl.col("count").sum(), pl.col("lo").min()).sort("count", descending=True)
+    said = "; ".join(f"{r['count']:,} {r['what']} ({r['source']}, {r['host'] or 'host not named'}, from {r['lo']:%H:%M:%S})"
+                     for r in kinds.head(4).iter_rows(named=True))
+    yield Finding(
+        rule_id="TL423",
+        severity=Severity.WARNING,
+        title=f"Network events in the minute before rank {stop.rank} stopped",
+        summary=f"Rank {stop.rank} stopped first at {stop.at:%H:%M:%S} UTC; in the {int(AROUND.total_seconds())} s before: {said}.",
+        evidence=[Evidence(file=r["file"], line=r["line"], text=r["text"] or "", host=r["host"]) for r in events.head(6).iter_rows(named=True)],
+        hosts=sorted(set(events["host"].drop_nulls().to_list())),
+        ranks=[stop.rank],
+        window=(stop.at - AROUND, stop.at),
+        score=2.0,
+    )

@@ -1,0 +1,129 @@
+"""TL420-TL423 and TL411 on hung runs: the real lab runs (fixtures/lab-hang-*, torch 2.13 gloo)
+name the right rank, process group, sequence id and frame; the healthy run gives no hang finding."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import datetime, timedelta, timezone
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tracelens.analyze import analyze
+
+from .conftest import FIXTURES, fire, tables_from
+
+LAB = sorted(p for p in FIXTURES.glob("lab-hang-*") if (p / "expected.json").is_file())
+HANG_RULES = {"TL420", "TL421", "TL422", "TL423"}
+
+
+@cache
+def _analysis(folder: Path):
+    return analyze(folder)
+
+
+def _by_rule(folder: Path) -> dict:
+    return {f.rule_id: f for f in _analysis(folder).findings}
+
+
+@pytest.mark.parametrize("folder", LAB, ids=lambda p: p.name)
+def test_real_lab_run_fires_its_hang_rules(folder):
+    expected = json.loads((folder / "expected.json").read_text())
+    assert expected["real"] is True and "real run" in (folder / "README.md").read_text()
+    assert {f.rule_id for f in _analysis(folder).findings} & HANG_RULES == set(expected["rules"])
+
+
+@pytest.mark.parametrize("folder", [p for p in LAB if "hang" in json.loads((p / "expected.json").read_text())], ids=lambda p: p.name)
+def test_hung_collective_names_rank_group_seq_and_frame(folder):
+    hang = json.loads((folder / "expected.json").read_text())["hang"]
+    found = _by_rule(folder)
+    tl420 = found["TL420"]
+    assert f"#{hang['seq']} of process group {hang['pg']}" in tl420.title
+    assert hang["frame"] in tl420.summary
+    stopped = hang.get("stopped_rank", hang["rank"])
+    assert found["TL422"].ranks == [stopped]
+    if "stopped_frame" in hang:
+        assert hang["stopped_frame"] in found["TL422"].title
+
+
+def test_skip_names_rank_2_missing_from_group_1_and_the_consequence_in_group_0():
+    found = _by_rule(FIXTURES / "lab-hang-skip")
+    assert found["TL420"].ranks == [2]
+    assert "rank(s) 0, 1, 3 from train" in found["TL420"].summary and "rank(s) 2 never started it" in found["TL420"].summary
+    assert "#25 of process group 0 (default_pg), where rank(s) 2 wait" in found["TL420"].summary
+    assert "gloo:all_reduce #25 of process group 0" in found["TL422"].summary
+
+
+def test_size_mismatch_is_a_desync_with_both_call_sites():
+    found = _by_rule(FIXTURES / "lab-hang-size")
+    desync = found["TL421"]
+    assert desync.ranks == [2] and "#21 of process group 0" in desync.title
+    assert "[[8199]]" in desync.summary and "[[128,64]]" in desync.summary
+    assert desync.summary.count("worker.py:103") == 2
+    assert "gloo::EnforceNotMet" in found["TL422"].summary and "left no Flight Recorder dump" in found["TL422"].summary
+
+
+def test_sleeping_data_loader_is_where_rank_2_stopped():
+    stop = _by_rule(FIXTURES / "lab-hang-sleep")["TL422"]
+    assert stop.title == "Rank 2 stopped first, in the data loader: Loader.next_batch (worker.py:47)"
+    assert stop.evidence[0].file == "rank2/pyspy_native_rank2.txt" or stop.evidence[0].file == "rank2/pyspy_rank2.txt"
+
+
+def test_killed_rank_has_no_dump_and_no_stack():
+    found = _by_rule(FIXTURES / "lab-hang-kill")
+    assert "rank(s) 2 left no Flight Recorder dump" in found["TL420"].summary
+    assert "it raised on rank(s) 0, 1, 3" in found["TL420"].summary
+    assert "no dump, stack or traceback" in found["TL422"].summary
+
+
+def test_the_analyzer_text_alone_names_the_same_hang(tmp_path):
+    (tmp_path / "torchfrtrace.txt").write_bytes((FIXTURES / "lab-hang-sleep" / "torchfrtrace.txt").read_bytes())
+    found = {f.rule_id: f for f in analyze(tmp_path).findings}
+    assert found["TL420"].ranks == [2] and "#21 of process group 0" in found["TL420"].title
+    assert found["TL422"].ranks == [2]
+
+
+def test_tl411_uses_the_dumps_when_present(tmp_path):
+    """The synthetic watchdog hang names no rank from its logs; synthetic dumps of the same job name rank 5."""
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "watchdog-hang", run)
+    before = [f for f in analyze(run).findings if f.rule_id == "TL411"][0]
+    assert before.ranks == []
+    t0 = 1_733_510_000_000_000_000
+    for rank in range(8):
+        entries = [{"record_id": s, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": s, "p2p_seq_id": 0,
+                    "profiling_name": "nccl:all_reduce", "time_created_ns": t0 + s * 10**9, "input_sizes": [[4096]],
+                    "output_sizes": [[4096]], "state": "completed" if s < 1583 else "started", "frames": []}
+                   for s in range(1580, 1584 if rank != 5 else 1583)]
+        dump = {"version": "2.4", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(8)))}}, "entries": entries}
+        (run / f"nccl_trace_rank_{rank}.json").write_text(json.dumps(dump))
+    after = [f for f in analyze(run).findings if f.rule_id == "TL411"][0]
+    assert after.ranks == [5] and "Flight Recorder" in after.summary
+
+
+def _stuck_run(**extra):
+    t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    rows = [{"rank": r, "pg_name": "0", "pg_id": 0, "pg_desc": "default_pg", "collective_seq_id": s, "op": "all_reduce",
+             "profiling_name": "nccl:all_reduce", "is_p2p": False, "status": "completed" if s < 3 else "started",
+             "input_sizes": "[[8]]", "ts": t0 + timedelta(seconds=s), "encoding": "pickle", "record_id": s, "frames": []}
+            for r in range(2) for s in range(1, 4 if r == 0 else 3)]
+    return tables_from(fr_entries=rows, **extra), t0
+
+
+def test_tl423_names_network_errors_in_the_minute_before_the_stop():
+    t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    err = {"host": "node02", "kind": "ib_completion", "status_name": "transport retry counter exceeded", "message": "NET/IB : Got completion with error 12",
+           "ts": t0, "ts_lo": t0, "ts_hi": t0}
+    tables, _ = _stuck_run(nccl_errors=[err])
+    (finding,) = fire(tables, "TL423")
+    assert finding.ranks == [1] and "IB completion (transport retry counter exceeded)" in finding.summary and finding.hosts == ["node02"]
+    quiet, _ = _stuck_run()
+    assert fire(quiet, "TL423") == []
+    assert fire(quiet, "TL422")[0].ranks == [1]
+
+
+def test_healthy_dump_has_no_hang_finding():
+    found = _analysis(FIXTURES / "lab-hang-healthy").findings
+    assert not [f for f in found if f.rule_id in HANG_RULES | {"TL411"}]
