@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
@@ -18,6 +19,9 @@ from tracelens.ingest import IngestResult, InputFile, ingest_file
 from tracelens.rules import Rule, select_rules
 from tracelens.tables import RunTables
 from tracelens.timeline import Timeline, align
+
+if TYPE_CHECKING:
+    from tracelens.compare import Comparison
 
 Progress = Callable[[int, int, str], None]
 
@@ -39,6 +43,7 @@ class Analysis:
     rules: list[Rule]
     notes: list[str] = field(default_factory=list)
     timeline: Timeline = field(default_factory=Timeline)
+    comparison: "Comparison | None" = None  # against a good run, with `analyze --baseline`
 
     @property
     def readable(self) -> bool:

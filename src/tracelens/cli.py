@@ -247,12 +247,15 @@ def analyze_cmd(
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit with status 1 when a finding at or above this severity fires.")] = FailOn.never,
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rules (ids or prefixes, comma separated), e.g. TL1,TL205.")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these rules (ids or prefixes, comma separated).")] = None,
+    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A good run of the same job to compare with: the report adds what changed, ranked by the slowdown it explains.")] = None,
 ) -> None:
     """Analyse a run and write the HTML report (exit 0 analysed, 1 findings at --fail-on, 2 nothing readable)."""
     from tracelens.report.html import write as write_html
     from tracelens.report.summary import to_json
 
     _require(run)
+    if baseline:
+        _require(baseline)
     _require_zone(tz)
     select_ids, ignore_ids = _split(select, "--select"), _split(ignore, "--ignore")
     report = output or Path(f"tracelens-{run.resolve().name.split('.')[0] or 'run'}.html")
@@ -261,14 +264,15 @@ def analyze_cmd(
         _check_output_file(json_path, "--json")
     if tables_dir is not None:
         _check_output_folder(tables_dir, "--tables")
-    with _progress() as bar:
-        task = bar.add_task("", total=None)
+    analysis = _analyze_with_progress(run, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz)
+    if baseline:
+        from tracelens.compare import compare
 
-        def step(done: int, total: int, name: str) -> None:
-            bar.update(task, completed=done, total=total, description=name[-60:])
-
-        analysis = analyze(run, jobs=jobs, select=select_ids, ignore=ignore_ids, progress=step, tz=tz)
+        good = _analyze_with_progress(baseline, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz)
+        analysis.comparison = compare(good, analysis)
     _print_summary(analysis)
+    if analysis.comparison:
+        out.print(f"[bold]Against {escape(str(baseline))}:[/] {escape(analysis.comparison.verdict)}", highlight=False)
     write_html(analysis, report)
     if json_path:
         json_path.write_text(json.dumps(to_json(analysis), indent=2, default=str), encoding="utf-8")
@@ -281,6 +285,53 @@ def analyze_cmd(
         raise typer.Exit(2)
     if fail_on is not FailOn.never and any(f.severity >= Severity.parse(fail_on.value) for f in analysis.findings):
         raise typer.Exit(1)
+
+
+def _analyze_with_progress(run: Path, **options) -> Analysis:
+    """`analyze` with a progress bar over the files read."""
+    with _progress() as bar:
+        task = bar.add_task("", total=None)
+
+        def step(done: int, total: int, name: str) -> None:
+            bar.update(task, completed=done, total=total, description=name[-60:])
+
+        return analyze(run, progress=step, **options)
+
+
+@app.command("diff")
+@_guarded
+def diff_cmd(
+    good: Annotated[Path, typer.Argument(help="The good run (folder, file or archive): the last run that was fast.")],
+    bad: Annotated[Path, typer.Argument(help="The slow run to explain.")],
+    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the HTML diff. Default: ./tracelens-diff-<bad>.html")] = None,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the comparison as JSON.")] = None,
+    tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one (both runs).")] = None,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Files to ingest in parallel.")] = 1,
+) -> None:
+    """Compare a good run with a slow one: what changed (NCCL, DeepSpeed config, ports, traffic, steps),
+    ranked by how much of the slowdown it explains."""
+    from tracelens.compare import compare
+    from tracelens.report.diff import write as write_diff
+
+    _require(good)
+    _require(bad)
+    _require_zone(tz)
+    report = output or Path(f"tracelens-diff-{bad.resolve().name.split('.')[0] or 'run'}.html")
+    _check_output_file(report, "-o/--output")
+    if json_path is not None:
+        _check_output_file(json_path, "--json")
+    comparison = compare(_analyze_with_progress(good, jobs=jobs, tz=tz), _analyze_with_progress(bad, jobs=jobs, tz=tz))
+    out.print(f"[bold]{escape(comparison.verdict)}[/]", highlight=False)
+    for i, change in enumerate(comparison.changes[:10], start=1):
+        explains = f"  [{change.explains_ms:+,.0f} ms/step]" if change.explains_ms is not None else ""
+        out.print(f"{i:>2}. {escape(change.sentence)}{explains}", highlight=False)
+    if len(comparison.changes) > 10:
+        out.print(f"    ... and {len(comparison.changes) - 10} more in the report")
+    write_diff(comparison, report)
+    if json_path:
+        json_path.write_text(json.dumps(comparison.to_json(), indent=2, default=str), encoding="utf-8")
+        out.print(f"JSON: {json_path}")
+    out.print(f"Report: [bold]{report}[/]", highlight=False)
 
 
 @app.command("tables")

@@ -18,7 +18,8 @@ from tracelens.resources import data_dir
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 
-def _environment() -> Environment:
+def environment() -> Environment:
+    """The Jinja2 environment of every tracelens page: templates from reports/, everything escaped."""
     env = Environment(
         loader=FileSystemLoader(data_dir("reports")),
         autoescape=select_autoescape(default=True, default_for_string=True),
@@ -32,7 +33,7 @@ def _environment() -> Environment:
 
 def render(analysis: Analysis) -> str:
     """The report as one HTML string."""
-    env = _environment()
+    env = environment()
     inputs = analysis.tables["inputs"].sort("file").to_dicts()
     counts = Counter(f.severity for f in analysis.findings)
     return env.get_template("report.html.j2").render(

@@ -60,4 +60,4 @@ def to_json(analysis: Analysis) -> dict:
         "inputs": analysis.tables["inputs"].sort("file").to_dicts(),
         "notes": analysis.notes,
         "rules_checked": [r.id for r in analysis.rules],
-    }
+    } | ({"comparison": analysis.comparison.to_json()} if analysis.comparison else {})

@@ -1,0 +1,143 @@
+"""The facts of one run that a change can be made of: one row per (area, key, host) with its value.
+
+Each fact names the part of the step it can slow (`phase`), so that a change can be held against
+the step timers: a transport or a port moves the all-reduce, an offload the optimizer step.
+"""
+
+from __future__ import annotations
+
+import math
+
+import polars as pl
+
+from tracelens.tables import RunTables
+
+SCHEMA = {"area": pl.String, "key": pl.String, "host": pl.String, "value": pl.String, "phase": pl.String}
+
+# The part of a step each DeepSpeed setting acts on; settings not listed act on the whole step.
+_DS_PHASE = (
+    (r"overlap_comm|bucket_size|reduce_scatter|allgather_partitions|contiguous_gradients|zero_optimization\.stage|"
+     r"zero_optimization_stage|communication_data_type|prescale_gradients|gradient_predivide", "all-reduce"),
+    (r"offload", "optimizer step"),
+    (r"^(?:bf16|fp16|amp)\.|precision", "compute"),
+)  # fmt: skip
+MAX_VALUE_CHARS = 160
+_IGNORED_CONFIG = r"^launcher\.|_path$|^checkpoint|^tensorboard|^wandb|^csv_monitor|^comet|^steps_per_print$|^wall_clock_breakdown$"
+
+
+def run_facts(tables: RunTables) -> pl.DataFrame:
+    """Every comparable fact of a run: NCCL set-up, DeepSpeed configuration and fabric ports."""
+    parts = [_nccl(tables), _deepspeed(tables), _ports(tables)]
+    return pl.concat([p for p in parts if p.height], how="vertical") if any(p.height for p in parts) else pl.DataFrame(schema=SCHEMA)
+
+
+def sources(tables: RunTables) -> set[str]:
+    """The areas a run has evidence for at all: a missing area is "not available", not "unset"."""
+    have = {
+        "NCCL": tables["nccl_events"].height > 0,
+        "DeepSpeed": tables["config"].filter(pl.col("engine").is_not_null()).height > 0,
+        "fabric": tables["ib_ports"].height > 0,
+        "counters": tables["ib_counters"].height > 0,
+        "packets": tables["packets"].height > 0,
+        "steps": tables["steps"].height > 0,
+    }
+    return {area for area, present in have.items() if present}
+
+
+def _frame(rows: pl.DataFrame, area: str, key: pl.Expr | str, value: pl.Expr, phase: str | pl.Expr) -> pl.DataFrame:
+    key_expr = pl.lit(key) if isinstance(key, str) else key
+    phase_expr = pl.lit(phase) if isinstance(phase, str) else phase
+    return rows.select(
+        area=pl.lit(area), key=key_expr, host=pl.col("host").fill_null("(host not named)"), value=value, phase=phase_expr
+    ).cast(SCHEMA)  # type: ignore[arg-type]
+
+
+def _joined(frame: pl.DataFrame, area: str, key: str, value: pl.Expr, phase: str) -> pl.DataFrame:
+    """One fact per host: the sorted distinct values of `value` on that host, joined."""
+    per_host = frame.select(pl.col("host").fill_null("(host not named)"), v=value).drop_nulls("v")
+    grouped = per_host.group_by("host").agg(pl.col("v").unique().sort().str.join(", "))
+    return _frame(grouped, area, key, pl.col("v"), phase)
+
+
+def _nccl(tables: RunTables) -> pl.DataFrame:
+    comms, net, channels, env = (tables[n] for n in ("nccl_comms", "nccl_net", "nccl_channels", "nccl_env"))
+    what = pl.col("what")
+    inter = pl.col("transport").is_in(["NET", "COLLNET"])
+    label = pl.concat_str(
+        pl.col("transport"), pl.when(pl.col("net").is_not_null()).then(pl.lit("/") + pl.col("net")).otherwise(pl.lit("")),
+        pl.when(pl.col("gdr")).then(pl.lit("/GDRDMA")).otherwise(pl.lit("")),
+    )  # fmt: skip
+    parts = [
+        _joined(comms, "NCCL", "NCCL version", pl.col("nccl_version"), "all-reduce"),
+        _joined(net.filter(what == "network"), "NCCL", "network", pl.col("name"), "all-reduce"),
+        _joined(net.filter(what == "plugin"), "NCCL", "net plugin", pl.col("name"), "all-reduce"),
+        _joined(net.filter(what == "ib_device"), "NCCL", "HCAs used", pl.format("{}:{}", "name", "port"), "all-reduce"),
+        _joined(net.filter(what == "socket_if"), "NCCL", "socket interface", pl.col("name"), "all-reduce"),
+        _joined(channels.filter(inter), "NCCL", "inter-node transport", label, "all-reduce"),
+        _joined(channels.filter(~inter), "NCCL", "intra-node transport", label, "all-reduce"),
+        _settings(env),
+    ]
+    return pl.concat(parts, how="vertical")
+
+
+def _settings(env: pl.DataFrame) -> pl.DataFrame:
+    """Every echoed NCCL_* setting per host; a setting echoed on some hosts is "(not set)" on the others."""
+    if env.height == 0:
+        return pl.DataFrame(schema=SCHEMA)
+    echoed = env.select(pl.col("host").fill_null("(host not named)"), "name", "value").unique(["host", "name"], keep="last")
+    hosts = echoed.select("host").unique()
+    names = echoed.select("name").unique()
+    every = hosts.join(names, how="cross").join(echoed, on=["host", "name"], how="left")
+    return _frame(every, "NCCL setting", pl.col("name"), pl.col("value").fill_null("(not set)"), "all-reduce")
+
+
+def _normal(value: str | None) -> str | None:
+    """Config values as comparable text: `True`/`true`, `5e8`/`500000000` compare equal."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.lower() in ("true", "false", "none", "null"):
+        return text.lower().replace("null", "none")
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if not math.isfinite(number):
+        return text
+    return str(int(number)) if number == int(number) and abs(number) < 1e18 else repr(number)
+
+
+def _deepspeed(tables: RunTables) -> pl.DataFrame:
+    config = tables["config"].filter(pl.col("engine").is_not_null() | (pl.col("key") == "deepspeed_version"))
+    # object reprs (`zero_config: stage=2 contiguous_gradients=True ...`) repeat keys compared one by one
+    config = config.filter(~pl.col("key").str.contains(_IGNORED_CONFIG), pl.col("value").str.len_chars() <= MAX_VALUE_CHARS)
+    if config.height == 0:
+        return pl.DataFrame(schema=SCHEMA)
+    key = pl.col("key").str.replace(r"^zero_optimization_stage$", "zero_optimization.stage")
+    phase = pl.lit("whole step")
+    for pattern, name in reversed(_DS_PHASE):
+        phase = pl.when(key.str.contains(pattern)).then(pl.lit(name)).otherwise(phase)
+    rows = config.select(
+        pl.col("host").fill_null("(host not named)"),
+        key=key,
+        value=pl.col("value").map_elements(_normal, return_dtype=pl.String),
+        phase=phase,
+    ).unique(["host", "key", "value"])
+    per_host = rows.group_by("host", "key", "phase").agg(pl.col("value").unique().sort().str.join(" / "))
+    area = pl.when(pl.col("key") == "deepspeed_version").then(pl.lit("DeepSpeed")).otherwise(pl.lit("DeepSpeed config"))
+    return per_host.select(area=area, key="key", host="host", value="value", phase="phase").cast(SCHEMA)  # type: ignore[arg-type]
+
+
+def _ports(tables: RunTables) -> pl.DataFrame:
+    ports = tables["ib_ports"]
+    if ports.height == 0:
+        return pl.DataFrame(schema=SCHEMA)
+    latest = ports.sort("ts", nulls_last=False).unique(["host", "ca", "port"], keep="last")
+    name = pl.format("{}:{}", "ca", "port")
+    rate = pl.when(pl.col("rate_gbps").is_not_null()).then(pl.format("{} Gb/s", pl.col("rate_gbps").round(1).cast(pl.String).str.replace(r"\.0$", "")))
+    fields = {"state": pl.col("state"), "rate": rate, "width": pl.col("width"), "active MTU": pl.col("active_mtu").cast(pl.String)}
+    parts = [
+        _frame(latest.filter(expr.is_not_null()), "fabric", pl.format("port {} {}", name, pl.lit(label)), expr, "all-reduce")
+        for label, expr in fields.items()
+    ]
+    return pl.concat(parts, how="vertical")

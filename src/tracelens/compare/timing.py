@@ -1,0 +1,133 @@
+"""Step times of two runs side by side: the job's pace per step and where inside the step it went.
+
+A step of the job takes as long as its ranks take on average (they wait for each other in every
+collective, so the ranks' times move together); its parts are DeepSpeed's timers: forward, backward
+compute, the all-reduce (backward all-reduce plus ZeRO's all-gather), the optimizer step, and the
+time between steps outside the timers (data loading, logging), where the log times are fine enough.
+Means are additive, so the parts of a change add up to the change of the whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from tracelens import steps as timing
+from tracelens.stats import mann_whitney_p
+
+PHASES = {
+    "forward": pl.col("fwd_ms"),
+    "backward compute": pl.coalesce("bwd_inner_ms", pl.col("bwd_ms") - pl.col("bwd_allreduce_ms"), "bwd_ms"),
+    "all-reduce": pl.col("comm_ms"),
+    "optimizer step": pl.col("step_ms") - pl.col("optimizer_allgather_ms").fill_null(0.0),
+}
+OUTSIDE = "between steps"  # wall time not in the timers: data loading, logging, checkpoints
+SIGNIFICANT_P = 0.001
+MIN_CHANGE = 0.05  # of the good run's step time: smaller shifts are run-to-run noise, however certain
+
+
+@dataclass(frozen=True)
+class Pace:
+    """One run's step times: per step of the job, its time and the time of each part."""
+
+    per_step: pl.DataFrame  # step, time_ms, one column per phase (null when the log has no such timer)
+    samples_per_sec: float | None
+    comm_share: float | None
+
+    @property
+    def mean_ms(self) -> float:
+        return float(self.per_step["time_ms"].mean())  # type: ignore[arg-type]
+
+    @property
+    def median_ms(self) -> float:
+        return float(self.per_step["time_ms"].median())  # type: ignore[arg-type]
+
+    @property
+    def p95_ms(self) -> float:
+        return float(self.per_step["time_ms"].quantile(0.95))  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PhaseChange:
+    phase: str
+    good_ms: float
+    bad_ms: float
+    p: float
+    significant: bool
+
+    @property
+    def delta_ms(self) -> float:
+        return self.bad_ms - self.good_ms
+
+
+@dataclass(frozen=True)
+class PaceChange:
+    """How the job's step time moved between the runs, and which parts moved it."""
+
+    good: Pace
+    bad: Pace
+    p: float
+    significant: bool
+    phases: tuple[PhaseChange, ...]
+
+    @property
+    def delta_ms(self) -> float:
+        """Mean step time, bad minus good: means add up, so the phases' deltas explain it."""
+        return self.bad.mean_ms - self.good.mean_ms
+
+    @property
+    def relative(self) -> float:
+        return self.delta_ms / self.good.mean_ms if self.good.mean_ms else 0.0
+
+    def phase(self, name: str) -> PhaseChange | None:
+        return next((p for p in self.phases if p.phase == name), None)
+
+
+def pace(steps: pl.DataFrame) -> Pace | None:
+    """The job's pace from the steps table; None when no step has a time."""
+    series = timing.step_series(steps)
+    index = pl.int_range(pl.len()).over(timing.STREAM)
+    series = series.filter((index >= timing.WARMUP_ROWS) & pl.col("time_ms").is_not_null())
+    if series.height == 0:
+        return None
+    wall = (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds() / 1000 / pl.col("steps_covered")
+    timed = pl.col("basis") == "timers"
+    series = series.with_columns(
+        wall_ms=pl.when(timed & (wall > pl.col("time_ms"))).then(wall),
+        **{name: expr for name, expr in PHASES.items()},
+    )
+    per_step = (
+        series.group_by("step")
+        .agg(
+            pl.coalesce(pl.col("wall_ms"), pl.col("time_ms")).mean().alias("time_ms"),
+            *[pl.col(name).mean() for name in PHASES],
+            (pl.col("wall_ms") - pl.col("time_ms")).mean().alias(OUTSIDE),
+        )
+        .sort("step")
+    )
+    throughput = steps["samples_per_sec"].drop_nulls()
+    comm_share = series.select((pl.col("comm_ms") / pl.col("time_ms")).median()).item()
+    return Pace(per_step, float(throughput.median()) if throughput.len() else None, comm_share)
+
+
+def compare_pace(good: Pace, bad: Pace) -> PaceChange:
+    """The step-time change and each part's share of it, each tested against its own spread."""
+    floor = MIN_CHANGE * good.mean_ms
+
+    def tested(column: str) -> tuple[float, float, float, bool] | None:
+        a, b = good.per_step[column].drop_nulls(), bad.per_step[column].drop_nulls()
+        if a.len() < 3 or b.len() < 3:
+            return None
+        p = mann_whitney_p(a.to_list(), b.to_list())
+        g, s = float(a.mean()), float(b.mean())  # type: ignore[arg-type]
+        return g, s, p, p < SIGNIFICANT_P and abs(s - g) >= floor
+
+    phases = []
+    for name in [*PHASES, OUTSIDE]:
+        result = tested(name)
+        if result:
+            phases.append(PhaseChange(name, *result))
+    whole = tested("time_ms")
+    p, significant = (whole[2], whole[3]) if whole else (1.0, False)
+    return PaceChange(good, bad, p, significant, tuple(phases))

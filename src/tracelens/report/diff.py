@@ -1,0 +1,90 @@
+"""The comparison of two runs as HTML: the `tracelens diff` page, and the context of the report section
+that `analyze --baseline` adds (tracelens.report.sections.baseline)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import altair as alt
+import polars as pl
+
+from tracelens import __version__
+from tracelens.compare import Comparison
+from tracelens.compare.timing import Pace
+from tracelens.report.charts import to_svg
+from tracelens.report.html import CSP, environment
+from tracelens.resources import data_dir
+
+
+def _ms(value: float | None) -> str:
+    return "" if value is None else f"{value:,.0f} ms"
+
+
+def _p(value: float) -> str:
+    return f"{value:.1e}" if value < 0.001 else f"{value:.3f}"
+
+
+def _chart(good: Pace, bad: Pace):
+    """Both runs' step times in two panels sharing one y scale, so their heights compare."""
+    frame = pl.concat([
+        good.per_step.select("step", "time_ms").with_columns(run=pl.lit("good run")),
+        bad.per_step.select("step", "time_ms").with_columns(run=pl.lit("slow run")),
+    ])  # fmt: skip
+    chart = (
+        alt.Chart(alt.Data(values=frame.to_dicts()))
+        .mark_line(point=False, strokeWidth=1)
+        .encode(x=alt.X("step:Q", title="step"), y=alt.Y("time_ms:Q", title="step time (ms)"))
+        .properties(width=320, height=160)
+        .facet(column=alt.Column("run:N", title=None, sort=["good run", "slow run"]))
+        .resolve_scale(y="shared")
+    )
+    return to_svg(chart)
+
+
+def context(comparison: Comparison) -> dict:
+    """What the comparison template shows (tables of text, numbers formatted once here)."""
+    steps = None
+    change = comparison.pace
+    if change:
+        g, b = change.good, change.bad
+        rows = [
+            {"label": "mean step", "good": _ms(g.mean_ms), "bad": _ms(b.mean_ms), "delta": f"{change.delta_ms:+,.0f} ms ({change.relative:+.0%})",
+             "p": _p(change.p), "significant": change.significant},
+            {"label": "median / p95", "good": f"{_ms(g.median_ms)} / {_ms(g.p95_ms)}", "bad": f"{_ms(b.median_ms)} / {_ms(b.p95_ms)}",
+             "delta": "", "p": "", "significant": False},
+            *[{"label": p.phase, "good": _ms(p.good_ms), "bad": _ms(p.bad_ms), "delta": f"{p.delta_ms:+,.0f} ms", "p": _p(p.p),
+               "significant": p.significant} for p in change.phases],
+        ]  # fmt: skip
+        if g.samples_per_sec and b.samples_per_sec:
+            rows.append({"label": "samples/s", "good": f"{g.samples_per_sec:,.1f}", "bad": f"{b.samples_per_sec:,.1f}",
+                         "delta": f"{b.samples_per_sec / g.samples_per_sec - 1:+.0%}", "p": "", "significant": False})  # fmt: skip
+        steps = {"rows": rows, "chart": _chart(g, b)}
+    return {
+        "verdict": comparison.verdict,
+        "good": comparison.good,
+        "bad": comparison.bad,
+        "steps": steps,
+        "changes": [
+            {"area": c.area, "what": c.what, "good": c.good, "bad": c.bad, "where": c.where, "detail": c.detail,
+             "explains": f"{c.explains_ms:+,.0f} ms" if c.explains_ms is not None else ""}
+            for c in comparison.changes
+        ],  # fmt: skip
+        "unchanged": comparison.unchanged,
+        "unavailable": comparison.unavailable,
+        "gone_findings": comparison.gone_findings,
+    }
+
+
+def render(comparison: Comparison) -> str:
+    """The diff page as one self-contained HTML string."""
+    return environment().get_template("diff.html.j2").render(
+        csp=CSP,
+        css=(data_dir("reports") / "report.css").read_text(encoding="utf-8"),
+        version=__version__,
+        ctx=context(comparison),
+    )
+
+
+def write(comparison: Comparison, path: Path) -> Path:
+    path.write_text(render(comparison), encoding="utf-8")
+    return path
