@@ -1,10 +1,11 @@
-"""`python -m synth fixtures/ [NAME ...]`: (re)write the fixture run folders."""
+"""`python -m synth fixtures/ [NAME ...]`: (re)write the fixture run folders (and, without names, the run pairs for diff)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from synth.pairs import write_pairs
 from synth.runs import write
 from synth.scenarios import SCENARIOS
 
@@ -21,6 +22,8 @@ def main(argv: list[str] | None = None) -> None:
     for scenario in SCENARIOS:
         if not args.names or scenario.name in args.names:
             print(write(scenario, args.out))
+    if not args.names:
+        print(write_pairs(args.out))
 
 
 if __name__ == "__main__":
