@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -83,10 +83,10 @@ class Change:
     hosts: tuple[str, ...]  # the slow run's hosts where it changed (empty: run-wide)
     coverage: float
     phase: str | None  # the part of the step it acts on
-    explains_ms: float | None  # the rise of that part per step, when it rose significantly
-    score: float
     detail: str = ""
     change: str = ""  # "from -> to" for the changed hosts, when they all changed the same way
+    explains_ms: float | None = None  # the rise of that part per step, when it rose significantly
+    score: float = 0.0  # see the module doc; set by _scored
 
     @property
     def where(self) -> str:
@@ -205,19 +205,6 @@ def _hosts(analysis: "Analysis") -> set[str]:
     return hosts
 
 
-@dataclass(frozen=True)
-class _Raw:
-    area: str
-    what: str
-    good: str
-    bad: str
-    hosts: tuple[str, ...]
-    coverage: float
-    phase: str | None
-    detail: str = ""
-    change: str = ""
-
-
 def _distribution(values: dict[str, str]) -> str:
     counts = Counter(values.values())
     total = len(values)
@@ -232,7 +219,7 @@ def _distribution(values: dict[str, str]) -> str:
     return "; ".join(parts)
 
 
-def _fact_changes(good: pl.DataFrame, bad: pl.DataFrame, both: set[str]) -> list[_Raw]:
+def _fact_changes(good: pl.DataFrame, bad: pl.DataFrame, both: set[str]) -> list[Change]:
     """Facts that differ, per (area, key), hosts matched by name where the runs share them, else by role."""
     out = []
     keys = pl.concat([good.select("area", "key", "phase"), bad.select("area", "key", "phase")]).unique(["area", "key"])
@@ -246,7 +233,7 @@ def _fact_changes(good: pl.DataFrame, bad: pl.DataFrame, both: set[str]) -> list
             continue
         pairs = {(g.get(h, "(not seen)"), b.get(h, "(not seen)")) for h in changed}
         change = "{} -> {}".format(*pairs.pop()) if len(pairs) == 1 and g.keys() & set(changed) else ""
-        out.append(_Raw(area, key, _distribution(g) if g else "(not seen)", _distribution(b) if b else "(not seen)",
+        out.append(Change(area, key, _distribution(g) if g else "(not seen)", _distribution(b) if b else "(not seen)",
                         tuple(changed), len(changed) / max(1, len(b)), phase, change=change))  # fmt: skip
     return out
 
@@ -271,7 +258,7 @@ def _changed_hosts(good: dict[str, str], bad: dict[str, str]) -> list[str]:
     return sorted(changed)
 
 
-def _rate_changes(good: dict[tuple[str, str], Rate], bad: dict[tuple[str, str], Rate]) -> list[_Raw]:
+def _rate_changes(good: dict[tuple[str, str], Rate], bad: dict[tuple[str, str], Rate]) -> list[Change]:
     """Event rates that rose significantly (both runs must have observed the same kind of source)."""
     out = []
     for key in sorted(good.keys() & bad.keys()):
@@ -280,11 +267,11 @@ def _rate_changes(good: dict[tuple[str, str], Rate], bad: dict[tuple[str, str], 
         ratio = b.per_s / g.per_s if g.per_s else float("inf")
         if b.count and p < RATE_P and ratio >= RATE_RATIO:
             detail = f"{b.count:,} in {b.exposure_s:,.0f} s vs {g.count:,} in {g.exposure_s:,.0f} s (p = {p:.1e})"
-            out.append(_Raw(b.area, b.what, f"{g.per_s:.3g}/s", f"{b.per_s:.3g}/s", (), 1.0, "all-reduce", detail))
+            out.append(Change(b.area, b.what, f"{g.per_s:.3g}/s", f"{b.per_s:.3g}/s", (), 1.0, "all-reduce", detail))
     return out
 
 
-def _run_changes(good: "Analysis", bad: "Analysis") -> list[_Raw]:
+def _run_changes(good: "Analysis", bad: "Analysis") -> list[Change]:
     """The job's shape: how many hosts and ranks took part."""
     out = []
     sizes = {
@@ -293,11 +280,11 @@ def _run_changes(good: "Analysis", bad: "Analysis") -> list[_Raw]:
     }
     for what, (g, b) in sizes.items():
         if g and b and g != b:
-            out.append(_Raw("run", what, str(g), str(b), (), 1.0, "whole step"))
+            out.append(Change("run", what, str(g), str(b), (), 1.0, "whole step"))
     return out
 
 
-def _finding_changes(good: "Analysis", bad: "Analysis") -> list[_Raw]:
+def _finding_changes(good: "Analysis", bad: "Analysis") -> list[Change]:
     """Warnings and criticals the slow run has and the good one does not."""
     before = {f.rule_id for f in good.findings}
     new: dict[str, list] = {}
@@ -309,7 +296,7 @@ def _finding_changes(good: "Analysis", bad: "Analysis") -> list[_Raw]:
         worst = max(found, key=lambda f: f.severity)
         hosts = tuple(sorted({h for f in found for h in f.hosts}))
         times = f" ({len(found)} findings)" if len(found) > 1 else ""
-        out.append(_Raw("findings", f"{rule_id} {worst.title}", "absent", worst.severity.label + times, hosts, 1.0, None, worst.summary))
+        out.append(Change("findings", f"{rule_id} {worst.title}", "absent", worst.severity.label + times, hosts, 1.0, None, worst.summary))
     return out
 
 
@@ -317,7 +304,7 @@ def _prior(area: str, what: str) -> float:
     return next((p for a, pattern, p in PRIOR if a == area and re.search(pattern, what)), 0.3)
 
 
-def _scored(raw: _Raw, change: PaceChange | None, host_count: int) -> Change:
+def _scored(raw: Change, change: PaceChange | None, host_count: int) -> Change:
     link, explains = 1.0, None
     if change and change.significant and change.delta_ms > 0 and raw.phase:
         if raw.phase == "whole step":
@@ -330,7 +317,7 @@ def _scored(raw: _Raw, change: PaceChange | None, host_count: int) -> Change:
                 link = 1 + 2 * min(1.0, rose / change.delta_ms)
             elif moved:
                 link = 0.5
+    coverage = min(1.0, raw.coverage)
+    score = _prior(raw.area, raw.what) * (0.5 + 0.5 * coverage) * link
     hosts = tuple(h for h in raw.hosts if h != "(all)")
-    score = _prior(raw.area, raw.what) * (0.5 + 0.5 * min(1.0, raw.coverage)) * link
-    return Change(raw.area, raw.what, raw.good, raw.bad, hosts, min(1.0, raw.coverage), raw.phase, explains, score,
-                  raw.detail, raw.change)  # fmt: skip
+    return replace(raw, hosts=hosts, coverage=coverage, explains_ms=explains, score=score)
