@@ -1,7 +1,7 @@
 """Pairs of runs for `tracelens diff`: one healthy 4-node job, and the same job with one change each.
 
 Every run is a scenario of its own (its own seed, so its step-time jitter is its own, as a rerun's
-is); they are written side by side under `fixtures/pairs/`, with `expected.json` naming, for each
+is); they are written side by side under `fixtures/pairs/`, with `pairs.json` naming, for each
 pair, the change that must rank first (or none, for a rerun of the healthy job).
 """
 
@@ -82,7 +82,7 @@ PAIRS = (
 
 
 def write_pairs(root: Path) -> Path:
-    """Write every run of RUNS and the pairs' expected.json under `root`/pairs."""
+    """Write every run of RUNS and pairs.json under `root`/pairs."""
     folder = root / "pairs"
     for scenario in RUNS:
         write(scenario, folder)
@@ -90,7 +90,7 @@ def write_pairs(root: Path) -> Path:
         "synthetic": True,
         "pairs": [{"good": p.good, "bad": p.bad, "top": None if p.top is None else {"area": p.top[0], "what": p.top[1]}} for p in PAIRS],
     }
-    (folder / "expected.json").write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
+    (folder / "pairs.json").write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
     lines = [f"- `{p.bad}` against `{p.good}`: " + (f"{p.top[0]} {p.top[1]} ranks first" if p.top else "no significant change")
              for p in PAIRS]  # fmt: skip
     (folder / "README.md").write_text(

@@ -17,7 +17,7 @@ from tracelens.stats import binomial_sf, mann_whitney_p, rate_rise_p
 from synth.pairs import write_pairs
 
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "pairs"
-EXPECTED = json.loads((PAIRS / "expected.json").read_text())
+EXPECTED = json.loads((PAIRS / "pairs.json").read_text())
 _analyses: dict[str, object] = {}
 
 
