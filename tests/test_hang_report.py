@@ -1,0 +1,46 @@
+"""The report's hang section: a lane per rank of its last collectives and where the ranks diverge."""
+
+from __future__ import annotations
+
+import json
+
+from tracelens.analyze import analyze
+from tracelens.report.html import render
+
+from .conftest import FIXTURES
+
+
+def test_lanes_show_where_the_ranks_diverge():
+    html = render(analyze(FIXTURES / "lab-hang-sleep"))
+    assert 'id="hang"' in html and "Process group 0 (default_pg): stuck at #21" in html
+    lane = html[html.index("stuck at #21"):]
+    rank2 = lane[lane.index("<tr><td>2</td>"):lane.index("</tr>", lane.index("<tr><td>2</td>"))]
+    assert 'class="lane-never diverge"' in rank2 and "never started" in rank2
+    assert rank2.count("lane-completed") == 5  # #16 to #20 completed, then nothing at #21
+    rank0 = lane[lane.index("<tr><td>0</td>"):lane.index("</tr>", lane.index("<tr><td>0</td>"))]
+    assert 'class="lane-waiting diverge"' in rank0 and "all_reduce scheduled" in rank0
+    assert "<strong>Rank 2 stopped first</strong>" in html and "Loader.next_batch (worker.py:47)" in html
+
+
+def test_killed_rank_has_a_no_dump_lane():
+    html = render(analyze(FIXTURES / "lab-hang-kill"))
+    lane = html[html.index("stuck at #21"):]
+    rank2 = lane[lane.index("<tr><td>2</td>"):lane.index("</tr>", lane.index("<tr><td>2</td>"))]
+    assert rank2.count("lane-nodump") == 6 and "no dump" in rank2
+
+
+def test_healthy_dumps_show_completed_lanes_without_divergence():
+    html = render(analyze(FIXTURES / "lab-hang-healthy"))
+    assert "Process group 0 (default_pg): every collective completed" in html
+    assert "diverge\"" not in html.split('id="hang"')[1].split("</section>")[0].replace('class="num"', "")
+
+
+def test_no_dumps_no_section_and_frames_are_escaped(tmp_path):
+    assert 'id="hang"' not in render(analyze(FIXTURES / "watchdog-hang"))
+    entry = {"record_id": 1, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 1, "p2p_seq_id": 0,
+             "profiling_name": "nccl:all_reduce", "time_created_ns": 1_700_000_000_000_000_000, "input_sizes": [[1]],
+             "output_sizes": [[1]], "state": "started", "frames": [{"name": "<script>alert(1)</script>", "filename": "t.py", "line": 1}]}
+    (tmp_path / "trace_rank_0.json").write_text(json.dumps({"version": "2.4", "pg_config": {}, "entries": [entry]}))
+    (tmp_path / "trace_rank_1.json").write_text(json.dumps({"version": "2.4", "pg_config": {}, "entries": [{**entry, "collective_seq_id": 0, "state": "completed"}]}))
+    html = render(analyze(tmp_path))
+    assert 'id="hang"' in html and "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
