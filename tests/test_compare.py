@@ -132,3 +132,33 @@ def test_log_text_in_a_change_is_escaped(tmp_path):
     assert result.exit_code == 0, result.output
     page = html.read_text()
     assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+def _pace(times: list[float]):
+    import polars as pl
+
+    from tracelens.compare.timing import Pace
+
+    return Pace(pl.DataFrame({"step": list(range(len(times))), "time_ms": times}), None, None)
+
+
+def test_a_slow_stretch_counts_even_when_the_whole_run_is_not_slower():
+    from tracelens.compare import Comparison
+    from tracelens.compare.timing import compare_pace
+
+    steady = [1000.0 + (i * 37 % 21) for i in range(200)]
+    stretch = [800.0 + (i * 37 % 21) for i in range(170)] + [2400.0] * 30  # faster mostly, 30 steps at 2.4x
+    change = compare_pace(_pace(steady), _pace(stretch))
+    assert change.slow_steps.bad == 30 and change.slow_steps.good == 0
+    assert not (change.significant and change.delta_ms > 0) and change.slower
+    verdict = Comparison("good", "bad", change, []).verdict
+    assert verdict.startswith("15% of the slow run's steps took over 1,515 ms") and "no change in set-up" in verdict
+
+
+def test_a_faster_run_is_not_called_slower():
+    from tracelens.compare import Comparison
+    from tracelens.compare.timing import compare_pace
+
+    change = compare_pace(_pace([1000.0 + i % 7 for i in range(100)]), _pace([700.0 + i % 7 for i in range(100)]))
+    assert change.significant and not change.slower
+    assert Comparison("good", "bad", change, []).verdict.startswith("The slow run's steps were not slower")

@@ -125,16 +125,21 @@ class Comparison:
     @property
     def verdict(self) -> str:
         top = self.changes[0] if self.changes else None
-        pace_text = _pace_text(self.pace) if self.pace else ""
-        if self.pace and self.pace.significant:
-            lead = pace_text
+        pace = self.pace
+        if pace and pace.slower:
+            lead = _pace_text(pace) if pace.significant and pace.delta_ms > 0 else pace.slow_steps.text
             return f"{lead}; most likely: {top.sentence}." if top else f"{lead}; no change in set-up, fabric or traffic was found to explain it."
+        if pace and pace.significant:  # significantly faster: nothing to explain
+            lead = f"The slow run's steps were not slower ({_pace_text(pace)})"
+        elif pace:
+            lead = f"The step time did not change significantly ({_pace_text(pace)})"
+        else:
+            lead = "No step timings to compare"
         if top:
-            intro = f"The step time did not change significantly ({pace_text}); " if self.pace else "No step timings to compare; "
-            return f"{intro}{len(self.changes)} change(s) found, first: {top.sentence}."
-        if self.pace:
-            return f"No significant difference: {pace_text}, and no setting, transport, port or rate changed."
-        return "No difference found in set-up, fabric or traffic (no step timings to compare)."
+            return f"{lead}; {len(self.changes)} change(s) found, first: {top.sentence}."
+        if pace and not pace.significant:
+            return f"No significant difference: {_pace_text(pace)}, and no setting, transport, port or rate changed."
+        return f"{lead}; no difference found in set-up, fabric or traffic."
 
     def to_json(self) -> dict:
         data: dict = {
@@ -146,6 +151,9 @@ class Comparison:
             data["steps"] = {
                 "good": _pace_json(self.pace.good), "bad": _pace_json(self.pace.bad),
                 "delta_ms": round(self.pace.delta_ms, 1), "p": self.pace.p, "significant": self.pace.significant,
+                "slow_steps": {"threshold_ms": round(self.pace.slow_steps.threshold_ms, 1), "good": self.pace.slow_steps.good,
+                               "bad": self.pace.slow_steps.bad, "p": self.pace.slow_steps.p,
+                               "significant": self.pace.slow_steps.significant},
                 "phases": [{"phase": p.phase, "good_ms": round(p.good_ms, 1), "bad_ms": round(p.bad_ms, 1),
                             "delta_ms": round(p.delta_ms, 1), "p": p.p, "significant": p.significant}
                            for p in self.pace.phases],
@@ -306,15 +314,15 @@ def _prior(area: str, what: str) -> float:
 
 def _scored(raw: Change, change: PaceChange | None, host_count: int) -> Change:
     link, explains = 1.0, None
-    if change and change.significant and change.delta_ms > 0 and raw.phase:
+    if change and change.slower and raw.phase:
         if raw.phase == "whole step":
-            link, explains = 1.5, change.delta_ms
+            link, explains = 1.5, (change.delta_ms if change.delta_ms > 0 else None)
         else:
             moved = [p for name in PHASE_GROUPS.get(raw.phase, (raw.phase,)) if (p := change.phase(name))]
             rose = sum(p.delta_ms for p in moved if p.significant and p.delta_ms > 0)
             if rose:
                 explains = rose
-                link = 1 + 2 * min(1.0, rose / change.delta_ms)
+                link = 1 + 2 * min(1.0, rose / max(change.delta_ms, rose))
             elif moved:
                 link = 0.5
     coverage = min(1.0, raw.coverage)

@@ -7,6 +7,7 @@ the step timers: a transport or a port moves the all-reduce, an offload the opti
 from __future__ import annotations
 
 import math
+import re
 
 import polars as pl
 
@@ -22,6 +23,7 @@ _DS_PHASE = (
     (r"^(?:bf16|fp16|amp)\.|precision", "compute"),
 )  # fmt: skip
 MAX_VALUE_CHARS = 160
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _IGNORED_CONFIG = r"^launcher\.|_path$|^checkpoint|^tensorboard|^wandb|^csv_monitor|^comet|^steps_per_print$|^wall_clock_breakdown$"
 
 
@@ -95,7 +97,7 @@ def _normal(value: str | None) -> str | None:
     """Config values as comparable text: `True`/`true`, `5e8`/`500000000` compare equal."""
     if value is None:
         return None
-    text = value.strip()
+    text = ADDRESS.sub("", value.strip())  # `<... object at 0x7f6e...>` differs every run
     if text.lower() in ("true", "false", "none", "null"):
         return text.lower().replace("null", "none")
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracelens import steps as timing
-from tracelens.stats import mann_whitney_p
+from tracelens.stats import mann_whitney_p, rate_rise_p
 
 PHASES = {
     "forward": pl.col("fwd_ms"),
@@ -24,6 +24,8 @@ PHASES = {
 }
 OUTSIDE = "between steps"  # wall time not in the timers: data loading, logging, checkpoints
 SIGNIFICANT_P = 0.001
+SLOW_STEP = 1.5  # a step this many times the good run's median is a slow step
+MIN_SLOW_SHARE = 0.02  # of the slow run's steps, for a stretch of slow steps to count
 MIN_CHANGE = 0.05  # of the good run's step time: smaller shifts are run-to-run noise, however certain
 
 
@@ -62,6 +64,29 @@ class PhaseChange:
 
 
 @dataclass(frozen=True)
+class SlowSteps:
+    """Steps over SLOW_STEP x the good run's median, in each run: a slowdown confined to a window
+    moves this share long before it moves the distribution as a whole."""
+
+    threshold_ms: float
+    good: int
+    good_of: int
+    bad: int
+    bad_of: int
+    p: float
+
+    @property
+    def significant(self) -> bool:
+        share_good, share_bad = self.good / max(1, self.good_of), self.bad / max(1, self.bad_of)
+        return self.p < SIGNIFICANT_P and share_bad >= 2 * share_good and share_bad >= MIN_SLOW_SHARE
+
+    @property
+    def text(self) -> str:
+        return (f"{self.bad / max(1, self.bad_of):.0%} of the slow run's steps took over {self.threshold_ms:,.0f} ms "
+                f"({SLOW_STEP}x the good run's median), against {self.good / max(1, self.good_of):.0%} of the good run's")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class PaceChange:
     """How the job's step time moved between the runs, and which parts moved it."""
 
@@ -70,6 +95,12 @@ class PaceChange:
     p: float
     significant: bool
     phases: tuple[PhaseChange, ...]
+    slow_steps: SlowSteps
+
+    @property
+    def slower(self) -> bool:
+        """Whether the slow run really is slower: on the whole, or in a stretch of slow steps."""
+        return (self.significant and self.delta_ms > 0) or self.slow_steps.significant
 
     @property
     def delta_ms(self) -> float:
@@ -116,6 +147,8 @@ def compare_pace(good: Pace, bad: Pace) -> PaceChange:
     floor = MIN_CHANGE * good.mean_ms
 
     def tested(column: str) -> tuple[float, float, float, bool] | None:
+        if column not in good.per_step.columns or column not in bad.per_step.columns:
+            return None
         a, b = good.per_step[column].drop_nulls(), bad.per_step[column].drop_nulls()
         if a.len() < 3 or b.len() < 3:
             return None
@@ -130,4 +163,13 @@ def compare_pace(good: Pace, bad: Pace) -> PaceChange:
             phases.append(PhaseChange(name, *result))
     whole = tested("time_ms")
     p, significant = (whole[2], whole[3]) if whole else (1.0, False)
-    return PaceChange(good, bad, p, significant, tuple(phases))
+    return PaceChange(good, bad, p, significant, tuple(phases), _slow_steps(good, bad))
+
+
+def _slow_steps(good: Pace, bad: Pace) -> SlowSteps:
+    """The share of slow steps in each run, tested as a rate per step (tracelens.stats.rate_rise_p)."""
+    threshold = SLOW_STEP * good.median_ms
+    g = good.per_step["time_ms"].drop_nulls()
+    b = bad.per_step["time_ms"].drop_nulls()
+    n_good, n_bad = int((g > threshold).sum()), int((b > threshold).sum())
+    return SlowSteps(threshold, n_good, g.len(), n_bad, b.len(), rate_rise_p(n_bad, b.len(), n_good, g.len()))
