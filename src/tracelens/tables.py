@@ -183,7 +183,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("lid", pa.int32()),  # base lid (IB); 0 on RoCE
         pa.field("node_guid", pa.string()),
         pa.field("ca_type", pa.string()),  # MT4129, or ibv_devinfo's vendor_part_id
-        pa.field("source", pa.string()),  # ibstat, ibstatus, ibv_devinfo
+        pa.field("source", pa.string()),  # ibstat, ibstatus, ibv_devinfo, rdma_link
+        pa.field("netdev", pa.string()),  # the port's network interface (rdma link show), RoCE
     ),
     # One row per captured frame.
     "packets": pa.schema(
@@ -277,6 +278,115 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("tool", pa.string()),  # py-spy, ray stack, faulthandler, traceback, abort (C++ terminate)
         pa.field("frames", pa.list_(pa.struct([pa.field("name", pa.string()), pa.field("filename", pa.string()), pa.field("line", pa.int64()), pa.field("native", pa.bool_())]))),  # innermost first
         pa.field("exception", pa.string()),  # the `Error: message` line after a traceback; an abort's type and what()
+    ),
+    # Host evidence (tracelens.ingest.nvsmi, kernel, iface, nccl_tests, perftest). `zoned` says
+    # the printed time carried a zone (already UTC); otherwise it is local wall time, as in logs.
+    # One row per GPU sample: nvidia-smi --query-gpu CSV, dmon, dcgmi dmon, the nvidia-smi table.
+    "gpu_samples": _schema(
+        pa.field("zoned", pa.bool_()),
+        pa.field("gpu", pa.int32()),  # index as printed (dmon's Idx, the table's GPU column)
+        pa.field("bus_id", pa.string()),
+        pa.field("name", pa.string()),
+        pa.field("util_gpu", pa.float64()),  # % of time a kernel ran (GPU-Util, utilization.gpu, dmon sm)
+        pa.field("util_mem", pa.float64()),  # % of time memory was read or written
+        pa.field("power_w", pa.float64()),
+        pa.field("power_cap_w", pa.float64()),
+        pa.field("temp_c", pa.float64()),
+        pa.field("mem_used_mib", pa.float64()),
+        pa.field("mem_total_mib", pa.float64()),
+        pa.field("sm_clock_mhz", pa.float64()),
+        pa.field("mem_clock_mhz", pa.float64()),
+        pa.field("pstate", pa.string()),
+        pa.field("throttle", pa.string()),  # active clock-throttle reasons, comma-joined, when printed
+        pa.field("xid", pa.int64()),  # the last Xid error, when printed
+        pa.field("source", pa.string()),  # query_csv, dmon, dcgmi, table
+    ),
+    # One row per kernel log record: dmesg (raw, -T, --time-format iso, /dev/kmsg), journalctl -k, syslog.
+    "kernel_events": _schema(
+        pa.field("zoned", pa.bool_()),
+        pa.field("uptime_s", pa.float64()),  # seconds since boot, when the record prints them
+        pa.field("kind", pa.string()),  # link_down, link_up, tx_timeout, pcie_aer, xid, oom_kill, soft_lockup, hung_task, nic_event, other
+        pa.field("subsystem", pa.string()),  # driver or tag: mlx5_core, NVRM, pcieport, igb ...
+        pa.field("device", pa.string()),  # PCI address or netdev the record names
+        pa.field("netdev", pa.string()),
+        pa.field("xid", pa.int64()),
+        pa.field("detail", pa.string()),  # Xid meaning, AER severity/type, the OOM victim ...
+        pa.field("message", pa.string()),
+    ),
+    # One row per network interface in one dump: ip link / ip -d link / ip -s link / ip addr, ifconfig.
+    "interfaces": _schema(
+        pa.field("ifname", pa.string()),
+        pa.field("ifindex", pa.int32()),
+        pa.field("mtu", pa.int32()),
+        pa.field("min_mtu", pa.int32()),  # ip -d link
+        pa.field("max_mtu", pa.int32()),
+        pa.field("state", pa.string()),  # UP / DOWN / UNKNOWN (operstate), or RUNNING-derived for ifconfig
+        pa.field("flags", pa.string()),
+        pa.field("link_type", pa.string()),  # ether, infiniband, loopback ...
+        pa.field("kind", pa.string()),  # ip -d: veth, bond, vlan, ipoib ...
+        pa.field("master", pa.string()),
+        pa.field("mac", pa.string()),
+        pa.field("ipv4", pa.string()),  # first address with prefix, e.g. 10.0.0.1/24
+        pa.field("rx_bytes", pa.int64()),
+        pa.field("rx_errors", pa.int64()),
+        pa.field("rx_dropped", pa.int64()),
+        pa.field("tx_bytes", pa.int64()),
+        pa.field("tx_errors", pa.int64()),
+        pa.field("tx_dropped", pa.int64()),
+        pa.field("source", pa.string()),  # ip, ifconfig
+    ),
+    # One row per GID table entry: show_gids, ibv_devinfo -v `GID[ n]:` lines.
+    "gids": _schema(
+        pa.field("ca", pa.string()),
+        pa.field("port", pa.int32()),
+        pa.field("index", pa.int32()),
+        pa.field("gid", pa.string()),
+        pa.field("ipv4", pa.string()),
+        pa.field("roce", pa.string()),  # v1 / v2 (null on InfiniBand)
+        pa.field("netdev", pa.string()),
+        pa.field("source", pa.string()),
+    ),
+    # One row per nccl-tests result row and placement (out-of-place / in-place), and per Avg line.
+    "nccl_tests": _schema(
+        pa.field("test", pa.string()),  # all_reduce_perf ... when the output says it
+        pa.field("kind", pa.string()),  # row, average
+        pa.field("size_bytes", pa.int64()),
+        pa.field("count", pa.int64()),
+        pa.field("dtype", pa.string()),
+        pa.field("redop", pa.string()),
+        pa.field("root", pa.int64()),
+        pa.field("placement", pa.string()),  # out, in
+        pa.field("time_us", pa.float64()),
+        pa.field("algbw_gbs", pa.float64()),  # GB/s as printed
+        pa.field("busbw_gbs", pa.float64()),
+        pa.field("wrong", pa.int64()),  # #wrong (2.x) or null for N/A; old `error` column kept as `error`
+        pa.field("error", pa.float64()),
+        pa.field("nranks", pa.int64()),  # `Rank N ... on HOST` header lines of the run
+        pa.field("rank_hosts", pa.string()),  # the hosts of those lines, comma-joined
+        pa.field("run", pa.int64()),  # which run of the file (a header starts one)
+        pa.field("prefix", pa.string()),
+    ),
+    # One row per perftest result row (ib_write_bw, ib_read_bw, ib_send_bw, *_lat).
+    "perftest": _schema(
+        pa.field("test", pa.string()),  # `RDMA_Write BW Test`
+        pa.field("device", pa.string()),
+        pa.field("link_type", pa.string()),
+        pa.field("mtu", pa.int32()),
+        pa.field("gid_index", pa.int32()),
+        pa.field("bytes", pa.int64()),
+        pa.field("iterations", pa.int64()),
+        pa.field("bw_peak", pa.float64()),
+        pa.field("bw_avg", pa.float64()),
+        pa.field("bw_unit", pa.string()),  # MB/sec or Gb/sec (--report_gbits)
+        pa.field("msg_rate_mpps", pa.float64()),
+        pa.field("lat_min_us", pa.float64()),
+        pa.field("lat_max_us", pa.float64()),
+        pa.field("lat_typical_us", pa.float64()),
+        pa.field("lat_avg_us", pa.float64()),
+        pa.field("lat_stdev_us", pa.float64()),
+        pa.field("lat_p99_us", pa.float64()),
+        pa.field("lat_p999_us", pa.float64()),
+        pa.field("run", pa.int64()),
     ),
     # One row per input file: what was read and how much of it was understood.
     "inputs": pa.schema(

@@ -45,6 +45,9 @@ from tracelens.tables import RunTables
 # Tables whose times come from log lines: local wall time, naive, as printed.
 LOG_TABLES = ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env", "nccl_errors", "steps", "comm_ops", "config")
 DUMP_TABLES = ("ib_counters", "ib_ports")
+# Host tools' outputs (nvidia-smi, dmesg, perftest): printed local wall time like the logs,
+# except rows whose printed time carried a zone (`zoned`, e.g. dmesg --time-format iso).
+HOST_TABLES = ("gpu_samples", "kernel_events", "perftest", "interfaces")
 TIME_COLUMNS = ("ts", "ts_lo", "ts_hi", "dump_ts")
 
 SHIFT_STEP_MIN = 30  # candidate zone shifts: whole and half hours ...
@@ -314,11 +317,14 @@ def _local_tables(tables: RunTables) -> dict[str, pl.Expr]:
     and dumps timed by their file name (perfquery-0915.txt)."""
     local = {name: pl.lit(True) for name in LOG_TABLES}
     local.update({name: pl.col("ts_quality") == "filename" for name in DUMP_TABLES})
+    local.update({name: ~pl.col("zoned").fill_null(False) if "zoned" in tables[name].columns else pl.lit(True)
+                  for name in HOST_TABLES if name != "interfaces"})
+    local["interfaces"] = pl.col("ts_quality") == "filename"  # listings are timed like dumps: by `date -u` lines
     return local
 
 
 def _all_timed_tables() -> dict[str, pl.Expr]:
-    return {name: pl.lit(True) for name in (*LOG_TABLES, *DUMP_TABLES, "packets")}
+    return {name: pl.lit(True) for name in (*LOG_TABLES, *DUMP_TABLES, *HOST_TABLES, "packets")}
 
 
 def _shift(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Expr = 0.0, zone: ZoneInfo | None = None) -> None:

@@ -14,7 +14,7 @@ from typing import Protocol
 import polars as pl
 
 from tracelens.ingest import Account, IngestResult, InputFile
-from tracelens.ingest import deepspeed, nccl, stacks
+from tracelens.ingest import deepspeed, nccl, nccl_tests, stacks
 from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, read_chunks
 
 FORMAT = "log"
@@ -31,7 +31,7 @@ class LineParser(Protocol):
         """Add the parsed tables to `result`."""
 
 
-LINE_PARSERS = [nccl.NcclParser, deepspeed.DeepSpeedParser, stacks.StackParser]
+LINE_PARSERS = [nccl.NcclParser, deepspeed.DeepSpeedParser, stacks.StackParser, nccl_tests.NcclTestsParser]
 
 
 def sniff(head: bytes) -> bool:

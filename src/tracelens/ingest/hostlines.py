@@ -1,0 +1,118 @@
+"""What the host-evidence formats (nvidia-smi, dcgmi, kernel logs, ip/ifconfig/show_gids,
+perftest) share: a file as one frame of lines, the context lines people paste around a
+tool's output, and the account from a per-line status.
+
+People collect these outputs with small scripts or paste them into tickets, so around
+the tool's own lines a file may hold `date` output, the shell prompt and command that made
+it, a `hostname` line, and blank lines. Those are read here, vectorized, once for every
+format: `context` marks them, gives each line the time of the last `date` line above it
+and the host of the last prompt or host line above it.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property, lru_cache
+
+import polars as pl
+from lark import Lark, LarkError
+
+from tracelens.ingest import Account, InputFile
+from tracelens.ingest.dumps import parse_time
+from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, read_chunks
+from tracelens.resources import grammar_text
+
+# `user@host:~$ cmd`, `[user@host dir]# cmd`, `$ cmd`, `(venv) user@host$ cmd`
+PROMPT = r"^\s*(?:\([^)]*\)\s*)?(?:\[?[\w.-]+@(?P<host>[A-Za-z0-9][\w.-]*)[^$#]*?\]?\s*[$#]|\$)\s+\S"
+HOST_LINE = r"^\s*(?:#\s*)?(?:host|hostname|node)\s*[:=]\s*(?P<host>[A-Za-z0-9][\w.-]*)\s*$"
+_CLOCKISH = r"\d:\d\d|^\D{0,20}1\d{9}(?:\.\d+)?$"
+
+
+def read_lines(source: InputFile) -> pl.DataFrame:
+    """The whole file as columns `line` (1-based) and `text`."""
+    chunks = list(read_chunks(source.path))
+    return pl.concat(chunks) if chunks else pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
+
+
+def context(lines: pl.DataFrame) -> pl.DataFrame:
+    """Add `ctx` (a status for context lines, null for others), `stamp` (the UTC-as-read time
+    of the last `date` line above, else the first below) and `prompt_host`."""
+    text = pl.col("text")
+    blank = text.str.strip_chars() == ""
+    prompt = text.str.contains(PROMPT)
+    host_line = text.str.contains(f"(?i){HOST_LINE}")
+    candidates = lines.filter(~blank & ~prompt & text.str.contains(_CLOCKISH) & (text.str.len_chars() < 60))
+    stamps = {n: parse_time(t) for n, t in candidates.select("line", "text").iter_rows()}
+    stamps = {n: t for n, t in stamps.items() if t is not None}
+    stamp_col = pl.Series("stamp", [stamps.get(n) for n in lines["line"]], dtype=pl.Datetime("us", "UTC")) if stamps else None
+    out = lines.with_columns(
+        ctx=pl.when(blank | prompt).then(pl.lit(IGNORED, pl.UInt8)).when(host_line).then(pl.lit(PARSED, pl.UInt8)),
+        prompt_host=pl.coalesce(text.str.extract(PROMPT, 1), text.str.extract(f"(?i){HOST_LINE}", 1)),
+    )
+    if stamp_col is None:
+        return out.with_columns(stamp=pl.lit(None, pl.Datetime("us", "UTC")), is_date=pl.lit(False))
+    out = out.with_columns(stamp_col, is_date=stamp_col.is_not_null())
+    return out.with_columns(
+        ctx=pl.when(pl.col("is_date")).then(pl.lit(PARSED, pl.UInt8)).otherwise("ctx"),
+        stamp=pl.col("stamp").forward_fill().fill_null(strategy="backward"),
+        prompt_host=pl.col("prompt_host").forward_fill().fill_null(strategy="backward"),
+    )
+
+
+def account(lines: pl.DataFrame, status: pl.Series) -> Account:
+    """Count each line under its status (null: unrecognized) and keep samples of the unrecognized."""
+    acc = Account(lines=lines.height)
+    status = status.fill_null(UNRECOGNIZED)
+    counts = dict(zip(*status.value_counts().to_dict(as_series=False).values()))
+    acc.parsed = counts.get(PARSED, 0)
+    acc.ignored = counts.get(IGNORED, 0) + counts.get(NOT_MINE, 0)
+    acc.unrecognized = counts.get(UNRECOGNIZED, 0)
+    if acc.unrecognized:
+        bad = lines.filter(status == UNRECOGNIZED).head(20)
+        acc.add_samples(list(zip(bad["line"].to_list(), bad["text"].to_list())))
+    return acc
+
+
+def provenance(source: InputFile, rows: pl.DataFrame, ts: pl.Expr | None = None, zoned: bool = False) -> pl.DataFrame:
+    """Add file, host (from a prompt or host line), ts and ts_quality to rows that carry `line`,
+    `stamp` and `prompt_host`; `ts` overrides the `date` line's time where it is not null."""
+    when = pl.coalesce(ts, pl.col("stamp")) if ts is not None else pl.col("stamp")
+    return rows.with_columns(
+        file=pl.lit(source.name),
+        host=pl.col("prompt_host"),
+        ts=when.cast(pl.Datetime("ns", "UTC")),
+        zoned=pl.lit(zoned),
+    ).with_columns(ts_quality=pl.when(pl.col("ts").is_null()).then(pl.lit("none")).otherwise(pl.lit("exact")))
+
+
+def local_time(text: pl.Expr, fmt: str) -> pl.Expr:
+    """A printed local wall time read as UTC (the timeline moves it to the logs' zone)."""
+    return text.str.strip_chars().str.to_datetime(fmt, strict=False, time_unit="ns").dt.replace_time_zone("UTC")
+
+
+class TemplateGrammar:
+    """A lark grammar of a format's line kinds, applied to line templates: numbers that start a word masked to 0 (`inet6` and `mlx5_0` keep theirs),
+    so that a loop's thousands of lines cost one parse per distinct template. Earley, because
+    the kinds of a free-form tool output share terminals; the parse says the kind, the values
+    are then taken from every line of that kind with vectorized splits."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @cached_property
+    def _lark(self) -> Lark:
+        return Lark(grammar_text(self.name), parser="earley")
+
+    @lru_cache(maxsize=100_000)
+    def kind(self, template: str) -> str | None:
+        """The grammar's kind of a line template, or None when no rule fits."""
+        try:
+            return self._lark.parse(template).data
+        except LarkError:
+            return None
+
+    def kinds(self, lines: pl.DataFrame) -> pl.DataFrame:
+        """Add `kind` to lines (context lines get none), one parse per distinct template."""
+        masked = pl.col("text").str.replace_all(r"\b\d+", "0").str.strip_chars()
+        todo = lines.filter(pl.col("ctx").is_null()).select(masked.alias("template")).unique()
+        table = todo.with_columns(kind=pl.col("template").map_elements(self.kind, return_dtype=pl.String))
+        return lines.with_columns(template=masked).join(table, on="template", how="left", maintain_order="left").drop("template")

@@ -1,0 +1,168 @@
+"""Kernel logs into kernel_events: dmesg (raw, -T, --time-format iso, -H deltas), /dev/kmsg
+records, journalctl -k and syslog lines.
+
+grammars/kernel.lark is the spec of the record prefixes and of the message kinds that
+matter for a training job (link down/up, NIC transmit timeouts, PCIe AER, NVIDIA Xid, OOM
+kills, soft lockups, hung tasks, NIC firmware errors); every other record is kind `other`.
+Kernel logs run to millions of lines with all-distinct bodies, so records are split and
+classified with the equivalent vectorized regular expressions (tests prove they agree
+with the grammar on the corpus and the fixtures).
+
+Times: -T and syslog times are local wall time (syslog without a year: the file's year);
+`--time-format iso` carries its zone (`zoned`); raw dmesg and kmsg carry only seconds since
+boot (`uptime_s`, no `ts`); -H deltas carry neither. Indented lines under a record are its
+continuation (the NVRM crash-dump notice).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import polars as pl
+
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest.hostlines import IGNORED, PARSED, account, context, provenance, read_lines
+
+FORMAT = "kernel_log"
+PRIORITY = 95
+
+_PREFIX = (
+    r"^(?:\[\s*(?P<up>\d+\.\d+)\]"
+    r"|\[\s*\+(?P<delta>\d+\.\d+)\]"
+    r"|\[(?P<ctime>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
+    r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:[+-]\d\d:?\d\d|Z)?)(?:\s+(?P<isohost>\S+) kernel:)?"
+    r"|(?P<kmsg>\d+,\d+,(?P<kus>\d+),[^;]*;)"
+    r"|(?P<stime>\w{3} [ \d]\d \d\d:\d\d:\d\d)\s+(?P<shost>\S+)\s+(?P<tag>[\w./-]+)(?:\[\d+\])?:"
+    r"|(?P<bare>kernel:))"
+    r"\s?(?P<body>.*)$"
+)
+_SNIFF = re.compile(
+    rb"^(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
+    rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: |kernel: |-- (?:Logs begin|Journal begins|Boot [0-9a-f]))",
+    re.M,
+)
+_JOURNAL_BANNER = r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot) .*--?\s*$|^-- No entries --$"
+
+_DEVICE_TAG = r"^(?P<sub>[\w-]+)(?: (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]))?(?: (?P<nd>[\w.@-]+))?:"
+
+# (kind, pattern on the message body); the first that matches wins, as in the grammar.
+KINDS = [
+    ("xid", r"^NVRM: Xid \("),
+    ("tx_timeout", r"NETDEV WATCHDOG:|^[\w-]+(?: \S+)*: TX timeout"),
+    ("link_down", r"(?i)(?:^|[: ])(?:NIC )?Link(?: is)? Down\b|\blost carrier\b|Port module event: module \d+, Cable unplugged"),
+    ("link_up", r"(?i)(?:^|[: ])(?:NIC )?Link(?: is)? Up\b|Port module event: module \d+, Cable plugged|link becomes ready"),
+    ("pcie_aer", r"AER: (?:Multiple )?(?:Corrected|Uncorrected(?: \((?:Non-)?Fatal\))?) error received:"),
+    ("pcie_aer_detail", r"^[\w-]+ [0-9a-fA-F:.]+:\s+(?:PCIe Bus Error:|device \[|\[\s*\d+\]|AER:)"),
+    ("oom_kill", r"Out of memory(?: \(oom_kill_allocating_task\))?: Kill(?:ed)? process"),
+    ("oom_detail", r"^oom-kill:|^oom_reaper:|^\S+ invoked oom-killer:"),
+    ("soft_lockup", r"^(?:watchdog: )?BUG: soft lockup"),
+    ("hung_task", r"^INFO: task "),
+    ("nic_error", r"(?i)^[\w-]+ [0-9a-fA-F:.]+.*(?:health compromised|FW fatal|firmware fatal|fatal error|PCI channel offline|command timeout)"),
+]
+
+# NVIDIA's Xid catalog: what each error means (docs.nvidia.com/deploy/xid-errors).
+XID_MEANINGS = {
+    8: "GPU stopped processing", 13: "Graphics Engine Exception (a kernel faulted: illegal address or instruction)",
+    31: "GPU memory page fault (a kernel touched an illegal address)", 32: "Invalid or corrupted push buffer stream",
+    38: "Driver firmware error", 43: "GPU stopped processing (the application faulted)",
+    45: "Preemptive cleanup after earlier errors (the process was killed or a previous Xid)",
+    48: "Double-bit ECC error (uncorrectable memory error)", 61: "Internal micro-controller breakpoint/warning",
+    62: "Internal micro-controller halt", 63: "ECC page retirement or row remapping recorded",
+    64: "ECC page retirement or row remapping failed", 68: "Video processor exception", 69: "Graphics Engine class error",
+    74: "NVLink error", 79: "GPU has fallen off the bus (PCIe link lost)", 92: "High single-bit ECC error rate",
+    94: "Contained ECC error", 95: "Uncontained ECC error", 109: "Context switch timeout", 119: "GSP RPC timeout",
+    120: "GSP error", 121: "C2C link error", 123: "SPDM failure", 140: "Unrecovered ECC error",
+    143: "GPU initialization failure", 144: "NVLink error (SAW)", 145: "NVLink error (RLW)", 146: "NVLink error (TLW)",
+    147: "NVLink error (TREX)", 148: "NVLink error (NVLPW control)", 149: "NVLink error (NETIR)", 150: "NVLink error (MSE)",
+    154: "GPU recovery action changed (reset or reboot needed)",
+}  # fmt: skip
+
+
+def sniff(head: bytes) -> bool:
+    found = _SNIFF.findall(head[:16384])
+    lines = [ln for ln in head[:16384].splitlines()[:40] if ln.strip()]
+    return len(found) >= max(1, min(3, len(lines) // 2))
+
+
+def classify(body: pl.Expr) -> pl.Expr:
+    """The kind of a record from its message body (the grammar's `message`)."""
+    expr = pl.lit("other")
+    for kind, pattern in reversed(KINDS):
+        expr = pl.when(body.str.contains(pattern)).then(pl.lit(kind)).otherwise(expr)
+    return expr
+
+
+def _year(source: InputFile) -> int:
+    return datetime.fromtimestamp(source.path.stat().st_mtime, timezone.utc).year
+
+
+def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
+    """Every line with a record prefix: its time fields, body, kind and named device."""
+    parts = lines.with_columns(p=pl.col("text").str.extract_groups(_PREFIX)).unnest("p")
+    recs = parts.filter(pl.col("body").is_not_null())
+    spaced = lambda c: pl.col(c).str.replace_all(r"\s+", " ")  # noqa: E731
+    iso = pl.col("iso").str.replace(",", ".").str.replace(r"([+-]\d\d)(\d\d)$", "$1:$2")
+    iso_zoned = iso.str.contains(r"(?:[+-]\d\d:\d\d|Z)$")
+    iso_ts = pl.when(iso_zoned).then(iso.str.to_datetime(time_zone="UTC", strict=False, time_unit="ns")).otherwise(
+        iso.str.to_datetime(strict=False, time_unit="ns").dt.replace_time_zone("UTC")
+    )
+    ctime = spaced("ctime").str.to_datetime("%a %b %d %H:%M:%S %Y", strict=False, time_unit="ns").dt.replace_time_zone("UTC")
+    stime = (pl.lit(f"{year} ") + spaced("stime")).str.to_datetime("%Y %b %d %H:%M:%S", strict=False, time_unit="ns").dt.replace_time_zone("UTC")
+    tag = pl.col("body").str.extract_groups(_DEVICE_TAG)
+    xid = pl.col("body").str.extract(r"^NVRM: Xid \((?:PCI:)?([^)]*)\): (\d+)", 2).cast(pl.Int64, strict=False)
+    recs = recs.with_columns(
+        kind=classify(pl.col("body")),
+        ts=pl.coalesce(ctime, iso_ts, stime),
+        zoned=pl.col("iso").is_not_null() & iso_zoned,
+        uptime_s=pl.coalesce(pl.col("up").cast(pl.Float64, strict=False), pl.col("kus").cast(pl.Float64, strict=False) / 1e6),
+        syslog_host=pl.coalesce("isohost", pl.when(pl.col("tag").is_not_null()).then(pl.col("shost"))),
+        t=tag, xid=xid,
+        message=pl.col("body"),
+    ).with_columns(
+        subsystem=pl.when(pl.col("body").str.starts_with("NVRM:")).then(pl.lit("NVRM")).otherwise(pl.col("t").struct.field("sub")),
+        device=pl.coalesce(pl.col("body").str.extract(r"^NVRM: Xid \((?:PCI:)?([^)]*)\)", 1), pl.col("t").struct.field("pci"),
+                           pl.col("body").str.extract(r"error received: (\S+)", 1)),
+        netdev=pl.coalesce(
+            pl.col("body").str.extract(r"NETDEV WATCHDOG: (\S+) \(", 1),
+            pl.col("body").str.extract(r"ADDRCONF\(NETDEV_CHANGE\): ([^:\s]+):", 1),
+            pl.when(pl.col("t").struct.field("pci").is_not_null()).then(pl.col("t").struct.field("nd")),
+            pl.col("body").str.extract(r"^\w+: (\w[\w.@-]*): (?:NIC )?Link", 1),
+        ),
+    )
+    return recs.with_columns(detail=_detail())
+
+
+def _detail() -> pl.Expr:
+    body, kind = pl.col("body"), pl.col("kind")
+    meaning = pl.col("xid").replace_strict(XID_MEANINGS, default="unknown Xid (see NVIDIA's Xid catalog)", return_dtype=pl.String)
+    return (
+        pl.when(kind == "xid").then(pl.format("Xid {}: {}", "xid", meaning))
+        .when(kind == "pcie_aer").then(body.str.extract(r"AER: (.+?) error received", 1))
+        .when(kind == "oom_kill").then(body.str.extract(r"Kill(?:ed)? process (\d+ \([^)]*\))", 1))
+        .when(kind == "tx_timeout").then(body.str.extract(r"(transmit queue \d+ timed out(?: \d+ ms)?|TX timeout.*)", 1))
+        .when(kind == "soft_lockup").then(body.str.extract(r"(CPU#\d+ stuck for \d+s!.*)", 1))
+        .when(kind == "hung_task").then(body.str.extract(r"INFO: task (\S+ blocked for more than \d+ seconds)", 1))
+    )
+
+
+def ingest(source: InputFile) -> IngestResult:
+    lines = context(read_lines(source))
+    recs = records(lines.filter(pl.col("ctx").is_null()), _year(source))
+    is_record = pl.col("line").is_in(recs["line"].implode())
+    banner = pl.col("text").str.contains(_JOURNAL_BANNER)
+    continuation = pl.col("text").str.contains(r"^\s+\S") & is_record.shift(1).fill_null(False).cum_max()  # under some record
+    status = lines.select(
+        pl.when(pl.col("ctx").is_not_null()).then(pl.col("ctx"))
+        .when(is_record).then(pl.lit(PARSED, pl.UInt8))
+        .when(banner | continuation).then(pl.lit(IGNORED, pl.UInt8))
+    ).to_series()
+    result = IngestResult(account=account(lines, status))
+    if recs.height:
+        frame = provenance(source, recs, pl.col("ts")).with_columns(
+            host=pl.coalesce("syslog_host", "host"),
+            zoned=pl.col("zoned").fill_null(False),
+        )
+        keep = ["file", "line", "host", "ts", "ts_quality", "zoned", "uptime_s", "kind", "subsystem", "device", "netdev", "xid", "detail", "message"]
+        result.add("kernel_events", frame.select(keep))
+    return result
