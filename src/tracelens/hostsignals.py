@@ -1,0 +1,92 @@
+"""Signals from the host evidence that rules and report sections share: GPU utilisation in
+a window against the run's own baseline, the line rate of each host's ports, the networks
+interfaces share, and the kernel events that matter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from ipaddress import IPv4Interface
+
+import polars as pl
+
+from tracelens.tables import RunTables
+
+INCIDENT_KINDS = ("link_down", "link_up", "tx_timeout", "pcie_aer", "xid", "nic_error", "oom_kill", "soft_lockup", "hung_task")
+KIND_TEXT = {
+    "link_down": "link down", "link_up": "link up", "tx_timeout": "NIC transmit timeout", "pcie_aer": "PCIe AER error",
+    "xid": "GPU Xid error", "nic_error": "NIC firmware/health error", "oom_kill": "OOM kill", "soft_lockup": "CPU soft lockup",
+    "hung_task": "hung task",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Utilisation:
+    """GPU utilisation of one host in a window and outside it (the run's own baseline)."""
+
+    host: str
+    inside: float  # mean % over the window's samples
+    outside: float | None  # mean % over the host's other samples; None without any
+    samples: int
+    gpus: int
+
+    @property
+    def dropped(self) -> bool:
+        """Utilisation fell well below its own level outside the window."""
+        return self.outside is not None and self.outside >= 50 and self.inside <= 0.7 * self.outside
+
+    def text(self) -> str:
+        base = f" (usually {self.outside:.0f}%)" if self.outside is not None else ""
+        return f"{self.host}'s {self.gpus} GPU(s) at {self.inside:.0f}%{base}"
+
+
+def utilisation(tables: RunTables, begin: datetime, end: datetime, hosts: list[str] | None = None) -> list[Utilisation]:
+    """Per host with timed GPU samples in [begin, end]: mean utilisation inside and outside."""
+    samples = tables["gpu_samples"].filter(pl.col("ts").is_not_null(), pl.col("util_gpu").is_not_null(), pl.col("host").is_not_null())
+    if hosts:
+        samples = samples.filter(pl.col("host").is_in(hosts))
+    if samples.height == 0:
+        return []
+    inside = pl.col("ts").is_between(begin, end)  # samples are timed to the second: no margin
+    per_host = samples.group_by("host").agg(
+        inside=pl.col("util_gpu").filter(inside).mean(), outside=pl.col("util_gpu").filter(~inside).mean(),
+        samples=inside.sum(), gpus=pl.col("gpu").filter(inside).n_unique(),
+    ).filter(pl.col("samples") > 0).sort("host")
+    return [Utilisation(r["host"], r["inside"], r["outside"], r["samples"], r["gpus"]) for r in per_host.iter_rows(named=True)]
+
+
+def utilisation_phrase(tables: RunTables, begin: datetime, end: datetime, hosts: list[str] | None = None) -> str:
+    """`GPU utilisation fell: node07's 8 GPU(s) at 35% (usually 93%)`, or "" without samples."""
+    found = utilisation(tables, begin, end, hosts) or utilisation(tables, begin, end)
+    if not found:
+        return ""
+    verb = "fell" if any(u.dropped for u in found) else "stayed"
+    return f"GPU utilisation {verb}: " + ", ".join(u.text() for u in found[:4])
+
+
+def port_rates(tables: RunTables) -> pl.DataFrame:
+    """The Active ports of each host with their rate (Gb/s): the latest state per port."""
+    ports = tables["ib_ports"].filter(pl.col("rate_gbps").is_not_null(), pl.col("host").is_not_null())
+    return (
+        ports.sort("ts", nulls_last=False).group_by("host", "ca", "port").agg(pl.all().last())
+        .filter(pl.col("state").fill_null("Active") == "Active")
+        .select("host", "ca", "port", "rate_gbps", "width", "link_layer", "file", "line")
+        .sort("host", "ca", "port")
+    )
+
+
+def networks(tables: RunTables) -> pl.DataFrame:
+    """Interfaces with an IPv4 address, their network (10.0.0.0/24) and MTU: the latest listing per host."""
+    rows = tables["interfaces"].filter(pl.col("ipv4").is_not_null(), pl.col("mtu").is_not_null(), pl.col("ifname") != "lo")
+    if rows.height == 0:
+        return rows.with_columns(network=pl.lit(None, pl.String))
+    latest = rows.sort("ts", nulls_last=False).group_by("host", "ifname").agg(pl.all().last())
+    return latest.with_columns(
+        network=pl.col("ipv4").map_elements(lambda a: str(IPv4Interface(a).network) if "/" in a else None, return_dtype=pl.String)
+    ).filter(pl.col("network").is_not_null())
+
+
+def incidents(tables: RunTables) -> pl.DataFrame:
+    """The kernel events of the kinds that matter (INCIDENT_KINDS)."""
+    return tables["kernel_events"].filter(pl.col("kind").is_in(INCIDENT_KINDS))

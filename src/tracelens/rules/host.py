@@ -1,0 +1,380 @@
+"""TL601-TL607: host evidence: GPU utilisation in slow windows, interface and RoCE MTUs,
+kernel events, and the benchmarks people run before and after (nccl-tests, perftest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import polars as pl
+
+from tracelens.events import CAUSES, network_events
+from tracelens.findings import Evidence, Finding, Severity
+from tracelens.hostsignals import KIND_TEXT, incidents, networks, port_rates, utilisation
+from tracelens.rules import rule
+from tracelens.rules.correlate import MARGIN, slow_episodes
+from tracelens.tables import RunTables
+
+BUSY = 80.0  # % GPU utilisation a compute-bound window keeps
+BUSBW_SHARE = 0.6  # nccl-tests busbw below this share of the hosts' link bandwidth is far below it
+PERFTEST_SHARE = 0.75  # perftest reaches 90%+ of line rate on a healthy link
+JUMBO = 9000
+CRITICAL_XIDS = {48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154}
+MAX_EVIDENCE = 8
+
+
+def _evidence(rows: pl.DataFrame, text: str = "message") -> list[Evidence]:
+    return [Evidence(file=r["file"], line=r["line"], text=str(r.get(text) or ""), host=r.get("host"))
+            for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)]
+
+
+def _samples_evidence(t: RunTables, hosts: list[str], begin, end) -> list[Evidence]:
+    rows = t["gpu_samples"].filter(pl.col("host").is_in(hosts), pl.col("ts").is_between(begin - MARGIN, end + MARGIN)).sort("ts")
+    return [Evidence(file=r["file"], line=r["line"], host=r["host"],
+                     text=f"GPU {r['gpu']} at {r['util_gpu']:.0f}% ({r['source']}, {r['ts']:%H:%M:%S})")
+            for r in rows.head(3).iter_rows(named=True) if r["util_gpu"] is not None]
+
+
+@rule("TL601", "gpu-utilisation-in-slow-window", Severity.WARNING)
+def gpu_utilisation_in_slow_window(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: for each slow stretch of steps (the windows TL401 reports), the GPU
+    utilisation that nvidia-smi, dmon or DCGM sampled in it against the same hosts' own level
+    outside it, joined with what else happened in the window: utilisation that fell to 70% or
+    less of its usual level while network events (NCCL errors, counter rises, packet loss) fall
+    in the window says "GPUs idle while waiting on the network"; utilisation that stayed at
+    80% or more says "GPUs busy: compute bound", so the network is not the cause.
+
+    Why it slows the run: in data-parallel training every GPU waits at each all-reduce for the
+    slowest transfer; when the network stalls the GPUs sit idle (utilisation drops) and the
+    step time grows, while a compute-bound slowdown keeps them busy (thermal or power
+    throttling, a slower kernel, a bigger batch).
+
+    How to fix: GPUs idle while waiting on the network: fix the network cause the finding names
+    (see TL410; `perfquery -x`, `ethtool -S`, reseat the cable, drain the node). GPUs busy:
+    look at the GPUs, not the network: `nvidia-smi -q -d PERFORMANCE,CLOCK` for throttle reasons
+    (HW slowdown, power cap, thermal), `nvidia-smi dmon -s pucvmt` during the run, and the
+    model's kernel time with the PyTorch profiler.
+    """
+    if t["gpu_samples"].height == 0:
+        return
+    episodes = slow_episodes(t["steps"])
+    if not episodes:
+        return
+    events = network_events(t).filter(pl.col("cause") != "stall")
+    for ep in episodes:
+        found = utilisation(t, ep.begin, ep.end)
+        if not found:
+            continue
+        window = events.filter(pl.coalesce("hi", "lo") >= ep.begin - MARGIN, pl.col("lo") <= ep.end + MARGIN)
+        dropped = [u for u in found if u.dropped]
+        numbers = ", ".join(u.text() for u in found)
+        span = f"{ep.begin:%H:%M:%S} to {ep.end:%H:%M:%S} UTC"
+        if dropped and window.height:
+            causes = window.group_by("cause", "host").agg(pl.col("count").sum()).sort("count", descending=True)
+            top = causes.row(0, named=True)
+            hosts = [u.host for u in dropped]
+            yield Finding(
+                rule_id="TL601", severity=Severity.WARNING, score=0.0,
+                title=f"GPUs idle while waiting on the network from {span}",
+                summary=f"While steps were slow ({span}) GPU utilisation fell: {numbers}. In the same window "
+                f"{window.height} network event(s) point at {CAUSES.get(top['cause'], top['cause'])} on {top['host']}: "
+                "the GPUs waited on the network.",
+                evidence=_samples_evidence(t, hosts, ep.begin, ep.end) + [
+                    Evidence(file=r["file"], line=r["line"], frame=r["frame"], text=r["text"] or "", host=r["host"])
+                    for r in window.head(3).iter_rows(named=True)],
+                hosts=hosts, window=(ep.begin, ep.end),
+            )
+        elif all(u.inside >= BUSY and not u.dropped for u in found):
+            yield Finding(
+                rule_id="TL601", severity=Severity.INFO,
+                title=f"GPUs busy while steps were slow from {span}: compute bound",
+                summary=f"While steps were slow ({span}) the GPUs stayed busy: {numbers}. "
+                f"{'No network event falls in the window: ' if window.height == 0 else ''}the slowdown is in the GPUs' own work, not in waiting on the network.",
+                evidence=_samples_evidence(t, [u.host for u in found], ep.begin, ep.end),
+                hosts=[u.host for u in found], window=(ep.begin, ep.end),
+            )
+
+
+@rule("TL602", "mtu-mismatch", Severity.WARNING)
+def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: interfaces of different hosts with addresses in the same IPv4 network but
+    different MTUs (from `ip link`/`ip addr`/`ifconfig` listings), e.g. 9000 on one node and
+    1500 on its peer.
+
+    Why it slows the run: TCP negotiates its segment size from each end's MTU, but a host that
+    sends jumbo frames to a path or peer that only takes 1500 bytes has them dropped or
+    fragmented: NCCL's socket transport and bootstrap stall in retransmissions and
+    black-holed large packets while small packets (pings, handshakes) pass.
+
+    How to fix: set one MTU on every host of the network and on the switch ports between them
+    (`ip link set dev <if> mtu 9000`, and the same in the node's netplan/NetworkManager
+    config so it survives a reboot); check with `ping -M do -s 8972 <peer>`.
+    """
+    nets = networks(t)
+    if nets.height == 0:
+        return
+    for key, group in nets.group_by("network", maintain_order=True):
+        if group["host"].n_unique() < 2 or group["mtu"].n_unique() < 2:
+            continue
+        network = key[0]
+        per = ", ".join(f"{r['host']} {r['ifname']} {r['mtu']}" for r in group.sort("host").iter_rows(named=True))
+        yield Finding(
+            rule_id="TL602", severity=Severity.WARNING,
+            title=f"MTU mismatch on {network}: {', '.join(map(str, sorted(group['mtu'].unique().to_list())))}",
+            summary=f"Hosts on {network} use different MTUs: {per}. Frames larger than the smallest MTU are dropped "
+            "or fragmented between them.",
+            evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ifname']}: mtu {r['mtu']} ({r['ipv4']})")
+                      for r in group.iter_rows(named=True)],
+            hosts=group["host"].unique().to_list(),
+            ports=sorted(set(group["ifname"].to_list())),
+        )
+
+
+@rule("TL603", "roce-active-mtu-low", Severity.WARNING)
+def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: RDMA ports whose active MTU (`ibv_devinfo` active_mtu) is below what the
+    port supports (max_mtu), e.g. RoCE at 1024 on a port that takes 4096; on RoCE the active
+    MTU follows the netdev's MTU, which the finding names when `rdma link` maps it.
+
+    Why it slows the run: every RDMA message is cut into packets of the active MTU: at 1024
+    bytes a 4096-capable link carries four times the packets, headers and per-packet work
+    for the same data, and NCCL's bus bandwidth drops by 10-30%.
+
+    How to fix: raise the netdev MTU on every host and switch port of the RoCE network
+    (`ip link set dev <netdev> mtu 9000` gives active_mtu 4096; 4200 is the least that
+    does), then check `ibv_devinfo | grep active_mtu`. On InfiniBand the subnet manager's
+    partition MTU sets it (`mtu=5` for 4096 in partitions.conf).
+    """
+    ports = t["ib_ports"].filter(pl.col("active_mtu").is_not_null(), pl.col("max_mtu").is_not_null(),
+                                 pl.col("active_mtu") < pl.col("max_mtu"), pl.col("state").fill_null("Active") == "Active")
+    if ports.height == 0:
+        return
+    netdevs = t["ib_ports"].filter(pl.col("netdev").is_not_null()).select("host", "ca", "port", "netdev").unique(["host", "ca", "port"])
+    mtus = t["interfaces"].select("host", pl.col("ifname").alias("netdev"), "mtu").unique(["host", "netdev"], keep="last")
+    rows = ports.drop("netdev").join(netdevs, on=["host", "ca", "port"], how="left").join(mtus, on=["host", "netdev"], how="left")
+    for r in rows.sort("host", "ca", "port").iter_rows(named=True):
+        via = f" (its netdev {r['netdev']} has MTU {r['mtu']})" if r["netdev"] and r["mtu"] else ""
+        yield Finding(
+            rule_id="TL603", severity=Severity.WARNING,
+            title=f"{r['host'] or ''} {r['ca']} port {r['port']}: active MTU {r['active_mtu']} below the {r['max_mtu']} it supports".strip(),
+            summary=f"{r['ca']} port {r['port']} ({r['link_layer'] or 'link layer unknown'}) runs RDMA at MTU {r['active_mtu']} "
+            f"although the port supports {r['max_mtu']}{via}: {r['max_mtu'] // r['active_mtu']}x the packets for the same data.",
+            evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"active_mtu {r['active_mtu']}, max_mtu {r['max_mtu']}")],
+            hosts=[r["host"]], ports=[f"{r['ca']}:{r['port']}"],
+        )
+
+
+@rule("TL604", "socket-interface-without-jumbo-frames", Severity.INFO)
+def socket_interface_without_jumbo_frames(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: a host whose NCCL traffic goes over the socket transport (`NET/Socket`)
+    on an interface that the host's own listing shows at an MTU below 9000 (no jumbo frames).
+
+    Why it slows the run: the socket transport moves every byte through the kernel TCP stack;
+    at 1500 bytes per frame it takes six times the packets, interrupts and per-packet CPU work
+    of 9000-byte jumbo frames, and the CPU becomes the limit well below the line rate.
+
+    How to fix: first make NCCL use RDMA if the hosts have it (see TL101). If sockets are
+    meant: enable jumbo frames end to end (`ip link set dev <if> mtu 9000`, the same on the
+    switch ports), raise NCCL_NSOCKS_PERTHREAD/NCCL_SOCKET_NTHREADS, and pin NCCL_SOCKET_IFNAME
+    to the fast interface.
+    """
+    net = t["nccl_net"]
+    socket_hosts = set(net.filter((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket"))["host"].drop_nulls().to_list())
+    socket_hosts |= set(t["nccl_channels"].filter(pl.col("net").str.to_lowercase() == "socket")["host"].drop_nulls().to_list())
+    if not socket_hosts:
+        return
+    named = net.filter(pl.col("what").is_in(["socket_if", "bootstrap_if", "oob_if"]), pl.col("host").is_in(list(socket_hosts)))
+    named = named.select("host", pl.col("name").alias("ifname")).unique()
+    listed = t["interfaces"].filter(pl.col("mtu").is_not_null()).unique(["host", "ifname"], keep="last")
+    small = listed.join(named, on=["host", "ifname"], how="inner").filter(pl.col("mtu") < JUMBO)
+    for r in small.sort("host").iter_rows(named=True):
+        yield Finding(
+            rule_id="TL604", severity=Severity.INFO,
+            title=f"{r['host']}: NCCL sockets on {r['ifname']} without jumbo frames (MTU {r['mtu']})",
+            summary=f"{r['host']} carries NCCL traffic over TCP sockets on {r['ifname']}, whose MTU is {r['mtu']}: "
+            f"{JUMBO // r['mtu']}x the packets of jumbo frames for the same data.",
+            evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ifname']}: mtu {r['mtu']}")],
+            hosts=[r["host"]], ports=[r["ifname"]],
+        )
+
+
+def _windows(t: RunTables) -> list[tuple]:
+    return [(ep.begin, ep.end) for ep in slow_episodes(t["steps"])]
+
+
+@rule("TL605", "kernel-events", Severity.WARNING)
+def kernel_events(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: the kernel log events that stall or break a training job, per host and
+    kind, with their time: NIC link flaps (link down/up), NIC transmit timeouts (NETDEV
+    WATCHDOG, mlx5 TX timeout), PCIe AER errors on the NIC or GPU, NVIDIA Xid errors (with
+    what each Xid means), NIC firmware errors, OOM kills, soft lockups and hung tasks; and
+    whether they fall in a slow window of the steps. Corrected PCIe errors are reported
+    only when they fall in a slow window (a trickle of them is common on healthy hosts).
+
+    Why it slows the run: a link that goes down stops every collective through it until it
+    retrains (seconds) and NCCL retries or times out; a transmit timeout resets the NIC's
+    queue; PCIe errors retry transfers to the NIC or GPU; an Xid means the GPU faulted or
+    fell off the bus, and the rank's collective never completes.
+
+    How to fix: link flaps and TX timeouts: `ethtool -S <if> | grep -E 'link_down|timeout'`,
+    `mlxlink -d <dev> -m` for cable/transceiver errors, reseat or replace the cable, update
+    NIC firmware. PCIe AER: `lspci -vvv -s <addr>` (LnkSta speed/width), reseat the card,
+    check the riser. Xid: follow NVIDIA's Xid catalog for the number (79: drain the node
+    and check the GPU's seating and power; 48/94/95: ECC, reset the GPU, RMA if it recurs;
+    74/144-150: NVLink, `nvidia-smi nvlink -e`). OOM: lower the batch or host memory use.
+    """
+    events = incidents(t)
+    if events.height == 0:
+        return
+    windows = _windows(t)
+    in_window = pl.lit(False)
+    for begin, end in windows:
+        in_window = in_window | pl.col("ts").is_between(begin - MARGIN, end + MARGIN)
+    events = events.with_columns(in_window=in_window.fill_null(False))
+    keep = (pl.col("kind") != "link_up") & ((pl.col("kind") != "pcie_aer") | ~pl.col("detail").fill_null("").str.contains("Corrected") | pl.col("in_window"))
+    for key, group in events.filter(keep).group_by("host", "kind", maintain_order=True):
+        host, kind = key
+        group = group.sort("line")
+        times = group["ts"].drop_nulls()
+        when = (f" from {times.min():%Y-%m-%d %H:%M:%S} to {times.max():%H:%M:%S} UTC" if times.len() > 1
+                else f" at {times.min():%Y-%m-%d %H:%M:%S} UTC" if times.len() else "")
+        devices = ", ".join(sorted({d for d in group["netdev"].drop_nulls().to_list() + group["device"].drop_nulls().to_list()}))
+        details = sorted({d for d in group["detail"].drop_nulls().to_list()})
+        flapped = kind == "link_down" and events.filter(pl.col("host").eq_missing(host), pl.col("kind") == "link_up").height > 0
+        slow = int(group["in_window"].sum())
+        xids = set(group["xid"].drop_nulls().to_list())
+        severity = Severity.CRITICAL if (xids & CRITICAL_XIDS) or kind in ("nic_error", "oom_kill") or slow else Severity.WARNING
+        what = "link flap(s) (down, then up again)" if flapped else KIND_TEXT[kind]
+        summary = (f"{host or 'A host'} logged {group.height} {what}{when}" + (f" on {devices}" if devices else "")
+                   + (f": {'; '.join(details[:4])}" if details else "") + ".")
+        if slow:
+            summary += f" {slow} of them fall in a slow window of the steps."
+        yield Finding(
+            rule_id="TL605", severity=severity,
+            title=f"{host or 'host'}: {group.height} {what}" + (f" ({details[0]})" if kind == "xid" and details else ""),
+            summary=summary, evidence=_evidence(group), hosts=[host] if host else [],
+            window=(times.min(), times.max()) if times.len() else None,
+            ports=sorted(set(group["netdev"].drop_nulls().to_list())),
+        )
+
+
+def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
+    """The least link bandwidth (Gb/s, all Active ports summed) over `hosts`, and how it was made."""
+    mine = rates.filter(pl.col("host").is_in(hosts))
+    if mine.height == 0 or mine["host"].n_unique() < len(hosts):
+        return None
+    per_host = mine.group_by("host").agg(pl.col("rate_gbps").sum(), pl.len().alias("ports")).sort("rate_gbps")
+    low = per_host.row(0, named=True)
+    return low["rate_gbps"], f"{low['host']}'s {low['ports']} Active port(s) give {low['rate_gbps']:g} Gb/s"
+
+
+@rule("TL606", "nccl-tests-below-link", Severity.WARNING)
+def nccl_tests_below_link(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: nccl-tests runs (`all_reduce_perf` and the other `*_perf`) across hosts
+    whose bus bandwidth at the largest message size is under 60% of what the hosts' links
+    give (the Active ports' rate summed per host, from ibstat/ibv_devinfo, in GB/s), and any
+    run with a non-zero `#wrong` (results that failed validation).
+
+    Why it slows the run: nccl-tests measures exactly the collective the training job runs;
+    large messages should reach 80-95% of the link bandwidth. Far less means the job's
+    all-reduce is limited by the same problem (a downshifted or lossy link, the wrong
+    transport, no GPUDirect RDMA, a bad PCIe topology). Wrong results mean data corruption:
+    a faulty GPU, NIC or driver.
+
+    How to fix: rerun with NCCL_DEBUG=INFO and check the transport (`via NET/IB/0/GDRDMA`),
+    NCCL_IB_HCA and the ports' rate (`ibstat`); test each link with `ib_write_bw` between the
+    two hosts; check `nvidia-smi topo -m` for the GPU-NIC affinity. For #wrong: run
+    `dcgmi diag -r 3` on the hosts and drain the failing one.
+    """
+    tests = t["nccl_tests"]
+    if tests.height == 0:
+        return
+    rates = port_rates(t)
+    for key, run in tests.filter(pl.col("kind") == "row").group_by("file", "run", maintain_order=True):
+        name = run["test"].drop_nulls().first() or "nccl-tests"
+        hosts = [h for h in (run["rank_hosts"].drop_nulls().first() or "").split(",") if h]
+        wrong = run.filter(pl.col("wrong").fill_null(0) > 0)
+        if wrong.height:
+            yield _benchmark_finding(
+                Severity.CRITICAL, f"{name}: {wrong.height} result(s) with #wrong > 0",
+                f"{name} in {key[0]} found wrong results at {wrong.height} size(s) (up to {wrong['wrong'].max()} wrong "
+                "elements): the data the collective moved was corrupted.", wrong, hosts,
+            )
+        if len(hosts) < 2:
+            continue
+        largest = run.filter(pl.col("size_bytes") == run["size_bytes"].max())
+        busbw = float(largest["busbw_gbs"].max())
+        rate = _rate_of(rates, hosts)
+        if rate is None:
+            continue
+        link_gbs = rate[0] / 8
+        if busbw >= BUSBW_SHARE * link_gbs:
+            continue
+        size = int(largest["size_bytes"][0])
+        yield _benchmark_finding(
+            Severity.WARNING, f"{name}: bus bandwidth {busbw:g} GB/s, {busbw / link_gbs:.0%} of the link",
+            f"{name} across {len(hosts)} hosts reached {busbw:g} GB/s bus bandwidth at {size:,} bytes, {busbw / link_gbs:.0%} "
+            f"of the {link_gbs:g} GB/s the links give ({rate[1]}); a healthy fabric gives 80-95%.", largest, hosts,
+        )
+
+
+def _benchmark_finding(severity: Severity, title: str, summary: str, rows: pl.DataFrame, hosts: list[str]) -> Finding:
+    return Finding(rule_id="TL606", severity=severity, title=title, summary=summary, evidence=_rows_evidence(rows), hosts=hosts)
+
+
+def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
+    return [Evidence(file=r["file"], line=r["line"], host=r["host"],
+                     text=f"{r['size_bytes']} bytes {r['placement']}-of-place: busbw {r['busbw_gbs']} GB/s, #wrong {r['wrong']}")
+            for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)]
+
+
+@rule("TL607", "perftest-below-line-rate", Severity.WARNING)
+def perftest_below_line_rate(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: perftest bandwidth runs (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`) whose
+    average bandwidth at the largest message size is under 75% of the line rate of the port
+    they ran on (the device the header names on that host, from ibstat/ibv_devinfo; else the
+    host's fastest Active port).
+
+    Why it slows the run: perftest between two hosts reaches 90%+ of the line rate on a
+    healthy link with large messages; far less points at the link itself (downshifted width
+    or speed, errors and retransmissions, PFC pause storms on RoCE, a wrong MTU), which
+    limits every collective the training job runs over it.
+
+    How to fix: check both ports' rate and width (`ibstat`), their error counters
+    (`perfquery -x`, `ethtool -S` on RoCE), the active MTU (`ibv_devinfo`), the PCIe link of
+    the NIC (`lspci -vvv`, LnkSta), and rerun with `--report_gbits -a` on each port pair to
+    find the bad one.
+    """
+    runs = t["perftest"].filter(pl.col("bw_avg").is_not_null())
+    if runs.height == 0:
+        return
+    rates = port_rates(t)
+    for key, run in runs.group_by("file", "run", maintain_order=True):
+        largest = run.filter(pl.col("bytes") == run["bytes"].max()).row(0, named=True)
+        host, device = largest["host"], largest["device"]
+        ports = rates.filter(pl.col("host").eq_missing(host))
+        on_device = ports.filter(pl.col("ca") == device)
+        ports = on_device if on_device.height else ports
+        if ports.height == 0:
+            continue
+        line = float(ports["rate_gbps"].max())
+        gbps = largest["bw_avg"] * (8 / 1000 if (largest["bw_unit"] or "MB/sec").startswith("MB") else 1.0)
+        if gbps >= PERFTEST_SHARE * line:
+            continue
+        yield Finding(
+            rule_id="TL607", severity=Severity.WARNING,
+            title=f"{largest['test']}: {gbps:.1f} Gb/s on {device or 'the port'}, {gbps / line:.0%} of its {line:g} Gb/s line rate",
+            summary=f"{largest['test']} on {host or 'a host'} {device or ''} averaged {largest['bw_avg']:g} {largest['bw_unit']} "
+            f"({gbps:.1f} Gb/s) at {largest['bytes']:,} bytes: {gbps / line:.0%} of the port's {line:g} Gb/s; "
+            "a healthy link gives 90% or more.",
+            evidence=[Evidence(file=largest["file"], line=largest["line"], host=host,
+                               text=f"{largest['bytes']} bytes: BW average {largest['bw_avg']} {largest['bw_unit']}")],
+            hosts=[host] if host else [], ports=[device] if device else [],
+        )

@@ -1,0 +1,149 @@
+"""TL601-TL607 on small hand-built tables: each fires on its evidence and stays quiet on a healthy host."""
+
+from __future__ import annotations
+
+from tests.conftest import fire, tables_from
+from tests.test_correlate import SLOW, analysed, at, counters, slow_span, steps
+
+
+def gpu(host: str, util_in: float, util_out: float = 93.0, gpus: int = 2) -> list[dict]:
+    """A dmon loop every 5 s over the run: `util_in` inside the slow window, `util_out` outside."""
+    begin, end = slow_span()
+    rows = []
+    for i in range(0, 480, 5):
+        ts = at(i)
+        for g in range(gpus):
+            rows.append({"file": f"{host}/dmon.txt", "line": i + g, "host": host, "ts": ts, "ts_quality": "exact", "zoned": True,
+                         "gpu": g, "util_gpu": util_in if begin <= ts <= end else util_out, "source": "dmon"})
+    return rows
+
+
+def test_tl601_gpus_idle_while_the_network_dropped_packets():
+    t = analysed(
+        steps=steps(slow=SLOW),
+        ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0, 0, 3000, 6000, 6000, 6000, 6000]),
+        gpu_samples=gpu("node01", 35.0) + gpu("node02", 34.0),
+    )
+    (finding,) = fire(t, "TL601")
+    assert finding.title.startswith("GPUs idle while waiting on the network")
+    assert "node01's 2 GPU(s) at 35% (usually 93%)" in finding.summary and "node02" in finding.summary
+    assert "a bad link" in finding.summary and finding.window is not None
+
+
+def test_tl601_gpus_busy_is_compute_bound():
+    t = analysed(steps=steps(slow=SLOW), gpu_samples=gpu("node01", 97.0, 95.0))
+    (finding,) = fire(t, "TL601")
+    assert "compute bound" in finding.title and "97%" in finding.summary and finding.severity.label == "info"
+
+
+def test_tl601_quiet_without_a_slow_window_or_samples():
+    assert fire(analysed(steps=steps(), gpu_samples=gpu("node01", 93.0)), "TL601") == []
+    assert fire(analysed(steps=steps(slow=SLOW)), "TL601") == []
+
+
+def iface(host: str, name: str, mtu: int, ip: str) -> dict:
+    return {"file": f"{host}/ip-addr.txt", "line": 2, "host": host, "ifname": name, "mtu": mtu, "ipv4": ip, "source": "ip"}
+
+
+def test_tl602_mtu_mismatch_on_one_network():
+    t = tables_from(interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 1500, "10.0.0.2/24"),
+                                iface("node01", "eth0", 1500, "192.168.1.1/24"), iface("node02", "eth0", 1500, "192.168.1.2/24")])
+    (finding,) = fire(t, "TL602")
+    assert finding.title == "MTU mismatch on 10.0.0.0/24: 1500, 9000"
+    assert "node01 ens1f0 9000" in finding.summary and finding.hosts == ["node01", "node02"]
+
+
+def test_tl602_quiet_when_every_host_agrees():
+    t = tables_from(interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 9000, "10.0.0.2/24")])
+    assert fire(t, "TL602") == []
+
+
+def port(host: str, active: int, maximum: int = 4096, **extra) -> dict:
+    return {"file": f"{host}/ibv_devinfo.txt", "line": 9, "host": host, "ca": "mlx5_0", "port": 1, "state": "Active",
+            "active_mtu": active, "max_mtu": maximum, "link_layer": "Ethernet", "rate_gbps": 100.0, **extra}
+
+
+def test_tl603_roce_active_mtu_below_the_port():
+    t = tables_from(ib_ports=[port("node01", 1024), port("node02", 4096), {**port("node01", None), "source": "rdma_link", "netdev": "ens1f0"}],
+                    interfaces=[iface("node01", "ens1f0", 1500, "10.0.0.1/24")])
+    (finding,) = fire(t, "TL603")
+    assert "active MTU 1024 below the 4096" in finding.title and "netdev ens1f0 has MTU 1500" in finding.summary
+    assert finding.ports == ["mlx5_0:1"]
+
+
+def test_tl603_quiet_at_full_mtu():
+    assert fire(tables_from(ib_ports=[port("node01", 4096), port("node02", 4096)]), "TL603") == []
+
+
+def test_tl604_socket_transport_without_jumbo_frames():
+    net = [{"host": "node01", "pid": 1, "what": "network", "name": "Socket"},
+           {"host": "node01", "pid": 1, "what": "socket_if", "name": "eth0", "address": "10.0.0.1"}]
+    t = tables_from(nccl_net=net, interfaces=[iface("node01", "eth0", 1500, "10.0.0.1/24")])
+    (finding,) = fire(t, "TL604")
+    assert "eth0 without jumbo frames (MTU 1500)" in finding.title
+    healthy = tables_from(nccl_net=net, interfaces=[iface("node01", "eth0", 9000, "10.0.0.1/24")])
+    assert fire(healthy, "TL604") == []
+
+
+def kev(host: str, kind: str, seconds: float, **extra) -> dict:
+    return {"file": f"{host}/dmesg.txt", "line": int(seconds), "host": host, "ts": at(seconds), "ts_quality": "exact", "zoned": True,
+            "kind": kind, "message": f"{kind} message", **extra}
+
+
+def test_tl605_link_flap_in_the_slow_window_and_an_xid():
+    begin, _ = slow_span()
+    inside = (begin - at(0)).total_seconds() + 10
+    t = analysed(steps=steps(slow=SLOW), kernel_events=[
+        kev("node02", "link_down", inside, netdev="ens1f0np0", subsystem="mlx5_core"),
+        kev("node02", "link_up", inside + 3, netdev="ens1f0np0", subsystem="mlx5_core"),
+        kev("node01", "xid", 400, xid=79, detail="Xid 79: GPU has fallen off the bus (PCIe link lost)", device="0000:a1:00"),
+    ])
+    found = {f.hosts[0]: f for f in fire(t, "TL605")}
+    assert "link flap(s)" in found["node02"].summary and "1 of them fall in a slow window" in found["node02"].summary
+    assert found["node02"].ports == ["ens1f0np0"] and found["node02"].severity.label == "critical"
+    assert "Xid 79: GPU has fallen off the bus" in found["node01"].title and found["node01"].severity.label == "critical"
+
+
+def test_tl605_quiet_on_a_corrected_aer_trickle_outside_slow_windows():
+    t = analysed(steps=steps(slow=SLOW), kernel_events=[kev("node01", "pcie_aer", 5, detail="Corrected"), kev("node01", "other", 6)])
+    assert fire(t, "TL605") == []
+
+
+def nccl_row(busbw: float, wrong: int = 0, size: int = 8589934592, hosts: str = "node01,node02") -> list[dict]:
+    return [{"file": "nccl-tests.log", "line": 30 + i, "test": "all_reduce_perf", "kind": "row", "size_bytes": size,
+             "placement": p, "busbw_gbs": busbw, "wrong": wrong, "nranks": 16, "rank_hosts": hosts, "run": 1}
+            for i, p in enumerate(("out", "in"))]
+
+
+def rates(gbps: float = 200.0, count: int = 8) -> list[dict]:
+    return [{"file": f"{h}/ibstat.txt", "line": 1 + i, "host": h, "ca": f"mlx5_{i}", "port": 1, "state": "Active",
+             "rate_gbps": gbps, "link_layer": "InfiniBand"} for h in ("node01", "node02") for i in range(count)]
+
+
+def test_tl606_busbw_far_below_the_links():
+    (finding,) = fire(tables_from(nccl_tests=nccl_row(41.3), ib_ports=rates()), "TL606")
+    assert "41.3 GB/s, 21% of the link" in finding.title and "200 GB/s the links give" in finding.summary
+
+
+def test_tl606_wrong_results():
+    (finding,) = fire(tables_from(nccl_tests=nccl_row(190.0, wrong=12), ib_ports=rates()), "TL606")
+    assert finding.severity.label == "critical" and "#wrong" in finding.title
+
+
+def test_tl606_quiet_on_a_healthy_run_or_one_host():
+    assert fire(tables_from(nccl_tests=nccl_row(189.6), ib_ports=rates()), "TL606") == []
+    assert fire(tables_from(nccl_tests=nccl_row(20.0, hosts="localhost"), ib_ports=rates()), "TL606") == []
+
+
+def perf(bw: float) -> list[dict]:
+    return [{"file": "node01/ib_write_bw.txt", "line": 20, "host": "node01", "test": "RDMA_Write BW Test", "device": "mlx5_0",
+             "bytes": 8388608, "bw_avg": bw, "bw_unit": "MB/sec", "run": 1}]
+
+
+def test_tl607_perftest_below_line_rate():
+    (finding,) = fire(tables_from(perftest=perf(11000.0), ib_ports=rates()), "TL607")
+    assert "88.0 Gb/s on mlx5_0, 44% of its 200 Gb/s" in finding.title
+
+
+def test_tl607_quiet_near_line_rate():
+    assert fire(tables_from(perftest=perf(23240.68), ib_ports=rates()), "TL607") == []
