@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from synth import deepspeed, incidents
+from synth import deepspeed, host, incidents
 from synth.nccl import Host, Version
 from synth.pytorch import Work
 from synth.fabric import FabricPort
@@ -130,3 +130,4 @@ SCENARIOS = (
 SCENARIOS += deepspeed.scenarios(pair())  # DeepSpeed steps and config: healthy, a slow window, overlap_comm off
 # Whole runs, every source at once, one injected cause each, over RoCE
 SCENARIOS += incidents.scenarios(pair(link_layer="RoCE", env=(("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_GID_INDEX", "3"))))
+SCENARIOS += host.scenarios(pair(link_layer="RoCE", env=(("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_GID_INDEX", "3"))))

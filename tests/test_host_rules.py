@@ -147,3 +147,17 @@ def test_tl607_perftest_below_line_rate():
 
 def test_tl607_quiet_near_line_rate():
     assert fire(tables_from(perftest=perf(23240.68), ib_ports=rates()), "TL607") == []
+
+
+def test_the_verdict_says_the_gpus_idled_in_the_bad_links_window():
+    """fixtures/scenario-gpu-idle-bad-link (synthetic): the root cause names node02's link and the GPU numbers."""
+    from tests.conftest import FIXTURES
+    from tracelens.analyze import analyze
+
+    analysis = analyze(FIXTURES / "scenario-gpu-idle-bad-link")
+    top = analysis.findings[0]
+    assert top.rule_id == "TL410" and top.hosts == ["node02"]
+    assert "GPU utilisation fell: node02's 4 GPU(s) at 3" in top.summary and "(usually 9" in top.summary
+    assert "node02's kernel logged" in top.summary
+    idle = [f for f in analysis.findings if f.rule_id == "TL601"]
+    assert idle and idle[0].title.startswith("GPUs idle while waiting on the network")

@@ -9,6 +9,8 @@ One row per event, from the tables the timeline has aligned:
   traffic; [lo, hi] is the interval between the dumps, `count` the rise.
 - packets: every NAK, PSN gap, retransmission, CNP, ECN-CE mark, RNR NAK and zero window the
   flow analysis found (packets.flows); lo = hi = the frame's time.
+- kernel: the host's kernel log records of its NIC: link down, transmit timeouts (a bad link),
+  firmware/health errors; lo = hi = the record's time, `port` the netdev.
 
 `cause` says what an event is a sign of (CAUSES); `host` and `peer` are the two ends where
 known (capture addresses named after the hosts NCCL says use them), `port` an HCA port as
@@ -20,6 +22,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.fabric.deltas import counter_deltas, kind_of
+from tracelens.hostsignals import KIND_TEXT
 from tracelens.packets.flows import analyze as packet_analysis
 from tracelens.packets.hosts import host_names
 from tracelens.rules.evidence import with_text
@@ -45,6 +48,7 @@ _PACKET_CAUSE = {
     "NAK (PSN sequence error)": "link", "PSN gap": "link", "RoCE retransmission": "link", "TCP retransmission": "link",
     "NAK (other)": "failure", "CNP": "congestion", "ECN-CE": "congestion", "RNR NAK": "receiver", "zero window": "receiver",
 }  # fmt: skip
+_KERNEL_CAUSE = {"link_down": "link", "tx_timeout": "link", "nic_error": "failure"}
 BLOCKED_NOTED = 0.01  # PortXmitWait or pause time under this share of an interval is normal
 # RDMA error counters (out_of_sequence, local_ack_timeout_err ...) count at both ends of a lossy
 # path, where physical errors count at the bad port only: they weigh less in locating the link.
@@ -60,7 +64,7 @@ SCHEMA = {
 def network_events(tables: RunTables) -> pl.DataFrame:
     """Every network event of the run (columns SCHEMA), in time order; events without a time are left out."""
     names = host_names(tables)
-    parts = [_nccl(tables, names), _counters(tables), _packets(tables, names)]
+    parts = [_nccl(tables, names), _counters(tables), _packets(tables, names), _kernel(tables)]
     frame = pl.concat([p.select([pl.col(c).cast(t) if c in p.columns else pl.lit(None, t).alias(c) for c, t in SCHEMA.items()])
                        for p in parts])
     return frame.filter(pl.col("lo").is_not_null()).sort("lo", "source")
@@ -132,4 +136,13 @@ def _packets(tables: RunTables, names: dict[str, str]) -> pl.DataFrame:
         pl.col("kind").alias("what"), name("src").alias("host"), name("dst").alias("peer"),
         pl.col("ts").alias("lo"), pl.col("ts").alias("hi"), pl.lit(1).alias("count"), "file", "frame",
         pl.format("{}: {}", "kind", "flow").alias("text"),
+    )
+
+
+def _kernel(tables: RunTables) -> pl.DataFrame:
+    rows = tables["kernel_events"].filter(pl.col("kind").is_in(list(_KERNEL_CAUSE)))
+    return rows.select(
+        pl.lit("kernel").alias("source"), pl.col("kind").replace_strict(_KERNEL_CAUSE).alias("cause"),
+        pl.col("kind").replace_strict(KIND_TEXT).alias("what"), "host", pl.coalesce("netdev", "device").alias("port"),
+        pl.col("ts").alias("lo"), pl.col("ts").alias("hi"), pl.lit(1).alias("count"), "file", "line", pl.col("message").alias("text"),
     )

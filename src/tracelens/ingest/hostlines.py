@@ -59,8 +59,12 @@ def context(lines: pl.DataFrame) -> pl.DataFrame:
 
 
 def account(lines: pl.DataFrame, status: pl.Series) -> Account:
-    """Count each line under its status (null: unrecognized) and keep samples of the unrecognized."""
+    """Count each line under its status and keep samples of the unrecognized. A line no kind fits
+    is unrecognized, unless it starts with `#`: a comment of the collecting script or a fixture's
+    marker (dumps.py reads them the same way)."""
     acc = Account(lines=lines.height)
+    comment = lines["text"].str.strip_chars_start().str.starts_with("#")
+    status = pl.select(pl.when(status.is_null() & comment).then(pl.lit(IGNORED, pl.UInt8)).otherwise(status)).to_series()
     status = status.fill_null(UNRECOGNIZED)
     counts = dict(zip(*status.value_counts().to_dict(as_series=False).values()))
     acc.parsed = counts.get(PARSED, 0)

@@ -38,6 +38,7 @@ import polars as pl
 from tracelens import steps as timing
 from tracelens.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.hostsignals import utilisation_phrase
 from tracelens.hangs import first_stopped
 from tracelens.rules import rule
 from tracelens.rules.evidence import step_evidence
@@ -174,7 +175,7 @@ def _chain(found: pl.DataFrame, cause: str, hosts: list[str]) -> pl.DataFrame:
     """The events of `cause` at `hosts` (either end), grouped per source and kind: the biggest of
     each source first, then the rest by size."""
     mine = found.filter(pl.col("cause") == cause, pl.col("host").is_in(hosts) | pl.col("peer").is_in(hosts))
-    order = {"NCCL": 0, "counters": 1, "packets": 2, "steps": 3}
+    order = {"NCCL": 0, "counters": 1, "packets": 2, "kernel": 3, "steps": 4}
     return (
         mine.group_by("source", "what", "host", "peer", "port")
         .agg(pl.col("count").sum(), pl.col("lo").min(), pl.col("hi").max(), rows=pl.struct("file", "line", "frame", "text", "host"))
@@ -201,6 +202,8 @@ def _phrase(link: dict) -> str:
         return f"{host} {port_text(link['port'])}'s {what} rose by {n:,} between the dumps at {link['lo']:%H:%M:%S} and {link['hi']:%H:%M:%S}"
     if link["source"] == "packets":
         return f"the capture shows {n:,} {what} between {host} and {link['peer']}"
+    if link["source"] == "kernel":
+        return f"{host}'s kernel logged {n:,} {what}(s)" + (f" on {link['port']}" if link["port"] else "")
     return f"{host}'s {what}"
 
 
@@ -297,6 +300,8 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
                    f"cost the run {cost}, by {best['sources']} independent source(s){also}.")
         evidence += [e for link in links for e in _evidence(link["rows"], 5)]
         score = best["sources"] + episode.share
+    if gpu := utilisation_phrase(t, episode.begin, episode.end, hosts):  # the host evidence, when nvidia-smi/DCGM sampled it
+        summary += f" {gpu}."
     return Finding(
         rule_id="TL410",
         severity=Severity.CRITICAL if episode.share >= 0.2 else Severity.WARNING,

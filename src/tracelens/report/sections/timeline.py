@@ -1,6 +1,7 @@
 """The timeline, the report's centre: one chart with time across (UTC), the step time on top and
 a lane per host and source below (NCCL events, counter rises, packet events), the windows of
-the root-cause and slow-step findings shaded and numbered; then each finding's window linked to its evidence, the logs'
+the root-cause and slow-step findings shaded and numbered, and each host's GPU utilisation when
+nvidia-smi or DCGM sampled it (tracelens.hostsignals); then each finding's window linked to its evidence, the logs'
 zone as the timeline decided it, and the clock offsets it measured and applied."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import polars as pl
 
 from tracelens import steps as timing
 from tracelens.events import CAUSES, network_events
+from tracelens.hostsignals import gpu_lanes
 from tracelens.report.charts import to_svg
 
 ORDER = 0
@@ -35,10 +37,11 @@ def context(analysis) -> dict | None:
     events = network_events(tables)
     series = timing.step_series(tables["steps"]).filter(pl.col("ts").is_not_null(), pl.col("time_ms").is_not_null())
     windows = [(i, f) for i, f in enumerate(analysis.findings, start=1) if f.window]
-    if events.height == 0 and series.height == 0 and not windows:
+    gpus = gpu_lanes(tables["gpu_samples"])
+    if events.height == 0 and series.height == 0 and not windows and gpus.height == 0:
         return None
     return {
-        "chart": _chart(series, events, windows),
+        "chart": _chart(series, events, windows, gpus),
         "windows": [_window_row(i, f) for i, f in windows],
         "zone": analysis.timeline.notes[0] if analysis.timeline.notes else "",
         "offsets": analysis.timeline.offsets.to_dicts(),
@@ -58,7 +61,7 @@ def _iso(column: str) -> pl.Expr:
     return pl.col(column).dt.convert_time_zone("UTC").dt.strftime(ISO)
 
 
-def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list) -> str:
+def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list, gpus: pl.DataFrame) -> str:
     x = alt.X("t:T", scale=alt.Scale(type="utc"), axis=X_AXIS)
     shades = [{"from": f.window[0].isoformat(), "to": f.window[1].isoformat(), "finding": f"#{i} {f.rule_id}"}
               for i, f in windows if f.score > 0 or f.rule_id in SHADED][:MAX_SHADES]
@@ -78,6 +81,12 @@ def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list) -> str:
             x=x, y=alt.Y("ms:Q", title="ms per step"), color=alt.Color("stream:N", legend=alt.Legend(orient="top", title=None))
         )
         panels.append(alt.layer(shade, line, labels).properties(width=WIDTH, height=180))
+    if gpus.height:
+        util = alt.Chart(alt.Data(values=gpus.to_dicts())).mark_line().encode(
+            x=x, y=alt.Y("util:Q", title="GPU util. %", scale=alt.Scale(domain=[0, 100])),
+            color=alt.Color("host:N", legend=alt.Legend(orient="top", title=None)),
+        )
+        panels.append(alt.layer(shade, util).properties(width=WIDTH, height=90))
     if events.height:
         lanes = _lanes(events)
         order = sorted({lane["lane"] for lane in lanes})

@@ -1,0 +1,53 @@
+"""The report's host section (GPUs, interfaces and MTUs, kernel events, benchmarks against the
+line rate) and the GPU-utilisation lane of the timeline."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from tests.conftest import REPO, tables_from
+from tests.test_host_rules import gpu, iface, kev, nccl_row, perf, port, rates
+from tracelens.analyze import analyze
+from tracelens.report.sections import host, timeline
+from tracelens.resources import data_dir
+from tracelens.tables import RunTables
+
+
+def render(ctx) -> str:
+    env = Environment(loader=FileSystemLoader(data_dir("reports")), autoescape=select_autoescape(default=True))
+    return env.get_template(host.TEMPLATE).render(ctx=ctx)
+
+
+def test_host_section_tables():
+    t = tables_from(
+        interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 1500, "10.0.0.2/24")],
+        ib_ports=[port("node01", 1024)] + rates(),
+        kernel_events=[kev("node02", "xid", 10, xid=79, detail="Xid 79: GPU has fallen off the bus", message="NVRM: Xid <script>x</script>")],
+        nccl_tests=nccl_row(41.3), perftest=perf(11000.0), gpu_samples=gpu("node01", 35.0),
+    )
+    ctx = host.context(SimpleNamespace(tables=t, findings=[]))
+    mtus = {(i["host"], i["name"]): (i["mtu"], i["odd"]) for i in ctx["interfaces"]}
+    assert mtus[("node01", "ens1f0")] == (9000, False) and mtus[("node02", "ens1f0")] == (1500, True)
+    assert mtus[("node01", "mlx5_0:1")] == ("1024 of 4096", True)
+    (event,) = ctx["events"]
+    assert (event["host"], event["what"], event["detail"]) == ("node02", "GPU Xid error", "Xid 79: GPU has fallen off the bus")
+    nccl, ib = ctx["benchmarks"]
+    assert (nccl["result"], nccl["line"], nccl["share"]) == ("busbw 41.3 GB/s", "200 GB/s", "21%")
+    assert (ib["result"], ib["line"], ib["share"]) == ("88.0 Gb/s", "200 Gb/s", "44%")
+    assert ctx["gpus"][0]["host"] == "node01" and ctx["gpus"][0]["gpus"] == 2
+    html = render(ctx)
+    assert "<script>" not in html and "&lt;script&gt;" in html and "Benchmarks against the line rate" in html
+
+
+def test_no_host_evidence_no_section():
+    assert host.context(SimpleNamespace(tables=RunTables(), findings=[])) is None
+
+
+def test_the_timeline_draws_a_gpu_lane_for_the_scenario():
+    analysis = analyze(REPO / "fixtures" / "scenario-gpu-idle-bad-link")
+    svg = timeline.context(analysis)["chart"]
+    assert "GPU util. %" in svg
+    ctx = host.context(analysis)
+    assert {e["what"] for e in ctx["events"]} >= {"link down", "NIC transmit timeout"}
