@@ -283,5 +283,51 @@ def test_real_listings_from_this_machine(path):
         rows = result.tables["interfaces"].filter(pl.col("ifname").str.starts_with("vh-"))
         assert rows["mtu"].to_list() == ([9000] if "tlhost-a" in path.name else [1500])
         assert rows["host"].to_list() == [path.name.split("-ip")[0].split("-ifconfig")[0]]
+    if path.name == "dmesg-iso.txt":
+        assert result.tables["kernel_events"]["zoned"].all()
     if path.name.endswith("ip-d-link.txt"):
         assert result.tables["interfaces"].filter(pl.col("kind") == "veth")["max_mtu"].to_list() == [65535]
+
+
+def test_older_latency_table_and_notes(tmp_path):
+    """perftest before 4.x printed five latency columns; runtime notes are read, not unrecognized."""
+    path = tmp_path / "lat-old.txt"
+    path.write_text(
+        "                    Send Latency Test\n Dual-port       : OFF\t\tDevice         : mlx5_1\n"
+        " Requested SQ size might be too big. Try reducing TX depth and/or inline size.\n"
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n 2       1000          0.98           5.10         1.01\n")
+    fmt, result = read(path)
+    row = result.tables["perftest"].row(0, named=True)
+    assert fmt == "perftest" and result.account.unrecognized == 0
+    assert (row["lat_min_us"], row["lat_typical_us"], row.get("lat_avg_us"), row["device"]) == (0.98, 1.01, None, "mlx5_1")
+
+
+@pytest.mark.parametrize(("text", "kind", "timed"), [
+    ("kern  :err   : [ 1234.567890] mlx5_core 0000:3b:00.0 ens1f0np0: Link down\n", "link_down", False),  # dmesg -x
+    ("Dec 06 18:31:01.123456 node02 kernel: mlx5_core 0000:3b:00.0 ens1f0np0: Link down\n", "link_down", True),  # short-precise
+    ("2024-12-06T18:31:01,123456+01:00 mlx4_en: eth2: Link Down\n", "link_down", True),  # dmesg --time-format iso
+])
+def test_kernel_prefix_variants(tmp_path, text, kind, timed):
+    path = tmp_path / "k.txt"
+    path.write_text(text * 3)
+    fmt, result = read(path)
+    rows = result.tables["kernel_events"]
+    assert fmt == "kernel_log" and result.account.unrecognized == 0
+    assert rows["kind"].unique().to_list() == [kind] and rows["ts"].is_not_null().all() == timed
+    if "+01:00" in text:
+        assert str(rows["ts"][0]) == "2024-12-06 17:31:01.123456+00:00" and rows["zoned"].all()
+
+
+def test_show_gids_trailer_and_ipoib_ifconfig(tmp_path):
+    gids = tmp_path / "gids.txt"
+    gids.write_text("DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n---\t----\t-----\t---\t\t\t\t\t------------  \t---\t---\n"
+                    "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv2\tens1f0\nn_gids_found=1\n")
+    fmt, result = read(gids)
+    assert fmt == "interfaces" and result.account.unrecognized == 0 and result.tables["gids"]["roce"].to_list() == ["v2"]
+    ipoib = tmp_path / "ifconfig.txt"
+    ipoib.write_text("ib0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 2044\n        inet 192.168.10.1  netmask 255.255.255.0\n"
+                     "Infiniband hardware address can be incorrect! Please read BUGS section in ifconfig(8).\n"
+                     "        infiniband 80:00:02:08:FE:80:00:00:00:00:00:00:00:00:00:00:00:00:00:00  txqueuelen 256  (InfiniBand)\n")
+    fmt, result = read(ipoib)
+    row = result.tables["interfaces"].row(0, named=True)
+    assert result.account.unrecognized == 0 and (row["ifname"], row["mtu"], row["link_type"]) == ("ib0", 2044, "infiniband")

@@ -204,7 +204,7 @@ def ingest(source: InputFile) -> IngestResult:
     status = lines.select(
         pl.when(pl.col("ctx").is_not_null()).then(pl.col("ctx"))
         .when(pl.col("line").is_in(list(failed))).then(pl.lit(None, pl.UInt8))
-        .when(pl.col("kind").is_in(["gids_head", "gids_sep"])).then(pl.lit(IGNORED, pl.UInt8))
+        .when(pl.col("kind").is_in(["gids_head", "gids_sep", "ifc_warning"])).then(pl.lit(IGNORED, pl.UInt8))
         .when(pl.col("kind").is_not_null()).then(pl.lit(PARSED, pl.UInt8))
     ).to_series()
     result = IngestResult(account=account(lines, status))

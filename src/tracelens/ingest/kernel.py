@@ -28,18 +28,19 @@ FORMAT = "kernel_log"
 PRIORITY = 95
 
 _PREFIX = (
-    r"^(?:\[\s*(?P<up>\d+\.\d+)\]"
+    r"^(?:(?P<level>[a-z]+\s*:[a-z]+\s*): )?"  # dmesg -x: `kern  :err   : `
+    r"(?:\[\s*(?P<up>\d+\.\d+)\]"
     r"|\[\s*\+(?P<delta>\d+\.\d+)\]"
     r"|\[(?P<ctime>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:[+-]\d\d:?\d\d|Z)?)(?:\s+(?P<isohost>\S+) kernel:)?"
     r"|(?P<kmsg>\d+,\d+,(?P<kus>\d+),[^;]*;)"
-    r"|(?P<stime>\w{3} [ \d]\d \d\d:\d\d:\d\d)\s+(?P<shost>\S+)\s+(?P<tag>[\w./-]+)(?:\[\d+\])?:"
+    r"|(?P<stime>\w{3} [ \d]\d \d\d:\d\d:\d\d)(?:\.(?P<sfrac>\d+))?\s+(?P<shost>\S+)\s+(?P<tag>[\w./-]+)(?:\[\d+\])?:"
     r"|(?P<bare>kernel:))"
     r"\s?(?P<body>.*)$"
 )
 _SNIFF = re.compile(
-    rb"^(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
-    rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: |kernel: |-- (?:Logs begin|Journal begins|Boot [0-9a-f]))",
+    rb"^(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
+    rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: |-- (?:Logs begin|Journal begins|Boot [0-9a-f]))",
     re.M,
 )
 _JOURNAL_BANNER = r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot) .*--?\s*$|^-- No entries --$"
@@ -109,12 +110,13 @@ def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
     )
     ctime = spaced("ctime").str.to_datetime("%a %b %d %H:%M:%S %Y", strict=False, time_unit="ns").dt.replace_time_zone("UTC")
     stime = (pl.lit(f"{year} ") + spaced("stime")).str.to_datetime("%Y %b %d %H:%M:%S", strict=False, time_unit="ns").dt.replace_time_zone("UTC")
+    stime = stime + pl.duration(microseconds=pl.col("sfrac").str.pad_end(6, "0").str.slice(0, 6).cast(pl.Int64, strict=False).fill_null(0))
     tag = pl.col("body").str.extract_groups(_DEVICE_TAG)
     xid = pl.col("body").str.extract(r"^NVRM: Xid \((?:PCI:)?([^)]*)\): (\d+)", 2).cast(pl.Int64, strict=False)
     recs = recs.with_columns(
         kind=classify(pl.col("body")),
         ts=pl.coalesce(ctime, iso_ts, stime),
-        zoned=pl.col("iso").is_not_null() & iso_zoned,
+        printed_zone=pl.col("iso").is_not_null() & iso_zoned,
         uptime_s=pl.coalesce(pl.col("up").cast(pl.Float64, strict=False), pl.col("kus").cast(pl.Float64, strict=False) / 1e6),
         syslog_host=pl.coalesce("isohost", pl.when(pl.col("tag").is_not_null()).then(pl.col("shost"))),
         t=tag, xid=xid,
@@ -161,7 +163,7 @@ def ingest(source: InputFile) -> IngestResult:
     if recs.height:
         frame = provenance(source, recs, pl.col("ts")).with_columns(
             host=pl.coalesce("syslog_host", "host"),
-            zoned=pl.col("zoned").fill_null(False),
+            zoned=pl.col("printed_zone").fill_null(False),
         )
         keep = ["file", "line", "host", "ts", "ts_quality", "zoned", "uptime_s", "kind", "subsystem", "device", "netdev", "xid", "detail", "message"]
         result.add("kernel_events", frame.select(keep))

@@ -26,7 +26,9 @@ _SNIFF = re.compile(rb"(?:RDMA_Write|RDMA_Read|Send|Atomic\w*|Write|Read) (?:BW|
 _WRAPPER = r"^(?P<wts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+\s+L\d+\s+\w+\| ?(?P<stdout>\[std(?:out|err)\] ?)?"
 _ATTRS = {"Device": "device", "Link type": "link_type", "Mtu": "mtu", "GID index": "gid_index"}
 BW_COLUMNS = ["bytes", "iterations", "bw_peak", "bw_avg", "msg_rate_mpps"]
-LAT_COLUMNS = ["bytes", "iterations", "lat_min_us", "lat_max_us", "lat_typical_us", "lat_avg_us", "lat_stdev_us", "lat_p99_us", "lat_p999_us"]
+LAT_NAMES = {"t_min": "lat_min_us", "t_max": "lat_max_us", "t_typical": "lat_typical_us", "t_avg": "lat_avg_us",
+             "t_stdev": "lat_stdev_us", "99%": "lat_p99_us", "99.9%": "lat_p999_us"}
+LAT_COLUMNS = list(LAT_NAMES.values())
 
 
 def sniff(head: bytes) -> bool:
@@ -35,6 +37,14 @@ def sniff(head: bytes) -> bool:
 
 def _attribute(text: pl.Expr, key: str) -> pl.Expr:
     return text.str.strip_chars().str.extract(rf"(?:^|\t|\s{{2,}}){re.escape(key)}\s*:\s*([^\t]+?)(?:\t|\s{{3,}}|$)", 1).str.strip_chars()
+
+
+def _columns(header: str) -> list[str]:
+    """The table columns a header names: the bandwidth layout, or the latency columns this
+    perftest version prints (t_min ... 99.9% percentile; older versions stop at t_typical)."""
+    if "BW" in header:
+        return BW_COLUMNS
+    return ["bytes", "iterations", *(LAT_NAMES[m] for m in re.findall(r"(t_\w+?)\[usec\]|(\d+(?:\.\d+)?%) percentile", header) for m in m if m)]
 
 
 def ingest(source: InputFile) -> IngestResult:
@@ -48,7 +58,7 @@ def ingest(source: InputFile) -> IngestResult:
     lines = lines.with_columns(
         run=(kind == "title").fill_null(False).cum_sum(),
         test=pl.when(kind == "title").then(text.str.strip_chars()),
-        table=pl.when(kind.is_in(header_kinds[1:])).then(kind),
+        table=pl.when(kind.is_in(header_kinds[1:])).then(text),  # the column header names the row's columns
         bw_unit=pl.when(kind == "bw_header").then(text.str.extract(r"BW average\[([^\]]+)\]", 1)),
         **{col: pl.when(kind == "attributes").then(_attribute(text, key)) for key, col in _ATTRS.items()},
     ).with_columns(
@@ -57,7 +67,8 @@ def ingest(source: InputFile) -> IngestResult:
     )
     cells = text.str.extract_all(r"\S+")
     frames = []
-    for table, names in (("bw_header", BW_COLUMNS), ("lat_header", LAT_COLUMNS)):
+    for table in lines["table"].drop_nulls().unique(maintain_order=True).to_list():
+        names = _columns(table)
         rows = lines.filter(kind == "row", pl.col("table") == table, cells.list.len() == len(names))
         if rows.height:
             frames.append(rows.with_columns(
@@ -78,6 +89,6 @@ def ingest(source: InputFile) -> IngestResult:
             gid_index=pl.col("gid_index").cast(pl.Int32, strict=False),
         )
         keep = ["file", "line", "host", "ts", "ts_quality", "test", "device", "link_type", "mtu", "gid_index", "bw_unit", "run",
-                *[c for c in dict.fromkeys(BW_COLUMNS + LAT_COLUMNS) if c in frame.columns]]
+                *[c for c in BW_COLUMNS + LAT_COLUMNS if c in frame.columns]]
         result.add("perftest", frame.select(keep))
     return result
