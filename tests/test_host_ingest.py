@@ -241,6 +241,13 @@ def test_perftest_rows():
     assert (wrapped["bytes"], wrapped["bw_avg"], str(wrapped["ts"])) == (1024, 1476.74, "2019-07-16 03:43:24.134000+00:00")
 
 
+def first_perftest_row(path: Path) -> dict:
+    """The first perftest row of a file that must be read whole as perftest output."""
+    fmt, result = read(path)
+    assert fmt == "perftest" and result.account.unrecognized == 0
+    return result.tables["perftest"].row(0, named=True)
+
+
 def test_latency_table(tmp_path):
     """ib_write_lat (no public sample: the documented layout, marked synthetic)."""
     path = tmp_path / "lat.txt"
@@ -251,9 +258,7 @@ def test_latency_table(tmp_path):
         "---------------------------------------------------------------------------------------\n"
         " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
         " 2       1000          1.04           3.38         1.07     \t       1.08        \t0.05   \t\t1.21    \t\t3.38   \n")
-    fmt, result = read(path)
-    row = result.tables["perftest"].row(0, named=True)
-    assert fmt == "perftest" and result.account.unrecognized == 0
+    row = first_perftest_row(path)
     assert (row["test"], row["lat_typical_us"], row["lat_p999_us"], row["link_type"]) == ("RDMA_Write Latency Test", 1.07, 3.38, "Ethernet")
 
 
@@ -296,9 +301,7 @@ def test_older_latency_table_and_notes(tmp_path):
         "                    Send Latency Test\n Dual-port       : OFF\t\tDevice         : mlx5_1\n"
         " Requested SQ size might be too big. Try reducing TX depth and/or inline size.\n"
         " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n 2       1000          0.98           5.10         1.01\n")
-    fmt, result = read(path)
-    row = result.tables["perftest"].row(0, named=True)
-    assert fmt == "perftest" and result.account.unrecognized == 0
+    row = first_perftest_row(path)
     assert (row["lat_min_us"], row["lat_typical_us"], row.get("lat_avg_us"), row["device"]) == (0.98, 1.01, None, "mlx5_1")
 
 
