@@ -29,6 +29,7 @@ from lark.exceptions import UnexpectedInput
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice
 from tracelens.private_cache import cache_file
+from tracelens.ingest.templates import Locator, TemplateParser
 from tracelens.resources import grammar_text
 
 UNKNOWN = "unknown"
@@ -48,9 +49,12 @@ LIST_FIELDS = frozenset({"ifaddr", "ibdev"})  # repeated: interface and device l
 class _Fields(Transformer):
     """Turn any kind's tree into a flat dict of its FIELDS (lists for LIST_FIELDS)."""
 
+    def text(self, tokens: list[Token]):
+        return " ".join(str(c).strip() for c in tokens)
+
     def __default__(self, data, children, meta):
         if data in FIELDS:
-            text = " ".join(str(c).strip() for c in children if isinstance(c, Token))
+            text = self.text([c for c in children if isinstance(c, Token)])
             return {data: [text] if data in LIST_FIELDS else text}
         merged: dict = {}
         for child in children:
@@ -92,11 +96,11 @@ class _Grammar:
             for kind in self.kinds
         }
 
-    def parse(self, body: str) -> tuple[str, dict]:
+    def parse(self, body: str, fields: _Fields | None = None) -> tuple[str, dict]:
         for kind in self.kinds:
             if self.first[kind].match(body):
                 try:
-                    return kind, _Fields().transform(self.lark.parse(body, start=kind))
+                    return kind, (fields or _Fields()).transform(self.lark.parse(body, start=kind))
                 except UnexpectedInput:
                     continue
         return UNKNOWN, {}
@@ -110,6 +114,22 @@ def _grammar() -> _Grammar:
 def parse_body(body: str) -> tuple[str, dict]:
     """The kind and fields of one message body per the grammar; ("unknown", {}) if no rule fits."""
     return _grammar().parse(body)
+
+
+class _FieldRecipes(_Fields):
+    """_Fields with each field's text given as a recipe: where it lies among the body's literal text and tokens."""
+
+    def __init__(self, locate: Locator) -> None:
+        super().__init__()
+        self.locate = locate
+
+    def text(self, tokens: list[Token]):
+        return self.locate(tokens)
+
+
+def parse_recipes(body: str, locate: Locator) -> tuple[str, dict]:
+    """parse_body with recipes for the field texts: a template for every body that masks to the same text."""
+    return _grammar().parse(body, _FieldRecipes(locate))
 
 
 # ------------------------------------------------------------------ vectorized kinds
@@ -349,13 +369,14 @@ class NcclParser:
     def __init__(self, source: InputFile) -> None:
         self.source = source
         self._parsed: dict[str, tuple[str, dict]] = {}  # distinct body -> lark result, across chunks
+        self._templates = TemplateParser(parse_recipes)  # the grammar once per template, across chunks
         self._records: list[pl.DataFrame] = []  # one row per record: envelope, kind, body
         self._vector_fields: list[pl.DataFrame] = []  # fields of regex-matched bodies, by line
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
         records = split_records(chunk)
         kinds, fields = match_vector(records["msg"])
-        records = self._classify_rest(records.with_columns(kind=kinds))
+        records, fields = self._classify_rest(records.with_columns(kind=kinds), fields)
         texts = chunk["text"]
         status = pl.zeros(chunk.height, dtype=pl.UInt8, eager=True)
         records, continued = self._join_continuations(records, texts)
@@ -371,18 +392,25 @@ class NcclParser:
         self._vector_fields.append(fields.with_columns(line=lines.gather(fields["row"])).drop("row"))
         return status
 
-    def _classify_rest(self, records: pl.DataFrame) -> pl.DataFrame:
-        """Kinds of the bodies no vector regex took: lark parses each distinct body once."""
+    def _classify_rest(self, records: pl.DataFrame, fields: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+        """Kinds and fields of the bodies no vector regex took: by template (templates.py), and the
+        few bodies no template can take (untemplatable) by lark, each distinct body once."""
+        rest = records.with_row_index("row").filter(pl.col("kind").is_null())
+        kinds, by_template = self._templates.classify(rest["msg"])
+        if rest.height:
+            records = records.with_columns(records["kind"].scatter(rest["row"], kinds))
+        fields = pl.concat([fields, by_template.with_columns(row=rest["row"].gather(by_template["row"]))], how="diagonal")
         bodies = records.filter(pl.col("kind").is_null())["msg"].unique()
         for body in bodies.to_list():
             if body not in self._parsed:
                 self._parsed[body] = parse_body(body)
         kinds = pl.DataFrame({"msg": bodies, "kind_lark": [self._parsed[b][0] for b in bodies.to_list()]})
-        return (
+        records = (
             records.join(kinds, on="msg", how="left", maintain_order="left")
             .with_columns(kind=pl.coalesce("kind", "kind_lark"))
             .drop("kind_lark")
         )
+        return records, fields
 
     def _join_continuations(self, records: pl.DataFrame, texts: pl.Series) -> tuple[pl.DataFrame, list[int]]:
         """Re-parse unknown records with the hard-wrapped lines that follow them (corpus 071, 083).
