@@ -28,8 +28,8 @@ from lark.exceptions import UnexpectedInput
 
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice
-from tracelens.private_cache import cache_file
 from tracelens.ingest.templates import Locator, TemplateParser
+from tracelens.private_cache import cache_file
 from tracelens.resources import grammar_text
 
 UNKNOWN = "unknown"
