@@ -4,10 +4,12 @@ discover -> ingest -> RunTables -> timeline -> rules -> findings.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -52,9 +54,9 @@ class Analysis:
         return inputs.height > 0 and int(inputs["parsed"].sum()) > 0
 
 
-def _ingest_with_host(source: InputFile) -> IngestResult:
-    """Ingest one file; rows whose content named no host take the host its path suggests."""
-    result = ingest_file(source)
+def _ingest_with_host(source: InputFile, jobs: int = 1) -> IngestResult:
+    """Ingest one file (its chunks in `jobs` processes); rows whose content named no host take the host its path suggests."""
+    result = ingest_file(source, jobs)
     if source.host_hint:
         for name, frame in result.tables.items():
             if "host" in frame.columns:
@@ -82,19 +84,28 @@ def _input_row(source: InputFile, result: IngestResult) -> dict:
     }
 
 
-def ingest_run(target: Path, workdir: Path, jobs: int = 1, progress: Progress | None = None) -> tuple[RunTables, list[str]]:
-    """Discover and ingest every input under `target`; return the tables and discovery notes."""
+def ingest_run(
+    target: Path, workdir: Path, jobs: int | None = None, progress: Progress | None = None
+) -> tuple[RunTables, list[str]]:
+    """Discover and ingest every input under `target` with `jobs` processes (default: every core);
+    return the tables and discovery notes.
+
+    Files go to the processes side by side, unless one file holds most of the bytes: then the
+    files are read one after the other, each big one with its chunks parsed in `jobs` processes.
+    """
+    jobs = jobs or os.cpu_count() or 1
     found = discover(target, workdir)
     tables = RunTables()
     total = len(found.files)
-    big = sum(f.size for f in found.files) >= PARALLEL_MIN_BYTES
-    if jobs > 1 and total > 1 and big:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            results = pool.map(_ingest_with_host, found.files)
-            pairs = zip(found.files, results)
-            _collect(pairs, tables, total, progress)
+    size = sum(f.size for f in found.files)
+    largest = max((f.size for f in found.files), default=0)
+    if jobs > 1 and total > 1 and size >= PARALLEL_MIN_BYTES and largest * 2 < size:
+        # spawn: polars' thread pool does not survive fork
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
+            results = pool.map(_ingest_with_host, found.files, chunksize=max(1, total // (jobs * 16)))
+            _collect(zip(found.files, results), tables, total, progress)
     else:
-        _collect(((f, _ingest_with_host(f)) for f in found.files), tables, total, progress)
+        _collect(((f, _ingest_with_host(f, jobs)) for f in found.files), tables, total, progress)
     return tables, found.notes
 
 
@@ -127,7 +138,7 @@ def run_rules(tables: RunTables, rules: list[Rule]) -> list[Finding]:
 
 def analyze(
     target: Path,
-    jobs: int = 1,
+    jobs: int | None = None,
     select: list[str] | None = None,
     ignore: list[str] | None = None,
     progress: Progress | None = None,

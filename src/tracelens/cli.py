@@ -50,6 +50,8 @@ SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Sev
 # Exit statuses: 0 analysed, 1 findings at --fail-on, 2 usage error or nothing readable,
 # 3 a bug in tracelens (never 1: a CI gate must not read a crash as "findings"), 128+N killed by signal N.
 INTERNAL_ERROR = 3
+CORES = os.cpu_count() or 1
+JOBS_HELP = "Processes for ingest: files side by side, and the chunks of one big file (default: every core)."
 _RULE_ID = re.compile(r"^TL\d{1,3}$")
 
 
@@ -243,7 +245,7 @@ def analyze_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the findings and input accounting as JSON.")] = None,
     tables_dir: Annotated[Optional[Path], typer.Option("--tables", help="Also write every parsed table as Parquet into this folder.")] = None,
     tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: found against a capture's UTC times, else UTC.")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Files to ingest in parallel (worth it for runs of hundreds of MB).")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit with status 1 when a finding at or above this severity fires.")] = FailOn.never,
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rules (ids or prefixes, comma separated), e.g. TL1,TL205.")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these rules (ids or prefixes, comma separated).")] = None,
@@ -339,7 +341,7 @@ def diff_cmd(
 def tables_cmd(
     run: Annotated[Path, typer.Argument(help="A run folder, file or archive.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the Parquet files (one per table, inputs included).")],
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1)] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
 ) -> None:
     """Ingest only: write every table as Parquet, to query with polars or DuckDB (exit 2 when nothing was readable)."""
     _require(run)

@@ -88,8 +88,9 @@ _UNREADABLE = {
 }
 
 
-def ingest_file(source: InputFile) -> IngestResult:
-    """Ingest one file with its format's module; failures become a one-line error, never a crash."""
+def ingest_file(source: InputFile, jobs: int = 1) -> IngestResult:
+    """Ingest one file with its format's module (in `jobs` processes where the module `SPLITS` a
+    file into chunks); failures become a one-line error, never a crash."""
     modules = {m.FORMAT: m for m in format_modules()}
     module = modules.get(source.format)
     if source.error:
@@ -102,7 +103,7 @@ def ingest_file(source: InputFile) -> IngestResult:
         result.account.errors.append(f"{source.name}: {reason}")
         return result
     try:
-        return module.ingest(source)
+        return module.ingest(source, jobs=jobs) if getattr(module, "SPLITS", False) and jobs > 1 else module.ingest(source)
     except Exception as exc:  # one bad file must not stop the run
         result = IngestResult()
         result.account.errors.append(f"{source.name}: could not be read: {type(exc).__name__}: {exc}")

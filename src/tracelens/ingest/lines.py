@@ -61,10 +61,9 @@ def _frame(block: bytes, first_line: int) -> pl.DataFrame:
     )
 
 
-def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:
-    """Yield frames with columns `line` (1-based) and `text`, in file order."""
-    next_line = 1
-    carry = b""
+def _blocks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]]:
+    """(byte offset, block, first line) of each chunk: blocks of `chunk_bytes` cut after a line end."""
+    offset, next_line, carry = 0, 1, b""
     with path.open("rb") as fh:
         while True:
             block = fh.read(chunk_bytes)
@@ -76,8 +75,27 @@ def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataF
                 carry = block
                 continue
             carry = block[cut + 1 :]
-            frame = _frame(block[:cut], next_line)
-            next_line += frame.height
-            yield frame
+            yield offset, block[:cut], next_line
+            next_line += block.count(b"\n", 0, cut) + 1
+            offset += cut + 1
     if carry:
-        yield _frame(carry, next_line)
+        yield offset, carry, next_line
+
+
+def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:
+    """Yield frames with columns `line` (1-based) and `text`, in file order."""
+    for _, block, first_line in _blocks(path, chunk_bytes):
+        yield _frame(block, first_line)
+
+
+def chunk_spans(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, int, int]]:
+    """(byte offset, length, first line) of the chunks read_chunks yields, for workers that read them themselves."""
+    for offset, block, first_line in _blocks(path, chunk_bytes):
+        yield offset, len(block), first_line
+
+
+def read_span(path: Path, offset: int, length: int, first_line: int) -> pl.DataFrame:
+    """The chunk at a span chunk_spans gave: the same frame read_chunks yields there."""
+    with path.open("rb") as fh:
+        fh.seek(offset)
+        return _frame(fh.read(length), first_line)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+from dataclasses import dataclass
 from functools import cache
 
 import lark
@@ -363,17 +364,40 @@ def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
 # ------------------------------------------------------------------ the line parser
 
 
+@dataclass
+class ChunkRecords:
+    """What NcclParser.parse makes of one chunk: line statuses, records, their fields by line, new lark results."""
+
+    status: pl.Series
+    records: pl.DataFrame
+    fields: pl.DataFrame
+    lark: dict[str, tuple[str, dict]]
+
+
 class NcclParser:
     """LineParser for NCCL/PyTorch records (see tracelens.ingest.textlog)."""
 
     def __init__(self, source: InputFile) -> None:
         self.source = source
         self._parsed: dict[str, tuple[str, dict]] = {}  # distinct body -> lark result, across chunks
+        self._fresh: dict[str, tuple[str, dict]] = {}  # the part of _parsed that `parse` added since its last call
         self._templates = TemplateParser(parse_recipes)  # the grammar once per template, across chunks
         self._records: list[pl.DataFrame] = []  # one row per record: envelope, kind, body
         self._vector_fields: list[pl.DataFrame] = []  # fields of regex-matched bodies, by line
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
+        return self.absorb(self.parse(chunk))
+
+    def absorb(self, parsed: ChunkRecords) -> pl.Series:
+        """Keep one chunk's records (parsed here or by a worker process); its line statuses."""
+        self._records.append(parsed.records)
+        self._vector_fields.append(parsed.fields)
+        self._parsed.update(parsed.lark)
+        return parsed.status
+
+    def parse(self, chunk: pl.DataFrame) -> ChunkRecords:
+        """One chunk's records, keeping nothing but the caches: chunks of a big file are parsed in
+        worker processes (textlog) and absorbed in order."""
         records = split_records(chunk)
         kinds, fields = match_vector(records["msg"])
         records, fields = self._classify_rest(records.with_columns(kind=kinds), fields)
@@ -388,9 +412,14 @@ class NcclParser:
         if blank.len():
             status = status.scatter(blank, IGNORED)
         lines = chunk["line"].gather(records["idx"])
-        self._records.append(records.with_columns(line=lines).drop("idx"))
-        self._vector_fields.append(fields.with_columns(line=lines.gather(fields["row"])).drop("row"))
-        return status
+        fields = fields.with_columns(line=lines.gather(fields["row"])).drop("row")
+        fresh, self._fresh = self._fresh, {}
+        return ChunkRecords(status, records.with_columns(line=lines).drop("idx"), fields, fresh)
+
+    def _lark(self, body: str) -> tuple[str, dict]:
+        if body not in self._parsed:
+            self._parsed[body] = self._fresh[body] = parse_body(body)
+        return self._parsed[body]
 
     def _classify_rest(self, records: pl.DataFrame, fields: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Kinds and fields of the bodies no vector regex took: by template (templates.py), and the
@@ -401,10 +430,7 @@ class NcclParser:
             records = records.with_columns(records["kind"].scatter(rest["row"], kinds))
         fields = pl.concat([fields, by_template.with_columns(row=rest["row"].gather(by_template["row"]))], how="diagonal")
         bodies = records.filter(pl.col("kind").is_null())["msg"].unique()
-        for body in bodies.to_list():
-            if body not in self._parsed:
-                self._parsed[body] = parse_body(body)
-        kinds = pl.DataFrame({"msg": bodies, "kind_lark": [self._parsed[b][0] for b in bodies.to_list()]})
+        kinds = pl.DataFrame({"msg": bodies, "kind_lark": [self._lark(b)[0] for b in bodies.to_list()]})
         records = (
             records.join(kinds, on="msg", how="left", maintain_order="left")
             .with_columns(kind=pl.coalesce("kind", "kind_lark"))
@@ -433,9 +459,7 @@ class NcclParser:
                 nxt += 1
             for glue in ("", " "):
                 body = glue.join([msg, *(texts[i] for i in pieces)]).strip()
-                if pieces and body not in self._parsed:
-                    self._parsed[body] = parse_body(body)
-                if pieces and self._parsed[body][0] != UNKNOWN:
+                if pieces and self._lark(body)[0] != UNKNOWN:
                     fixed[idx] = (body, self._parsed[body][0])
                     continued.extend(pieces)
                     taken.update(pieces)
