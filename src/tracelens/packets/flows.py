@@ -209,7 +209,9 @@ def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
     counts = ["naks_seq", "naks_other", "rnr_naks", "cnps"]
     table = table.with_columns(pl.col(counts).fill_null(0).cast(pl.Int64), ce_share=pl.col("ce_marked") / pl.col("packets"))
     trouble = pl.sum_horizontal("retransmitted", "missing_psns", *counts, "ce_marked") / pl.col("packets")
-    return table.with_columns(trouble=trouble).sort("trouble", "packets", descending=True)
+    # ties broken by the flow's identity: group_by's order varies from run to run, the report must not
+    key = ["file", "src", "dst", "qp"]
+    return table.with_columns(trouble=trouble).sort(["trouble", "packets", *key], descending=[True, True] + [False] * len(key))
 
 
 def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:

@@ -180,8 +180,8 @@ def _chain(found: pl.DataFrame, cause: str, hosts: list[str]) -> pl.DataFrame:
         mine.group_by("source", "what", "host", "peer", "port")
         .agg(pl.col("count").sum(), pl.col("lo").min(), pl.col("hi").max(), rows=pl.struct("file", "line", "frame", "text", "host"))
         .with_columns(order=pl.col("source").replace_strict(order, return_dtype=pl.Int8))
-        .sort(["order", "count"], descending=[False, True])
-        .with_columns(nth=pl.int_range(pl.len()).over("source"))
+        .sort(["order", "count", "what", "host", "peer", "port"], descending=[False, True, False, False, False, False], nulls_last=True)
+        .with_columns(nth=pl.int_range(pl.len()).over("source"))  # ties by name: group_by's order varies between runs
         .sort(["nth", "order"])
     )
 
