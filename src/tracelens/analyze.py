@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from tracelens import scaleout
 from tracelens.discover import discover
 from tracelens.findings import Finding
-from tracelens.ingest import IngestResult, InputFile, ingest_file
+from tracelens.ingest import IngestResult, InputFile, ingest_file, splits
 from tracelens.rules import Rule, select_rules
 from tracelens.tables import RunTables
 from tracelens.timeline import Timeline, align
@@ -54,9 +55,10 @@ class Analysis:
         return inputs.height > 0 and int(inputs["parsed"].sum()) > 0
 
 
-def _ingest_with_host(source: InputFile, jobs: int = 1) -> IngestResult:
-    """Ingest one file (its chunks in `jobs` processes); rows whose content named no host take the host its path suggests."""
-    result = ingest_file(source, jobs)
+def _ingest_with_host(source: InputFile, jobs: int = 1, workers: Executor | None = None) -> IngestResult:
+    """Ingest one file (its chunks in `jobs` processes or on `workers`); rows whose content named no
+    host take the host its path suggests."""
+    result = ingest_file(source, jobs, workers)
     if source.host_hint:
         for name, frame in result.tables.items():
             if "host" in frame.columns:
@@ -85,14 +87,16 @@ def _input_row(source: InputFile, result: IngestResult) -> dict:
 
 
 def ingest_run(
-    target: Path, workdir: Path, jobs: int | None = None, progress: Progress | None = None
+    target: Path, workdir: Path, jobs: int | None = None, progress: Progress | None = None, ray: str | None = None
 ) -> tuple[RunTables, list[str]]:
-    """Discover and ingest every input under `target` with `jobs` processes (default: every core);
-    return the tables and discovery notes.
+    """Discover and ingest every input under `target` with `jobs` processes (default: every core),
+    or as tasks on the Ray cluster at `ray` (scaleout.py); return the tables and discovery notes.
 
     Files go to the processes side by side, unless one file holds most of the bytes: then the
     files are read one after the other, each big one with its chunks parsed in `jobs` processes.
     """
+    if ray is not None:
+        return _ingest_on_ray(target, workdir, ray, progress)
     jobs = jobs or os.cpu_count() or 1
     found = discover(target, workdir)
     tables = RunTables()
@@ -107,6 +111,38 @@ def ingest_run(
     else:
         _collect(((f, _ingest_with_host(f, jobs)) for f in found.files), tables, total, progress)
     return tables, found.notes
+
+
+def _ingest_on_ray(target: Path, workdir: Path, address: str, progress: Progress | None) -> tuple[RunTables, list[str]]:
+    """Each file as a Ray task that writes its tables as Parquet partitions into `workdir` (shared
+    storage); big text files are read here with their chunks parsed by Ray tasks."""
+    cpus = scaleout.connect(address)
+    found = discover(target, workdir)
+    cluster = scaleout.RayExecutor()
+    parts = workdir / "tables"
+    tasks = {
+        i: cluster.submit(_ingest_to_partitions, f, parts, i) for i, f in enumerate(found.files) if not splits(f, cpus)
+    }
+
+    def results() -> Iterator[tuple[InputFile, IngestResult]]:
+        for i, source in enumerate(found.files):
+            if i in tasks:
+                result, written = tasks.pop(i).result()
+                result.tables = scaleout.read_partitions(written)
+            else:
+                result = _ingest_with_host(source, cpus, cluster)
+            yield source, result
+
+    tables = RunTables()
+    _collect(results(), tables, len(found.files), progress)
+    return tables, found.notes
+
+
+def _ingest_to_partitions(source: InputFile, folder: Path, index: int) -> tuple[IngestResult, dict[str, str]]:
+    """A Ray task: ingest one file, write its tables as Parquet partitions, return its account and their paths."""
+    result = _ingest_with_host(source)
+    written = scaleout.write_partitions(result.tables, folder, index)
+    return IngestResult(account=result.account), written
 
 
 def _collect(pairs, tables: RunTables, total: int, progress: Progress | None) -> None:
@@ -143,10 +179,13 @@ def analyze(
     ignore: list[str] | None = None,
     progress: Progress | None = None,
     tz: str | None = None,
+    ray: str | None = None,
 ) -> Analysis:
-    """Analyse a run folder, file or archive end to end; `tz` is the zone of log times printed without one."""
-    with tempfile.TemporaryDirectory(prefix="tracelens-") as workdir:
-        tables, notes = ingest_run(target, Path(workdir), jobs=jobs, progress=progress)
+    """Analyse a run folder, file or archive end to end; `tz` is the zone of log times printed without
+    one; `ray` the address of a Ray cluster ("auto" or host:port) to ingest on."""
+    workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
+    with workdir as folder:
+        tables, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
     timeline = align(tables, tz)
     rules = select_rules(select, ignore)
     return Analysis(

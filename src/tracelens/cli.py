@@ -250,6 +250,7 @@ def analyze_cmd(
     select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rules (ids or prefixes, comma separated), e.g. TL1,TL205.")] = None,
     ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these rules (ids or prefixes, comma separated).")] = None,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A good run of the same job to compare with: the report adds what changed, ranked by the slowdown it explains.")] = None,
+    ray: Annotated[Optional[str], typer.Option("--ray", help="Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this machine joined) or its address host:port. Needs tracelens[ray].")] = None,
 ) -> None:
     """Analyse a run and write the HTML report (exit 0 analysed, 1 findings at --fail-on, 2 nothing readable)."""
     from tracelens.report.html import write as write_html
@@ -266,11 +267,11 @@ def analyze_cmd(
         _check_output_file(json_path, "--json")
     if tables_dir is not None:
         _check_output_folder(tables_dir, "--tables")
-    analysis = _analyze_with_progress(run, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz)
+    analysis = _analyze_with_progress(run, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz, ray=ray)
     if baseline:
         from tracelens.compare import compare
 
-        good = _analyze_with_progress(baseline, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz)
+        good = _analyze_with_progress(baseline, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz, ray=ray)
         analysis.comparison = compare(good, analysis)
     _print_summary(analysis)
     if analysis.comparison:
@@ -308,7 +309,7 @@ def diff_cmd(
     output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the HTML diff. Default: ./tracelens-diff-<bad>.html")] = None,
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the comparison as JSON.")] = None,
     tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one (both runs).")] = None,
-    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Files to ingest in parallel.")] = 1,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
 ) -> None:
     """Compare a good run with a slow one: what changed (NCCL, DeepSpeed config, ports, traffic, steps),
     ranked by how much of the slowdown it explains."""

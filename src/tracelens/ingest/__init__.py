@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
 import polars as pl
+
+from tracelens.ingest.lines import CHUNK_BYTES
 
 SAMPLE_LIMIT = 20
 
@@ -63,6 +66,12 @@ class IngestResult:
             self.tables[name] = frame if prev is None else pl.concat([prev, frame], how="diagonal_relaxed")
 
 
+def splits(source: InputFile, jobs: int) -> bool:
+    """Whether ingest_file(source, jobs) parses the file's chunks in several workers."""
+    module = {m.FORMAT: m for m in format_modules()}.get(source.format)
+    return jobs > 1 and getattr(module, "SPLITS", False) and source.size > 2 * CHUNK_BYTES
+
+
 @cache
 def format_modules() -> list[ModuleType]:
     """All format modules, in sniffing order."""
@@ -88,9 +97,9 @@ _UNREADABLE = {
 }
 
 
-def ingest_file(source: InputFile, jobs: int = 1) -> IngestResult:
-    """Ingest one file with its format's module (in `jobs` processes where the module `SPLITS` a
-    file into chunks); failures become a one-line error, never a crash."""
+def ingest_file(source: InputFile, jobs: int = 1, workers: Executor | None = None) -> IngestResult:
+    """Ingest one file with its format's module (in `jobs` processes, or on `workers`, where the
+    module `SPLITS` a file into chunks); failures become a one-line error, never a crash."""
     modules = {m.FORMAT: m for m in format_modules()}
     module = modules.get(source.format)
     if source.error:
@@ -103,7 +112,9 @@ def ingest_file(source: InputFile, jobs: int = 1) -> IngestResult:
         result.account.errors.append(f"{source.name}: {reason}")
         return result
     try:
-        return module.ingest(source, jobs=jobs) if getattr(module, "SPLITS", False) and jobs > 1 else module.ingest(source)
+        if getattr(module, "SPLITS", False) and jobs > 1:
+            return module.ingest(source, jobs=jobs, workers=workers)
+        return module.ingest(source)
     except Exception as exc:  # one bad file must not stop the run
         result = IngestResult()
         result.account.errors.append(f"{source.name}: could not be read: {type(exc).__name__}: {exc}")

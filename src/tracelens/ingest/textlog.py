@@ -8,10 +8,10 @@ per line. Lines nobody claims are counted as ignored (application output).
 
 from __future__ import annotations
 
+import uuid
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from multiprocessing import get_context
-from pathlib import Path
 from typing import Protocol
 
 import polars as pl
@@ -42,11 +42,17 @@ def sniff(head: bytes) -> bool:
     return b"\x00" not in head[:4096]
 
 
-def ingest(source: InputFile, jobs: int = 1, chunk_bytes: int = CHUNK_BYTES) -> IngestResult:
+def ingest(source: InputFile, jobs: int = 1, chunk_bytes: int = CHUNK_BYTES, workers: Executor | None = None) -> IngestResult:
+    """Read the file's lines once for every line parser; past two chunks, with `jobs` > 1, the NCCL
+    records of its chunks are parsed by `jobs` worker processes (or by `workers`: Ray tasks)."""
     parsers = [cls(source) for cls in LINE_PARSERS]
     account = Account()
     if jobs > 1 and source.size > 2 * chunk_bytes:
-        _read_split(source, parsers, account, jobs, chunk_bytes)
+        if workers is not None:
+            _read_split(source, parsers, account, jobs, chunk_bytes, workers)
+        else:
+            with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:  # polars' pool does not survive fork
+                _read_split(source, parsers, account, jobs, chunk_bytes, pool)
     else:
         _read_in_threads(source, parsers, account, chunk_bytes)
     result = IngestResult(account=account)
@@ -67,21 +73,23 @@ def _read_in_threads(source: InputFile, parsers: list[LineParser], account: Acco
             _account(account, chunk, [f.result() for f in [pool.submit(p.feed, chunk) for p in parsers]])
 
 
-def _read_split(source: InputFile, parsers: list[LineParser], account: Account, jobs: int, chunk_bytes: int) -> None:
-    """Both cores on one big file: worker processes parse the chunks' NCCL records (the costly part)
+def _read_split(
+    source: InputFile, parsers: list[LineParser], account: Account, jobs: int, chunk_bytes: int, workers: Executor
+) -> None:
+    """Both cores on one big file: workers parse the chunks' NCCL records (the costly part)
     ahead of time and in parallel; this process reads each chunk in order for the other parsers
     (DeepSpeed's blocks run across chunks) and takes the workers' results in order. At most
     jobs + 1 chunks are in flight, so memory stays bounded."""
     nccl_parser = next(p for p in parsers if isinstance(p, nccl.NcclParser))
     others = [p for p in parsers if p is not nccl_parser]
     spans = chunk_spans(source.path, chunk_bytes)
-    spawn = get_context("spawn")  # polars' thread pool does not survive fork
-    with ProcessPoolExecutor(jobs, mp_context=spawn) as workers, ThreadPoolExecutor(max(len(others), 1)) as threads:
+    reading = uuid.uuid4().hex  # this reading of the file, for the workers' caches
+    with ThreadPoolExecutor(max(len(others), 1)) as threads:
         ahead: deque = deque()
 
         def submit() -> None:
             if (span := next(spans, None)) is not None:
-                ahead.append((span, workers.submit(_parse_nccl, source, span)))
+                ahead.append((span, workers.submit(_parse_nccl, source, span, reading)))
 
         for _ in range(jobs + 1):
             submit()
@@ -93,16 +101,17 @@ def _read_split(source: InputFile, parsers: list[LineParser], account: Account, 
             _account(account, chunk, [nccl_parser.absorb(parsed.result()), *(c.result() for c in claims)])
 
 
-# In a worker process: the parser of the file it is on. Its caches serve every chunk of that file
-# the worker gets; a new file gets a new parser, so that what `parse` reports as new is new for the file.
-_WORKER: dict[Path, nccl.NcclParser] = {}
+# In a worker process: the parser of the reading it is on. Its caches serve every chunk of that
+# reading the worker gets; another gets a new parser, so that what `parse` reports as new is new
+# for the reading (Ray reuses workers across runs).
+_WORKER: dict[str, nccl.NcclParser] = {}
 
 
-def _parse_nccl(source: InputFile, span: tuple[int, int, int]) -> nccl.ChunkRecords:
-    if source.path not in _WORKER:
+def _parse_nccl(source: InputFile, span: tuple[int, int, int], reading: str) -> nccl.ChunkRecords:
+    if reading not in _WORKER:
         _WORKER.clear()
-        _WORKER[source.path] = nccl.NcclParser(source)
-    return _WORKER[source.path].parse(read_span(source.path, *span))
+        _WORKER[reading] = nccl.NcclParser(source)
+    return _WORKER[reading].parse(read_span(source.path, *span))
 
 
 def _account(account: Account, chunk: pl.DataFrame, claims_per_parser: list[pl.Series]) -> None:
