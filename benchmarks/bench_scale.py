@@ -1,0 +1,86 @@
+"""Whole-process speed and peak RSS on logs whose bodies vary per line, beside a plain polars line read.
+
+Workloads (benchmarks/workloads.py, written under --data, deleted at the end unless --keep):
+  nccl-1gb / nccl-5gb   a 1,024-rank job's launcher stdout: per-rank init lines, COLL lines, training lines
+  deepspeed             a DeepSpeed/Megatron-heavy log of the same job (every rank's timers each step)
+  folder-4096           4,096 per-rank NCCL_DEBUG_FILE logs, one folder per node
+
+Each is measured as a user runs it, in a fresh process from launch to exit (interpreter start and
+imports included): `tracelens tables INPUT -o OUT` (discover, ingest, every table written as
+Parquet), and as the reference the same input read as lines by polars alone (`pl.read_csv` with
+no separator, the ceiling: 1 line = 1 row). Peak RSS is each child's ru_maxrss (os.wait4).
+
+    python benchmarks/bench_scale.py --data /work/bench-data/scale [--only nccl-1gb,deepspeed] [--repeat 3] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from _measure import load, python, run
+
+HERE = Path(__file__).resolve().parent
+WORKLOADS = {  # name -> (workloads.py arguments, size in MB)
+    "nccl-1gb": ("nccl", 1000),
+    "nccl-5gb": ("nccl", 5000),
+    "deepspeed": ("deepspeed", 1000),
+    "folder-4096": ("folder", 400),
+}
+POLARS_LINES = (
+    "import sys, pathlib, polars as pl\n"
+    "paths = [p for p in pathlib.Path(sys.argv[1]).rglob('*') if p.is_file()] if pathlib.Path(sys.argv[1]).is_dir() else [pathlib.Path(sys.argv[1])]\n"
+    "print(sum(pl.read_csv(p, has_header=False, separator='\\x00', quote_char=None, schema={'text': pl.String}).height for p in paths))"
+)
+
+
+def size_of(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-bench")
+    parser.add_argument("--only", default=",".join(WORKLOADS))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=os.cpu_count())
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    args.data.mkdir(parents=True, exist_ok=True)
+    tracelens = str(Path(sys.executable).with_name("tracelens"))
+    print(f"tracelens tables vs a polars line read, fresh processes, {load()}, --jobs {args.jobs}")
+    print(f"{'workload':<14}{'MB':>8}{'tool':>20}{'s (min-max)':>18}{'MB/s':>14}{'peak RSS MB':>16}")
+    for name in args.only.split(","):
+        what, mb = WORKLOADS[name]
+        data = args.data / (name if what == "folder" else f"{name}.log")
+        if not data.exists():
+            run(python(str(HERE / "workloads.py"), what, str(data), "--mb", str(mb)))
+        size = size_of(data) / 2**20
+        out = args.data / "out"
+        tools = {
+            "tracelens tables": [tracelens, "tables", str(data), "-o", str(out), "--jobs", str(args.jobs)],
+            "polars line read": python("-c", POLARS_LINES, str(data)),
+        }
+        for tool, argv in tools.items():
+            children = []
+            for _ in range(args.repeat):
+                shutil.rmtree(out, ignore_errors=True)
+                children.append(run(argv, quiet=True))
+            secs = sorted(c.seconds for c in children)
+            rss = sorted(c.rss_mb for c in children)
+            print(
+                f"{name:<14}{size:>8.0f}{tool:>20}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>18}"
+                f"{f'{size / secs[-1]:.0f}-{size / secs[0]:.0f}':>14}{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}",
+                flush=True,
+            )
+        shutil.rmtree(args.data / "out", ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(data) if data.is_dir() else data.unlink()
+
+
+if __name__ == "__main__":
+    main()
