@@ -51,25 +51,31 @@ class Job:
     def ptr(self) -> str:
         return f"0x{self.rand.getrandbits(44):x}"
 
-    def init(self, r: int, comm_hash: str, nranks: int) -> list[str]:
-        """One rank's lines from Init START to its proxy connections: every body carries its own numbers."""
+    def init(self, r: int, comm_hash: str, nranks: int, order: list[int] | None = None) -> list[str]:
+        """One rank's lines from Init START to its proxy connections: every body carries its own numbers.
+        `order`: the communicator's ring (a new permutation of the ranks per communicator)."""
         rand = self.rand
         dev, ptr, tid = r % GPUS, self.ptr(), self.pids[r] + rand.randint(1, 900)
         ident = (f"ncclCommInitRank comm {ptr} rank {r} nranks {nranks} cudaDev {dev} nvmlDev {dev} busId {BUS[dev]} "
                  f"commId {comm_hash}")  # fmt: skip
-        nxt, prv, up = (r + 1) % nranks, (r - 1) % nranks, (r - 1) // 2
+        at = order.index(r) if order else r
+        ring = order or list(range(nranks))
+        nxt, prv, up = ring[(at + 1) % nranks], ring[(at - 1) % nranks], ring[(at - 1) // 2]
         t = [rand.random() * 2 for _ in range(8)]
         bodies = [
             f"{ident} - Init START",
             f"Bootstrap : Using eth0:{self.ip(r)}<0>",
             f"NET/IB : Using [0]mlx5_{dev % 4}:1/IB [1]mlx5_{(dev + 1) % 4}:1/IB [RO]; OOB eth0:{self.ip(r)}<0>",
             f"comm {ptr} rank {r} nRanks {nranks} nNodes {nranks // GPUS} localRanks {GPUS} localRank {dev} MNNVL 0",
-            f"Trees [0] {2 * r + 1}/{2 * r + 2}/-1->{r}->{up} [1] {2 * r + 2}/-1/-1->{r}->{up}",
+            f"Trees [0] {ring[(2 * at + 1) % nranks]}/{ring[(2 * at + 2) % nranks]}/-1->{r}->{up} [1] {ring[(2 * at + 2) % nranks]}/-1/-1->{r}->{up}",
             f"Ring 00 : {prv} -> {r} -> {nxt}",
-            f"Tree 1 : {up} -> {r} -> {2 * r + 1}/{2 * r + 2}/-1",
+            f"Tree 1 : {up} -> {r} -> {ring[(2 * at + 1) % nranks]}/{ring[(2 * at + 2) % nranks]}/-1",
             f"Channel 00/0 : {r}[{dev}] -> {nxt}[{nxt % GPUS}] via P2P/IPC/read",
-            f"Channel 01/0 : {r}[{dev}] -> {(r + GPUS) % nranks}[{dev}] [send] via NET/IB/{dev % 4}/GDRDMA",
-            f"Channel 01/0 : {(r - GPUS) % nranks}[{dev}] -> {r}[{dev}] [receive] via NET/IB/{dev % 4}/GDRDMA",
+            f"Channel 01/0 : {r}[{dev}] -> {nxt}[{nxt % GPUS}] [send] via NET/IB/{dev % 4}/GDRDMA",
+            f"Channel 01/0 : {prv}[{prv % GPUS}] -> {r}[{dev}] [receive] via NET/IB/{dev % 4}/GDRDMA",
+            f"NCCL_IB_TIMEOUT set by environment to {rand.randint(18, 22)}.",
+            f"Bootstrap timings total {rand.random():.6f} (create {rand.random() / 100:.6f}, send {rand.random() / 100:.6f}, "
+            f"recv {rand.random():.6f}, ring {rand.random() / 10:.6f}, delay {rand.random() / 1000:.6f})",
             f"New proxy send connection {rand.randint(0, 40)} from local rank {dev}, transport 2",
             f"Connected to proxy localRank {dev} -> connection {self.ptr()}",
             f"Connected all rings, use ring PXN 0 GDR 1",
@@ -83,10 +89,12 @@ class Job:
 
     def init_round(self) -> Iterator[str]:
         comm_hash = f"0x{self.rand.getrandbits(64):x}"
-        order = list(range(self.ranks))
-        self.rand.shuffle(order)
-        for r in order:
-            yield from self.init(r, comm_hash, self.ranks)
+        ring = list(range(self.ranks))
+        self.rand.shuffle(ring)  # each communicator its own ring
+        printing = list(ring)
+        self.rand.shuffle(printing)  # the ranks' lines interleave in any order
+        for r in printing:
+            yield from self.init(r, comm_hash, self.ranks, ring)
 
     def collectives(self, calls: int) -> Iterator[str]:
         rand = self.rand
