@@ -1,4 +1,4 @@
-"""One big text file on both cores: chunks parsed in worker processes give what one process gives."""
+"""One big text file on both cores: chunks parsed side by side by workers give what one reader gives."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from tracelens.ingest.textlog import ingest
 from .conftest import FIXTURES
 
 
-def test_chunks_in_worker_processes_equal_one_process():
+def test_chunks_in_worker_threads_equal_one_reader():
     path = FIXTURES / "scenario-congestion" / "node01" / "train.log"  # NCCL and DeepSpeed lines
     source = InputFile(path, path.name, "log", size=path.stat().st_size)
     alone = ingest(source, jobs=1, chunk_bytes=16 << 10)

@@ -4,7 +4,7 @@
 whose nodes see the run folder on shared storage. Each file is ingested by a task on some node,
 which writes its tables as Parquet partitions into a folder beside the run (shared storage too)
 and returns only the file's account; a big text file's chunks are parsed by further tasks (the
-same `NcclParser.parse` the local worker processes run). This process then reads the partitions,
+same `NcclParser.parse` the local worker threads run). This process then reads the partitions,
 in file order, and runs the timeline and the rules on them, so the report is the one a local
 run gives.
 """

@@ -397,7 +397,7 @@ class NcclParser:
 
     def parse(self, chunk: pl.DataFrame) -> ChunkRecords:
         """One chunk's records, keeping nothing but the caches: chunks of a big file are parsed in
-        worker processes (textlog) and absorbed in order."""
+        worker threads or Ray tasks (textlog) and absorbed in order."""
         records = split_records(chunk)
         kinds, fields = match_vector(records["msg"])
         records, fields = self._classify_rest(records.with_columns(kind=kinds), fields)
