@@ -43,6 +43,12 @@ def scenarios(args: argparse.Namespace) -> dict[str, dict]:
                       "note": "The busy loops at nice -10 also push the machine's other users' processes off CPU 1 onto CPU 0, "
                               "so rank 0's own compute timers rose in the window too, less than rank 1's (see the timers below); "
                               "rank 0's communication time (waiting for rank 1) rose most."},
+        "straggler-rank0": {"cause": "straggler", "hosts": ["10.99.0.1"], "ranks": [0],
+                            "what": f"CPU contention on rank 0 (host 10.99.0.1, also the rendezvous host and the capture point) only: "
+                                    f"{args.hogs} busy loops on its CPU 0, at its own priority",
+                            "how": f"{args.hogs} x `{hogs.format(cpu=0)}`, killed by pid at the end",
+                            "note": "The busy loops at nice -10 also push the machine's other users' processes off CPU 0 onto "
+                                    "CPU 1, so rank 1's own compute timers may rise in the window too (see the timers below)."},
         "contention-all": {"cause": "contention", **both,
                            "what": f"CPU contention on every rank: {args.hogs} busy loops on each rank's CPU (0 and 1), at the ranks' priority",
                            "how": f"{args.hogs} x `{hogs.format(cpu=0)}` and {args.hogs} x `{hogs.format(cpu=1)}`, killed by pid at the end"},

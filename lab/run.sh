@@ -9,14 +9,14 @@
 # Needs root, the lab venv (lab/setup.sh) and Debian's nftables, tcpdump and faketime.
 set -euo pipefail
 
-SCENARIO=${1:?usage: lab/run.sh clean|loss|bandwidth|straggler|contention-all|loader-stall|checkpoint|clock-skew|tcp-loss [FIXTURE_DIR]}
+SCENARIO=${1:?usage: lab/run.sh clean|loss|bandwidth|straggler|straggler-rank0|contention-all|loader-stall|checkpoint|clock-skew|tcp-loss [FIXTURE_DIR]}
 LAB=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$LAB")
 FIXTURE=${2:-$REPO/fixtures/lab-$SCENARIO}
 PY=${LAB_PYTHON:-/work/labenv/bin/python}
 RUN_S=${RUN_S:-120}            # training time from the first step
 IMPAIR_AFTER=${IMPAIR_AFTER:-45}
-case $SCENARIO in straggler|contention-all) DEFAULT_FOR=45 ;; *) DEFAULT_FOR=40 ;; esac
+case $SCENARIO in straggler*|contention-all) DEFAULT_FOR=45 ;; *) DEFAULT_FOR=40 ;; esac
 IMPAIR_FOR=${IMPAIR_FOR:-$DEFAULT_FOR}
 LOSS_PCT=${LOSS_PCT:-4}
 RATE=${RATE:-2 mbytes/second}
@@ -52,6 +52,7 @@ impair_on() {
         loss|clock-skew) nft_loss "${NS[1]}" "${DEV[1]}" "$LOSS_PCT" ;;
         bandwidth) nft_rate "${NS[1]}" "${DEV[1]}" "$RATE" ;;
         straggler) HOG_PIDS=(); hog_cpu 1 ;;
+        straggler-rank0) HOG_PIDS=(); hog_cpu 0 ;;
         contention-all) HOG_PIDS=(); hog_cpu 0; hog_cpu 1 ;;
         loader-stall) touch "$WORK/flags/stall" ;;
         checkpoint) touch "$WORK/flags/checkpoint" ;;
@@ -61,7 +62,7 @@ impair_on() {
 impair_off() {
     case "$SCENARIO" in
         loss|clock-skew|bandwidth) nft_clear "${NS[1]}" ;;
-        straggler|contention-all) for pid in "${HOG_PIDS[@]}"; do kill "$pid"; done ;;
+        straggler*|contention-all) for pid in "${HOG_PIDS[@]}"; do kill "$pid"; done ;;
         loader-stall) rm -f "$WORK/flags/stall" ;;
     esac
 }
