@@ -103,7 +103,7 @@ def test_dump_printed_as_a_python_dict_with_elisions_and_a_cut(tmp_path):
     pasted = ("here is what print(pickle.load(f)) showed:\n{'version': '2.10',\n 'entries': ["
               + pprint.pformat(first) + ",\n  ...,\n  " + pprint.pformat(last) + ",\n  " + pprint.pformat(cut)[:300])
     assert "('0', 'default_pg')" in pasted  # tuples, single quotes: not JSON
-    path = tmp_path / "paste.txt"
+    path = tmp_path / "rank1_paste.txt"
     path.write_text(pasted)
     result = _read(path)
     rows = result.tables["fr_entries"]
@@ -152,3 +152,26 @@ def test_a_pickle_that_is_not_a_dump_says_so(tmp_path):
     path.write_bytes(pickle.dumps({"layers": [1, 2]}))
     result = fr.ingest(InputFile(path, "weights.pkl", "flight_recorder"))
     assert result.account.errors == ["weights.pkl: a pickle but not a Flight Recorder dump (no 'entries')"]
+
+
+def test_shared_references_do_not_blow_up(tmp_path):
+    """A small pickle whose memo shares one list everywhere: read, shown as too large, in bounded time."""
+    nested = [1, 2]
+    for _ in range(40):
+        nested = [nested, nested]  # 2**40 leaves when walked, a few hundred bytes pickled
+    entry = {"record_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": 1, "profiling_name": "nccl:all_reduce",
+             "input_sizes": nested, "state": "scheduled", "frames": [{"name": "f", "filename": "f.py", "line": 1}] * 100_000}
+    path = tmp_path / "nccl_trace_rank_0"
+    path.write_bytes(pickle.dumps({"version": "2.4", "entries": [entry] * 3}))
+    assert path.stat().st_size < 300_000
+    rows = _read(path).tables["fr_entries"]
+    assert rows.height == 3 and set(rows["input_sizes"]) == {"(too large to show)"}
+    assert rows["frames"].list.len().max() == fr.MAX_FRAMES
+
+
+def test_a_dump_without_a_rank_in_its_name_says_so(tmp_path):
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps({"version": "2.10", "entries": [_entry_v1(1, "completed")]}))
+    result = _read(path)
+    assert result.tables["fr_entries"]["rank"].to_list() == [None]
+    assert result.account.errors == ["dump.json: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank"]

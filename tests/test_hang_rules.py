@@ -127,3 +127,29 @@ def test_tl423_names_network_errors_in_the_minute_before_the_stop():
 def test_healthy_dump_has_no_hang_finding():
     found = _analysis(FIXTURES / "lab-hang-healthy").findings
     assert not [f for f in found if f.rule_id in HANG_RULES | {"TL411"}]
+
+
+@pytest.mark.parametrize("frames,exception,kind", [
+    ([("save", "torch/serialization.py"), ("save_checkpoint", "/job/train.py")], None, "a checkpoint write"),
+    ([("_next_data", "torch/utils/data/dataloader.py"), ("__next__", "torch/utils/data/dataloader.py"), ("train", "/job/train.py")], None, "the data loader"),
+    ([("all_reduce", "torch/distributed/distributed_c10d.py"), ("step", "/job/train.py")], None, "a collective"),
+    ([("forward", "/job/model.py")], "ValueError: nan loss", "an exception (ValueError: nan loss)"),
+    ([("forward", "/job/model.py")], None, "Python code"),
+])
+def test_where_a_rank_was(frames, exception, kind):
+    from tracelens.hangs import call_site, where_kind
+    rows = [{"name": n, "filename": f, "line": 1} for n, f in frames]
+    assert where_kind(rows, exception) == kind
+    assert call_site(rows)["filename"].startswith("/job/")
+
+
+@pytest.mark.parametrize("column,odd,what", [("op", "broadcast", "op"), ("input_dtypes", '["BFloat16"]', "dtypes")])
+def test_desync_of_op_or_dtype_fires_and_equal_ranks_do_not(column, odd, what):
+    rows = [{"rank": r, "pg_name": "0", "collective_seq_id": 7, "op": "all_reduce", "input_sizes": "[[8]]", "input_dtypes": '["Float"]',
+             "is_p2p": False, "status": "started", "encoding": "pickle", "record_id": 7,
+             "frames": [{"name": "step", "filename": f"/job/train_{r}.py", "line": 10 + r}]} for r in range(4)]
+    assert fire(tables_from(fr_entries=rows), "TL421") == []
+    rows[3] = {**rows[3], column: odd}
+    (finding,) = fire(tables_from(fr_entries=rows), "TL421")
+    assert finding.ranks == [3] and f"another {what}" in finding.title
+    assert "/job/train_3.py:13" in finding.summary and "/job/train_0.py:10" in finding.summary

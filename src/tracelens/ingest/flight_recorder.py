@@ -46,6 +46,11 @@ _DICT_HEAD = re.compile(rb"\{\s*'(?:version|entries|pg_config|pg_status|comm_lib
 _RANK_IN_NAME = re.compile(r"(\d+)(?:\.\w+)*$")
 _RANK_IN_PATH = re.compile(r"rank[_-]?(\d+)", re.I)
 _MAX_TEXT = 64 << 20
+# A pickle's memo lets a small file share one list a million times; the reader never walks more
+# than this of one entry's fields, keeps at most this many entries and frames.
+_MAX_ITEMS = 10_000
+MAX_ENTRIES = 1_000_000
+MAX_FRAMES = 256
 
 COMPLETED, STARTED, SCHEDULED = "completed", "started", "scheduled"
 P2P_OPS = ("send", "recv")
@@ -68,10 +73,15 @@ def ingest(source: InputFile) -> IngestResult:
         result.account.errors.append(f"{source.name}: a {encoding} but not a Flight Recorder dump (no 'entries')")
         return result
     rank = rank_from_name(source.name)
-    entries = [e for e in dump.get("entries") or [] if isinstance(e, dict)]
-    result.account.lines = len(dump.get("entries") or [])
+    listed = dump.get("entries") if isinstance(dump.get("entries"), (list, tuple)) else []
+    entries = [e for e in listed[:MAX_ENTRIES] if isinstance(e, dict)]
+    result.account.lines = len(listed)
     result.account.parsed = len(entries)
     result.account.unrecognized = result.account.lines - len(entries)
+    if len(listed) > MAX_ENTRIES:
+        result.account.errors.append(f"{source.name}: {len(listed):,} entries, only the first {MAX_ENTRIES:,} are read")
+    if rank is None:
+        result.account.errors.append(f"{source.name}: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank")
     frame = entry_frame(entries, dump, rank, source.name, encoding)
     result.add("fr_entries", frame)
     result.add("fr_groups", group_frame(dump, frame, rank, source.name))
@@ -189,8 +199,22 @@ def _int(value: Any) -> int | None:
         return None
 
 
+def _bounded(value: Any, budget: list[int]) -> bool:
+    """Whether `value` has at most the budget's number of items, shared references counted each time."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    if isinstance(value, (list, tuple)):
+        return all(_bounded(v, budget) for v in value)
+    return True
+
+
 def _sizes(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, separators=(",", ":"), default=str)
+    if value is None:
+        return None
+    if not _bounded(value, [_MAX_ITEMS]):
+        return "(too large to show)"
+    return json.dumps(value, separators=(",", ":"), default=str)
 
 
 def op_name(profiling_name: str | None) -> tuple[str | None, str | None]:
@@ -205,7 +229,7 @@ def op_name(profiling_name: str | None) -> tuple[str | None, str | None]:
 
 def _frames(value: Any) -> list[dict]:
     frames = []
-    for f in value or []:
+    for f in (value if isinstance(value, (list, tuple)) else [])[:MAX_FRAMES]:
         if isinstance(f, dict):
             frames.append({"name": str(f.get("name", "")), "filename": str(f.get("filename", "")), "line": _int(f.get("line"))})
     return frames
