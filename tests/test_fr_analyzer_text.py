@@ -61,3 +61,16 @@ def test_synthetic_older_and_error_forms(tmp_path):
     err = rows.filter(rows["collective_seq_id"] == 9)
     assert err["rank"].to_list() == [0, 1, 2, 3] and err["op"].to_list() == ["all_gather", "all_gather", "broadcast", "all_gather"]
     assert set(err["pg_desc"]) == {"tp_group"} and set(err["record_id"]) == {40}
+
+
+def test_real_mismatch_report_reads_as_a_desync(tmp_path):
+    """torchfrtrace on the size run's dumps (members: the ranks that dumped): `has errors`, culprit rank 2."""
+    result = _read(FIXTURES / "lab-hang-size" / "torchfrtrace_dumped_ranks.txt")
+    rows = result.tables["fr_entries"].sort("rank")
+    assert rows["rank"].to_list() == [0, 2, 3] and set(rows["collective_seq_id"]) == {21}
+    assert rows["input_sizes"].to_list() == ["[[128, 64]]", "[[8199]]", "[[128, 64]]"]
+    (tmp_path / "fr.txt").write_bytes((FIXTURES / "lab-hang-size" / "torchfrtrace_dumped_ranks.txt").read_bytes())
+    from tracelens.analyze import analyze
+
+    desync = [f for f in analyze(tmp_path).findings if f.rule_id == "TL421"]
+    assert desync and desync[0].ranks == [2] and "[[8199]]" in desync[0].summary

@@ -161,6 +161,9 @@ def _members(t: RunTables, fr: pl.DataFrame) -> dict[str, set[int]]:
     """Members per group: pg_config's ranks, else the ranks whose dumps name it; a world group
     (default_pg) without pg_config has every rank of the job."""
     groups = t["fr_groups"].with_columns(pg=pl.coalesce(pl.col("pg_name"), pl.col("pg_id").cast(pl.String)))
+    dump_files = fr.filter(~pl.col("encoding").str.starts_with("analyzer"))["file"].unique()
+    if dump_files.len():  # the analyzer's text restates the dumps' groups, maybe for a subset of ranks
+        groups = groups.filter(pl.col("file").is_in(dump_files.implode()))
     configured: dict[str, set[int]] = {}
     for row in groups.filter(pl.col("ranks").is_not_null()).iter_rows(named=True):
         configured.setdefault(row["pg"], set()).update(row["ranks"])
