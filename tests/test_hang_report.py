@@ -44,3 +44,15 @@ def test_no_dumps_no_section_and_frames_are_escaped(tmp_path):
     (tmp_path / "trace_rank_1.json").write_text(json.dumps({"version": "2.4", "pg_config": {}, "entries": [{**entry, "collective_seq_id": 0, "state": "completed"}]}))
     html = render(analyze(tmp_path))
     assert 'id="hang"' in html and "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_a_p2p_only_hang_renders(tmp_path):
+    base = {"pg_id": 2, "process_group": ["2", "pp_group"], "collective_seq_id": 0, "is_p2p": True, "input_sizes": [[4]],
+            "output_sizes": [[4]], "time_created_ns": 1_700_000_000_000_000_000, "frames": []}
+    send = {**base, "record_id": 1, "p2p_seq_id": 1, "profiling_name": "nccl:send 0->1", "state": "started"}
+    other = {**base, "record_id": 1, "p2p_seq_id": 1, "profiling_name": "nccl:recv 1<-0", "state": "completed"}
+    (tmp_path / "trace_rank_0.json").write_text(json.dumps({"version": "2.4", "entries": [send]}))
+    (tmp_path / "trace_rank_1.json").write_text(json.dumps({"version": "2.4", "entries": [{**other, "p2p_seq_id": 0}]}))
+    analysis = analyze(tmp_path)
+    assert [f.ranks for f in analysis.findings if f.rule_id == "TL420"] == [[1]]
+    assert 'id="hang"' in render(analysis)

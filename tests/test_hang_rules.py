@@ -153,3 +153,25 @@ def test_desync_of_op_or_dtype_fires_and_equal_ranks_do_not(column, odd, what):
     (finding,) = fire(tables_from(fr_entries=rows), "TL421")
     assert finding.ranks == [3] and f"another {what}" in finding.title
     assert "/job/train_3.py:13" in finding.summary and "/job/train_0.py:10" in finding.summary
+
+
+def _p2p_rows(peer_posted: bool, completed: bool = False):
+    t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    base = {"pg_name": "2", "pg_desc": "pp_group", "is_p2p": True, "encoding": "pickle", "input_sizes": "[[4, 1024]]", "frames": []}
+    rows = [{**base, "rank": 0, "record_id": 1, "p2p_seq_id": 1, "op": "send", "profiling_name": "nccl:send 0->1", "status": "completed", "ts": t0},
+            {**base, "rank": 1, "record_id": 1, "p2p_seq_id": 1, "op": "recv", "profiling_name": "nccl:recv 1<-0", "status": "completed", "ts": t0},
+            {**base, "rank": 0, "record_id": 2, "p2p_seq_id": 2, "op": "send", "profiling_name": "nccl:send 0->1",
+             "status": "completed" if completed else "started", "ts": t0 + timedelta(seconds=1)}]
+    if peer_posted:
+        rows.append({**base, "rank": 1, "record_id": 2, "p2p_seq_id": 2, "op": "recv", "profiling_name": "nccl:recv 1<-0",
+                     "status": "completed" if completed else "started", "ts": t0 + timedelta(seconds=1)})
+    return tables_from(fr_entries=rows)
+
+
+def test_a_send_whose_peer_never_posted_the_recv():
+    (hang,) = fire(_p2p_rows(peer_posted=False), "TL420")
+    assert hang.ranks == [1] and "send #2 of process group 2 (pp_group)" in hang.title and "rank(s) 1 never started it" in hang.summary
+    assert fire(_p2p_rows(peer_posted=False), "TL422")[0].ranks == [1]
+    (both,) = fire(_p2p_rows(peer_posted=True), "TL420")
+    assert "never joined" not in both.title and both.ranks == [0, 1]
+    assert fire(_p2p_rows(peer_posted=True, completed=True), "TL420") == []

@@ -5,8 +5,10 @@
   of the same buffer are one record (the pickle's, which has the frames).
 - `stuck`: per process group, the first collective sequence id not completed on all of its
   ranks, and what each member was doing there: completed, waiting (its entry is started or
-  scheduled), never started (its last entry in the group is older), or unknown (no dump).
-  A group whose every dumped rank completed everything it enqueued is not stuck.
+  scheduled), failed, never started (its last entry in the group is older), or no dump.
+  A group whose every dumped rank completed everything it enqueued is not stuck. A group with
+  no stuck collective but a send or recv that never completed (pipeline stages) is stuck there,
+  with its peer: waiting in the matching op, never started it, or no dump.
 - `desyncs`: ranks that issued another op, size or dtype than the others at the same sequence
   id of a group.
 - `first_stopped`: the rank that stopped first and where: a rank the stuck collective's
@@ -41,6 +43,7 @@ WHERE = {  # (kind, pattern over "function file") in order of precedence; the fi
 }
 _SKIP_OPS = re.compile(r"all_to_all|_v$|coalesced|^scatter$|^gather$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
+_P2P = re.compile(r"(?P<op>send|recv)\s+\d+\s*(?:->|<-)\s*(?P<peer>\d+)")
 
 
 @dataclass(frozen=True)
@@ -185,9 +188,9 @@ def _is_world(fr: pl.DataFrame, pg: str) -> bool:
 def stuck(t: RunTables) -> list[Stuck]:
     """Every stuck group's first unfinished collective, the one most ranks wait in first."""
     fr = entries(t)
-    colls = fr.filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
-    if colls.height == 0:
+    if fr.height == 0:
         return []
+    colls = fr.filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
     members = _members(t, fr)
     dumped = set(fr["rank"].drop_nulls().to_list())
     found = []
@@ -202,7 +205,35 @@ def stuck(t: RunTables) -> list[Stuck]:
         if pending.height == 0 or pending["status"].eq("completed").all():
             continue  # every rank finished all it enqueued in this group
         found.append(_stuck(pg, first_open, group, pending, members.get(pg, set()), dumped))
+    found += _p2p_stuck(fr, members, dumped, {s.pg for s in found})
     return sorted(found, key=lambda s: (-len(s.ranks("waiting")), s.since.timestamp() if s.since else float("inf"), s.pg))
+
+
+def _p2p_stuck(fr: pl.DataFrame, members: dict[str, set[int]], dumped: set[int], done: set[str]) -> list[Stuck]:
+    """Per group without a stuck collective, its oldest send or recv that did not complete, and
+    whether the peer posted the matching recv or send (`nccl:send 0->1`, `nccl:recv 1<-0`: the
+    numbers are ranks within the group)."""
+    pending = fr.filter(pl.col("is_p2p").fill_null(False), pl.col("rank").is_not_null(),
+                        ~pl.col("status").is_in(["completed", "failed"]), ~pl.col("pg").is_in(list(done)))
+    found = []
+    for (pg,), group in pending.group_by("pg"):
+        first = group.sort("ts", "record_id", nulls_last=True).row(0, named=True)
+        m = _P2P.search(first["profiling_name"] or "")
+        if not m:
+            continue
+        ordered = sorted(members.get(pg, set()))
+        local = int(m.group("peer"))
+        peer = ordered[local] if local < len(ordered) else local
+        other = "recv" if m.group("op") == "send" else "send"
+        match = group.filter(pl.col("rank") == peer, pl.col("op") == other)
+        if match.height:
+            member = Member(peer, "waiting", match.row(0, named=True))
+        else:
+            member = Member(peer, "never started" if peer in dumped else "no dump")
+        site = Member(first["rank"], "waiting", first)
+        found.append(Stuck(pg, first.get("pg_desc"), first["p2p_seq_id"] or 0, first["op"], first.get("input_sizes"),
+                           tuple(sorted((site, member), key=lambda x: x.rank)), first["ts"]))
+    return found
 
 
 def _stuck(pg: str, seq: int, group: pl.DataFrame, pending: pl.DataFrame, ranks: set[int], dumped: set[int]) -> Stuck:

@@ -46,8 +46,9 @@ def _lane_rows(group: pl.DataFrame, ranks: list[int], seqs: list[int], stuck: ha
 
 def _lanes(t, fr: pl.DataFrame) -> list[dict]:
     colls = fr.filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
-    stuck = {s.pg: s for s in hangs.stuck(t)}
-    order = list(stuck) + sorted(set(colls["pg"].drop_nulls().to_list()) - set(stuck))
+    stuck = {s.pg: s for s in hangs.stuck(t) if s.op not in ("send", "recv")}  # p2p hangs are TL420's text, not lanes
+    groups = set(colls["pg"].drop_nulls().to_list())
+    order = [pg for pg in stuck if pg in groups] + sorted(groups - set(stuck))
     lanes = []
     for pg in order:
         group = colls.filter(pl.col("pg") == pg)
