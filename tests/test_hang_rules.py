@@ -175,3 +175,17 @@ def test_a_send_whose_peer_never_posted_the_recv():
     (both,) = fire(_p2p_rows(peer_posted=True), "TL420")
     assert "never joined" not in both.title and both.ranks == [0, 1]
     assert fire(_p2p_rows(peer_posted=True, completed=True), "TL420") == []
+
+
+def test_a_pyspy_dump_without_a_rank_gets_it_from_nccl_pids():
+    from tracelens.hangs import stacks
+
+    frames = [{"name": "_next_data", "filename": "torch/utils/data/dataloader.py", "line": 1, "native": False},
+              {"name": "train", "filename": "/job/train.py", "line": 7, "native": False}]
+    tables = tables_from(
+        stacks=[{"pid": 4242, "host": "node02", "tool": "py-spy", "thread_name": "MainThread", "frames": frames},
+                {"pid": 4242, "host": "node01", "tool": "py-spy", "thread_name": "MainThread", "frames": frames}],
+        nccl_comms=[{"pid": 4242, "host": "node02", "rank": 13, "nranks": 16}, {"pid": 4242, "host": "node02", "rank": 1, "nranks": 2},
+                    {"pid": 4242, "host": "node01", "rank": 4, "nranks": 16}],
+    )
+    assert stacks(tables)["rank"].to_list() == [13, 4]

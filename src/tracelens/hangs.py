@@ -126,9 +126,26 @@ def entries(t: RunTables) -> pl.DataFrame:
     return _mark_failed(unique, failed_ranks(t))
 
 
+def stacks(t: RunTables) -> pl.DataFrame:
+    """The stacks table with the rank of a py-spy dump that names none taken from its pid: NCCL's
+    communicator lines give each process's pid and rank (the job's widest communicator), on the
+    same host when both name one."""
+    table = t["stacks"]
+    comms = t["nccl_comms"].filter(pl.col("pid").is_not_null(), pl.col("rank").is_not_null())
+    if table.height == 0 or comms.height == 0 or table["rank"].null_count() == 0:
+        return table
+    world = comms.filter(pl.col("nranks") == comms["nranks"].max()).select(
+        "pid", pl.col("host").alias("_host"), pl.col("rank").alias("_rank")).unique(["pid", "_host"])
+    joined = table.with_row_index("_row").join(world, on="pid", how="left")
+    same_host = pl.col("_host").is_null() | pl.col("host").is_null() | (pl.col("_host") == pl.col("host"))
+    picked = joined.filter(same_host).unique("_row", keep="first")
+    return (table.with_row_index("_row").join(picked.select("_row", "_rank"), on="_row", how="left")
+            .with_columns(rank=pl.coalesce("rank", "_rank")).drop("_row", "_rank"))
+
+
 def failed_ranks(t: RunTables) -> list[int]:
     """Ranks whose log has a Python traceback through a collective: the collective raised."""
-    tracebacks = t["stacks"].filter(pl.col("tool") == "traceback", pl.col("exception").is_not_null(), pl.col("rank").is_not_null())
+    tracebacks = stacks(t).filter(pl.col("tool") == "traceback", pl.col("exception").is_not_null(), pl.col("rank").is_not_null())
     through = tracebacks.filter(
         pl.col("frames").list.eval(pl.element().struct.field("filename").str.contains(WHERE["a collective"])).list.any()
     )
@@ -149,7 +166,7 @@ def _mark_failed(fr: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
 def job_ranks(t: RunTables, fr: pl.DataFrame) -> set[int]:
     """Every rank some source names: dumps, stack dumps, per-rank file names (`rank3/train.log`),
     NCCL communicators of the job's size. A killed rank leaves no dump, but its log names it."""
-    ranks = set(fr["rank"].drop_nulls().to_list()) | set(t["stacks"]["rank"].drop_nulls().to_list())
+    ranks = set(fr["rank"].drop_nulls().to_list()) | set(stacks(t)["rank"].drop_nulls().to_list())
     for name in t["inputs"]["file"].to_list() if "file" in t["inputs"].columns else []:
         found = _RANK_IN_NAME.findall(name)
         if found:
@@ -311,7 +328,7 @@ def where_kind(frames: list[dict] | None, exception: str | None = None) -> str:
 
 def _stack_of(t: RunTables, rank: int) -> dict | None:
     """The rank's main-thread stack (py-spy, faulthandler), else its traceback; the richest one."""
-    rows = t["stacks"].filter(pl.col("rank") == rank)
+    rows = stacks(t).filter(pl.col("rank") == rank)
     if rows.height == 0:
         return None
     ranked = rows.with_columns(

@@ -68,7 +68,7 @@ def _lanes(t, fr: pl.DataFrame) -> list[dict]:
 
 def _where(t) -> list[dict]:
     """Per rank, its stack dump's innermost frame of user code and what that is."""
-    stacks = t["stacks"].filter(pl.col("rank").is_not_null())
+    stacks = hangs.stacks(t).filter(pl.col("rank").is_not_null())
     rows = []
     for rank in sorted(set(stacks["rank"].to_list())):
         mine = stacks.filter(pl.col("rank") == rank).sort(pl.col("exception").is_not_null(), pl.col("frames").list.len(), descending=True)
