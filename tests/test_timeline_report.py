@@ -39,9 +39,10 @@ def test_each_window_links_to_its_finding_and_back():
 def test_the_verdict_names_the_root_cause_and_the_time_it_cost():
     analysis, html = _flaky()
     top = verdict(analysis)
-    assert top["headline"] == analysis.findings[0].title and "node02" in top["headline"]
-    assert top["cost"] == "2.2 min" and top["anchor"] == "finding-1"
-    assert re.search(r"Time lost: <strong>2\.2 min</strong>", html)
+    assert top.headline == analysis.findings[0].title and "node02" in top.headline
+    assert top.cost_seconds > 120 and top.finding == 1 and top.where == "node02 (mlx5_1:1)"
+    assert re.search(r"18:34:30 UTC, 2\.2 min lost", html)
+    assert "SymbolErrorCounter rose by 8,123" in html[html.index('id="verdict"'):html.index("<nav")]
 
 
 def test_the_zone_decision_and_the_clocks_are_shown():

@@ -91,13 +91,6 @@ def align(tables: RunTables, tz: str | None = None) -> Timeline:
     return timeline
 
 
-def duration_text(seconds: float) -> str:
-    """`41.2 s`, `2.2 min`, `1.5 h`: a time lost, as findings and the verdict say it."""
-    if seconds >= 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 60:.1f} min" if seconds >= 120 else f"{seconds:.1f} s"
-
-
 # -- 1. inferred times ----------------------------------------------------------------------------
 
 

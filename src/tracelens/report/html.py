@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 
 from tracelens import __version__
 from tracelens.analyze import Analysis
 from tracelens.findings import Severity
 from tracelens.report.sections import build_sections
-from tracelens.report.summary import describe_window, verdict
+from tracelens.prose import count, duration, span
+from tracelens.report.summary import verdict, when_and_cost
 from tracelens.resources import data_dir
 
 # No scripts, no fetches: styles and images inline only.
@@ -27,8 +30,16 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["window"] = describe_window
+    env.filters["window"] = lambda window: span(*window)
+    env.filters["duration"] = duration
+    env.filters["count"] = count
+    env.filters["code"] = backticks_as_code
     return env
+
+
+def backticks_as_code(text: str) -> Markup:
+    """Escape `text`, then show its `quoted commands` as code (a fix's commands stay copyable)."""
+    return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
 
 
 def render(analysis: Analysis) -> str:
@@ -41,7 +52,8 @@ def render(analysis: Analysis) -> str:
         css=(data_dir("reports") / "report.css").read_text(encoding="utf-8"),
         version=__version__,
         target=str(analysis.target),
-        verdict=verdict(analysis),
+        verdict=(top := verdict(analysis)),
+        when_and_cost=when_and_cost(top),
         findings=analysis.findings,
         severity_counts={s.label: counts.get(s, 0) for s in sorted(Severity, reverse=True)},
         sections=build_sections(analysis),

@@ -1,53 +1,50 @@
-"""The one-paragraph verdict and the machine-readable JSON of an analysis."""
+"""The verdict every output starts with, and the machine-readable JSON of an analysis."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from tracelens import __version__
 from tracelens.analyze import Analysis
-from tracelens.findings import Severity
-from tracelens.timeline import duration_text
+from tracelens.findings import Reasons, Severity, Verdict
+from tracelens.prose import count, duration, span
 
 
-def describe_window(window: tuple[datetime, datetime]) -> str:
-    """'2024-12-06 18:31:18 to 18:34:58 UTC' (the end's date only when it differs)."""
-    start, end = window
-    end_text = f"{end:%H:%M:%S}" if end.date() == start.date() else f"{end:%Y-%m-%d %H:%M:%S}"
-    return f"{start:%Y-%m-%d %H:%M:%S} to {end_text} UTC"
-
-
-def verdict(analysis: Analysis) -> dict:
-    """Headline and detail for the top of the report and the terminal."""
-    inputs = analysis.tables["inputs"]
-    files = inputs.height
+def verdict(analysis: Analysis) -> Verdict:
+    """The answer: the top-ranked warning or critical finding (analyze.run_rules ranks the joined
+    root cause first), or why there is none."""
+    files = analysis.tables["inputs"].height
     if not analysis.readable:
-        return {
-            "severity": "critical",
-            "headline": "Nothing readable",
-            "detail": f"None of the {files} input file(s) contained evidence tracelens understands.",
-        }
+        return Verdict(
+            severity="unreadable",
+            headline="Nothing readable",
+            reasons=Reasons(because=[f"None of the {count(files, 'input file')} contained evidence tracelens understands."]),
+        )
     serious = [f for f in analysis.findings if f.severity >= Severity.WARNING]
     if not serious:
         minor = len(analysis.findings)
-        return {
-            "severity": "ok",
-            "headline": "No problem found",
-            "detail": f"{len(analysis.rules)} rules checked over {files} file(s)"
-            + (f"; {minor} informational note(s)." if minor else "."),
-        }
-    # findings come ranked (analyze.run_rules): the first serious one is the cause with the most evidence
+        checked = f"{count(len(analysis.rules), 'rule')} checked over {count(files, 'file')}: none found a problem"
+        return Verdict(
+            severity="ok",
+            headline="No problem found",
+            reasons=Reasons(against=[checked + (f"; {count(minor, 'informational note')} below." if minor else ".")]),
+        )
     top = serious[0]
-    others = len(serious) - 1
-    return {
-        "severity": top.severity.label,
-        "headline": top.title,
-        "detail": top.summary + (f" ({others} more finding(s) below.)" if others else ""),
-        "anchor": f"finding-{analysis.findings.index(top) + 1}",
-        "cost": duration_text(top.cost_seconds) if top.cost_seconds else "",
-        "window": describe_window(top.window) if top.window else "",
-    }
+    return Verdict(
+        severity=top.severity.label,
+        headline=top.title,
+        where=top.scope,
+        window=top.window,
+        cost_seconds=top.cost_seconds,
+        reasons=top.reasons if top.reasons else Reasons(because=[top.summary]),
+        fix=top.fix,
+        finding=analysis.findings.index(top) + 1,
+        more=len(serious) - 1,
+    )
 
+
+def when_and_cost(v: Verdict) -> str:
+    """'2024-12-06 18:31:30 to 18:34:30 UTC, 2.2 min lost' (either part may be missing)."""
+    parts = [span(*v.window) if v.window else "", f"{duration(v.cost_seconds)} lost" if v.cost_seconds else ""]
+    return ", ".join(p for p in parts if p)
 
 
 def to_json(analysis: Analysis) -> dict:
@@ -55,7 +52,7 @@ def to_json(analysis: Analysis) -> dict:
     return {
         "tracelens_version": __version__,
         "target": str(analysis.target),
-        "verdict": verdict(analysis),
+        "verdict": verdict(analysis).to_json(),
         "findings": [f.to_json() for f in analysis.findings],
         "inputs": analysis.tables["inputs"].sort("file").to_dicts(),
         "notes": analysis.notes,

@@ -37,14 +37,15 @@ import polars as pl
 
 from tracelens import steps as timing
 from tracelens.events import CAUSES, network_events
-from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings import Evidence, Finding, Reasons, Severity
 from tracelens.hostsignals import utilisation_phrase
 from tracelens.hangs import first_stopped
+from tracelens.prose import count, duration, listing, number
 from tracelens.rules import rule
 from tracelens.rules.evidence import step_evidence
 from tracelens.rules.steps import COMM_SURGE, COMPUTE_FLAT, MAX_WINDOWS, MIN_COST_SHARE
 from tracelens.tables import RunTables
-from tracelens.timeline import LOG_TABLES, duration_text
+from tracelens.timeline import LOG_TABLES
 
 MARGIN = timedelta(seconds=5)  # events this close to a window still belong to it (log and dump times are coarse)
 STRAGGLER_COMPUTE = 1.3  # a stream whose compute grew this much in a window while the others' did not
@@ -194,17 +195,62 @@ def port_text(port: str | None) -> str:
     return f"{ca} port {number}" if ca else port
 
 
-def _phrase(link: dict) -> str:
+def _phrase(link: dict, lead: bool = True) -> str:
+    """One source's events as a clause; `lead` names the capture (a bullet names its source itself)."""
     n, what, host = link["count"], link["what"], link["host"]
     if link["source"] == "NCCL":
-        return f"{host} logged {n:,} {what} line(s)" + (f" with peer {link['peer']}" if link["peer"] else "")
+        return f"{host} logged {count(n, what + ' line')}" + (f" with peer {link['peer']}" if link["peer"] else "")
     if link["source"] == "counters":
         return f"{host} {port_text(link['port'])}'s {what} rose by {n:,} between the dumps at {link['lo']:%H:%M:%S} and {link['hi']:%H:%M:%S}"
     if link["source"] == "packets":
-        return f"the capture shows {n:,} {what} between {host} and {link['peer']}"
+        return f"{'the capture shows ' if lead else ''}{count(n, what)} between {host} and {link['peer']}"
     if link["source"] == "kernel":
-        return f"{host}'s kernel logged {n:,} {what}(s)" + (f" on {link['port']}" if link["port"] else "")
+        return f"{host}'s kernel logged {count(n, what)}" + (f" on {link['port']}" if link["port"] else "")
     return f"{host}'s {what}"
+
+
+_SOURCE_NAMES = {"NCCL": "NCCL log", "counters": "port counters", "packets": "capture", "steps": "step timers"}
+
+
+def _because(link: dict) -> str:
+    """One piece of evidence as a bullet: what, how many, from which source and which files."""
+    files = sorted({r["file"] for r in link["rows"] if r.get("file")})
+    place = f" ({', '.join(files[:2])}" + (f" and {len(files) - 2} more" if len(files) > 2 else "") + ")" if files else ""
+    return f"{_SOURCE_NAMES[link['source']].capitalize()}: {_phrase(link, lead=False)}{place}."
+
+
+def _lost_because(other: dict, best: dict) -> str:
+    """Why a cause considered ranks below the named one (the order rank_suspects sorts by)."""
+    if other["sources"] < best["sources"]:
+        why = f"{count(other['sources'], 'source')} against {best['sources']}"
+    elif other["located"] != best["located"]:
+        why = "as many sources, but none of its evidence is that host's own (a NAK or completion error names both ends)"
+    else:
+        why = "as many sources, less evidence"
+    return f"{CAUSES[other['cause']]} on {other['suspect']}: {why}."
+
+
+FIXES = {
+    "link": "Check the link on {where}: `perfquery -x` and `ibstat {ca}` (on RoCE `ethtool -S <iface>` and "
+    "`mlxlink -d {ca} -m`) for rising symbol and receive errors; reseat or replace the cable or transceiver of {port}, "
+    "and drain {hosts} from the scheduler until the counters stay flat.",
+    "congestion": "Find the hot link around {where}: compare PortXmitWait per second across the switch ports "
+    "(`perfquery -x` on each); check PFC/ECN on the RoCE priority (`mlnx_qos -i <iface>`); spread traffic with "
+    "adaptive routing or NCCL_IB_QPS_PER_CONNECTION=4.",
+    "straggler": "Check {hosts}: GPU clocks, temperatures and throttling (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE`), "
+    "CPU load and the data loader (`top`, `py-spy dump --pid <pid>`); drain the host if it stays slow.",
+    "receiver": "The receiver on {where} fell behind (RNR NAKs or zero windows): check its CPU and memory load, "
+    "and raise the receive queue depth (NCCL_IB_RETRY_CNT, the RDMA device's rnr_retry) only if the load is normal.",
+    "failure": "Read the NCCL errors on {hosts} in order: the first IB completion error names the failing path; "
+    "check that path's ports with `perfquery -x` and `ibstat`.",
+}
+
+
+def cause_fix(cause: str, hosts: list[str], ports: list[str]) -> str:
+    """The named cause's fix, with the hosts and ports found (`tracelens rules TL410` has them all)."""
+    ca = ports[0].split(":")[0] if ports else "<hca>"
+    where = listing([f"{h} ({listing(ports)})" if ports else h for h in hosts])
+    return FIXES.get(cause, "").format(where=where, hosts=listing(hosts), ca=ca, port=listing([port_text(p) for p in ports]) or "the port")
 
 
 def _missing(t: RunTables, begin: datetime, end: datetime) -> list[str]:
@@ -216,6 +262,16 @@ def _missing(t: RunTables, begin: datetime, end: datetime) -> list[str]:
     timed = logs.filter(pl.col("ts_hi") >= begin - MARGIN, pl.col("ts_lo") <= end + MARGIN)
     seen = {"NCCL": timed.height > 0, "counters": covers(dumps, dumps), "packets": covers(packets, packets)}
     return [COLLECT[source] for source, there in seen.items() if not there]
+
+
+def _checked(t: RunTables, found: pl.DataFrame, begin: datetime, end: datetime) -> list[str]:
+    """The sources that covered the window and showed nothing: they rule causes out."""
+    missing = set(_missing(t, begin, end))
+    quiet = [s for s in ("NCCL", "counters", "packets") if COLLECT[s] not in missing and found.filter(pl.col("source") == s).height == 0]
+    said = {"NCCL": "NCCL logs cover the window: no warning or error in it.",
+            "counters": "Port counters were dumped around the window: none rose beyond traffic.",
+            "packets": "The capture covers the window: no NAK, retransmission, gap or CNP in it."}
+    return [said[s] for s in quiet]
 
 
 def _evidence(rows: list[dict], limit: int) -> list[Evidence]:
@@ -273,18 +329,24 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
     w = episode.worst
     hosts = sorted({x.host for x in episode.windows if x.host})
     streams = {(x.file, x.host, x.rank, x.engine) for x in episode.windows}
-    slow = (f"{w.label.capitalize()} took {w.ratio:.1f}x the usual {w.baseline_ms:.0f} ms per step from "
-            f"{_span(episode.begin, episode.end)} on {len(streams)} step stream(s)")
+    slow = (f"{w.label} took {w.ratio:.1f}x the usual {number(w.baseline_ms, 'ms')} per step from "
+            f"{_span(episode.begin, episode.end)} on {count(len(streams), 'step stream')}")
     if _comm_surged(episode):
         slow += f", the all-reduce {w.comm_ratio:.1f}x its usual while compute stayed flat"
-    cost = f"{duration_text(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
+    cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
+    reasons = Reasons(because=[f"Step timers: {slow} ({w.file})."])
+    slow = slow[0].upper() + slow[1:]
     missing = _missing(t, episode.begin, episode.end)
     advice = f" Not in the evidence for this window; collect next time: {'; '.join(missing)}." if missing else ""
     evidence = step_evidence(t, w.file, w.lines)[:3]
     ports: list[str] = []
+    reasons.against += _checked(t, found, episode.begin, episode.end)
+    reasons.not_available += [f"Collect next time: {m}." for m in missing]
+    fix = ""
     if best is None:
         title = f"Slow {w.label}: no network event in the window"
         summary = f"{slow}. No NCCL warning, counter rise or packet event falls in that window: {cost} lost with no cause in the evidence."
+        fix = f"Collect next time, so that a window like this one can be explained: {'; '.join(missing)}." if missing else ""
         score = episode.share
     else:
         hosts = sorted(accused(suspects)["suspect"].to_list())
@@ -294,10 +356,13 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
         ports = sorted({p for p in counted["port"].to_list() if p})
         where = " and ".join(hosts) + (f" ({', '.join(port_text(p) for p in ports)})" if ports else "")
         others = suspects.filter(~((pl.col("cause") == best["cause"]) & pl.col("suspect").is_in(hosts))).head(2).to_dicts()
-        also = ("; also considered: " + ", ".join(f"{CAUSES[o['cause']]} on {o['suspect']} ({o['sources']} source(s))" for o in others)) if others else ""
+        also = ("; also considered: " + ", ".join(f"{CAUSES[o['cause']]} on {o['suspect']} ({count(o['sources'], 'source')})" for o in others)) if others else ""
         title = f"Root cause of slow {w.label}: {CAUSES[best['cause']]} on {where}"
         summary = (f"{slow}. In the same window {_join([_phrase(link) for link in links])}: {CAUSES[best['cause']]} on {where} "
-                   f"cost the run {cost}, by {best['sources']} independent source(s){also}.")
+                   f"cost the run {cost}, by {count(best['sources'], 'independent source')}{also}.")
+        reasons.because += [_because(link) for link in chain.to_dicts()]
+        reasons.against += [_lost_because(o, best) for o in others]
+        fix = cause_fix(best["cause"], hosts, ports)
         evidence += [e for link in links for e in _evidence(link["rows"], 5)]
         score = best["sources"] + episode.share
     if gpu := utilisation_phrase(t, episode.begin, episode.end, hosts):  # the host evidence, when nvidia-smi/DCGM sampled it
@@ -314,6 +379,8 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
         cost_seconds=episode.cost_s,
         ports=ports,
         score=score,
+        reasons=reasons,
+        fix=fix,
     )
 
 
@@ -428,7 +495,7 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed" + (f"; rank {', '.join(map(str, ranks))} on {', '.join(hosts)} stopped first" if ranks else ""),
         summary=f"{what} started at {hang['begin']:%H:%M:%S} UTC and {len(hang['ranks'])} rank(s) waited for it until their "
-        f"watchdogs fired at {hang['end']:%H:%M:%S}: {why}. The job stood still for {duration_text(lost)}.{network}"
+        f"watchdogs fired at {hang['end']:%H:%M:%S}: {why}. The job stood still for {duration(lost)}.{network}"
         + ("" if rank_lines or not ranks else f" Not in the evidence: what rank {ranks[0]} was doing; collect next time: "
            "PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "
            f"{COLLECT['steps']}."),
@@ -449,8 +516,8 @@ def _gap_finding(t: RunTables, gap: dict) -> Finding:
     return Finding(
         rule_id="TL411",
         severity=Severity.WARNING,
-        title=f"Logs silent for {duration_text(gap['seconds'])} on {scope}",
-        summary=f"Every log of {scope} is silent from {_span(gap['begin'], gap['end'])} ({duration_text(gap['seconds'])}, "
+        title=f"Logs silent for {duration(gap['seconds'])} on {scope}",
+        summary=f"Every log of {scope} is silent from {_span(gap['begin'], gap['end'])} ({duration(gap['seconds'])}, "
         f"against lines every few seconds otherwise): the job stalled there. No watchdog reported it; collect next time: "
         f"{COLLECT['NCCL']}; PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000).",
         hosts=hosts_silent,
@@ -500,10 +567,10 @@ def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
     yield Finding(
         rule_id="TL412",
         severity=Severity.CRITICAL if lost / total >= 0.2 else Severity.WARNING,
-        title=f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration_text(lost)}",
+        title=f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration(lost)}",
         summary=f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "
         f"{slow:.0f} ms instead of the {usual:.0f} ms of the same job's {before['step'].n_unique()} steps before it "
-        f"({slow / usual:.1f}x) over {after['step'].n_unique()} step(s): {duration_text(lost)} lost, {lost / total:.0%} of the run's step time.",
+        f"({slow / usual:.1f}x) over {after['step'].n_unique()} step(s): {duration(lost)} lost, {lost / total:.0%} of the run's step time.",
         evidence=_evidence(socket.sort("lo").to_dicts(), 5),
         hosts=hosts,
         window=(start, end),

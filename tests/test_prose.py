@@ -1,0 +1,51 @@
+"""The shared wording helper: plurals, numbers with units and separators, one time format."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from tracelens.prose import count, duration, listing, number, plural_of, span, undouble
+
+
+@pytest.mark.parametrize(
+    ("n", "noun", "expected"),
+    [
+        (144, "RoCE retransmission", "144 RoCE retransmissions"),
+        (1, "RoCE retransmission", "1 RoCE retransmission"),
+        (72, "PSN gap", "72 PSN gaps"),
+        (36, "NAK (PSN sequence error)", "36 NAKs (PSN sequence error)"),
+        (2, "IB completion (IBV_WC_RETRY_EXC_ERR) line", "2 IB completion (IBV_WC_RETRY_EXC_ERR) lines"),
+        (3, "independent source", "3 independent sources"),
+        (2, "process", "2 processes"),
+        (4, "capture copy", "4 capture copies"),
+        (8123, "SymbolErrorCounter", "8,123 SymbolErrorCounter"),
+        (220, "ECN-CE", "220 ECN-CE marks"),
+        (0, "finding", "0 findings"),
+    ],
+)
+def test_counts_agree_with_their_number(n, noun, expected):
+    assert count(n, noun) == expected
+
+
+def test_numbers_have_separators_units_and_no_spurious_decimals():
+    assert number(3545912563) == "3,545,912,563"
+    assert number(1175.4, "ms") == "1,175 ms"
+    assert number(3.84, "x") == "3.8x"
+    assert number(0.0114, "ms") == "0.011 ms"
+    assert number(41, "%") == "41%"
+    assert number(2.0, "s") == "2 s"
+
+
+def test_times_read_one_way():
+    start = datetime(2024, 12, 6, 18, 31, 23, tzinfo=timezone.utc)
+    assert span(start, start.replace(minute=35, second=1)) == "2024-12-06 18:31:23 to 18:35:01 UTC"
+    assert span(start, start.replace(day=7)) == "2024-12-06 18:31:23 to 2024-12-07 18:31:23 UTC"
+    assert duration(132.8) == "2.2 min" and duration(41.2) == "41.2 s" and duration(5400) == "1.5 h"
+
+
+def test_lists_and_doubled_words():
+    assert listing(["node01"]) == "node01" and listing(["a", "b", "c"]) == "a, b and c"
+    assert undouble("the the link on port 1 1") == "the link on port 1 1"
+    assert plural_of("rank") == "ranks"
