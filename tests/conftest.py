@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import polars as pl
@@ -36,3 +37,14 @@ def fire(tables: RunTables, rule_id: str):
     """The findings of one rule on `tables`."""
     (chosen,) = [r for r in all_rules() if r.id == rule_id]
     return chosen.run(tables)
+
+
+SCENARIOS = sorted(p.name for p in FIXTURES.glob("scenario-*") if p.is_dir())
+
+
+@functools.cache
+def analysed_fixture(name: str):
+    """The analysis of one committed fixture, computed once per test session (reports read it, never change it)."""
+    from tracelens.analyze import analyze
+
+    return analyze(FIXTURES / name)

@@ -6,7 +6,9 @@ import functools
 import json
 import os
 import re
+import shlex
 import signal
+import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
@@ -44,7 +46,6 @@ class FailOn(str, Enum):
     critical = "critical"
 
 
-SEVERITY_STYLE = {Severity.CRITICAL: "bold red", Severity.WARNING: "yellow", Severity.INFO: "blue"}
 
 
 # Exit statuses: 0 analysed, 1 findings at --fail-on, 2 usage error or nothing readable,
@@ -209,32 +210,9 @@ def _progress() -> Progress:
     )
 
 
-def _print_summary(analysis: Analysis) -> None:
-    inputs = analysis.tables["inputs"]
-    totals = {k: int(inputs[k].sum()) if inputs.height else 0 for k in ("lines", "parsed", "unrecognized")}
-    out.print(
-        f"Read {inputs.height} file(s): {totals['lines']:,} lines or packets, "
-        f"{totals['parsed']:,} parsed, {totals['unrecognized']:,} unrecognised."
-    )
-    for row in inputs.filter(inputs["errors"].list.len() > 0).iter_rows(named=True):
-        for err in row["errors"]:
-            out.print(f"[red]error:[/] {escape(err)}", highlight=False)
-    for note in analysis.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    if not analysis.readable:
-        why = "no input contained evidence tracelens understands" if inputs.height else f"no file found in {analysis.target}"
-        out.print(f"[red]Nothing readable:[/] {escape(why)}.")
-        return
-    if not analysis.findings:
-        out.print(f"[green]No problem found[/] ({len(analysis.rules)} rules checked).")
-        return
-    table = Table(show_lines=False, header_style="bold")
-    for col in ("Severity", "Rule", "Finding", "Hosts"):
-        table.add_column(col)
-    for f in analysis.findings:
-        hosts = ", ".join(f.hosts[:4]) + (f" +{len(f.hosts) - 4}" if len(f.hosts) > 4 else "")
-        table.add_row(f"[{SEVERITY_STYLE[f.severity]}]{f.severity.label}[/]", f.rule_id, f.summary, hosts)
-    out.print(table)
+def _command_line() -> str:
+    """The command as typed, for the Markdown's footer (the run can be repeated from the ticket)."""
+    return shlex.join(["tracelens", *sys.argv[1:]])
 
 
 @app.command("analyze")
@@ -251,10 +229,14 @@ def analyze_cmd(
     ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these rules (ids or prefixes, comma separated).")] = None,
     baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A good run of the same job to compare with: the report adds what changed, ranked by the slowdown it explains.")] = None,
     ray: Annotated[Optional[str], typer.Option("--ray", help="Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this machine joined) or its address host:port. Needs tracelens[ray].")] = None,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a ticket-ready Markdown summary (GitHub, Jira) to this file.")] = None,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print each finding's details, fix and first evidence lines too.")] = False,
 ) -> None:
     """Analyse a run and write the HTML report (exit 0 analysed, 1 findings at --fail-on, 2 nothing readable)."""
     from tracelens.report.html import write as write_html
+    from tracelens.report.markdown import write as write_markdown
     from tracelens.report.summary import to_json
+    from tracelens.report.terminal import print_summary
 
     _require(run)
     if baseline:
@@ -265,6 +247,8 @@ def analyze_cmd(
     _check_output_file(report, "-o/--output")
     if json_path is not None:
         _check_output_file(json_path, "--json")
+    if markdown is not None:
+        _check_output_file(markdown, "--markdown")
     if tables_dir is not None:
         _check_output_folder(tables_dir, "--tables")
     analysis = _analyze_with_progress(run, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz, ray=ray)
@@ -273,17 +257,20 @@ def analyze_cmd(
 
         good = _analyze_with_progress(baseline, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz, ray=ray)
         analysis.comparison = compare(good, analysis)
-    _print_summary(analysis)
-    if analysis.comparison:
-        out.print(f"[bold]Against {escape(str(baseline))}:[/] {escape(analysis.comparison.verdict)}", highlight=False)
-    write_html(analysis, report)
+    written = [("Report", write_html(analysis, report))]
+    if markdown:
+        written.append(("Markdown", write_markdown(analysis, markdown, command=_command_line())))
     if json_path:
         json_path.write_text(json.dumps(to_json(analysis), indent=2, default=str), encoding="utf-8")
-        out.print(f"JSON: {json_path}")
+        written.append(("JSON", json_path))
     if tables_dir:
         analysis.tables.write_parquet(tables_dir)
-        out.print(f"Tables: {tables_dir}/")
-    out.print(f"Report: [bold]{report}[/]", highlight=False)
+        written.append(("Tables", tables_dir))
+    # The summary is the command's output (stdout, so it can be piped or saved); progress and errors go to stderr.
+    console = Console(soft_wrap=True)
+    print_summary(console, analysis, written, verbose=verbose)
+    if analysis.comparison:
+        console.print(f"[bold]Against {escape(str(baseline))}:[/] {escape(analysis.comparison.verdict)}", highlight=False)
     if not analysis.readable:
         raise typer.Exit(2)
     if fail_on is not FailOn.never and any(f.severity >= Severity.parse(fail_on.value) for f in analysis.findings):

@@ -13,6 +13,8 @@ def verdict(analysis: Analysis) -> Verdict:
     root cause first), or why there is none."""
     files = analysis.tables["inputs"].height
     if not analysis.readable:
+        if not files:
+            return Verdict(severity="unreadable", headline=f"Nothing readable: no file found in {analysis.target}")
         return Verdict(
             severity="unreadable",
             headline="Nothing readable",

@@ -1,0 +1,104 @@
+"""The terminal summary: the verdict on the first line, one line per finding, where the outputs went.
+
+Read by someone on call in a narrow terminal: nothing wraps a finding over more than two
+lines, details and evidence only with `-v`. Colour comes from rich, which leaves it out
+when the output is not a terminal and when NO_COLOR is set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from tracelens.analyze import Analysis
+from tracelens.findings import Finding, Severity, Verdict
+from tracelens.prose import count
+from tracelens.report.summary import verdict, when_and_cost
+
+STYLE = {"critical": "bold red", "warning": "yellow", "info": "blue", "ok": "green", "unreadable": "bold red"}
+MAX_NOTES = 4  # notes and read errors printed; the report has them all
+VERBOSE_EVIDENCE = 8
+
+
+def _clip(text: str, room: int) -> str:
+    """`text` on one line, cut to `room` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= room else flat[: max(room - 1, 0)] + "…"
+
+
+def _labelled(console: Console, label: str, text: str, verbose: bool) -> None:
+    """A line of the verdict ('  because  ...'): whole with -v, else cut to one screen line."""
+    body = text if verbose else _clip(text, console.width - 11)
+    console.print(f"  [bold]{label:<8}[/] {escape(body)}", highlight=False)
+
+
+def _print_verdict(console: Console, v: Verdict, verbose: bool) -> None:
+    style = STYLE.get(v.severity, "")
+    console.print(f"[{style}]{v.severity.upper()}[/] [bold]{escape(v.headline)}[/]", highlight=False)
+    if when := when_and_cost(v):
+        console.print(f"  {escape(when)}", highlight=False)
+    r = v.reasons
+    shown = [("because", b) for b in r.because] + [("against", b) for b in r.against] + [("missing", b) for b in r.not_available]
+    if not verbose:
+        shown = [("because", b) for b in r.because[:2]] + [("against", b) for b in r.against[:1]]
+    for label, text in shown + ([("fix", v.fix)] if v.fix else []):
+        _labelled(console, label, text, verbose)
+
+
+def _finding_line(console: Console, f: Finding) -> None:
+    """severity, id, title, hosts: at most two screen lines."""
+    head = f"{f.severity.label:<8} {f.rule_id:<5} "
+    rest = _clip(f"{f.title}" + (f"  [{f.scope}]" if f.scope else ""), 2 * console.width - len(head) - 3)
+    console.print(f"  [{STYLE[f.severity.label]}]{head}[/]{escape(rest)}", highlight=False)
+
+
+def _print_details(console: Console, f: Finding) -> None:
+    """`-v`: what the report says of a finding, as plain indented text."""
+    if f.reasons:
+        for label, items in (("because", f.reasons.because), ("against", f.reasons.against), ("missing", f.reasons.not_available)):
+            for item in items:
+                console.print(f"      {label:<8} {escape(item)}", highlight=False)
+    else:
+        console.print(f"      {escape(f.summary)}", highlight=False)
+    if f.fix:
+        console.print(f"      [bold]fix[/]      {escape(f.fix)}", highlight=False)
+    for e in f.evidence[:VERBOSE_EVIDENCE]:
+        console.print(f"      [dim]{escape(e.location)}[/]  {escape(_clip(e.text, 300))}", highlight=False)
+    if f.evidence_total > VERBOSE_EVIDENCE:
+        console.print(f"      … {count(f.evidence_total - VERBOSE_EVIDENCE, 'more evidence line')} in the report", highlight=False)
+
+
+def _print_inputs(console: Console, analysis: Analysis) -> None:
+    inputs = analysis.tables["inputs"]
+    totals = {k: int(inputs[k].sum()) if inputs.height else 0 for k in ("lines", "parsed", "unrecognized")}
+    console.print(
+        f"Read {count(inputs.height, 'file')}: {totals['lines']:,} lines or packets, "
+        f"{totals['parsed']:,} parsed, {totals['unrecognized']:,} unrecognised.",
+        highlight=False,
+    )
+    said = [("red", "error", e) for row in inputs.filter(inputs["errors"].list.len() > 0).iter_rows(named=True) for e in row["errors"]]
+    said += [("yellow", "note", n) for n in analysis.notes]
+    for style, label, text in said[:MAX_NOTES]:
+        console.print(f"[{style}]{label}:[/] {escape(_clip(text, 2 * console.width - len(label) - 4))}", highlight=False)
+    if len(said) > MAX_NOTES:
+        console.print(f"… {count(len(said) - MAX_NOTES, 'more note')} in the report.", highlight=False)
+
+
+def print_summary(console: Console, analysis: Analysis, written: list[tuple[str, Path]], verbose: bool = False) -> None:
+    """Verdict, findings, what was read, where the outputs went (`written`: label and path)."""
+    v = verdict(analysis)
+    _print_verdict(console, v, verbose)
+    if analysis.findings:
+        by = {s: sum(f.severity == s for f in analysis.findings) for s in sorted(Severity, reverse=True)}
+        console.print(f"\n{count(len(analysis.findings), 'finding')} ("
+                      + ", ".join(f"{n} {s.label}" for s, n in by.items() if n) + "):", highlight=False)
+        for f in analysis.findings:
+            _finding_line(console, f)
+            if verbose:
+                _print_details(console, f)
+    console.print()
+    _print_inputs(console, analysis)
+    for label, path in written:
+        console.print(f"{label}: [bold]{escape(str(path))}[/]", highlight=False)

@@ -1,0 +1,86 @@
+"""The terminal summary: verdict on the first line, one short line per finding, details only with -v,
+colour only on a terminal and never with NO_COLOR."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from tests.conftest import FIXTURES, SCENARIOS, analysed_fixture
+from tracelens.cli import app
+from tracelens.report.summary import verdict
+from tracelens.report.terminal import print_summary
+
+ANSI = re.compile(r"\x1b\[")
+
+
+def _summary(name: str, width: int, verbose: bool = False, **console) -> str:
+    buffer = io.StringIO()
+    print_summary(Console(file=buffer, width=width, soft_wrap=True, **console), analysed_fixture(name),
+                  [("Report", Path("r.html"))], verbose=verbose)
+    return buffer.getvalue()
+
+
+def _screen_lines(text: str, width: int) -> list[int]:
+    """How many screen lines each printed line takes in a terminal `width` columns wide."""
+    return [max(1, -(-len(line) // width)) for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_scenario_fits_a_screen_with_the_verdict_first(name):
+    text = _summary(name, 100)
+    first = text.splitlines()[0]
+    v = verdict(analysed_fixture(name))
+    assert first.startswith(v.severity.upper()) and v.headline in first
+    assert sum(_screen_lines(text, 100)) <= 40, text
+    assert text.rstrip().endswith("Report: r.html")
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_no_finding_wraps_over_two_lines_at_80_columns(name):
+    text = _summary(name, 80)
+    findings = [line for line in text.splitlines() if re.match(r"  (critical|warning|info)\s+TL\d{3}", line)]
+    assert len(findings) == len(analysed_fixture(name).findings)
+    assert all(n <= 2 for n in _screen_lines("\n".join(findings), 80))
+    details = text.split("\n\n")[0].splitlines()[1:]
+    assert all(n <= 1 for n in _screen_lines("\n".join(details), 80))  # the verdict's details: one line each
+
+
+def test_the_verdict_says_cause_where_window_and_cost():
+    text = _summary("scenario-flaky-link", 100)
+    head, when = text.splitlines()[:2]
+    assert "bad link" in head and "node02" in head and "mlx5_1 port 1" in head
+    assert when.strip() == "2024-12-06 18:31:30 to 18:34:30 UTC, 2.2 min lost"
+    fix = next(line for line in text.splitlines() if line.lstrip().startswith("fix"))
+    assert "node02" in fix and "perfquery" in fix and "Congestion" not in fix  # the named cause's fix only
+
+
+def test_verbose_prints_the_case_the_fix_and_evidence():
+    short, long = _summary("scenario-flaky-link", 100), _summary("scenario-flaky-link", 100, verbose=True)
+    assert "SymbolErrorCounter: 1333 (was 0)" not in short
+    assert "node02/sysfs-during-1832.txt:56" in long and "SymbolErrorCounter: 1333 (was 0)" in long
+    assert "144 RoCE retransmissions" in long and "Collect next time" in long
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
+    assert not ANSI.search(_summary("scenario-flaky-link", 100))  # a file, not a terminal
+    assert ANSI.search(_summary("scenario-flaky-link", 100, force_terminal=True))
+    monkeypatch.setenv("NO_COLOR", "1")
+    coloured = _summary("scenario-flaky-link", 100, force_terminal=True)
+    assert not re.search(r"\x1b\[[0-9;]*3[0-7]m|\x1b\[[0-9;]*;3[0-7]", coloured)  # bold may stay; no colours
+
+
+def test_the_command_prints_the_summary_and_where_everything_went(tmp_path: Path):
+    report, md = tmp_path / "r.html", tmp_path / "r.md"
+    result = CliRunner().invoke(app, ["analyze", str(FIXTURES / "scenario-healthy"), "-o", str(report), "--markdown", str(md)],
+                                env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("OK No problem found")
+    assert f"Report: {report}" in result.stdout and f"Markdown: {md}" in result.stdout
+    assert report.is_file() and md.read_text().startswith("## tracelens: OK: No problem found")
