@@ -93,15 +93,15 @@ def incidents(tables: RunTables) -> pl.DataFrame:
 
 
 def gpu_lanes(samples: pl.DataFrame, points: int = 600) -> pl.DataFrame:
-    """Mean GPU utilisation per host over time for a chart (columns host, t as ISO text, util),
+    """Mean GPU utilisation per host over time for a chart (columns host, ts, util),
     averaged over bins of time so a long `-l 1` loop stays a few hundred points per host."""
     timed = samples.filter(pl.col("ts").is_not_null(), pl.col("util_gpu").is_not_null())
     if timed.height < 2:
-        return pl.DataFrame(schema={"host": pl.String, "t": pl.String, "util": pl.Float64})
+        return pl.DataFrame(schema={"host": pl.String, "ts": pl.Datetime("ns", "UTC"), "util": pl.Float64})
     span = (timed["ts"].max() - timed["ts"].min()).total_seconds()
     return (
         timed.with_columns(pl.col("host").fill_null("?")).sort("ts")
         .group_by_dynamic("ts", every=f"{max(1, int(span / points))}s", group_by="host")
         .agg(util=pl.col("util_gpu").mean())
-        .select("host", pl.col("ts").dt.convert_time_zone("UTC").dt.strftime("%Y-%m-%dT%H:%M:%SZ").alias("t"), "util")
+        .select("host", pl.col("ts").dt.convert_time_zone("UTC"), "util")
     )

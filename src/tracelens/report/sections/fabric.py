@@ -3,12 +3,11 @@ with a chart of error and blocked-time rates over the dump times."""
 
 from __future__ import annotations
 
-import altair as alt
 import polars as pl
 
 from tracelens.fabric.deltas import PORT_KEY, counter_deltas, describe, kind_of, movements
 from tracelens.fabric.ports import latest_ports
-from tracelens.report.charts import to_svg
+from tracelens.report import svg
 from tracelens.rules.fabric import port_label
 
 ORDER = 50
@@ -33,18 +32,19 @@ def _chart(deltas: pl.DataFrame):
         return None
     labels = pl.struct(PORT_KEY).map_elements(lambda p: port_label(**p), return_dtype=pl.String)
     data = points.select(
-        pl.col("end").dt.strftime("%Y-%m-%dT%H:%M:%S").alias("time"),
+        pl.col("end").alias("time"),
         pl.col("rate_per_s").alias("per_second"),
         pl.format("{} {}", labels, "counter").alias("series"),
-    )
-    chart = (
-        alt.Chart(alt.Data(values=data.to_dicts()), title="Error and wait counters per second, per interval between dumps")
-        .mark_line(point=True)
-        .encode(x=alt.X("time:T", title="dump time (UTC)"), y=alt.Y("per_second:Q", title="per second"),
-                color=alt.Color("series:N", title=None), tooltip=["series:N", "time:T", "per_second:Q"])
-        .properties(width=640, height=220)
-    )
-    return to_svg(chart)
+    ).sort("time")
+    lo, hi = svg.epoch_seconds([data["time"].min(), data["time"].max()])
+    fig = svg.Figure(lo - 30, hi + 30, "dump time (UTC)", time=True, width=640 + svg.LEFT,
+                     title="Error and wait counters per second, per interval between dumps")
+    panel = fig.panel(220, "per second", y_range=(0.0, float(data["per_second"].max())))
+    for n, (series, rows) in enumerate(data.group_by("series", maintain_order=True)):
+        colour = svg.PALETTE[n % len(svg.PALETTE)]
+        xs, ys = svg.epoch_seconds(rows["time"].to_list()), rows["per_second"].to_list()
+        svg.line(panel, xs, ys, colour, label=series[0], points=True)
+    return svg.render(fig)
 
 
 def _port_row(key: dict, state: dict, moves: pl.DataFrame) -> dict:

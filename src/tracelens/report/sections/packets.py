@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import altair as alt
 import polars as pl
 
 from tracelens.packets.flows import analyze
 from tracelens.packets.hosts import describe, host_names
-from tracelens.report.charts import to_svg
+from tracelens.report import svg
 
 ORDER = 60
 TITLE = "Packet captures"
@@ -47,21 +46,19 @@ def _timeline(events: pl.DataFrame):
     span = (shown["ts"].max() - shown["ts"].min()).total_seconds()
     every = "1s" if span > 60 else "10ms" if span > 0.5 else "100us"
     binned = (
-        shown.with_columns(pl.col("ts").dt.truncate(every).dt.replace_time_zone(None))
+        shown.with_columns(pl.col("ts").dt.truncate(every))
         .group_by("ts", "kind")
         .len()
         .sort("ts")
     )
-    values = binned.with_columns(pl.col("ts").dt.strftime("%Y-%m-%dT%H:%M:%S%.6f")).rows(named=True)
-    chart = (
-        alt.Chart(alt.Data(values=values))
-        .mark_bar()
-        .encode(
-            x=alt.X("ts:T", title=f"time (UTC, {every} bins)"),
-            y=alt.Y("len:Q", title="events"),
-            color=alt.Color("kind:N", title=None, sort=list(TIMELINE_KINDS)),
-            tooltip=["ts:T", "kind:N", "len:Q"],
-        )
-        .properties(width=720, height=180)
-    )
-    return to_svg(chart)
+    step_s = {"1s": 1.0, "10ms": 0.01, "100us": 0.0001}[every]
+    lo, hi = svg.epoch_seconds([binned["ts"].min(), binned["ts"].max()])
+    fig = svg.Figure(lo - step_s, hi + 2 * step_s, f"time (UTC, {every} bins)", time=True, width=720 + svg.LEFT)
+    per_bin = binned.group_by("ts").agg(pl.col("len").sum())
+    panel = fig.panel(180, "events", y_range=(0.0, float(per_bin["len"].max())))
+    stacked = binned.with_columns(below=pl.col("len").cum_sum().over("ts") - pl.col("len"))
+    for n, kind in enumerate(k for k in TIMELINE_KINDS if k in set(binned["kind"].to_list())):
+        rows = stacked.filter(pl.col("kind") == kind)
+        svg.bars(panel, [x + step_s / 2 for x in svg.epoch_seconds(rows["ts"].to_list())], rows["len"].cast(pl.Float64).to_list(),
+                 svg.PALETTE[n % len(svg.PALETTE)], label=kind, width_x=step_s, bottoms=rows["below"].cast(pl.Float64).to_list())
+    return svg.render(fig)

@@ -4,11 +4,10 @@ worst windows. The windows are the ones the TL401 rule reports (tracelens.steps)
 
 from __future__ import annotations
 
-import altair as alt
 import polars as pl
 
 from tracelens import steps as timing
-from tracelens.report.charts import to_svg
+from tracelens.report import svg
 
 ORDER = 40
 TITLE = "Step time"
@@ -85,36 +84,28 @@ def _binned(stream: pl.DataFrame, columns: dict[str, pl.Expr]) -> pl.DataFrame:
 
 
 def _charts(stream: pl.DataFrame, windows: list[timing.Window]) -> dict:
-    x = alt.X("step:Q", title="step", scale=alt.Scale(zero=False, nice=False))
-    shades = alt.Chart(alt.Data(values=[{"from": w.first_step, "to": w.last_step} for w in windows])).mark_rect(
-        color="#b3261e", opacity=0.15
-    ).encode(x="from:Q", x2="to:Q")
     timed = _binned(stream, {"step time (ms)": pl.col("time_ms"), "usual (ms)": pl.col("baseline_ms"), "samples/sec": pl.col("samples_per_sec")})
-    base = alt.Chart(alt.Data(values=timed.to_dicts())).encode(x=x)
-    time_chart = alt.layer(
-        shades,
-        base.mark_line(color="#3d5a80").encode(y=alt.Y("step time (ms):Q", title="ms per step (dashed: usual)")),
-        base.mark_line(color="#5f6368", strokeDash=[4, 3]).encode(y="usual (ms):Q"),
-    ).properties(width=WIDTH, height=220)
-    panels = [time_chart]
+    xs = timed["step"].cast(pl.Float64).to_list()
+    shades = [(float(w.first_step), float(w.last_step), "") for w in windows]
+    fig = svg.Figure(min(xs), max(xs), "step", width=WIDTH)
+    top = fig.panel(220, "ms per step (dashed: usual)", y_range=(0.0, float(timed["step time (ms)"].max() or 1.0)))
+    svg.bands(top, shades)
+    svg.line(top, xs, timed["step time (ms)"].to_list(), "#3d5a80", label="step time")
+    svg.line(top, xs, timed["usual (ms)"].to_list(), "#5f6368", label="usual", dash=True)
     if timed["samples/sec"].null_count() < timed.height:
-        panels.append(alt.layer(shades, base.mark_line(color="#2e7d32").encode(y="samples/sec:Q")).properties(width=WIDTH, height=140))
-    out = {"time": to_svg(alt.vconcat(*panels).resolve_scale(x="shared")), "phases": None}
+        rate = fig.panel(140, "samples/sec", y_range=(0.0, float(timed["samples/sec"].max() or 1.0)))
+        svg.bands(rate, shades)
+        svg.line(rate, xs, timed["samples/sec"].to_list(), "#2e7d32", label="samples/sec")
+    out = {"time": svg.render(fig), "phases": None}
     phases = stream.filter(pl.col("fwd_ms").is_not_null())
     if phases.height:
         binned = _binned(phases, PHASES)
-        long = binned.unpivot(index="step", on=list(PHASES), variable_name="phase", value_name="ms").drop_nulls("ms")
-        order = {name: i for i, name in enumerate(PHASES)}
-        long = long.with_columns(pl.col("phase").replace_strict(order, return_dtype=pl.Int8).alias("order"))
-        out["phases"] = to_svg(
-            alt.layer(
-                shades,
-                alt.Chart(alt.Data(values=long.to_dicts())).mark_area().encode(
-                    x=x,
-                    y=alt.Y("ms:Q", stack="zero", title="ms per step"),
-                    color=alt.Color("phase:N", sort=list(PHASES), scale=alt.Scale(scheme="tableau10")),
-                    order="order:Q",
-                ),
-            ).properties(width=WIDTH, height=220)
-        )
+        pxs = binned["step"].cast(pl.Float64).to_list()
+        layers = {name: [max(v or 0.0, 0.0) for v in binned[name].to_list()] for name in PHASES if binned[name].null_count() < binned.height}
+        total = max((sum(vals) for vals in zip(*layers.values())), default=1.0)
+        stacked = svg.Figure(min(pxs), max(pxs), "step", width=WIDTH)
+        panel = stacked.panel(220, "ms per step", y_range=(0.0, float(total)))
+        svg.bands(panel, shades)
+        svg.stacked_areas(panel, pxs, layers)
+        out["phases"] = svg.render(stacked)
     return out

@@ -6,13 +6,12 @@ zone as the timeline decided it, and the clock offsets it measured and applied."
 
 from __future__ import annotations
 
-import altair as alt
 import polars as pl
 
 from tracelens import steps as timing
 from tracelens.events import CAUSES, network_events
 from tracelens.hostsignals import gpu_lanes
-from tracelens.report.charts import to_svg
+from tracelens.report import svg
 
 ORDER = 0
 TITLE = "Timeline"
@@ -24,9 +23,8 @@ MAX_POINTS = 600  # per stream; longer runs are averaged over bins of steps
 BINS = 300  # packet and NCCL events are counted per this share of the time span
 SHADED = {"TL401", "TL404"}  # besides the correlation findings (score > 0): the slow steps and stragglers
 MAX_SHADES = 8
-ISO = "%Y-%m-%dT%H:%M:%S%.3fZ"
-LABEL_ROWS = 4  # staggered rows of window labels
-X_AXIS = alt.Axis(format="%H:%M:%S", title="time (UTC)", labelAngle=0)
+LANE_PX = 22
+MAX_HOST_LANES = 16  # hosts given their own lanes (those the findings name); the rest share one lane
 CAUSE_COLOURS = {"link": "#b3261e", "congestion": "#e37400", "socket": "#6a1b9a", "receiver": "#00796b",
                  "failure": "#5f6368", "stall": "#000000", "straggler": "#1565c0"}
 
@@ -41,7 +39,7 @@ def context(analysis) -> dict | None:
     if events.height == 0 and series.height == 0 and not windows and gpus.height == 0:
         return None
     return {
-        "chart": _chart(series, events, windows, gpus),
+        "chart": _chart(series, events, windows, gpus, {h for f in analysis.findings for h in f.hosts}),
         "windows": [_window_row(i, f) for i, f in windows],
         "zone": analysis.timeline.notes[0] if analysis.timeline.notes else "",
         "offsets": analysis.timeline.offsets.to_dicts(),
@@ -57,51 +55,56 @@ def _window_row(index: int, finding) -> dict:
     }
 
 
-def _iso(column: str) -> pl.Expr:
-    return pl.col(column).dt.convert_time_zone("UTC").dt.strftime(ISO)
-
-
-def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list, gpus: pl.DataFrame) -> str:
-    x = alt.X("t:T", scale=alt.Scale(type="utc"), axis=X_AXIS)
-    shades = [{"from": f.window[0].isoformat(), "to": f.window[1].isoformat(), "finding": f"#{i} {f.rule_id}"}
+def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list, gpus: pl.DataFrame, affected: set[str]) -> str:
+    times = [t for t in (series["ts"].min(), series["ts"].max()) if t is not None] if series.height else []
+    if events.height:
+        times += [events["lo"].min(), events.select(pl.coalesce("hi", "lo").max()).item()]
+    times += [t for _, f in windows for t in f.window] + ([gpus["ts"].min(), gpus["ts"].max()] if gpus.height else [])
+    lo, hi = svg.epoch_seconds([min(times), max(times)])
+    fig = svg.Figure(lo, hi, "time (UTC)", width=WIDTH, time=True)
+    shades = [(f.window[0].timestamp(), f.window[1].timestamp(), f"#{i} {f.rule_id}")
               for i, f in windows if f.score > 0 or f.rule_id in SHADED][:MAX_SHADES]
-    # Labels of windows that start close together would print over each other: stagger them in rows.
-    for row, shade_ in enumerate(sorted(shades, key=lambda s: s["from"])):
-        shade_["offset"] = 12 * (row % LABEL_ROWS)
-    shade = alt.Chart(alt.Data(values=shades)).mark_rect(color="#b3261e", opacity=0.12).encode(
-        x=alt.X("from:T", scale=alt.Scale(type="utc"), axis=X_AXIS), x2="to:T"
-    )
-    labels = alt.Chart(alt.Data(values=shades)).mark_text(align="left", dx=2, dy=6, baseline="top", fontSize=10).encode(
-        x=alt.X("from:T", scale=alt.Scale(type="utc")), y=alt.Y("offset:Q", scale=None, axis=None), text="finding:N"
-    )
-    panels = []
     if series.height:
         steps = _binned_steps(series)
-        line = alt.Chart(alt.Data(values=steps.to_dicts())).mark_line(point=False).encode(
-            x=x, y=alt.Y("ms:Q", title="ms per step"), color=alt.Color("stream:N", legend=alt.Legend(orient="top", title=None))
-        )
-        panels.append(alt.layer(shade, line, labels).properties(width=WIDTH, height=180))
+        top = fig.panel(180, "ms per step", y_range=(0.0, float(steps["ms"].max() or 1.0)))
+        svg.bands(top, shades)
+        for n, (stream, rows) in enumerate(steps.group_by("stream", maintain_order=True)):
+            svg.line(top, svg.epoch_seconds(rows["ts"].to_list()), rows["ms"].to_list(), svg.PALETTE[n % len(svg.PALETTE)], label=stream[0])
     if gpus.height:
-        util = alt.Chart(alt.Data(values=gpus.to_dicts())).mark_line().encode(
-            x=x, y=alt.Y("util:Q", title="GPU util. %", scale=alt.Scale(domain=[0, 100])),
-            color=alt.Color("host:N", legend=alt.Legend(orient="top", title=None)),
-        )
-        panels.append(alt.layer(shade, util).properties(width=WIDTH, height=90))
+        util = fig.panel(90, "GPU util. %", y_range=(0.0, 100.0))
+        svg.bands(util, [(a, b, "") for a, b, _ in shades])
+        for n, (host, rows) in enumerate(_gpu_series(gpus, affected).group_by("host", maintain_order=True)):
+            svg.line(util, svg.epoch_seconds(rows["ts"].to_list()), rows["util"].to_list(), svg.PALETTE[n % len(svg.PALETTE)], label=host[0])
     if events.height:
-        lanes = _lanes(events)
-        order = sorted({lane["lane"] for lane in lanes})
-        y = alt.Y("lane:N", sort=order, title=None)
-        colour = alt.Color("cause:N", scale=alt.Scale(domain=[CAUSES[c] for c in CAUSE_COLOURS], range=list(CAUSE_COLOURS.values())),
-                           legend=alt.Legend(orient="bottom", title=None))
-        data = alt.Chart(alt.Data(values=lanes))
-        intervals = data.transform_filter("datum.source == 'counters'").mark_bar(opacity=0.5, height=10).encode(x=x, x2="t2:T", y=y, color=colour)
-        points = data.transform_filter("datum.source != 'counters'").mark_tick(thickness=2).encode(
-            x=x, y=y, color=colour, size=alt.Size("count:Q", scale=alt.Scale(range=[8, 18]), legend=None)
-        )
-        panels.append(alt.layer(shade, intervals, points).properties(width=WIDTH, height=24 * len(order) + 10))
-    if not panels:
-        panels.append(alt.layer(shade, labels).properties(width=WIDTH, height=40))
-    return to_svg(alt.vconcat(*panels).resolve_scale(x="shared", color="independent"))
+        lanes = _lanes(events, affected)
+        order = _lane_order(lanes, affected)
+        panel = fig.panel(LANE_PX * len(order) + 10, lanes=order)
+        svg.bands(panel, [(a, b, "") for a, b, _ in shades])
+        counters = lanes.filter(pl.col("source") == "counters")
+        colour = pl.col("cause").replace_strict(CAUSE_COLOURS, default="#5f6368")
+        counters = counters.with_columns(colour=colour)
+        svg.intervals(panel, svg.epoch_seconds(counters["lo"].to_list()), svg.epoch_seconds(counters["hi"].to_list()),
+                      counters["lane"].to_list(), counters["colour"].to_list())
+        instant = lanes.filter(pl.col("source") != "counters").with_columns(colour=colour,
+                                                                             size=(pl.col("count").log10() / 3).clip(0, 1))
+        svg.ticks(panel, svg.epoch_seconds(instant["lo"].to_list()), instant["lane"].to_list(), instant["colour"].to_list(),
+                  instant["size"].to_list())
+        panel.legend.update({CAUSES[c]: CAUSE_COLOURS[c] for c in CAUSE_COLOURS if c in set(lanes["cause"].to_list())})
+    if not fig.panels:
+        svg.bands(fig.panel(40), shades)
+    return svg.render(fig)
+
+
+def _gpu_series(gpus: pl.DataFrame, affected: set[str]) -> pl.DataFrame:
+    """A line per host when there are few, else the hosts the findings name (up to MAX_HOST_LANES)
+    and the mean of the others as one line."""
+    hosts = sorted(set(gpus["host"].to_list()))
+    if len(hosts) <= MAX_HOST_LANES // 2:
+        return gpus.sort("host", "ts")
+    shown = [h for h in hosts if h in affected][: MAX_HOST_LANES // 2]
+    rest = gpus.filter(~pl.col("host").is_in(shown))
+    folded = rest.group_by("ts").agg(pl.col("util").mean()).with_columns(host=pl.lit(f"mean of {len(hosts) - len(shown)} other hosts"))
+    return pl.concat([gpus.filter(pl.col("host").is_in(shown)).sort("host", "ts"), folded.select("host", "ts", "util").sort("ts")])
 
 
 def _binned_steps(series: pl.DataFrame) -> pl.DataFrame:
@@ -115,23 +118,35 @@ def _binned_steps(series: pl.DataFrame) -> pl.DataFrame:
         .with_columns(stream=label, bin=pl.int_range(pl.len()).over(timing.STREAM) // size)
         .group_by("stream", "bin")
         .agg(pl.col("ts").max(), ms=pl.col("time_ms").mean())
-        .select("stream", _iso("ts").alias("t"), "ms")
-        .sort("stream", "t")
+        .select("stream", "ts", "ms")
+        .sort("stream", "ts")
     )
 
 
-def _lanes(events: pl.DataFrame) -> list[dict]:
-    """One mark per lane (host, source) and bin of time and cause; counter rises keep their interval."""
+def _lanes(events: pl.DataFrame, affected: set[str]) -> pl.DataFrame:
+    """One mark per lane and bin of time and cause; counter rises keep their interval. A lane is a
+    (host, source) of a host some finding names, or of the rest of the hosts folded into one."""
     span = (events.select(pl.coalesce("hi", "lo").max()).item() - events["lo"].min()).total_seconds()
     width_ms = max(1, int(span * 1000 / BINS))
-    lane = pl.format("{} · {}", pl.col("host").fill_null("?"), "source")
-    named = events.with_columns(lane=lane, cause=pl.col("cause").replace_strict(CAUSES))
-    counters = named.filter(pl.col("source") == "counters").select("lane", "source", "cause", "count", _iso("lo").alias("t"), _iso("hi").alias("t2"))
+    hosts = events["host"].drop_nulls().unique()
+    shown = set(affected) if len(affected) <= MAX_HOST_LANES else set(sorted(affected)[:MAX_HOST_LANES])
+    others = hosts.filter(~hosts.is_in(list(shown))).len()
+    folded = f"{others} other host{'s' if others != 1 else ''}"
+    host = pl.when(pl.col("host").is_in(list(shown))).then(pl.col("host")).otherwise(pl.lit(folded if shown else None))
+    lane = pl.format("{} · {}", host.fill_null(pl.col("host")).fill_null("?"), "source")
+    named = events.with_columns(lane=lane)
+    counters = named.filter(pl.col("source") == "counters").select("lane", "source", "cause", "count", "lo", "hi")
     instant = (
         named.filter(pl.col("source") != "counters")
         .with_columns(pl.col("lo").dt.truncate(f"{width_ms}ms"))
         .group_by("lane", "source", "cause", "lo")
         .agg(pl.col("count").sum())
-        .select("lane", "source", "cause", "count", _iso("lo").alias("t"), pl.lit(None, pl.String).alias("t2"))
+        .select("lane", "source", "cause", "count", "lo", pl.col("lo").alias("hi"))
     )
-    return pl.concat([counters, instant]).to_dicts()
+    return pl.concat([counters, instant])
+
+
+def _lane_order(lanes: pl.DataFrame, affected: set[str]) -> list[str]:
+    """The lanes of hosts a finding names first, then the others, the folded lane last."""
+    names = sorted(set(lanes["lane"].to_list()))
+    return sorted(names, key=lambda lane: (lane.split(" · ")[0] not in affected, lane[0].isdigit(), lane))
