@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import altair as alt
 import polars as pl
 
 from tracelens import __version__
 from tracelens.compare import Comparison
 from tracelens.compare.timing import Pace
-from tracelens.report.charts import to_svg
+from tracelens.report import svg
 from tracelens.report.html import CSP, environment
 from tracelens.resources import data_dir
 
@@ -25,20 +24,14 @@ def _p(value: float) -> str:
 
 
 def _chart(good: Pace, bad: Pace):
-    """Both runs' step times in two panels sharing one y scale, so their heights compare."""
-    frame = pl.concat([
-        good.per_step.select("step", "time_ms").with_columns(run=pl.lit("good run")),
-        bad.per_step.select("step", "time_ms").with_columns(run=pl.lit("slow run")),
-    ])  # fmt: skip
-    chart = (
-        alt.Chart(alt.Data(values=frame.to_dicts()))
-        .mark_line(point=False, strokeWidth=1)
-        .encode(x=alt.X("step:Q", title="step"), y=alt.Y("time_ms:Q", title="step time (ms)"))
-        .properties(width=320, height=160)
-        .facet(column=alt.Column("run:N", title=None, sort=["good run", "slow run"]))
-        .resolve_scale(y="shared")
-    )
-    return to_svg(chart)
+    """Both runs' step times on one y scale, so their heights compare."""
+    steps = pl.concat([good.per_step["step"], bad.per_step["step"]])
+    fig = svg.Figure(float(steps.min()), float(steps.max()), "step", width=720)
+    top = max(good.per_step["time_ms"].max() or 0.0, bad.per_step["time_ms"].max() or 0.0)
+    panel = fig.panel(180, "step time (ms)", y_range=(0.0, float(top) or 1.0))
+    for label, pace, colour in (("good run", good, "#2e7d32"), ("slow run", bad, "#b3261e")):
+        svg.line(panel, pace.per_step["step"].cast(pl.Float64).to_list(), pace.per_step["time_ms"].to_list(), colour, label=label)
+    return svg.render(fig)
 
 
 def context(comparison: Comparison) -> dict:
