@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tracelens.prose import count, duration, listing, number, plural_of, span, undouble
+from tracelens.prose import count, duration, listing, number, plural_of, some, span, undouble
 
 
 @pytest.mark.parametrize(
@@ -49,3 +49,9 @@ def test_lists_and_doubled_words():
     assert listing(["node01"]) == "node01" and listing(["a", "b", "c"]) == "a, b and c"
     assert undouble("the the link on port 1 1") == "the link on port 1 1"
     assert plural_of("rank") == "ranks"
+
+
+def test_long_lists_say_how_many_more():
+    hosts = [f"node{i:03d}" for i in range(1, 41)]
+    assert some(hosts) == "node001, node002, node003 and 37 more"
+    assert some(hosts[:4]) == "node001, node002, node003 and node004"

@@ -87,6 +87,15 @@ def listing(items: list[str], conjunction: str = "and") -> str:
     return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
 
 
+def some(items: list[str], limit: int = 4) -> str:
+    """Up to `limit` items, then how many more: 'node001, node009, node017 and 5 more hosts' style
+    ('a, b and c' when they all fit)."""
+    items = [i for i in items if i]
+    if len(items) <= limit:
+        return listing(items)
+    return f"{', '.join(items[:limit - 1])} and {len(items) - limit + 1} more"
+
+
 _DOUBLED = re.compile(r"\b([A-Za-z]+)(\s+\1\b)+", re.I)
 
 

@@ -40,7 +40,7 @@ from tracelens.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Reasons, Severity
 from tracelens.hostsignals import utilisation_phrase
 from tracelens.hangs import first_stopped
-from tracelens.prose import count, duration, listing, number
+from tracelens.prose import count, duration, listing, number, some
 from tracelens.rules import rule
 from tracelens.rules.evidence import step_evidence
 from tracelens.rules.steps import COMM_SURGE, COMPUTE_FLAT, MAX_WINDOWS, MIN_COST_SHARE
@@ -249,8 +249,8 @@ FIXES = {
 def cause_fix(cause: str, hosts: list[str], ports: list[str]) -> str:
     """The named cause's fix, with the hosts and ports found (`tracelens rules TL410` has them all)."""
     ca = ports[0].split(":")[0] if ports else "<hca>"
-    where = listing([f"{h} ({listing(ports)})" if ports else h for h in hosts])
-    return FIXES.get(cause, "").format(where=where, hosts=listing(hosts), ca=ca, port=listing([port_text(p) for p in ports]) or "the port")
+    where = some(hosts, 8) + (f" ({listing(ports)})" if ports else "")
+    return FIXES.get(cause, "").format(where=where, hosts=some(hosts, 8), ca=ca, port=listing([port_text(p) for p in ports]) or "the port")
 
 
 def _missing(t: RunTables, begin: datetime, end: datetime) -> list[str]:
@@ -354,7 +354,7 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
         links = chain.head(MAX_PHRASES).to_dicts()
         counted = chain.filter(pl.col("source") == "counters", pl.col("host").is_in(hosts))
         ports = sorted({p for p in counted["port"].to_list() if p})
-        where = " and ".join(hosts) + (f" ({', '.join(port_text(p) for p in ports)})" if ports else "")
+        where = some(hosts) + (f" ({', '.join(port_text(p) for p in ports)})" if ports else "")
         others = suspects.filter(~((pl.col("cause") == best["cause"]) & pl.col("suspect").is_in(hosts))).head(2).to_dicts()
         also = ("; also considered: " + ", ".join(f"{CAUSES[o['cause']]} on {o['suspect']} ({count(o['sources'], 'source')})" for o in others)) if others else ""
         title = f"Root cause of slow {w.label}: {CAUSES[best['cause']]} on {where}"
