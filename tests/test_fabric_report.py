@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
-
 from tests.test_fabric_rules import ingest_folder, two_nodes
+from tracelens.report.html import environment
 from tracelens.report.sections import fabric
-from tracelens.resources import data_dir
 from tracelens.tables import RunTables
 
 
@@ -32,6 +30,5 @@ def test_section_escapes_names_from_the_dumps(tmp_path):
     (tmp_path / "n1").mkdir()
     (tmp_path / "n1" / "eth.txt").write_text("NIC statistics:\n     rx_prio0_pause: 3\n     <script>x</script>: 4\n")
     ctx = fabric.context(SimpleNamespace(tables=ingest_folder(tmp_path), findings=[]))
-    env = Environment(loader=FileSystemLoader(data_dir("reports")), autoescape=select_autoescape(default=True))
-    html = env.get_template(fabric.TEMPLATE).render(ctx=ctx)
+    html = environment().get_template(fabric.TEMPLATE).render(ctx=ctx)
     assert "<script>" not in html and "&lt;script&gt;x&lt;/script&gt;" in html and "rx_prio0_pause" in html

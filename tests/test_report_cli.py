@@ -62,7 +62,7 @@ def test_report_shows_verdict_findings_evidence_and_coverage():
     html = render(_analysis_with("plain"))
     assert "NCCL socket connection failures" in html
     assert "node01/train.log:3" in html
-    assert "Input coverage" in html and "1 unrecognised line(s) shown" in html
+    assert "Input coverage" in html and "1 unrecognised line shown" in html
 
 
 def _write_log(folder: Path, lines: list[str]) -> Path:

@@ -32,7 +32,7 @@ def environment() -> Environment:
     )
     env.filters["window"] = lambda window: span(*window)
     env.filters["duration"] = duration
-    env.filters["count"] = count
+    env.filters["counted"] = count  # 3 | counted("port") -> "3 ports" (jinja's own `count` is `length`)
     env.filters["code"] = backticks_as_code
     return env
 
