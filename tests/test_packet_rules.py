@@ -47,8 +47,8 @@ def test_loss_fires_tl301_on_the_lossy_qp_only(tmp_path):
     found = fired(t)
     assert list(found) == ["TL301"]
     (finding,) = found["TL301"]
-    assert finding.summary.startswith("QP 0x000048 from 10.0.0.1 to 10.0.0.2: 2 NAK(s) with PSN sequence error "
-                                      "and 2 missing PSN(s) in 402 packets; 4 packets (4096 payload bytes) resent, "
+    assert finding.summary.startswith("QP 0x000048 from 10.0.0.1 to 10.0.0.2: 2 NAKs with PSN sequence error "
+                                      "and 2 missing PSNs in 402 packets; 4 packets (4,096 payload bytes) resent, "
                                       "0.012 ms from NAK to resend between 22:13:20")
     assert finding.hosts == ["10.0.0.1", "10.0.0.2"]
     assert [e.text.split(":")[0] for e in finding.evidence][:4] == [
@@ -60,7 +60,7 @@ def test_rnr_fires_tl302_naming_the_receiver_side(tmp_path):
     found = fired(tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(rnr=(100,))), healthy_other_qp()))
     assert list(found) == ["TL302"]
     (finding,) = found["TL302"]
-    assert "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 1 RNR NAK(s)" in finding.summary
+    assert "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 1 RNR NAK from" in finding.summary
     qp = analyze(tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(rnr=(100,))))["packets"]).qps.row(0, named=True)
     assert qp["nak_to_resend_ms"] == pytest.approx(synth.RNR_DELAY * 1e3, rel=0.01)
 
@@ -70,7 +70,7 @@ def test_cnp_burst_fires_tl303(tmp_path):
     found = fired(tables(tmp_path, synth.roce_conversation(faults=burst), healthy_other_qp()))
     assert list(found) == ["TL303"]
     (finding,) = found["TL303"]
-    assert "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 40 of 400 data packets ECN-CE marked (10.0%) and 40 CNP(s)" in finding.summary
+    assert "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 40 of 400 data packets ECN-CE marked (10.0%) and 40 CNPs" in finding.summary
 
 
 def test_a_few_ce_marks_stay_below_the_congestion_share(tmp_path):
@@ -82,7 +82,7 @@ def test_tcp_retransmissions_fire_tl304(tmp_path):  # 200 segments, 3 resent, an
     assert list(found) == ["TL304"]
     (finding,) = found["TL304"]
     assert finding.summary.startswith("10.0.1.1 to 10.0.1.2: 3 of 204 data segments retransmitted (1.5%, 3 fast, "
-                                      "3000 bytes resent) over 1 connection(s), 0 zero window(s)")
+                                      "3,000 bytes resent) over 1 connection, 0 zero windows")
 
 
 def test_one_retransmission_in_200_segments_is_below_the_share(tmp_path):

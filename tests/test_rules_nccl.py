@@ -54,7 +54,7 @@ def test_socket_channels_on_an_ib_run_are_critical():
     (finding,) = fire(tables, "TL101")
     assert finding.severity is Severity.CRITICAL
     assert finding.hosts == ["node02"]
-    assert "1 channel connection(s) via NET/Socket" in finding.summary
+    assert "1 channel connection via NET/Socket" in finding.summary
     assert "NCCL_IB_HCA" in finding.fix  # the documented fix is attached
 
 
@@ -107,7 +107,7 @@ def test_gdr_missing_on_ib_channels_and_gdr_level_setting():
         nccl_env=[{"host": "node02", "pid": 21, "name": "NCCL_NET_GDR_LEVEL", "value": "0"}],
     )
     (finding,) = fire(tables, "TL104")
-    assert "1 of 3 network channel connection(s) without /GDRDMA" in finding.summary
+    assert "1 of 3 network channel connections without /GDRDMA" in finding.summary
     assert "NCCL_NET_GDR_LEVEL=0" in finding.summary
     # Socket channels never have GDR: they are TL101's business, not TL104's.
     sockets = healthy(nccl_channels=[{"host": "node02", "pid": 21, "transport": "NET", "net": "Socket", "gdr": False}])
@@ -153,7 +153,7 @@ def test_ib_completion_errors_grouped_per_host_with_first_real_error():
     findings = {f.hosts[0]: f for f in fire(tables, "TL107")}
     assert set(findings) == {"node01", "node02"}
     node02 = findings["node02"]
-    assert "3 IB completion error(s) on node02 with peer(s) 10.0.0.1<4242>" in node02.summary
+    assert "3 IB completion errors on node02 with peer(s) 10.0.0.1<4242>" in node02.summary
     assert "2 x IBV_WC_WR_FLUSH_ERR (5), 1 x IBV_WC_RETRY_EXC_ERR (12)" in node02.summary
     assert "First non-flush error: IBV_WC_RETRY_EXC_ERR (12)" in node02.summary
     assert node02.ranks == [4]
@@ -173,7 +173,7 @@ def test_watchdog_timeouts_grouped_per_collective():
     findings = fire(tables, "TL108")
     summaries = [f.summary for f in findings]
     assert len(findings) == 2  # the exception line joins the timeout of the same SeqNum
-    assert any("ALLREDUCE SeqNum=1580 timed out after Timeout(ms)=600000 (ran up to 600067 ms), reported by 2 rank(s) (0, 4) in 3 line(s)" in s for s in summaries)
+    assert any("ALLREDUCE SeqNum=1580 timed out after Timeout(ms)=600000 (ran up to 600067 ms), reported by 2 ranks (0, 4) in 3 lines" in s for s in summaries)
     assert any(s.startswith("BROADCAST SeqNum=7") for s in summaries)
     assert all(f.severity is Severity.CRITICAL for f in findings)
 
@@ -190,7 +190,7 @@ def test_socket_and_bootstrap_failures_one_finding_per_kind():
     findings = fire(tables, "TL109")
     assert sorted(f.title for f in findings) == ["NCCL bootstrap failures", "NCCL socket connection failures"]
     socket = [f for f in findings if "socket" in f.title][0]
-    assert socket.summary.startswith("2 socket connection failures on 2 host(s); first: socketStartConnect: Connect to 10.0.0.2<45763>")
+    assert socket.summary.startswith("2 socket connection failures on 2 hosts; first: socketStartConnect: Connect to 10.0.0.2<45763>")
 
 
 def test_watchdog_taking_the_process_down_without_details_is_still_a_timeout_finding():
@@ -198,7 +198,7 @@ def test_watchdog_taking_the_process_down_without_details_is_still_a_timeout_fin
     tables = healthy(nccl_errors=[{**down, "host": "node01"}, {**down, "host": "node02"}])
     (finding,) = fire(tables, "TL108")
     assert finding.title == "Collective failed or timed out"
-    assert "took the process down after NCCL operations failed or timed out (2 line(s))" in finding.summary
+    assert "took the process down after NCCL operations failed or timed out (2 lines)" in finding.summary
 
 
 def test_socket_interface_list_alone_is_not_a_fallback():
@@ -212,6 +212,6 @@ def test_an_error_pytorch_quotes_after_last_error_counts_once():
     err = {"kind": "ib_completion", "status": 12, "peer": "10.0.0.1<4242>", "message": text, "host": "node02"}
     tables = healthy(nccl_errors=[{**err, "pid": 21}, {**err, "pid": None}])  # the WARN, and PyTorch's quote of it
     (finding,) = fire(tables, "TL107")
-    assert finding.summary.startswith("1 IB completion error(s) on node02")
+    assert finding.summary.startswith("1 IB completion error on node02")
     quoted_only = healthy(nccl_errors=[{**err, "pid": None}])  # NCCL_DEBUG unset: the quote is all there is
     assert [f.rule_id for f in fire(quoted_only, "TL107")] == ["TL107"]

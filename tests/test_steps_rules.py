@@ -79,7 +79,7 @@ def test_throughput_leaves_out_overflow_skips_and_says_so():
     values = [100.0] * 30 + [70.0] * 30
     skipped = [0] * 10 + [3] * 50
     (f,) = fire(tables_from(steps=_throughput_rows(values, skipped)), "TL403")
-    assert "3 step(s) were skipped for fp16 overflow" in f.summary and "not the network" in f.summary
+    assert "3 steps were skipped for fp16 overflow" in f.summary and "not the network" in f.summary
     spikes_only = [100.0] * 60
     spikes_only[20] = 5.0  # the skipped step itself reports odd throughput
     assert fire(tables_from(steps=_throughput_rows(spikes_only, [0] * 20 + [1] * 40)), "TL403") == []

@@ -40,6 +40,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from tracelens.packets.flows import analyze as packet_analysis
+from tracelens.prose import count
 from tracelens.tables import RunTables
 
 # Tables whose times come from log lines: local wall time, naive, as printed.
@@ -290,13 +291,13 @@ def _zoned_intervals(tables: RunTables) -> pl.DataFrame:
 
 
 def _zoned_sources(zoned: pl.DataFrame) -> str:
-    """`the capture and the counter dumps of 2 host(s)`: what the log times were compared with."""
+    """`the capture and the counter dumps of 2 hosts`: what the log times were compared with."""
     counts = dict(zoned.group_by("source").len().iter_rows())
     parts = []
     if n := counts.get("capture"):
         parts.append("the capture" if n == 1 else f"{n} captures")
     if n := counts.get("dumps"):
-        parts.append(f"the zoned counter dumps of {n} host(s)")
+        parts.append(f"the zoned counter dumps of {count(n, 'host')}")
     return " and ".join(parts)
 
 

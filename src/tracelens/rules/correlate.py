@@ -469,7 +469,7 @@ def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
         return [stop.rank], f"the Flight Recorder dumps show that {stop.why}; it was in {stop.where}"
     silent = _silent_ranks(t, reporters)
     if silent:
-        return silent, f"rank(s) {', '.join(map(str, silent))} never reported it: they were not in the collective"
+        return silent, f"{'rank' if len(silent) == 1 else 'ranks'} {listing([str(r) for r in silent])} never reported it: they were not in the collective"
     lives = last_signs_of_life(t)
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
@@ -494,7 +494,7 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
         rule_id="TL411",
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed" + (f"; rank {', '.join(map(str, ranks))} on {', '.join(hosts)} stopped first" if ranks else ""),
-        summary=f"{what} started at {hang['begin']:%H:%M:%S} UTC and {len(hang['ranks'])} rank(s) waited for it until their "
+        summary=f"{what} started at {hang['begin']:%H:%M:%S} UTC and {count(len(hang['ranks']), 'rank')} waited for it until their "
         f"watchdogs fired at {hang['end']:%H:%M:%S}: {why}. The job stood still for {duration(lost)}.{network}"
         + ("" if rank_lines or not ranks else f" Not in the evidence: what rank {ranks[0]} was doing; collect next time: "
            "PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "
@@ -570,7 +570,7 @@ def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
         title=f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration(lost)}",
         summary=f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "
         f"{slow:.0f} ms instead of the {usual:.0f} ms of the same job's {before['step'].n_unique()} steps before it "
-        f"({slow / usual:.1f}x) over {after['step'].n_unique()} step(s): {duration(lost)} lost, {lost / total:.0%} of the run's step time.",
+        f"({slow / usual:.1f}x) over {count(after['step'].n_unique(), 'step')}: {duration(lost)} lost, {lost / total:.0%} of the run's step time.",
         evidence=_evidence(socket.sort("lo").to_dicts(), 5),
         hosts=hosts,
         window=(start, end),

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.findings import Finding, Severity
+from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.evidence import evidence, hosts_of, ranks_of, time_window
 from tracelens.tables import RunTables
@@ -62,7 +63,7 @@ def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
             rule_id="TL107",
             severity=Severity.CRITICAL,
             title="InfiniBand completion errors",
-            summary=f"{rows.height} IB completion error(s) on {host or 'an unnamed host'}{peer_text}: "
+            summary=f"{count(rows.height, 'IB completion error')} on {host or 'an unnamed host'}{peer_text}: "
             f"{_count_list(rows, 'status_label')}."
             + (f" First non-flush error: {root['status_label'][0]}." if root.height and root.height < rows.height else ""),
             evidence=evidence(rows),
@@ -112,7 +113,7 @@ def collective_timeout(t: RunTables) -> Iterator[Finding]:
                 severity=Severity.CRITICAL,
                 title="Collective failed or timed out",
                 summary=f"PyTorch's NCCL watchdog took the process down after NCCL operations failed or timed out "
-                f"({group.height} line(s)); the log does not say which collective.",
+                f"({count(group.height, 'line')}); the log does not say which collective.",
                 evidence=evidence(group),
                 hosts=hosts_of(group),
                 window=time_window(group),
@@ -128,9 +129,9 @@ def collective_timeout(t: RunTables) -> Iterator[Finding]:
             rule_id="TL108",
             severity=Severity.CRITICAL,
             title="Collective timed out",
-            summary=f"{what} timed out{timing}, reported by {len(ranks) or 'unnamed'} rank(s)"
+            summary=f"{what} timed out{timing}, reported by {count(len(ranks), 'rank') if ranks else 'unnamed ranks'}"
             + (f" ({', '.join(map(str, ranks[:16]))}{' ...' if len(ranks) > 16 else ''})" if ranks else "")
-            + f" in {group.height} line(s).",
+            + f" in {count(group.height, 'line')}.",
             evidence=evidence(group),
             hosts=hosts_of(group),
             ranks=ranks,
@@ -177,7 +178,7 @@ def communication_failure(t: RunTables) -> Iterator[Finding]:
             rule_id="TL109",
             severity=Severity.CRITICAL,
             title=f"NCCL {_FAILURE_KINDS[kind]}",
-            summary=f"{group.height} {_FAILURE_KINDS[kind]} on {len(hosts) or 'unnamed'} host(s); first: "
+            summary=f"{group.height} {_FAILURE_KINDS[kind]} on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}; first: "
             f"{(first['message'] or '')[:160]}",
             evidence=evidence(group),
             hosts=hosts,

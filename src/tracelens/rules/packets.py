@@ -9,6 +9,7 @@ import polars as pl
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.packets.flows import PacketAnalysis, analyze
 from tracelens.packets.hosts import describe, host_names
+from tracelens.prose import count, number
 from tracelens.rules import rule
 from tracelens.rules.evidence import time_window
 from tracelens.tables import RunTables
@@ -80,9 +81,9 @@ def roce_loss(t: RunTables) -> Iterator[Finding]:
         delay = f", {qp['nak_to_resend_ms']:.3f} ms from NAK to resend" if qp["nak_to_resend_ms"] is not None else ""
         yield _finding(
             t, "TL301", "RoCE packet loss",
-            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['naks_seq']} NAK(s) with PSN sequence error and "
-            f"{qp['missing_psns']} missing PSN(s) in {qp['packets']} packets; {qp['retransmitted']} packets "
-            f"({qp['retransmitted_bytes']} payload bytes) resent{delay}",
+            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['naks_seq'], 'NAK')} with PSN sequence error and "
+            f"{count(qp['missing_psns'], 'missing PSN')} in {count(qp['packets'], 'packet')}; {count(qp['retransmitted'], 'packet')} "
+            f"({number(qp['retransmitted_bytes'], 'payload bytes')}) resent{delay}",
             _events(analysis, qp["flow"], "NAK (PSN sequence error)", "PSN gap", "RoCE retransmission"),
             (qp["src"], qp["dst"]),
         )
@@ -107,8 +108,8 @@ def roce_rnr(t: RunTables) -> Iterator[Finding]:
     for analysis, qp in _qps_above(t, 0, "rnr_naks"):
         yield _finding(
             t, "TL302", "RoCE receiver not ready (RNR NAKs)",
-            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['rnr_naks']} RNR NAK(s) from the receiving side in "
-            f"{qp['packets']} packets",
+            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['rnr_naks'], 'RNR NAK')} from the receiving side in "
+            f"{count(qp['packets'], 'packet')}",
             _events(analysis, qp["flow"], "RNR NAK"),
             (qp["src"], qp["dst"]),
         )
@@ -136,7 +137,7 @@ def roce_congestion(t: RunTables) -> Iterator[Finding]:
         yield _finding(
             t, "TL303", "RoCE congestion (ECN-CE marks, CNPs)",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['ce_marked']} of {qp['packets']} data packets "
-            f"ECN-CE marked ({qp['ce_share']:.1%}) and {qp['cnps']} CNP(s) sent back to throttle the sender",
+            f"ECN-CE marked ({qp['ce_share']:.1%}) and {count(qp['cnps'], 'CNP')} sent back to throttle the sender",
             _events(analysis, qp["flow"], "ECN-CE", "CNP"),
             (qp["src"], qp["dst"]),
         )
@@ -177,8 +178,8 @@ def tcp_retransmissions(t: RunTables) -> Iterator[Finding]:
             t, "TL304", "TCP retransmissions",
             f"{{}} to {{}}: {pair['retransmissions']} of {pair['segments']} data segments retransmitted "
             f"({pair['retransmissions'] / pair['segments']:.1%}, {pair['fast_retransmissions']} fast, "
-            f"{pair['retransmitted_bytes']} bytes resent) over {len(pair['flows'])} connection(s), "
-            f"{pair['zero_windows']} zero window(s)",
+            f"{number(pair['retransmitted_bytes'], 'bytes')} resent) over {count(len(pair['flows']), 'connection')}, "
+            f"{count(pair['zero_windows'], 'zero window')}",
             events,
             (pair["src"], pair["dst"]),
         )

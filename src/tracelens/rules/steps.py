@@ -8,6 +8,7 @@ import polars as pl
 
 from tracelens import steps as timing
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.evidence import step_evidence
 from tracelens.tables import RunTables
@@ -90,8 +91,8 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
             rule_id="TL401",
             # between progress lines a spike may as well be an evaluation or a checkpoint
             severity=Severity.INFO if worst.basis == "timestamps" else Severity.WARNING,
-            title=f"{len(spikes)} isolated step-time spike(s)",
-            summary=f"{len(spikes)} single slow step(s) or pairs, up to {worst.peak_ms:.0f} ms against a usual "
+            title=f"{count(len(spikes), 'isolated step-time spike')}",
+            summary=f"{count(len(spikes), 'single slow step')} or pairs, up to {worst.peak_ms:.0f} ms against a usual "
             f"{worst.baseline_ms:.0f} ms ({worst.label}), {_basis_note(worst.basis)}; together they cost "
             f"{cost:.1f} s, {cost / total:.0%} of the run's step time.",
             evidence=[e for w in spikes for e in step_evidence(t, w.file, w.lines)],
@@ -190,7 +191,7 @@ def throughput_drop(t: RunTables) -> Iterator[Finding]:
         worst = float(low["rolling"].min())
         overflow = int(skipped[-1] - skipped[0]) if stream.height else 0
         note = (
-            f" {overflow} step(s) were skipped for fp16 overflow and left out: a too-high loss scale, not the network."
+            f" {count(overflow, 'step')} {'was' if overflow == 1 else 'were'} skipped for fp16 overflow and left out: a too-high loss scale, not the network."
             if overflow
             else ""
         )

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.findings import Finding, Severity
+from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.evidence import evidence, hosts_of, ranks_of, with_text
 from tracelens.tables import RunTables
@@ -95,12 +96,12 @@ def socket_transport(t: RunTables) -> Iterator[Finding]:
         severity, why = Severity.INFO, "but the job is on one node, so no traffic crosses the network"
     else:
         severity, why = Severity.WARNING, "(the logs do not show whether traffic crossed nodes)"
-    detail = f"{socket_channels.height} channel connection(s) via NET/Socket" if socket_channels.height else "NCCL chose the socket network"
+    detail = f"{count(socket_channels.height, 'channel connection')} via NET/Socket" if socket_channels.height else "NCCL chose the socket network"
     yield Finding(
         rule_id="TL101",
         severity=severity,
         title="NCCL fell back to TCP sockets",
-        summary=f"{detail} on {len(hosts) or 'unnamed'} host(s) {why}.",
+        summary=f"{detail} on {count(len(hosts), 'host') if hosts else 'unnamed hosts'} {why}.",
         evidence=evidence(with_text(t, signals)),
         hosts=hosts,
         ranks=ranks_of(t, signals),
@@ -130,7 +131,7 @@ def ib_disabled(t: RunTables) -> Iterator[Finding]:
         rule_id="TL102",
         severity=Severity.CRITICAL if _ib_hcas_seen(t) else Severity.WARNING,
         title="InfiniBand disabled by environment",
-        summary=f"{' and '.join(names)} forces the socket transport on {len(hosts) or 'unnamed'} host(s)"
+        summary=f"{' and '.join(names)} forces the socket transport on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}"
         + (" although IB HCAs are present." if _ib_hcas_seen(t) else "."),
         evidence=evidence(with_text(t, bad)),
         hosts=hosts,
@@ -198,9 +199,9 @@ def gdr_not_used(t: RunTables) -> Iterator[Finding]:
         return
     parts = []
     if no_gdr.height:
-        parts.append(f"{no_gdr.height} of {channels.height} network channel connection(s) without /GDRDMA")
+        parts.append(f"{no_gdr.height} of {count(channels.height, 'network channel connection')} without /GDRDMA")
     if disabled.height:
-        parts.append(f"{disabled.height} `GPU Direct RDMA Disabled` line(s)")
+        parts.append(f"{count(disabled.height, '`GPU Direct RDMA Disabled` line')}")
     gdr_env = t["nccl_env"].filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))
     cause = ""
     if gdr_env.height:
@@ -252,7 +253,7 @@ def suspect_interface(t: RunTables) -> Iterator[Finding]:
         rule_id="TL105",
         severity=Severity.CRITICAL if loopback_multi else Severity.WARNING,
         title="NCCL on a virtual or link-local interface",
-        summary=f"NCCL uses {', '.join(choices[:4])}{' ...' if len(choices) > 4 else ''} on {len(hosts_of(suspect)) or 'unnamed'} host(s).",
+        summary=f"NCCL uses {', '.join(choices[:4])}{' ...' if len(choices) > 4 else ''} on {count(len(hosts_of(suspect)), 'host') if len(hosts_of(suspect)) else 'unnamed hosts'}.",
         evidence=evidence(with_text(t, suspect)),
         hosts=hosts_of(suspect),
         ranks=ranks_of(t, suspect),
@@ -315,7 +316,7 @@ def version_skew(t: RunTables) -> Iterator[Finding]:
         rule_id="TL106",
         severity=Severity.WARNING,
         title="NCCL settings differ across the run",
-        summary=f"{len(names)} setting(s) with different values: {described}.",
+        summary=f"{count(len(names), 'setting')} with different values: {described}.",
         evidence=evidence(with_text(t, rows)),
         hosts=hosts_of(rows),
         ranks=ranks_of(t, rows),
