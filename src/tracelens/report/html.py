@@ -13,7 +13,7 @@ from tracelens import __version__
 from tracelens.analyze import Analysis
 from tracelens.findings import Severity
 from tracelens.report.sections import build_sections
-from tracelens.prose import count, duration, span
+from tracelens.prose import count, duration, number, span
 from tracelens.report.summary import verdict, when_and_cost
 from tracelens.resources import data_dir
 
@@ -32,6 +32,7 @@ def environment() -> Environment:
     )
     env.filters["window"] = lambda window: span(*window)
     env.filters["duration"] = duration
+    env.filters["number"] = lambda value: "" if value is None else number(value)
     env.filters["counted"] = count  # 3 | counted("port") -> "3 ports" (jinja's own `count` is `length`)
     env.filters["code"] = backticks_as_code
     return env
@@ -40,6 +41,17 @@ def environment() -> Environment:
 def backticks_as_code(text: str) -> Markup:
     """Escape `text`, then show its `quoted commands` as code (a fix's commands stay copyable)."""
     return Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", str(escape(text))))
+
+
+MAX_INPUT_ROWS = 50  # input files listed open; the rest (read in full) are folded
+
+
+def _inputs_split(inputs: list[dict]) -> dict:
+    """The files that need attention (unrecognised lines, errors) first, then the rest, folded past
+    MAX_INPUT_ROWS: a run of thousands of files keeps a short page."""
+    ordered = sorted(inputs, key=lambda row: not (row["unrecognized"] or row["errors"]))
+    cut = max(MAX_INPUT_ROWS, sum(1 for row in inputs if row["unrecognized"] or row["errors"]))
+    return {"inputs_shown": ordered[:cut], "inputs_folded": ordered[cut:]}
 
 
 def render(analysis: Analysis) -> str:
@@ -58,6 +70,7 @@ def render(analysis: Analysis) -> str:
         severity_counts={s.label: counts.get(s, 0) for s in sorted(Severity, reverse=True)},
         sections=build_sections(analysis),
         inputs=inputs,
+        **_inputs_split(inputs),
         totals={k: sum(row[k] or 0 for row in inputs) for k in ("lines", "parsed", "ignored", "unrecognized")},
         notes=analysis.notes,
         rules=analysis.rules,
