@@ -48,7 +48,8 @@ def test_no_finding_wraps_over_two_lines_at_80_columns(name):
     assert len(findings) == len(analysed_fixture(name).findings)
     assert all(n <= 2 for n in _screen_lines("\n".join(findings), 80))
     details = text.split("\n\n")[0].splitlines()[1:]
-    assert all(n <= 1 for n in _screen_lines("\n".join(details), 80))  # the verdict's details: one line each
+    assert all(n <= 1 for n in _screen_lines("\n".join(details), 80))  # wrapped by tracelens, under their labels
+    assert len(details) <= 1 + 2 * 4  # when, and at most two lines for each of 2 because, 1 against, the fix
 
 
 def test_the_verdict_says_cause_where_window_and_cost():

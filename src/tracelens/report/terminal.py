@@ -7,6 +7,7 @@ when the output is not a terminal and when NO_COLOR is set.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from rich.console import Console
@@ -29,9 +30,13 @@ def _clip(text: str, room: int) -> str:
 
 
 def _labelled(console: Console, label: str, text: str, verbose: bool) -> None:
-    """A line of the verdict ('  because  ...'): whole with -v, else cut to one screen line."""
-    body = text if verbose else _clip(text, console.width - 11)
-    console.print(f"  [bold]{label:<8}[/] {escape(body)}", highlight=False)
+    """A point of the verdict ('  because  ...'), wrapped under its label: whole with -v, else at
+    most two lines."""
+    room = max(console.width - 11, 20)
+    lines = textwrap.wrap(" ".join(text.split()), room, max_lines=None if verbose else 2, placeholder=" …") or [""]
+    console.print(f"  [bold]{label:<8}[/] {escape(lines[0])}", highlight=False)
+    for line in lines[1:]:
+        console.print(f"{'':11}{escape(line)}", highlight=False)
 
 
 def _print_verdict(console: Console, v: Verdict, verbose: bool) -> None:
