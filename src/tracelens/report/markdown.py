@@ -23,6 +23,7 @@ EVIDENCE_FINDINGS = 3  # findings whose first evidence lines are quoted
 EVIDENCE_LINES = 6
 MAX_INPUTS = 25
 MAX_LINE = 400  # characters of one quoted evidence line
+MAX_REASONS = 8  # bullets per list of the verdict; the HTML report has them all
 
 # The characters that make Markdown or HTML syntax anywhere in a line (links need `[`, images
 # `!`, entities `&`); `$` is GitHub's math, `@` its mentions. A line's first characters can
@@ -70,7 +71,9 @@ def _verdict(analysis: Analysis) -> list[str]:
         out += [" · ".join(facts), ""]
     for title, items in (("Because", v.reasons.because), ("Against", v.reasons.against), ("Not available", v.reasons.not_available)):
         if items:
-            out += [f"**{title}**", "", *(f"- {inline(item)}" for item in items), ""]
+            out += [f"**{title}**", "", *(f"- {inline_with_code(item)}" for item in items[:MAX_REASONS])]
+            out += [f"- … and {len(items) - MAX_REASONS:,} more in the HTML report"] if len(items) > MAX_REASONS else []
+            out.append("")
     if v.fix:
         out += [f"**How to fix:** {inline_with_code(v.fix)}", ""]
     return out
