@@ -47,7 +47,7 @@ def inline_with_code(text: str) -> str:
     """Like `inline`, but the `quoted commands` of a fix stay code spans (whose content Markdown
     never interprets)."""
     parts = str(text).split("`")
-    if len(parts) % 2 == 0:  # an unpaired backtick: no code spans at all
+    if len(parts) % 2 == 0 or "``" in str(text):  # unpaired or doubled backticks: no code spans at all
         return inline(text)
     def outside(p: str) -> str:
         return (" " if p[:1].isspace() else "") + inline(p) + (" " if p[-1:].isspace() and p.strip() else "")
