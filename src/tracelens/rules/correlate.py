@@ -576,4 +576,13 @@ def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
         window=(start, end),
         cost_seconds=lost,
         score=2 + lost / total,
+        fix=f"On {listing(hosts)}: `ibv_devinfo` must list the HCA ports as PORT_ACTIVE (rdma-core in the container, "
+        f"`/dev/infiniband` passed through), and NCCL_IB_DISABLE / NCCL_NET=Socket must be unset; else drain "
+        f"{listing(hosts)} and relaunch without {'it' if len(hosts) == 1 else 'them'}.",
+        reasons=Reasons(because=[
+            f"NCCL log: {listing(hosts)} chose NET/Socket from {socket['lo'].min():%H:%M:%S} UTC "
+            f"({count(socket.height, 'line')}, first in {socket.sort('lo')['file'][0]}).",
+            f"Step timers: {number(slow, 'ms')} per step on sockets against {number(usual, 'ms')} on the same job's "
+            f"{count(before['step'].n_unique(), 'step')} before ({slow / usual:.1f}x), over {count(after['step'].n_unique(), 'step')}.",
+        ]),
     )
