@@ -469,7 +469,9 @@ def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
         return [stop.rank], f"the Flight Recorder dumps show that {stop.why}; it was in {stop.where}"
     silent = _silent_ranks(t, reporters)
     if silent:
-        return silent, f"{'rank' if len(silent) == 1 else 'ranks'} {listing([str(r) for r in silent])} never reported it: they were not in the collective"
+        one = len(silent) == 1
+        return silent, (f"{'rank' if one else 'ranks'} {listing([str(r) for r in silent])} never reported it: "
+                        f"{'it was' if one else 'they were'} not in the collective")
     lives = last_signs_of_life(t)
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
