@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 import pytest
 
-from tracelens.prose import count, duration, listing, number, plural_of, some, span, undouble
+from tests.conftest import SCENARIOS, analysed_fixture
+from tracelens.prose import count, duration, listing, number, plural_of, some, span
+from tracelens.report.markdown import render as markdown
 
 
 @pytest.mark.parametrize(
@@ -45,10 +48,19 @@ def test_times_read_one_way():
     assert duration(132.8) == "2.2 min" and duration(41.2) == "41.2 s" and duration(5400) == "1.5 h"
 
 
-def test_lists_and_doubled_words():
+def test_lists():
     assert listing(["node01"]) == "node01" and listing(["a", "b", "c"]) == "a, b and c"
-    assert undouble("the the link on port 1 1") == "the link on port 1 1"
     assert plural_of("rank") == "ranks"
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_findings_read_as_written_by_a_person(name):
+    """No '(s)' plurals, no word written twice, one time format (no ISO 'T' times) in what the ticket gets."""
+    text = markdown(analysed_fixture(name))
+    assert "(s)" not in text
+    assert not re.search(r"\b([A-Za-z]{2,})\s+\1\b", text, re.I), re.search(r"\b([A-Za-z]{2,})\s+\1\b", text, re.I)
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)  # log lines are quoted as they were
+    assert not re.search(r"\d{4}-\d\d-\d\dT\d\d:", prose)
 
 
 def test_long_lists_say_how_many_more():

@@ -94,11 +94,3 @@ def some(items: list[str], limit: int = 4) -> str:
     if len(items) <= limit:
         return listing(items)
     return f"{', '.join(items[:limit - 1])} and {len(items) - limit + 1} more"
-
-
-_DOUBLED = re.compile(r"\b([A-Za-z]+)(\s+\1\b)+", re.I)
-
-
-def undouble(text: str) -> str:
-    """Remove a word written twice in a row ('the the'), which joined phrases produce."""
-    return _DOUBLED.sub(r"\1", text)
