@@ -49,7 +49,7 @@ def test_loss_fires_tl301_on_the_lossy_qp_only(tmp_path):
     (finding,) = found["TL301"]
     assert finding.summary.startswith("QP 0x000048 from 10.0.0.1 to 10.0.0.2: 2 NAKs with PSN sequence error "
                                       "and 2 missing PSNs in 402 packets; 4 packets (4,096 payload bytes) resent, "
-                                      "0.012 ms from NAK to resend between 22:13:20")
+                                      "0.012 ms from NAK to resend at 2023-11-14 22:13:20 UTC.")
     assert finding.hosts == ["10.0.0.1", "10.0.0.2"]
     assert [e.text.split(":")[0] for e in finding.evidence][:4] == [
         "PSN gap", "NAK (PSN sequence error)", "RoCE retransmission", "RoCE retransmission"]

@@ -79,6 +79,11 @@ def span(start: datetime, end: datetime) -> str:
     return f"{start:%Y-%m-%d %H:%M:%S} to {end_text} UTC"
 
 
+def during(start: datetime, end: datetime) -> str:
+    """'from 2024-12-06 18:31:23 to 18:35:01 UTC', or 'at 2024-12-06 18:31:23 UTC' within one second."""
+    return f"at {clock(start)}" if end.replace(microsecond=0) == start.replace(microsecond=0) else f"from {span(start, end)}"
+
+
 def listing(items: list[str], conjunction: str = "and") -> str:
     """'a', 'a and b', 'a, b and c'."""
     items = [i for i in items if i]

@@ -18,6 +18,7 @@ from tracelens.fabric.deltas import (
 )
 from tracelens.fabric.ports import latest_ports, nccl_devices, ranks_on
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.prose import during
 from tracelens.rules import rule
 from tracelens.tables import RunTables
 
@@ -60,7 +61,7 @@ def _port_findings(
         phrases = [f"{m['counter']} {describe(m)}" for m in mine.iter_rows(named=True)]
         window = (in_run["start"].min(), in_run["end"].max()) if in_run.height else None
         when = (
-            f" between {window[0]:%Y-%m-%d %H:%M} and {window[1]:%H:%M} UTC" if window
+            f" {during(*window)}" if window
             else " (one dump: not tied to the run; dump before and after the run to measure it)"
         )
         yield Finding(

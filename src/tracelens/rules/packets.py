@@ -9,7 +9,7 @@ import polars as pl
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.packets.flows import PacketAnalysis, analyze
 from tracelens.packets.hosts import describe, host_names
-from tracelens.prose import count, number
+from tracelens.prose import count, during, number
 from tracelens.rules import rule
 from tracelens.rules.evidence import time_window
 from tracelens.tables import RunTables
@@ -30,7 +30,7 @@ def _finding(
     """A finding about `addresses` ({} in `summary` become `host (ip)`), its window and evidence from `events`."""
     names = host_names(t)
     window = time_window(events)
-    when = f" between {window[0]:%H:%M:%S.%f} and {window[1]:%H:%M:%S.%f} UTC" if window else ""
+    when = f" {during(*window)}" if window else ""
     return Finding(
         rule_id=rule_id,
         severity=Severity.WARNING,
