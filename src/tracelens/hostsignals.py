@@ -11,6 +11,7 @@ from ipaddress import IPv4Interface
 
 import polars as pl
 
+from tracelens.prose import count
 from tracelens.tables import RunTables
 
 INCIDENT_KINDS = ("link_down", "link_up", "tx_timeout", "pcie_aer", "xid", "nic_error", "oom_kill", "soft_lockup", "hung_task")
@@ -38,7 +39,7 @@ class Utilisation:
 
     def text(self) -> str:
         base = f" (usually {self.outside:.0f}%)" if self.outside is not None else ""
-        return f"{self.host}'s {self.gpus} GPU(s) at {self.inside:.0f}%{base}"
+        return f"{self.host}'s {count(self.gpus, 'GPU')} at {self.inside:.0f}%{base}"
 
 
 def utilisation(tables: RunTables, begin: datetime, end: datetime, hosts: list[str] | None = None) -> list[Utilisation]:
@@ -57,7 +58,7 @@ def utilisation(tables: RunTables, begin: datetime, end: datetime, hosts: list[s
 
 
 def utilisation_phrase(tables: RunTables, begin: datetime, end: datetime, hosts: list[str] | None = None) -> str:
-    """`GPU utilisation fell: node07's 8 GPU(s) at 35% (usually 93%)`, or "" without samples."""
+    """`GPU utilisation fell: node07's 8 GPUs at 35% (usually 93%)`, or "" without samples."""
     found = utilisation(tables, begin, end, hosts) or utilisation(tables, begin, end)
     if not found:
         return ""

@@ -11,6 +11,7 @@ import polars as pl
 from tracelens.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.hostsignals import KIND_TEXT, incidents, networks, port_rates, utilisation
+from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.correlate import MARGIN, slow_episodes
 from tracelens.tables import RunTables
@@ -78,7 +79,7 @@ def gpu_utilisation_in_slow_window(t: RunTables) -> Iterator[Finding]:
                 rule_id="TL601", severity=Severity.WARNING, score=0.0,
                 title=f"GPUs idle while waiting on the network from {span}",
                 summary=f"While steps were slow ({span}) GPU utilisation fell: {numbers}. In the same window "
-                f"{window.height} network event(s) point at {CAUSES.get(top['cause'], top['cause'])} on {top['host']}: "
+                f"{count(window.height, 'network event')} {'points' if window.height == 1 else 'point'} at {CAUSES.get(top['cause'], top['cause'])} on {top['host']}: "
                 "the GPUs waited on the network.",
                 evidence=_samples_evidence(t, hosts, ep.begin, ep.end) + [
                     Evidence(file=r["file"], line=r["line"], frame=r["frame"], text=r["text"] or "", host=r["host"])
@@ -249,11 +250,11 @@ def kernel_events(t: RunTables) -> Iterator[Finding]:
         slow = int(group["in_window"].sum())
         xids = set(group["xid"].drop_nulls().to_list())
         severity = Severity.CRITICAL if (xids & CRITICAL_XIDS) or kind in ("nic_error", "oom_kill") or slow else Severity.WARNING
-        what = "link flap(s) (down, then up again)" if flapped else KIND_TEXT[kind]
+        what = f"{'link flap' if group.height == 1 else 'link flaps'} (down, then up again)" if flapped else KIND_TEXT[kind]
         summary = (f"{host or 'A host'} logged {group.height} {what}{when}" + (f" on {devices}" if devices else "")
                    + (f": {'; '.join(details[:4])}" if details else "") + ".")
         if slow:
-            summary += f" {slow} of them fall in a slow window of the steps."
+            summary += (" It falls" if group.height == 1 else f" {slow} of them {'falls' if slow == 1 else 'fall'}") + " in a slow window of the steps."
         yield Finding(
             rule_id="TL605", severity=severity,
             title=f"{host or 'host'}: {group.height} {what}" + (f" ({details[0]})" if kind == "xid" and details else ""),
@@ -270,7 +271,7 @@ def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
         return None
     per_host = mine.group_by("host").agg(pl.col("rate_gbps").sum(), pl.len().alias("ports")).sort("rate_gbps")
     low = per_host.row(0, named=True)
-    return low["rate_gbps"], f"{low['host']}'s {low['ports']} Active port(s) give {low['rate_gbps']:g} Gb/s"
+    return low["rate_gbps"], f"{low['host']}'s {count(low['ports'], 'Active port')} {'gives' if low['ports'] == 1 else 'give'} {low['rate_gbps']:g} Gb/s"
 
 
 @rule("TL606", "nccl-tests-below-link", Severity.WARNING)
@@ -302,8 +303,8 @@ def nccl_tests_below_link(t: RunTables) -> Iterator[Finding]:
         wrong = run.filter(pl.col("wrong").fill_null(0) > 0)
         if wrong.height:
             yield _benchmark_finding(
-                Severity.CRITICAL, f"{name}: {wrong.height} result(s) with #wrong > 0",
-                f"{name} in {key[0]} found wrong results at {wrong.height} size(s) (up to {wrong['wrong'].max()} wrong "
+                Severity.CRITICAL, f"{name}: {count(wrong.height, 'result')} with #wrong > 0",
+                f"{name} in {key[0]} found wrong results at {count(wrong.height, 'size')} (up to {wrong['wrong'].max()} wrong "
                 "elements): the data the collective moved was corrupted.", wrong, hosts,
             )
         if len(hosts) < 2:
