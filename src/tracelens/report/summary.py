@@ -27,7 +27,7 @@ def verdict(analysis: Analysis) -> Verdict:
         return Verdict(
             severity="ok",
             headline="No problem found",
-            reasons=Reasons(against=[checked + (f"; {count(minor, 'informational note')} below." if minor else ".")]),
+            reasons=Reasons(because=[checked + (f"; {count(minor, 'informational note')} below." if minor else ".")]),
         )
     top = serious[0]
     return Verdict(
