@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 
 from tests.conftest import analysed_fixture, tables_from
 from tracelens.analyze import Analysis
-from tracelens.findings import Evidence, Finding, Reasons, Severity
+from tracelens.findings import Evidence, Finding, Severity, Verdict
 from tracelens.report.markdown import code_block, inline, render
 from tracelens.rules import all_rules
 
@@ -47,7 +47,8 @@ def _hostile() -> Analysis:
         rule_id="TL410", severity=Severity.CRITICAL, title=f"Root cause on {ATTACKS[1]} {ATTACKS[2]}", summary=BAD,
         fix=f"Run `perfquery -x` on {ATTACKS[0]} and `ibstat {ATTACKS[3]}`",
         evidence=[Evidence(file=f"node01/{a}", line=i, text=a, host="node01") for i, a in enumerate(ATTACKS * 2)],
-        hosts=ATTACKS[:4], reasons=Reasons(because=ATTACKS, against=ATTACKS, not_available=ATTACKS),
+        hosts=ATTACKS[:4], verdict=Verdict(cause="link", confidence="high", headline=ATTACKS[0], because=ATTACKS, against=ATTACKS,
+                                           not_available=ATTACKS, fix=ATTACKS[2]),
     )
     return Analysis(target=Path("run"), tables=tables, findings=[finding], rules=all_rules())
 

@@ -41,22 +41,19 @@ class Evidence:
 
 
 @dataclass
-class Reasons:
-    """Why a finding says what it says, as bullets a person can check one by one.
+class Verdict:
+    """The diagnosis of one slow window as data, for the report to render as bullets: the best-supported
+    cause (None: undetermined), how sure, the signals that rose for it (`because`), the checked signals
+    that stayed at their baseline and rule other causes out (`against`), what the run did not record
+    (`not_available`), and the fix for the named cause only."""
 
-    because: each piece of evidence for it, with its numbers, its source and its place
-        ("node02 mlx5_1 port 1: SymbolErrorCounter rose by 8,123 between the dumps at ...").
-    against: what was checked and found normal, and the other causes considered with why
-        they lost ("a bad link on node01: 3 sources, but none of them its own port's").
-    not_available: the sources with nothing for this window, each with what to collect next time.
-    """
-
+    cause: str | None
+    confidence: str  # "high", "medium", "low" or "undetermined"
+    headline: str
     because: list[str] = field(default_factory=list)
     against: list[str] = field(default_factory=list)
     not_available: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.because or self.against or self.not_available)
+    fix: str = ""
 
 
 @dataclass
@@ -78,8 +75,7 @@ class Finding:
     # correlation rules (TL41x) give the number of independent sources that agree plus a
     # fraction for the time lost, so a joined root cause ranks above its separate symptoms.
     score: float = 0.0
-    # The case as bullets (the correlation rules fill it); `summary` stays the one-paragraph form.
-    reasons: Reasons = field(default_factory=Reasons)
+    verdict: Verdict | None = None  # the correlation rules' diagnosis of a slow window
 
     MAX_EVIDENCE = 50
 
@@ -107,27 +103,3 @@ class Finding:
         ]
         return data
 
-
-@dataclass
-class Verdict:
-    """The answer at the top of every output: what slowed the run, where, when and what it cost,
-    with the case for it (`Reasons`) and the one fix of the cause it names.
-
-    Built from the top-ranked finding (the correlation rules rank the joined root cause first);
-    the terminal, the HTML and the Markdown all print this one value.
-    """
-
-    severity: str  # "critical", "warning", "ok" or "unreadable"
-    headline: str
-    where: str = ""
-    window: tuple[datetime, datetime] | None = None
-    cost_seconds: float | None = None
-    reasons: Reasons = field(default_factory=Reasons)
-    fix: str = ""
-    finding: int | None = None  # 1-based index of the finding it rests on
-    more: int = 0  # other warnings and criticals below it
-
-    def to_json(self) -> dict:
-        data = asdict(self)
-        data["window"] = [t.isoformat() for t in self.window] if self.window else None
-        return data

@@ -69,7 +69,7 @@ def _verdict(analysis: Analysis) -> list[str]:
     facts = [f"**When:** {inline(w)}" for w in [when_and_cost(v)] if w] + [f"**Where:** {inline(v.where)}" for _ in [0] if v.where]
     if facts:
         out += [" · ".join(facts), ""]
-    for title, items in (("Because", v.reasons.because), ("Against", v.reasons.against), ("Not available", v.reasons.not_available)):
+    for title, items in (("Because", v.because), ("Against", v.against), ("Not available", v.not_available)):
         if items:
             out += [f"**{title}**", "", *(f"- {inline_with_code(item)}" for item in items[:MAX_REASONS])]
             out += [f"- … and {len(items) - MAX_REASONS:,} more in the HTML report"] if len(items) > MAX_REASONS else []

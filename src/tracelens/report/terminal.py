@@ -14,9 +14,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from tracelens.analyze import Analysis
-from tracelens.findings import Finding, Severity, Verdict
+from tracelens.findings import Finding, Severity
 from tracelens.prose import count
-from tracelens.report.summary import verdict, when_and_cost
+from tracelens.report.summary import RunVerdict, verdict, when_and_cost
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "blue", "ok": "green", "unreadable": "bold red"}
 MAX_NOTES = 4  # notes and read errors printed; the report has them all
@@ -39,12 +39,12 @@ def _labelled(console: Console, label: str, text: str, verbose: bool) -> None:
         console.print(f"{'':11}{escape(line)}", highlight=False)
 
 
-def _print_verdict(console: Console, v: Verdict, verbose: bool) -> None:
+def _print_verdict(console: Console, v: RunVerdict, verbose: bool) -> None:
     style = STYLE.get(v.severity, "")
     console.print(f"[{style}]{v.severity.upper()}[/] [bold]{escape(v.headline)}[/]", highlight=False)
     if when := when_and_cost(v):
         console.print(f"  {escape(when)}", highlight=False)
-    r = v.reasons
+    r = v
     shown = [("because", b) for b in r.because] + [("against", b) for b in r.against] + [("missing", b) for b in r.not_available]
     if not verbose:
         shown = [("because", b) for b in r.because[:2]] + [("against", b) for b in r.against[:1]]
@@ -61,8 +61,8 @@ def _finding_line(console: Console, f: Finding) -> None:
 
 def _print_details(console: Console, f: Finding) -> None:
     """`-v`: what the report says of a finding, as plain indented text."""
-    if f.reasons:
-        for label, items in (("because", f.reasons.because), ("against", f.reasons.against), ("missing", f.reasons.not_available)):
+    if f.verdict:
+        for label, items in (("because", f.verdict.because), ("against", f.verdict.against), ("missing", f.verdict.not_available)):
             for item in items:
                 console.print(f"      {label:<8} {escape(item)}", highlight=False)
     else:

@@ -37,7 +37,7 @@ import polars as pl
 
 from tracelens import steps as timing
 from tracelens.events import CAUSES, network_events
-from tracelens.findings import Evidence, Finding, Reasons, Severity
+from tracelens.findings import Evidence, Finding, Severity, Verdict
 from tracelens.hostsignals import utilisation_phrase
 from tracelens.hangs import first_stopped
 from tracelens.prose import count, duration, listing, number, some
@@ -219,6 +219,13 @@ def _because(link: dict) -> str:
     return f"{_SOURCE_NAMES[link['source']].capitalize()}: {_phrase(link, lead=False)}{place}."
 
 
+def _confidence(best: dict | None) -> str:
+    """How sure: by the number of independent sources that agree on the cause."""
+    if best is None:
+        return "undetermined"
+    return "high" if best["sources"] >= 3 else "medium" if best["sources"] == 2 else "low"
+
+
 def _lost_because(other: dict, best: dict) -> str:
     """Why a cause considered ranks below the named one (the order rank_suspects sorts by)."""
     if other["sources"] < best["sources"]:
@@ -334,14 +341,13 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
     if _comm_surged(episode):
         slow += f", the all-reduce {w.comm_ratio:.1f}x its usual while compute stayed flat"
     cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
-    reasons = Reasons(because=[f"Step timers: {slow} ({w.file})."])
+    because = [f"Step timers: {slow} ({w.file})."]
     slow = slow[0].upper() + slow[1:]
     missing = _missing(t, episode.begin, episode.end)
     advice = f" Not in the evidence for this window; collect next time: {'; '.join(missing)}." if missing else ""
     evidence = step_evidence(t, w.file, w.lines)[:3]
     ports: list[str] = []
-    reasons.against += _checked(t, found, episode.begin, episode.end)
-    reasons.not_available += [f"Collect next time: {m}." for m in missing]
+    against = _checked(t, found, episode.begin, episode.end)
     fix = ""
     if best is None:
         title = f"Slow {w.label}: no network event in the window"
@@ -360,8 +366,8 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
         title = f"Root cause of slow {w.label}: {CAUSES[best['cause']]} on {where}"
         summary = (f"{slow}. In the same window {_join([_phrase(link) for link in links])}: {CAUSES[best['cause']]} on {where} "
                    f"cost the run {cost}, by {count(best['sources'], 'independent source')}{also}.")
-        reasons.because += [_because(link) for link in chain.to_dicts()]
-        reasons.against += [_lost_because(o, best) for o in others]
+        because += [_because(link) for link in chain.to_dicts()]
+        against += [_lost_because(o, best) for o in others]
         fix = cause_fix(best["cause"], hosts, ports)
         evidence += [e for link in links for e in _evidence(link["rows"], 5)]
         score = best["sources"] + episode.share
@@ -379,7 +385,10 @@ def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: d
         cost_seconds=episode.cost_s,
         ports=ports,
         score=score,
-        reasons=reasons,
+        verdict=Verdict(
+            cause=best["cause"] if best else None, confidence=_confidence(best), headline=title, because=because,
+            against=against, not_available=[f"Collect next time: {m}." for m in missing], fix=fix,
+        ),
         fix=fix,
     )
 
@@ -566,10 +575,20 @@ def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
     total = timing.run_time_s(series) or 1.0
     hosts = sorted(set(socket["host"].drop_nulls().to_list()))
     start, end = after.select((pl.col("ts") - took).min()).item(), after["ts"].max()
+    title = f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration(lost)}"
+    fix = (f"On {listing(hosts)}: `ibv_devinfo` must list the HCA ports as PORT_ACTIVE (rdma-core in the container, "
+           f"`/dev/infiniband` passed through), and NCCL_IB_DISABLE / NCCL_NET=Socket must be unset; else drain "
+           f"{listing(hosts)} and relaunch without {'it' if len(hosts) == 1 else 'them'}.")
+    because = [
+        f"NCCL log: {listing(hosts)} chose NET/Socket from {socket['lo'].min():%H:%M:%S} UTC "
+        f"({count(socket.height, 'line')}, first in {socket.sort('lo')['file'][0]}).",
+        f"Step timers: {number(slow, 'ms')} per step on sockets against {number(usual, 'ms')} on the same job's "
+        f"{count(before['step'].n_unique(), 'step')} before ({slow / usual:.1f}x), over {count(after['step'].n_unique(), 'step')}.",
+    ]
     yield Finding(
         rule_id="TL412",
         severity=Severity.CRITICAL if lost / total >= 0.2 else Severity.WARNING,
-        title=f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration(lost)}",
+        title=title,
         summary=f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "
         f"{slow:.0f} ms instead of the {usual:.0f} ms of the same job's {before['step'].n_unique()} steps before it "
         f"({slow / usual:.1f}x) over {count(after['step'].n_unique(), 'step')}: {duration(lost)} lost, {lost / total:.0%} of the run's step time.",
@@ -578,13 +597,6 @@ def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
         window=(start, end),
         cost_seconds=lost,
         score=2 + lost / total,
-        fix=f"On {listing(hosts)}: `ibv_devinfo` must list the HCA ports as PORT_ACTIVE (rdma-core in the container, "
-        f"`/dev/infiniband` passed through), and NCCL_IB_DISABLE / NCCL_NET=Socket must be unset; else drain "
-        f"{listing(hosts)} and relaunch without {'it' if len(hosts) == 1 else 'them'}.",
-        reasons=Reasons(because=[
-            f"NCCL log: {listing(hosts)} chose NET/Socket from {socket['lo'].min():%H:%M:%S} UTC "
-            f"({count(socket.height, 'line')}, first in {socket.sort('lo')['file'][0]}).",
-            f"Step timers: {number(slow, 'ms')} per step on sockets against {number(usual, 'ms')} on the same job's "
-            f"{count(before['step'].n_unique(), 'step')} before ({slow / usual:.1f}x), over {count(after['step'].n_unique(), 'step')}.",
-        ]),
+        fix=fix,
+        verdict=Verdict(cause="socket", confidence="high", headline=title, because=because, fix=fix),
     )
