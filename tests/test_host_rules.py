@@ -157,7 +157,7 @@ def test_the_verdict_says_the_gpus_idled_in_the_bad_links_window():
     analysis = analyze(FIXTURES / "scenario-gpu-idle-bad-link")
     top = analysis.findings[0]
     assert top.rule_id == "TL410" and top.hosts == ["node02"]
-    assert "GPU utilisation fell: node02's 4 GPU(s) at 3" in top.summary and "(usually 9" in top.summary
+    assert "GPU utilisation fell: node02's 4 GPUs at 3" in top.summary and "(usually 9" in top.summary
     assert "node02's kernel logged" in top.summary
     idle = [f for f in analysis.findings if f.rule_id == "TL601"]
     assert idle and idle[0].title.startswith("GPUs idle while waiting on the network")

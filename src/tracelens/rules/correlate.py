@@ -209,7 +209,7 @@ def _phrase(link: dict, lead: bool = True) -> str:
     return f"{host}'s {what}"
 
 
-_SOURCE_NAMES = {"NCCL": "NCCL log", "counters": "port counters", "packets": "capture", "steps": "step timers"}
+_SOURCE_NAMES = {"NCCL": "NCCL log", "counters": "port counters", "packets": "capture", "kernel": "kernel log", "steps": "step timers"}
 
 
 def _because(link: dict) -> str:
