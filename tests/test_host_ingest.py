@@ -334,3 +334,33 @@ def test_show_gids_trailer_and_ipoib_ifconfig(tmp_path):
     fmt, result = read(ipoib)
     row = result.tables["interfaces"].row(0, named=True)
     assert result.account.unrecognized == 0 and (row["ifname"], row["mtu"], row["link_type"]) == ("ib0", 2044, "infiniband")
+
+
+DEVINFO_V = """hca_id:\tmlx5_0
+\ttransport:\t\t\tInfiniBand (0)
+\tnode_guid:\t\t\tb83f:d203:00a1:b2c4
+\tphys_port_cnt:\t\t\t1
+\t\tport:\t1
+\t\t\tstate:\t\t\tPORT_ACTIVE (4)
+\t\t\tmax_mtu:\t\t4096 (5)
+\t\t\tactive_mtu:\t\t1024 (3)
+\t\t\tlink_layer:\t\tEthernet
+\t\t\tactive_width:\t\t4X (2)
+\t\t\tactive_speed:\t\t50.0 Gbps (64)
+\t\t\tGID[  0]:\t\tfe80:0000:0000:0000:ba3f:d2ff:fea1:b2c4, RoCE v1
+\t\t\tGID[  1]:\t\tfe80::ba3f:d2ff:fea1:b2c4, RoCE v2
+\t\t\tGID[  3]:\t\t::ffff:10.0.0.1, RoCE v2
+"""
+
+
+def test_ibv_devinfo_v_gid_table_and_the_low_active_mtu(tmp_path):
+    """`ibv_devinfo -v` as rdma-core prints it (other-formats.md 2.4): GIDs with RoCE v1/v2, active_mtu 1024 of 4096."""
+    from tests.conftest import fire
+    from tracelens.analyze import ingest_run
+
+    (tmp_path / "node01").mkdir()
+    (tmp_path / "node01" / "ibv_devinfo-v.txt").write_text(DEVINFO_V)
+    tables, _ = ingest_run(tmp_path, tmp_path / "work")
+    assert tables["gids"].select("index", "roce", "ipv4").rows() == [(0, "v1", None), (1, "v2", None), (3, "v2", "10.0.0.1")]
+    (finding,) = fire(tables, "TL603")
+    assert finding.hosts == ["node01"] and "active MTU 1024 below the 4096" in finding.title

@@ -9,9 +9,12 @@ and ignored.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+
+import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.dumps import LineGrammar
+from tracelens.ingest.dumps import LineGrammar, read_dump
 from tracelens.ingest.ports import (
     Columns, Device, Port, PortLines, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text,
     read_width,
@@ -44,10 +47,21 @@ class _ToValues(PortLines):
         return Port(int(re.search(r"\d+", items[0])[0]))
 
     def gid(self, items):
-        return "gid"
+        index = int(re.search(r"\d+", items[0])[0])
+        value, _, roce = str(items[1]).partition(",")
+        return Gid(index, value.strip(), roce.strip().removeprefix("RoCE ") or None)
 
     def word(self, items):
         return "word"
+
+
+@dataclass(frozen=True)
+class Gid:
+    """A `GID[  3]:  ::ffff:10.0.0.1, RoCE v2` line of `ibv_devinfo -v`."""
+
+    index: int
+    gid: str
+    roce: str | None  # v1 / v2; None on InfiniBand
 
 
 LINES = LineGrammar("ibv_devinfo", _ToValues)
@@ -63,5 +77,24 @@ def _rate(row: dict) -> None:
     row["rate_gbps"] = lanes * lane_gbps if lanes and lane_gbps else None
 
 
+def _gids(source: InputFile) -> pl.DataFrame:
+    """The GID table of each port (`-v`), under the device and port lines above it. The dump is
+    read a second time: it is short and its lines' parses are cached."""
+    lines, _ = read_dump(source, LINES)
+    rows, ca, port = [], None, None
+    for line in lines:
+        if isinstance(line.value, Device):
+            ca, port = line.value.name, None
+        elif isinstance(line.value, Port):
+            port = line.value.number
+        elif isinstance(line.value, Gid):
+            ipv4 = line.value.gid.removeprefix("::ffff:") if line.value.gid.startswith("::ffff:") else None
+            rows.append({**line.provenance(source), "ca": ca, "port": port, "index": line.value.index, "gid": line.value.gid,
+                         "ipv4": ipv4, "roce": line.value.roce, "source": FORMAT})
+    return pl.DataFrame(rows, infer_schema_length=None).drop("dump_ts") if rows else pl.DataFrame()
+
+
 def ingest(source: InputFile) -> IngestResult:
-    return ingest_port_dump(source, LINES, FORMAT, COLUMNS, finish=_rate)
+    result = ingest_port_dump(source, LINES, FORMAT, COLUMNS, finish=_rate)
+    result.add("gids", _gids(source))
+    return result
