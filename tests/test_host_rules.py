@@ -49,7 +49,7 @@ def test_tl602_mtu_mismatch_on_one_network():
     t = tables_from(interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 1500, "10.0.0.2/24"),
                                 iface("node01", "eth0", 1500, "192.168.1.1/24"), iface("node02", "eth0", 1500, "192.168.1.2/24")])
     (finding,) = fire(t, "TL602")
-    assert finding.title == "MTU mismatch on 10.0.0.0/24: 1500, 9000"
+    assert finding.title == "MTU mismatch on network 10.0.0.0/24: 1500, 9000"
     assert "node01 ens1f0 9000" in finding.summary and finding.hosts == ["node01", "node02"]
 
 
@@ -161,3 +161,33 @@ def test_the_verdict_says_the_gpus_idled_in_the_bad_links_window():
     assert "node02's kernel logged" in top.summary
     idle = [f for f in analysis.findings if f.rule_id == "TL601"]
     assert idle and idle[0].title.startswith("GPUs idle while waiting on the network")
+
+
+def test_tl602_real_veth_pair_with_one_end_at_9000(tmp_path):
+    """lab/host-evidence (real): vh-a in netns tlhost-a at 9000, its peer vh-b in tlhost-b at 1500; found by
+    their common network from `ip addr`, and from `ip link` alone by the veth pair's `@ifN` and `link-netns`."""
+    import shutil
+
+    from tests.conftest import REPO
+    from tracelens.analyze import ingest_run
+
+    real = REPO / "lab" / "host-evidence" / "out"
+    tables, _ = ingest_run(real, tmp_path / "work")
+    (finding,) = fire(tables, "TL602")
+    assert finding.title == "MTU mismatch on network 10.77.0.0/24: 1500, 9000" and finding.hosts == ["tlhost-a", "tlhost-b"]
+    links_only = tmp_path / "links"
+    links_only.mkdir()
+    for path in real.glob("*-ip-link.txt"):
+        shutil.copy(path, links_only / path.name)
+    tables, _ = ingest_run(links_only, tmp_path / "work2")
+    (finding,) = fire(tables, "TL602")
+    assert finding.title == "MTU mismatch on veth pair tlhost-a/vh-a - tlhost-b/vh-b: 1500, 9000"
+
+
+def test_tl602_ports_of_one_name_and_bond_members():
+    listed = [{**iface("node01", "ens1f0", 9000, None), "ipv4": None}, {**iface("node02", "ens1f0", 1500, None), "ipv4": None},
+              {**iface("node03", "bond0", 9000, None), "ipv4": None}, {**iface("node03", "ens2f0", 1500, None), "ipv4": None, "master": "bond0"}]
+    titles = sorted(f.title for f in fire(tables_from(interfaces=listed), "TL602"))
+    assert titles == ["MTU mismatch on bond bond0 on node03: 1500, 9000", "MTU mismatch on ens1f0 on every host: 1500, 9000"]
+    same = [{**iface(h, "ens1f0", 9000, None), "ipv4": None} for h in ("node01", "node02")]
+    assert fire(tables_from(interfaces=same), "TL602") == []

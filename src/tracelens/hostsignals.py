@@ -77,6 +77,45 @@ def port_rates(tables: RunTables) -> pl.DataFrame:
     )
 
 
+PHYSICAL = r"^(?:en|eth|ib|bond|p\d+p\d|mlx|hsn|roce)"  # names of NIC ports (not docker0, veth, cali...)
+
+
+def latest_interfaces(tables: RunTables) -> pl.DataFrame:
+    """Each host's interfaces as its latest listing shows them (loopback left out)."""
+    rows = tables["interfaces"].filter(pl.col("mtu").is_not_null(), pl.col("ifname") != "lo")
+    return rows.sort("ts", nulls_last=False).group_by("host", "ifname").agg(pl.all().last()).sort("host", "ifname", nulls_last=True)
+
+
+def shared_links(tables: RunTables) -> pl.DataFrame:
+    """Interfaces that must agree on their MTU, grouped by `link` (a label saying why): addresses in
+    one IPv4 network across hosts; the two ends of a veth pair (`vh-a@if9 ... link-netns B` and
+    index 9 in B's listing); a bond and its members; and, where no address says more, NIC ports
+    of one name on several hosts (ens1f0 everywhere is one fabric)."""
+    rows = latest_interfaces(tables)
+    if rows.height == 0:
+        return rows.with_columns(link=pl.lit(None, pl.String))
+    nets = networks(tables).select("host", "ifname", pl.format("network {}", "network").alias("link"))
+    ends = rows.filter(pl.col("peer_ifindex").is_not_null(), pl.col("link_netns").is_not_null()).join(
+        rows.select("host", "ifindex", pl.col("ifname").alias("peer")), left_on=["link_netns", "peer_ifindex"], right_on=["host", "ifindex"]
+    ).select("host", "ifname", "peer", "link_netns")
+    here, there = pl.format("{}/{}", "host", "ifname"), pl.format("{}/{}", "link_netns", "peer")
+    label = pl.format("veth pair {} - {}", pl.min_horizontal(here, there), pl.max_horizontal(here, there)).alias("link")
+    pairs = pl.concat([
+        ends.select("host", "ifname", label),
+        ends.select(pl.col("link_netns").alias("host"), pl.col("peer").alias("ifname"), label),
+    ])
+    bonds = rows.filter(pl.col("master").is_not_null()).select("host", "ifname", "master")
+    bonded = pl.concat([
+        bonds.select("host", "ifname", pl.format("bond {} on {}", "master", "host").alias("link")),
+        bonds.select("host", pl.col("master").alias("ifname"), pl.format("bond {} on {}", "master", "host").alias("link")).unique(),
+    ])
+    named = rows.filter(pl.col("ipv4").is_null(), pl.col("ifname").str.contains(PHYSICAL), pl.col("master").is_null()).select(
+        "host", "ifname", pl.format("{} on every host", "ifname").alias("link")
+    )
+    links = pl.concat([nets, pairs, bonded, named]).unique(maintain_order=True)
+    return links.join(rows, on=["host", "ifname"], how="inner")
+
+
 def networks(tables: RunTables) -> pl.DataFrame:
     """Interfaces with an IPv4 address, their network (10.0.0.0/24) and MTU: the latest listing per host."""
     rows = tables["interfaces"].filter(pl.col("ipv4").is_not_null(), pl.col("mtu").is_not_null(), pl.col("ifname") != "lo")

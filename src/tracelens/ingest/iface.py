@@ -29,7 +29,7 @@ _SNIFF = re.compile(
     rb"^DEV\s+PORT\s+INDEX\s+GID|^link [\w-]+/\d+ state ",
     re.M,
 )
-_IP_LINK = re.compile(r"^\s*(?P<index>\d+):\s+(?P<name>[^:\s]+?)(?:@[^:\s]+)?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
+_IP_LINK = re.compile(r"^\s*(?P<index>\d+):\s+(?P<name>[^:\s]+?)(?:@(?:if(?P<peer>\d+)|[^:\s]+))?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
 _IFC_HEAD = re.compile(r"^(?P<name>[^:\s]+):\s+flags=\d+<(?P<flags>[^>]*)>\s+mtu\s+(?P<mtu>\d+)")
 _IFC_OLD = re.compile(r"^(?P<name>\S+)\s+Link encap:(?P<encap>.+?)(?:\s+HWaddr\s+(?P<mac>\S+))?\s*$")
 _WORD_VALUE = re.compile(r"\b(mtu|master|state|minmtu|maxmtu)\s+(\S+)")
@@ -71,7 +71,7 @@ class _Listing:
             return False
         attrs = dict(_WORD_VALUE.findall(m["rest"]))
         self.open(line, ifindex=int(m["index"]), ifname=m["name"], flags=m["flags"], mtu=_int(attrs.get("mtu")),
-                  master=attrs.get("master"), state=attrs.get("state"), source="ip")
+                  master=attrs.get("master"), state=attrs.get("state"), source="ip", peer_ifindex=_int(m["peer"]))
 
     def _ip_linkaddr(self, line: dict, text: str):
         if self.current is None:
@@ -81,6 +81,8 @@ class _Listing:
         if kind != "link/none" and (mac := rest.split(" ", 1)[0]):
             self.current["mac"] = mac
         self._mtu_bounds(rest)
+        if netns := re.search(r"\blink-netns (\S+)", rest):
+            self.current["link_netns"] = netns[1]
 
     def _mtu_bounds(self, text: str) -> None:
         attrs = dict(_WORD_VALUE.findall(text))

@@ -10,7 +10,7 @@ import polars as pl
 
 from tracelens.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.hostsignals import KIND_TEXT, incidents, networks, port_rates, utilisation
+from tracelens.hostsignals import KIND_TEXT, incidents, port_rates, shared_links, utilisation
 from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.correlate import MARGIN, slow_episodes
@@ -100,9 +100,10 @@ def gpu_utilisation_in_slow_window(t: RunTables) -> Iterator[Finding]:
 @rule("TL602", "mtu-mismatch", Severity.WARNING)
 def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
     """
-    What it finds: interfaces of different hosts with addresses in the same IPv4 network but
-    different MTUs (from `ip link`/`ip addr`/`ifconfig` listings), e.g. 9000 on one node and
-    1500 on its peer.
+    What it finds: interfaces that carry the same traffic but have different MTUs, from the
+    hosts' `ip link` / `ip addr` / `ifconfig` listings: addresses in one IPv4 network on
+    different hosts (9000 on one node, 1500 on its peer), the two ends of a veth pair, a bond
+    and its members, or, where no address says more, NIC ports of one name on several hosts.
 
     Why it slows the run: TCP negotiates its segment size from each end's MTU, but a host that
     sends jumbo frames to a path or peer that only takes 1500 bytes has them dropped or
@@ -113,20 +114,22 @@ def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
     (`ip link set dev <if> mtu 9000`, and the same in the node's netplan/NetworkManager
     config so it survives a reboot); check with `ping -M do -s 8972 <peer>`.
     """
-    nets = networks(t)
-    if nets.height == 0:
+    links = shared_links(t)
+    if links.height == 0:
         return
-    for key, group in nets.group_by("network", maintain_order=True):
-        if group["host"].n_unique() < 2 or group["mtu"].n_unique() < 2:
+    flagged: set[tuple[str, str]] = set()
+    for (link,), group in links.group_by("link", maintain_order=True):
+        ends = {(r["host"], r["ifname"]) for r in group.iter_rows(named=True)}
+        if len(ends) < 2 or group["mtu"].n_unique() < 2 or ends <= flagged:
             continue
-        network = key[0]
-        per = ", ".join(f"{r['host']} {r['ifname']} {r['mtu']}" for r in group.sort("host").iter_rows(named=True))
+        flagged |= ends
+        per = ", ".join(f"{r['host']} {r['ifname']} {r['mtu']}" for r in group.sort("host", "ifname").iter_rows(named=True))
         yield Finding(
             rule_id="TL602", severity=Severity.WARNING,
-            title=f"MTU mismatch on {network}: {', '.join(map(str, sorted(group['mtu'].unique().to_list())))}",
-            summary=f"Hosts on {network} use different MTUs: {per}. Frames larger than the smallest MTU are dropped "
-            "or fragmented between them.",
-            evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ifname']}: mtu {r['mtu']} ({r['ipv4']})")
+            title=f"MTU mismatch on {link}: {', '.join(map(str, sorted(group['mtu'].unique().to_list())))}",
+            summary=f"The interfaces of {link} use different MTUs: {per}. Frames larger than the smallest MTU are "
+            "dropped or fragmented between them.",
+            evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ifname']}: mtu {r['mtu']}" + (f" ({r['ipv4']})" if r["ipv4"] else ""))
                       for r in group.iter_rows(named=True)],
             hosts=group["host"].unique().to_list(),
             ports=sorted(set(group["ifname"].to_list())),
