@@ -191,3 +191,25 @@ def test_tl602_ports_of_one_name_and_bond_members():
     assert titles == ["MTU mismatch on bond bond0 on node03: 1500, 9000", "MTU mismatch on ens1f0 on every host: 1500, 9000"]
     same = [{**iface(h, "ens1f0", 9000, None), "ipv4": None} for h in ("node01", "node02")]
     assert fire(tables_from(interfaces=same), "TL602") == []
+
+
+def test_tl606_without_port_dumps_assumes_the_usual_nic_per_gpu(tmp_path):
+    """nccl-tests output alone: 2 hosts x 8 A100 ranks -> 8 x 200 Gb/s per host is assumed, and said."""
+    from tracelens.analyze import ingest_run
+
+    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {40 + r:6d} on node0{1 + r // 8} device  {r % 8} [0x0f] NVIDIA A100-SXM4-40GB\n" for r in range(16))
+    head = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+            "#\n# Using devices\n" + ranks + "#\n"
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
+    slow = "  8589934592    2147483648     float     sum      -1   268435   32.00   60.00      0   268435   32.00   60.00      0\n"
+    good = "  8589934592    2147483648     float     sum      -1    67689  126.90  237.94      0    67811  126.68  237.52      0\n"
+    for name, row, fires in (("slow", slow, True), ("good", good, False)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "all_reduce_perf.log").write_text(head + row + "# Avg bus bandwidth    : 20.1\n")
+        tables, _ = ingest_run(folder, tmp_path / f"work-{name}")
+        found = fire(tables, "TL606")
+        assert bool(found) == fires
+        if fires:
+            assert "30% of the link" in found[0].title and "assumed: 8 A100 GPU(s) per host" in found[0].summary

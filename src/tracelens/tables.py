@@ -365,6 +365,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("error", pa.float64()),
         pa.field("nranks", pa.int64()),  # `Rank N ... on HOST` header lines of the run
         pa.field("rank_hosts", pa.string()),  # the hosts of those lines, comma-joined
+        pa.field("ranks_per_host", pa.int64()),  # the most ranks those lines put on one host
+        pa.field("gpu_name", pa.string()),  # the GPU those lines name (`NVIDIA A100-SXM4-40GB`)
         pa.field("run", pa.int64()),  # which run of the file (a header starts one)
         pa.field("prefix", pa.string()),
     ),

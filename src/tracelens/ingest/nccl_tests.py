@@ -24,7 +24,7 @@ _HEADER = PREFIX + (
     r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:size|\(B\)|out-of-place)\b| Out of bounds values| Avg bus bandwidth"
     r"| nccl-tests version| Collective test (?:starting|concluded)| Rank lists? (?:trimmed|shortened)|\s+\.\.\.)"
 )
-_RANK = PREFIX + r"#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device"
+_RANK = PREFIX + r"#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(?P<gpu>.*?)\s*$"
 _AVG = PREFIX + r"# Avg bus bandwidth\s*:\s*(?P<avg>[\d.]+)"
 _TEST = r"\b(?P<test>[a-z_]+_perf)\b"
 _ROWLIKE = PREFIX + r"\s*\d+\s+\d+\s+(?:float|half|double|bfloat16|bf16|fp8\w*|f8\w*|u?int(?:8|32|64)?)\s"
@@ -81,6 +81,8 @@ class NcclTestsParser:
         ranks = lines.filter(pl.col("rank").struct.field("rank").is_not_null()).group_by("run").agg(
             nranks=pl.col("rank").struct.field("rank").n_unique(),
             rank_hosts=pl.col("rank").struct.field("host").unique(maintain_order=True).str.join(","),
+            ranks_per_host=pl.col("rank").struct.field("host").value_counts().struct.field("count").max(),
+            gpu_name=pl.col("rank").struct.field("gpu").first(),
         )
         frames = [_rows(lines.filter(pl.col("size").is_not_null())), _averages(lines.filter(pl.col("avg").is_not_null()))]
         table = pl.concat([f for f in frames if f.height], how="diagonal_relaxed") if any(f.height for f in frames) else None
@@ -91,7 +93,7 @@ class NcclTestsParser:
         )
         result.add("nccl_tests", table.select(
             "file", "line", "host", "ts", "ts_quality", "test", "kind", "size_bytes", "count", "dtype", "redop", "root",
-            "placement", "time_us", "algbw_gbs", "busbw_gbs", "wrong", "error", "nranks", "rank_hosts", "run", "prefix",
+            "placement", "time_us", "algbw_gbs", "busbw_gbs", "wrong", "error", "nranks", "rank_hosts", "ranks_per_host", "gpu_name", "run", "prefix",
         ))
 
 

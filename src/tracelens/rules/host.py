@@ -22,6 +22,10 @@ PERFTEST_SHARE = 0.75  # perftest reaches 90%+ of line rate on a healthy link
 JUMBO = 9000
 CRITICAL_XIDS = {48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154}
 MAX_EVIDENCE = 8
+# Without the hosts' port dumps: the NIC each GPU of such a node usually has (one per GPU,
+# e.g. DGX/HGX A100 with HDR 200 Gb/s, H100 with NDR 400 Gb/s), Gb/s.
+USUAL_NIC_PER_GPU = {"GB200": 800.0, "B200": 400.0, "H200": 400.0, "H100": 400.0, "H800": 400.0, "A100": 200.0,
+                     "A800": 200.0, "V100": 100.0}
 
 
 def _evidence(rows: pl.DataFrame, text: str = "message") -> list[Evidence]:
@@ -314,7 +318,7 @@ def nccl_tests_below_link(t: RunTables) -> Iterator[Finding]:
             continue
         largest = run.filter(pl.col("size_bytes") == run["size_bytes"].max())
         busbw = float(largest["busbw_gbs"].max())
-        rate = _rate_of(rates, hosts)
+        rate = _rate_of(rates, hosts) or _usual_rate(run)
         if rate is None:
             continue
         link_gbs = rate[0] / 8
@@ -326,6 +330,17 @@ def nccl_tests_below_link(t: RunTables) -> Iterator[Finding]:
             f"{name} across {len(hosts)} hosts reached {busbw:g} GB/s bus bandwidth at {size:,} bytes, {busbw / link_gbs:.0%} "
             f"of the {link_gbs:g} GB/s the links give ({rate[1]}); a healthy fabric gives 80-95%.", largest, hosts,
         )
+
+
+def _usual_rate(run: pl.DataFrame) -> tuple[float, str] | None:
+    """The node's NIC bandwidth (Gb/s) assumed from the GPUs the rank lines name, when no port dump says."""
+    gpu, per_host = run["gpu_name"].drop_nulls().first(), run["ranks_per_host"].drop_nulls().first()
+    model = next((m for m in USUAL_NIC_PER_GPU if gpu and m in gpu), None)
+    if not model or not per_host:
+        return None
+    gbps = USUAL_NIC_PER_GPU[model] * per_host
+    return gbps, (f"assumed: {per_host} {model} GPU(s) per host with one {USUAL_NIC_PER_GPU[model]:g} Gb/s NIC each, "
+                  "as such nodes usually have; the hosts' ibstat or ibv_devinfo would say")
 
 
 def _benchmark_finding(severity: Severity, title: str, summary: str, rows: pl.DataFrame, hosts: list[str]) -> Finding:
