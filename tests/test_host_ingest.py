@@ -364,3 +364,14 @@ def test_ibv_devinfo_v_gid_table_and_the_low_active_mtu(tmp_path):
     assert tables["gids"].select("index", "roce", "ipv4").rows() == [(0, "v1", None), (1, "v2", None), (3, "v2", "10.0.0.1")]
     (finding,) = fire(tables, "TL603")
     assert finding.hosts == ["node01"] and "active MTU 1024 below the 4096" in finding.title
+
+
+def test_nvidia_smi_failures_and_a_header_per_loop(tmp_path):
+    """`-l` loops may print the header every time; a lost GPU prints an error line, which is read, not unknown."""
+    path = tmp_path / "smi.txt"
+    header = "timestamp, index, utilization.gpu [%]\n"
+    path.write_text(header + "2024/12/06 18:31:01.100, 0, 35 %\n" + header + "2024/12/06 18:31:02.100, 0, 36 %\n"
+                    "Unable to determine the device handle for GPU0000:a1:00.0: Unknown Error\n")
+    fmt, result = read(path)
+    assert fmt == "nvidia_smi" and result.account.unrecognized == 0 and result.account.parsed == 5
+    assert result.tables["gpu_samples"]["util_gpu"].to_list() == [35.0, 36.0]

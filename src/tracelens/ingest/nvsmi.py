@@ -30,7 +30,7 @@ _SNIFF = re.compile(
 )
 
 ROW_KINDS = {"csv_row", "dmon_row", "dcgmi_row", "gpu_head", "gpu_stats"}
-KNOWN_KINDS = {"banner", "gpu_extra", "process", "mig_row", "no_process", "csv_header", "dmon_header", "dcgmi_header"}
+KNOWN_KINDS = {"banner", "gpu_extra", "process", "mig_row", "no_process", "csv_header", "dmon_header", "dcgmi_header", "failure"}
 DECOR_KINDS = {"border", "label", "dmon_units", "dcgmi_units"}
 
 # --query-gpu field -> gpu_samples column
