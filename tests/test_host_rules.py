@@ -213,3 +213,17 @@ def test_tl606_without_port_dumps_assumes_the_usual_nic_per_gpu(tmp_path):
         assert bool(found) == fires
         if fires:
             assert "30% of the link" in found[0].title and "assumed: 8 A100 GPU(s) per host" in found[0].summary
+
+
+def test_tl605_says_which_gpu_or_nic_a_pcie_error_hit():
+    begin, _ = slow_span()
+    inside = (begin - at(0)).total_seconds() + 10
+    t = analysed(
+        steps=steps(slow=SLOW),
+        gpu_samples=[{"file": "node01/smi.txt", "line": 9, "host": "node01", "gpu": 3, "bus_id": "00000000:3B:00.0", "util_gpu": 90.0}],
+        kernel_events=[kev("node01", "pcie_aer", inside, device="0000:3b:00.0", detail="Uncorrected (Non-Fatal)"),
+                       kev("node01", "other", 1, subsystem="mlx5_core", device="0000:5e:00.1", netdev="ens1f1"),
+                       kev("node01", "pcie_aer", inside + 1, device="0000:5e:00.1", detail="Corrected")],
+    )
+    (finding,) = fire(t, "TL605")
+    assert "0000:3b:00.0 (GPU 3)" in finding.summary and "0000:5e:00.1 (NIC mlx5_core ens1f1)" in finding.summary

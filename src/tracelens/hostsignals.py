@@ -145,3 +145,21 @@ def gpu_lanes(samples: pl.DataFrame, points: int = 600) -> pl.DataFrame:
         .agg(util=pl.col("util_gpu").mean())
         .select("host", pl.col("ts").dt.convert_time_zone("UTC"), "util")
     )
+
+
+def _pci(address: pl.Expr) -> pl.Expr:
+    """`00000000:3B:00.0`, `0000:3b:00.0`, `PCI:0000:3b:00`: the bus and device part, lower case (`3b:00`)."""
+    return address.str.to_lowercase().str.extract(r"([0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-9a-f])?$", 1)
+
+
+def pci_owners(tables: RunTables) -> dict[tuple[str | None, str], str]:
+    """(host, `3b:00`) -> what sits there: `GPU 2` (nvidia-smi's bus ids) or `NIC mlx5_core ens1f0` (the
+    kernel's driver lines), so a PCIe error can say whether it hit a GPU or a NIC."""
+    gpus = tables["gpu_samples"].filter(pl.col("bus_id").is_not_null()).select(
+        "host", _pci(pl.col("bus_id")).alias("pci"), pl.format("GPU {}", pl.col("gpu").cast(pl.Int64)).alias("owner"))
+    nics = tables["kernel_events"].filter(pl.col("subsystem").is_in(["mlx5_core", "mlx4_core", "mlx4_en", "bnxt_en", "ice", "i40e", "ixgbe", "igb"]),
+                                          pl.col("device").is_not_null()).select(
+        "host", _pci(pl.col("device")).alias("pci"),
+        pl.format("NIC {}{}", "subsystem", pl.when(pl.col("netdev").is_not_null()).then(pl.format(" {}", "netdev")).otherwise(pl.lit(""))).alias("owner"))
+    both = pl.concat([gpus, nics]).filter(pl.col("pci").is_not_null()).sort("owner", descending=True).unique(["host", "pci"], keep="first")
+    return {(r["host"], r["pci"]): r["owner"] for r in both.iter_rows(named=True)}

@@ -4,13 +4,14 @@ kernel events, and the benchmarks people run before and after (nccl-tests, perft
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import polars as pl
 
 from tracelens.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.hostsignals import KIND_TEXT, incidents, port_rates, shared_links, utilisation
+from tracelens.hostsignals import KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
 from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.correlate import MARGIN, slow_episodes
@@ -240,6 +241,7 @@ def kernel_events(t: RunTables) -> Iterator[Finding]:
     if events.height == 0:
         return
     windows = _windows(t)
+    owners = pci_owners(t)
     in_window = pl.lit(False)
     for begin, end in windows:
         in_window = in_window | pl.col("ts").is_between(begin - MARGIN, end + MARGIN)
@@ -251,7 +253,8 @@ def kernel_events(t: RunTables) -> Iterator[Finding]:
         times = group["ts"].drop_nulls()
         when = (f" from {times.min():%Y-%m-%d %H:%M:%S} to {times.max():%H:%M:%S} UTC" if times.len() > 1
                 else f" at {times.min():%Y-%m-%d %H:%M:%S} UTC" if times.len() else "")
-        devices = ", ".join(sorted({d for d in group["netdev"].drop_nulls().to_list() + group["device"].drop_nulls().to_list()}))
+        devices = ", ".join(sorted({_device_text(owners, host, d) for d in group["device"].drop_nulls().to_list()}
+                                   | set(group["netdev"].drop_nulls().to_list())))
         details = sorted({d for d in group["detail"].drop_nulls().to_list()})
         flapped = kind == "link_down" and events.filter(pl.col("host").eq_missing(host), pl.col("kind") == "link_up").height > 0
         slow = int(group["in_window"].sum())
@@ -269,6 +272,13 @@ def kernel_events(t: RunTables) -> Iterator[Finding]:
             window=(times.min(), times.max()) if times.len() else None,
             ports=sorted(set(group["netdev"].drop_nulls().to_list())),
         )
+
+
+def _device_text(owners: dict, host: str | None, address: str) -> str:
+    """`0000:a1:00 (GPU 3)` when the address is a GPU or NIC the run's evidence places there."""
+    m = re.search(r"([0-9a-f]{2}:[0-9a-f]{2})(?:\.[0-9a-f])?$", address.lower())
+    owner = owners.get((host, m[1])) if m else None
+    return f"{address} ({owner})" if owner else address
 
 
 def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
