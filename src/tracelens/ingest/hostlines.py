@@ -76,6 +76,16 @@ def account(lines: pl.DataFrame, status: pl.Series) -> Account:
     return acc
 
 
+def merge(total: Account, part: Account) -> None:
+    """Add a chunk's account to the file's."""
+    total.lines += part.lines
+    total.parsed += part.parsed
+    total.ignored += part.ignored
+    total.unrecognized += part.unrecognized
+    total.errors += part.errors
+    total.add_samples(part.samples)
+
+
 def provenance(source: InputFile, rows: pl.DataFrame, ts: pl.Expr | None = None, zoned: bool = False) -> pl.DataFrame:
     """Add file, host (from a prompt or host line), ts and ts_quality to rows that carry `line`,
     `stamp` and `prompt_host`; `ts` overrides the `date` line's time where it is not null."""

@@ -21,8 +21,9 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.hostlines import IGNORED, PARSED, account, context, provenance, read_lines
+from tracelens.ingest import Account, IngestResult, InputFile
+from tracelens.ingest.hostlines import IGNORED, PARSED, account, context, merge, provenance
+from tracelens.ingest.lines import read_chunks
 
 FORMAT = "kernel_log"
 PRIORITY = 95
@@ -61,6 +62,10 @@ KINDS = [
     ("hung_task", r"^INFO: task "),
     ("nic_error", r"(?i)^[\w-]+ [0-9a-fA-F:.]+.*(?:health compromised|FW fatal|firmware fatal|fatal error|PCI channel offline|command timeout)"),
 ]
+
+# Drivers whose other records stay in the table: they name the NIC or GPU at a PCI address.
+NOTED = ["mlx5_core", "mlx4_core", "mlx4_en", "mlx5_ib", "bnxt_en", "ice", "i40e", "ixgbe", "igb", "NVRM", "nvidia", "pcieport"]
+COLUMNS = ["file", "line", "host", "ts", "ts_quality", "zoned", "uptime_s", "kind", "subsystem", "device", "netdev", "xid", "detail", "message"]
 
 # NVIDIA's Xid catalog: what each error means (docs.nvidia.com/deploy/xid-errors).
 XID_MEANINGS = {
@@ -148,23 +153,34 @@ def _detail() -> pl.Expr:
     )
 
 
-def ingest(source: InputFile) -> IngestResult:
-    lines = context(read_lines(source))
-    recs = records(lines.filter(pl.col("ctx").is_null()), _year(source))
+def _chunk(source: InputFile, chunk: pl.DataFrame, year: int, after_record: bool) -> tuple[pl.DataFrame, Account]:
+    """One chunk's kept records and account; `after_record`: a record came before this chunk."""
+    lines = context(chunk)
+    recs = records(lines.filter(pl.col("ctx").is_null()), year)
     is_record = pl.col("line").is_in(recs["line"].implode())
     banner = pl.col("text").str.contains(_JOURNAL_BANNER)
-    continuation = pl.col("text").str.contains(r"^\s+\S") & is_record.shift(1).fill_null(False).cum_max()  # under some record
+    seen = is_record.shift(1).fill_null(after_record).cum_max()
+    continuation = pl.col("text").str.contains(r"^\s+\S") & seen  # indented under some record
     status = lines.select(
         pl.when(pl.col("ctx").is_not_null()).then(pl.col("ctx"))
         .when(is_record).then(pl.lit(PARSED, pl.UInt8))
         .when(banner | continuation).then(pl.lit(IGNORED, pl.UInt8))
     ).to_series()
-    result = IngestResult(account=account(lines, status))
-    if recs.height:
-        frame = provenance(source, recs, pl.col("ts")).with_columns(
-            host=pl.coalesce("syslog_host", "host"),
-            zoned=pl.col("printed_zone").fill_null(False),
-        )
-        keep = ["file", "line", "host", "ts", "ts_quality", "zoned", "uptime_s", "kind", "subsystem", "device", "netdev", "xid", "detail", "message"]
-        result.add("kernel_events", frame.select(keep))
+    kept = recs.filter((pl.col("kind") != "other") | pl.col("subsystem").is_in(NOTED))
+    frame = provenance(source, kept, pl.col("ts")).with_columns(
+        host=pl.coalesce("syslog_host", "host"), zoned=pl.col("printed_zone").fill_null(False),
+    )
+    return frame.select(COLUMNS), account(lines, status)
+
+
+def ingest(source: InputFile) -> IngestResult:
+    """Chunk by chunk (kernel logs run to gigabytes): every line is counted, and the table keeps the
+    records of the kinds above plus the other records of NIC and GPU drivers (NOTED), which say
+    what sits at a PCI address; the rest of a kernel log is counted as parsed and not kept."""
+    result, year, after_record = IngestResult(), _year(source), False
+    for chunk in read_chunks(source.path):
+        frame, acc = _chunk(source, chunk, year, after_record)
+        after_record = after_record or acc.parsed > 0
+        result.add("kernel_events", frame)
+        merge(result.account, acc)
     return result
