@@ -291,6 +291,10 @@ def test_real_listings_from_this_machine(path):
     if path.name == "dmesg-iso.txt":  # virtio_net records only: counted, none kept; their times carry a zone
         lines = context(read_lines(InputFile(path=path, name=path.name, format="kernel_log")))
         assert kernel.records(lines, 2026)["printed_zone"].all() and "kernel_events" not in result.tables
+    if path.name.endswith("ethtool-S.txt"):
+        counters = result.tables["ib_counters"]
+        assert fmt == "ethtool" and counters["node"].unique().to_list() == [{"tlhost-a": "vh-a", "tlhost-b": "vh-b"}[counters["host"][0]]]
+        assert "peer_ifindex" in counters["counter"].to_list()
     if path.name.endswith("ip-d-link.txt"):
         assert result.tables["interfaces"].filter(pl.col("kind") == "veth")["max_mtu"].to_list() == [65535]
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Real `ip`, `ifconfig`, `dmesg` and `journalctl -k` output for tracelens' host-evidence
+# Real `ip`, `ifconfig`, `ethtool`, `dmesg` and `journalctl -k` output for tracelens' host-evidence
 # tests: two network namespaces joined by a veth pair, an MTU mismatch (9000 vs 1500),
 # then one end taken down and up again. Run as root; writes into OUT (default: ./out).
 # It cleans up its namespaces on exit. Nothing here is edited afterwards.
@@ -31,6 +31,12 @@ for ns in $A $B; do
   { date -u; echo "host: $ns"; ip -n $ns -s link; } > "$OUT/$ns-ip-s-link.txt"
   { date -u; echo "host: $ns"; ip -n $ns addr; } > "$OUT/$ns-ip-addr.txt"
   { date -u; echo "host: $ns"; ip netns exec $ns ifconfig -a; } > "$OUT/$ns-ifconfig.txt"
+done
+# ethtool on each end: statistics (-S), link settings, driver
+for pair in "$A vh-a" "$B vh-b"; do
+  set -- $pair
+  { date -u; echo "host: $1"; echo "\$ ethtool -S $2"; ip netns exec $1 ethtool -S $2; } > "$OUT/$1-ethtool-S.txt"
+  { date -u; echo "host: $1"; ip netns exec $1 ethtool $2; ip netns exec $1 ethtool -i $2; } > "$OUT/$1-ethtool.txt"
 done
 # a link flap: B's end down for 2 s, then up again
 ip -n $B link set vh-b down
