@@ -212,7 +212,7 @@ def test_tl606_without_port_dumps_assumes_the_usual_nic_per_gpu(tmp_path):
         found = fire(tables, "TL606")
         assert bool(found) == fires
         if fires:
-            assert "30% of the link" in found[0].title and "assumed: 8 A100 GPU(s) per host" in found[0].summary
+            assert "30% of the link" in found[0].title and "assumed: 8 A100 GPUs per host" in found[0].summary
 
 
 def test_tl605_says_which_gpu_or_nic_a_pcie_error_hit():

@@ -349,7 +349,7 @@ def _usual_rate(run: pl.DataFrame) -> tuple[float, str] | None:
     if not model or not per_host:
         return None
     gbps = USUAL_NIC_PER_GPU[model] * per_host
-    return gbps, (f"assumed: {per_host} {model} GPU(s) per host with one {USUAL_NIC_PER_GPU[model]:g} Gb/s NIC each, "
+    return gbps, (f"assumed: {count(per_host, model + ' GPU')} per host with one {USUAL_NIC_PER_GPU[model]:g} Gb/s NIC each, "
                   "as such nodes usually have; the hosts' ibstat or ibv_devinfo would say")
 
 
