@@ -275,27 +275,32 @@ def _stuck(pg: str, seq: int, group: pl.DataFrame, pending: pl.DataFrame, ranks:
 def desyncs(t: RunTables) -> list[Desync]:
     """Per group, the first sequence id where ranks issued different collectives (op, sizes, dtypes)."""
     fr = entries(t).filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
-    found = []
-    for (pg,), group in fr.group_by("pg"):
-        for (seq,), at in group.group_by("collective_seq_id"):
-            if at["rank"].n_unique() < 2:
+    # only the sequence ids where something differs are looked at one by one (a job has thousands)
+    differ = (
+        fr.group_by("pg", "collective_seq_id")
+        .agg(ranks=pl.col("rank").n_unique(), ops=pl.col("op").drop_nulls().n_unique(),
+             sizes=pl.col("input_sizes").drop_nulls().n_unique(), dtypes=pl.col("input_dtypes").drop_nulls().n_unique())
+        .filter(pl.col("ranks") >= 2, (pl.col("ops") > 1) | (pl.col("sizes") > 1) | (pl.col("dtypes") > 1))
+        .sort("collective_seq_id")
+    )
+    found: dict[str, Desync] = {}
+    for pg, seq in differ.select("pg", "collective_seq_id").iter_rows():
+        if pg in found:
+            continue  # the first per group
+        at = fr.filter(pl.col("pg") == pg, pl.col("collective_seq_id") == seq)
+        for what, column in (("op", "op"), ("input sizes", "input_sizes"), ("dtypes", "input_dtypes")):
+            values = at[column].drop_nulls()
+            if values.n_unique() < 2 or (column != "op" and at["op"].n_unique() > 1):
                 continue
-            for what, column in (("op", "op"), ("input sizes", "input_sizes"), ("dtypes", "input_dtypes")):
-                values = at[column].drop_nulls()
-                if values.n_unique() < 2 or (column != "op" and at["op"].n_unique() > 1):
-                    continue
-                if column != "op" and _SKIP_OPS.search(at["op"][0] or ""):
-                    continue
-                usual = values.value_counts(sort=True)[column][0]
-                rows = at.sort("rank").to_dicts()
-                odd = tuple(r for r in rows if r[column] is not None and r[column] != usual)
-                norm = next(r for r in rows if r[column] == usual)
-                found.append(Desync(pg, norm.get("pg_desc"), seq, what, norm, odd))
-                break
-    firsts: dict[str, Desync] = {}
-    for d in sorted(found, key=lambda d: d.seq):
-        firsts.setdefault(d.pg, d)
-    return sorted(firsts.values(), key=lambda d: (d.seq, d.pg))
+            if column != "op" and _SKIP_OPS.search(at["op"][0] or ""):
+                continue
+            usual = values.value_counts(sort=True)[column][0]
+            rows = at.sort("rank").to_dicts()
+            odd = tuple(r for r in rows if r[column] is not None and r[column] != usual)
+            norm = next(r for r in rows if r[column] == usual)
+            found[pg] = Desync(pg, norm.get("pg_desc"), seq, what, norm, odd)
+            break
+    return sorted(found.values(), key=lambda d: (d.seq, d.pg))
 
 
 def call_site(frames: list[dict] | None) -> dict | None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from datetime import datetime, timezone
 from typing import Any
 
 import polars as pl
@@ -49,6 +48,7 @@ _MAX_TEXT = 64 << 20
 # A pickle's memo lets a small file share one list a million times; the reader never walks more
 # than this of one entry's fields, keeps at most this many entries and frames.
 _MAX_ITEMS = 10_000
+_COMPACT = json.JSONEncoder(separators=(",", ":"), default=str).encode  # one encoder, not one per value
 MAX_ENTRIES = 1_000_000
 MAX_FRAMES = 256
 
@@ -182,14 +182,8 @@ def rank_from_name(name: str) -> int | None:
     return int(in_path[-1]) if in_path else None
 
 
-def _ns_time(value: Any) -> datetime | None:
-    if not isinstance(value, (int, float)) or value <= 0:
-        return None  # JSON writes 0 for "not known"
-    return datetime.fromtimestamp(value / 1e9, tz=timezone.utc)
-
-
 def _nonzero(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None
+    return int(value) if isinstance(value, (int, float)) and value > 0 else None  # JSON writes 0 for "not known"
 
 
 def _int(value: Any) -> int | None:
@@ -212,9 +206,11 @@ def _bounded(value: Any, budget: list[int]) -> bool:
 def _sizes(value: Any) -> str | None:
     if value is None:
         return None
+    if type(value) is list and len(value) <= 64 and all(type(v) is list and len(v) <= 16 and all(type(x) is int for x in v) for v in value):
+        return _COMPACT(value)  # the usual shape, [[4096, 8]]: small by construction
     if not _bounded(value, [_MAX_ITEMS]):
         return "(too large to show)"
-    return json.dumps(value, separators=(",", ":"), default=str)
+    return _COMPACT(value)
 
 
 def op_name(profiling_name: str | None) -> tuple[str | None, str | None]:
@@ -273,9 +269,8 @@ def entry_frame(entries: list[dict], dump: dict, rank: int | None, file: str, en
         if is_p2p is None:
             is_p2p = op in P2P_OPS
         progress = status_of.get(str(pg_id)) or status_of.get(pg_name or "")
-        created = _ns_time(e.get("time_created_ns"))
         rows.append({
-            "file": file, "line": None, "host": None, "ts": created, "ts_quality": "exact" if created else "none",
+            "file": file, "line": None, "host": None,
             "rank": rank, "record_id": _int(e.get("record_id", i)), "pg_id": pg_id, "pg_name": pg_name, "pg_desc": pg_desc,
             "collective_seq_id": seq, "p2p_seq_id": _int(e.get("p2p_seq_id")), "op_id": _int(e.get("op_id")),
             "profiling_name": e.get("profiling_name"), "backend": backend, "op": op, "is_p2p": bool(is_p2p),
@@ -290,7 +285,10 @@ def entry_frame(entries: list[dict], dump: dict, rank: int | None, file: str, en
             "frames": _frames(e.get("frames")), "version": str(dump.get("version", "")) or None, "encoding": encoding,
         })  # fmt: skip
     frame_type = pl.List(pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64}))
-    return pl.DataFrame(rows, schema_overrides={"frames": frame_type, "duration_ms": pl.Float64}, infer_schema_length=None)
+    frame = pl.DataFrame(rows, schema_overrides={"frames": frame_type, "duration_ms": pl.Float64, "time_created_ns": pl.Int64},
+                         infer_schema_length=None)
+    created = pl.from_epoch(pl.col("time_created_ns"), time_unit="ns").dt.replace_time_zone("UTC")
+    return frame.with_columns(ts=created, ts_quality=pl.when(created.is_not_null()).then(pl.lit("exact")).otherwise(pl.lit("none")))
 
 
 def _ranks(value: Any) -> list[int] | None:
