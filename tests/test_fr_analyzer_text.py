@@ -74,3 +74,15 @@ def test_real_mismatch_report_reads_as_a_desync(tmp_path):
 
     desync = [f for f in analyze(tmp_path).findings if f.rule_id == "TL421"]
     assert desync and desync[0].ranks == [2] and "[[8199]]" in desync[0].summary
+
+
+def test_real_report_of_a_killed_rank_names_it(tmp_path):
+    """With a rank killed, torchfrtrace prints only `... we missed FR dumps from ranks ({2}) ...`."""
+    result = _read(FIXTURES / "lab-hang-kill" / "torchfrtrace.txt")
+    rows = result.tables["fr_entries"]
+    assert set(rows["rank"]) == {2} and set(rows["status"]) == {"no dump"}
+    (tmp_path / "torchfrtrace.txt").write_bytes((FIXTURES / "lab-hang-kill" / "torchfrtrace.txt").read_bytes())
+    from tracelens.analyze import analyze
+
+    (stop,) = [f for f in analyze(tmp_path).findings if f.rule_id == "TL422"]
+    assert stop.ranks == [2] and "left no dump" in stop.summary

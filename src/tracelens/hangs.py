@@ -123,7 +123,15 @@ def entries(t: RunTables) -> pl.DataFrame:
         .drop("_order", "_frames")
         .sort("rank", "pg", "record_id", nulls_last=True)
     )
-    return _mark_failed(unique, failed_ranks(t))
+    return _mark_failed(unique.filter(pl.col("status").ne_missing("no dump")), failed_ranks(t))
+
+
+def analyzer_missing(t: RunTables) -> list[int]:
+    """Ranks PyTorch's analyzer says left no dump, when the run has no dump of them either."""
+    fr = t["fr_entries"]
+    said = fr.filter(pl.col("status") == "no dump")["rank"].drop_nulls()
+    dumped = set(fr.filter(pl.col("status").ne_missing("no dump"), ~pl.col("encoding").str.starts_with("analyzer"))["rank"].drop_nulls().to_list())
+    return sorted(set(said.to_list()) - dumped)
 
 
 def stacks(t: RunTables) -> pl.DataFrame:
@@ -352,6 +360,10 @@ def _last_activity(fr: pl.DataFrame) -> pl.DataFrame:
 def first_stopped(t: RunTables) -> Stop | None:
     """The rank that stopped first and where it was (None without Flight Recorder entries)."""
     fr = entries(t)
+    missing = analyzer_missing(t)
+    if fr.height == 0 and missing:
+        why = f"PyTorch's analyzer could not match the other ranks' collectives because rank(s) {', '.join(map(str, missing))} left no dump"
+        return _locate(t, fr, [], missing[0], why, None)
     if fr.height == 0:
         return None
     hung = stuck(t)

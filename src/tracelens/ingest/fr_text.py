@@ -19,7 +19,9 @@ The default report has one block per collective that did not match on every rank
 Each block becomes fr_entries rows for the ranks that joined (the expected ranks less the
 missing and culprit ones, with the block's op, sizes and state), a row for each culprit
 with what it issued when the error message says it, and an fr_groups row with the members.
-A missing rank gets no row: that absence is what the hang rules read.
+A missing rank gets no row: that absence is what the hang rules read. `We cannot decide what's
+wrong with this collective entry because we missed FR dumps from ranks ({2}) ...` gives rank 2 a
+row with status `no dump` and nothing else.
 
 `-j` prints each rank's entries side by side under `Rank N` headers (tabulate columns;
 `all_reduce(input_sizes=[[4]], state=scheduled)`, with FR_TRACE_VERBOSE_OUTPUT=1 also
@@ -52,13 +54,15 @@ _FRAME = re.compile(r"^\s*(?P<name>\S.*?) at (?P<file>.+?):(?P<line>\d+)\s*$")
 _CULPRIT = re.compile(r"Culprit rank (?P<rank>\d+); Error type: (?P<kind>\w+)(?:, (?P<detail>[^;]*?))?(?=, Culprit rank|$)")
 _FOUND = re.compile(r"found (?:collective type: '(?P<op>[^']*)'|input sizes: '(?P<inp>[^']*)'|output sizes: '(?P<out>[^']*)'|state: '(?P<state>[^']*)')")
 _HEADER = re.compile(r"^\s*Rank \d+(?:\s+Rank \d+)*\s*$")
+# 2.6+: an entry it cannot match because some ranks' dumps are missing (a killed or crashed rank)
+_NO_DUMP = re.compile(r"missed FR dumps from ranks \((?P<ranks>[^)]*)\)")
 _CELL = re.compile(r"^(?P<op>\w+)\((?P<args>.*)\)$")
 _ARG = re.compile(r"(?P<key>collective_seq_id \| p2p_seq_id|input_sizes|output_sizes|input_dtypes|output_dtypes|state|pg_name|pg_description|timestamp_created)=(?P<value>\[.*?\]\]?|[^,]*)(?=, |$)")
 
 
 def sniff(head: bytes) -> bool:
     text = head[:65536].decode("utf-8", errors="replace")
-    blocks = any(_BLOCK.match(line.strip()) for line in text.splitlines()[:2000])
+    blocks = any(_BLOCK.match(line.strip()) or _NO_DUMP.search(line) for line in text.splitlines()[:2000])
     listing = bool(re.search(r"^\s*Rank 0\s+Rank 1", text, re.M)) and "input_sizes=" in text
     return blocks or listing
 
@@ -117,6 +121,13 @@ class _Reader:
             self.groups.append({"file": self.source.name, "line": start, "host": None, "ts_quality": "none", "rank": None,
                                 "pg_id": base["pg_id"], "pg_name": base["pg_name"], "pg_desc": base["pg_desc"], "ranks": expected})
 
+    def no_dump(self, line: int, ranks: list[int]) -> None:
+        """The analyzer could not match an entry: these ranks left no dump. A row per rank with
+        status `no dump` and nothing else: what the hang rules read as a rank that stopped."""
+        for rank in ranks:
+            self.entries.append({"file": self.source.name, "line": line, "host": None, "ts_quality": "none", "rank": rank,
+                                 "status": "no dump", "frames": [], "encoding": "analyzer text"})
+
     def listing(self, start: int, header: str, rows: list[tuple[int, str]], positions: list[tuple[int, int]]) -> None:
         ranks = [int(r) for r in re.findall(r"Rank (\d+)", header)]
         for order, (line, text) in enumerate(rows):
@@ -168,6 +179,11 @@ def ingest(source: InputFile) -> IngestResult:
             parsed.add(i)
             reader.block(number, seq, fields, frames)
             i = j
+            continue
+        if m := _NO_DUMP.search(text):
+            reader.no_dump(number, _set(m.group("ranks")))
+            parsed.add(i)
+            i += 1
             continue
         if _HEADER.match(text) and i + 1 < len(lines) and set(lines[i + 1][1].strip()) <= {"-", " "} and lines[i + 1][1].strip():
             positions = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[i + 1][1])]
