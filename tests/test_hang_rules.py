@@ -51,8 +51,8 @@ def test_hung_collective_names_rank_group_seq_and_frame(folder):
 def test_skip_names_rank_2_missing_from_group_1_and_the_consequence_in_group_0():
     found = _by_rule(FIXTURES / "lab-hang-skip")
     assert found["TL420"].ranks == [2]
-    assert "rank(s) 0, 1, 3 from train" in found["TL420"].summary and "rank(s) 2 never started it" in found["TL420"].summary
-    assert "#25 of process group 0 (default_pg), where rank(s) 2 wait" in found["TL420"].summary
+    assert "ranks 0, 1 and 3 from train" in found["TL420"].summary and "rank 2 never started it" in found["TL420"].summary
+    assert "#25 of process group 0 (default_pg), where rank 2 waits" in found["TL420"].summary
     assert "gloo:all_reduce #25 of process group 0" in found["TL422"].summary
 
 
@@ -73,8 +73,8 @@ def test_sleeping_data_loader_is_where_rank_2_stopped():
 
 def test_killed_rank_has_no_dump_and_no_stack():
     found = _by_rule(FIXTURES / "lab-hang-kill")
-    assert "rank(s) 2 left no Flight Recorder dump" in found["TL420"].summary
-    assert "it raised on rank(s) 0, 1, 3" in found["TL420"].summary
+    assert "rank 2 left no Flight Recorder dump" in found["TL420"].summary
+    assert "it raised on ranks 0, 1 and 3" in found["TL420"].summary
     assert "no dump, stack or traceback" in found["TL422"].summary
 
 
@@ -170,7 +170,7 @@ def _p2p_rows(peer_posted: bool, completed: bool = False):
 
 def test_a_send_whose_peer_never_posted_the_recv():
     (hang,) = fire(_p2p_rows(peer_posted=False), "TL420")
-    assert hang.ranks == [1] and "send #2 of process group 2 (pp_group)" in hang.title and "rank(s) 1 never started it" in hang.summary
+    assert hang.ranks == [1] and "send #2 of process group 2 (pp_group)" in hang.title and "rank 1 never started it" in hang.summary
     assert fire(_p2p_rows(peer_posted=False), "TL422")[0].ranks == [1]
     (both,) = fire(_p2p_rows(peer_posted=True), "TL420")
     assert "never joined" not in both.title and both.ranks == [0, 1]
@@ -189,3 +189,9 @@ def test_a_pyspy_dump_without_a_rank_gets_it_from_nccl_pids():
                     {"pid": 4242, "host": "node01", "rank": 4, "nranks": 16}],
     )
     assert stacks(tables)["rank"].to_list() == [13, 4]
+
+
+def test_ranks_are_listed_as_a_person_writes_them():
+    from tracelens.hangs import who
+
+    assert [who([2]), who([0, 1, 3]), who(list(range(20)), limit=3)] == ["rank 2", "ranks 0, 1 and 3", "ranks 0, 1, 2 and 17 more"]

@@ -311,6 +311,18 @@ def desyncs(t: RunTables) -> list[Desync]:
     return sorted(found.values(), key=lambda d: (d.seq, d.pg))
 
 
+def who(ranks: list[int], limit: int = 16) -> str:
+    """`rank 2`, `ranks 0, 1 and 3`, `ranks 0, 1, ... and 200 more`: ranks as a person lists them."""
+    ranks = list(ranks)
+    if not ranks:
+        return "no rank"
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = [str(r) for r in ranks[:limit]]
+    rest = f" and {len(ranks) - limit} more" if len(ranks) > limit else ""
+    return f"ranks {', '.join(shown[:-1])} and {shown[-1]}{rest}" if not rest else f"ranks {', '.join(shown)}{rest}"
+
+
 def call_site(frames: list[dict] | None) -> dict | None:
     """The innermost frame of the user's own code (not torch, not the interpreter), else the innermost."""
     frames = [f for f in frames or [] if f]
@@ -362,7 +374,7 @@ def first_stopped(t: RunTables) -> Stop | None:
     fr = entries(t)
     missing = analyzer_missing(t)
     if fr.height == 0 and missing:
-        why = f"PyTorch's analyzer could not match the other ranks' collectives because rank(s) {', '.join(map(str, missing))} left no dump"
+        why = f"PyTorch's analyzer could not match the other ranks' collectives because {who(missing)} left no dump"
         return _locate(t, fr, [], missing[0], why, None)
     if fr.height == 0:
         return None
@@ -374,9 +386,9 @@ def first_stopped(t: RunTables) -> Stop | None:
         culprits = root.culprits
         rank = min(culprits, key=lambda r: (last[r].timestamp() if r in last else float("-inf"), r))
         doing = next(m for m in root.members if m.rank == rank).doing
-        others = ", ".join(map(str, root.ranks("waiting") + root.ranks("failed"))) or "none"
-        why = (f"rank {rank} never started collective #{root.seq} of {root.label} that rank(s) {others} waited in"
-               if doing == "never started" else f"rank {rank} left no Flight Recorder dump while rank(s) {others} waited for it "
+        others = who(sorted(root.ranks("waiting") + root.ranks("failed")))
+        why = (f"rank {rank} never started collective #{root.seq} of {root.label} that {others} waited in"
+               if doing == "never started" else f"rank {rank} left no Flight Recorder dump while {others} waited for it "
                f"in collective #{root.seq} of {root.label}")
     elif hung and lives.height >= 2 and lives["last"][0] < lives["last"][1]:
         rank, why = lives["rank"][0], f"rank {lives['rank'][0]}'s last Flight Recorder entry is the oldest"

@@ -21,12 +21,6 @@ from tracelens.tables import RunTables
 
 AROUND = timedelta(seconds=60)  # network events this close before the first stop belong to it
 AFTER = timedelta(seconds=10)
-MAX_RANKS_LISTED = 16
-
-
-def _ranks(ranks: list[int]) -> str:
-    shown = ", ".join(map(str, ranks[:MAX_RANKS_LISTED]))
-    return shown + (f" and {len(ranks) - MAX_RANKS_LISTED} more" if len(ranks) > MAX_RANKS_LISTED else "")
 
 
 def _entry_text(e: dict) -> str:
@@ -76,25 +70,26 @@ def hung_collective(t: RunTables) -> Iterator[Finding]:
     failed = root.ranks("failed")
     site = hangs.call_site(waiting[0]["frames"]) if waiting else None
     what = f"{root.op or 'collective'} #{root.seq} of {root.label}"
-    parts = [f"{what} (sizes {root.sizes}) was enqueued by rank(s) {_ranks([e['rank'] for e in waiting]) or 'none'}"
+    parts = [f"{what} (sizes {root.sizes}) was enqueued by {hangs.who([e['rank'] for e in waiting])}"
              + (f" from {hangs.frame_text(site)}" if site else "")
              + (f" at {root.since:%H:%M:%S} UTC" if root.since else "") + " and never completed on all its ranks"]
     if failed:
-        parts.append(f"it raised on rank(s) {_ranks(failed)} (their logs' tracebacks)")
+        parts.append(f"it raised on {hangs.who(failed)} (the tracebacks in the logs)")
     if never:
         last = [f"rank {m.rank} at #{m.entry['collective_seq_id']}" for m in never if m.entry]
-        parts.append(f"rank(s) {_ranks([m.rank for m in never])} never started it" + (f" (last entry in the group: {', '.join(last[:4])})" if last else ""))
+        parts.append(f"{hangs.who([m.rank for m in never])} never started it" + (f" (last entry in the group: {', '.join(last[:4])})" if last else ""))
     if gone:
-        parts.append(f"rank(s) {_ranks(gone)} left no Flight Recorder dump (dead, or their dump was not collected)")
+        parts.append(f"{hangs.who(gone)} left no Flight Recorder dump (dead, or the dump was not collected)")
     also = ""
     if rest:
         also = " Also stuck, as a consequence: " + "; ".join(
-            f"#{s.seq} of {s.label}, where rank(s) {_ranks(s.ranks('waiting')) or 'none'} wait" for s in rest[:3]) + "."
+            f"#{s.seq} of {s.label}, where {hangs.who(s.ranks('waiting'))} {'waits' if len(s.ranks('waiting')) == 1 else 'wait'}"
+            for s in rest[:3]) + "."
     culprits = root.culprits
     yield Finding(
         rule_id="TL420",
         severity=Severity.CRITICAL,
-        title=f"Hang: {what} never completed" + (f"; rank(s) {_ranks(culprits)} never joined it" if culprits else ""),
+        title=f"Hang: {what} never completed" + (f"; {hangs.who(culprits)} never joined it" if culprits else ""),
         summary="; ".join(parts) + "." + also,
         evidence=[_evidence(e) for e in waiting[:4]] + [_evidence(m.entry) for m in never if m.entry][:4],
         hosts=_hosts([m.entry for m in never]) or _hosts(waiting),
@@ -130,8 +125,8 @@ def collective_desync(t: RunTables) -> Iterator[Finding]:
         yield Finding(
             rule_id="TL421",
             severity=Severity.CRITICAL,
-            title=f"Desync at #{d.seq} of {label}: rank(s) {_ranks(odd_ranks)} issued another {d.what}",
-            summary=(f"At sequence id {d.seq} of {label}, rank(s) {_ranks(odd_ranks)} issued {d.odd[0].get('op')} with "
+            title=f"Desync at #{d.seq} of {label}: {hangs.who(odd_ranks)} issued another {d.what}",
+            summary=(f"At sequence id {d.seq} of {label}, {hangs.who(odd_ranks)} issued {d.odd[0].get('op')} with "
                      f"{d.what} {d.odd[0].get(column)} from {hangs.frame_text(odd_site)}, where rank {d.usual['rank']} (and the "
                      f"others) issued {d.usual.get('op')} with {d.what} {d.usual.get(column)} from {hangs.frame_text(usual_site)}."),
             evidence=[_evidence(o) for o in d.odd[:4]] + [_evidence(d.usual)],
