@@ -276,3 +276,18 @@ def test_vectorized_kinds_equal_the_grammar():
                     assert _same(got[col], value), f"{name}: {kind}.{col}: {got[col]!r} != {value!r} in {body!r}"
                 checked[kind] += 1
     assert all(checked[k] for k in ("progress", "timers", "throughput", "iteration", "comm_op")), checked
+
+
+def test_bare_rank_tagged_timer_lines_of_deepspeed_019_belong_to_the_step_before(tmp_path):
+    """DeepSpeed 0.19 prints its timers as `[Rank 1] time (ms) | ...`, no logger prefix (real lab
+    runs, fixtures/lab-*): they are read, with their rank, into the step line before them."""
+    step = "[2026-12-01 03:12:24,553] [INFO] [logging.py:123:log_dist] [Rank 1] step={n}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+    text = "\n".join(
+        f"{step.format(n=n)}\n[Rank 1] time (ms) | fwd: {40 + n} | bwd: 79.12 | bwd_inner: 69.41 | bwd_allreduce: 9.67 | step: 6.13\n"
+        f"[Rank 1] time (ms) | optimizer_allgather: 6.85 | optimizer_gradients: 0.22 | optimizer_step: 3.68\nother output {n}"
+        for n in (240, 241)
+    )
+    result = ingest_text(tmp_path, text + "\n")
+    rows = result.tables["steps"].filter(pl.col("fwd_ms").is_not_null()).sort("step")
+    assert rows.select("rank", "step", "fwd_ms", "bwd_allreduce_ms").rows() == [(1, 240, 280.0, 9.67), (1, 241, 281.0, 9.67)]
+    assert result.account.parsed == 6 and result.account.unrecognized == 0

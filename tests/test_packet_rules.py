@@ -77,15 +77,23 @@ def test_a_few_ce_marks_stay_below_the_congestion_share(tmp_path):
     assert fired(tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(congested=(5, 6))))) == {}
 
 
-def test_tcp_retransmissions_fire_tl304(tmp_path):  # 200 segments, 3 resent, and the SYN
+def test_tcp_losses_fire_tl304(tmp_path):  # 200 segments, 3 lost and fast-retransmitted: 1.5%
     found = fired(tables(tmp_path, synth.tcp_stream(lost=(20, 60, 100))))
     assert list(found) == ["TL304"]
     (finding,) = found["TL304"]
-    assert finding.summary.startswith("10.0.1.1 to 10.0.1.2: 3 of 204 data segments retransmitted (1.5%, 3 fast, "
-                                      "3,000 bytes resent) over 1 connection, 0 zero windows")
+    assert finding.summary.startswith("10.0.1.1 to 10.0.1.2: 3 of 204 data segments retransmitted (1.5%, as tshark counts "
+                                      "them), 3 of them after a loss (1.47%, 3 fast); not counted as loss: 0 tail-loss probes "
+                                      "and 0 spurious retransmissions; 3,000 bytes resent over 1 connection, 0 zero windows")
+    assert finding.severity.label == "critical"  # 1% and more: a seventh of the throughput (Mathis)
 
 
-def test_one_retransmission_in_200_segments_is_below_the_share(tmp_path):
+def test_half_a_percent_loss_is_a_warning(tmp_path):  # what the real 4-connection capture showed
+    found = fired(tables(tmp_path, synth.tcp_stream(segments=1000, lost=(100, 300, 500, 700, 900))))
+    (finding,) = found["TL304"]
+    assert finding.severity.label == "warning" and "5 of 1,004" not in finding.summary and "(0.50%" in finding.summary
+
+
+def test_one_retransmission_is_not_a_rate(tmp_path):
     assert fired(tables(tmp_path, synth.tcp_stream(lost=(20,)))) == {}
 
 

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 from typer.testing import CliRunner
 
-from tests.conftest import FIXTURES, tables_from
+from tests.conftest import FIXTURES, fire, tables_from
+from tests.test_correlate import steps as correlate_steps
 from tracelens.cli import app
 from tracelens.timeline import align
 
@@ -151,6 +152,23 @@ def test_a_host_whose_clock_runs_ahead_is_measured_on_shared_steps_and_corrected
     node02 = t["steps"].filter(pl.col("host") == "node02")
     assert node02["ts"].min() == T0
     assert any("node02 +2.500 s" in n for n in timeline.notes)
+
+
+def test_two_logs_of_one_host_name_with_different_clocks_are_measured_apart():
+    """Issue 10's lab run: two ranks in network namespaces of one machine print the same host name,
+    and one runs under libfaketime 2.5 s ahead, a slow window in both logs."""
+    slow = range(100, 140)
+    rank0 = [{**r, "host": "lab", "ts": r["ts"] + timedelta(milliseconds=30 * (r["step"] % 3))}
+             for r in correlate_steps(slow=slow, file="rank0.log")]
+    rank1 = [{**r, "host": "lab", "rank": 1, "ts": r["ts"] + timedelta(seconds=2.5, milliseconds=20 * (r["step"] % 4))}
+             for r in correlate_steps(slow=slow, file="rank1.log")]
+    t = tables_from(steps=rank0 + rank1)
+    timeline = align(t)
+    rank1 = timeline.offsets.filter(pl.col("file") == "rank1.log").row(0, named=True)
+    assert abs(rank1["offset_s"] - 2.5) < 0.5 and rank1["applied"] and rank1["uncertainty_s"] < 0.5
+    assert any("lab (rank1.log) +2.500 s (± 0.100 s" in n for n in timeline.notes), timeline.notes
+    (window,) = fire(t, "TL410")  # one window, at the true time: step 100 starts 99 s after T0 by rank 0's clock
+    assert abs(window.window[0] - (T0 + timedelta(seconds=99))) < timedelta(seconds=2) and "seen in the logs of 2 ranks" in window.summary
 
 
 def test_an_offset_below_the_evidence_resolution_is_not_applied():

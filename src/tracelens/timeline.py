@@ -62,6 +62,8 @@ C10_RESOLUTION = timedelta(seconds=1)
 # Clock offsets: the time resolution of each kind of shared event, below which an offset is not applied.
 OFFSET_RESOLUTION_S = {"packets": 0.001, "steps": 0.1, "watchdog": 1.0}
 MIN_OFFSET_EVENTS = 3  # rows of shared events a host needs for its offset to be estimated
+CONCURRENT_SHARE = 0.5  # two clocks' logs, corrected, must overlap in time over this share of the shorter one ...
+CONCURRENT_MIN_S = 60.0  # ... when it spans this long (shorter logs say too little to tell)
 
 
 @dataclass
@@ -75,7 +77,8 @@ class Timeline:
     notes: list[str] = field(default_factory=list)
 
 
-OFFSET_SCHEMA = {"host": pl.String, "offset_s": pl.Float64, "events": pl.UInt32, "basis": pl.String, "applied": pl.Boolean}
+OFFSET_SCHEMA = {"host": pl.String, "file": pl.String, "clock": pl.String, "offset_s": pl.Float64, "uncertainty_s": pl.Float64,
+                 "events": pl.UInt32, "basis": pl.String, "applied": pl.Boolean}
 
 
 def align(tables: RunTables, tz: str | None = None) -> Timeline:
@@ -85,9 +88,17 @@ def align(tables: RunTables, tz: str | None = None) -> Timeline:
     timeline.offsets = _clock_offsets(tables)
     applied = timeline.offsets.filter("applied")
     if applied.height:
-        offset = pl.col("host").replace_strict(applied["host"], applied["offset_s"], default=0.0, return_dtype=pl.Float64)
+        # a host measured as one clock moves whole (its dumps and captures too); a host whose files disagree, file by file
+        whole = timeline.offsets.group_by("host").len().filter(pl.col("len") == 1)["host"].to_list()
+        by_host, by_file = applied.filter(pl.col("host").is_in(whole)), applied.filter(~pl.col("host").is_in(whole))
+        file_key = pl.format("{}\x1f{}", "host", "file")
+        offset = pl.coalesce(
+            file_key.replace_strict(by_file.select(file_key)["host"], by_file["offset_s"], default=None, return_dtype=pl.Float64),
+            pl.col("host").replace_strict(by_host["host"], by_host["offset_s"], default=None, return_dtype=pl.Float64),
+        )
         _shift(tables, _all_timed_tables(), offset.fill_null(0.0))
-        said = ", ".join(f"{r['host']} {r['offset_s']:+.3f} s" for r in applied.iter_rows(named=True))
+        said = ", ".join(f"{r['clock']} {r['offset_s']:+.3f} s (± {r['uncertainty_s']:.3f} s, on {r['events']} {r['basis']} rows)"
+                         for r in applied.iter_rows(named=True))
         timeline.notes.append(f"Clock offsets estimated from events seen on several hosts and subtracted: {said}.")
     return timeline
 
@@ -346,18 +357,24 @@ def _shift(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Exp
 
 
 def shared_events(tables: RunTables) -> pl.DataFrame:
-    """Events seen on several hosts: columns basis, key, host, ts (the event's time by that host's clock)."""
+    """Events seen by several clocks: columns basis, key, host, file, ts (the event's time by that clock).
+
+    A clock is a host, or a log file of a host when its files disagree: ranks in separate
+    network namespaces of one machine print the same host name, and one of them may run under
+    a shifted clock (libfaketime), so a file is measured on its own and the host's files that
+    agree are not shifted."""
     steps = tables["steps"].filter(pl.col("ts_quality") == "exact", pl.col("step").is_not_null()).select(
-        pl.lit("steps").alias("basis"), pl.struct(pl.col("engine").fill_null(""), "step").hash().alias("key"), "host", "ts"
+        pl.lit("steps").alias("basis"), pl.struct(pl.col("engine").fill_null(""), "step").hash().alias("key"), "host", "file", "ts"
     )
     watchdog = tables["nccl_errors"].filter(
         pl.col("kind") == "watchdog_timeout", pl.col("ts_quality") == "exact", pl.col("ran_ms").is_not_null()
     ).select(
-        pl.lit("watchdog").alias("basis"), pl.struct(pl.col("op_type").fill_null(""), "seq").hash().alias("key"), "host",
+        pl.lit("watchdog").alias("basis"), pl.struct(pl.col("op_type").fill_null(""), "seq").hash().alias("key"), "host", "file",
         (pl.col("ts") - pl.duration(milliseconds=pl.col("ran_ms"), time_unit="ns")).alias("ts"),
     )
+    clock = pl.format("{}\x1f{}", "host", "file")
     return pl.concat([steps, watchdog, _packets_both_ends(tables["packets"])]).filter(
-        pl.col("host").is_not_null(), pl.col("host").n_unique().over("basis", "key") >= 2
+        pl.col("host").is_not_null(), clock.n_unique().over("basis", "key") >= 2
     )
 
 
@@ -367,8 +384,14 @@ def _packets_both_ends(packets: pl.DataFrame) -> pl.DataFrame:
     frames = packets.filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null()).select("file", "host", "ts", *identity)
     once = frames.filter(pl.len().over("file", *identity) == 1)  # a frame repeated within a capture is ambiguous
     return once.filter(pl.col("host").n_unique().over(identity) >= 2).select(
-        pl.lit("packets").alias("basis"), pl.struct(identity).hash().alias("key"), "host", "ts"
+        pl.lit("packets").alias("basis"), pl.struct(identity).hash().alias("key"), "host", "file", "ts"
     )
+
+
+def _file_spans(tables: RunTables) -> pl.DataFrame:
+    """Per (host, file): the first and last time of its rows."""
+    rows = pl.concat([tables[n].select("host", "file", "ts") for n in ("steps", "nccl_events", "nccl_errors", "packets")])
+    return rows.filter(pl.col("ts").is_not_null()).group_by("host", "file").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
 
 
 def _clock_offsets(tables: RunTables) -> pl.DataFrame:
@@ -376,27 +399,42 @@ def _clock_offsets(tables: RunTables) -> pl.DataFrame:
     if events.height == 0:
         return pl.DataFrame(schema=OFFSET_SCHEMA)
     # in ns after the event's first sighting (medians of raw datetimes lose microseconds); the
-    # median per host and event first, so that a host with more ranks does not outvote the others
+    # median per clock and event first, so that a clock with more ranks does not outvote the others
     since_first = (pl.col("ts") - pl.col("ts").min().over("basis", "key")).dt.total_nanoseconds()
-    per_host = events.with_columns(ns=since_first).group_by("basis", "key", "host").agg(pl.col("ns").median(), pl.len().alias("rows"))
-    hosts = (
-        per_host.with_columns(dev=(pl.col("ns") - pl.col("ns").median().over("basis", "key")) / 1e9)
-        .group_by("host")
+    per_clock = events.with_columns(ns=since_first).group_by("basis", "key", "host", "file").agg(pl.col("ns").median(), pl.len().alias("rows"))
+    clocks = (
+        per_clock.with_columns(dev=(pl.col("ns") - pl.col("ns").median().over("basis", "key")) / 1e9)
+        .group_by("host", "file")
         .agg(
             dev=pl.col("dev").median(),
-            spread=(pl.col("dev") - pl.col("dev").median()).abs().median(),
+            spread=(pl.col("dev") - pl.col("dev").median()).abs().median() * 1.4826,
+            shared=pl.len(),
             events=pl.col("rows").sum(),
             basis=pl.col("basis").unique().sort().str.join(", "),
             resolution=pl.col("basis").replace_strict(OFFSET_RESOLUTION_S, return_dtype=pl.Float64).max(),
         )
         .filter(pl.col("events") >= MIN_OFFSET_EVENTS)
+        .join(_file_spans(tables), on=["host", "file"])
     )
-    if hosts.height < 2:
+    if clocks.height < 2:
         return pl.DataFrame(schema=OFFSET_SCHEMA)
     captured = set(tables["packets"]["host"].drop_nulls().unique().to_list())
-    reference = hosts.sort(pl.col("host").is_in(list(captured)), "events", pl.col("host"), descending=[True, True, False])["host"][0]
-    ref_dev = hosts.filter(pl.col("host") == reference)["dev"][0]
-    offset = pl.col("dev") - ref_dev
-    return hosts.with_columns(offset_s=offset).with_columns(
-        applied=(pl.col("host") != reference) & (offset.abs() >= pl.max_horizontal("resolution", 2 * pl.col("spread")))
-    ).select(list(OFFSET_SCHEMA)).cast(OFFSET_SCHEMA).sort("host")
+    reference = clocks.sort(pl.col("host").is_in(list(captured)), "events", "host", "file", descending=[True, True, False, False]).row(0, named=True)
+    offset = pl.col("dev") - reference["dev"]
+    # the uncertainty of a median offset: the spread of the per-event deviations over sqrt(n), at least the evidence's resolution
+    uncertainty = pl.max_horizontal("resolution", 1.2533 * pl.col("spread") / pl.col("shared").cast(pl.Float64).sqrt())
+    is_reference = (pl.col("host") == reference["host"]) & (pl.col("file") == reference["file"])
+    # the same step numbers in logs that ran one after the other (a relaunch resumed from a checkpoint)
+    # are not one event: a clock counts only when, corrected, its shared events overlap the reference's in time
+    shift = pl.duration(microseconds=(offset * 1e6).round().cast(pl.Int64))
+    seconds = lambda d: d.dt.total_microseconds() / 1e6  # noqa: E731
+    overlap = seconds(pl.min_horizontal(pl.col("last") - shift, pl.lit(reference["last"])) - pl.max_horizontal(pl.col("first") - shift, pl.lit(reference["first"])))
+    shorter = pl.min_horizontal(seconds(pl.col("last") - pl.col("first")), pl.lit((reference["last"] - reference["first"]).total_seconds()))
+    clocks = clocks.filter(is_reference | (shorter < CONCURRENT_MIN_S) | (overlap >= CONCURRENT_SHARE * shorter))
+    if clocks.height < 2:
+        return pl.DataFrame(schema=OFFSET_SCHEMA)
+    several = pl.col("file").n_unique().over("host") > 1
+    return clocks.with_columns(offset_s=offset, uncertainty_s=uncertainty).with_columns(
+        applied=~is_reference & (offset.abs() >= pl.max_horizontal("resolution", 2 * pl.col("spread"))),
+        clock=pl.when(several).then(pl.format("{} ({})", "host", "file")).otherwise("host"),
+    ).select(list(OFFSET_SCHEMA)).cast(OFFSET_SCHEMA).sort("clock")

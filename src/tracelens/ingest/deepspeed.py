@@ -8,7 +8,8 @@ comes through here, and only lines in DeepSpeed's shapes are claimed. How a line
    `[default0]:` / `[rank3]:`, Open MPI `[1,3]<stdout>:`), any junk (tqdm bars), the logger
    prefix anywhere in the line (`[2023-04-18 01:46:59,142] [INFO] [logging.py:96:log_dist] `,
    v0.1's `[INFO 2020-02-06 19:53:56] `, or a loguru / HF Trainer wrapper), then log_dist's
-   `[Rank N] `. What is left is the body. A line's rank is its `[Rank N]`, else its tag's,
+   `[Rank N] ` (also without a logger prefix, as 0.19 prints its timers). What is left is the body.
+   A line's rank is its `[Rank N]`, else its tag's,
    else that of a per-rank log (`--enable_each_rank_log`: `..._rank3.log`).
 2. The body's kind is chosen by its first words (HEADS). Lines printed without a prefix
    (v0.1-v0.3 timers, the comms summary table, Megatron and pipeline-engine lines) are
@@ -121,7 +122,8 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
         pipe &= rest.str.contains(r"^\d+ loss: ")
         rest, host = text.zip_with(pipe, rest), _nulls(host).zip_with(pipe, host)
     envelope = _envelope(rest)
-    message = envelope.str.replace(ENVELOPE, "")
+    # DeepSpeed 0.19 prints its timer lines as bare `[Rank 1] time (ms) | ...`: no envelope, the rank tag still there
+    message = envelope.str.replace(ENVELOPE, "").fill_null(rest)
     ranked = message.str.starts_with("[Rank ").fill_null(False)
     rank_end = message.str.find("] ", literal=True)
     # DeepSpeed's logger (v0.2+) has its stamp at a fixed place; other envelopes are a few lines, searched
@@ -176,7 +178,7 @@ NOISE = {"overflow", "chatter", "blank"}  # known, but nothing to keep: IGNORED
 
 # A line can be DeepSpeed's only if it has a logger envelope or starts (after a pdsh tag) like a kind
 # printed without one: a cheap test that spares the full reading of the NCCL and application lines.
-CANDIDATE = ENVELOPE_START + "|" + LAUNCHER_TAG + "(?:" + "|".join(
+CANDIDATE = ENVELOPE_START + "|" + LAUNCHER_TAG + r"(?:\[Rank -?\d+\] )?(?:" + "|".join(
     head.removeprefix("^") for head, printed_bare in HEADS.values() if printed_bare
 ) + ")"
 

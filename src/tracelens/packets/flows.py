@@ -24,6 +24,16 @@ ACKs for it (Wireshark's: no data, same ack and window as before, not answering
 a keep-alive; checked against tshark on real kernel retransmissions,
 tests/captures/kernel_retransmissions). A stream seen first mid-connection simply starts there: bytes
 before the capture are neither lost nor retransmitted.
+
+Not every retransmission is a loss: Linux resends without one. Each is classified:
+- spurious: the receiver had already acknowledged the bytes when the resend passed the capture
+  point, or a D-SACK from the receiver names them (RFC 2883: it got them twice);
+- tail-loss probe (RFC 8985 TLP): a resend of the tail (up to the highest byte sent) with no
+  duplicate ACKs before it, what Linux sends about two round trips after the last segment
+  when no ACK came, on a healthy but idle-ish connection too; it is counted as loss only when
+  the connection uses SACK and no D-SACK came back for it (the probe repaired a lost tail);
+- loss-driven: every other retransmission (fast retransmissions, timeouts of the first
+  unacknowledged segment, confirmed probes). Only these are evidence of a lossy link.
 """
 
 from __future__ import annotations
@@ -53,6 +63,8 @@ class PacketAnalysis:
     qps: pl.DataFrame  # one row per RoCE connection, worst first; `flow` names it as in `events`
     tcp: pl.DataFrame  # one row per TCP direction, worst first; `flow` names it as in `events`
     events: pl.DataFrame  # file, frame, ts, kind, flow, src, dst: every NAK, CNP, CE mark, retransmission, ...
+
+TCP_LOSS, TCP_PROBE, TCP_SPURIOUS = "TCP retransmission", "TCP tail-loss probe", "TCP spurious retransmission"
 
 
 _cache: tuple[weakref.ref, PacketAnalysis] | None = None
@@ -273,12 +285,16 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         .otherwise(0),
         zero_window=(pl.col("window") == 0) & (flags & RST == 0),
     )
+    segments = _classified(segments)
     table = (
         segments.group_by(DIRECTION)
         .agg(
             segments=(pl.col("seglen") > 0).sum(),
             bytes=pl.col("payload").sum(),
             retransmissions=pl.col("retransmission").sum(),
+            loss_retransmissions=(pl.col("retransmission_kind") == TCP_LOSS).sum(),
+            tail_probes=(pl.col("retransmission_kind") == TCP_PROBE).sum(),
+            spurious_retransmissions=(pl.col("retransmission_kind") == TCP_SPURIOUS).sum(),
             fast_retransmissions=pl.col("fast").sum(),
             retransmitted_bytes=pl.col("retransmitted_bytes").sum(),
             dup_acks=pl.col("dup_ack").sum(),
@@ -295,11 +311,49 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     label = _direction_label()
     events = pl.concat(
         [
-            _event(segments.filter("retransmission"), "TCP retransmission", label),
+            *(_event(segments.filter(pl.col("retransmission_kind") == kind), kind, label) for kind in (TCP_LOSS, TCP_PROBE, TCP_SPURIOUS)),
             _event(segments.filter("zero_window"), "zero window", label),
         ]
     )
     return table, events
+
+
+def _modular_diff(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """a - b for 32-bit sequence numbers, across a wrap."""
+    return (a - b + (1 << 31)) % (1 << 32) - (1 << 31)
+
+
+def _classified(segments: pl.DataFrame) -> pl.DataFrame:
+    """Add `retransmission_kind` (TCP_LOSS, TCP_PROBE, TCP_SPURIOUS, or null) to every segment (see the module doc)."""
+    end = pl.col("rel") + pl.col("seglen")
+    # the receiver's cumulative ACK before the resend already covers it
+    acked = _modular_diff(pl.col("rev_ack"), pl.col("seq")) >= pl.col("seglen")
+    reverse = ["file", "src", "sport", "dst", "dport"]
+    sacks = segments.filter(pl.col("sack_left").is_not_null()).select(
+        "file", "order", "ack", "sack_left", "sack_right", src="dst", sport="dport", dst="src", dport="sport"
+    )
+    dsacks = sacks.filter(_modular_diff(pl.col("sack_right"), pl.col("ack")) <= 0)  # a block below the ACK: a D-SACK
+    retx = segments.filter("retransmission").select(*reverse, "order", "seq", "seglen")
+    dsacked = (
+        retx.join(dsacks.rename({"order": "sack_order"}), on=reverse)
+        .filter(pl.col("sack_order") > pl.col("order"), _modular_diff(pl.col("seq"), pl.col("sack_left")) >= 0,
+                _modular_diff(pl.col("seq"), pl.col("sack_right")) < 0)
+        .select("order").unique().with_columns(dsacked=pl.lit(True))
+    )
+    uses_sack = sacks.select(*reverse).unique().with_columns(uses_sack=pl.lit(True))
+    segments = (
+        segments.join(dsacked, on="order", how="left", maintain_order="left")
+        .join(uses_sack, on=reverse, how="left", maintain_order="left")
+        .with_columns(pl.col("dsacked", "uses_sack").fill_null(False))
+    )
+    tail = (end >= pl.col("nextseq")) & ~pl.col("fast") & (pl.col("rev_dup_acks").fill_null(0) < 1)
+    kind = (
+        pl.when(~pl.col("retransmission")).then(pl.lit(None, pl.String))
+        .when(acked.fill_null(False) | pl.col("dsacked")).then(pl.lit(TCP_SPURIOUS))
+        .when(tail & ~pl.col("uses_sack")).then(pl.lit(TCP_PROBE))
+        .otherwise(pl.lit(TCP_LOSS))
+    )
+    return segments.with_columns(retransmission_kind=kind).drop("dsacked", "uses_sack")
 
 
 def _as_before(column: str) -> pl.Expr:

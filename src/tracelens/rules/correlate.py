@@ -1,60 +1,51 @@
 """TL410-TL412: evidence from every source joined by time into a root cause.
 
-Each source alone says something; the answer comes from their overlap. These rules read
-the tables after the timeline has put every row on one UTC axis (tracelens.timeline), and
-the network events of every source (tracelens.events).
+TL410 gives each slow stretch of the job (steps.slow_episodes: the windows every log saw,
+merged, so a window seen in the logs of two ranks is one finding) a verdict: every signal of
+the run is measured inside the window and before and after it (derived.window_signals, tested
+by derived.baseline), the competing causes are weighed on the signals that rose
+(rules.causes), and the finding carries the verdict as data (Finding.verdict: headline,
+because, against, not_available, fix). A cause whose evidence did not rise above its own
+baseline is never named; a window nothing explains is "undetermined" and says what to collect.
 
-Ranking: a cause is a (cause, host) pair; an event supports the hosts at both of its ends
-(a NAK names both ends of a QP, an IB completion error its host and its peer, a counter its
-own port). Pairs are ranked by the number of independent sources that support them (NCCL
-lines, port counters, packets, and the step timers when the all-reduce surged while compute
-stayed flat), then by whether some of the evidence is the host's alone (its own port's
-counters, its own choice of transport: a NAK or a completion error names both ends of a
-path, a symbol error the bad port), then by weight: log10(1 + count) per kind of event,
-scaled by how much of its dump interval the window fills and by its strength (events.py).
-The hosts the evidence cannot tell apart from the first are named together. A finding's `score` is that number of
-sources plus the window's share of the run's step time, so `analyze` puts the joined root
-cause with the most evidence first, ahead of the single-source findings (score 0) that
-report its symptoms one by one.
-
-Note for the scenario fixtures (tracelens.synth.scenarios, expected.json "top"): TL410 is the
-top finding of a run with a slow window caused in the network or by a straggler, naming the
-host (and `mlx5_1:1` ports where counters show them) and the window of slow steps, from the
-start of the first slow step to the end of the last; TL411 is the top of a hang, naming the
-rank that stopped first and the window from the hung collective's start to the last watchdog
-report; TL412 is the top of a socket fallback measured against IB steps of the same job (TL410
-leaves windows whose best cause is the socket transport to it). The cost of a socket fallback
-is added by TL412 rather than by TL101, so that TL101 stays a pure configuration finding.
+Note for the scenario fixtures (expected.json "top"): TL410 is the top finding of a run with a
+slow window caused in the network or by a straggler, naming the host (and `mlx5_1:1` ports
+where counters locate it) and the window from the start of the first slow step to the end of
+the last; TL411 is the top of a hang, naming the rank that stopped first and the window from
+the hung collective's start to the last watchdog report; TL412 is the top of a socket
+fallback measured against IB steps of the same job (TL410 leaves windows that begin with the
+switch to sockets to it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import polars as pl
 
 from tracelens import steps as timing
-from tracelens.events import CAUSES, network_events
+from tracelens.derived.window_signals import measure
+from tracelens.events import network_events
 from tracelens.findings import Evidence, Finding, Severity, Verdict
-from tracelens.hostsignals import utilisation_phrase
 from tracelens.hangs import first_stopped
+from tracelens.hostsignals import utilisation_phrase
 from tracelens.prose import count, duration, listing, number, some
+from tracelens.prose import span as prose_span
 from tracelens.rules import rule
+from tracelens.rules.causes import verdict
 from tracelens.rules.evidence import step_evidence
-from tracelens.rules.steps import COMM_SURGE, COMPUTE_FLAT, MAX_WINDOWS, MIN_COST_SHARE
+from tracelens.rules.steps import MAX_WINDOWS
 from tracelens.tables import RunTables
 from tracelens.timeline import LOG_TABLES
 
 MARGIN = timedelta(seconds=5)  # events this close to a window still belong to it (log and dump times are coarse)
-STRAGGLER_COMPUTE = 1.3  # a stream whose compute grew this much in a window while the others' did not
-NETWORK = ("link", "congestion", "socket")
 GAP_MIN_S = 120.0  # a host silent this long ...
 GAP_FACTOR = 20.0  # ... and this many times its usual interval between lines has stalled
 FALLBACK_SLOWER = 1.2  # steps on sockets this much slower than the job's IB steps
 MIN_STEPS = 5  # steps on each side of a comparison
-MAX_PHRASES = 4
+MAX_REASONS = 6
+EVIDENCE_SPAN_SHARE = 0.25  # the cause's dense events give the window when they span this share of the slow steps' window
 
 COLLECT = {
     "NCCL": "NCCL lines with times (NCCL 2.26+: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
@@ -70,171 +61,12 @@ COLLECT = {
 # -- slow windows ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Episode:
-    """A slow stretch of the run: the slow windows of every step stream that overlap in time."""
-
-    begin: datetime  # the start of the first slow step (its line is printed at its end)
-    end: datetime
-    windows: tuple[timing.Window, ...]
-    share: float  # of the run's step time
-
-    @property
-    def worst(self) -> timing.Window:
-        return max(self.windows, key=lambda w: w.cost_s)
-
-    @property
-    def cost_s(self) -> float:
-        return self.worst.cost_s  # every rank waits for the slowest: the run lost the worst stream's time, not the sum
-
-
-def slow_episodes(steps: pl.DataFrame) -> list[Episode]:
-    """The run's slow stretches worth a finding (as TL401 counts them), costliest first."""
-    series = timing.step_series(steps)
-    total = timing.run_time_s(series) or 1.0
-    found = timing.slow_windows(series) + timing.sustained_windows(series)
-    windows = [w for w in found if w.start is not None and w.cost_s >= MIN_COST_SHARE * total]
-    spans = sorted(((_first_step_start(series, w), w) for w in windows), key=lambda s: s[0])
-    merged: list[tuple[datetime, datetime, list[timing.Window]]] = []
-    for begin, w in spans:
-        if merged and begin <= merged[-1][1] + MARGIN:
-            first, end, group = merged[-1]
-            merged[-1] = (first, max(end, w.end), [*group, w])
-        else:
-            merged.append((begin, w.end, [w]))
-    episodes = [Episode(b, e, tuple(ws), max(w.cost_s for w in ws) / total) for b, e, ws in merged]
-    return sorted(episodes, key=lambda ep: -ep.cost_s)
-
-
-def _first_step_start(series: pl.DataFrame, w: timing.Window) -> datetime:
-    rows = series.filter(pl.col("file") == w.file, pl.col("line").is_in(list(w.lines)))
-    took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
-    return rows.select((pl.col("ts") - took).min()).item()
-
-
-def _within(events: pl.DataFrame, begin: datetime, end: datetime) -> pl.DataFrame:
-    """Events whose time overlaps [begin, end] with MARGIN; a socket transport is a state, so
-    it counts from the channel line on."""
-    hi = pl.when(pl.col("cause") == "socket").then(pl.lit(end)).otherwise(pl.coalesce("hi", "lo"))
-    return events.filter(hi >= begin - MARGIN, pl.col("lo") <= end + MARGIN)
-
-
-def _straggler_events(episode: Episode) -> pl.DataFrame:
-    """A stream whose compute grew in the window while the other streams' did not: a straggler."""
-    ratios = [(w.host, w.compute_ratio) for w in episode.windows if w.compute_ratio]
-    slow = [(host, r) for host, r in ratios if r >= STRAGGLER_COMPUTE]
-    flat = [r for _, r in ratios if r < STRAGGLER_COMPUTE]
-    rows = [{"source": "steps", "cause": "straggler", "what": f"compute {r:.1f}x its usual", "host": host, "count": 1}
-            for host, r in slow if flat or len(ratios) == 1]
-    return pl.DataFrame(rows, schema={"source": pl.String, "cause": pl.String, "what": pl.String, "host": pl.String, "count": pl.Int64})
-
-
-def _comm_surged(episode: Episode) -> bool:
-    w = episode.worst
-    return bool(w.comm_ratio and w.comm_ratio >= COMM_SURGE and (w.compute_ratio or 1.0) <= COMPUTE_FLAT)
-
-
-def rank_suspects(found: pl.DataFrame, window_s: float, network_confirmed: bool = False) -> pl.DataFrame:
-    """(cause, suspect host) pairs ranked by the evidence in `found` (events with source, cause,
-    host, peer, count, strength, lo, hi): independent sources first, then whether the host's own
-    evidence locates the cause there, then weight (see the module doc)."""
-    kinds = found.group_by("source", "cause", "what", "host", "peer", "port").agg(
-        pl.col("count").sum(), pl.col("strength").fill_null(1.0).max(), span=(pl.col("hi") - pl.col("lo")).max()
-    )
-    interval = pl.col("span").dt.total_milliseconds() / 1000
-    precision = pl.when(interval > window_s).then(pl.lit(window_s) / interval).otherwise(1.0).clip(0.1, 1.0).fill_null(1.0)
-    weighted = kinds.with_columns(
-        weight=(pl.col("count").cast(pl.Float64) + 1).log10() * precision * pl.col("strength"),
-        # evidence of one host alone (its own port's counters, its own choice of transport, its
-        # own timers) says where; a NAK or a completion error names both ends of a path
-        locating=pl.col("peer").is_null() & (pl.col("strength") >= 1.0),
-    )
-    ends = pl.concat([
-        weighted.with_columns(suspect=pl.col("host")),
-        weighted.filter(pl.col("peer").is_not_null() & (pl.col("peer") != pl.col("host"))).with_columns(suspect=pl.col("peer")),
-    ])  # fmt: skip
-    extra = pl.col("cause").is_in(NETWORK) & network_confirmed
-    return (
-        ends.filter(pl.col("suspect").is_not_null())
-        .group_by("cause", "suspect")
-        .agg(sources=pl.col("source").n_unique(), located=pl.col("locating").any(), weight=pl.col("weight").sum())
-        .with_columns(sources=pl.col("sources") + extra.cast(pl.UInt32))
-        .sort(["sources", "located", "weight", "suspect"], descending=[True, True, True, False])
-    )
-
-
-def accused(suspects: pl.DataFrame) -> pl.DataFrame:
-    """The suspects of the best cause that the evidence cannot tell apart from the first: as many
-    sources, and located there as much (both ends of a congested link, say)."""
-    best = suspects.row(0, named=True)
-    return suspects.filter(
-        pl.col("cause") == best["cause"], pl.col("sources") == best["sources"], pl.col("located") == best["located"]
-    )
-
-
-def _chain(found: pl.DataFrame, cause: str, hosts: list[str]) -> pl.DataFrame:
-    """The events of `cause` at `hosts` (either end), grouped per source and kind: the biggest of
-    each source first, then the rest by size."""
-    mine = found.filter(pl.col("cause") == cause, pl.col("host").is_in(hosts) | pl.col("peer").is_in(hosts))
-    order = {"NCCL": 0, "counters": 1, "packets": 2, "kernel": 3, "steps": 4}
-    return (
-        mine.group_by("source", "what", "host", "peer", "port")
-        .agg(pl.col("count").sum(), pl.col("lo").min(), pl.col("hi").max(), rows=pl.struct("file", "line", "frame", "text", "host"))
-        .with_columns(order=pl.col("source").replace_strict(order, return_dtype=pl.Int8))
-        .sort(["order", "count", "what", "host", "peer", "port"], descending=[False, True, False, False, False, False], nulls_last=True)
-        .with_columns(nth=pl.int_range(pl.len()).over("source"))  # ties by name: group_by's order varies between runs
-        .sort(["nth", "order"])
-    )
-
-
 def port_text(port: str | None) -> str:
     """`mlx5_1:1` as `mlx5_1 port 1`, as the fabric rules write ports."""
     if not port:
         return ""
     ca, _, number = port.rpartition(":")
     return f"{ca} port {number}" if ca else port
-
-
-def _phrase(link: dict, lead: bool = True) -> str:
-    """One source's events as a clause; `lead` names the capture (a bullet names its source itself)."""
-    n, what, host = link["count"], link["what"], link["host"]
-    if link["source"] == "NCCL":
-        return f"{host} logged {count(n, what + ' line')}" + (f" with peer {link['peer']}" if link["peer"] else "")
-    if link["source"] == "counters":
-        return f"{host} {port_text(link['port'])}'s {what} rose by {n:,} between the dumps at {link['lo']:%H:%M:%S} and {link['hi']:%H:%M:%S}"
-    if link["source"] == "packets":
-        return f"{'the capture shows ' if lead else ''}{count(n, what)} between {host} and {link['peer']}"
-    if link["source"] == "kernel":
-        return f"{host}'s kernel logged {count(n, what)}" + (f" on {link['port']}" if link["port"] else "")
-    return f"{host}'s {what}"
-
-
-_SOURCE_NAMES = {"NCCL": "NCCL log", "counters": "port counters", "packets": "capture", "kernel": "kernel log", "steps": "step timers"}
-
-
-def _because(link: dict) -> str:
-    """One piece of evidence as a bullet: what, how many, from which source and which files."""
-    files = sorted({r["file"] for r in link["rows"] if r.get("file")})
-    place = f" ({', '.join(files[:2])}" + (f" and {len(files) - 2} more" if len(files) > 2 else "") + ")" if files else ""
-    return f"{_SOURCE_NAMES[link['source']].capitalize()}: {_phrase(link, lead=False)}{place}."
-
-
-def _confidence(best: dict | None) -> str:
-    """How sure: by the number of independent sources that agree on the cause."""
-    if best is None:
-        return "undetermined"
-    return "high" if best["sources"] >= 3 else "medium" if best["sources"] == 2 else "low"
-
-
-def _lost_because(other: dict, best: dict) -> str:
-    """Why a cause considered ranks below the named one (the order rank_suspects sorts by)."""
-    if other["sources"] < best["sources"]:
-        why = f"{count(other['sources'], 'source')} against {best['sources']}"
-    elif other["located"] != best["located"]:
-        why = "as many sources, but none of its evidence is that host's own (a NAK or completion error names both ends)"
-    else:
-        why = "as many sources, less evidence"
-    return f"{CAUSES[other['cause']]} on {other['suspect']}: {why}."
 
 
 FIXES = {
@@ -271,16 +103,6 @@ def _missing(t: RunTables, begin: datetime, end: datetime) -> list[str]:
     return [COLLECT[source] for source, there in seen.items() if not there]
 
 
-def _checked(t: RunTables, found: pl.DataFrame, begin: datetime, end: datetime) -> list[str]:
-    """The sources that covered the window and showed nothing: they rule causes out."""
-    missing = set(_missing(t, begin, end))
-    quiet = [s for s in ("NCCL", "counters", "packets") if COLLECT[s] not in missing and found.filter(pl.col("source") == s).height == 0]
-    said = {"NCCL": "NCCL logs cover the window: no warning or error in it.",
-            "counters": "Port counters were dumped around the window: none rose beyond traffic.",
-            "packets": "The capture covers the window: no NAK, retransmission, gap or CNP in it."}
-    return [said[s] for s in quiet]
-
-
 def _evidence(rows: list[dict], limit: int) -> list[Evidence]:
     return [Evidence(file=r["file"], line=r.get("line"), frame=r.get("frame"), text=r.get("text") or "", host=r.get("host")) for r in rows[:limit]]
 
@@ -289,107 +111,99 @@ def _span(begin: datetime, end: datetime) -> str:
     return f"{begin:%H:%M:%S} to {end:%H:%M:%S} UTC"
 
 
-def _join(phrases: list[str]) -> str:
-    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + " and " + phrases[-1]
+def _evidence_window(signals: list, cause: str, begin: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+    """When the named cause's own events (retransmissions, NAKs, NCCL warnings) ran dense: the window
+    the verdict gives, rather than the slow steps' blurred edges."""
+    extents = [s.extent for s in signals if s.rose and s.cause == cause and s.extent]
+    if not extents:
+        return None
+    first, last = min(e[0] for e in extents), max(e[1] for e in extents)
+    # sampled captures (a burst every few seconds) give short dense stretches: those do not say when it began or ended
+    return (first, last) if (last - first) >= EVIDENCE_SPAN_SHARE * (end - begin) else None
+
+
+def _socket_switch(t: RunTables, episode: timing.Episode) -> bool:
+    """Whether a process chose NCCL's socket transport at the window's start (TL412's to measure)."""
+    socket = network_events(t).filter(pl.col("cause") == "socket")
+    return socket.filter(pl.col("lo") >= episode.begin - MARGIN, pl.col("lo") <= episode.end).height > 0
 
 
 @rule("TL410", "slow-window-root-cause", Severity.WARNING)
 def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
     """
-    What it finds: for each slow stretch of steps (the windows TL401 reports, merged over the
-    ranks that saw them), every network event in the same minutes, whatever its source: NCCL
-    warnings and IB completion errors, port counters that rose between dumps whose interval
-    overlaps the window, and the NAKs, PSN gaps, retransmissions, CNPs and ECN-CE marks of a
-    capture; and, from the per-rank timers, a rank whose compute grew while the others' did
-    not. The likely causes (a bad link, congestion, a straggler ...) are ranked by how many
-    independent sources point at the same host, and the finding gives the chain of evidence
-    of the first, its host and ports, the window and the time it cost. A window no source
-    explains says what to collect next time.
+    What it finds: for each slow stretch of steps (the windows TL401 reports, one per stretch
+    whatever the number of logs that saw it), the verdict: every signal of the run measured
+    inside the window against the same signal before and after it: loss-driven TCP
+    retransmissions, RoCE NAKs and PSN gaps, CNPs and ECN marks per host pair, error and
+    congestion counters per port, NCCL warnings per host, and per rank the compute time, the
+    communication time and the time between steps. A count rose when the one-sided 95% mid-p
+    lower bound of its rate ratio (window over baseline) is at least 1.5; a per-step time rose
+    when its median is at least 1.3x and three robust standard deviations above its level
+    outside. The competing causes (a bad link, congestion, a straggler, contention on every
+    rank, a stall between steps) are weighed on what rose; the finding names the best with its
+    confidence, quotes both sides of every signal, lists the signals that stayed normal (they
+    rule the other causes out), and says "undetermined" with what to collect when nothing rose.
 
-    Why it slows the run: every rank waits for the slowest transfer at each all-reduce, so a
-    lossy link (go-back-N retransmissions after each lost packet, IB retries up to the retry
-    count), a congested switch port or one slow rank stalls the whole job for as long as it
-    lasts; the step timers say when, the network evidence says where.
+    Why it slows the run: every rank waits for the slowest at each all-reduce, so a lossy link,
+    a congested port, one slow rank or a stalled data loader stalls the whole job for as long
+    as it lasts. The same slow steps look alike in the step timers whatever the cause; only
+    the signals that changed in that window, and where, tell them apart.
 
-    How to fix: follow the named cause. A bad link: check the port with `perfquery -x` and
-    `ibstat` (or `ethtool -S` and `mlxlink -d <dev> -m` on RoCE), reseat or replace the cable
-    or transceiver, and drain the node until it is fixed. Congestion: compare PortXmitWait
-    per second across switch ports to find the hot link, check PFC/ECN on the RoCE priority,
-    spread traffic (adaptive routing, NCCL_IB_QPS_PER_CONNECTION). A straggler: check that
-    host's GPU clocks and temperatures (`nvidia-smi -q -d PERFORMANCE`) and its CPU load.
+    How to fix: follow the named cause (the finding's fix is that cause's). A bad link:
+    `perfquery -x`, `ethtool -S`, `mlxlink -d <dev> -m`, reseat or replace the cable. Congestion:
+    PortXmitWait per port, PFC/ECN on the RoCE priority. A straggler: that host's CPU load and
+    affinity (`pidstat 1`, `taskset -p <pid>`), GPU clocks (`nvidia-smi -q -d PERFORMANCE`). A
+    stall between steps: DataLoader `num_workers`, asynchronous checkpoints.
     """
-    episodes = slow_episodes(t["steps"])
+    episodes = timing.slow_episodes(t["steps"])
     if not episodes:
         return
-    events = network_events(t).filter(pl.col("cause") != "stall")  # hangs are TL411's
+    series = timing.step_series(t["steps"])
     for episode in episodes[:MAX_WINDOWS]:
-        found = pl.concat([_within(events, episode.begin, episode.end), _straggler_events(episode)], how="diagonal_relaxed")
-        window_s = max((episode.end - episode.begin).total_seconds(), 1.0)
-        suspects = rank_suspects(found, window_s, network_confirmed=_comm_surged(episode))
-        best = suspects.row(0, named=True) if suspects.height else None
-        if best and best["cause"] == "socket":
+        if _socket_switch(t, episode):
             continue  # TL412 measures it against the job's steps on IB
-        yield _window_finding(t, episode, found, best, suspects)
+        yield _window_finding(t, series, episode)
 
 
-def _window_finding(t: RunTables, episode: Episode, found: pl.DataFrame, best: dict | None, suspects: pl.DataFrame) -> Finding:
+def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode) -> Finding:
     w = episode.worst
-    hosts = sorted({x.host for x in episode.windows if x.host})
-    streams = {(x.file, x.host, x.rank, x.engine) for x in episode.windows}
-    slow = (f"{w.label} took {w.ratio:.1f}x the usual {number(w.baseline_ms, 'ms')} per step from "
-            f"{_span(episode.begin, episode.end)} on {count(len(streams), 'step stream')}")
-    if _comm_surged(episode):
-        slow += f", the all-reduce {w.comm_ratio:.1f}x its usual while compute stayed flat"
+    label = f"{w.label} ({prose_span(episode.begin, episode.end)})"
+    signals = measure(t, series, episode.begin, episode.end)
+    diagnosis, best = verdict(signals, label, _missing(t, episode.begin, episode.end))
+    seen = f"seen in the logs of {count(episode.streams, 'rank')}" if episode.streams > 1 else "seen in one log"
     cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
-    because = [f"Step timers: {slow} ({w.file})."]
-    slow = slow[0].upper() + slow[1:]
-    missing = _missing(t, episode.begin, episode.end)
-    advice = f" Not in the evidence for this window; collect next time: {'; '.join(missing)}." if missing else ""
-    evidence = step_evidence(t, w.file, w.lines)[:3]
-    ports: list[str] = []
-    against = _checked(t, found, episode.begin, episode.end)
-    fix = ""
-    if best is None:
-        title = f"Slow {w.label}: no network event in the window"
-        summary = f"{slow}. No NCCL warning, counter rise or packet event falls in that window: {cost} lost with no cause in the evidence."
-        fix = f"Collect next time, so that a window like this one can be explained: {'; '.join(missing)}." if missing else ""
-        score = episode.share
-    else:
-        hosts = sorted(accused(suspects)["suspect"].to_list())
-        chain = _chain(found, best["cause"], hosts)
-        links = chain.head(MAX_PHRASES).to_dicts()
-        counted = chain.filter(pl.col("source") == "counters", pl.col("host").is_in(hosts))
-        ports = sorted({p for p in counted["port"].to_list() if p})
-        where = some(hosts) + (f" ({', '.join(port_text(p) for p in ports)})" if ports else "")
-        others = suspects.filter(~((pl.col("cause") == best["cause"]) & pl.col("suspect").is_in(hosts))).head(2).to_dicts()
-        also = ("; also considered: " + ", ".join(f"{CAUSES[o['cause']]} on {o['suspect']} ({count(o['sources'], 'source')})" for o in others)) if others else ""
-        title = f"Root cause of slow {w.label}: {CAUSES[best['cause']]} on {where}"
-        summary = (f"{slow}. In the same window {_join([_phrase(link) for link in links])}: {CAUSES[best['cause']]} on {where} "
-                   f"cost the run {cost}, by {count(best['sources'], 'independent source')}{also}.")
-        because += [_because(link) for link in chain.to_dicts()]
-        against += [_lost_because(o, best) for o in others]
-        fix = cause_fix(best["cause"], hosts, ports)
-        evidence += [e for link in links for e in _evidence(link["rows"], 5)]
-        score = best["sources"] + episode.share
+    slow = f"{w.label.capitalize()} took {w.ratio:.1f}x the usual {number(w.baseline_ms, 'ms')} per step, {seen}; they cost {cost}."
+    reasons = diagnosis.because[:MAX_REASONS] if best else diagnosis.against[:MAX_REASONS]
+    summary = f"{diagnosis.headline}. {slow} " + ("Because: " if best else "Checked and normal: ") + "; ".join(reasons) + "."
+    hosts = best.hosts if best else []
     if gpu := utilisation_phrase(t, episode.begin, episode.end, hosts):  # the host evidence, when nvidia-smi/DCGM sampled it
         summary += f" {gpu}."
+    if best and best.cause in FIXES:
+        diagnosis.fix = cause_fix(best.cause, hosts, best.ports)
+    evidence = step_evidence(t, w.file, w.lines)[:3]
+    risen = [s for s in signals if s.rose and best and (s.cause == best.cause or s.source == "steps")]
+    evidence += [e for s in risen for e in _evidence(list(s.evidence), 3)]
+    window = _evidence_window(signals, best.cause, episode.begin, episode.end) if best else None
+    first = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank)["step"].min()
+    startup = first is not None and w.first_step <= first + timing.WARMUP_ROWS  # warm-up: told, never blamed
+    if startup:
+        diagnosis.headline = f"Start-up: {diagnosis.headline}"
     return Finding(
         rule_id="TL410",
-        severity=Severity.CRITICAL if episode.share >= 0.2 else Severity.WARNING,
-        title=title,
-        summary=summary + advice,
+        # a window nothing explains is told (TL401 warns of its slow steps), not blamed on anything
+        severity=(Severity.CRITICAL if diagnosis.confidence == "high" and episode.share >= 0.2 else Severity.WARNING)
+        if best and not startup else Severity.INFO,
+        title=diagnosis.headline,
+        summary=summary,
+        fix=diagnosis.fix,
         evidence=evidence,
         hosts=hosts,
-        ranks=sorted({x.rank for x in episode.windows if x.rank >= 0 and x.host in hosts}) if best is None or best["cause"] == "straggler" else [],
-        window=(episode.begin, episode.end),
+        ranks=best.ranks if best else [],
+        window=window or (episode.begin, episode.end),
         cost_seconds=episode.cost_s,
-        ports=ports,
-        score=score,
-        verdict=Verdict(
-            cause=best["cause"] if best else None, confidence=_confidence(best), headline=title, because=because,
-            against=against, not_available=[f"Collect next time: {m}." for m in missing], fix=fix,
-        ),
-        fix=fix,
+        ports=best.ports if best else [],
+        score=(best.score if best else 0.0) + episode.share,
+        verdict=diagnosis,
     )
 
 

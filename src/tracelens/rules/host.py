@@ -14,7 +14,8 @@ from tracelens.findings import Evidence, Finding, Severity
 from tracelens.hostsignals import KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
 from tracelens.prose import count
 from tracelens.rules import rule
-from tracelens.rules.correlate import MARGIN, slow_episodes
+from tracelens.rules.correlate import MARGIN
+from tracelens.steps import slow_episodes
 from tracelens.tables import RunTables
 
 BUSY = 80.0  # % GPU utilisation a compute-bound window keeps

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.packets.flows import PacketAnalysis, analyze
+from tracelens.packets.flows import TCP_LOSS, PacketAnalysis, analyze
 from tracelens.packets.hosts import describe, host_names
 from tracelens.prose import count, during, number
 from tracelens.rules import rule
@@ -16,7 +16,9 @@ from tracelens.tables import RunTables
 
 LOSS_SHARE = 0.001  # RoCE is meant to be lossless: one loss event per 1000 packets is already a problem
 CONGESTION_SHARE = 0.01  # CNPs + CE marks per data packet: DCQCN throttling more than now and then
-TCP_RETRANSMISSION_SHARE = 0.01  # retransmitted per data segment, per host pair
+TCP_LOSS_SHARE = 0.001  # loss-driven retransmissions per data segment, per host pair (TL304's docs: where from)
+TCP_CRITICAL_SHARE = 0.01
+TCP_MIN_LOSSES = 3  # fewer resends say nothing about a rate
 
 
 def _analysis(t: RunTables) -> PacketAnalysis | None:
@@ -146,43 +148,57 @@ def roce_congestion(t: RunTables) -> Iterator[Finding]:
 @rule("TL304", "tcp-retransmissions", Severity.WARNING)
 def tcp_retransmissions(t: RunTables) -> Iterator[Finding]:
     """
-    What it finds: TCP retransmissions in a packet capture above 1% of the data segments
-    between two hosts (all their connections together: NCCL's socket transport opens several
-    per peer), with the fast retransmissions, duplicate ACKs and zero windows around them.
-    Capture duplicates (the same frame captured twice) are not counted.
+    What it finds: TCP segments lost between two hosts (all their connections together: NCCL's
+    socket transport and gloo open several per peer), measured by the loss-driven
+    retransmissions of a packet capture: fast retransmissions, timeouts, and tail-loss probes
+    that repaired a lost tail. Tail-loss probes on a healthy connection and spurious resends
+    (the receiver already had the bytes: acknowledged before, or D-SACKed after) are counted
+    apart and not taken for loss, nor are capture duplicates. It fires at 0.1% of the data
+    segments (warning) and at 1% (critical), with at least 3 loss-driven retransmissions.
 
-    Why it slows the run: a lost segment costs a fast retransmit round trip at best and an RTO
-    (200 ms minimum on Linux) at worst; NCCL's socket transport and the bootstrap over IPoIB
-    or Ethernet stall the whole collective while one connection waits.
+    Why it slows the run: a TCP connection's throughput falls with the square root of its loss
+    rate p: at most 1.22 x MSS / (RTT x sqrt(p)) (Mathis, Semke, Mahdavi and Ott, "The
+    macroscopic behavior of the TCP congestion avoidance algorithm", 1997). For a training link
+    (1448-byte MSS, 100 us round trip) that bound is 4.5 Gb/s at p = 0.1%, under half of a
+    10 Gb/s link, and 1.4 Gb/s at 1%: the thresholds above are where loss alone halves, then
+    cuts to a seventh, the socket transport's throughput; on faster links the same loss costs
+    more. Each loss also costs a fast-retransmit round trip at best and an RTO (200 ms minimum
+    on Linux) at worst, and the collective waits for the slowest connection.
 
     How to fix: find the loss: `ethtool -S <iface>` drops and errors on both hosts, `ip -s
-    link`, `nstat -az | grep -i retrans`, switch port counters; for IPoIB check the mode and
-    MTU agree on both sides (`cat /sys/class/net/ib0/mode`). If NCCL should not be on TCP at
-    all, see TL101. Zero windows instead point at a receiving process that does not read.
+    link`, `nstat -az | grep -i retrans` (TcpExtTCPLossProbes against TcpRetransSegs), switch
+    port counters; for IPoIB check the mode and MTU agree on both sides (`cat
+    /sys/class/net/ib0/mode`). If NCCL should not be on TCP at all, see TL101. Zero windows
+    instead point at a receiving process that does not read.
     """
     analysis = _analysis(t)
     if analysis is None:
         return
+    counts = ["segments", "retransmissions", "loss_retransmissions", "tail_probes", "spurious_retransmissions",
+              "fast_retransmissions", "retransmitted_bytes", "zero_windows"]
     pairs = (
         analysis.tcp.group_by("src", "dst")
-        .agg(pl.col("segments", "retransmissions", "fast_retransmissions", "retransmitted_bytes", "zero_windows").sum(),
-             flows=pl.col("flow"))
-        .filter(pl.col("retransmissions") > TCP_RETRANSMISSION_SHARE * pl.col("segments"))
-        .sort("retransmissions", descending=True)
+        .agg(pl.col(counts).sum(), flows=pl.col("flow"))
+        .filter(pl.col("loss_retransmissions") >= TCP_MIN_LOSSES,
+                pl.col("loss_retransmissions") >= TCP_LOSS_SHARE * pl.col("segments"))
+        .sort("loss_retransmissions", descending=True)
     )
     for pair in pairs.iter_rows(named=True):
-        events = analysis.events.filter(
-            pl.col("flow").is_in(pair["flows"]), pl.col("kind").is_in(["TCP retransmission", "zero window"])
-        )
-        yield _finding(
-            t, "TL304", "TCP retransmissions",
+        events = analysis.events.filter(pl.col("flow").is_in(pair["flows"]), pl.col("kind").is_in([TCP_LOSS, "zero window"]))
+        share = pair["loss_retransmissions"] / pair["segments"]
+        finding = _finding(
+            t, "TL304", "TCP segments lost",
             f"{{}} to {{}}: {pair['retransmissions']} of {pair['segments']} data segments retransmitted "
-            f"({pair['retransmissions'] / pair['segments']:.1%}, {pair['fast_retransmissions']} fast, "
-            f"{number(pair['retransmitted_bytes'], 'bytes')} resent) over {count(len(pair['flows']), 'connection')}, "
+            f"({pair['retransmissions'] / pair['segments']:.1%}, as tshark counts them), {number(pair['loss_retransmissions'])} "
+            f"of them after a loss ({share:.2%}, {pair['fast_retransmissions']} fast); not counted as loss: "
+            f"{count(pair['tail_probes'], 'tail-loss probe')} and {count(pair['spurious_retransmissions'], 'spurious retransmission')}; "
+            f"{number(pair['retransmitted_bytes'], 'bytes')} resent over {count(len(pair['flows']), 'connection')}, "
             f"{count(pair['zero_windows'], 'zero window')}",
             events,
             (pair["src"], pair["dst"]),
         )
+        finding.severity = Severity.CRITICAL if share >= TCP_CRITICAL_SHARE else Severity.WARNING
+        yield finding
 
 
 @rule("TL305", "capture-duplicates", Severity.INFO)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import polars as pl
 
 from tracelens import steps as timing
+from tracelens.derived.window_signals import step_signals
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import rule
@@ -15,7 +17,7 @@ from tracelens.tables import RunTables
 
 MAX_WINDOWS = 10  # findings for the costliest windows; the rest are counted in the last one
 LONG_WINDOW_ROWS = 3  # windows of fewer logged steps are isolated spikes, reported together
-MIN_COST_SHARE = 0.01  # of the run's step time: less is not worth a finding
+MIN_COST_SHARE = timing.MIN_COST_SHARE
 COMM_BOUND_SHARE = 0.35  # all-reduce + all-gather share of a step that makes it communication-bound
 COMM_SURGE = 2.0  # comm time in a window over its usual, with ...
 COMPUTE_FLAT = 1.3  # ... compute no more than this over its usual
@@ -65,24 +67,25 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
     """
     series = timing.step_series(t["steps"])
     windows = timing.slow_windows(series)
-    if not windows:
-        return
     total = timing.run_time_s(series) or 1.0
-    long = [w for w in windows if w.rows >= LONG_WINDOW_ROWS and w.cost_s >= MIN_COST_SHARE * total]
+    # one finding per slow stretch of the job, however many logs saw it (steps.slow_episodes)
+    long = [ep for ep in timing.slow_episodes(t["steps"]) if ep.worst.rows >= LONG_WINDOW_ROWS]
     spikes = [w for w in windows if w.rows < LONG_WINDOW_ROWS]
-    for w in long[:MAX_WINDOWS]:
-        share = w.cost_s / total
-        severity = Severity.CRITICAL if share >= 0.2 else Severity.WARNING
+    for ep in long[:MAX_WINDOWS]:
+        w = ep.worst
+        seen = f"seen in the logs of {ep.streams} ranks" if ep.streams > 1 else f"engine {w.engine}"
         yield Finding(
             rule_id="TL401",
-            severity=severity,
+            severity=Severity.CRITICAL if ep.share >= 0.2 else Severity.WARNING,
             title=f"Slow steps: {w.label} took {w.ratio:.1f}x the usual step time",
-            summary=f"{w.label} ({w.steps} steps, engine {w.engine}) took {w.ratio:.1f}x the usual "
+            summary=f"{w.label} ({w.steps} steps, {seen}) took {w.ratio:.1f}x the usual "
             f"{w.baseline_ms:.0f} ms per step (worst {w.peak_ms:.0f} ms), {_basis_note(w.basis)}; "
-            f"they cost {w.cost_s:.1f} s, {share:.0%} of the run's step time.",
+            f"they cost {w.cost_s:.1f} s, {ep.share:.0%} of the run's step time.",
             evidence=step_evidence(t, w.file, w.lines),
             cost_seconds=w.cost_s,
-            **_scope(w),
+            hosts=[x.host for x in ep.windows if x.host],
+            ranks=[x.rank for x in ep.windows if x.rank >= 0],
+            window=(min(x.start for x in ep.windows if x.start), max(x.end for x in ep.windows if x.end)),
         )
     cost = sum(w.cost_s for w in spikes)
     if spikes and cost >= MIN_COST_SHARE * total:
@@ -129,6 +132,8 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
         return
     for w in timing.slow_windows(series):
         if w.comm_ratio and w.comm_ratio >= COMM_SURGE and (w.compute_ratio or 1.0) <= COMPUTE_FLAT:
+            if w.start and _someone_computed_longer(series, w):
+                continue  # this rank waited for a straggler (TL410 names it), the network did not slow down
             yield Finding(
                 rule_id="TL402",
                 severity=Severity.WARNING,
@@ -154,6 +159,12 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
                 hosts=[host] if host else [],
                 ranks=[rank] if rank >= 0 else [],
             )
+
+
+def _someone_computed_longer(series: pl.DataFrame, w: timing.Window) -> bool:
+    """Whether another rank's compute time rose above its own baseline in the window of `w`."""
+    begin = w.start - timedelta(milliseconds=w.peak_ms)
+    return any(s.rose and s.cause == "compute" and s.rank != w.rank for s in step_signals(series, begin, w.end))
 
 
 @rule("TL403", "throughput-drop", Severity.WARNING)

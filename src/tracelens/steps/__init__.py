@@ -17,7 +17,7 @@ not move it, and no fixed number of milliseconds is assumed anywhere.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import polars as pl
 
@@ -30,14 +30,19 @@ MIN_SPREAD = 0.02  # spread floor, as a share of the baseline: very steady runs 
 MERGE_GAP_ROWS = 2  # slow rows this close belong to one window
 
 
-def step_series(steps: pl.DataFrame) -> pl.DataFrame:
-    """Per stream and step: time_ms (by basis), steps_covered, comm_ms, compute_ms, baseline_ms, slow."""
+def step_series(steps: pl.DataFrame, wall: bool = False) -> pl.DataFrame:
+    """Per stream and step: time_ms (by basis), steps_covered, comm_ms, compute_ms, baseline_ms, slow.
+    `wall`: time every step by its step lines' timestamps, whatever timers the log has (a stall in
+    the data loader or a checkpoint is between the timers, not in them)."""
     timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
     prev_ts, prev_step = pl.col("ts").shift().over(STREAM), pl.col("step").shift().over(STREAM)
     covered = (pl.col("step") - prev_step).cast(pl.Float64)
     per_step_gap = (pl.col("ts") - prev_ts).dt.total_microseconds() / 1000 / covered
     # v0.1 stamps whole seconds: too coarse to time a step
     fine_ts = (pl.col("ts").dt.millisecond() != 0).any().over(STREAM)
+    if wall:  # no iteration time and no timers: the basis falls to the timestamps
+        timers = pl.lit(None, pl.Float64)
+        steps = steps.with_columns(pl.lit(None, pl.Float64).alias("iter_ms"))
     series = (
         steps.with_columns(pl.col("rank").fill_null(-1), pl.col("engine").fill_null("0"))
         .filter(pl.col("step").is_not_null())
@@ -161,3 +166,89 @@ def run_time_s(series: pl.DataFrame) -> float:
     """Total step time of the longest stream: what a window's cost is measured against."""
     totals = series.group_by(STREAM).agg((pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0)).sum() / 1000)
     return float(totals["time_ms"].max() or 0.0)
+
+
+# -- slow episodes: one per slow stretch of the job, whatever the number of logs that saw it ------
+
+MIN_COST_SHARE = 0.01  # of the run's step time: a window that cost less is not worth a finding
+EPISODE_MARGIN_S = 5.0  # windows of different streams this close belong to one stretch
+
+
+@dataclass(frozen=True)
+class Episode:
+    """A slow stretch of the run: the slow windows of every step stream (timed by their timers or
+    by their timestamps) that overlap in time."""
+
+    begin: datetime  # the start of the first slow step (its line is printed at its end)
+    end: datetime
+    windows: tuple[Window, ...]
+    share: float  # of the run's step time
+
+    @property
+    def worst(self) -> Window:
+        return max(self.windows, key=lambda w: w.cost_s)
+
+    @property
+    def cost_s(self) -> float:
+        return self.worst.cost_s  # every rank waits for the slowest: the run lost the worst stream's time, not the sum
+
+    @property
+    def streams(self) -> int:
+        """How many logs (rank and engine in a file) saw it."""
+        return len({(w.file, w.host, w.rank, w.engine) for w in self.windows})
+
+
+def slow_episodes(steps: pl.DataFrame) -> list[Episode]:
+    """The run's slow stretches that cost at least MIN_COST_SHARE of its step time, costliest first;
+    windows seen by several logs, by timers or by timestamps, are one episode."""
+    found = []
+    wall = step_series(steps, wall=True)
+    for series in (step_series(steps), wall):
+        total = run_time_s(series) or 1.0
+        for w in slow_windows(series) + sustained_windows(series):
+            if w.start is not None and w.cost_s >= MIN_COST_SHARE * total:
+                found.append((_first_step_start(series, w), w, total))
+    merged: list[tuple[datetime, datetime, list[Window], float]] = []
+    margin = timedelta(seconds=EPISODE_MARGIN_S)
+    for begin, w, total in sorted(found, key=lambda s: s[0]):
+        if merged and begin <= merged[-1][1] + margin:
+            first, end, group, run = merged[-1]
+            merged[-1] = (first, max(end, w.end), [*group, w], max(run, total))
+        else:
+            merged.append((begin, w.end, [w], total))
+    episodes = [Episode(*_trimmed(wall, b, e, ws), tuple(ws), max(w.cost_s for w in ws) / run) for b, e, ws, run in merged]
+    return sorted(episodes, key=lambda ep: -ep.cost_s)
+
+
+def _trimmed(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[Window]) -> tuple[datetime, datetime]:
+    """The window's edges without the merely noisy steps joined to it: on the costliest stream's wall
+    times, the run of steps inside [begin, end] that most exceeds the midpoint between the steps'
+    median inside and outside (the maximum-sum run over step time minus that midpoint). Real runs on
+    busy machines have slowish steps around a slow stretch; the midpoint keeps the stretch itself."""
+    worst = max(windows, key=lambda w: w.cost_s)
+    stream = wall.filter(*(pl.col(c).eq_missing(v) for c, v in zip(STREAM, (worst.file, worst.host, worst.rank, worst.engine))))
+    stream = stream.filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
+    took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
+    stream = stream.with_columns(start=pl.col("ts") - took)
+    inside = stream.filter(pl.col("start") >= begin - timedelta(milliseconds=1), pl.col("ts") <= end)
+    outside_ms = stream.filter((pl.col("ts") < begin) | (pl.col("start") > end))["time_ms"].median()
+    if inside.height < 3 or outside_ms is None:
+        return begin, end
+    mid = (float(inside["time_ms"].median()) + outside_ms) / 2
+    best, best_run, run_sum, run_first = 0.0, None, 0.0, 0
+    for i, ms in enumerate(inside["time_ms"].to_list()):
+        if run_sum <= 0:
+            run_sum, run_first = 0.0, i
+        run_sum += ms - mid
+        if run_sum > best:
+            best, best_run = run_sum, (run_first, i)
+    if best_run is None:
+        return begin, end
+    first, last = best_run
+    return max(begin, inside["start"][first]), min(end, inside["ts"][last])
+
+
+def _first_step_start(series: pl.DataFrame, w: Window) -> datetime:
+    rows = series.filter(pl.col("file") == w.file, pl.col("line").is_in(list(w.lines)))
+    took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
+    return rows.select((pl.col("ts") - took).min()).item()

@@ -1,0 +1,1 @@
+"""Results several rules and report sections share, computed once (DESIGN §2)."""

@@ -1,0 +1,168 @@
+"""Is a signal higher inside a slow window than in the same run outside it? The two tests the
+verdict (rules.correlate) uses, one for counts and one for levels.
+
+Counts (retransmissions, NAKs, counter rises, NCCL warnings): events in the window (x over t_in
+seconds) against events outside it (y over t_out) are compared with the exact conditional test
+for two Poisson rates: given n = x + y events, x is Binomial(n, pi) with pi = R t_in / (R t_in +
+t_out), where R is the ratio of the window's rate to the baseline's. The one-sided 95% lower
+confidence bound of R comes from the mid-p binomial tail (Lancaster's mid-p: the exact test
+made less conservative by counting half the probability of the observed count). A count *rose*
+when that bound is at least RISE: the window's rate is, with 95% confidence, at least 1.5x the
+baseline's. So 3 events in a minute against none in the ten minutes before rise (bound 7.8x),
+while 300 against 280 in the same time do not (bound 0.93x), and 3 against none over equal
+times do not either (bound 1.2x).
+
+Levels (per-step compute or communication time of one rank): the median inside against the
+median outside; a level rose when the ratio is at least LEVEL_RISE and the difference is at
+least LEVEL_SIGMAS robust standard deviations (1.4826 x the median absolute deviation) of the
+steps outside, so that a noisy timer does not rise on noise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+CONFIDENCE = 0.95
+RISE = 1.5  # the window's rate must be at least this multiple of the baseline's (lower bound)
+LEVEL_RISE = 1.3  # a per-step time this much above its level outside the window ...
+LEVEL_SIGMAS = 3.0  # ... and this many robust standard deviations above it
+EXACT_MAX = 20_000  # more events than this: the normal approximation of log R is exact enough
+
+
+@dataclass(frozen=True)
+class RateComparison:
+    """One count signal in a window against the same signal outside it."""
+
+    inside: int
+    inside_s: float
+    outside: int
+    outside_s: float
+
+    @property
+    def rate_in(self) -> float:
+        return self.inside / self.inside_s if self.inside_s > 0 else 0.0
+
+    @property
+    def rate_out(self) -> float:
+        return self.outside / self.outside_s if self.outside_s > 0 else 0.0
+
+    @property
+    def ratio_lower(self) -> float:
+        """The one-sided 95% lower bound of rate_in / rate_out (inf when nothing is outside and
+        the bound is unbounded; 0 when nothing is inside)."""
+        return rate_ratio_lower(self.inside, self.inside_s, self.outside, self.outside_s)
+
+    @property
+    def comparable(self) -> bool:
+        """Whether there is a window and a baseline to compare at all."""
+        return self.inside_s > 0 and self.outside_s > 0
+
+    @property
+    def rose(self) -> bool:
+        return self.comparable and self.inside > 0 and self.ratio_lower >= RISE
+
+
+def rate_ratio_lower(x: int, t_in: float, y: int, t_out: float, confidence: float = CONFIDENCE) -> float:
+    """Lower confidence bound of the rate ratio (x / t_in) / (y / t_out), mid-p exact (see the module doc)."""
+    if x <= 0 or t_in <= 0 or t_out <= 0:
+        return 0.0
+    alpha = 1.0 - confidence
+    n = x + y
+    if n > EXACT_MAX:
+        z = _normal_quantile(confidence)
+        return (x / t_in) / (max(y, 0.5) / t_out) * math.exp(-z * math.sqrt(1 / x + 1 / max(y, 0.5)))
+    lo, hi = 0.0, 1.0
+    if _mid_p_upper(x, n, hi - 1e-15) < alpha:
+        return 0.0
+    for _ in range(100):  # bisection on pi: the mid-p upper tail grows with pi
+        mid = (lo + hi) / 2
+        if _mid_p_upper(x, n, mid) < alpha:
+            lo = mid
+        else:
+            hi = mid
+    pi = (lo + hi) / 2
+    if pi >= 1.0 - 1e-12:
+        return math.inf
+    return pi * t_out / ((1 - pi) * t_in)
+
+
+def _mid_p_upper(x: int, n: int, pi: float) -> float:
+    """P(X > x) + P(X = x) / 2 for X ~ Binomial(n, pi)."""
+    if pi <= 0.0:
+        return 0.0
+    at_least = _betainc(x, n - x + 1, pi) if x > 0 else 1.0
+    return at_least - 0.5 * _binomial_pmf(x, n, pi)
+
+
+def _binomial_pmf(x: int, n: int, pi: float) -> float:
+    if pi >= 1.0:
+        return 1.0 if x == n else 0.0
+    log = math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * math.log(pi) + (n - x) * math.log1p(-pi)
+    return math.exp(log)
+
+
+def _betainc(a: float, b: float, z: float) -> float:
+    """The regularized incomplete beta function I_z(a, b) (Lentz's continued fraction)."""
+    if z <= 0.0:
+        return 0.0
+    if z >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(z) + b * math.log1p(-z))
+    if z > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - z)
+    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
+    for i in range(0, 10_000):
+        m = i // 2
+        if i == 0:
+            numerator = 1.0
+        elif i % 2 == 0:
+            numerator = (m * (b - m) * z) / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            numerator = -((a + m) * (a + b + m) * z) / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + numerator * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + numerator / c
+        c = c if abs(c) > tiny else tiny
+        cd = c * d
+        f *= cd
+        if abs(1.0 - cd) < 1e-14:
+            break
+    return front * (f - 1.0) / a
+
+
+def _normal_quantile(p: float) -> float:
+    """The standard normal quantile (bisection on erf; only used for very large counts)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        if 0.5 * (1 + math.erf(mid / math.sqrt(2))) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+@dataclass(frozen=True)
+class LevelComparison:
+    """One per-step level (a rank's compute or communication time) inside a window against outside it."""
+
+    inside: float | None  # medians, ms
+    outside: float | None
+    spread: float  # robust standard deviation of the steps outside
+    steps_in: int
+    steps_out: int
+
+    @property
+    def ratio(self) -> float | None:
+        return self.inside / self.outside if self.inside is not None and self.outside else None
+
+    @property
+    def comparable(self) -> bool:
+        return self.inside is not None and self.outside is not None and self.steps_out >= 3
+
+    @property
+    def rose(self) -> bool:
+        ratio = self.ratio
+        return (self.comparable and ratio is not None and ratio >= LEVEL_RISE
+                and self.inside - self.outside >= LEVEL_SIGMAS * self.spread)  # type: ignore[operator]
