@@ -109,6 +109,9 @@ def _socket_choice(tables: RunTables) -> pl.DataFrame:
     )
 
 
+INT64_MAX = 2**63 - 1  # a counter delta beyond it (an all-ones 64-bit counter) counts as the most there can be
+
+
 def _counters(tables: RunTables) -> pl.DataFrame:
     deltas = counter_deltas(tables).filter(pl.col("start").is_not_null())
     moved = deltas.with_columns(kind=kind_of(pl.col("counter"))).filter(
@@ -120,7 +123,7 @@ def _counters(tables: RunTables) -> pl.DataFrame:
         pl.lit("counters").alias("source"), pl.col("kind").replace_strict(_COUNTER_CAUSE).alias("cause"),
         pl.when(pl.col("kind") == "RDMA errors").then(SYMPTOM_STRENGTH).otherwise(1.0).alias("strength"),
         pl.col("counter").alias("what"), "host", port_name(pl.col("ca"), pl.col("node"), pl.col("port")).alias("port"),
-        pl.col("start").alias("lo"), pl.col("end").alias("hi"), pl.col("delta").fill_null(1).cast(pl.Int64).alias("count"),
+        pl.col("start").alias("lo"), pl.col("end").alias("hi"), pl.col("delta").fill_null(1).cast(pl.Int64, strict=False).fill_null(INT64_MAX).alias("count"),
         "file", "line", pl.format("{}: {} (was {})", "counter", "after", "before").alias("text"),
     )
 

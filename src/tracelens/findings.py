@@ -23,6 +23,9 @@ class Severity(IntEnum):
         return cls[text.strip().upper()]
 
 
+EVIDENCE_CHARS = 2000
+
+
 @dataclass(frozen=True)
 class Evidence:
     """One piece of proof: a line of a file (or a frame of a capture) and its text."""
@@ -32,6 +35,11 @@ class Evidence:
     text: str = ""
     host: str | None = None
     frame: int | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.text) > EVIDENCE_CHARS:  # a 200 MB line is quoted by its head, not copied whole
+            clipped = f"{self.text[:EVIDENCE_CHARS]}... ({len(self.text) - EVIDENCE_CHARS:,} more characters)"
+            object.__setattr__(self, "text", clipped)
 
     @property
     def location(self) -> str:

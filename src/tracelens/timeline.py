@@ -39,6 +39,7 @@ from zoneinfo import ZoneInfo
 
 import polars as pl
 
+from tracelens.ingest.lines import within_datetime_range
 from tracelens.packets.flows import analyze as packet_analysis
 from tracelens.prose import count
 from tracelens.tables import RunTables
@@ -172,12 +173,13 @@ def _with_c10_times(lines: pl.DataFrame) -> pl.DataFrame:
     lines = lines.with_columns(_anchor=pl.coalesce(anchor, pl.col("ts").drop_nulls().median()), _parts=parts)
 
     def on_year(offset: int) -> pl.Expr:
+        # from text, so a clock that is no time (hour 24, second 60, month 13, Feb 31) gives null, not an error
         p = pl.col("_parts").struct
-        return pl.datetime(
-            pl.col("_anchor").dt.year() + offset, p.field("mo").cast(pl.Int32), p.field("d").cast(pl.Int32),
-            p.field("h").cast(pl.Int32), p.field("mi").cast(pl.Int32), p.field("s").cast(pl.Int32),
-            time_unit="ns", time_zone="UTC",
-        )
+        text = pl.format(
+            "{}-{}-{} {}:{}:{}", pl.col("_anchor").dt.year() + offset, p.field("mo").str.zfill(2), p.field("d"),
+            p.field("h"), p.field("mi"), p.field("s"),
+        )  # fmt: skip
+        return within_datetime_range(text).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", time_zone="UTC", strict=False)
 
     half_year = pl.duration(days=183)
     same = on_year(0)

@@ -50,7 +50,15 @@ class Account:
     def add_samples(self, rows: list[tuple[int, str]]) -> None:
         room = SAMPLE_LIMIT - len(self.samples)
         if room > 0:
-            self.samples.extend(rows[:room])
+            self.samples.extend((line, clip(text)) for line, text in rows[:room])
+
+
+SAMPLE_CHARS = 500
+
+
+def clip(text: str, limit: int = SAMPLE_CHARS) -> str:
+    """A line as the report shows it: its head, and how much was left out of a long one."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"
 
 
 @dataclass
@@ -88,12 +96,30 @@ def sniff_format(head: bytes) -> str:
     for module in format_modules():
         if module.sniff(head):
             return module.FORMAT
-    return "binary" if b"\x00" in head[:4096] else "log"
+    if looks_like_text(head):
+        return "log"
+    return "utf16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") or _utf16_ascii(head[:4096]) else "binary"
+
+
+def _utf16_ascii(sample: bytes) -> bool:
+    """ASCII text in UTF-16 without a byte-order mark: every other byte NUL, the rest not."""
+    for zeros, chars in ((sample[1::2], sample[0::2]), (sample[0::2], sample[1::2])):
+        if zeros.count(0) * 10 >= len(zeros) * 9 and chars.count(0) * 10 < len(chars):
+            return True
+    return False
+
+
+def looks_like_text(head: bytes) -> bool:
+    """Text unless NUL bytes are more than 1% of the first 4 KiB: a stray NUL (a crash mid-write, a
+    pasted control character) does not make a log binary."""
+    sample = head[:4096]
+    return sample.count(0) * 100 <= len(sample)
 
 
 _UNREADABLE = {
     "empty": "empty file, nothing to read",
     "binary": "binary content of no format tracelens reads (not a pcap/pcapng capture or a text log)",
+    "utf16": "UTF-16 text (as Windows tools write it); convert it with `iconv -f UTF-16 -t UTF-8 FILE > FILE.txt`",
 }
 
 

@@ -39,7 +39,7 @@ from lark.exceptions import UnexpectedInput, VisitError
 
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest import ds_assemble
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, byte_slice
+from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, byte_slice, within_datetime_range
 from tracelens.resources import grammar_text
 
 # ---------------------------------------------------------------- envelope (§1.1)
@@ -98,9 +98,14 @@ def _envelope(text: pl.Series) -> pl.Series:
     return _patched(text.zip_with(at_start, _nulls(text)), ~at_start, search)
 
 
+def _dated(stamps: pl.Series) -> pl.Series:
+    """Stamps whose year a nanosecond time can hold (see lines.within_datetime_range), others null."""
+    return pl.select(within_datetime_range(pl.lit(stamps))).to_series()
+
+
 def _search_stamps(envelopes: pl.Series) -> pl.Series:
     """The local time in envelopes of any shape (v0.1's has no milliseconds, loguru's has a `.`)."""
-    stamp = envelopes.str.extract(rf"({_TS}(?:[,.]\d{{3}})?)", 1).str.replace(".", ",", literal=True)
+    stamp = _dated(envelopes.str.extract(rf"({_TS}(?:[,.]\d{{3}})?)", 1).str.replace(".", ",", literal=True))
     with_ms = stamp.str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False)
     return with_ms.fill_null(stamp.str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S", strict=False))
 
@@ -127,7 +132,7 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
     ranked = message.str.starts_with("[Rank ").fill_null(False)
     rank_end = message.str.find("] ", literal=True)
     # DeepSpeed's logger (v0.2+) has its stamp at a fixed place; other envelopes are a few lines, searched
-    ts = envelope.str.slice(1, 23).str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False)
+    ts = _dated(envelope.str.slice(1, 23)).str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False)
     others = ts.is_null() & envelope.is_not_null()
     prefix = pl.repeat("deepspeed", text.len(), eager=True).zip_with(envelope.is_not_null(), _nulls(text))
     return pl.DataFrame(
@@ -135,10 +140,10 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
             "line": chunk["line"],
             "host": host,
             "ts": _patched(ts, others, lambda rows: _search_stamps(envelope.gather(rows))).dt.replace_time_zone("UTC"),
-            "rank": byte_slice(message, 6, rank_end - 6)
+            "rank": byte_slice(message.zip_with(ranked, _nulls(message)), 6, rank_end.cast(pl.Int64, strict=False) - 6)
             .zip_with(ranked, _nulls(message))
             .cast(pl.Int64, strict=False)
-            .fill_null(tag.str.extract(TAG_RANK, 1).cast(pl.Int64))
+            .fill_null(tag.str.extract(TAG_RANK, 1).cast(pl.Int64, strict=False))
             .fill_null(pl.lit(rank, pl.Int64)),
             "prefix": _patched(prefix, others, lambda rows: envelope.gather(rows).str.contains(FOREIGN).replace_strict({True: "foreign", False: "deepspeed"})),
             "body": byte_slice(message, rank_end + 2).zip_with(ranked, message).fill_null(rest),
@@ -257,7 +262,7 @@ def timer_column(name: str) -> str | None:
 
 def msg_bytes(size: pl.Expr, unit: pl.Expr) -> pl.Expr:
     scale = unit.replace_strict(SIZE_UNITS, [float(1024**i) for i in range(len(SIZE_UNITS))], return_dtype=pl.Float64)
-    return (size.cast(pl.Float64) * scale).round(0).cast(pl.Int64)
+    return (size.cast(pl.Float64, strict=False) * scale).round(0).cast(pl.Int64, strict=False)
 
 
 def _num(name: str) -> pl.Expr:
@@ -270,25 +275,25 @@ def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
         return _timers(recs)
     groups = recs.with_columns(pl.col("body").str.extract_groups(HOT[kind]).alias("g")).unnest("g")
     body = pl.col("body")
-    rank = pl.coalesce(pl.col("rank0").cast(pl.Int64), pl.col("rank")) if "rank0" in groups.columns else pl.col("rank")
+    rank = pl.coalesce(pl.col("rank0").cast(pl.Int64, strict=False), pl.col("rank")) if "rank0" in groups.columns else pl.col("rank")
     base = [pl.col("line"), pl.col("host"), pl.col("ts"), rank.alias("rank")]
     if kind != "comm_op":  # the text a step row shows as its evidence
         base.append(body)
     if kind == "progress":
-        fields = [pl.col("step").cast(pl.Int64), pl.col("skipped").cast(pl.Int64), _num("lr").alias("lr")]
+        fields = [pl.col("step").cast(pl.Int64, strict=False), pl.col("skipped").cast(pl.Int64, strict=False), _num("lr").alias("lr")]
     elif kind == "throughput":
         fields = [
-            pl.coalesce("epoch", "epoch_v07").cast(pl.Int64).alias("epoch"),
-            pl.col("micro_step").cast(pl.Int64),
-            pl.coalesce("step", "step_v07").cast(pl.Int64).alias("step"),
+            pl.coalesce("epoch", "epoch_v07").cast(pl.Int64, strict=False).alias("epoch"),
+            pl.col("micro_step").cast(pl.Int64, strict=False),
+            pl.coalesce("step", "step_v07").cast(pl.Int64, strict=False).alias("step"),
             _num("curr").alias("samples_per_sec"),
             pl.coalesce(_num("avg"), _num("avg_v06")).alias("avg_samples_per_sec"),
         ]
     elif kind == "pipe_step":
-        fields = [pl.col("step").cast(pl.Int64), (_num("iter_s") * 1000).alias("iter_ms"), _num("sps").alias("samples_per_sec")]
+        fields = [pl.col("step").cast(pl.Int64, strict=False), (_num("iter_s") * 1000).alias("iter_ms"), _num("sps").alias("samples_per_sec")]
     elif kind == "iteration":
-        fields = [pl.col("step").cast(pl.Int64)] + [
-            body.str.extract(rf"\| *{_escape(label)}: *({N}) *(?:\||$)", 1).cast(pl.Float64).alias(col)
+        fields = [pl.col("step").cast(pl.Int64, strict=False)] + [
+            body.str.extract(rf"\| *{_escape(label)}: *({N}) *(?:\||$)", 1).cast(pl.Float64, strict=False).alias(col)
             for col, label in MEGATRON.items()
         ]
     else:  # comm_op
@@ -310,7 +315,7 @@ def _timers(recs: pl.DataFrame) -> pl.DataFrame:
         "line",
         "host",
         "ts",
-        body.str.extract(r"^rank=(-?\d+) ", 1).cast(pl.Int64).fill_null(pl.col("rank")).alias("rank"),
+        body.str.extract(r"^rank=(-?\d+) ", 1).cast(pl.Int64, strict=False).fill_null(pl.col("rank")).alias("rank"),
         body,
         _timer_role(body).alias("role"),
     ).with_columns(**_timer_columns(recs["body"]))
@@ -328,7 +333,7 @@ def _timer_columns(body: pl.Series) -> dict[str, pl.Series]:
     )
     row, name, value = tokens["row"].gather_every(2), tokens["token"].gather_every(2), tokens["token"].gather_every(2, 1)
     column = name.replace_strict({n: timer_column(n) for n in name.unique()}, return_dtype=pl.String)
-    value = value.cast(pl.Float64)
+    value = value.cast(pl.Float64, strict=False)
     return {col: _nulls(body, pl.Float64).scatter(row.filter(column == col), value.filter(column == col)) for col in TIMERS}
 
 
@@ -496,7 +501,7 @@ class DeepSpeedParser:
         cold = kept.filter(~pl.col("kind").is_in(list(HOT)))
         if cold.height:
             self._cold.append(cold.select("line", "host", "ts", "rank", "kind", "body", "owner"))
-        return recs.select(status.cast(pl.UInt8)).to_series()
+        return recs.select(status.cast(pl.UInt8, strict=False)).to_series()
 
     def _continuations(self, recs: pl.DataFrame) -> pl.DataFrame:
         """Give prefix-less continuation lines the kind of their shape and the line of their opener."""

@@ -64,7 +64,7 @@ def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame:
     rows = _timer_steps(rows)
     # Megatron counts skipped iterations per logging interval; `skipped` is cumulative
     rows = rows.with_columns(
-        pl.coalesce("skipped", pl.col("skipped_iterations").cum_sum().over("host", "engine")).cast(pl.Int64).alias("skipped")
+        pl.coalesce("skipped", pl.col("skipped_iterations").cum_sum().over("host", "engine")).cast(pl.Int64, strict=False).alias("skipped")
     )
     key = ["host", "rank_key", "engine", "step"]
     present = [c for c in STEP_COLUMNS if c in rows.columns]
@@ -98,8 +98,8 @@ def _engines(rows: pl.DataFrame) -> pl.DataFrame:
 def _timer_steps(rows: pl.DataFrame) -> pl.DataFrame:
     """The step of each timer line, from the progress lines around it (see the module doc)."""
     stream = ["host", "rank_key"]
-    is_p = (pl.col("source") == "progress").cast(pl.Int64)
-    is_g = ((pl.col("source") == "timers") & (pl.col("role") != "optimizer")).cast(pl.Int64)
+    is_p = (pl.col("source") == "progress").cast(pl.Int64, strict=False)
+    is_g = ((pl.col("source") == "timers") & (pl.col("role") != "optimizer")).cast(pl.Int64, strict=False)
     p_step = pl.when(is_p == 1).then(pl.col("step"))
     seg_fwd = is_p.cum_sum().over(stream)
     seg_bwd = is_p.cum_sum(reverse=True).over(stream)
@@ -112,7 +112,7 @@ def _timer_steps(rows: pl.DataFrame) -> pl.DataFrame:
     counted = pl.col("_g").cum_sum().over(stream) + 1 - pl.col("_g")
     timer_step = pl.coalesce(forward, backward, counted)
     return rows.with_columns(
-        pl.when(pl.col("source") == "timers").then(timer_step).otherwise(pl.col("step")).cast(pl.Int64).alias("step")
+        pl.when(pl.col("source") == "timers").then(timer_step).otherwise(pl.col("step")).cast(pl.Int64, strict=False).alias("step")
     ).drop("_p", "_g", "_sf", "_sb", "_last", "_next")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from bisect import bisect_left, bisect_right
 
 import polars as pl
 
@@ -34,6 +35,9 @@ def ingest(source: InputFile) -> IngestResult:
     except json.JSONDecodeError as exc:
         result.account.errors.append(f"{source.name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
         return result
+    except RecursionError:
+        result.account.errors.append(f"{source.name}: JSON nested too deeply to be a DeepSpeed config")
+        return result
     if not isinstance(settings, dict):
         result.account.errors.append(f"{source.name}: not a DeepSpeed config (the JSON is not an object)")
         return result
@@ -51,12 +55,22 @@ def ingest(source: InputFile) -> IngestResult:
 
 
 def _key_lines(text: str, pairs: list[tuple[str, object]]) -> list[int | None]:
-    """The line of each flattened key: the next line, from the previous key's, that names its last part."""
-    lines = text.splitlines()
+    """The line of each flattened key: the first line, from the previous key's, that names its last
+    part. One pass finds every `"name":` in the text; each key then takes the next occurrence of its
+    name by bisection, so a 20,000-key config (even on one line) takes milliseconds, not minutes."""
+    occurrences: dict[str, list[int]] = {}
+    lines_at: list[int] = []
+    for n, found in enumerate(re.finditer(r'"((?:[^"\\]|\\.)*)"\s*:', text)):
+        occurrences.setdefault(found.group(1), []).append(n)
+        lines_at.append(found.start())
+    line_starts = [m.end() for m in re.finditer("\n", text)]
     found, at = [], 0
     for key, _ in pairs:
-        pattern = re.compile(rf'"{re.escape(key.rsplit(".", 1)[-1])}"\s*:')
-        hit = next((i for i in range(at, len(lines)) if pattern.search(lines[i])), None)
-        found.append(None if hit is None else hit + 1)
-        at = hit if hit is not None else at
+        positions = occurrences.get(key.rsplit(".", 1)[-1], [])
+        i = bisect_left(positions, at)
+        if i == len(positions):
+            found.append(None)
+            continue
+        at = positions[i]
+        found.append(bisect_right(line_starts, lines_at[at]) + 1)
     return found

@@ -165,6 +165,22 @@ class _Marks:
 LineParser = Callable[[str], Any]  # a line's text -> its value, or None if not a line of the format
 
 
+def _numbers_fit(value: Any) -> bool:
+    """Whether every integer in a parsed line fits a 64-bit column (a counter of 2^64 does not: that
+    line is unrecognised, the rest of the file is read)."""
+    if isinstance(value, bool) or value is None:
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**64
+    if isinstance(value, dict):
+        return all(_numbers_fit(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_numbers_fit(v) for v in value)
+    if hasattr(value, "__dataclass_fields__"):
+        return all(_numbers_fit(getattr(value, f)) for f in value.__dataclass_fields__)
+    return True
+
+
 def read_dump(source: InputFile, parse_line: LineParser) -> tuple[list[DumpLine], Account]:
     """Read a dump: the lines `parse_line` understood, with time and host, and the file's account."""
     account = Account()
@@ -188,7 +204,7 @@ def read_dump(source: InputFile, parse_line: LineParser) -> tuple[list[DumpLine]
             elif m := _HOST_LINE.match(text):
                 hosts.add(number, m["host"])
                 account.parsed += 1
-            elif (value := parse_line(raw)) is not None:
+            elif (value := parse_line(raw)) is not None and _numbers_fit(value):
                 parsed.append((number, raw, value))
                 account.parsed += 1
             elif m := _COMMAND.search(text):

@@ -15,6 +15,7 @@ from pathlib import Path
 import polars as pl
 
 CHUNK_BYTES = 32 << 20
+MAX_LINE_BYTES = 1 << 20  # longer lines (no NCCL or DeepSpeed line comes near) keep their head only
 
 # Status codes a line parser gives each line; the highest claim wins.
 NOT_MINE, IGNORED, UNRECOGNIZED, PARSED = 0, 1, 2, 3
@@ -24,7 +25,22 @@ def byte_slice(text: pl.Expr, start: pl.Expr | int, length: pl.Expr | int | None
     """Slice of `text` by byte offsets, as `str.find` returns them. `str.slice` and `str.head`
     count characters, which differ from bytes once non-ASCII text (a tqdm bar, an accented
     host name) comes first."""
+    # a negative start or length would count from the end and could cut a character in two
+    start = start.clip(lower_bound=0) if isinstance(start, (pl.Expr, pl.Series)) else max(start, 0)
+    if length is not None:
+        length = length.clip(lower_bound=0) if isinstance(length, (pl.Expr, pl.Series)) else max(length, 0)
     return text.cast(pl.Binary).bin.slice(start, length).cast(pl.String)
+
+
+# Years a nanosecond timestamp can hold (1677-09-21 .. 2262-04-11): outside them polars wraps around
+# (a log year 9999 became 1815), so such times are no time at all.
+NS_YEARS = (1678, 2261)
+
+
+def within_datetime_range(text: pl.Expr) -> pl.Expr:
+    """`text` (a time starting with a 4-digit year) where its year fits a nanosecond timestamp, else null."""
+    year = text.str.slice(0, 4).cast(pl.Int32, strict=False)
+    return pl.when(year.is_between(*NS_YEARS)).then(text)
 
 
 def _split_lines(block: bytes) -> pl.Series:
@@ -61,25 +77,39 @@ def _frame(block: bytes, first_line: int) -> pl.DataFrame:
     )
 
 
-def _blocks(path: Path, chunk_bytes: int) -> Iterator[tuple[int, bytes, int]]:
-    """(byte offset, block, first line) of each chunk: blocks of `chunk_bytes` cut after a line end."""
-    offset, next_line, carry = 0, 1, b""
+def _blocks(path: Path, chunk_bytes: int, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes, int]]:
+    """(byte offset, block, first line) of each chunk: blocks of `chunk_bytes` cut after a line end.
+
+    A line longer than `max_line` with no newline in a whole block (a 200 MB line) is a block of
+    its own holding its first `max_line` bytes, counted as one line; the rest of it, up to its
+    newline, is skipped. Memory stays bounded by the block size, and every block is still the
+    file's bytes at its offset (read_span reads the same)."""
+    start, next_line, carry, skipping = 0, 1, b"", False  # `carry` holds the file's bytes from `start`
     with path.open("rb") as fh:
         while True:
+            read_at = fh.tell()
             block = fh.read(chunk_bytes)
             if not block:
                 break
-            block = carry + block
-            cut = block.rfind(b"\n")
+            if skipping:
+                end = block.find(b"\n")
+                if end < 0:
+                    continue
+                skipping, block, start, carry = False, block[end + 1 :], read_at + end + 1, b""
+            data = carry + block
+            cut = data.rfind(b"\n")
             if cut < 0:
-                carry = block
+                carry = data
+                if len(data) > max_line:
+                    yield start, data[:max_line], next_line
+                    next_line, carry, skipping = next_line + 1, b"", True
                 continue
-            carry = block[cut + 1 :]
-            yield offset, block[:cut], next_line
-            next_line += block.count(b"\n", 0, cut) + 1
-            offset += cut + 1
+            carry = data[cut + 1 :]
+            yield start, data[:cut], next_line
+            next_line += data.count(b"\n", 0, cut) + 1
+            start += cut + 1
     if carry:
-        yield offset, carry, next_line
+        yield start, carry, next_line
 
 
 def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:

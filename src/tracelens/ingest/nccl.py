@@ -28,7 +28,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice
+from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, within_datetime_range
 from tracelens.ingest.templates import Locator, TemplateParser
 from tracelens.private_cache import cache_file
 from tracelens.resources import grammar_text
@@ -244,7 +244,7 @@ _WRAPPER_TS = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?)"  # launche
 # pdsh's `host: `; a name is cut at its first dot as NCCL cuts its own (§1.1), an IPv4 address is kept whole
 _PDSH_HOST = r"^((?:\d+\.){3}\d+|[A-Za-z0-9][\w-]*)[\w.-]*: "
 
-RECORD_COLUMNS = ["idx", "prefix", "ts", "host", "pid", "tid", "cuda_dev", "level", "msg"]
+RECORD_COLUMNS = ["idx", "prefix", "ts", "host", "pid", "tid", "cuda_dev", "level", "msg", "bad_number"]
 
 
 def _split_prefix(records: pl.LazyFrame) -> pl.LazyFrame:
@@ -254,6 +254,7 @@ def _split_prefix(records: pl.LazyFrame) -> pl.LazyFrame:
     nccl_ts = prefix.str.extract(_NCCL_TS)
     ts_text = pl.coalesce(nccl_ts, prefix.str.extract(_WRAPPER_TS)).str.replace_all(r"[T_]", " ").str.replace(",", ".", literal=True)
     ts_text = pl.when(ts_text.str.len_chars() == 16).then(ts_text + ":00").otherwise(ts_text)  # minutes only
+    ts_text = within_datetime_range(ts_text)
     return records.with_columns(
         prefix=pl.when(nccl_ts.is_not_null()).then(prefix.str.replace(_NCCL_TS, "")).otherwise(prefix),
         ts=ts_text.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", time_zone="UTC", strict=False),
@@ -267,12 +268,17 @@ def _with_head(records: pl.LazyFrame) -> pl.LazyFrame:
     heads and are joined back: 3x faster than capturing on every line.
     """
     parts = pl.col("head").str.extract_groups(_HEAD)
+    numbers = {"pid": pl.Int64, "tid": pl.Int64, "dev": pl.Int32}
     heads = records.select("head").unique().with_columns(
         prefix=parts.struct.field("prefix"),
         host=parts.struct.field("host"),
-        pid=parts.struct.field("pid").cast(pl.Int64),
-        tid=parts.struct.field("tid").cast(pl.Int64),
-        cuda_dev=parts.struct.field("dev").cast(pl.Int32),
+        pid=parts.struct.field("pid").cast(pl.Int64, strict=False),
+        tid=parts.struct.field("tid").cast(pl.Int64, strict=False),
+        cuda_dev=parts.struct.field("dev").cast(pl.Int32, strict=False),
+        # a pid, tid or device out of range (a 20-digit pid): the record is counted unrecognised, not the file lost
+        bad_number=pl.any_horizontal(
+            parts.struct.field(f).is_not_null() & parts.struct.field(f).cast(t, strict=False).is_null() for f, t in numbers.items()
+        ),
     )
     return records.join(_split_prefix(heads), on="head", how="left", maintain_order="left")
 
@@ -329,6 +335,7 @@ def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
     """PyTorch ProcessGroupNCCL records, PyTorch's NCCL errors and the WARNs they quote, and bare `NCCL version` lines."""
     text = pl.col("text")
     none = {c: pl.lit(None, dtype=t) for c, t in (("host", pl.String), ("pid", pl.Int64), ("tid", pl.Int64), ("cuda_dev", pl.Int32))}
+    none["bad_number"] = pl.lit(False)
 
     def records(pattern: str, level: pl.Expr, clock: pl.Expr = pl.lit(None, pl.String)) -> pl.LazyFrame:
         parts = text.str.extract_groups(pattern)
@@ -401,11 +408,14 @@ class NcclParser:
         records = split_records(chunk)
         kinds, fields = match_vector(records["msg"])
         records, fields = self._classify_rest(records.with_columns(kind=kinds), fields)
+        records = records.with_columns(
+            kind=pl.when(pl.col("bad_number").fill_null(False)).then(pl.lit(UNKNOWN)).otherwise("kind")
+        ).drop("bad_number")
         texts = chunk["text"]
         status = pl.zeros(chunk.height, dtype=pl.UInt8, eager=True)
         records, continued = self._join_continuations(records, texts)
         recognized = records["kind"] != UNKNOWN
-        status = status.scatter(records["idx"], recognized.cast(pl.UInt8) * (PARSED - UNRECOGNIZED) + UNRECOGNIZED)
+        status = status.scatter(records["idx"], recognized.cast(pl.UInt8, strict=False) * (PARSED - UNRECOGNIZED) + UNRECOGNIZED)
         if continued:
             status = status.scatter(continued, PARSED)
         blank = _warn_blank_lines(records, texts)
@@ -564,11 +574,11 @@ def _channels(records: pl.DataFrame) -> pl.DataFrame:
     )  # fmt: skip
     return records.filter(pl.col("kind") == "channel_conn").select(
         *PROVENANCE, "pid",
-        channel=pl.col("channel").cast(pl.Int32), conn=pl.col("conn").cast(pl.Int32),
-        src_rank=pl.col("src_rank").cast(pl.Int64), dst_rank=pl.col("dst_rank").cast(pl.Int64),
+        channel=pl.col("channel").cast(pl.Int32, strict=False), conn=pl.col("conn").cast(pl.Int32, strict=False),
+        src_rank=pl.col("src_rank").cast(pl.Int64, strict=False), dst_rank=pl.col("dst_rank").cast(pl.Int64, strict=False),
         src_dev="src_dev", dst_dev="dst_dev", direction="direction", transport=transport,
-        net=net.struct.field("net"), nic=net.struct.field("nic").cast(pl.Int32),
-        proxy_rank=net.struct.field("proxy_rank").cast(pl.Int64),
+        net=net.struct.field("net"), nic=net.struct.field("nic").cast(pl.Int32, strict=False),
+        proxy_rank=net.struct.field("proxy_rank").cast(pl.Int64, strict=False),
         gdr=pl.when(is_net).then(via.str.contains("/GDRDMA", literal=True)), via=via,
     )  # fmt: skip
 
@@ -581,9 +591,9 @@ def _comms(records: pl.DataFrame) -> pl.DataFrame:
     comms = comms.join(per_process, on=["host", "pid"], how="left", nulls_equal=False, maintain_order="left")
     return comms.select(
         *PROVENANCE, "pid", "comm_id", "comm_hash",
-        rank=pl.col("rank").cast(pl.Int64), nranks=pl.col("nranks").cast(pl.Int64),
-        cuda_dev=pl.coalesce(pl.col("comm_cuda_dev").cast(pl.Int32), "cuda_dev"),
-        nvml_dev=pl.col("nvml_dev").cast(pl.Int32), bus_id="bus_id",
+        rank=pl.col("rank").cast(pl.Int64, strict=False), nranks=pl.col("nranks").cast(pl.Int64, strict=False),
+        cuda_dev=pl.coalesce(pl.col("comm_cuda_dev").cast(pl.Int32, strict=False), "cuda_dev"),
+        nvml_dev=pl.col("nvml_dev").cast(pl.Int32, strict=False), bus_id="bus_id",
         event=pl.col("comm_event").replace_strict(COMM_EVENTS, default="rank_info"),
         nccl_version=pl.col("version").fill_null(pl.lit(file_version, dtype=pl.String)),
     )  # fmt: skip
@@ -607,7 +617,7 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
         records.filter(kind == "ib_sideband").select(*base, what=pl.lit("oob_if"), name="oob_name"),
         records.filter(kind.is_in(["ib_devices", "ib_device"])).select(*base, dev="ibdev").explode("dev").select(
             *base, what=pl.lit("ib_device"), name=dev.struct.field("name"),
-            port=dev.struct.field("port").cast(pl.Int32), link_layer=dev.struct.field("link_layer"),
+            port=dev.struct.field("port").cast(pl.Int32, strict=False), link_layer=dev.struct.field("link_layer"),
         ),
         records.filter(kind.is_in(list(missing))).select(*base, what=pl.lit("ib_missing"), name=kind.replace_strict(missing)),
         records.filter(kind.is_in(["gdr_hca", "gdr_gpu"])).select(
@@ -629,7 +639,7 @@ def _errors(records: pl.DataFrame) -> pl.DataFrame:
     kind = pl.col("kind")
     errors = records.filter(pl.col("level").is_in(["WARN", "ABORT"]) | kind.is_in(PYTORCH_ERRORS))
     terminated = pl.when(pl.col("ran_ms").is_not_null()).then(pl.lit("watchdog_timeout")).otherwise(pl.lit("watchdog_exception"))
-    status = pl.col("status").cast(pl.Int32)
+    status = pl.col("status").cast(pl.Int32, strict=False)
     status_name = pl.when(kind == "ib_completion").then(
         pl.coalesce("status_sym", pl.lit("IBV_WC_") + status.replace_strict(dict(enumerate(IBV_WC_STATUS)), default=None, return_dtype=pl.String))
     )
@@ -637,10 +647,10 @@ def _errors(records: pl.DataFrame) -> pl.DataFrame:
         *PROVENANCE, "pid", "tid",
         kind=pl.when(kind == "pt_watchdog_terminated").then(terminated).otherwise(kind.replace_strict(ERROR_KINDS, default="warn")),
         status=status, status_name=status_name,
-        opcode=pl.col("opcode").cast(pl.Int64), vendor_err=pl.col("vendor_err").cast(pl.Int64), peer="peer",
-        rank=pl.when(kind.str.starts_with("pt_")).then(pl.col("rank").cast(pl.Int64)),
-        seq=pl.col("seq").cast(pl.Int64), op_type="op_type",
-        timeout_ms=pl.col("timeout_ms").cast(pl.Int64), ran_ms=pl.col("ran_ms").cast(pl.Int64), message="msg",
+        opcode=pl.col("opcode").cast(pl.Int64, strict=False), vendor_err=pl.col("vendor_err").cast(pl.Int64, strict=False), peer="peer",
+        rank=pl.when(kind.str.starts_with("pt_")).then(pl.col("rank").cast(pl.Int64, strict=False)),
+        seq=pl.col("seq").cast(pl.Int64, strict=False), op_type="op_type",
+        timeout_ms=pl.col("timeout_ms").cast(pl.Int64, strict=False), ran_ms=pl.col("ran_ms").cast(pl.Int64, strict=False), message="msg",
     )  # fmt: skip
 
 

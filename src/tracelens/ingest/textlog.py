@@ -16,7 +16,7 @@ from typing import Protocol
 
 import polars as pl
 
-from tracelens.ingest import Account, IngestResult, InputFile
+from tracelens.ingest import Account, IngestResult, InputFile, looks_like_text
 from tracelens.ingest import deepspeed, nccl, nccl_tests, stacks
 from tracelens.ingest.lines import CHUNK_BYTES, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, chunk_spans, read_chunks, read_span
 
@@ -39,7 +39,7 @@ LINE_PARSERS = [nccl.NcclParser, deepspeed.DeepSpeedParser, stacks.StackParser, 
 
 
 def sniff(head: bytes) -> bool:
-    return b"\x00" not in head[:4096]
+    return looks_like_text(head)
 
 
 def ingest(source: InputFile, jobs: int = 1, chunk_bytes: int = CHUNK_BYTES, workers: Executor | None = None) -> IngestResult:

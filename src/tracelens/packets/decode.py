@@ -422,7 +422,10 @@ def _table(chunk: _Chunk) -> pa.Table:
     columns: dict[str, pa.Array] = {}
     for name, kind in INT_COLUMNS.items():
         if name in chunk.values:
-            columns[name] = pa.array(chunk.values[name], mask=~chunk.valid[name]).cast(kind)
+            values = chunk.values[name]
+            limits = np.iinfo(kind.to_pandas_dtype())
+            fits = (values >= limits.min) & (values <= limits.max)  # a damaged header's value: null, not a lost capture
+            columns[name] = pa.array(np.where(fits, values, 0), mask=~(chunk.valid[name] & fits)).cast(kind)
     for name in BOOL_COLUMNS:
         if name in chunk.values:
             columns[name] = pa.array(chunk.values[name].astype(bool), mask=~chunk.valid[name])

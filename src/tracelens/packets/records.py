@@ -144,10 +144,15 @@ class CaptureReader:
             caplen = caplen_at(raw, pos + 8)[0]
             if caplen > MAX_CAPLEN:
                 kept = frames + len(starts)
-                self.notes.append(
-                    f"record at byte {pos} (frame {kept + 1}) claims {caplen} captured bytes, "
-                    f"so the file is corrupt from there; kept the {kept} packets before it"
+                swapped = int.from_bytes(raw[pos + 8 : pos + 12], "big" if caplen_at.__self__.format[0] == "<" else "little")
+                why = (
+                    "the file header's byte order does not match its records' (the header says "
+                    f"{'little' if caplen_at.__self__.format[0] == '<' else 'big'}-endian; the records read as the other), "
+                    "so no packet can be read: the capture was damaged or its header rewritten"
+                    if kept == 0 and swapped <= MAX_CAPLEN
+                    else f"record at byte {pos} (frame {kept + 1}) claims {caplen} captured bytes, so the file is corrupt from there"
                 )
+                self.notes.append(f"{why}; kept the {kept} packets before it")
                 return pos, True
             end = pos + PCAP_RECORD_HEADER + caplen
             if end > size:

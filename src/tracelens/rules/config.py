@@ -7,6 +7,8 @@ Each finding names the config change.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterator
 
 import polars as pl
@@ -34,9 +36,10 @@ def _flag(value: str | None) -> bool | None:
 
 def _number(value: str | None) -> float | None:
     try:
-        return float((value or "").replace(",", ""))
+        number = float((value or "").replace(",", ""))
     except ValueError:
         return None  # "auto" (HF Accelerate fills it in), or not a number
+    return number if math.isfinite(number) else None  # NaN, Infinity, 1e400: no setting a rule can use
 
 
 def _evidence(rows: pl.DataFrame) -> list[Evidence]:

@@ -147,19 +147,22 @@ def _window(key: tuple, stream: pl.DataFrame, inside: pl.DataFrame) -> Window:
     steps_covered = inside["steps_covered"].fill_null(1.0)
     lost = ((inside["time_ms"] - inside["baseline_ms"]) * steps_covered).sum() / 1000
     first_step = int(inside["step"][0] - steps_covered[0] + 1)
-
-    def ratio(col: str) -> float | None:
-        typical = stream[col].median()
-        return float(inside[col].median() / typical) if typical else None
-
     return Window(
         file=file, host=host, rank=rank, engine=engine,
         first_step=first_step, last_step=int(inside["step"][-1]), rows=inside.height, steps=int(steps_covered.sum()),
         ratio=float((inside["time_ms"] / inside["baseline_ms"]).median()),
         baseline_ms=float(inside["baseline_ms"].median()), peak_ms=float(inside["time_ms"].max()),
         cost_s=float(lost), start=inside["ts"].min(), end=inside["ts"].max(), basis=inside["basis"][0],
-        lines=tuple(inside["line"].to_list()), comm_ratio=ratio("comm_ms"), compute_ratio=ratio("compute_ms"),
+        lines=tuple(inside["line"].to_list()), comm_ratio=ratio_of_medians(inside["comm_ms"], stream["comm_ms"]),
+        compute_ratio=ratio_of_medians(inside["compute_ms"], stream["compute_ms"]),
     )  # fmt: skip
+
+
+def ratio_of_medians(now: pl.Series, typical: pl.Series) -> float | None:
+    """Median of `now` over median of `typical`; None when either has no value (a slow window whose
+    timer values are missing) or the typical one is zero."""
+    a, b = now.median(), typical.median()
+    return float(a / b) if a is not None and b else None
 
 
 def run_time_s(series: pl.DataFrame) -> float:

@@ -1,0 +1,182 @@
+"""One bad value never loses a file or the analysis (issue 11): each malformed value below is
+met with a null, an unrecognised line or a one-line error, and the rest of the run is read."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from tests.conftest import tables_from
+from tracelens.analyze import analyze
+from tracelens.events import network_events
+from tracelens.findings import Evidence
+from tracelens.ingest import InputFile, ingest_file, sniff_format
+from tracelens.ingest.lines import read_chunks
+from tracelens.report.html import render
+from tracelens.report.summary import to_json
+from tracelens.steps import ratio_of_medians
+from tracelens.timeline import align
+
+WATCHDOG = (
+    "[rank0]:[E{clock}.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out."
+)
+DATED = "[2024-12-06 18:30:00] node01:100:101 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node02<34567>"
+
+
+def _run(tmp_path: Path, files: dict[str, str | bytes]):
+    for name, text in files.items():
+        path = tmp_path / "run" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    analysis = analyze(tmp_path / "run")
+    json.dumps(to_json(analysis), allow_nan=False, default=str)  # strict JSON
+    render(analysis)
+    return analysis
+
+
+def _input(analysis, name: str) -> dict:
+    (row,) = [r for r in analysis.tables["inputs"].iter_rows(named=True) if r["file"] == name]
+    return row
+
+
+@pytest.mark.parametrize("clock", ["1206 24:00:00", "1206 25:61:99", "1306 10:00:00", "0231 10:00:00", "0000 00:00:00"])
+def test_a_c10_time_that_is_no_time_leaves_the_line_untimed_and_the_analysis_whole(tmp_path: Path, clock: str):
+    analysis = _run(tmp_path, {"node01/train.log": f"{DATED}\n{WATCHDOG.format(clock=clock)}\n"})
+    assert [f.rule_id for f in analysis.findings if f.rule_id == "TL108"] == ["TL108"]
+    errors = analysis.tables["nccl_errors"]
+    watchdog = errors.filter(pl.col("kind") == "watchdog_timeout")
+    assert watchdog.height == 1 and watchdog["ts_quality"][0] != "exact"  # at most inferred from its neighbour
+
+
+def test_a_valid_c10_time_still_gets_the_files_year(tmp_path: Path):
+    analysis = _run(tmp_path, {"node01/train.log": f"{DATED}\n{WATCHDOG.format(clock='1206 18:44:12')}\n"})
+    watchdog = analysis.tables["nccl_errors"].filter(pl.col("kind") == "watchdog_timeout")
+    assert str(watchdog["ts"][0]).startswith("2024-12-06 18:44:12")
+
+
+@pytest.mark.parametrize("year", ["9999", "1600", "0001", "2263"])
+def test_years_outside_what_a_timestamp_holds_are_no_time_not_wrapped(tmp_path: Path, year: str):
+    nccl = DATED.replace("2024", year)
+    deepspeed = f"[{year}-05-01 10:00:05,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+    analysis = _run(tmp_path, {"node01/train.log": f"{nccl}\n{deepspeed}\n"})
+    for table in ("nccl_errors", "steps"):
+        frame = analysis.tables[table]
+        assert frame.height == 1, table
+        assert frame["ts"][0] is None, f"{table}: year {year} read as {frame['ts'][0]}"
+
+
+def test_a_20_digit_pid_is_one_unrecognised_line_not_a_lost_file(tmp_path: Path):
+    lines = [
+        "node01:100:100 [0] NCCL INFO Using network IB",
+        "node01:12345678901234567890:100 [0] NCCL INFO Using network IB",
+        "node01:100:100 [4294967296] NCCL INFO NET/IB : No device found.",
+        "node01:100:100 [0] NCCL INFO Channel 99999999999999999999/0 : 0[0] -> 1[1] via NET/IB/18446744073709551616",
+    ]
+    analysis = _run(tmp_path, {"node01/nccl.log": "\n".join(lines) + "\n"})
+    row = _input(analysis, "node01/nccl.log")
+    assert not row["errors"]
+    assert (row["lines"], row["parsed"], row["unrecognized"]) == (4, 2, 2)
+    assert sorted(s["line"] for s in row["samples"]) == [2, 3]
+    assert analysis.tables["nccl_channels"]["nic"].to_list() == [None]  # the bad number is null, the row kept
+
+
+PERFQUERY = """# hostname
+node01
+Fri Dec  6 18:{minute}:00 UTC 2024
+# Port extended counters: Lid 11 port 1 (CapMask: 0x5300)
+PortXmitData:....................{xmit}
+PortRcvData:.....................{rcv}
+SymbolErrorCounter:..............{sym}
+LinkDownedCounter:...............0
+"""
+
+
+def test_a_counter_of_2_64_is_one_unrecognised_line_and_huge_deltas_do_not_crash(tmp_path: Path):
+    before = PERFQUERY.format(minute=30, xmit=0, rcv=5, sym=0)
+    after = PERFQUERY.format(minute=45, xmit=2**64 - 1, rcv=2**64, sym=2**63 + 5)
+    analysis = _run(tmp_path, {"node01/perfquery-before.txt": before, "node01/perfquery-after.txt": after})
+    row = _input(analysis, "node01/perfquery-after.txt")
+    assert not row["errors"] and row["unrecognized"] == 1 and row["samples"][0]["line"] == 6
+    values = analysis.tables["ib_counters"].filter(pl.col("file") == "node01/perfquery-after.txt")
+    assert set(values["counter"]) >= {"PortXmitData", "SymbolErrorCounter"} and "PortRcvData" not in set(values["counter"])
+    events = network_events(analysis.tables)  # deltas of 2^63 and more: counted at the largest count, no error
+    assert events.filter(pl.col("what") == "SymbolErrorCounter")["count"].to_list() == [2**63 - 1]
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_ds_config_numbers_that_are_no_numbers_fire_no_rule_and_crash_nothing(tmp_path: Path, value: str):
+    config = (
+        '{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": %s, "overlap_comm": false,'
+        ' "reduce_bucket_size": %s, "allgather_bucket_size": %s}}' % (value, value, value)
+    )
+    analysis = _run(tmp_path, {"node01/ds_config.json": config})
+    assert {f.rule_id for f in analysis.findings} & {"TL501", "TL502"} == set()
+    keys = set(analysis.tables["config"]["key"])
+    assert "zero_optimization.stage" in keys and "zero_optimization.reduce_bucket_size" in keys
+
+
+def test_a_20000_key_ds_config_on_one_line_is_read_in_well_under_a_second(tmp_path: Path):
+    settings = {"zero_optimization": {"stage": 2}, "train_batch_size": 8, **{f"key{i}": i for i in range(20_000)}}
+    path = tmp_path / "ds_config.json"
+    path.write_text(json.dumps(settings))
+    started = time.perf_counter()
+    result = ingest_file(InputFile(path=path, name="ds_config.json", format=sniff_format(path.read_bytes()[:65536])))
+    elapsed = time.perf_counter() - started
+    assert result.account.parsed == 20_002 and elapsed < 5  # was 94 s (quadratic)
+    lines = result.tables["config"]["line"]
+    assert lines.null_count() == 0 and set(lines) == {1}
+
+
+def test_json_nested_too_deeply_is_a_one_line_error(tmp_path: Path):
+    path = tmp_path / "ds_config.json"
+    path.write_text('{"zero_optimization": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    result = ingest_file(InputFile(path=path, name="ds_config.json", format="ds_config"))
+    assert result.account.errors == ["ds_config.json: JSON nested too deeply to be a DeepSpeed config"]
+
+
+def test_missing_timer_values_give_no_ratio_instead_of_an_error():
+    assert ratio_of_medians(pl.Series([None, None], dtype=pl.Float64), pl.Series([1.0, 2.0])) is None
+    assert ratio_of_medians(pl.Series([4.0]), pl.Series([None], dtype=pl.Float64)) is None
+    assert ratio_of_medians(pl.Series([4.0]), pl.Series([2.0])) == 2.0
+
+
+def test_one_nul_byte_does_not_make_a_log_binary_but_utf16_is_named(tmp_path: Path):
+    text = b"node01:100:100 [0] NCCL INFO Using network IB\n"
+    assert sniff_format(text[:10] + b"\x00" + text[10:] * 20) == "log"
+    assert sniff_format(b"\x00" * 4096) == "binary"
+    utf16 = text.decode().encode("utf-16")
+    assert sniff_format(utf16) == "utf16"
+    path = tmp_path / "w.log"
+    path.write_bytes(utf16)
+    (error,) = ingest_file(InputFile(path=path, name="w.log", format="utf16")).account.errors
+    assert "UTF-16" in error and "iconv" in error
+
+
+def test_a_200_mb_line_without_newline_is_read_as_one_bounded_line(tmp_path: Path):
+    path = tmp_path / "huge.log"
+    with path.open("wb") as fh:
+        fh.write(b"node01:100:100 [0] NCCL INFO Using network IB\n")
+        block = b"x" * (1 << 20)
+        for _ in range(200):
+            fh.write(block)
+    chunks = list(read_chunks(path, chunk_bytes=8 << 20))
+    texts = pl.concat(chunks)["text"]
+    assert texts.len() == 2 and len(texts[1]) == 1 << 20  # one line, its first MiB
+    result = ingest_file(InputFile(path=path, name="huge.log", format="log"))
+    assert result.account.lines == 2
+    for line, text in result.account.samples:
+        assert len(text) < 1000
+    assert len(Evidence("f", 1, "y" * 10_000_000).text) < 3000
+
+
+def test_an_over_long_line_followed_by_more_lines_keeps_the_count(tmp_path: Path):
+    path = tmp_path / "mixed.log"
+    path.write_bytes(b"a\n" + b"z" * (3 << 20) + b"\nb\nc")
+    texts = pl.concat(list(read_chunks(path, chunk_bytes=1 << 20)))["text"].to_list()
+    assert [t[:1] for t in texts] == ["a", "z", "b", "c"] and len(texts[1]) == 1 << 20
+
