@@ -46,4 +46,9 @@ def loads(data: bytes):
     """The object in `data` if it is made of plain containers and scalars; UnsafePickle otherwise."""
     if len(data) > _MAX_BYTES:
         raise UnsafePickle(f"pickle of {len(data):,} bytes is larger than the {_MAX_BYTES >> 20} MiB read")
-    return _PlainUnpickler(io.BytesIO(data)).load()
+    try:
+        return _PlainUnpickler(io.BytesIO(data)).load()
+    except UnsafePickle:
+        raise
+    except Exception as exc:  # a damaged pickle raises anything (bad load key, EOF, struct, index ...)
+        raise ValueError(f"damaged pickle ({type(exc).__name__}: {exc})") from None
