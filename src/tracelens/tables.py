@@ -112,6 +112,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("timeout_ms", pa.int64()),
         pa.field("ran_ms", pa.int64()),
         pa.field("message", pa.string()),
+        pa.field("async_event", pa.string()),  # IB async event: port error, CQ error, local access violation work queue error ...
     ),
     # One row per training step report (DeepSpeed / Megatron).
     "steps": _schema(

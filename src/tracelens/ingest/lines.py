@@ -14,6 +14,8 @@ from pathlib import Path
 
 import polars as pl
 
+from tracelens.ingest.pasted import unpaste
+
 CHUNK_BYTES = 32 << 20
 MAX_LINE_BYTES = 1 << 20  # longer lines (no NCCL or DeepSpeed line comes near) keep their head only
 
@@ -72,6 +74,7 @@ def _frame(block: bytes, first_line: int) -> pl.DataFrame:
     lines = _csv_lines(block)
     if lines is None:
         lines = _split_lines(block)
+    lines = unpaste(lines)  # a log pasted from a tracker or chat, put back as printed
     return pl.DataFrame(
         {"line": pl.int_range(first_line, first_line + lines.len(), dtype=pl.Int64, eager=True), "text": lines}
     )

@@ -42,7 +42,7 @@ FIELDS = frozenset(
     "nccl_version cuda_version env_name env_value oob_name net_name gdr_state gdr_name plugin_name"
     " internal_plugin channel conn src_rank dst_rank src_dev dst_dev direction via comm_id comm_hash rank"
     " nranks comm_cuda_dev nvml_dev bus_id comm_event src_file src_line result strerror thread_tag verb peer"
-    " status status_sym opcode vendor_err seq op_type timeout_ms ran_ms ifaddr ibdev oob".split()
+    " status status_sym opcode vendor_err seq op_type timeout_ms ran_ms ifaddr ibdev oob gdr_net async_event".split()
 )
 LIST_FIELDS = frozenset({"ifaddr", "ibdev"})  # repeated: interface and device lists
 
@@ -218,6 +218,8 @@ def match_vector(msgs: pl.Series, skip_fields: frozenset[str] = EVENTS_ONLY) -> 
 # NCCL's own record marker, and the head before it (NCCL ≥2.3: host:pid:tid [dev] [ms func:line] [file:line [(fn)]]).
 _MARK = r"NCCL (?:INFO|WARN|TRACE|CALL|ABORT) "
 _OLD_MARK = r"\] INFO "  # NCCL ≤2.2: `host:pid:tid [dev] INFO msg`, no NCCL word
+# NCCL ≤2.2 WARN: `host:pid:tid [dev] include/socket.h:360 WARN Call to connect failed : Connection timed out`
+_OLD_WARN = r"^(?P<head>.*\[\d+\] )[\w./+-]+\.(?:cc|c|cu|h|hpp|cpp):\d+ WARN (?P<msg>.*)$"
 _HEAD = (
     r"^(?P<prefix>.*?)(?:(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
     r"(?:\d+\.\d+ \S+:\d+ )?(?:\S+:\d+ (?:\([^)]*\) )?)?$"
@@ -234,6 +236,19 @@ _PYTORCH_ERROR = (
     r"|InvalidUsage|InProgress)(?:Error)?: ).*)$"
 )
 _BARE_VERSION = r"^(?P<prefix>.*?)(?P<msg>NCCL version \d\S*)$"
+# A watchdog or NCCL error inside a C++ exception's text: `  what():  [PG 3 Rank 5] Process group watchdog
+# thread terminated with exception: ...`, `c10::DistBackendError: [Rank 1] Watchdog caught ...`, and the
+# `terminate called after throwing an instance of '...'` line before it; CUDA errors PyTorch raises.
+_WATCHDOG_TEXT = (
+    r"(?:\[[^\]]*Rank \d+\]\s*)?(?:Process group watchdog thread terminated|NCCL watchdog thread terminated"
+    r"|Watchdog caught collective|Work WorkNCCL|Exception \(either an error or timeout\)|failure detected by watchdog"
+    r"|Timeout at NCCL work|Some NCCL operations)"
+)
+_CPP_WRAPPED = (
+    r"^(?P<prefix>.*?)(?:what\(\):|(?:\w+(?:::|\.))*\w*(?:Error|Exception):)\s*(?P<msg>" + _WATCHDOG_TEXT + r".*)$"
+)
+_TERMINATE = r"^(?P<prefix>.*?)(?P<msg>terminate called after throwing an instance of '[^']*'.*)$"
+_CUDA_ERROR = r"^(?P<prefix>.*?)(?P<msg>(?:\w+\.)*\w*Error: CUDA (?:error|out of memory).*)$"
 # NCCLUtils quotes NCCL's last WARN (2.13+): `ncclRemoteError: ... Last error:` and the WARN's text on the
 # next line, or on the same line once collapsed (corpus 085).
 _LAST_ERROR = r"^(?P<prefix>.*?)(?:(?:[\w.]*Error|nccl\w+): .*)?Last error: ?(?P<msg>.*)$"
@@ -312,7 +327,16 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
         .with_columns(level=pl.lit("INFO"), head=_bytes(0, pos + 2), msg=_bytes(pos + 7))
     )
     old = _with_head(old).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
-    return pl.concat([marked.select(RECORD_COLUMNS), old.select(RECORD_COLUMNS)]).collect()
+    parts = text.str.extract_groups(_OLD_WARN)
+    old_warn = (
+        lines.lazy()
+        .filter(text.str.find(_MARK).is_null() & text.str.contains(" WARN ", literal=True))
+        .with_columns(parts=parts)
+        .filter(pl.col("parts").struct.field("msg").is_not_null())
+        .select("idx", "text", level=pl.lit("WARN"), head=pl.col("parts").struct.field("head"), msg=pl.col("parts").struct.field("msg"))
+    )
+    old_warn = _with_head(old_warn).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
+    return pl.concat([marked.select(RECORD_COLUMNS), old.select(RECORD_COLUMNS), old_warn.select(RECORD_COLUMNS)]).collect()
 
 
 def _quoted_errors(lines: pl.LazyFrame) -> pl.LazyFrame:
@@ -349,20 +373,26 @@ def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
     c10 = records(_PYTORCH, sev, clock=pl.col("parts").struct.field("clock"))
     error = records(_PYTORCH_ERROR, pl.lit("ERROR"))
     version = records(_BARE_VERSION, pl.lit("VERSION"))
+    wrapped = [records(pattern, pl.lit("ERROR")) for pattern in (_CPP_WRAPPED, _TERMINATE, _CUDA_ERROR)]
     pdsh_host = pl.col("prefix").str.extract(_PDSH_HOST)
     warns = quoted.with_columns(level=pl.lit("WARN"), clock=pl.lit(None, pl.String), **none)
-    found = pl.concat([warns, c10, error, version], how="diagonal").unique("idx", keep="first", maintain_order=True)
+    found = pl.concat([warns, c10, error, *wrapped, version], how="diagonal").unique("idx", keep="first", maintain_order=True)
     return _split_prefix(found.with_columns(host=pdsh_host)).select(*RECORD_COLUMNS, "clock")
+
+
+# Literals one of which every line with a record holds (a cheap filter before the regexes).
+CANDIDATE_MARKS = ["NCCL", "] INFO ", " WARN ", "nccl", "what():", "terminate called", "Error: CUDA", "Watchdog", "watchdog"]
+OTHER_MARKS = ["ProcessGroupNCCL", "NCCLUtils", "Error: ", "ncclInvalid", "NCCL version ", "what():", "terminate called", "Exception: "]
 
 
 def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
     """Every record in the chunk, one row each, with prefix/ts split off and the body stripped."""
     lines = chunk.lazy().with_row_index("idx").select("idx", "text")
-    candidates = lines.filter(pl.col("text").str.contains_any(["NCCL", "] INFO ", "nccl"]))
+    candidates = lines.filter(pl.col("text").str.contains_any(CANDIDATE_MARKS))
     candidates = candidates.with_columns(pl.col("text").str.strip_chars_end()).collect()
     nccl = _nccl_records(candidates)
     rest = candidates.lazy().join(nccl.lazy().select("idx"), on="idx", how="anti")
-    rest = rest.filter(pl.col("text").str.contains_any(["ProcessGroupNCCL", "NCCLUtils", "Error: ", "ncclInvalid", "NCCL version "]))
+    rest = rest.filter(pl.col("text").str.contains_any(OTHER_MARKS))
     quoted = _quoted_errors(lines).join(nccl.lazy().select("idx"), on="idx", how="anti")
     records = pl.concat([nccl, _other_records(rest, quoted).collect()], how="diagonal").sort("idx")
     return records.with_columns(msg=pl.col("msg").str.strip_chars_start())
@@ -552,7 +582,16 @@ ERROR_KINDS = {
     "pt_blocking_wait_timeout": "blocking_wait_timeout",
     "pt_nccl_error": "nccl_runtime_error",
     "pt_process_down": "watchdog_abort",
+    "cuda_failure": "cuda",
+    "nvml_failure": "nvml",
+    "pt_cuda_error": "cuda",
+    "ib_fatal": "ib_async_event",
+    "ib_device_error": "ib_device",
 }
+# `unhandled cuda error` / ncclUnhandledCudaError raised to PyTorch is a CUDA problem, not a network one;
+# out-of-memory, whatever reports it, is its own kind.
+_CUDA_RESULT = r"unhandled cuda error|ncclUnhandledCudaError|Cuda failure"
+_OUT_OF_MEMORY = r"(?i)out of memory|Failed to CUDA (?:calloc|malloc|host alloc)"
 PYTORCH_ERRORS = [k for k in ERROR_KINDS if k.startswith("pt_")] + ["pt_watchdog_terminated"]
 
 COMM_EVENTS = {"START": "init_start", "COMPLETE": "init_complete", "Destroy": "destroy", "Abort": "abort"}
@@ -620,7 +659,7 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
             port=dev.struct.field("port").cast(pl.Int32, strict=False), link_layer=dev.struct.field("link_layer"),
         ),
         records.filter(kind.is_in(list(missing))).select(*base, what=pl.lit("ib_missing"), name=kind.replace_strict(missing)),
-        records.filter(kind.is_in(["gdr_hca", "gdr_gpu"])).select(
+        records.filter(kind.is_in(["gdr_hca", "gdr_gpu"]) & (pl.col("gdr_net").fill_null("") != "Socket")).select(
             *base, what=pl.lit("gdr_") + pl.col("gdr_state").str.to_lowercase(), name="gdr_name"
         ),
         records.filter((kind == "plugin") & plugin.is_not_null()).select(*base, what=pl.lit("plugin"), name=plugin),
@@ -645,7 +684,11 @@ def _errors(records: pl.DataFrame) -> pl.DataFrame:
     )
     return errors.select(
         *PROVENANCE, "pid", "tid",
-        kind=pl.when(kind == "pt_watchdog_terminated").then(terminated).otherwise(kind.replace_strict(ERROR_KINDS, default="warn")),
+        kind=pl.when(kind == "pt_watchdog_terminated").then(terminated)
+        .when(kind.is_in(["cuda_failure", "pt_cuda_error", "pt_nccl_error"]) & pl.col("msg").str.contains(_OUT_OF_MEMORY)).then(pl.lit("oom"))
+        .when((kind == "pt_nccl_error") & pl.col("msg").str.contains(_CUDA_RESULT)).then(pl.lit("cuda"))
+        .otherwise(kind.replace_strict(ERROR_KINDS, default="warn")),
+        async_event=pl.when(kind == "ib_fatal").then(pl.lit("communicator fatal error")).otherwise("async_event"),
         status=status, status_name=status_name,
         opcode=pl.col("opcode").cast(pl.Int64, strict=False), vendor_err=pl.col("vendor_err").cast(pl.Int64, strict=False), peer="peer",
         rank=pl.when(kind.str.starts_with("pt_")).then(pl.col("rank").cast(pl.Int64, strict=False)),

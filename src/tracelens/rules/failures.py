@@ -1,5 +1,5 @@
-"""TL107-TL109: what NCCL and PyTorch reported going wrong: IB completion errors,
-collective timeouts, and socket/bootstrap/proxy failures."""
+"""TL107-TL111: what NCCL and PyTorch reported going wrong: IB completion errors,
+collective timeouts, socket/bootstrap/proxy failures, CUDA/NVML/memory errors and IB async events."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ _FAILURE_KINDS = {
     "nccl_runtime_error": "NCCL errors raised to PyTorch",
     "version_mismatch": "NCCL version mismatches",
     "verbs_call": "IB verbs call failures",
-    "ib_async_event": "IB asynchronous error events",
+    "ib_device": "IB device errors",
 }
 
 
@@ -155,8 +155,9 @@ def communication_failure(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: NCCL failures outside the data path: socket connects refused or aborted,
     connections closed by the remote peer, bootstrap errors, proxy-thread failures, IB verbs
-    calls that failed (`ibv_create_qp`, `ibv_modify_qp`), IB async error events, and the
-    `NCCL error in: ... unhandled system error` errors PyTorch raises from them.
+    calls that failed (`ibv_create_qp`, `ibv_modify_qp`), and the `NCCL error in: ...
+    unhandled system error` errors PyTorch raises from them. CUDA, NVML and out-of-memory
+    errors are not network failures (TL110), nor are IB async events (TL111).
 
     Why it slows the run: the communicator cannot be built or is torn down, so the job fails
     at start-up or hangs at its next collective; these lines usually name the first rank and
@@ -168,21 +169,99 @@ def communication_failure(t: RunTables) -> Iterator[Finding]:
     `Network is unreachable` or a timeout means a wrong RoCE GID (NCCL_IB_GID_INDEX) or a
     port that is down (`ibstat`).
     """
-    rows = t["nccl_errors"].filter(pl.col("kind").is_in(list(_FAILURE_KINDS)))
-    if rows.height == 0:
-        return
+    yield from _per_kind(t, "TL109", _FAILURE_KINDS, lambda kind: f"NCCL {_FAILURE_KINDS[kind]}", "")
+
+
+def _per_kind(t: RunTables, rule_id: str, kinds: dict[str, str], title, note: str) -> Iterator[Finding]:
+    """One finding per error kind in `kinds`: how many, on how many hosts, and the first message."""
+    rows = t["nccl_errors"].filter(pl.col("kind").is_in(list(kinds)))
     for (kind,), group in rows.sort("file", "line").group_by(["kind"], maintain_order=True):
         hosts = hosts_of(group)
-        first = group.row(0, named=True)
-        yield Finding(
-            rule_id="TL109",
-            severity=Severity.CRITICAL,
-            title=f"NCCL {_FAILURE_KINDS[kind]}",
-            summary=f"{group.height} {_FAILURE_KINDS[kind]} on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}; first: "
-            f"{(first['message'] or '')[:160]}",
-            evidence=evidence(group),
-            hosts=hosts,
-            ranks=ranks_of(t, group),
-            window=time_window(group),
-        )
+        first = (group["message"][0] or "")[:160]
+        summary = f"{group.height} {kinds[kind]} on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}{note}; first: {first}"
+        yield _critical(t, rule_id, title(kind), summary, group, hosts)
 
+
+def _critical(t: RunTables, rule_id: str, title: str, summary: str, group: pl.DataFrame, hosts: list[str]) -> Finding:
+    """A critical finding whose evidence, ranks and time window are those of `group`'s lines."""
+    return Finding(
+        rule_id=rule_id, severity=Severity.CRITICAL, title=title, summary=summary, evidence=evidence(group),
+        hosts=hosts, ranks=ranks_of(t, group), window=time_window(group),
+    )
+
+
+_GPU_KINDS = {"cuda": "CUDA errors", "nvml": "NVML (GPU management library) errors", "oom": "GPU out-of-memory errors"}
+
+
+@rule("TL110", "cuda-gpu-error", Severity.CRITICAL)
+def gpu_error(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: CUDA, NVML and out-of-memory errors that NCCL or PyTorch reported:
+    `Cuda failure 'invalid device function'`, `unhandled cuda error` (ncclUnhandledCudaError)
+    raised to PyTorch, `CUDA error: an illegal memory access was encountered`, `NVML failure`,
+    `Cuda failure 'out of memory'`, `torch.OutOfMemoryError: CUDA out of memory`. These are
+    GPU, driver or build problems, not network failures.
+
+    Why it slows the run: the rank that hit it dies or its communicator aborts, and every
+    other rank waits in its next collective until the watchdog fires: the hang looks like a
+    network problem although the network is fine.
+
+    How to fix: `invalid device function` means NCCL (or PyTorch) was built without the GPU's
+    architecture: compare `nvidia-smi --query-gpu=compute_cap --format=csv` with
+    `python -c "import torch; print(torch.cuda.get_arch_list())"` and install a build for it.
+    `out of memory`: lower the micro-batch size, enable activation checkpointing or ZeRO
+    offload, leave room for NCCL's buffers (NCCL_BUFFSIZE, fewer channels via
+    NCCL_MAX_NCHANNELS). NVML failures and illegal memory accesses: check `nvidia-smi` and
+    `dmesg` for Xid errors, a driver/library version mismatch (reboot after a driver update),
+    and rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel.
+    """
+    yield from _per_kind(t, "TL110", _GPU_KINDS, _GPU_KINDS.get, ", a GPU or build problem, not the network")
+
+
+# ibv_event_type texts (ibv_event_type_str) by what they break.
+_ASYNC_CLASSES = [
+    ("port error", r"port error|LID change|P_key change|SM change|client reregistration"),
+    ("QP fatal", r"work queue|QP|path migration error|SRQ"),
+    ("CQ error", r"CQ error"),
+    ("device fatal", r"local catastrophic error|device fatal|communicator fatal"),
+]
+
+
+def _async_class(text: pl.Expr) -> pl.Expr:
+    expr = pl.lit(None, dtype=pl.String)
+    for name, pattern in reversed(_ASYNC_CLASSES):
+        expr = pl.when(text.str.contains(f"(?i){pattern}")).then(pl.lit(name)).otherwise(expr)
+    return expr.fill_null(pl.lit("other event"))
+
+
+@rule("TL111", "ib-async-events", Severity.CRITICAL)
+def ib_async_events(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: InfiniBand asynchronous events NCCL reported (`NET/IB : mlx5_0:1 async fatal
+    event: port error`, `... async fatal event on QP (0x..): local access violation work queue
+    error`, `Got async event : CQ error`, `local catastrophic error`) and the `communicator
+    encountered a fatal error` that follows them in NCCL 2.26+, grouped per host and class:
+    port error, QP fatal, CQ error, device fatal.
+
+    Why it slows the run: the event kills the queue pair, the completion queue or the whole
+    HCA: every transfer on it stops, the communicator aborts and the ranks that use it hang
+    until the watchdog fires.
+
+    How to fix: a port error means the link went down: `ibstat` (State, Physical state),
+    `perfquery -x` (LinkDownedCounter, SymbolErrorCounter), the switch port's log, then reseat
+    or replace the cable or transceiver. QP/CQ fatal and local access violations point at the
+    driver or firmware (`dmesg` for mlx5 errors, `mlxfwmanager` for the firmware level) or at
+    memory registration with GPUDirect (nvidia-peermem loaded, NCCL_NET_GDR_LEVEL).
+    A device fatal (local catastrophic error) needs the HCA reset: `mlxfwreset` or a reboot.
+    """
+    rows = t["nccl_errors"].filter(pl.col("kind") == "ib_async_event")
+    if rows.height == 0:
+        return
+    rows = rows.with_columns(event_class=_async_class(pl.coalesce("async_event", "message")))
+    for (host,), group in rows.sort("file", "line").group_by(["host"], maintain_order=True):
+        first = group.row(0, named=True)
+        summary = (
+            f"{group.height} IB async event(s) on {host or 'an unnamed host'}: {_count_list(group, 'event_class')}; "
+            f"first: {(first['async_event'] or first['message'] or '')[:120]}"
+        )
+        yield _critical(t, "TL111", "InfiniBand async error events", summary, group, [host] if host else [])
