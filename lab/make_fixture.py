@@ -191,6 +191,7 @@ def main() -> None:
     timers = {r: timer_medians(work / "logs" / host / f"rank{r}.log", window, skews.get(host, 0.0)) for r, host in enumerate(HOSTS)}
     expected = {
         "real": True,
+        "synthetic": False,
         "scenario": args.scenario,
         "description": case["what"],
         "cause": case["cause"],

@@ -41,6 +41,7 @@ def main() -> None:
     pct = float(args.loss_permille) / 10
     expected = {
         "real": True,
+        "synthetic": False,
         "scenario": "tcp-loss",
         "description": f"four TCP connections 10.99.0.1 -> 10.99.0.2 across a link dropping {pct}% of packets each way",
         "cause": "link",

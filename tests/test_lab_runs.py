@@ -115,7 +115,7 @@ def test_the_lab_fixtures_are_real_and_described():
     assert {"lab-clean", "lab-loss", "lab-straggler"} <= {p.name for p in LAB}
     for folder in LAB:
         expected = _expected(folder)
-        assert expected["real"] is True and "synthetic" not in expected, folder.name
+        assert expected["real"] is True and expected["synthetic"] is False, folder.name
         readme = (folder / "README.md").read_text()
         assert "real run" in readme or "real capture" in readme, folder.name
         assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d", readme), f"{folder.name}: README gives no UTC time"
