@@ -22,6 +22,9 @@ from .conftest import CORPUS, FIXTURES
 
 # Kinds that neither the corpus nor the fixtures print (formats: ../shared/docs/nccl-formats.md).
 EXTRA_BODIES = [
+    "NET/IB : mlx5_ib0:1 communicator encountered a fatal error (detected in ncclIbTest)",
+    "NVML failure 999 'Unknown Error'",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
     "ncclCommInitRank(0x7ffd3c9e1a40,8,0x5566aa10,3)",
     "Bootstrap Root : rank 3 of 8 ranks has already checked in",
     "Bootstrap Root : mismatch in rank count from procs 16 : 8",
