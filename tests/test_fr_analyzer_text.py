@@ -86,3 +86,14 @@ def test_real_report_of_a_killed_rank_names_it(tmp_path):
 
     (stop,) = [f for f in analyze(tmp_path).findings if f.rule_id == "TL422"]
     assert stop.ranks == [2] and "left no dump" in stop.summary
+
+
+def test_report_behind_a_launcher_tag_or_the_root_loggers_prefix(tmp_path):
+    real = (FIXTURES / "lab-hang-skip" / "torchfrtrace.txt").read_text().splitlines()
+    plain = _read(FIXTURES / "lab-hang-skip" / "torchfrtrace.txt").tables["fr_entries"]
+    for prefix in ("[rank0]:", "INFO:Flight Recorder:"):
+        path = tmp_path / "pasted.txt"
+        path.write_text("".join(f"{prefix}{line}\n" for line in real))
+        rows = _read(path).tables["fr_entries"]
+        cols = ["rank", "pg_name", "collective_seq_id", "op", "input_sizes"]
+        assert rows.select(cols).equals(plain.select(cols))

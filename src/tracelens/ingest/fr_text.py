@@ -60,10 +60,15 @@ _CELL = re.compile(r"^(?P<op>\w+)\((?P<args>.*)\)$")
 _ARG = re.compile(r"(?P<key>collective_seq_id \| p2p_seq_id|input_sizes|output_sizes|input_dtypes|output_dtypes|state|pg_name|pg_description|timestamp_created)=(?P<value>\[.*?\]\]?|[^,]*)(?=, |$)")
 
 
+# What may stand before the analyzer's own text: a launcher tag (`[rank0]:`), or the root
+# logger's `INFO:Flight Recorder:` when the script that ran it had logging configured.
+_PREFIX = re.compile(r"^(?:\[[\w\s,.:-]*\]:\s?|(?:INFO|WARNING|ERROR|DEBUG|CRITICAL):Flight Recorder:)")
+
+
 def sniff(head: bytes) -> bool:
-    text = head[:65536].decode("utf-8", errors="replace")
-    blocks = any(_BLOCK.match(line.strip()) or _NO_DUMP.search(line) for line in text.splitlines()[:2000])
-    listing = bool(re.search(r"^\s*Rank 0\s+Rank 1", text, re.M)) and "input_sizes=" in text
+    lines = [_PREFIX.sub("", line, count=1) for line in head[:65536].decode("utf-8", errors="replace").splitlines()[:2000]]
+    blocks = any(_BLOCK.match(line.strip()) or _NO_DUMP.search(line) for line in lines)
+    listing = any(re.match(r"\s*Rank 0\s+Rank 1", line) for line in lines) and any("input_sizes=" in line for line in lines)
     return blocks or listing
 
 
@@ -151,7 +156,7 @@ class _Reader:
 
 
 def ingest(source: InputFile) -> IngestResult:
-    lines = [(int(n), t) for chunk in read_chunks(source.path) for n, t in chunk.iter_rows()]
+    lines = [(int(n), _PREFIX.sub("", t, count=1)) for chunk in read_chunks(source.path) for n, t in chunk.iter_rows()]
     reader = _Reader(source)
     result = IngestResult()
     i, parsed = 0, set()
