@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 
 from tests.conftest import SCENARIOS, analysed_fixture
-from tracelens.prose import count, duration, listing, number, plural_of, some, span
+from tracelens.prose import count, duration, labelled, listing, number, plural_of, some, span
 from tracelens.report.markdown import render as markdown
 
 
@@ -67,3 +67,8 @@ def test_long_lists_say_how_many_more():
     hosts = [f"node{i:03d}" for i in range(1, 41)]
     assert some(hosts) == "node001, node002, node003 and 37 more"
     assert some(hosts[:4]) == "node001, node002, node003 and node004"
+
+
+def test_items_follow_their_noun_in_number():
+    assert labelled("rank", [2]) == "rank 2" and labelled("rank", [0, 1, 3]) == "ranks 0, 1 and 3"
+    assert labelled("rank", list(range(20)), 4) == "ranks 0, 1, 2 and 17 more" and labelled("peer", []) == "no peer"

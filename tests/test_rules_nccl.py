@@ -153,7 +153,7 @@ def test_ib_completion_errors_grouped_per_host_with_first_real_error():
     findings = {f.hosts[0]: f for f in fire(tables, "TL107")}
     assert set(findings) == {"node01", "node02"}
     node02 = findings["node02"]
-    assert "3 IB completion errors on node02 with peer(s) 10.0.0.1<4242>" in node02.summary
+    assert "3 IB completion errors on node02 with peer 10.0.0.1<4242>" in node02.summary
     assert "2 x IBV_WC_WR_FLUSH_ERR (5), 1 x IBV_WC_RETRY_EXC_ERR (12)" in node02.summary
     assert "First non-flush error: IBV_WC_RETRY_EXC_ERR (12)" in node02.summary
     assert node02.ranks == [4]

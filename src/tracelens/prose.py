@@ -99,3 +99,12 @@ def some(items: list[str], limit: int = 4) -> str:
     if len(items) <= limit:
         return listing(items)
     return f"{', '.join(items[:limit - 1])} and {len(items) - limit + 1} more"
+
+
+def labelled(noun: str, items: list, limit: int | None = None) -> str:
+    """'rank 2', 'ranks 0, 1 and 3', 'ranks 0, 1, 2 and 13 more', or 'no rank': items after their noun."""
+    names = [str(i) for i in items]
+    if not names:
+        return f"no {noun}"
+    shown = some(names, limit) if limit else listing(names)
+    return f"{noun if len(names) == 1 else plural_of(noun)} {shown}"

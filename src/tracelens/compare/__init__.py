@@ -34,6 +34,7 @@ import polars as pl
 from tracelens.compare.facts import run_facts, sources
 from tracelens.compare.rates import Rate, run_rates
 from tracelens.compare.timing import PaceChange, compare_pace, pace
+from tracelens.prose import count
 from tracelens.stats import rate_rise_p
 
 if TYPE_CHECKING:
@@ -136,7 +137,7 @@ class Comparison:
         else:
             lead = "No step timings to compare"
         if top:
-            return f"{lead}; {len(self.changes)} change(s) found, first: {top.sentence}."
+            return f"{lead}; {count(len(self.changes), 'change')} found, first: {top.sentence}."
         if pace and not pace.significant:
             return f"No significant difference: {_pace_text(pace)}, and no setting, transport, port or rate changed."
         return f"{lead}; no difference found in set-up, fabric or traffic."

@@ -15,6 +15,7 @@ import polars as pl
 
 from tracelens import steps as timing
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.steps import COMM_BOUND_SHARE
 from tracelens.tables import RunTables
@@ -75,7 +76,7 @@ def overlap_comm_off(t: RunTables) -> Iterator[Finding]:
             rule_id="TL501",
             severity=Severity.WARNING,
             title="overlap_comm is off under ZeRO",
-            summary=f"ZeRO stage {max(stages)} runs with overlap_comm false ({off.height} setting(s)): gradient "
+            summary=f"ZeRO stage {max(stages)} runs with overlap_comm false ({count(off.height, 'setting')}): gradient "
             "reduction waits for the backward pass instead of overlapping it.",
             fix='Set "zero_optimization": {"overlap_comm": true} in ds_config.json.',
             evidence=_evidence(off),
@@ -104,7 +105,7 @@ def small_comm_bucket(t: RunTables) -> Iterator[Finding]:
             rule_id="TL502",
             severity=Severity.WARNING,
             title="ZeRO communication buckets far below the default",
-            summary=f"Bucket size(s) {', '.join(f'{s:,}' for s in sizes)} elements, more than 10x below the "
+            summary=f"{'Bucket size' if len(sizes) == 1 else 'Bucket sizes'} {', '.join(f'{s:,}' for s in sizes)} elements, more than 10x below the "
             f"default {DEFAULT_BUCKET:,}: many small collectives instead of few large ones.",
             fix='Set "zero_optimization": {"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8} (or as large as memory allows).',
             evidence=_evidence(small),

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.findings import Finding, Severity
-from tracelens.prose import count
+from tracelens.prose import count, labelled
 from tracelens.rules import rule
 from tracelens.rules.evidence import evidence, hosts_of, ranks_of, time_window
 from tracelens.tables import RunTables
@@ -58,7 +58,7 @@ def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
     for (host,), rows in errors.sort("file", "line").group_by(["host"], maintain_order=True):
         root = rows.filter(pl.col("status").fill_null(-1) != FLUSH)
         peers = sorted(set(rows["peer"].drop_nulls().to_list()))
-        peer_text = f" with peer(s) {', '.join(peers[:5])}{' ...' if len(peers) > 5 else ''}" if peers else ""
+        peer_text = f" with {labelled('peer', peers, 5)}" if peers else ""
         yield Finding(
             rule_id="TL107",
             severity=Severity.CRITICAL,
