@@ -227,3 +227,20 @@ def test_tl605_says_which_gpu_or_nic_a_pcie_error_hit():
     )
     (finding,) = fire(t, "TL605")
     assert "0000:3b:00.0 (GPU 3)" in finding.summary and "0000:5e:00.1 (NIC mlx5_core ens1f1)" in finding.summary
+
+
+def gid_rows(host: str, first: int) -> list[dict]:
+    """A pod's GID table as multus/macvlan leaves it: link-local v1/v2 first, then the IPv4 v1/v2 pair."""
+    return [{"file": f"{host}/show_gids.txt", "line": 3 + i, "host": host, "ca": "mlx5_4", "port": 1, "index": first + i, "gid": gid,
+             "ipv4": ip, "roce": v, "netdev": "net1", "source": "show_gids"}
+            for i, (gid, ip, v) in enumerate([("fe80::a4ed:ccff:fe8b:1994", None, "v1"), ("fe80::a4ed:ccff:fe8b:1994", None, "v2"),
+                                              ("::ffff:172.20.1.1", "172.20.1.1", "v1"), ("::ffff:172.20.1.1", "172.20.1.1", "v2")])]
+
+
+def test_tl608_gid_index_that_is_v2_on_one_pod_and_v1_on_the_other():
+    env = [{"host": h, "pid": 1, "name": "NCCL_IB_GID_INDEX", "value": "5", "message": "NCCL_IB_GID_INDEX set by environment to 5."}
+           for h in ("pod-a", "pod-b")]
+    (finding,) = fire(tables_from(gids=gid_rows("pod-a", 2) + gid_rows("pod-b", 4), nccl_env=env), "TL608")
+    assert finding.hosts == ["pod-b"] and "index 5 is v2 fe80::" in finding.summary and "at index 7" in finding.summary
+    healthy = gid_rows("pod-a", 2) + gid_rows("pod-b", 2)
+    assert fire(tables_from(gids=healthy, nccl_env=env), "TL608") == []

@@ -1,5 +1,6 @@
-"""TL601-TL607: host evidence: GPU utilisation in slow windows, interface and RoCE MTUs,
-kernel events, and the benchmarks people run before and after (nccl-tests, perftest).
+"""TL601-TL608: host evidence: GPU utilisation in slow windows, interface and RoCE MTUs,
+kernel events, the benchmarks people run before and after (nccl-tests, perftest), and the
+RoCE GID NCCL is told to use.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from tracelens.hostsignals import KIND_TEXT, incidents, pci_owners, port_rates, 
 from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.correlate import MARGIN
+from tracelens.rules.evidence import with_text
 from tracelens.steps import slow_episodes
 from tracelens.tables import RunTables
 
@@ -407,4 +409,47 @@ def perftest_below_line_rate(t: RunTables) -> Iterator[Finding]:
             evidence=[Evidence(file=largest["file"], line=largest["line"], host=host,
                                text=f"{largest['bytes']} bytes: BW average {largest['bw_avg']} {largest['bw_unit']}")],
             hosts=[host] if host else [], ports=[device] if device else [],
+        )
+
+
+@rule("TL608", "roce-gid-index", Severity.WARNING)
+def roce_gid_index(t: RunTables) -> Iterator[Finding]:
+    """
+    What it finds: NCCL_IB_GID_INDEX (as NCCL echoes it) pointing, on some host, at a GID that
+    the host's GID table (`show_gids`, `ibv_devinfo -v`) lists as RoCE v1, as a link-local
+    address, or not at all: in containers and pods the index of the RoCE v2 IPv4 GID differs
+    between hosts (index 5 on one pod, 7 on the next), so one fixed index is wrong somewhere.
+
+    Why it slows the run: RoCE v1 frames are not routable and carry no IP header, so they get
+    no DSCP/ECN treatment: no lossless priority, no congestion control; a link-local GID does
+    not reach the other subnet. NCCL then fails to connect, or runs over a path that drops
+    and retransmits.
+
+    How to fix: on each host find the RoCE v2 GID of the address NCCL should use (`show_gids
+    | grep v2`) and set NCCL_IB_GID_INDEX to it, or, with NCCL 2.21+, unset it and set
+    NCCL_IB_ADDR_FAMILY=AF_INET (and NCCL_IB_ROCE_VERSION_NUM=2) so NCCL picks the v2 GID of
+    the right address family itself.
+    """
+    gids = t["gids"].filter(pl.col("roce").is_not_null())
+    env = t["nccl_env"].filter(pl.col("name") == "NCCL_IB_GID_INDEX")
+    if gids.height == 0 or env.height == 0:
+        return
+    index = int(env["value"].cast(pl.Int64, strict=False).drop_nulls().mode().first() or -1)
+    env_rows = env.filter(pl.col("value").cast(pl.Int64, strict=False) == index)
+    for (host,), table in gids.group_by("host", maintain_order=True):
+        at = table.filter(pl.col("index") == index)
+        v2 = table.filter(pl.col("roce") == "v2", pl.col("ipv4").is_not_null())
+        good = at.filter(pl.col("roce") == "v2", ~pl.col("gid").str.to_lowercase().str.starts_with("fe80"))
+        if good.height:
+            continue
+        have = (f"index {index} is {at['roce'][0]} {at['gid'][0]}" if at.height else f"there is no GID at index {index}")
+        better = (f"; its RoCE v2 IPv4 GID is at index {', '.join(map(str, sorted(set(v2['index'].to_list()))))}" if v2.height else "")
+        yield Finding(
+            rule_id="TL608", severity=Severity.WARNING,
+            title=f"{host or 'A host'}: NCCL_IB_GID_INDEX={index} is not a RoCE v2 IPv4 GID there",
+            summary=f"NCCL uses GID index {index}, but on {host or 'this host'} {have}{better}.",
+            evidence=_evidence(with_text(t, env_rows.head(1)), "message") + [
+                Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ca']} port {r['port']} GID[{r['index']}] {r['gid']} {r['roce']} {r['netdev'] or ''}".strip())
+                for r in (at if at.height else v2).head(4).iter_rows(named=True)],
+            hosts=[host] if host else [], ports=sorted({f"{r['ca']}:{r['port']}" for r in table.iter_rows(named=True)}),
         )
