@@ -133,6 +133,13 @@ def parse_recipes(body: str, locate: Locator) -> tuple[str, dict]:
     return _grammar().parse(body, _FieldRecipes(locate))
 
 
+@cache
+def _templates() -> TemplateParser:
+    """The grammar once per template, for every file this process reads: a template's kind and
+    recipes depend on the grammar alone, and 4,096 per-rank logs share the same few dozen."""
+    return TemplateParser(parse_recipes)
+
+
 # ------------------------------------------------------------------ vectorized kinds
 
 _HEX = r"[0-9a-fA-F]+"
@@ -418,7 +425,7 @@ class NcclParser:
         self.source = source
         self._parsed: dict[str, tuple[str, dict]] = {}  # distinct body -> lark result, across chunks
         self._fresh: dict[str, tuple[str, dict]] = {}  # the part of _parsed that `parse` added since its last call
-        self._templates = TemplateParser(parse_recipes)  # the grammar once per template, across chunks
+        self._templates = _templates()
         self._records: list[pl.DataFrame] = []  # one row per record: envelope, kind, body
         self._vector_fields: list[pl.DataFrame] = []  # fields of regex-matched bodies, by line
 
