@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from types import SimpleNamespace
 
 import polars as pl
 import pytest
 
+from tracelens.derived import RunContext
 from tracelens.rules import all_rules
 from tracelens.tables import RunTables
+from tracelens.timeline import Timeline
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus"
 FIXTURES = REPO / "fixtures"
+
+
+# What a report section reads from an analysis when a test gives it no findings.
+NO_FINDINGS = SimpleNamespace(findings=[], timeline=Timeline(), notes=[])
 
 
 def corpus_dir(kind: str) -> Path:
@@ -34,9 +41,9 @@ def tables_from(**rows: list[dict]) -> RunTables:
 
 
 def fire(tables: RunTables, rule_id: str):
-    """The findings of one rule on `tables`."""
+    """The findings of one rule on `tables` (as they are: not aligned), with its default settings."""
     (chosen,) = [r for r in all_rules() if r.id == rule_id]
-    return chosen.run(tables)
+    return chosen.run(RunContext(tables))
 
 
 SCENARIOS = sorted(p.name for p in FIXTURES.glob("scenario-*") if p.is_dir())

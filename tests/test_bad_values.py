@@ -12,13 +12,13 @@ import pytest
 
 from tests.conftest import tables_from
 from tracelens.analyze import analyze
-from tracelens.events import network_events
+from tracelens.derived.events import network_events
 from tracelens.findings import Evidence
 from tracelens.ingest import InputFile, ingest_file, sniff_format
 from tracelens.ingest.lines import read_chunks
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
-from tracelens.steps import ratio_of_medians
+from tracelens.derived.steps import ratio_of_medians
 from tracelens.timeline import align
 
 WATCHDOG = (

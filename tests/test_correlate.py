@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 from tests.conftest import fire, tables_from
 from tracelens.analyze import run_rules
+from tracelens.derived import RunContext
 from tracelens.rules import select_rules
 from tracelens.timeline import align
 
@@ -76,7 +77,7 @@ def test_a_slow_window_is_blamed_on_the_port_whose_errors_rose_in_it():
 
 def test_the_joined_root_cause_ranks_above_its_symptoms():
     t = analysed(steps=steps(slow=SLOW), ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0, 0, 3000, 6000, 6000, 6000, 6000]))
-    findings = run_rules(t, select_rules(["TL2", "TL4"]))
+    findings, _ = run_rules(RunContext(t), select_rules(["TL2", "TL4"]))
     assert [f.rule_id for f in findings][:2] == ["TL410", "TL401"]
 
 

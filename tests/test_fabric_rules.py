@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import corpus_dir, fire, tables_from
 from tracelens.discover import host_from_path
-from tracelens.fabric.deltas import counter_deltas
+from tracelens.derived.counters import counter_deltas
 from tracelens.findings import Severity
 from tracelens.ingest import InputFile, ethtool, hw_counters, ibstat, ibstatus, ibv_devinfo, perfquery
 from synth.fabric import FabricPort, ethtool as ethtool_text, ibstat as ibstat_text, port_dumps

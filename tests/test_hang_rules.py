@@ -137,7 +137,7 @@ def test_healthy_dump_has_no_hang_finding():
     ([("forward", "/job/model.py")], None, "Python code"),
 ])
 def test_where_a_rank_was(frames, exception, kind):
-    from tracelens.hangs import call_site, where_kind
+    from tracelens.derived.hangs import call_site, where_kind
     rows = [{"name": n, "filename": f, "line": 1} for n, f in frames]
     assert where_kind(rows, exception) == kind
     assert call_site(rows)["filename"].startswith("/job/")
@@ -178,7 +178,7 @@ def test_a_send_whose_peer_never_posted_the_recv():
 
 
 def test_a_pyspy_dump_without_a_rank_gets_it_from_nccl_pids():
-    from tracelens.hangs import stacks
+    from tracelens.derived.hangs import stacks
 
     frames = [{"name": "_next_data", "filename": "torch/utils/data/dataloader.py", "line": 1, "native": False},
               {"name": "train", "filename": "/job/train.py", "line": 7, "native": False}]
@@ -192,6 +192,6 @@ def test_a_pyspy_dump_without_a_rank_gets_it_from_nccl_pids():
 
 
 def test_ranks_are_listed_as_a_person_writes_them():
-    from tracelens.hangs import who
+    from tracelens.derived.hangs import who
 
     assert [who([2]), who([0, 1, 3]), who(list(range(20)), limit=3)] == ["rank 2", "ranks 0, 1 and 3", "ranks 0, 1, 2 and 17 more"]

@@ -3,13 +3,12 @@ line rate) and the GPU-utilisation lane of the timeline."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from tests.conftest import REPO, tables_from
+from tests.conftest import NO_FINDINGS, REPO, tables_from
 from tests.test_host_rules import gpu, iface, kev, nccl_row, perf, port, rates
 from tracelens.analyze import analyze
+from tracelens.derived import RunContext
 from tracelens.report.sections import host, timeline
 from tracelens.resources import data_dir
 from tracelens.tables import RunTables
@@ -27,7 +26,7 @@ def test_host_section_tables():
         kernel_events=[kev("node02", "xid", 10, xid=79, detail="Xid 79: GPU has fallen off the bus", message="NVRM: Xid <script>x</script>")],
         nccl_tests=nccl_row(41.3), perftest=perf(11000.0), gpu_samples=gpu("node01", 35.0),
     )
-    ctx = host.context(SimpleNamespace(tables=t, findings=[]))
+    ctx = host.context(RunContext(t), NO_FINDINGS)
     mtus = {(i["host"], i["name"]): (i["mtu"], i["odd"]) for i in ctx["interfaces"]}
     assert mtus[("node01", "ens1f0")] == (9000, False) and mtus[("node02", "ens1f0")] == (1500, True)
     assert mtus[("node01", "mlx5_0:1")] == ("1024 of 4096", True)
@@ -42,12 +41,12 @@ def test_host_section_tables():
 
 
 def test_no_host_evidence_no_section():
-    assert host.context(SimpleNamespace(tables=RunTables(), findings=[])) is None
+    assert host.context(RunContext(RunTables()), NO_FINDINGS) is None
 
 
 def test_the_timeline_draws_a_gpu_lane_for_the_scenario():
     analysis = analyze(REPO / "fixtures" / "scenario-gpu-idle-bad-link")
-    svg = timeline.context(analysis)["chart"]
+    svg = timeline.context(analysis.context, analysis)["chart"]
     assert "GPU util. %" in svg
-    ctx = host.context(analysis)
+    ctx = host.context(analysis.context, analysis)
     assert {e["what"] for e in ctx["events"]} >= {"link down", "NIC transmit timeout"}

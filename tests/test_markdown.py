@@ -11,6 +11,7 @@ from markdown_it import MarkdownIt
 
 from tests.conftest import analysed_fixture, tables_from
 from tracelens.analyze import Analysis
+from tracelens.derived import RunContext
 from tracelens.findings import Evidence, Finding, Severity, Verdict
 from tracelens.report.markdown import code_block, inline, render
 from tracelens.rules import all_rules
@@ -50,7 +51,7 @@ def _hostile() -> Analysis:
         hosts=ATTACKS[:4], verdict=Verdict(cause="link", confidence="high", headline=ATTACKS[0], because=ATTACKS, against=ATTACKS,
                                            not_available=ATTACKS, fix=ATTACKS[2]),
     )
-    return Analysis(target=Path("run"), tables=tables, findings=[finding], rules=all_rules())
+    return Analysis(target=Path("run"), context=RunContext(tables), findings=[finding], rules=all_rules())
 
 
 def test_log_text_renders_as_plain_text_never_as_markup():

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import jinja2
 import polars as pl
 
+from tests.conftest import NO_FINDINGS
+from tracelens.derived import RunContext
 from tracelens.ingest import InputFile, pcap
 from tracelens.report.sections import packets as section
 from tracelens.resources import data_dir
@@ -15,7 +15,7 @@ from tracelens.tables import RunTables
 
 
 def render(t: RunTables) -> str | None:
-    ctx = section.context(SimpleNamespace(tables=t, findings=[]))
+    ctx = section.context(RunContext(t), NO_FINDINGS)
     if ctx is None:
         return None
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("reports"))), autoescape=True)

@@ -8,8 +8,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from tracelens.derived import RunContext
 from tracelens.ingest import InputFile, pcap
-from tracelens.packets.flows import analyze
+from tracelens.derived.flows import analyze
 from tracelens.rules import all_rules
 from synth import pcap as synth
 from tracelens.tables import RunTables
@@ -30,7 +31,8 @@ def tables(tmp_path: Path, *conversations: list, nccl_net: list[dict] | None = N
 
 
 def fired(t: RunTables) -> dict[str, list]:
-    runs = {r.id: r.run(t) for r in all_rules() if r.id.startswith("TL3")}
+    ctx = RunContext(t)
+    runs = {r.id: r.run(ctx) for r in all_rules() if r.id.startswith("TL3")}
     return {rule_id: findings for rule_id, findings in runs.items() if findings}
 
 

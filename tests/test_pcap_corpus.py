@@ -12,7 +12,7 @@ from tests import tshark
 from tests.conftest import corpus_dir
 from tests.tshark import needs_tshark
 from tracelens.ingest import InputFile, pcap
-from tracelens.packets.flows import analyze
+from tracelens.derived.flows import analyze
 from tracelens.tables import conform
 
 ROCE = "oferby-proxy__roce.pcap"

@@ -12,7 +12,7 @@ import pytest
 from tests import tshark
 from tests.tshark import FLOW, needs_tshark
 from tracelens.ingest import InputFile, pcap
-from tracelens.packets.flows import analyze
+from tracelens.derived.flows import analyze
 from tracelens.tables import conform
 
 CAPTURES = Path(__file__).parent / "captures" / "kernel_retransmissions"

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from tests.conftest import tables_from
 from tracelens.analyze import Analysis
 from tracelens.cli import app
+from tracelens.derived import RunContext
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.report.html import render
 from tracelens.rules import all_rules
@@ -46,7 +47,7 @@ def _analysis_with(text: str) -> Analysis:
         evidence=[Evidence(file="node01/train.log", line=3, text=text, host="node01")],
         hosts=["node01"],
     )
-    return Analysis(target=Path("run42"), tables=tables, findings=[finding], rules=all_rules())
+    return Analysis(target=Path("run42"), context=RunContext(tables), findings=[finding], rules=all_rules())
 
 
 def test_untrusted_text_is_escaped_everywhere_and_nothing_external_is_loaded():
@@ -123,7 +124,8 @@ def test_nccl_section_shows_each_hosts_network_and_transports():
     from tracelens.analyze import analyze
     from tracelens.report.sections import nccl
 
-    ctx = nccl.context(analyze(FIXTURES / "socket-fallback"))
+    analysis = analyze(FIXTURES / "socket-fallback")
+    ctx = nccl.context(analysis.context, analysis)
     hosts = {h["host"]: h for h in ctx["hosts"]}
     assert hosts["node01"]["networks"] == ["IB"] and hosts["node02"]["networks"] == ["Socket"]
     assert hosts["node01"]["versions"] == ["2.21.5+cuda12.4"]

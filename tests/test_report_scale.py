@@ -13,6 +13,7 @@ import polars as pl
 
 from tests.conftest import tables_from
 from tracelens.analyze import Analysis
+from tracelens.derived import RunContext
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.report.html import render
 from tracelens.report.sections import timeline
@@ -32,7 +33,7 @@ def _big_analysis() -> Analysis:
                           for n in range(2000)])
         for h in HOSTS[:300]
     ]
-    return Analysis(target=Path("run512"), tables=tables_from(inputs=inputs), findings=findings, rules=all_rules())
+    return Analysis(target=Path("run512"), context=RunContext(tables_from(inputs=inputs)), findings=findings, rules=all_rules())
 
 
 def test_a_512_host_report_stays_under_5_mb_with_evidence_folded_and_counted():

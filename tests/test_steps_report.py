@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 from tracelens.analyze import analyze
+from tracelens.derived import RunContext
 from tracelens.report.html import render
 from tracelens.report.sections import steps as section
 
-from .conftest import FIXTURES, tables_from
-
-
-class _Analysis:
-    def __init__(self, tables):
-        self.tables, self.findings = tables, []
+from .conftest import FIXTURES, NO_FINDINGS, tables_from
 
 
 def test_section_for_a_slow_window():
-    ctx = section.context(analyze(FIXTURES / "ds-slow-window"))
+    analysis = analyze(FIXTURES / "ds-slow-window")
+    ctx = section.context(analysis.context, analysis)
     (chart,) = ctx["charts"]
     assert chart["time"].startswith("<svg") and chart["phases"].startswith("<svg")
     (window,) = ctx["windows"]
@@ -24,7 +21,7 @@ def test_section_for_a_slow_window():
 
 
 def test_section_left_out_without_steps():
-    assert section.context(_Analysis(tables_from(nccl_events=[{"message": "x"}]))) is None
+    assert section.context(RunContext(tables_from(nccl_events=[{"message": "x"}])), NO_FINDINGS) is None
 
 
 def test_rendered_page_escapes_log_text(tmp_path):

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tracelens.analyze import analyze
-from tracelens.steps import slow_windows, step_series
+from tracelens.derived.steps import slow_windows, step_series
 from synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
 from synth.runs import Scenario, write
 from synth.scenarios import pair

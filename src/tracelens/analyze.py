@@ -1,5 +1,5 @@
 """The pipeline, the one place the stages are chained:
-discover -> ingest -> RunTables -> timeline -> rules -> findings.
+discover -> ingest -> RunTables -> timeline (aligned tables) -> derived (RunContext) -> rules -> findings.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracelens import scaleout
+from tracelens.derived import RunContext
 from tracelens.discover import discover
 from tracelens.findings import Finding
 from tracelens.ingest import IngestResult, InputFile, ingest_file, splits
@@ -28,25 +29,35 @@ if TYPE_CHECKING:
 
 Progress = Callable[[int, int, str], None]
 
-# Step-time findings: slow steps, communication share, throughput (TL401-TL403).
-SYMPTOMS = frozenset({"TL401", "TL402", "TL403"})
-
 # Below this much input, worker processes cost more than they save.
 PARALLEL_MIN_BYTES = 64 << 20
 
 
 @dataclass
 class Analysis:
-    """Everything one run produced: its tables, its findings (root causes first), the rules checked,
+    """Everything one run produced: its context (aligned tables and derived results), its findings
+    (root causes first), the rules checked, those that could not run (with what input they lack),
     and the notes the report and terminal must show (refused archive members, the zone decision ...)."""
 
     target: Path
-    tables: RunTables
+    context: RunContext
     findings: list[Finding]
     rules: list[Rule]
     notes: list[str] = field(default_factory=list)
     timeline: Timeline = field(default_factory=Timeline)
     comparison: "Comparison | None" = None  # against a good run, with `analyze --baseline`
+    not_run: list[tuple[Rule, list[str]]] = field(default_factory=list)  # (rule, inputs that would let it run)
+
+    @property
+    def tables(self) -> RunTables:
+        """The aligned tables."""
+        return self.context.tables
+
+    @property
+    def checked(self) -> list[Rule]:
+        """The rules that ran (their input was there)."""
+        skipped = {r.id for r, _ in self.not_run}
+        return [r for r in self.rules if r.id not in skipped]
 
     @property
     def readable(self) -> bool:
@@ -157,19 +168,26 @@ def _collect(pairs, tables: RunTables, total: int, progress: Progress | None) ->
         tables.add("inputs", pl.DataFrame(rows, infer_schema_length=None))
 
 
-def run_rules(tables: RunTables, rules: list[Rule]) -> list[Finding]:
-    """Run every rule; order findings by evidence score, then worst first, causes before
-    symptoms, then by rule id.
+def run_rules(ctx: RunContext, rules: list[Rule]) -> tuple[list[Finding], list[tuple[Rule, list[str]]]]:
+    """Run every rule whose input is there; return the findings and the rules that could not run
+    (with the inputs that would let them). Findings are ordered by evidence score, then worst
+    first, causes before symptoms, then by rule id.
 
     Only the correlation rules (TL41x) score their findings (see Finding.score): a finding
     that joins several sources into the cause of a slow window or a hang comes first. Among
     the others, at equal severity, a finding that says why (a straggler, a bad port) comes
-    before the SYMPTOMS that only say how much time went where.
+    before the symptoms that only say how much time went where.
     """
     findings: list[Finding] = []
+    not_run: list[tuple[Rule, list[str]]] = []
     for r in rules:
-        findings.extend(r.run(tables))
-    return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in SYMPTOMS, f.rule_id))
+        lacking = r.missing_inputs(ctx.tables)
+        if lacking:
+            not_run.append((r, lacking))
+        else:
+            findings.extend(r.run(ctx))
+    symptoms = {r.id for r in rules if r.kind == "symptom"}
+    return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in symptoms, f.rule_id)), not_run
 
 
 def analyze(
@@ -187,8 +205,10 @@ def analyze(
     with workdir as folder:
         tables, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
     timeline = align(tables, tz)
+    context = RunContext(tables)
     rules = select_rules(select, ignore)
+    findings, not_run = run_rules(context, rules)
     return Analysis(
-        target=target, tables=tables, findings=run_rules(tables, rules), rules=rules,
-        notes=notes + timeline.notes, timeline=timeline,
+        target=target, context=context, findings=findings, rules=rules,
+        notes=notes + timeline.notes, timeline=timeline, not_run=not_run,
     )

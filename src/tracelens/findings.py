@@ -68,7 +68,7 @@ class Verdict:
 class Finding:
     """A rule's conclusion, with numbers in the summary and a concrete fix."""
 
-    rule_id: str
+    rule_id: str = field(default="", kw_only=True)  # stamped by Rule.run
     severity: Severity
     title: str
     summary: str

@@ -211,7 +211,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("ack", pa.int64()),
             pa.field("flags", pa.int16()),
             pa.field("payload", pa.int32()),
-            # Appended for flow analysis (tracelens.packets.flows):
+            # Appended for flow analysis (tracelens.derived.flows):
             pa.field("ip_id", pa.int32()),  # IPv4 identification: same id and bytes = a capture duplicate
             pa.field("window", pa.int32()),  # TCP window as sent (unscaled); 0 = zero window
             pa.field("sack_left", pa.int64()),  # first TCP SACK block (a D-SACK, if any, comes first)
@@ -414,6 +414,33 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 
+# What input fills each table: how the report and `tracelens rules` say what would let a rule run.
+INPUTS: dict[str, str] = {
+    "nccl_events": "NCCL logs (NCCL_DEBUG=INFO or WARN)",
+    "nccl_comms": "NCCL logs with communicator init lines (NCCL_DEBUG=INFO)",
+    "nccl_channels": "NCCL logs with channel connection lines (NCCL_DEBUG=INFO)",
+    "nccl_net": "NCCL logs with network selection lines (NCCL_DEBUG=INFO)",
+    "nccl_env": "NCCL logs echoing settings (NCCL_DEBUG=INFO)",
+    "nccl_errors": "NCCL WARN lines or PyTorch ProcessGroupNCCL errors",
+    "steps": "training logs with step lines (DeepSpeed steps_per_print, wall_clock_breakdown, Megatron iterations)",
+    "comm_ops": "DeepSpeed comms-logger output (comms_logger.enabled)",
+    "config": "a ds_config.json or a DeepSpeed log echoing its configuration",
+    "ib_counters": "port counter dumps (perfquery -x, ethtool -S, hw_counters), taken before and after",
+    "ib_ports": "port state dumps (ibstat, ibstatus, ibv_devinfo)",
+    "packets": "a packet capture (tcpdump -w) on the RoCE, IPoIB or TCP interface",
+    "fr_entries": "PyTorch Flight Recorder dumps (TORCH_FR_BUFFER_SIZE, dump on timeout)",
+    "fr_groups": "PyTorch Flight Recorder dumps with process group status",
+    "stacks": "stack dumps of the ranks (py-spy dump, faulthandler)",
+    "gpu_samples": "GPU utilisation samples (nvidia-smi --query-gpu ... -l 1, nvidia-smi dmon, dcgmi dmon)",
+    "kernel_events": "kernel logs of the hosts (dmesg -T, journalctl -k)",
+    "interfaces": "interface listings of the hosts (ip -d addr, ifconfig)",
+    "gids": "RoCE GID tables (show_gids)",
+    "nccl_tests": "nccl-tests output (all_reduce_perf ...)",
+    "perftest": "perftest output (ib_write_bw ...)",
+    "inputs": "any readable input",
+}
+
+
 def empty(name: str) -> pl.DataFrame:
     """An empty frame with the columns and types of table `name`."""
     return pl.from_arrow(SCHEMAS[name].empty_table())  # type: ignore[return-value]
@@ -459,6 +486,13 @@ class RunTables:
         """Set table `name` wholesale (used by stages that enrich rows, like the timeline)."""
         self._parts[name] = [conform(name, frame)]
         self._frames.pop(name, None)
+
+    def with_text(self, rows: pl.DataFrame) -> pl.DataFrame:
+        """Add the NCCL record text (`message`) to rows of any NCCL table, joined on file and line."""
+        if "message" in rows.columns:
+            return rows
+        text = self["nccl_events"].select("file", "line", "message").unique(["file", "line"])
+        return rows.join(text, on=["file", "line"], how="left")
 
     def write_parquet(self, out_dir: Path) -> list[Path]:
         """Write every table (empty ones too, so the set is predictable) as Parquet."""

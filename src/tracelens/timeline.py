@@ -40,7 +40,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from tracelens.ingest.lines import within_datetime_range
-from tracelens.packets.flows import analyze as packet_analysis
+from tracelens.derived.flows import analyze as packet_analysis
 from tracelens.prose import count
 from tracelens.tables import RunTables
 

@@ -187,13 +187,13 @@ def compare(good: "Analysis", bad: "Analysis") -> Comparison:
     have_good, have_bad = sources(good.tables), sources(bad.tables)
     both = have_good & have_bad
     unavailable = [f"{area}: only in the {'good' if area in have_good else 'slow'} run" for area in sorted(have_good ^ have_bad)]
-    good_pace = pace(good.tables["steps"]) if "steps" in both else None
-    bad_pace = pace(bad.tables["steps"]) if "steps" in both else None
+    good_pace = pace(good.context) if "steps" in both else None
+    bad_pace = pace(bad.context) if "steps" in both else None
     pace_change = compare_pace(good_pace, bad_pace) if good_pace and bad_pace else None
 
     raw = [
         *_fact_changes(run_facts(good.tables), run_facts(bad.tables), both),
-        *_rate_changes(run_rates(good.tables), run_rates(bad.tables)),
+        *_rate_changes(run_rates(good.context), run_rates(bad.context)),
         *_run_changes(good, bad),
         *_finding_changes(good, bad),
     ]

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracelens.fabric.deltas import KINDS, counter_deltas, kind_of
-from tracelens.packets.flows import analyze as analyze_packets
-from tracelens.tables import RunTables
+from tracelens.derived import RunContext
+from tracelens.derived.counters import KINDS, kind_of
 
 # Packet events that mean trouble on the wire (capture duplicates are an artefact, not the network).
 PACKET_KINDS = ("TCP retransmission", "NAK (PSN sequence error)", "PSN gap", "RoCE retransmission", "RNR NAK", "CNP", "ECN-CE")
@@ -31,24 +30,24 @@ class Rate:
         return self.count / self.exposure_s if self.exposure_s else 0.0
 
 
-def run_rates(tables: RunTables) -> dict[tuple[str, str], Rate]:
+def run_rates(ctx: RunContext) -> dict[tuple[str, str], Rate]:
     """Every packet and counter rate the run can give, keyed by (area, what)."""
-    return {(r.area, r.what): r for r in [*_packet_rates(tables), *_counter_rates(tables)]}
+    return {(r.area, r.what): r for r in [*_packet_rates(ctx), *_counter_rates(ctx)]}
 
 
-def _packet_rates(tables: RunTables) -> list[Rate]:
-    packets = tables["packets"]
-    if packets.height == 0:
+def _packet_rates(ctx: RunContext) -> list[Rate]:
+    packets = ctx["packets"]
+    if ctx.packets is None:
         return []
     spans = packets.group_by("file").agg(span=(pl.col("ts").max() - pl.col("ts").min()).dt.total_microseconds() / 1e6)
     exposure = float(spans["span"].sum() or 0.0)
-    events = analyze_packets(packets).events
+    events = ctx.packets.events
     counts = dict(events.group_by("kind").len().iter_rows())
     return [Rate("packets", kind, int(counts.get(kind, 0)), exposure) for kind in PACKET_KINDS]
 
 
-def _counter_rates(tables: RunTables) -> list[Rate]:
-    deltas = counter_deltas(tables).filter(pl.col("status") == "delta", pl.col("interval_s").is_not_null())
+def _counter_rates(ctx: RunContext) -> list[Rate]:
+    deltas = ctx.counter_deltas.filter(pl.col("status") == "delta", pl.col("interval_s").is_not_null())
     if deltas.height == 0:
         return []
     kinds = deltas.with_columns(kind=kind_of(pl.col("counter"))).filter(pl.col("kind").is_in(COUNTER_KINDS))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracelens import steps as timing
+from tracelens.derived import RunContext
+from tracelens.derived import steps as timing
 from tracelens.stats import mann_whitney_p, rate_rise_p
 
 PHASES = {
@@ -115,9 +116,9 @@ class PaceChange:
         return next((p for p in self.phases if p.phase == name), None)
 
 
-def pace(steps: pl.DataFrame) -> Pace | None:
-    """The job's pace from the steps table; None when no step has a time."""
-    series = timing.step_series(steps)
+def pace(ctx: RunContext) -> Pace | None:
+    """The job's pace from its step series; None when no step has a time."""
+    steps, series = ctx["steps"], ctx.step_series
     index = pl.int_range(pl.len()).over(timing.STREAM)
     series = series.filter((index >= timing.WARMUP_ROWS) & pl.col("time_ms").is_not_null())
     if series.height == 0:

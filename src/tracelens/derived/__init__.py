@@ -1,1 +1,128 @@
-"""Results several rules and report sections share, computed once (DESIGN §2)."""
+"""The RunContext: the aligned tables of one run and what several rules and report sections
+derive from them, each computed once, on first use.
+
+Stages import one way: ingest -> tables -> timeline -> derived -> rules -> report. A module in
+this package reads tables (and other derived results) and never a rule or a report section.
+
+How a rule uses it (tracelens.rules): a rule is a function of the context, registered with
+`@rule`, which declares what the rule needs and its settings::
+
+    @rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",),
+          settings={"min_cost_share": Setting("share of the run's step time", "Windows costing less are not reported.")})
+    def step_time_spikes(ctx: RunContext, *, min_cost_share: float = 0.01) -> Iterator[Finding]:
+        windows = ctx.slow_windows          # computed once for every rule and section that asks
+        rows = ctx["steps"]                 # an aligned table, same as ctx.tables["steps"]
+        yield Finding(Severity.WARNING, "title", "summary with numbers")   # no rule_id: Rule.run stamps it
+
+- `needs` names tables; `"a|b"` means either. A rule whose needs are not met does not run,
+  and the report and JSON say which input would let it run (tracelens.tables.INPUTS).
+- `kind` is "symptom" (how much time went where), "cause" or "root cause" (joins sources).
+- Settings are the function's keyword-only parameters: the default lives in the signature,
+  the unit and one sentence in the decorator. A config file (`[rules.TL401] min_cost_share
+  = 0.05`) overrides them; `tracelens rules TL401` lists them.
+
+A report section (tracelens.report.sections) is a module with `context(ctx, analysis)`:
+it reads derived results from `ctx` and the findings from `analysis`.
+
+A new shared result is a `cached_property` here, computed by a function in a module of this
+package from the tables and other properties (never a module-level cache).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import polars as pl
+
+from tracelens.derived import counters, events, flows, hangs, hosts, ports, steps
+from tracelens.tables import RunTables
+
+
+class RunContext:
+    """The aligned tables of one run and the results derived from them, each computed once."""
+
+    def __init__(self, tables: RunTables) -> None:
+        self.tables = tables
+
+    def __getitem__(self, name: str) -> pl.DataFrame:
+        """Table `name`, aligned (a shortcut for `ctx.tables[name]`)."""
+        return self.tables[name]
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    @cached_property
+    def step_series(self) -> pl.DataFrame:
+        """Per stream and step: time, basis, comm/compute split, rolling baseline, slow flag."""
+        return steps.step_series(self.tables["steps"])
+
+    @cached_property
+    def slow_windows(self) -> list[steps.Window]:
+        """Slow windows of every stream against its rolling baseline, costliest first."""
+        return steps.slow_windows(self.step_series)
+
+    @cached_property
+    def sustained_windows(self) -> list[steps.Window]:
+        """Long slow stretches the rolling baseline absorbs."""
+        return steps.sustained_windows(self.step_series)
+
+    @cached_property
+    def run_time_s(self) -> float:
+        """Total step time of the longest stream."""
+        return steps.run_time_s(self.step_series)
+
+    # -- fabric ----------------------------------------------------------------------------------
+
+    @cached_property
+    def counter_deltas(self) -> pl.DataFrame:
+        """What every counter did between successive dumps of its port."""
+        return counters.counter_deltas(self.tables)
+
+    @cached_property
+    def latest_ports(self) -> pl.DataFrame:
+        """Each HCA port as the last dump saw it."""
+        return ports.latest_ports(self.tables)
+
+    @cached_property
+    def port_ranks(self) -> pl.DataFrame:
+        """(host, ca, port, rank) for every rank whose NCCL process uses that port."""
+        return ports.port_ranks(self.tables)
+
+    # -- packets and events ----------------------------------------------------------------------
+
+    @cached_property
+    def packets(self) -> flows.PacketAnalysis | None:
+        """Per-QP, per-flow and per-event analysis of the captures; None without packets."""
+        packets = self.tables["packets"]
+        return flows.analyze(packets) if packets.height else None
+
+    @cached_property
+    def host_names(self) -> dict[str, str]:
+        """IP address -> host name, from the interfaces NCCL said it uses."""
+        return hosts.host_names(self.tables)
+
+    # -- hangs (Flight Recorder dumps and stack dumps) -----------------------------------------
+
+    @cached_property
+    def fr_entries(self) -> pl.DataFrame:
+        """Flight Recorder entries, one row per rank, group and record (the best encoding of each)."""
+        return hangs.entries(self.tables)
+
+    @cached_property
+    def stuck_collectives(self) -> list[hangs.Stuck]:
+        """The collectives the job hung in, per process group, worst first."""
+        return hangs.stuck(self.tables)
+
+    @cached_property
+    def desyncs(self) -> list[hangs.Desync]:
+        """Ranks that issued different collectives at one sequence id."""
+        return hangs.desyncs(self.tables)
+
+    @cached_property
+    def first_stopped(self) -> hangs.Stop | None:
+        """The rank that stopped first and where it was; None without Flight Recorder entries."""
+        return hangs.first_stopped(self.tables)
+
+    @cached_property
+    def network_events(self) -> pl.DataFrame:
+        """NCCL errors, counter rises and packet events on one UTC axis (tracelens.derived.events)."""
+        return events.network_events(self.tables)

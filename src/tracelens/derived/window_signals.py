@@ -23,13 +23,13 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from tracelens import steps as timing
+from tracelens.derived import steps as timing
 from tracelens.derived.baseline import LevelComparison, RateComparison
-from tracelens.events import _COUNTER_CAUSE, network_events
-from tracelens.fabric.deltas import counter_deltas, kind_of
-from tracelens.packets.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
-from tracelens.packets.flows import analyze as packet_analysis
-from tracelens.packets.hosts import host_names
+from tracelens.derived.events import _COUNTER_CAUSE, network_events
+from tracelens.derived.counters import counter_deltas, kind_of
+from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
+from tracelens.derived.flows import analyze as packet_analysis
+from tracelens.derived.hosts import host_names
 from tracelens.prose import count, listing
 from tracelens.tables import RunTables
 

@@ -1,3 +1,3 @@
-"""Packet captures: the record stream (records), the vectorized decoder (decode),
-per-QP and per-TCP-flow analysis (flows) and the address-to-host map (hosts).
+"""Reading packet captures: the record stream (records), byte gathering (gather) and the
+vectorized decoder (decode). Flow analysis of the decoded packets is derived (tracelens.derived.flows).
 """

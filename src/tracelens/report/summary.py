@@ -50,7 +50,7 @@ def verdict(analysis: Analysis) -> RunVerdict:
     serious = [f for f in analysis.findings if f.severity >= Severity.WARNING]
     if not serious:
         minor = len(analysis.findings)
-        checked = f"{count(len(analysis.rules), 'rule')} checked over {count(files, 'file')}: none found a problem"
+        checked = f"{count(len(analysis.checked), 'rule')} checked over {count(files, 'file')}: none found a problem"
         return RunVerdict(
             severity="ok",
             headline="No problem found",
@@ -89,5 +89,6 @@ def to_json(analysis: Analysis) -> dict:
         "findings": [f.to_json() for f in analysis.findings],
         "inputs": analysis.tables["inputs"].sort("file").to_dicts(),
         "notes": analysis.notes,
-        "rules_checked": [r.id for r in analysis.rules],
+        "rules_checked": [r.id for r in analysis.checked],
+        "rules_not_run": [{"rule": r.id, "needs": needs} for r, needs in analysis.not_run],
     } | ({"comparison": analysis.comparison.to_json()} if analysis.comparison else {})

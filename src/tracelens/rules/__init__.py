@@ -1,52 +1,100 @@
 """The rule registry: every module in this package registers its rules with `@rule`.
 
-A rule reads RunTables and yields Findings; it never reads files. Its
-docstring has three parts, always in this order and with these headings:
-What it finds / Why it slows the run / How to fix.
+A rule reads the RunContext (tracelens.derived: aligned tables and shared derived results)
+and yields Findings; it never reads files. `@rule` declares what it needs, its kind and its
+settings (see tracelens.derived for an example). Its docstring has three parts, always in
+this order and with these headings: What it finds / Why it slows the run / How to fix.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import re
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
+from tracelens.derived import RunContext
 from tracelens.findings import Finding, Severity
-from tracelens.tables import RunTables
+from tracelens.tables import INPUTS, SCHEMAS, RunTables
 
-RuleFunc = Callable[[RunTables], Iterable[Finding]]
+RuleFunc = Callable[..., Iterable[Finding]]  # (ctx: RunContext, *, setting=default, ...) -> findings
+Kind = Literal["symptom", "cause", "root cause"]
+KINDS: tuple[Kind, ...] = ("symptom", "cause", "root cause")
 
 _SECTIONS = ("What it finds", "Why it slows the run", "How to fix")
 
 
 @dataclass(frozen=True)
+class Setting:
+    """What a rule's keyword-only parameter means: its unit and one sentence. The default is the
+    parameter's own default; `value` is filled in from it when the rule is registered."""
+
+    unit: str
+    help: str
+    name: str = ""
+    default: Any = None
+
+
+@dataclass(frozen=True)
 class Rule:
-    """A registered check: its id and name, default severity, and the function that yields findings."""
+    """A registered check: its id and name, default severity, kind, the tables it needs, its
+    settings, and the function that yields findings."""
 
     id: str
     name: str
     severity: Severity
     func: RuleFunc
+    kind: Kind = "cause"
+    needs: tuple[str, ...] = ()  # table names; "a|b": either
+    settings: tuple[Setting, ...] = field(default=())
 
     @property
     def docs(self) -> dict[str, str]:
         """The three documented parts of the rule, parsed from its docstring."""
         return parse_doc(self.func.__doc__ or "")
 
-    def run(self, tables: RunTables) -> list[Finding]:
-        findings = list(self.func(tables))
+    def missing(self, tables: RunTables) -> list[str]:
+        """The needs this run's tables do not meet (an empty table does not meet a need)."""
+        return [need for need in self.needs if not any(tables[name].height for name in need.split("|"))]
+
+    def missing_inputs(self, tables: RunTables) -> list[str]:
+        """What input would let the rule run, one phrase per unmet need."""
+        return [" or ".join(INPUTS.get(name, name) for name in need.split("|")) for need in self.missing(tables)]
+
+    def values(self, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every setting's value: its default unless `overrides` (from a config file) sets it."""
+        overrides = overrides or {}
+        return {s.name: overrides.get(s.name, s.default) for s in self.settings}
+
+    def run(self, ctx: RunContext, settings: Mapping[str, Any] | None = None, severity: Severity | None = None) -> list[Finding]:
+        """The rule's findings, stamped with its id (and `severity`, when a config sets one), the
+        documented fix where the rule gave none."""
+        findings = list(self.func(ctx, **self.values(settings)))
         for finding in findings:
+            finding.rule_id = self.id
             finding.fix = finding.fix or self.docs["How to fix"]
+            if severity is not None:
+                finding.severity = severity
         return findings
 
 
 _REGISTRY: dict[str, Rule] = {}
 
 
-def rule(rule_id: str, name: str, severity: Severity) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a rule function under `rule_id` (TL1xx transport ... TL5xx config)."""
+def rule(
+    rule_id: str,
+    name: str,
+    severity: Severity,
+    *,
+    kind: Kind = "cause",
+    needs: tuple[str, ...] = (),
+    settings: Mapping[str, Setting] | None = None,
+) -> Callable[[RuleFunc], RuleFunc]:
+    """Register a rule function under `rule_id` (TL1xx transport ... TL5xx config). `settings`
+    describes each keyword-only parameter of the function (whose default is the setting's)."""
 
     def register(func: RuleFunc) -> RuleFunc:
         if rule_id in _REGISTRY:
@@ -54,10 +102,22 @@ def rule(rule_id: str, name: str, severity: Severity) -> Callable[[RuleFunc], Ru
         missing = [s for s in _SECTIONS if s + ":" not in (func.__doc__ or "")]
         if missing:
             raise ValueError(f"rule {rule_id} docstring lacks: {', '.join(missing)}")
-        _REGISTRY[rule_id] = Rule(rule_id, name, severity, func)
+        unknown = [n for need in needs for n in need.split("|") if n not in SCHEMAS]
+        if unknown or kind not in KINDS:
+            raise ValueError(f"rule {rule_id}: unknown table(s) {unknown} or kind {kind!r}")
+        _REGISTRY[rule_id] = Rule(rule_id, name, severity, func, kind, needs, _declared(rule_id, func, settings or {}))
         return func
 
     return register
+
+
+def _declared(rule_id: str, func: RuleFunc, described: Mapping[str, Setting]) -> tuple[Setting, ...]:
+    """The rule's settings: its keyword-only parameters, each described in the decorator."""
+    params = {p.name: p for p in inspect.signature(func).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    if set(params) != set(described) or any(p.default is p.empty for p in params.values()):
+        raise ValueError(f"rule {rule_id}: keyword-only parameters with defaults {sorted(params)} "
+                         f"must match the settings described {sorted(described)}")
+    return tuple(replace(described[n], name=n, default=params[n].default) for n in params)
 
 
 def parse_doc(doc: str) -> dict[str, str]:

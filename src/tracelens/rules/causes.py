@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tracelens.derived.window_signals import Signal
-from tracelens.events import CAUSES
+from tracelens.derived.events import CAUSES
 from tracelens.findings import Verdict
 
 NAMES = {**CAUSES, "contention": "CPU or GPU contention on every rank", "input": "an input pipeline or checkpoint stall (the time between steps: data loader, checkpoint or evaluation)"}

@@ -13,21 +13,20 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracelens import steps as timing
+from tracelens.derived import RunContext
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
-from tracelens.rules import rule
+from tracelens.rules import Setting, rule
 from tracelens.rules.steps import COMM_BOUND_SHARE
-from tracelens.tables import RunTables
 
 ZERO = "zero_optimization"
 DEFAULT_BUCKET = 500_000_000  # DeepSpeed's reduce_bucket_size / allgather_bucket_size default
 SMALL_BUCKET = DEFAULT_BUCKET // 10
 
 
-def _settings(t: RunTables, *keys: str) -> pl.DataFrame:
+def _settings(ctx: RunContext, *keys: str) -> pl.DataFrame:
     """The DeepSpeed config rows for `keys`, in file order."""
-    return t["config"].filter(pl.col("key").is_in(list(keys)) & (pl.col("source") != "launcher_env")).sort("file", "line")
+    return ctx["config"].filter(pl.col("key").is_in(list(keys)) & (pl.col("source") != "launcher_env")).sort("file", "line")
 
 
 def _flag(value: str | None) -> bool | None:
@@ -47,13 +46,13 @@ def _evidence(rows: pl.DataFrame) -> list[Evidence]:
     return [Evidence(file=r["file"], line=r["line"], text=f"{r['key']} = {r['value']}", host=r["host"]) for r in rows.iter_rows(named=True)]
 
 
-def _zero_stages(t: RunTables) -> set[int]:
-    rows = _settings(t, f"{ZERO}.stage", "zero_optimization_stage")
+def _zero_stages(ctx: RunContext) -> set[int]:
+    rows = _settings(ctx, f"{ZERO}.stage", "zero_optimization_stage")
     return {int(n) for n in (_number(v) for v in rows["value"].to_list()) if n is not None}
 
 
-@rule("TL501", "overlap-comm-off", Severity.WARNING)
-def overlap_comm_off(t: RunTables) -> Iterator[Finding]:
+@rule("TL501", "overlap-comm-off", Severity.WARNING, needs=("config",))
+def overlap_comm_off(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: ZeRO (stage 1, 2 or 3) with `overlap_comm` false, in ds_config.json or in
     the configuration DeepSpeed echoes at start (`zero_config ... overlap_comm=False`).
@@ -67,13 +66,12 @@ def overlap_comm_off(t: RunTables) -> Iterator[Finding]:
     some extra GPU memory for the buckets: 4.5x `reduce_bucket_size`; lower the bucket size
     if memory is tight rather than turning overlap off).
     """
-    stages = _zero_stages(t)
+    stages = _zero_stages(ctx)
     if not stages or max(stages) < 1:
         return
-    off = _settings(t, f"{ZERO}.overlap_comm").filter(pl.col("value").map_elements(_flag, return_dtype=pl.Boolean).not_())
+    off = _settings(ctx, f"{ZERO}.overlap_comm").filter(pl.col("value").map_elements(_flag, return_dtype=pl.Boolean).not_())
     if off.height:
         yield Finding(
-            rule_id="TL501",
             severity=Severity.WARNING,
             title="overlap_comm is off under ZeRO",
             summary=f"ZeRO stage {max(stages)} runs with overlap_comm false ({count(off.height, 'setting')}): gradient "
@@ -83,8 +81,10 @@ def overlap_comm_off(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL502", "small-comm-bucket", Severity.WARNING)
-def small_comm_bucket(t: RunTables) -> Iterator[Finding]:
+@rule("TL502", "small-comm-bucket", Severity.WARNING, needs=("config",), settings={
+    "small_bucket": Setting("bytes", "A reduce or all-gather bucket below this size is reported (DeepSpeed's default is 500,000,000)."),
+})
+def small_comm_bucket(ctx: RunContext, *, small_bucket: int = SMALL_BUCKET) -> Iterator[Finding]:
     """
     What it finds: a ZeRO `reduce_bucket_size` or `allgather_bucket_size` more than ten times
     smaller than DeepSpeed's default of 500,000,000 elements (ds_config.json, the echoed
@@ -97,12 +97,11 @@ def small_comm_bucket(t: RunTables) -> Iterator[Finding]:
     How to fix: raise `"reduce_bucket_size"` and `"allgather_bucket_size"` in
     `zero_optimization` towards 5e8 (lower them only as far as GPU memory demands).
     """
-    rows = _settings(t, f"{ZERO}.reduce_bucket_size", f"{ZERO}.allgather_bucket_size")
-    small = rows.filter(pl.col("value").map_elements(_number, return_dtype=pl.Float64) < SMALL_BUCKET)
+    rows = _settings(ctx, f"{ZERO}.reduce_bucket_size", f"{ZERO}.allgather_bucket_size")
+    small = rows.filter(pl.col("value").map_elements(_number, return_dtype=pl.Float64) < small_bucket)
     if small.height:
         sizes = sorted({int(_number(v)) for v in small["value"].to_list()})
         yield Finding(
-            rule_id="TL502",
             severity=Severity.WARNING,
             title="ZeRO communication buckets far below the default",
             summary=f"{'Bucket size' if len(sizes) == 1 else 'Bucket sizes'} {', '.join(f'{s:,}' for s in sizes)} elements, more than 10x below the "
@@ -112,8 +111,8 @@ def small_comm_bucket(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL503", "cpu-offload", Severity.INFO)
-def cpu_offload(t: RunTables) -> Iterator[Finding]:
+@rule("TL503", "cpu-offload", Severity.INFO, needs=("config",))
+def cpu_offload(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: ZeRO offloading optimizer state or parameters to the CPU or NVMe
     (`offload_optimizer.device` / `offload_param.device` of cpu or nvme, the older
@@ -129,14 +128,13 @@ def cpu_offload(t: RunTables) -> Iterator[Finding]:
     across more GPUs, or offload only the optimizer.
     """
     rows = _settings(
-        t, f"{ZERO}.offload_optimizer.device", f"{ZERO}.offload_param.device", f"{ZERO}.cpu_offload", f"{ZERO}.cpu_offload_param"
+        ctx, f"{ZERO}.offload_optimizer.device", f"{ZERO}.offload_param.device", f"{ZERO}.cpu_offload", f"{ZERO}.cpu_offload_param"
     )
     device = pl.col("value").str.to_lowercase().str.strip_chars("'\" ")
     offloaded = rows.filter(device.is_in(["cpu", "nvme", "true", "offloaddeviceenum.cpu", "offloaddeviceenum.nvme"]))
     if offloaded.height:
         what = sorted({k.removeprefix(f"{ZERO}.").split(".")[0] for k in offloaded["key"].to_list()})
         yield Finding(
-            rule_id="TL503",
             severity=Severity.INFO,
             title="ZeRO offloads to the CPU",
             summary=f"ZeRO offload is on ({', '.join(what)}): optimizer state or parameters cross PCIe every step.",
@@ -144,8 +142,10 @@ def cpu_offload(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL504", "no-grad-accumulation-comm-bound", Severity.WARNING)
-def no_grad_accumulation(t: RunTables) -> Iterator[Finding]:
+@rule("TL504", "no-grad-accumulation-comm-bound", Severity.WARNING, needs=("config", "steps"), settings={
+    "comm_bound_share": Setting("share of the step", "All-reduce + all-gather time at or above this share makes the run communication-bound."),
+})
+def no_grad_accumulation(ctx: RunContext, *, comm_bound_share: float = COMM_BOUND_SHARE) -> Iterator[Finding]:
     """
     What it finds: `gradient_accumulation_steps` of 1 in a run whose steps are
     communication-bound (the gradient all-reduce and ZeRO all-gather take 35% or more of the
@@ -159,15 +159,14 @@ def no_grad_accumulation(t: RunTables) -> Iterator[Finding]:
     How to fix: raise `"gradient_accumulation_steps"` (and lower
     `train_micro_batch_size_per_gpu` or keep `train_batch_size` consistent), e.g. to 4 or 8.
     """
-    gas = _settings(t, "gradient_accumulation_steps")
+    gas = _settings(ctx, "gradient_accumulation_steps")
     single = gas.filter(pl.col("value").map_elements(_number, return_dtype=pl.Float64) == 1)
     if single.height == 0:
         return
-    series = timing.step_series(t["steps"]).filter((pl.col("basis") == "timers") & ~pl.col("slow"))
+    series = ctx.step_series.filter((pl.col("basis") == "timers") & ~pl.col("slow"))
     share = (series["comm_ms"] / series["time_ms"]).median() if series.height else None
-    if share is not None and share >= COMM_BOUND_SHARE:
+    if share is not None and share >= comm_bound_share:
         yield Finding(
-            rule_id="TL504",
             severity=Severity.WARNING,
             title="No gradient accumulation on a communication-bound run",
             summary=f"gradient_accumulation_steps is 1 while the gradient all-reduce/all-gather take {share:.0%} "

@@ -24,12 +24,12 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from tracelens import steps as timing
+from tracelens.derived import steps as timing
 from tracelens.derived.window_signals import measure
-from tracelens.events import network_events
+from tracelens.derived.events import network_events
 from tracelens.findings import Evidence, Finding, Severity, Verdict
-from tracelens.hangs import first_stopped
-from tracelens.hostsignals import utilisation_phrase
+from tracelens.derived.hangs import first_stopped
+from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.prose import count, duration, listing, number, some
 from tracelens.prose import span as prose_span
 from tracelens.rules import rule
@@ -128,7 +128,7 @@ def _socket_switch(t: RunTables, episode: timing.Episode) -> bool:
     return socket.filter(pl.col("lo") >= episode.begin - MARGIN, pl.col("lo") <= episode.end).height > 0
 
 
-@rule("TL410", "slow-window-root-cause", Severity.WARNING)
+@rule("TL410", "slow-window-root-cause", Severity.WARNING, kind="root cause", needs=("steps",))
 def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports, one per stretch
@@ -244,7 +244,7 @@ def log_gaps(t: RunTables) -> pl.DataFrame:
     )
 
 
-@rule("TL411", "stall-or-hang", Severity.CRITICAL)
+@rule("TL411", "stall-or-hang", Severity.CRITICAL, kind="root cause", needs=("nccl_errors|nccl_events|steps",))
 def stall_or_hang(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: the job stopped making progress: a PyTorch watchdog timed out on a
@@ -355,7 +355,7 @@ def _gap_finding(t: RunTables, gap: dict) -> Finding:
 # -- transport fallback cost ----------------------------------------------------------------------
 
 
-@rule("TL412", "socket-fallback-cost", Severity.WARNING)
+@rule("TL412", "socket-fallback-cost", Severity.WARNING, kind="root cause", needs=("steps", "nccl_net|nccl_channels"))
 def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: the time a fall back to NCCL's TCP socket transport cost, measured: the

@@ -7,15 +7,7 @@ from datetime import datetime
 import polars as pl
 
 from tracelens.findings import Evidence
-from tracelens.tables import RunTables
-
-
-def with_text(tables: RunTables, rows: pl.DataFrame) -> pl.DataFrame:
-    """Add the NCCL record text (`message`) to rows of any NCCL table, joined on file and line."""
-    if "message" in rows.columns:
-        return rows
-    text = tables["nccl_events"].select("file", "line", "message").unique(["file", "line"])
-    return rows.join(text, on=["file", "line"], how="left")
+from tracelens.derived import RunContext
 
 
 def evidence(rows: pl.DataFrame) -> list[Evidence]:
@@ -36,9 +28,9 @@ def hosts_of(*frames: pl.DataFrame) -> list[str]:
     return sorted(found)
 
 
-def ranks_of(tables: RunTables, rows: pl.DataFrame) -> list[int]:
+def ranks_of(ctx: RunContext, rows: pl.DataFrame) -> list[int]:
     """Ranks of the processes (host, pid) behind `rows`, from the communicator lines."""
-    comms = tables["nccl_comms"].select("host", "pid", "rank").drop_nulls()
+    comms = ctx["nccl_comms"].select("host", "pid", "rank").drop_nulls()
     if comms.height == 0 or "pid" not in rows.columns:
         return []
     hit = rows.select("host", "pid").unique().join(comms, on=["host", "pid"], how="inner")
@@ -51,7 +43,7 @@ def time_window(rows: pl.DataFrame) -> tuple[datetime, datetime] | None:
     return (ts.min(), ts.max()) if ts.len() else None
 
 
-def step_evidence(tables: RunTables, file: str, lines) -> list[Evidence]:
+def step_evidence(ctx: RunContext, file: str, lines) -> list[Evidence]:
     """Evidence for the `steps` rows at `lines` of `file`: the step, timer and throughput lines."""
-    rows = tables["steps"].filter((pl.col("file") == file) & pl.col("line").is_in(list(lines))).sort("line")
+    rows = ctx["steps"].filter((pl.col("file") == file) & pl.col("line").is_in(list(lines))).sort("line")
     return [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in rows.iter_rows(named=True)]

@@ -1,7 +1,7 @@
 """TL201-TL206: the InfiniBand/RoCE fabric: link errors, link flaps, drops and congestion,
 RDMA retransmissions, degraded ports, RoCE on the wrong priority.
 
-The counter rules read `counter_deltas`: what a counter did between two dumps of a port,
+The counter rules read the context's `counter_deltas`: what a counter did between two dumps of a port,
 or, for a port dumped once, its value since the counters were last cleared. A rise
 between dumps is tied to the run (warning or worse); a value since the last clear
 covers an unknown time, maybe months before the run, so it is only info.
@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterator
 
 import polars as pl
 
-from tracelens.fabric.deltas import (
-    CONGESTION, DISCARDS, LINK_DOWN, PHYSICAL, PORT_KEY, RDMA_ERRORS, WAIT, counter_deltas, describe, movements,
+from tracelens.derived import RunContext
+from tracelens.derived.counters import (
+    CONGESTION, DISCARDS, LINK_DOWN, PHYSICAL, PORT_KEY, RDMA_ERRORS, WAIT, describe, movements,
 )
-from tracelens.fabric.ports import latest_ports, nccl_devices, ranks_on
+from tracelens.derived.ports import nccl_devices, port_label, ranks_on
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import during
-from tracelens.rules import rule
-from tracelens.tables import RunTables
+from tracelens.rules import Setting, rule
 
 WAIT_NOTED, WAIT_WARNS = 0.01, 0.05  # share of an interval a port could not send
 
@@ -36,12 +36,6 @@ def _in_run(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.filter(pl.col("start").is_not_null())
 
 
-def port_label(host: str | None, node: str | None, ca: str | None, port: int | None) -> str:
-    """`node01 mlx5_0 port 1 (Lid 12)`, `Lid 2052 port 1`, `node01 ens1f0` ..."""
-    where = " ".join(p for p in (host, ca or node, f"port {port}" if port is not None else None) if p)
-    return where + (f" ({node})" if ca and node and node != ca else "")
-
-
 def _evidence(rows: pl.DataFrame) -> list[Evidence]:
     return [
         Evidence(file=r["file"], line=r["line"], host=r["host"],
@@ -51,7 +45,7 @@ def _evidence(rows: pl.DataFrame) -> list[Evidence]:
 
 
 def _port_findings(
-    t: RunTables, rows: pl.DataFrame, rule_id: str, title: str, severity_of: Callable[[pl.DataFrame], Severity]
+    ctx: RunContext, rows: pl.DataFrame, title: str, severity_of: Callable[[pl.DataFrame], Severity]
 ) -> Iterator[Finding]:
     """One finding per port among `rows`; its severity from the in-run rows, info if none."""
     moves = movements(rows)
@@ -65,19 +59,18 @@ def _port_findings(
             else " (one dump: not tied to the run; dump before and after the run to measure it)"
         )
         yield Finding(
-            rule_id=rule_id,
             severity=severity_of(in_run) if in_run.height else Severity.INFO,
             title=title,
             summary=f"{port_label(host, node, ca, port)}: {'; '.join(phrases)}{when}.",
             evidence=_evidence(group),
             hosts=[host] if host else [],
-            ranks=ranks_on(t, host, ca, port),
+            ranks=ranks_on(ctx.port_ranks, host, ca, port),
             window=window,
         )
 
 
-@rule("TL201", "link-physical-errors", Severity.WARNING)
-def physical_errors(t: RunTables) -> Iterator[Finding]:
+@rule("TL201", "link-physical-errors", Severity.WARNING, needs=("ib_counters",))
+def physical_errors(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: physical-layer error counters rising on an HCA or switch port between
     two dumps: SymbolErrorCounter, LinkErrorRecoveryCounter, PortRcvErrors,
@@ -99,13 +92,13 @@ def physical_errors(t: RunTables) -> Iterator[Finding]:
     the node from the scheduler until the counters stay at zero.
     """
     yield from _port_findings(
-        t, _rising(counter_deltas(t), PHYSICAL), "TL201", "Physical-layer errors on a port",
+        ctx, _rising(ctx.counter_deltas, PHYSICAL), "Physical-layer errors on a port",
         lambda rows: Severity.WARNING,
     )
 
 
-@rule("TL202", "link-down", Severity.CRITICAL)
-def link_down(t: RunTables) -> Iterator[Finding]:
+@rule("TL202", "link-down", Severity.CRITICAL, needs=("ib_counters",))
+def link_down(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: a port whose link went down between two dumps: LinkDownedCounter
     (perfquery, sysfs) or link_down_events_phy (ethtool -S) rising. Once-dumped ports
@@ -122,20 +115,23 @@ def link_down(t: RunTables) -> Iterator[Finding]:
     the link has stayed up under load.
     """
     yield from _port_findings(
-        t, _rising(counter_deltas(t), LINK_DOWN), "TL202", "Link went down", lambda rows: Severity.CRITICAL
+        ctx, _rising(ctx.counter_deltas, LINK_DOWN), "Link went down", lambda rows: Severity.CRITICAL
     )
 
 
-def _congestion_severity(rows: pl.DataFrame) -> Severity:
+def _congestion_severity(rows: pl.DataFrame, wait_warns: float) -> Severity:
     dropped = rows.filter(pl.col("counter").str.contains(DISCARDS)).height > 0
     blocked = rows.filter(
-        pl.col("counter").str.contains(WAIT) & ((pl.col("stall_share") >= WAIT_WARNS) | (pl.col("status") == "saturated"))
+        pl.col("counter").str.contains(WAIT) & ((pl.col("stall_share") >= wait_warns) | (pl.col("status") == "saturated"))
     ).height > 0
     return Severity.WARNING if dropped or blocked else Severity.INFO
 
 
-@rule("TL203", "port-discards-congestion", Severity.WARNING)
-def discards_congestion(t: RunTables) -> Iterator[Finding]:
+@rule("TL203", "port-discards-congestion", Severity.WARNING, needs=("ib_counters",), settings={
+    "wait_noted": Setting("share of the interval", "PortXmitWait or pause time below this share of an interval is normal."),
+    "wait_warns": Setting("share of the interval", "Blocked time at or above this share makes the finding a warning."),
+})
+def discards_congestion(ctx: RunContext, *, wait_noted: float = WAIT_NOTED, wait_warns: float = WAIT_WARNS) -> Iterator[Finding]:
     """
     What it finds: drops and congestion on a port: PortXmitDiscards and the mlx5 discard
     counters (rx_discards_phy, rx_prioN_buf_discard / cong_discard); PortXmitWait as a
@@ -156,15 +152,15 @@ def discards_congestion(t: RunTables) -> Iterator[Finding]:
     ECN settings on the NIC (`mlnx_qos -i <netdev>`) and the switch, and that RoCE uses the
     lossless priority (`NCCL_IB_TC`, `NCCL_IB_SL`).
     """
-    rows = _rising(counter_deltas(t), CONGESTION)
+    rows = _rising(ctx.counter_deltas, CONGESTION)
     waits = pl.col("counter").str.contains(WAIT)
-    noted = (pl.col("start").is_null()) | (pl.col("status") == "saturated") | (pl.col("stall_share") >= WAIT_NOTED)
+    noted = (pl.col("start").is_null()) | (pl.col("status") == "saturated") | (pl.col("stall_share") >= wait_noted)
     rows = rows.filter(~waits | noted)
-    yield from _port_findings(t, rows, "TL203", "Drops or congestion on a port", _congestion_severity)
+    yield from _port_findings(ctx, rows, "Drops or congestion on a port", lambda rows: _congestion_severity(rows, wait_warns))
 
 
-@rule("TL204", "rdma-retransmissions", Severity.WARNING)
-def rdma_retransmissions(t: RunTables) -> Iterator[Finding]:
+@rule("TL204", "rdma-retransmissions", Severity.WARNING, needs=("ib_counters",))
+def rdma_retransmissions(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: RDMA transport error counters of an HCA port rising (sysfs
     hw_counters / `rdma statistic`): local_ack_timeout_err, out_of_sequence,
@@ -182,7 +178,7 @@ def rdma_retransmissions(t: RunTables) -> Iterator[Finding]:
     at its default (do not raise it to hide loss) and `NCCL_IB_RETRY_CNT` at 7.
     """
     yield from _port_findings(
-        t, _rising(counter_deltas(t), RDMA_ERRORS), "TL204", "RDMA retransmissions on a port",
+        ctx, _rising(ctx.counter_deltas, RDMA_ERRORS), "RDMA retransmissions on a port",
         lambda rows: Severity.WARNING,
     )
 
@@ -203,8 +199,8 @@ def _below_peers(ports: pl.DataFrame, column: pl.Expr, name: str, unit: str = ""
     ).to_series()
 
 
-@rule("TL205", "port-degraded", Severity.WARNING)
-def port_degraded(t: RunTables) -> Iterator[Finding]:
+@rule("TL205", "port-degraded", Severity.WARNING, needs=("ib_ports",))
+def port_degraded(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: HCA ports (ibstat, ibstatus, ibv_devinfo) that are not Active/LinkUp,
     or active at a lower rate, a narrower width or a smaller active_mtu than most ports of
@@ -221,7 +217,7 @@ def port_degraded(t: RunTables) -> Iterator[Finding]:
     more (`ip link set <netdev> mtu 9000`) so active_mtu becomes 4096; exclude a broken
     HCA with `NCCL_IB_HCA` until it is repaired.
     """
-    ports = latest_ports(t)
+    ports = ctx.latest_ports
     if ports.height == 0:
         return
     width = pl.col("width").str.extract(r"(\d+)").cast(pl.Int32)
@@ -236,7 +232,7 @@ def port_degraded(t: RunTables) -> Iterator[Finding]:
         "width": _below_peers(ports, width, "width", "X"),
         "mtu": _below_peers(ports, pl.col("active_mtu"), "active_mtu"),
     })
-    used = nccl_devices(t)
+    used = nccl_devices(ctx)
     for port, issues in zip(ports.iter_rows(named=True), problems.iter_rows()):
         found = [i for i in issues if i]
         if not found:
@@ -245,7 +241,6 @@ def port_degraded(t: RunTables) -> Iterator[Finding]:
         unused = nccl_on_host.height > 0 and port["ca"] not in nccl_on_host["ca"].to_list()
         down_only = issues[0] and not any(issues[1:])
         yield Finding(
-            rule_id="TL205",
             severity=Severity.INFO if unused and down_only else Severity.WARNING,
             title="Port down or running below its peers",
             summary=f"{port_label(port['host'], None, port['ca'], port['port'])}: {'; '.join(found)}"
@@ -253,7 +248,7 @@ def port_degraded(t: RunTables) -> Iterator[Finding]:
             evidence=[Evidence(file=port["file"], line=port["line"], host=port["host"],
                                text=f"{port['ca']} port {port['port']}: {port['state']}, {port['rate_gbps']} Gb/s")],
             hosts=[port["host"]] if port["host"] else [],
-            ranks=ranks_on(t, port["host"], port["ca"], port["port"]),
+            ranks=ranks_on(ctx.port_ranks, port["host"], port["ca"], port["port"]),
         )
 
 
@@ -261,8 +256,8 @@ PRIO_BYTES = r"^[rt]x_prio(\d)_bytes$"
 PRIO_PAUSE = r"^[rt]x_prio[1-7]_pause$"
 
 
-@rule("TL206", "roce-priority-zero", Severity.WARNING)
-def roce_priority(t: RunTables) -> Iterator[Finding]:
+@rule("TL206", "roce-priority-zero", Severity.WARNING, needs=("ib_counters",))
+def roce_priority(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: a RoCE NIC (ethtool -S per-priority counters) whose traffic is all on
     priority 0 while other NICs of the run carry traffic or pause frames on another
@@ -279,7 +274,7 @@ def roce_priority(t: RunTables) -> Iterator[Finding]:
     and enable PFC on that priority (`mlnx_qos -i <netdev> --pfc 0,0,0,1,0,0,0,0`); check
     again with `ethtool -S <netdev> | grep prio`.
     """
-    deltas = counter_deltas(t).filter(pl.col("source") == "ethtool")
+    deltas = ctx.counter_deltas.filter(pl.col("source") == "ethtool")
     prio = deltas.filter(pl.col("counter").str.contains(PRIO_BYTES)).with_columns(
         prio=pl.col("counter").str.extract(PRIO_BYTES).cast(pl.Int32)
     )
@@ -296,7 +291,6 @@ def roce_priority(t: RunTables) -> Iterator[Finding]:
             continue
         mine = prio.filter(pl.col("host").eq_missing(nic_row["host"]) & pl.col("node").eq_missing(nic_row["node"]) & (pl.col("prio") == 0))
         yield Finding(
-            rule_id="TL206",
             severity=Severity.WARNING,
             title="RoCE traffic on priority 0 while the fabric has a lossless priority",
             summary=f"{port_label(nic_row['host'], nic_row['node'], None, None) or 'a NIC'}: "

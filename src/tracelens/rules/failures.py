@@ -22,7 +22,7 @@ def _count_list(frame: pl.DataFrame, column: str) -> str:
     return ", ".join(f"{r['len']} x {r[column]}" for r in counts.iter_rows(named=True))
 
 
-@rule("TL107", "ib-completion-errors", Severity.CRITICAL)
+@rule("TL107", "ib-completion-errors", Severity.CRITICAL, needs=("nccl_errors",))
 def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: NCCL `NET/IB : Got completion ... with error/status N` warnings, in every
@@ -76,7 +76,7 @@ def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
 _TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception", "watchdog_abort"]
 
 
-@rule("TL108", "collective-timeout", Severity.CRITICAL)
+@rule("TL108", "collective-timeout", Severity.CRITICAL, needs=("nccl_errors",))
 def collective_timeout(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: PyTorch ProcessGroupNCCL watchdog timeouts (`Watchdog caught collective
@@ -150,7 +150,7 @@ _FAILURE_KINDS = {
 }
 
 
-@rule("TL109", "nccl-communication-failure", Severity.CRITICAL)
+@rule("TL109", "nccl-communication-failure", Severity.CRITICAL, needs=("nccl_errors|nccl_events",))
 def communication_failure(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: NCCL failures outside the data path: socket connects refused or aborted,
@@ -193,7 +193,7 @@ def _critical(t: RunTables, rule_id: str, title: str, summary: str, group: pl.Da
 _GPU_KINDS = {"cuda": "CUDA errors", "nvml": "NVML (GPU management library) errors", "oom": "GPU out-of-memory errors"}
 
 
-@rule("TL110", "cuda-gpu-error", Severity.CRITICAL)
+@rule("TL110", "cuda-gpu-error", Severity.CRITICAL, needs=("nccl_errors|nccl_events",))
 def gpu_error(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: CUDA, NVML and out-of-memory errors that NCCL or PyTorch reported:
@@ -234,7 +234,7 @@ def _async_class(text: pl.Expr) -> pl.Expr:
     return expr.fill_null(pl.lit("other event"))
 
 
-@rule("TL111", "ib-async-events", Severity.CRITICAL)
+@rule("TL111", "ib-async-events", Severity.CRITICAL, needs=("nccl_errors|nccl_events",))
 def ib_async_events(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: InfiniBand asynchronous events NCCL reported (`NET/IB : mlx5_0:1 async fatal

@@ -1,9 +1,9 @@
-"""TL420-TL423: a hung job, from PyTorch Flight Recorder dumps and stack dumps (tracelens.hangs).
+"""TL420-TL423: a hung job, from PyTorch Flight Recorder dumps and stack dumps (tracelens.derived.hangs).
 
 TL420 names the collective the job hung in, TL421 a desync (ranks that issued different
 collectives at one sequence id), TL422 the rank that stopped first and where it was, TL423
 what the network and NCCL said at that moment. TL411 (rules.correlate) names the same rank
-when dumps are present, through tracelens.hangs.first_stopped.
+when dumps are present, through the RunContext's first_stopped.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from datetime import timedelta
 
 import polars as pl
 
-from tracelens import hangs
-from tracelens.events import network_events
+from tracelens.derived import RunContext, hangs
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.rules import rule
-from tracelens.tables import RunTables
 
 AROUND = timedelta(seconds=60)  # network events this close before the first stop belong to it
 AFTER = timedelta(seconds=10)
@@ -37,8 +35,8 @@ def _hosts(rows: list[dict]) -> list[str]:
     return sorted({r["host"] for r in rows if r and r.get("host")})
 
 
-@rule("TL420", "hung-collective", Severity.CRITICAL)
-def hung_collective(t: RunTables) -> Iterator[Finding]:
+@rule("TL420", "hung-collective", Severity.CRITICAL, needs=("fr_entries",))
+def hung_collective(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: from the Flight Recorder dumps of the ranks (or PyTorch's analyzer text),
     the collective the job hung in: per process group, the first sequence id that is not
@@ -60,7 +58,7 @@ def hung_collective(t: RunTables) -> Iterator[Finding]:
     TORCH_FR_BUFFER_SIZE=2000 (TORCH_NCCL_TRACE_BUFFER_SIZE before 2.5),
     TORCH_FR_DUMP_TEMP_FILE=/shared/fr/rank_ and TORCH_NCCL_DUMP_ON_TIMEOUT=1.
     """
-    found = hangs.stuck(t)
+    found = ctx.stuck_collectives
     if not found:
         return
     root, rest = found[0], found[1:]
@@ -87,7 +85,6 @@ def hung_collective(t: RunTables) -> Iterator[Finding]:
             for s in rest[:3]) + "."
     culprits = root.culprits
     yield Finding(
-        rule_id="TL420",
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed" + (f"; {hangs.who(culprits)} never joined it" if culprits else ""),
         summary="; ".join(parts) + "." + also,
@@ -99,8 +96,8 @@ def hung_collective(t: RunTables) -> Iterator[Finding]:
     )
 
 
-@rule("TL421", "collective-desync", Severity.CRITICAL)
-def collective_desync(t: RunTables) -> Iterator[Finding]:
+@rule("TL421", "collective-desync", Severity.CRITICAL, needs=("fr_entries",))
+def collective_desync(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: ranks that issued a different collective than the others of the same
     process group at the same sequence id: another op (all_reduce against broadcast),
@@ -117,13 +114,12 @@ def collective_desync(t: RunTables) -> Iterator[Finding]:
     layout on every rank (DDP checks this with TORCH_DISTRIBUTED_DEBUG=DETAIL, which also
     reports mismatched collectives at the call), no data-dependent early exit on one rank.
     """
-    for d in hangs.desyncs(t):
+    for d in ctx.desyncs:
         column = {"op": "op", "input sizes": "input_sizes", "dtypes": "input_dtypes"}[d.what]
         odd_ranks = [o["rank"] for o in d.odd]
         usual_site, odd_site = hangs.call_site(d.usual.get("frames")), hangs.call_site(d.odd[0].get("frames"))
         label = f"process group {d.pg}" + (f" ({d.pg_desc})" if d.pg_desc and d.pg_desc not in ("undefined", d.pg) else "")
         yield Finding(
-            rule_id="TL421",
             severity=Severity.CRITICAL,
             title=f"Desync at #{d.seq} of {label}: {hangs.who(odd_ranks)} issued another {d.what}",
             summary=(f"At sequence id {d.seq} of {label}, {hangs.who(odd_ranks)} issued {d.odd[0].get('op')} with "
@@ -136,8 +132,8 @@ def collective_desync(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL422", "first-rank-stopped", Severity.CRITICAL)
-def first_rank_stopped(t: RunTables) -> Iterator[Finding]:
+@rule("TL422", "first-rank-stopped", Severity.CRITICAL, needs=("fr_entries",))
+def first_rank_stopped(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: in a hang, the rank that stopped first and where it was: the rank the
     hung collective's other ranks wait for (it never started it, or it left no dump), else
@@ -158,13 +154,12 @@ def first_rank_stopped(t: RunTables) -> Iterator[Finding]:
     the cause is fixed. No dump and no stack: look for the OOM killer (`dmesg -T | grep -i
     kill`) or a node failure.
     """
-    stop = hangs.first_stopped(t)
+    stop = ctx.first_stopped
     if stop is None:
         return
     site = f": {hangs.frame_text(stop.frame)}" if stop.frame else ""
     when = f" Its last Flight Recorder entry is from {stop.at:%H:%M:%S} UTC." if stop.at else ""
     yield Finding(
-        rule_id="TL422",
         severity=Severity.CRITICAL,
         title=f"Rank {stop.rank} stopped first, in {stop.where.split(' (')[0]}{site}",
         summary=f"Rank {stop.rank} stopped first: {stop.why}. It was in {stop.where}{site}.{when}",
@@ -175,8 +170,8 @@ def first_rank_stopped(t: RunTables) -> Iterator[Finding]:
     )
 
 
-@rule("TL423", "hang-network-context", Severity.WARNING)
-def hang_network_context(t: RunTables) -> Iterator[Finding]:
+@rule("TL423", "hang-network-context", Severity.WARNING, needs=("fr_entries",))
+def hang_network_context(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL errors, port counter rises and packet evidence (retransmissions,
     NAKs, CNPs) in the minute before the first rank of a hang stopped (TL422), from every
@@ -190,10 +185,10 @@ def hang_network_context(t: RunTables) -> Iterator[Finding]:
     `ibstat` (`ethtool -S` on RoCE), and NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT; then relaunch
     with the Flight Recorder on (TORCH_FR_BUFFER_SIZE=2000) to confirm.
     """
-    stop = hangs.first_stopped(t)
+    stop = ctx.first_stopped
     if stop is None or stop.at is None:
         return
-    events = network_events(t).filter(pl.col("cause") != "stall", pl.col("lo") <= stop.at + AFTER,
+    events = ctx.network_events.filter(pl.col("cause") != "stall", pl.col("lo") <= stop.at + AFTER,
                                       pl.coalesce("hi", "lo") >= stop.at - AROUND)
     if events.height == 0:
         return
@@ -201,7 +196,6 @@ def hang_network_context(t: RunTables) -> Iterator[Finding]:
     said = "; ".join(f"{r['count']:,} {r['what']} ({r['source']}, {r['host'] or 'host not named'}, from {r['lo']:%H:%M:%S})"
                      for r in kinds.head(4).iter_rows(named=True))
     yield Finding(
-        rule_id="TL423",
         severity=Severity.WARNING,
         title=f"Network events in the minute before rank {stop.rank} stopped",
         summary=f"Rank {stop.rank} stopped first at {stop.at:%H:%M:%S} UTC; in the {int(AROUND.total_seconds())} s before: {said}.",

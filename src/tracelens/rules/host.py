@@ -10,14 +10,13 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracelens.events import CAUSES, network_events
+from tracelens.derived.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.hostsignals import KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
+from tracelens.derived.hostsignals import KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
 from tracelens.prose import count
 from tracelens.rules import rule
 from tracelens.rules.correlate import MARGIN
-from tracelens.rules.evidence import with_text
-from tracelens.steps import slow_episodes
+from tracelens.derived.steps import slow_episodes
 from tracelens.tables import RunTables
 
 BUSY = 80.0  # % GPU utilisation a compute-bound window keeps
@@ -44,7 +43,7 @@ def _samples_evidence(t: RunTables, hosts: list[str], begin, end) -> list[Eviden
             for r in rows.head(3).iter_rows(named=True) if r["util_gpu"] is not None]
 
 
-@rule("TL601", "gpu-utilisation-in-slow-window", Severity.WARNING)
+@rule("TL601", "gpu-utilisation-in-slow-window", Severity.WARNING, needs=("steps", "gpu_samples"))
 def gpu_utilisation_in_slow_window(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports), the GPU
@@ -105,7 +104,7 @@ def gpu_utilisation_in_slow_window(t: RunTables) -> Iterator[Finding]:
             )
 
 
-@rule("TL602", "mtu-mismatch", Severity.WARNING)
+@rule("TL602", "mtu-mismatch", Severity.WARNING, needs=("interfaces",))
 def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: interfaces that carry the same traffic but have different MTUs, from the
@@ -144,7 +143,7 @@ def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL603", "roce-active-mtu-low", Severity.WARNING)
+@rule("TL603", "roce-active-mtu-low", Severity.WARNING, needs=("ib_ports",))
 def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: RDMA ports whose active MTU (`ibv_devinfo` active_mtu) is below what the
@@ -179,7 +178,7 @@ def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL604", "socket-interface-without-jumbo-frames", Severity.INFO)
+@rule("TL604", "socket-interface-without-jumbo-frames", Severity.INFO, needs=("nccl_net|nccl_channels", "interfaces"))
 def socket_interface_without_jumbo_frames(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: a host whose NCCL traffic goes over the socket transport (`NET/Socket`)
@@ -218,7 +217,7 @@ def _windows(t: RunTables) -> list[tuple]:
     return [(ep.begin, ep.end) for ep in slow_episodes(t["steps"])]
 
 
-@rule("TL605", "kernel-events", Severity.WARNING)
+@rule("TL605", "kernel-events", Severity.WARNING, needs=("kernel_events",))
 def kernel_events(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: the kernel log events that stall or break a training job, per host and
@@ -294,7 +293,7 @@ def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
     return low["rate_gbps"], f"{low['host']}'s {count(low['ports'], 'Active port')} {'gives' if low['ports'] == 1 else 'give'} {low['rate_gbps']:g} Gb/s"
 
 
-@rule("TL606", "nccl-tests-below-link", Severity.WARNING)
+@rule("TL606", "nccl-tests-below-link", Severity.WARNING, needs=("nccl_tests",))
 def nccl_tests_below_link(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: nccl-tests runs (`all_reduce_perf` and the other `*_perf`) across hosts
@@ -366,7 +365,7 @@ def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
             for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)]
 
 
-@rule("TL607", "perftest-below-line-rate", Severity.WARNING)
+@rule("TL607", "perftest-below-line-rate", Severity.WARNING, needs=("perftest",))
 def perftest_below_line_rate(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: perftest bandwidth runs (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`) whose
@@ -412,7 +411,7 @@ def perftest_below_line_rate(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL608", "roce-gid-index", Severity.WARNING)
+@rule("TL608", "roce-gid-index", Severity.WARNING, needs=("nccl_env", "gids"))
 def roce_gid_index(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: NCCL_IB_GID_INDEX (as NCCL echoes it) pointing, on some host, at a GID that
@@ -448,7 +447,7 @@ def roce_gid_index(t: RunTables) -> Iterator[Finding]:
             rule_id="TL608", severity=Severity.WARNING,
             title=f"{host or 'A host'}: NCCL_IB_GID_INDEX={index} is not a RoCE v2 IPv4 GID there",
             summary=f"NCCL uses GID index {index}, but on {host or 'this host'} {have}{better}.",
-            evidence=_evidence(with_text(t, env_rows.head(1)), "message") + [
+            evidence=_evidence(t.tables.with_text(env_rows.head(1)), "message") + [
                 Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ca']} port {r['port']} GID[{r['index']}] {r['gid']} {r['roce']} {r['netdev'] or ''}".strip())
                 for r in (at if at.height else v2).head(4).iter_rows(named=True)],
             hosts=[host] if host else [], ports=sorted({f"{r['ca']}:{r['port']}" for r in table.iter_rows(named=True)}),

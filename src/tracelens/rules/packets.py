@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.packets.flows import TCP_LOSS, PacketAnalysis, analyze
-from tracelens.packets.hosts import describe, host_names
+from tracelens.derived.flows import TCP_LOSS, PacketAnalysis, analyze
+from tracelens.derived.hosts import describe, host_names
 from tracelens.prose import count, during, number
 from tracelens.rules import rule
 from tracelens.rules.evidence import time_window
@@ -61,7 +61,7 @@ def _qps_above(t: RunTables, share: float, *counts: str) -> Iterator[tuple[Packe
         yield analysis, qp
 
 
-@rule("TL301", "roce-packet-loss", Severity.WARNING)
+@rule("TL301", "roce-packet-loss", Severity.WARNING, needs=("packets",))
 def roce_loss(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: RoCE QPs in a packet capture that lose packets: NAKs with syndrome 0x60
@@ -91,7 +91,7 @@ def roce_loss(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL302", "roce-rnr-nak", Severity.WARNING)
+@rule("TL302", "roce-rnr-nak", Severity.WARNING, needs=("packets",))
 def roce_rnr(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: RNR NAKs (AETH syndrome 0x20-0x3F, receiver not ready) on a RoCE QP in a
@@ -117,7 +117,7 @@ def roce_rnr(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL303", "roce-congestion", Severity.WARNING)
+@rule("TL303", "roce-congestion", Severity.WARNING, needs=("packets",))
 def roce_congestion(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: congestion notifications on a RoCE QP in a packet capture: data packets
@@ -145,7 +145,7 @@ def roce_congestion(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL304", "tcp-retransmissions", Severity.WARNING)
+@rule("TL304", "tcp-retransmissions", Severity.WARNING, needs=("packets",))
 def tcp_retransmissions(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: TCP segments lost between two hosts (all their connections together: NCCL's
@@ -201,7 +201,7 @@ def tcp_retransmissions(t: RunTables) -> Iterator[Finding]:
         yield finding
 
 
-@rule("TL305", "capture-duplicates", Severity.INFO)
+@rule("TL305", "capture-duplicates", Severity.INFO, needs=("packets",))
 def capture_duplicates(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: frames that appear twice in a capture: the same IP id and the same bytes,

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import polars as pl
 
-from tracelens import steps as timing
+from tracelens.derived import steps as timing
 from tracelens.derived.window_signals import step_signals
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
@@ -39,7 +39,7 @@ def _scope(w: timing.Window) -> dict:
     return {"hosts": [w.host] if w.host else [], "ranks": [w.rank] if w.rank >= 0 else [], "window": (w.start, w.end) if w.start else None}
 
 
-@rule("TL401", "step-time-spikes", Severity.WARNING)
+@rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",))
 def step_time_spikes(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: steps that took far longer than the run's usual step time, grouped into
@@ -104,7 +104,7 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL402", "comm-bound-steps", Severity.WARNING)
+@rule("TL402", "comm-bound-steps", Severity.WARNING, kind="symptom", needs=("steps",))
 def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: steps where gradient communication takes a large share of the step, from
@@ -167,7 +167,7 @@ def _someone_computed_longer(series: pl.DataFrame, w: timing.Window) -> bool:
     return any(s.rose and s.cause == "compute" and s.rank != w.rank for s in step_signals(series, begin, w.end))
 
 
-@rule("TL403", "throughput-drop", Severity.WARNING)
+@rule("TL403", "throughput-drop", Severity.WARNING, kind="symptom", needs=("steps",))
 def throughput_drop(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: samples/sec (DeepSpeed's ThroughputTimer, Megatron or the pipeline engine)
@@ -218,7 +218,7 @@ def throughput_drop(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL404", "stragglers", Severity.WARNING)
+@rule("TL404", "stragglers", Severity.WARNING, needs=("steps|comm_ops",))
 def stragglers(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: one rank consistently slower than its peers, where per-rank timings exist:

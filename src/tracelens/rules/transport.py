@@ -7,44 +7,44 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from tracelens.derived import RunContext
 from tracelens.findings import Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import rule
-from tracelens.rules.evidence import evidence, hosts_of, ranks_of, with_text
-from tracelens.tables import RunTables
+from tracelens.rules.evidence import evidence, hosts_of, ranks_of
 
 
 def _is_socket(col: str = "net") -> pl.Expr:
     return pl.col(col).str.to_lowercase() == "socket"
 
 
-def _ib_hcas_seen(t: RunTables) -> bool:
+def _ib_hcas_seen(ctx: RunContext) -> bool:
     """Whether the run shows InfiniBand/RoCE hardware anywhere (NCCL device lists or port dumps)."""
-    return t["nccl_net"].filter(pl.col("what") == "ib_device").height > 0 or t["ib_ports"].height > 0
+    return ctx["nccl_net"].filter(pl.col("what") == "ib_device").height > 0 or ctx["ib_ports"].height > 0
 
 
-def _multi_node(t: RunTables) -> bool:
+def _multi_node(ctx: RunContext) -> bool:
     """Whether more than one node is involved: several hosts log NCCL lines, or channels go over a network."""
-    if len(hosts_of(t["nccl_events"])) > 1:
+    if len(hosts_of(ctx["nccl_events"])) > 1:
         return True
-    return t["nccl_channels"].filter(pl.col("transport").is_in(["NET", "COLLNET"])).height > 0
+    return ctx["nccl_channels"].filter(pl.col("transport").is_in(["NET", "COLLNET"])).height > 0
 
 
-def _single_node(t: RunTables) -> bool:
+def _single_node(ctx: RunContext) -> bool:
     """Whether the logs show a one-node job: one host, channel lines present, none over a network."""
-    channels = t["nccl_channels"]
+    channels = ctx["nccl_channels"]
     return (
-        len(hosts_of(t["nccl_events"])) <= 1
+        len(hosts_of(ctx["nccl_events"])) <= 1
         and channels.height > 0
         and channels.filter(pl.col("transport").is_in(["NET", "COLLNET"])).height == 0
     )
 
 
-def _ib_disabled_settings(t: RunTables) -> pl.DataFrame:
+def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
     """Rows (file, line, host, pid, name, value) setting NCCL_IB_DISABLE=1 or NCCL_NET=Socket,
     echoed by NCCL or printed by a launcher."""
-    env = t["nccl_env"].select("file", "line", "host", "pid", "name", "value")
-    config = t["config"]
+    env = ctx["nccl_env"].select("file", "line", "host", "pid", "name", "value")
+    config = ctx["config"]
     if config.height:
         env = pl.concat(
             [env, config.select("file", "line", "host", pl.lit(None, pl.Int64).alias("pid"), pl.col("key").alias("name"), "value")]
@@ -56,8 +56,8 @@ def _ib_disabled_settings(t: RunTables) -> pl.DataFrame:
     )
 
 
-@rule("TL101", "nccl-socket-transport", Severity.WARNING)
-def socket_transport(t: RunTables) -> Iterator[Finding]:
+@rule("TL101", "nccl-socket-transport", Severity.WARNING, needs=("nccl_channels|nccl_net",))
+def socket_transport(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL carrying traffic over NET/Socket (TCP) instead of InfiniBand or RoCE:
     `Using network Socket`, `NET/IB : No device found`, `Failed to open libibverbs.so`,
@@ -75,41 +75,40 @@ def socket_transport(t: RunTables) -> Iterator[Finding]:
     `NCCL_IB_HCA` (e.g. `mlx5_0,mlx5_1`). Confirm with `NCCL_DEBUG=INFO` that it logs `Using
     network IB` and channels `via NET/IB/.../GDRDMA`.
     """
-    net = t["nccl_net"]
-    socket_channels = t["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket())
+    net = ctx["nccl_net"]
+    socket_channels = ctx["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket())
     # `NET/Socket : Using ...` is not a signal: NCCL 2.4 and 2.5 print it even when IB carries the traffic.
     signals = pl.concat(
         [
             net.filter((pl.col("what") == "network") & _is_socket("name")).select("file", "line", "host", "pid"),
             net.filter(pl.col("what") == "ib_missing").select("file", "line", "host", "pid"),
-            _ib_disabled_settings(t).select("file", "line", "host", "pid"),
+            _ib_disabled_settings(ctx).select("file", "line", "host", "pid"),
             socket_channels.select("file", "line", "host", "pid"),
         ]
     )
     if signals.height == 0:
         return
     hosts = hosts_of(signals)
-    if _ib_hcas_seen(t) or _multi_node(t):
+    if _ib_hcas_seen(ctx) or _multi_node(ctx):
         severity = Severity.CRITICAL
-        why = "while the run shows IB HCAs" if _ib_hcas_seen(t) else "in a multi-node run"
-    elif _single_node(t):
+        why = "while the run shows IB HCAs" if _ib_hcas_seen(ctx) else "in a multi-node run"
+    elif _single_node(ctx):
         severity, why = Severity.INFO, "but the job is on one node, so no traffic crosses the network"
     else:
         severity, why = Severity.WARNING, "(the logs do not show whether traffic crossed nodes)"
     detail = f"{count(socket_channels.height, 'channel connection')} via NET/Socket" if socket_channels.height else "NCCL chose the socket network"
     yield Finding(
-        rule_id="TL101",
         severity=severity,
         title="NCCL fell back to TCP sockets",
         summary=f"{detail} on {count(len(hosts), 'host') if hosts else 'unnamed hosts'} {why}.",
-        evidence=evidence(with_text(t, signals)),
+        evidence=evidence(ctx.tables.with_text(signals)),
         hosts=hosts,
-        ranks=ranks_of(t, signals),
+        ranks=ranks_of(ctx, signals),
     )
 
 
-@rule("TL102", "nccl-ib-disabled-by-env", Severity.WARNING)
-def ib_disabled(t: RunTables) -> Iterator[Finding]:
+@rule("TL102", "nccl-ib-disabled-by-env", Severity.WARNING, needs=("nccl_env|config",))
+def ib_disabled(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: `NCCL_IB_DISABLE=1` or `NCCL_NET=Socket` set in the environment, as NCCL
     echoes it (`NCCL_IB_DISABLE set by environment to 1.`) or a launcher prints it.
@@ -122,25 +121,24 @@ def ib_disabled(t: RunTables) -> Iterator[Finding]:
     environment, the container image (`ENV`), `/etc/nccl.conf` and `~/.nccl.conf`; then check
     the log says `Using network IB`.
     """
-    bad = _ib_disabled_settings(t)
+    bad = _ib_disabled_settings(ctx)
     if bad.height == 0:
         return
     names = sorted(set(bad["name"].to_list()))
     hosts = hosts_of(bad)
     yield Finding(
-        rule_id="TL102",
-        severity=Severity.CRITICAL if _ib_hcas_seen(t) else Severity.WARNING,
+        severity=Severity.CRITICAL if _ib_hcas_seen(ctx) else Severity.WARNING,
         title="InfiniBand disabled by environment",
         summary=f"{' and '.join(names)} forces the socket transport on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}"
-        + (" although IB HCAs are present." if _ib_hcas_seen(t) else "."),
-        evidence=evidence(with_text(t, bad)),
+        + (" although IB HCAs are present." if _ib_hcas_seen(ctx) else "."),
+        evidence=evidence(ctx.tables.with_text(bad)),
         hosts=hosts,
-        ranks=ranks_of(t, bad),
+        ranks=ranks_of(ctx, bad),
     )
 
 
-@rule("TL103", "nccl-mixed-transports", Severity.CRITICAL)
-def mixed_transports(t: RunTables) -> Iterator[Finding]:
+@rule("TL103", "nccl-mixed-transports", Severity.CRITICAL, needs=("nccl_channels|nccl_net",))
+def mixed_transports(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: ranks of the same job on different network transports: some processes
     use InfiniBand/RoCE (or a vendor plugin) while others use TCP sockets.
@@ -153,8 +151,8 @@ def mixed_transports(t: RunTables) -> Iterator[Finding]:
     container, a different image, `NCCL_IB_DISABLE` set only there, HCAs down in `ibstat`), make
     all nodes identical, and pin `NCCL_IB_HCA` so every rank selects the same kind of device.
     """
-    net = t["nccl_net"].filter(pl.col("what") == "network").select("file", "line", "host", "pid", pl.col("name").alias("net"))
-    channels = t["nccl_channels"].filter(pl.col("transport") == "NET").select("file", "line", "host", "pid", "net")
+    net = ctx["nccl_net"].filter(pl.col("what") == "network").select("file", "line", "host", "pid", pl.col("name").alias("net"))
+    channels = ctx["nccl_channels"].filter(pl.col("transport") == "NET").select("file", "line", "host", "pid", "net")
     used = pl.concat([net, channels]).drop_nulls("net").with_columns(socket=_is_socket())
     per_process = used.group_by("host", "pid").agg(pl.col("socket").any().alias("socket"), pl.col("socket").all().alias("only_socket"))
     socket_procs = per_process.filter(pl.col("only_socket"))
@@ -166,19 +164,18 @@ def mixed_transports(t: RunTables) -> Iterator[Finding]:
     other_hosts = hosts_of(other_procs)
     other_nets = sorted(set(used.filter(~pl.col("socket"))["net"].to_list()))
     yield Finding(
-        rule_id="TL103",
         severity=Severity.CRITICAL,
         title="Ranks on different network transports",
         summary=f"{socket_procs.height} process(es) on {', '.join(socket_hosts) or 'unnamed hosts'} use Socket while "
         f"{other_procs.height} on {', '.join(other_hosts) or 'unnamed hosts'} use {'/'.join(other_nets)}.",
-        evidence=evidence(with_text(t, first_rows)),
+        evidence=evidence(ctx.tables.with_text(first_rows)),
         hosts=socket_hosts + other_hosts,
-        ranks=ranks_of(t, socket_procs),
+        ranks=ranks_of(ctx, socket_procs),
     )
 
 
-@rule("TL104", "nccl-gdr-not-used", Severity.WARNING)
-def gdr_not_used(t: RunTables) -> Iterator[Finding]:
+@rule("TL104", "nccl-gdr-not-used", Severity.WARNING, needs=("nccl_channels|nccl_net",))
+def gdr_not_used(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: InfiniBand/RoCE channels connected without `/GDRDMA` (GPUDirect RDMA), and
     `GPU Direct RDMA Disabled` lines.
@@ -192,9 +189,9 @@ def gdr_not_used(t: RunTables) -> Iterator[Finding]:
     switch (`nvidia-smi topo -m`), remove `NCCL_NET_GDR_LEVEL=0` / `NCCL_NET_GDR_READ=0` if set,
     and look for `via NET/IB/<n>/GDRDMA` in the log.
     """
-    channels = t["nccl_channels"].filter((pl.col("transport") == "NET") & ~_is_socket() & pl.col("net").is_not_null())
+    channels = ctx["nccl_channels"].filter((pl.col("transport") == "NET") & ~_is_socket() & pl.col("net").is_not_null())
     no_gdr = channels.filter(pl.col("gdr").not_())
-    disabled = t["nccl_net"].filter(pl.col("what") == "gdr_disabled")
+    disabled = ctx["nccl_net"].filter(pl.col("what") == "gdr_disabled")
     if no_gdr.height == 0 and disabled.height == 0:
         return
     parts = []
@@ -202,20 +199,19 @@ def gdr_not_used(t: RunTables) -> Iterator[Finding]:
         parts.append(f"{no_gdr.height} of {count(channels.height, 'network channel connection')} without /GDRDMA")
     if disabled.height:
         parts.append(f"{count(disabled.height, '`GPU Direct RDMA Disabled` line')}")
-    gdr_env = t["nccl_env"].filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))
+    gdr_env = ctx["nccl_env"].filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))
     cause = ""
     if gdr_env.height:
         settings = sorted({f"{r['name']}={r['value']}" for r in gdr_env.iter_rows(named=True)})
         cause = f" ({', '.join(settings)} is set)"
     rows = pl.concat([no_gdr.select("file", "line", "host", "pid"), disabled.select("file", "line", "host", "pid"), gdr_env.select("file", "line", "host", "pid")])
     yield Finding(
-        rule_id="TL104",
         severity=Severity.WARNING,
         title="GPUDirect RDMA not used",
         summary="; ".join(parts) + cause + ".",
-        evidence=evidence(with_text(t, rows)),
+        evidence=evidence(ctx.tables.with_text(rows)),
         hosts=hosts_of(rows),
-        ranks=ranks_of(t, rows),
+        ranks=ranks_of(ctx, rows),
     )
 
 
@@ -223,8 +219,8 @@ _VIRTUAL_IF = re.compile(r"^(lo|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel
 _LINK_LOCAL = re.compile(r"^(fe80:|169\.254\.|127\.|::1$)", re.IGNORECASE)
 
 
-@rule("TL105", "nccl-suspect-interface", Severity.WARNING)
-def suspect_interface(t: RunTables) -> Iterator[Finding]:
+@rule("TL105", "nccl-suspect-interface", Severity.WARNING, needs=("nccl_net",))
+def suspect_interface(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL's bootstrap, out-of-band or socket-transport interface on a loopback,
     container bridge or virtual device (`lo`, `docker0`, `virbr0`, `veth*`, `cni0` ...) or on a
@@ -238,7 +234,7 @@ def suspect_interface(t: RunTables) -> Iterator[Finding]:
     `^docker,lo` prefix list excludes), and for IB/RoCE `NCCL_IB_HCA`; check the address with
     `ip -br addr`.
     """
-    net = t["nccl_net"].filter(pl.col("what").is_in(["bootstrap_if", "oob_if", "socket_if"]))
+    net = ctx["nccl_net"].filter(pl.col("what").is_in(["bootstrap_if", "oob_if", "socket_if"]))
     # Bootstrap lines of NCCL 2.4-2.9 list every interface; NCCL uses the first one.
     first_bootstrap = net.filter(pl.col("what") == "bootstrap_if").sort("file", "line").unique(["file", "line"], keep="first")
     used = pl.concat([first_bootstrap, net.filter(pl.col("what") != "bootstrap_if")])
@@ -248,15 +244,14 @@ def suspect_interface(t: RunTables) -> Iterator[Finding]:
     if suspect.height == 0:
         return
     choices = sorted({f"{r['what'].removesuffix('_if')} {r['name']}:{r['address']}" for r in suspect.iter_rows(named=True)})
-    loopback_multi = suspect.filter(pl.col("name") == "lo").height > 0 and _multi_node(t)
+    loopback_multi = suspect.filter(pl.col("name") == "lo").height > 0 and _multi_node(ctx)
     yield Finding(
-        rule_id="TL105",
         severity=Severity.CRITICAL if loopback_multi else Severity.WARNING,
         title="NCCL on a virtual or link-local interface",
         summary=f"NCCL uses {', '.join(choices[:4])}{' ...' if len(choices) > 4 else ''} on {count(len(hosts_of(suspect)), 'host') if len(hosts_of(suspect)) else 'unnamed hosts'}.",
-        evidence=evidence(with_text(t, suspect)),
+        evidence=evidence(ctx.tables.with_text(suspect)),
         hosts=hosts_of(suspect),
-        ranks=ranks_of(t, suspect),
+        ranks=ranks_of(ctx, suspect),
     )
 
 
@@ -266,8 +261,8 @@ _VERSION = r"(\d+\.\d+\.\d+)"
 _PER_PROCESS_SETTINGS = {"CUDA_VISIBLE_DEVICES", "NCCL_COMM_ID", "NCCL_LOCAL_RANK"}
 
 
-@rule("TL106", "nccl-version-or-setting-skew", Severity.WARNING)
-def version_skew(t: RunTables) -> Iterator[Finding]:
+@rule("TL106", "nccl-version-or-setting-skew", Severity.WARNING, needs=("nccl_events|nccl_env",))
+def version_skew(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: different NCCL versions, or different values of the same NCCL_* setting,
     across the hosts or ranks of one run.
@@ -280,7 +275,7 @@ def version_skew(t: RunTables) -> Iterator[Finding]:
     torch; print(torch.cuda.nccl.version())"` on each), and set NCCL_* variables in one place
     that every rank inherits (the launcher's env export or /etc/nccl.conf), not per node.
     """
-    events = t["nccl_events"]
+    events = ctx["nccl_events"]
     versions = (
         events.filter(pl.col("kind") == "version")
         .with_columns(version=pl.col("message").str.extract(_VERSION))
@@ -291,14 +286,13 @@ def version_skew(t: RunTables) -> Iterator[Finding]:
         per_version = first.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort("version")
         described = "; ".join(f"{r['version']} on {', '.join(r['host']) or 'unnamed host'}" for r in per_version.iter_rows(named=True))
         yield Finding(
-            rule_id="TL106",
             severity=Severity.CRITICAL,
             title="NCCL versions differ across the run",
             summary=f"{versions['version'].n_unique()} NCCL versions: {described}.",
             evidence=evidence(first),
             hosts=hosts_of(first),
         )
-    env = t["nccl_env"].filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS)))
+    env = ctx["nccl_env"].filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS)))
     value = pl.col("value").str.strip_chars().str.strip_chars(".")
     skewed = (
         env.with_columns(v=value)
@@ -313,11 +307,10 @@ def version_skew(t: RunTables) -> Iterator[Finding]:
     rows = env.filter(pl.col("name").is_in(names)).with_columns(v=value).sort("file", "line").unique(["name", "v", "host"], keep="first")
     described = "; ".join(f"{r['name']} = {' / '.join(r['values'])}" for r in skewed.iter_rows(named=True))
     yield Finding(
-        rule_id="TL106",
         severity=Severity.WARNING,
         title="NCCL settings differ across the run",
         summary=f"{count(len(names), 'setting')} with different values: {described}.",
-        evidence=evidence(with_text(t, rows)),
+        evidence=evidence(ctx.tables.with_text(rows)),
         hosts=hosts_of(rows),
-        ranks=ranks_of(t, rows),
+        ranks=ranks_of(ctx, rows),
     )

@@ -1,8 +1,10 @@
 """Report sections beyond the core (verdict, findings, input coverage).
 
 A module in this package defines ORDER (position), TITLE, TEMPLATE (a Jinja2
-fragment under reports/) and `context(analysis) -> dict | None`; returning
-None leaves the section out (no data of that kind in the run). Modules are
+fragment under reports/) and `context(ctx, analysis) -> dict | None`: it reads
+tables and derived results from the RunContext `ctx` (computed once, shared with
+the rules) and findings from `analysis`; returning None leaves the section out
+(no data of that kind in the run). Modules are
 found automatically, so a new input format brings its section as one module.
 """
 
@@ -30,7 +32,7 @@ def build_sections(analysis: "Analysis") -> list[Section]:
     built = []
     for info in pkgutil.iter_modules(__path__):
         module = importlib.import_module(f"{__name__}.{info.name}")
-        ctx = module.context(analysis)
-        if ctx is not None:
-            built.append((module.ORDER, Section(info.name, module.TITLE, module.TEMPLATE, ctx)))
+        data = module.context(analysis.context, analysis)
+        if data is not None:
+            built.append((module.ORDER, Section(info.name, module.TITLE, module.TEMPLATE, data)))
     return [section for _, section in sorted(built, key=lambda pair: pair[0])]

@@ -3,12 +3,17 @@ with a chart of error and blocked-time rates over the dump times."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from tracelens.fabric.deltas import PORT_KEY, counter_deltas, describe, kind_of, movements
-from tracelens.fabric.ports import latest_ports
+from tracelens.derived import RunContext
+from tracelens.derived.counters import PORT_KEY, describe, kind_of, movements
+from tracelens.derived.ports import port_label
 from tracelens.report import svg
-from tracelens.rules.fabric import port_label
+
+if TYPE_CHECKING:
+    from tracelens.analyze import Analysis
 
 ORDER = 50
 TITLE = "Fabric ports and counters"
@@ -62,10 +67,9 @@ def _port_row(key: dict, state: dict, moves: pl.DataFrame) -> dict:
     }
 
 
-def context(analysis) -> dict | None:
+def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """Ports and counter deltas per host, worst first, and the error/wait-rate chart; None without fabric dumps."""
-    t = analysis.tables
-    deltas, ports = counter_deltas(t), latest_ports(t)
+    deltas, ports = ctx.counter_deltas, ctx.latest_ports
     if deltas.height == 0 and ports.height == 0:
         return None
     moves, states = _with_ident(movements(deltas)), _with_ident(ports)

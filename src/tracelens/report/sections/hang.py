@@ -4,9 +4,14 @@ where each rank was by its stack dump."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from tracelens import hangs
+from tracelens.derived import RunContext, hangs
+
+if TYPE_CHECKING:
+    from tracelens.analyze import Analysis
 
 ORDER = 15
 TITLE = "Hang: last collectives per rank"
@@ -44,9 +49,9 @@ def _lane_rows(group: pl.DataFrame, ranks: list[int], seqs: list[int], stuck: ha
     return rows
 
 
-def _lanes(t, fr: pl.DataFrame) -> list[dict]:
+def _lanes(ctx: RunContext, fr: pl.DataFrame) -> list[dict]:
     colls = fr.filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
-    stuck = {s.pg: s for s in hangs.stuck(t) if s.op not in ("send", "recv")}  # p2p hangs are TL420's text, not lanes
+    stuck = {s.pg: s for s in ctx.stuck_collectives if s.op not in ("send", "recv")}  # p2p hangs are TL420's text, not lanes
     groups = set(colls["pg"].drop_nulls().to_list())
     order = [pg for pg in stuck if pg in groups] + sorted(groups - set(stuck))
     lanes = []
@@ -68,7 +73,7 @@ def _lanes(t, fr: pl.DataFrame) -> list[dict]:
     return lanes
 
 
-def _where(t) -> list[dict]:
+def _where(t: RunContext) -> list[dict]:
     """Per rank, its stack dump's innermost frame of user code and what that is."""
     stacks = hangs.stacks(t).filter(pl.col("rank").is_not_null())
     rows = []
@@ -80,16 +85,15 @@ def _where(t) -> list[dict]:
     return rows
 
 
-def context(analysis) -> dict | None:
+def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """The lanes of every process group in the dumps; None when the run has no Flight Recorder entries."""
-    t = analysis.tables
-    fr = hangs.entries(t)
+    fr = ctx.fr_entries
     if fr.height == 0:
         return None
-    stop = hangs.first_stopped(t)
+    stop = ctx.first_stopped
     return {
-        "lanes": _lanes(t, fr),
-        "where": _where(t),
+        "lanes": _lanes(ctx, fr),
+        "where": _where(ctx),
         "stop": None if stop is None else {"rank": stop.rank, "why": stop.why, "where": stop.where, "frame": hangs.frame_text(stop.frame)},
         "dumps": fr.select("file").unique().height,
         "encodings": sorted(set(fr["encoding"].drop_nulls().to_list())),

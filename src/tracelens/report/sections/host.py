@@ -4,9 +4,15 @@ host, and the benchmarks (nccl-tests, perftest) against the links' line rate."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from tracelens.hostsignals import KIND_TEXT, incidents, port_rates
+from tracelens.derived import RunContext
+from tracelens.derived.hostsignals import KIND_TEXT, incidents, port_rates
+
+if TYPE_CHECKING:
+    from tracelens.analyze import Analysis
 
 ORDER = 45
 TITLE = "Hosts: GPUs, interfaces, kernel events, benchmarks"
@@ -15,9 +21,9 @@ TEMPLATE = "sections/host.html.j2"
 MAX_EVENTS = 40
 
 
-def context(analysis) -> dict | None:
+def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """None when the run has no host evidence at all."""
-    t = analysis.tables
+    t = ctx.tables
     parts = {
         "gpus": _gpu_summary(t["gpu_samples"]),
         "interfaces": _interfaces(t),

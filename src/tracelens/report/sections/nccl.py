@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
+
+from tracelens.derived import RunContext
+
+if TYPE_CHECKING:
+    from tracelens.analyze import Analysis
 
 ORDER = 30
 TITLE = "NCCL per host"
@@ -25,9 +32,9 @@ def _on_host(frame: pl.DataFrame, host: str | None) -> pl.DataFrame:
     return frame.filter(pl.col("host") == host) if host is not None else frame.filter(pl.col("host").is_null())
 
 
-def context(analysis) -> dict | None:
+def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """NCCL facts per host; None when no NCCL line was read."""
-    t = analysis.tables
+    t = ctx.tables
     events, comms, channels, net, env = (t[n] for n in ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env"))
     if events.height == 0:
         return None

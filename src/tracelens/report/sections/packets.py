@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from tracelens.packets.flows import analyze
-from tracelens.packets.hosts import describe, host_names
+from tracelens.derived import RunContext
+from tracelens.derived.hosts import describe
 from tracelens.report import svg
+
+if TYPE_CHECKING:
+    from tracelens.analyze import Analysis
 
 ORDER = 60
 TITLE = "Packet captures"
@@ -16,13 +21,12 @@ TIMELINE_KINDS = ("NAK (PSN sequence error)", "NAK (other)", "RNR NAK", "CNP", "
                   "TCP retransmission", "PSN gap", "zero window")
 
 
-def context(analysis) -> dict | None:
+def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """Per-QP and per-flow tables worst first and the event timeline; None without captures."""
-    packets = analysis.tables["packets"]
-    if packets.height == 0:
+    packets, result = ctx["packets"], ctx.packets
+    if result is None:
         return None
-    result = analyze(packets)
-    hosts = host_names(analysis.tables)
+    hosts = ctx.host_names
     named = [pl.col(c).replace({ip: describe(ip, hosts) for ip in hosts}) for c in ("src", "dst")]
     qps = result.qps.with_columns(named)
     tcp = result.tcp.with_columns(named).filter(pl.col("segments") > 0)

@@ -1,13 +1,19 @@
 """Step time: per engine, the step time and samples/sec over the steps with the slow windows
 shaded, where each step's time went (forward, backward, all-reduce, optimizer), and the
-worst windows. The windows are the ones the TL401 rule reports (tracelens.steps)."""
+worst windows. The windows are the ones the TL401 rule reports (tracelens.derived.steps)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from tracelens import steps as timing
+from tracelens.derived import RunContext
+from tracelens.derived import steps as timing
 from tracelens.report import svg
+
+if TYPE_CHECKING:
+    from tracelens.analyze import Analysis
 
 ORDER = 40
 TITLE = "Step time"
@@ -26,13 +32,11 @@ PHASES = {  # stacked in this order, bottom first
 }
 
 
-def context(analysis) -> dict | None:
+def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """Per-stream step tables, the step-time and phase charts, the worst windows; None without steps."""
-    steps = analysis.tables["steps"]
-    if steps.height == 0:
+    if ctx["steps"].height == 0:
         return None
-    series = timing.step_series(steps)
-    windows = timing.slow_windows(series)
+    series, windows = ctx.step_series, ctx.slow_windows
     streams = series.group_by(timing.STREAM, maintain_order=True).agg(
         pl.len().alias("steps"),
         pl.col("step").min().alias("first"),

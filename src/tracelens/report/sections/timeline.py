@@ -1,17 +1,23 @@
 """The timeline, the report's centre: one chart with time across (UTC), the step time on top and
 a lane per host and source below (NCCL events, counter rises, packet events), the windows of
 the root-cause and slow-step findings shaded and numbered, and each host's GPU utilisation when
-nvidia-smi or DCGM sampled it (tracelens.hostsignals); then each finding's window linked to its evidence, the logs'
+nvidia-smi or DCGM sampled it (tracelens.derived.hostsignals); then each finding's window linked to its evidence, the logs'
 zone as the timeline decided it, and the clock offsets it measured and applied."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import polars as pl
 
-from tracelens import steps as timing
-from tracelens.events import CAUSES, network_events
-from tracelens.hostsignals import gpu_lanes
+from tracelens.derived import RunContext
+from tracelens.derived import steps as timing
+from tracelens.derived.events import CAUSES
+from tracelens.derived.hostsignals import gpu_lanes
 from tracelens.report import svg
+
+if TYPE_CHECKING:
+    from tracelens.analyze import Analysis
 
 ORDER = 0
 TITLE = "Timeline"
@@ -29,13 +35,12 @@ CAUSE_COLOURS = {"link": "#b3261e", "congestion": "#e37400", "socket": "#6a1b9a"
                  "failure": "#5f6368", "stall": "#000000", "straggler": "#1565c0"}
 
 
-def context(analysis) -> dict | None:
+def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """The run on one UTC axis: step time, event lanes per host, finding windows, clocks and zone."""
-    tables = analysis.tables
-    events = network_events(tables)
-    series = timing.step_series(tables["steps"]).filter(pl.col("ts").is_not_null(), pl.col("time_ms").is_not_null())
+    events = ctx.network_events
+    series = ctx.step_series.filter(pl.col("ts").is_not_null(), pl.col("time_ms").is_not_null())
     windows = [(i, f) for i, f in enumerate(analysis.findings, start=1) if f.window]
-    gpus = gpu_lanes(tables["gpu_samples"])
+    gpus = gpu_lanes(ctx["gpu_samples"])
     if events.height == 0 and series.height == 0 and not windows and gpus.height == 0:
         return None
     return {

@@ -14,6 +14,12 @@ from tracelens.tables import RunTables
 PORT = ["host", "ca", "port"]
 
 
+def port_label(host: str | None, node: str | None, ca: str | None, port: int | None) -> str:
+    """`node01 mlx5_0 port 1 (Lid 12)`, `Lid 2052 port 1`, `node01 ens1f0` ..."""
+    where = " ".join(p for p in (host, ca or node, f"port {port}" if port is not None else None) if p)
+    return where + (f" ({node})" if ca and node and node != ca else "")
+
+
 def latest_ports(tables: RunTables) -> pl.DataFrame:
     """One row per (host, ca, port): the last dump's view (ibstat, ibstatus or ibv_devinfo)."""
     ports = tables["ib_ports"].filter(pl.col("ca").is_not_null())
@@ -31,9 +37,9 @@ def port_ranks(tables: RunTables) -> pl.DataFrame:
     return devices.join(comms, on=["host", "pid"]).select(*PORT, "rank").unique().sort(*PORT, "rank")
 
 
-def ranks_on(tables: RunTables, host: str | None, ca: str | None, port: int | None) -> list[int]:
-    """The ranks using one HCA port (a port NCCL names without a number matches any)."""
-    ranks = port_ranks(tables).filter(
+def ranks_on(port_ranks: pl.DataFrame, host: str | None, ca: str | None, port: int | None) -> list[int]:
+    """The ranks using one HCA port (a port NCCL names without a number matches any), from `port_ranks`."""
+    ranks = port_ranks.filter(
         pl.col("host").eq_missing(host) & pl.col("ca").eq_missing(ca) & (pl.col("port").is_null() | pl.col("port").eq_missing(port))
     )
     return ranks["rank"].to_list()

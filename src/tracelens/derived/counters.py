@@ -86,23 +86,9 @@ def _stall_seconds(counter: pl.Expr, delta: pl.Expr) -> pl.Expr:
     )
 
 
-_last: tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame] | None = None
-
-
 def counter_deltas(tables: RunTables) -> pl.DataFrame:
-    """One row per series and interval (or per lone dump): before, after, delta, status, rates.
-
-    Every fabric rule and the report ask for the same tables in a row, so the last result
-    is kept while the two input tables are the very same frames.
-    """
-    global _last
-    counters, ports = tables["ib_counters"], tables["ib_ports"]
-    if _last is None or _last[0] is not counters or _last[1] is not ports:
-        _last = (counters, ports, _compute(tables))
-    return _last[2]
-
-
-def _compute(tables: RunTables) -> pl.DataFrame:
+    """One row per series and interval (or per lone dump): before, after, delta, status, rates
+    (the RunContext keeps it: every fabric rule and the report read the same result)."""
     rows = (
         resolved_counters(tables)
         .sort([*SERIES, "dump_ts", "file", "line"], nulls_last=True)

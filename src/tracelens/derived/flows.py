@@ -1,8 +1,8 @@
 """Per-QP (RoCE) and per-flow (TCP) sequence analysis of the `packets` table, shared by rules and report.
 
 Everything is computed from the table with polars expressions per flow, in
-frame order; `analyze` caches its result for the frame it was given, so the
-rules and the report section pay for it once.
+frame order; the RunContext (tracelens.derived) keeps the result, so the rules and
+the report section pay for it once.
 
 Capture duplicates come first: a frame whose previous frame in the same
 direction has the same IP id and the same transport bytes (digest), less than
@@ -38,7 +38,6 @@ Not every retransmission is a loss: Linux resends without one. Each is classifie
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import polars as pl
@@ -67,21 +66,13 @@ class PacketAnalysis:
 TCP_LOSS, TCP_PROBE, TCP_SPURIOUS = "TCP retransmission", "TCP tail-loss probe", "TCP spurious retransmission"
 
 
-_cache: tuple[weakref.ref, PacketAnalysis] | None = None
-
-
 def analyze(packets: pl.DataFrame) -> PacketAnalysis:
-    """The per-QP, per-flow and per-event analysis of `packets` (cached for the same frame)."""
-    global _cache
-    if _cache is not None and _cache[0]() is packets:
-        return _cache[1]
+    """The per-QP, per-flow and per-event analysis of `packets`."""
     frames = _with_duplicates(packets.sort("file", "frame").with_row_index("order"))
     roce_qps, roce_events = _roce(frames.filter(pl.col("proto") == "roce", ~pl.col("duplicate")))
     tcp_flows, tcp_events = _tcp(frames.filter(pl.col("proto") == "tcp", ~pl.col("duplicate")))
     dups = _event(frames.filter(pl.col("duplicate")), "capture duplicate", _direction_label())
-    result = PacketAnalysis(roce_qps, tcp_flows, pl.concat([roce_events, tcp_events, dups]).sort("ts", "frame"))
-    _cache = (weakref.ref(packets), result)
-    return result
+    return PacketAnalysis(roce_qps, tcp_flows, pl.concat([roce_events, tcp_events, dups]).sort("ts", "frame"))
 
 
 def _with_duplicates(frames: pl.DataFrame) -> pl.DataFrame:

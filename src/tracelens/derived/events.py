@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracelens.fabric.deltas import counter_deltas, kind_of
-from tracelens.hostsignals import KIND_TEXT
-from tracelens.packets.flows import analyze as packet_analysis
-from tracelens.packets.hosts import host_names
-from tracelens.rules.evidence import with_text
+from tracelens.derived.counters import counter_deltas, kind_of
+from tracelens.derived.hostsignals import KIND_TEXT
+from tracelens.derived.flows import analyze as packet_analysis
+from tracelens.derived.hosts import host_names
 from tracelens.tables import RunTables
 
 CAUSES = {
@@ -102,7 +101,7 @@ def _socket_choice(tables: RunTables) -> pl.DataFrame:
     chose = net.filter(((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket")) | (pl.col("what") == "ib_missing"))
     if chose.height == 0:
         chose = tables["nccl_channels"].filter(pl.col("transport") == "NET", pl.col("net").str.to_lowercase() == "socket")
-    return with_text(tables, chose.sort("file", "line").unique(["host", "pid"], keep="first")).select(
+    return tables.with_text(chose.sort("file", "line").unique(["host", "pid"], keep="first")).select(
         pl.lit("NCCL").alias("source"), pl.lit("socket").alias("cause"), pl.lit("NCCL on NET/Socket").alias("what"),
         "host", pl.col("ts_lo").alias("lo"), pl.col("ts_hi").alias("hi"), pl.lit(1).alias("count"), "file", "line",
         pl.col("message").alias("text"),
