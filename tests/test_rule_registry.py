@@ -29,7 +29,7 @@ def test_a_rule_without_its_input_does_not_run_and_says_what_would_let_it():
 def test_run_stamps_the_rule_id_and_a_configured_severity():
     (tl305,) = [r for r in all_rules() if r.id == "TL305"]
     assert tl305.values() == {} and tl305.severity.label == "info"
-    (tl401,) = [r for r in all_rules() if r.id == "TL401"]
-    assert tl401.values({"min_cost_share": 0.5})["min_cost_share"] == 0.5
-    assert tl401.values()["min_cost_share"] == 0.01
-    assert tl401.run(RunContext(tables_from())) == []
+    (tl203,) = [r for r in all_rules() if r.id == "TL203"]
+    assert tl203.values({"wait_warns": 0.5})["wait_warns"] == 0.5
+    assert tl203.values()["wait_warns"] == 0.05
+    assert tl203.run(RunContext(tables_from())) == []

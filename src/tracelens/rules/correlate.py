@@ -124,7 +124,7 @@ def _evidence_window(signals: list, cause: str, begin: datetime, end: datetime) 
 
 def _socket_switch(t: RunTables, episode: timing.Episode) -> bool:
     """Whether a process chose NCCL's socket transport at the window's start (TL412's to measure)."""
-    socket = network_events(t).filter(pl.col("cause") == "socket")
+    socket = t.network_events.filter(pl.col("cause") == "socket")
     return socket.filter(pl.col("lo") >= episode.begin - MARGIN, pl.col("lo") <= episode.end).height > 0
 
 
@@ -168,7 +168,7 @@ def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
 def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode) -> Finding:
     w = episode.worst
     label = f"{w.label} ({prose_span(episode.begin, episode.end)})"
-    signals = measure(t, series, episode.begin, episode.end)
+    signals = measure(t.tables, series, episode.begin, episode.end)
     diagnosis, best = verdict(signals, label, _missing(t, episode.begin, episode.end))
     seen = f"seen in the logs of {count(episode.streams, 'rank')}" if episode.streams > 1 else "seen in one log"
     cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
@@ -305,7 +305,7 @@ def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
 def _hang_finding(t: RunTables, hang: dict) -> Finding:
     ranks, why = _stopped_first(t, set(hang["ranks"]))
     hosts = _host_of_rank(t, ranks) if ranks else sorted({r["host"] for r in hang["rows"] if r["host"]})
-    before = network_events(t).filter(pl.col("cause") != "stall", pl.col("lo") <= hang["end"], pl.col("lo") >= hang["begin"] - timedelta(minutes=5))
+    before = t.network_events.filter(pl.col("cause") != "stall", pl.col("lo") <= hang["end"], pl.col("lo") >= hang["begin"] - timedelta(minutes=5))
     sources = {"NCCL"} | set(before["source"].unique().to_list()) | ({"steps"} if "last step" in why else set())
     network = ""
     if before.height:
@@ -371,7 +371,7 @@ def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
     the ports Active, rdma-core in the container, `/dev/infiniband` passed through,
     NCCL_IB_DISABLE unset), or drain the node and relaunch without it.
     """
-    socket = network_events(t).filter(pl.col("cause") == "socket", pl.col("source") == "NCCL")
+    socket = t.network_events.filter(pl.col("cause") == "socket", pl.col("source") == "NCCL")
     if socket.height == 0:
         return
     since = socket["lo"].min()

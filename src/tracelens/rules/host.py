@@ -69,7 +69,7 @@ def gpu_utilisation_in_slow_window(t: RunTables) -> Iterator[Finding]:
     episodes = slow_episodes(t["steps"])
     if not episodes:
         return
-    events = network_events(t).filter(pl.col("cause") != "stall")
+    events = t.network_events.filter(pl.col("cause") != "stall")
     for ep in episodes:
         found = utilisation(t, ep.begin, ep.end)
         if not found:

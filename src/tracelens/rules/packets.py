@@ -30,7 +30,7 @@ def _finding(
     t: RunTables, rule_id: str, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]
 ) -> Finding:
     """A finding about `addresses` ({} in `summary` become `host (ip)`), its window and evidence from `events`."""
-    names = host_names(t)
+    names = t.host_names
     window = time_window(events)
     when = f" {during(*window)}" if window else ""
     return Finding(
