@@ -411,7 +411,7 @@ def perftest_below_line_rate(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL608", "roce-gid-index", Severity.WARNING, needs=("nccl_env", "gids"))
+@rule("TL608", "roce-gid-index", Severity.WARNING, needs=("nccl_env|config", "gids|ib_ports"))
 def roce_gid_index(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: NCCL_IB_GID_INDEX (as NCCL echoes it) pointing, on some host, at a GID that
