@@ -75,8 +75,8 @@ def _benchmarks(t) -> list[dict]:
         link = rates.filter(pl.col("host").is_in(hosts))["rate_gbps"].min() if len(hosts) > 1 else None
         busbw = largest["busbw_gbs"].max()
         out.append({"what": run["test"].drop_nulls().first() or "nccl-tests", "file": file, "size": f"{largest['size_bytes'][0]:,} B",
-                    "result": f"busbw {busbw:g} GB/s", "line": f"{link / 8:g} GB/s" if link else "",
-                    "share": f"{busbw / (link / 8):.0%}" if link else "", "where": ", ".join(hosts)})
+                    "result": f"busbw {busbw:g} GB/s" if busbw is not None else "no busbw read", "line": f"{link / 8:g} GB/s" if link else "",
+                    "share": f"{busbw / (link / 8):.0%}" if link and busbw is not None else "", "where": ", ".join(hosts)})
     perf = t["perftest"].filter(pl.col("bw_avg").is_not_null())
     for (file, _run), run in perf.group_by("file", "run", maintain_order=True):
         r = run.filter(pl.col("bytes") == run["bytes"].max()).row(0, named=True)
