@@ -162,3 +162,15 @@ def test_a_faster_run_is_not_called_slower():
     change = compare_pace(_pace([1000.0 + i % 7 for i in range(100)]), _pace([700.0 + i % 7 for i in range(100)]))
     assert change.significant and not change.slower
     assert Comparison("good", "bad", change, []).verdict.startswith("The slow run's steps were not slower")
+
+
+@pytest.mark.parametrize("impaired", ["lab-loss", "lab-bandwidth"])
+def test_real_lab_pair_ranks_the_retransmissions_first_and_does_not_invent_a_slowdown(impaired):
+    # Real runs (fixtures/lab-*): the clean run was itself slowed by the shared machine, so the
+    # impaired run is not slower on the whole; the injected loss shows as a rise of TCP retransmissions.
+    fixtures = PAIRS.parent
+    result = compare(analyze(fixtures / "lab-clean"), analyze(fixtures / impaired))
+    top = result.changes[0]
+    assert (top.area, top.what) == ("packets", "TCP retransmission")
+    assert not result.pace.slower
+    assert result.verdict.startswith("The slow run's steps were not slower")
