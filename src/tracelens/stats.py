@@ -11,32 +11,51 @@ from collections.abc import Sequence
 
 
 def binomial_sf(k: int, n: int, p: float) -> float:
-    """P(X >= k) for X ~ Binomial(n, p), summed in log space from k outwards.
-
-    The terms fall away geometrically on the far side of the mode, so the sum stops once they are
-    below 1e-17 of the largest: the cost follows the tail's width, not n."""
+    """P(X >= k) for X ~ Binomial(n, p): the regularized incomplete beta I_p(k, n - k + 1)."""
     if k <= 0:
         return 1.0
     if k > n or p <= 0.0:
         return 0.0
     if p >= 1.0:
         return 1.0
-    if k <= n * p:  # the upper tail holds the mode: sum the short lower tail instead
-        return max(0.0, 1.0 - _tail_sum(k - 1, -1, n, p))
-    return min(1.0, _tail_sum(k, 1, n, p))
+    return _betainc(k, n - k + 1, p)
 
 
-def _tail_sum(start: int, step: int, n: int, p: float) -> float:
-    log_p, log_q, log_n = math.log(p), math.log1p(-p), math.lgamma(n + 1)
-    total, top, i = 0.0, -math.inf, start
-    while 0 <= i <= n:
-        term = log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q
-        top = max(top, term)
-        if term < top - 40:
+def binomial_pmf(x: int, n: int, pi: float) -> float:
+    """P(X = x) for X ~ Binomial(n, pi)."""
+    if pi >= 1.0:
+        return 1.0 if x == n else 0.0
+    log = math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * math.log(pi) + (n - x) * math.log1p(-pi)
+    return math.exp(log)
+
+
+def _betainc(a: float, b: float, z: float) -> float:
+    """The regularized incomplete beta function I_z(a, b) (Lentz's continued fraction)."""
+    if z <= 0.0:
+        return 0.0
+    if z >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(z) + b * math.log1p(-z))
+    if z > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - z)
+    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
+    for i in range(0, 10_000):
+        m = i // 2
+        if i == 0:
+            numerator = 1.0
+        elif i % 2 == 0:
+            numerator = (m * (b - m) * z) / ((a + 2 * m - 1) * (a + 2 * m))
+        else:
+            numerator = -((a + m) * (a + b + m) * z) / ((a + 2 * m) * (a + 2 * m + 1))
+        d = 1.0 + numerator * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + numerator / c
+        c = c if abs(c) > tiny else tiny
+        cd = c * d
+        f *= cd
+        if abs(1.0 - cd) < 1e-14:
             break
-        total += math.exp(term)
-        i += step
-    return total
+    return front * (f - 1.0) / a
 
 
 def rate_rise_p(count: int, exposure: float, base_count: int, base_exposure: float) -> float:

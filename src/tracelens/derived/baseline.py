@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from tracelens.stats import binomial_pmf, binomial_sf
+
 CONFIDENCE = 0.95
 RISE = 1.5  # the window's rate must be at least this multiple of the baseline's (lower bound)
 LEVEL_RISE = 1.3  # a per-step time this much above its level outside the window ...
@@ -91,44 +93,7 @@ def _mid_p_upper(x: int, n: int, pi: float) -> float:
     """P(X > x) + P(X = x) / 2 for X ~ Binomial(n, pi)."""
     if pi <= 0.0:
         return 0.0
-    at_least = _betainc(x, n - x + 1, pi) if x > 0 else 1.0
-    return at_least - 0.5 * _binomial_pmf(x, n, pi)
-
-
-def _binomial_pmf(x: int, n: int, pi: float) -> float:
-    if pi >= 1.0:
-        return 1.0 if x == n else 0.0
-    log = math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * math.log(pi) + (n - x) * math.log1p(-pi)
-    return math.exp(log)
-
-
-def _betainc(a: float, b: float, z: float) -> float:
-    """The regularized incomplete beta function I_z(a, b) (Lentz's continued fraction)."""
-    if z <= 0.0:
-        return 0.0
-    if z >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(z) + b * math.log1p(-z))
-    if z > (a + 1) / (a + b + 2):
-        return 1.0 - _betainc(b, a, 1.0 - z)
-    tiny, f, c, d = 1e-300, 1.0, 1.0, 0.0
-    for i in range(0, 10_000):
-        m = i // 2
-        if i == 0:
-            numerator = 1.0
-        elif i % 2 == 0:
-            numerator = (m * (b - m) * z) / ((a + 2 * m - 1) * (a + 2 * m))
-        else:
-            numerator = -((a + m) * (a + b + m) * z) / ((a + 2 * m) * (a + 2 * m + 1))
-        d = 1.0 + numerator * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + numerator / c
-        c = c if abs(c) > tiny else tiny
-        cd = c * d
-        f *= cd
-        if abs(1.0 - cd) < 1e-14:
-            break
-    return front * (f - 1.0) / a
+    return binomial_sf(x, n, pi) - 0.5 * binomial_pmf(x, n, pi)
 
 
 def _normal_quantile(p: float) -> float:
