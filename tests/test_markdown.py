@@ -90,4 +90,4 @@ def test_the_summary_has_verdict_findings_evidence_inputs_and_version():
     assert "**How to fix:** Check the link on node02" in markdown and "`perfquery -x`" in markdown
     assert "| 1 | critical | TL410 |" in markdown and "### Inputs read" in markdown
     assert "SymbolErrorCounter: 1333 (was 0)" in markdown  # a top evidence line, verbatim in a code block
-    assert re.search(r"\*tracelens \d+\.\d+\.\d+, run as: tracelens analyze run --markdown r\.md\.", markdown)
+    assert re.search(r"\*tracelens \d+\.\d+\.\d+, run as: tracelens analyze run --markdown r\.md\. Config: none", markdown)

@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
-from tests.conftest import tables_from
+import re
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from markupsafe import escape
+
+from tests.conftest import analysed_fixture, tables_from
+from tracelens.cli import app
+from tracelens.config import load
+from tracelens.report.html import render
+from tracelens.report.summary import to_json
 from tracelens.derived import RunContext
 from tracelens.rules import KINDS, all_rules
 from tracelens.tables import INPUTS, SCHEMAS
@@ -33,3 +44,47 @@ def test_run_stamps_the_rule_id_and_a_configured_severity():
     assert tl203.values({"wait_warns": 0.5})["wait_warns"] == 0.5
     assert tl203.values()["wait_warns"] == 0.05
     assert tl203.run(RunContext(tables_from())) == []
+
+
+README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_readme_rule_table_is_the_registry():
+    rows = re.findall(r"^\| (TL\d+) \| ([^|]+?) \| (\w+) \| ([\w ]+?) \|", README, flags=re.MULTILINE)
+    assert rows == [(r.id, r.name, r.severity.label, r.kind) for r in all_rules()]
+
+
+def test_the_readme_config_example_is_a_valid_config(tmp_path):
+    (example,) = re.findall(r"```toml\n(.*?)```", README, flags=re.DOTALL)
+    (tmp_path / "tracelens.toml").write_text(example)
+    config = load(tmp_path / "tracelens.toml")
+    assert config.settings == {"TL203": {"wait_warns": 0.10}} and config.hosts == {"ip-10-0-0-1": "node01"}
+
+
+def test_rules_command_shows_a_rules_kind_needs_and_settings():
+    shown = CliRunner().invoke(app, ["rules", "TL203"], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "TL203 port-discards-congestion (a cause; default severity warning)"
+    assert f"- ib_counters ({INPUTS['ib_counters']})" in lines
+    assert "Settings (in a tracelens.toml: [rules.TL203])" in lines
+    (tl203,) = [r for r in all_rules() if r.id == "TL203"]
+    for s in tl203.settings:
+        assert f"- {s.name} = {s.default!r} ({s.unit}): {s.help}" in lines
+    assert [t for t in ("What it finds", "Why it slows the run", "How to fix") if t in lines] == ["What it finds", "Why it slows the run", "How to fix"]
+
+
+def test_rules_catalogue_lists_every_rule_with_its_kind():
+    shown = CliRunner().invoke(app, ["rules"], env={"COLUMNS": "400"}).stdout
+    for r in all_rules():
+        assert re.search(rf"{r.id}\s*│\s*{re.escape(r.name)}\s*│\s*{r.severity.label}\s*│\s*{r.kind}\s*│", shown), r.id
+
+
+def test_report_and_json_list_the_rules_that_could_not_run_and_what_would_let_them():
+    analysis = analysed_fixture("ds-overlap-comm-off")  # DeepSpeed logs only: no counters, captures, NCCL lines
+    not_run = {n["rule"]: n["needs"] for n in to_json(analysis)["rules_not_run"]}
+    assert not_run["TL201"] == [INPUTS["ib_counters"]] and not_run["TL301"] == [INPUTS["packets"]]
+    assert "TL501" not in not_run and "TL501" in to_json(analysis)["rules_checked"]
+    html = render(analysis)
+    assert f"{len(not_run)} rule(s) could not run for lack of input" in html
+    assert f'<span class="rule">TL201</span> link-physical-errors: needs {escape(INPUTS["ib_counters"])}' in html

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracelens import scaleout
+from tracelens.config import Config, rename_hosts
 from tracelens.derived import RunContext
 from tracelens.discover import discover
 from tracelens.findings import Finding
@@ -47,6 +48,7 @@ class Analysis:
     timeline: Timeline = field(default_factory=Timeline)
     comparison: "Comparison | None" = None  # against a good run, with `analyze --baseline`
     not_run: list[tuple[Rule, list[str]]] = field(default_factory=list)  # (rule, inputs that would let it run)
+    config: Config = field(default_factory=Config)  # the config file's choices (none: the defaults)
 
     @property
     def tables(self) -> RunTables:
@@ -168,9 +170,11 @@ def _collect(pairs, tables: RunTables, total: int, progress: Progress | None) ->
         tables.add("inputs", pl.DataFrame(rows, infer_schema_length=None))
 
 
-def run_rules(ctx: RunContext, rules: list[Rule]) -> tuple[list[Finding], list[tuple[Rule, list[str]]]]:
-    """Run every rule whose input is there; return the findings and the rules that could not run
-    (with the inputs that would let them). Findings are ordered by evidence score, then worst
+def run_rules(
+    ctx: RunContext, rules: list[Rule], config: Config | None = None
+) -> tuple[list[Finding], list[tuple[Rule, list[str]]]]:
+    """Run every rule whose input is there, with the settings and severities of `config`; return the
+    findings and the rules that could not run (with the inputs that would let them). Findings are ordered by evidence score, then worst
     first, causes before symptoms, then by rule id.
 
     Only the correlation rules (TL41x) score their findings (see Finding.score): a finding
@@ -178,6 +182,7 @@ def run_rules(ctx: RunContext, rules: list[Rule]) -> tuple[list[Finding], list[t
     the others, at equal severity, a finding that says why (a straggler, a bad port) comes
     before the symptoms that only say how much time went where.
     """
+    config = config or Config()
     findings: list[Finding] = []
     not_run: list[tuple[Rule, list[str]]] = []
     for r in rules:
@@ -185,7 +190,7 @@ def run_rules(ctx: RunContext, rules: list[Rule]) -> tuple[list[Finding], list[t
         if lacking:
             not_run.append((r, lacking))
         else:
-            findings.extend(r.run(ctx))
+            findings.extend(r.run(ctx, config.settings.get(r.id), config.severity.get(r.id)))
     symptoms = {r.id for r in rules if r.kind == "symptom"}
     return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in symptoms, f.rule_id)), not_run
 
@@ -198,17 +203,23 @@ def analyze(
     progress: Progress | None = None,
     tz: str | None = None,
     ray: str | None = None,
+    config: Config | None = None,
 ) -> Analysis:
     """Analyse a run folder, file or archive end to end; `tz` is the zone of log times printed without
-    one; `ray` the address of a Ray cluster ("auto" or host:port) to ingest on."""
+    one; `ray` the address of a Ray cluster ("auto" or host:port) to ingest on; `config` a config
+    file's choices (select, ignore and tz given here win over the file's)."""
+    config = config or Config()
     workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
     with workdir as folder:
         tables, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
-    timeline = align(tables, tz)
+    tables = rename_hosts(tables, config.hosts)
+    timeline = align(tables, tz or config.tz)
+    if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
+        timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
     context = RunContext(tables)
-    rules = select_rules(select, ignore)
-    findings, not_run = run_rules(context, rules)
+    rules = select_rules(select or config.select, ignore or config.ignore)
+    findings, not_run = run_rules(context, rules, config)
     return Analysis(
         target=target, context=context, findings=findings, rules=rules,
-        notes=notes + timeline.notes, timeline=timeline, not_run=not_run,
+        notes=notes + timeline.notes, timeline=timeline, not_run=not_run, config=config,
     )

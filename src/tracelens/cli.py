@@ -25,10 +25,12 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tracelens import config as config_file
 from tracelens.analyze import Analysis, analyze, ingest_run
 from tracelens.findings import Severity
 from tracelens.private_cache import cache_dir
 from tracelens.rules import all_rules
+from tracelens.tables import INPUTS
 
 app = typer.Typer(
     help="Find out why a distributed training run was slow or hung, from the logs, counter dumps "
@@ -70,6 +72,21 @@ def _split(values: list[str] | None, option: str) -> list[str]:
     if unknown:
         raise _usage_error(f"{option}: no rule {', '.join(map(repr, unknown))}; `tracelens rules` lists them (e.g. TL107, or TL1 for a family)")
     return chosen
+
+
+CONFIG_HELP = ("A tracelens.toml, or a pyproject.toml with [tool.tracelens]: rules, severities, settings, time zone, "
+               "host aliases. Default: the first found in the run's folder, then in the current directory.")
+
+
+def _config(path: Path | None, *runs: Path) -> config_file.Config:
+    """The config file given, else the first found beside the runs or here; a bad one is a usage error
+    naming the file and the key."""
+    if path is not None:
+        _require(path)
+    try:
+        return config_file.load(path or config_file.find(*runs))
+    except config_file.ConfigError as err:
+        raise _usage_error(str(err)) from None
 
 
 def _require(path: Path) -> None:
@@ -231,6 +248,7 @@ def analyze_cmd(
     ray: Annotated[Optional[str], typer.Option("--ray", help="Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this machine joined) or its address host:port. Needs tracelens[ray].")] = None,
     markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a ticket-ready Markdown summary (GitHub, Jira) to this file.")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print each finding's details, fix and first evidence lines too.")] = False,
+    config_path: Annotated[Optional[Path], typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
     """Analyse a run and write the HTML report (exit 0 analysed, 1 findings at --fail-on, 2 nothing readable)."""
     from tracelens.report.html import write as write_html
@@ -243,6 +261,7 @@ def analyze_cmd(
         _require(baseline)
     _require_zone(tz)
     select_ids, ignore_ids = _split(select, "--select"), _split(ignore, "--ignore")
+    config = _config(config_path, run)
     report = output or Path(f"tracelens-{run.resolve().name.split('.')[0] or 'run'}.html")
     _check_output_file(report, "-o/--output")
     if json_path is not None:
@@ -251,11 +270,12 @@ def analyze_cmd(
         _check_output_file(markdown, "--markdown")
     if tables_dir is not None:
         _check_output_folder(tables_dir, "--tables")
-    analysis = _analyze_with_progress(run, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz, ray=ray)
+    options = dict(jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz, ray=ray, config=config)
+    analysis = _analyze_with_progress(run, **options)
     if baseline:
         from tracelens.compare import compare
 
-        good = _analyze_with_progress(baseline, jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz, ray=ray)
+        good = _analyze_with_progress(baseline, **options)
         analysis.comparison = compare(good, analysis)
     written = [("Report", write_html(analysis, report))]
     if markdown:
@@ -297,6 +317,7 @@ def diff_cmd(
     json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the comparison as JSON.")] = None,
     tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one (both runs).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
+    config_path: Annotated[Optional[Path], typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
     """Compare a good run with a slow one: what changed (NCCL, DeepSpeed config, ports, traffic, steps),
     ranked by how much of the slowdown it explains."""
@@ -306,11 +327,13 @@ def diff_cmd(
     _require(good)
     _require(bad)
     _require_zone(tz)
+    config = _config(config_path, bad, good)
     report = output or Path(f"tracelens-diff-{bad.resolve().name.split('.')[0] or 'run'}.html")
     _check_output_file(report, "-o/--output")
     if json_path is not None:
         _check_output_file(json_path, "--json")
-    comparison = compare(_analyze_with_progress(good, jobs=jobs, tz=tz), _analyze_with_progress(bad, jobs=jobs, tz=tz))
+    comparison = compare(*(_analyze_with_progress(run, jobs=jobs, tz=tz, config=config) for run in (good, bad)))
+    out.print(f"Config: {escape(config.label)}", highlight=False)
     out.print(f"[bold]{escape(comparison.verdict)}[/]", highlight=False)
     for i, change in enumerate(comparison.changes[:10], start=1):
         explains = f"  [{change.explains_ms:+,.0f} ms/step]" if change.explains_ms is not None else ""
@@ -366,10 +389,10 @@ def rules_cmd(rule_id: Annotated[Optional[str], typer.Argument(help="A rule id, 
     rules = all_rules()
     if rule_id is None:
         table = Table(header_style="bold")
-        for col in ("Rule", "Name", "Severity", "What it finds"):
+        for col in ("Rule", "Name", "Severity", "Kind", "What it finds"):
             table.add_column(col)
         for r in rules:
-            table.add_row(r.id, r.name, r.severity.label, _headline(r.docs.get("What it finds", "")))
+            table.add_row(r.id, r.name, r.severity.label, r.kind, _headline(r.docs.get("What it finds", "")))
         console.print(table)
         return
     match = [r for r in rules if r.id == rule_id.upper()]
@@ -377,9 +400,17 @@ def rules_cmd(rule_id: Annotated[Optional[str], typer.Argument(help="A rule id, 
         out.print(f"[red]error:[/] no rule {rule_id!r}; `tracelens rules` lists them")
         raise typer.Exit(2)
     r = match[0]
-    console.print(f"[bold]{r.id} {r.name}[/] (default severity {r.severity.label})\n")
+    console.print(f"[bold]{escape(r.id)} {escape(r.name)}[/] (a {r.kind}; default severity {r.severity.label})\n", highlight=False)
     for title, body in r.docs.items():
-        console.print(f"[bold]{title}[/]\n{body}\n")
+        console.print(f"[bold]{title}[/]\n{escape(body)}\n", highlight=False)
+    needs = [" or ".join(f"{name} ({INPUTS[name]})" for name in need.split("|")) for need in r.needs]
+    console.print("[bold]Needs[/]\n" + "\n".join(f"- {escape(n)}" for n in needs) + "\n", highlight=False)
+    if r.settings:
+        console.print(f"[bold]Settings[/] (in a tracelens.toml: {escape(f'[rules.{r.id}]')})", highlight=False)
+        for s in r.settings:
+            console.print(f"- {s.name} = {s.default!r} ({escape(s.unit)}): {escape(s.help)}", highlight=False)
+    else:
+        console.print("[bold]Settings[/]\nnone", highlight=False)
 
 
 

@@ -73,6 +73,7 @@ def render(analysis: Analysis) -> str:
         **_inputs_split(inputs),
         totals={k: sum(row[k] or 0 for row in inputs) for k in ("lines", "parsed", "ignored", "unrecognized")},
         notes=analysis.notes,
+        config=analysis.config.label,
         rules=analysis.checked,
         not_run=analysis.not_run,
     )

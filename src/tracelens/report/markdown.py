@@ -113,6 +113,7 @@ def render(analysis: Analysis, command: str = "") -> str:
     """The summary as Markdown text."""
     lines = _verdict(analysis) + _findings(analysis.findings) + _inputs(analysis)
     said = f"tracelens {__version__}" + (f", run as: {inline(command)}" if command else "")
+    said += f". Config: {inline(analysis.config.label)}"
     lines += [f"*{said}. Deterministic rules over parsed evidence; the HTML report has every finding's evidence.*", ""]
     return "\n".join(lines)
 

@@ -91,4 +91,5 @@ def to_json(analysis: Analysis) -> dict:
         "notes": analysis.notes,
         "rules_checked": [r.id for r in analysis.checked],
         "rules_not_run": [{"rule": r.id, "needs": needs} for r, needs in analysis.not_run],
+        "config": str(analysis.config.source) if analysis.config.source else None,
     } | ({"comparison": analysis.comparison.to_json()} if analysis.comparison else {})

@@ -105,5 +105,6 @@ def print_summary(console: Console, analysis: Analysis, written: list[tuple[str,
                 _print_details(console, f)
     console.print()
     _print_inputs(console, analysis)
+    console.print(f"Config: {escape(analysis.config.label)}", highlight=False)
     for label, path in written:
         console.print(f"{label}: [bold]{escape(str(path))}[/]", highlight=False)

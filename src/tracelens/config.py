@@ -1,0 +1,203 @@
+"""The config file: which rules run, their severities and settings, the logs' time zone, host aliases.
+
+Looked for, first found wins: `--config FILE`; then in the run folder, then in the current
+directory, a `tracelens.toml` or a `pyproject.toml` with a `[tool.tracelens]` table. The same keys
+in both (in pyproject.toml under `tool.tracelens`):
+
+    select = ["TL1", "TL4"]          # rule ids or prefixes; the command line's --select wins
+    ignore = ["TL305"]
+    tz = "Europe/Berlin"             # the zone of log times printed without one; --tz wins
+    [severity]
+    TL503 = "warning"                # info, warning or critical, for every finding of the rule
+    [rules.TL401]
+    min_cost_share = 0.05            # a setting `tracelens rules TL401` lists
+    [hosts]
+    "ip-10-0-0-1" = "node01"         # a host name as the inputs give it = the name to report
+
+An unknown key, rule, setting or severity is an error that names it (ConfigError).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import polars as pl
+
+from tracelens.findings import Severity
+from tracelens.rules import Rule, all_rules
+from tracelens.tables import SCHEMAS, RunTables
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+FILE_NAME = "tracelens.toml"
+KEYS = ("select", "ignore", "tz", "severity", "rules", "hosts")
+TYPE_NAMES = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a config file says (empty: every default)."""
+
+    source: Path | None = None  # the file it came from
+    select: list[str] = field(default_factory=list)
+    ignore: list[str] = field(default_factory=list)
+    tz: str | None = None
+    severity: dict[str, Severity] = field(default_factory=dict)
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule id -> setting -> value
+    hosts: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """How the report names it: `tracelens.toml (in /runs/run42)`, `[tool.tracelens] in ...`."""
+        if self.source is None:
+            return "none (defaults)"
+        table = "[tool.tracelens] in " if self.source.name == "pyproject.toml" else ""
+        return f"{table}{self.source}"
+
+
+def find(*runs: Path, cwd: Path | None = None) -> Path | None:
+    """The config file for `runs`: in each run's folder (the folder of a run file or archive), then in `cwd`."""
+    folders = [*(run if run.is_dir() else run.parent for run in runs), cwd or Path.cwd()]
+    for folder in folders:
+        for name in (FILE_NAME, "pyproject.toml"):
+            path = folder / name
+            if path.is_file() and (name == FILE_NAME or _tool_table(path) is not None):
+                return path
+    return None
+
+
+def load(path: Path | None) -> Config:
+    """Read and check the config at `path` (None: the defaults)."""
+    if path is None:
+        return Config()
+    data = _tool_table(path) if path.name == "pyproject.toml" else _read(path)
+    if data is None:
+        raise ConfigError(f"{path}: no [tool.tracelens] table")
+    prefix = "tool.tracelens." if path.name == "pyproject.toml" else ""
+    return _parse(path, data, prefix)
+
+
+# Columns besides `host` that name hosts, and the separator of those that list several.
+HOST_COLUMNS = {"nccl_errors": {"peer": None}, "nccl_tests": {"rank_hosts": ","}}
+HOST_LISTS = {"inputs": ", "}  # the inputs table's `host` lists every host a file named
+
+
+def rename_hosts(tables: RunTables, aliases: dict[str, str]) -> RunTables:
+    """New tables whose host names are renamed by `aliases` (the config's [hosts]) wherever a table
+    names a host, so findings, report sections and the diff all use the alias."""
+    if not aliases:
+        return tables
+    renamed = RunTables()
+    for name in SCHEMAS:
+        frame = tables[name]
+        columns = {"host": HOST_LISTS.get(name), **HOST_COLUMNS.get(name, {})}
+        for column, sep in columns.items():
+            if column in frame.columns and frame.height:
+                col = pl.col(column)
+                if sep is None:
+                    new = col.replace(aliases)
+                else:
+                    new = col.str.split(sep).list.eval(pl.element().replace(aliases)).list.join(sep)
+                frame = frame.with_columns(new.alias(column))
+        renamed.add(name, frame)
+    return renamed
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot be read ({err})") from err
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML ({err})") from err
+
+
+def _tool_table(path: Path) -> dict[str, Any] | None:
+    table = _read(path).get("tool", {}).get("tracelens")
+    return table if isinstance(table, dict) else None
+
+
+def _parse(path: Path, data: dict[str, Any], prefix: str) -> Config:
+    def fail(key: str, why: str) -> ConfigError:
+        return ConfigError(f"{path}: {prefix}{key}: {why}")
+
+    unknown = [k for k in data if k not in KEYS]
+    if unknown:
+        raise fail(unknown[0], f"unknown key (known: {', '.join(KEYS)})")
+    rules = {r.id: r for r in all_rules()}
+    select, ignore = (_rule_list(data.get(k, []), rules, lambda why, k=k: fail(k, why)) for k in ("select", "ignore"))
+    tz = data.get("tz")
+    if tz is not None:
+        try:
+            ZoneInfo(tz)
+        except (ZoneInfoNotFoundError, ValueError, TypeError) as err:
+            raise fail("tz", f"{tz!r} is not a time zone name (e.g. Europe/Berlin, UTC)") from err
+    severity = {}
+    for rule_id, label in _table(data, "severity", fail).items():
+        if rule_id not in rules:
+            raise fail(f"severity.{rule_id}", "unknown rule (`tracelens rules` lists them)")
+        try:
+            severity[rule_id] = Severity.parse(label)
+        except (KeyError, AttributeError) as err:
+            raise fail(f"severity.{rule_id}", f"{label!r} is not info, warning or critical") from err
+    settings = {
+        rule_id: _settings(rules.get(rule_id), values, lambda key, why, r=rule_id: fail(f"rules.{r}{key}", why))
+        for rule_id, values in _table(data, "rules", fail).items()
+    }
+    hosts = _table(data, "hosts", fail)
+    for name, alias in hosts.items():
+        if not isinstance(alias, str) or not alias.strip():
+            raise fail(f"hosts.{name}", f"{alias!r} is not a host name (a string)")
+    return Config(path, select, ignore, tz, severity, settings, dict(hosts))
+
+
+def _table(data: dict[str, Any], key: str, fail) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise fail(key, "must be a table")
+    return value
+
+
+def _rule_list(value: Any, rules: dict[str, Rule], fail) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise fail("must be a list of rule ids or prefixes, e.g. [\"TL1\", \"TL305\"]")
+    chosen = [v.strip().upper() for v in value]
+    for v in chosen:
+        if not v or not any(r.startswith(v) for r in rules):
+            raise fail(f"{v!r} matches no rule (`tracelens rules` lists them)")
+    return chosen
+
+
+def _settings(rule: Rule | None, values: Any, fail) -> dict[str, Any]:
+    """A rule's settings from the file, each checked against the type of its default."""
+    if rule is None:
+        raise fail("", "unknown rule (`tracelens rules` lists them)")
+    if not isinstance(values, dict):
+        raise fail("", "must be a table of settings")
+    known = {s.name: s for s in rule.settings}
+    out = {}
+    for name, value in values.items():
+        if name not in known:
+            names = ", ".join(known) or "none"
+            raise fail(f".{name}", f"unknown setting (the settings of {rule.id}: {names})")
+        default = known[name].default
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(default, bool) or not isinstance(default, (int, float)):
+            ok = type(value) is type(default)
+        else:
+            ok = number and (isinstance(default, float) or isinstance(value, int))
+        if not ok:
+            raise fail(f".{name}", f"{value!r} is not {TYPE_NAMES.get(type(default), 'a value')} like the default {default!r}")
+        out[name] = float(value) if isinstance(default, float) else value
+    return out

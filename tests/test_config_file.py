@@ -1,0 +1,186 @@
+"""The config file (tracelens.toml, [tool.tracelens] in pyproject.toml, --config): where it is found,
+what it changes in the findings and reports, and the one-line error a wrong key gives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import FIXTURES
+from tracelens.cli import app
+from tracelens.config import ConfigError, load
+from tracelens.report.markdown import inline
+
+runner = CliRunner()
+ZERO_OFF = "ds-overlap-comm-off"  # fires TL501 only; its config echo has buckets of DeepSpeed's default size
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A copy of a small fixture run, so a config file can be put beside it."""
+    folder = tmp_path / "run"
+    shutil.copytree(FIXTURES / ZERO_OFF, folder)
+    return folder
+
+
+def analyse(run, tmp_path, *options: str) -> dict:
+    """`tracelens analyze` on `run`: the JSON it writes (the command must succeed)."""
+    out = tmp_path / "out.json"
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--json", str(out), *options])
+    assert result.exit_code == 0, result.output
+    return json.loads(out.read_text()) | {"stdout": result.stdout}
+
+
+def rule_ids(report: dict) -> set[str]:
+    return {f["rule_id"] for f in report["findings"]}
+
+
+def test_without_a_config_the_defaults_apply_and_the_reports_say_none(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = analyse(run, tmp_path)
+    assert rule_ids(report) == {"TL501"} and report["config"] is None
+    assert "Config: none (defaults)" in report["stdout"]
+    assert "config: <code>none (defaults)</code>" in (tmp_path / "r.html").read_text()
+
+
+def test_a_threshold_in_tracelens_toml_makes_a_rule_fire_where_it_did_not(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (run / "tracelens.toml").write_text("[rules.TL502]\nsmall_bucket = 1_000_000_000  # above the run's 500,000,000\n")
+    report = analyse(run, tmp_path)
+    assert rule_ids(report) == {"TL501", "TL502"}
+    assert report["config"] == str(run / "tracelens.toml")
+    assert f"Config: {run / 'tracelens.toml'}" in report["stdout"]
+    assert f"config: <code>{run / 'tracelens.toml'}</code>" in (tmp_path / "r.html").read_text()
+
+
+def test_a_severity_in_the_config_changes_the_findings_severity(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (run / "tracelens.toml").write_text('[severity]\nTL501 = "critical"\n')
+    (finding,) = analyse(run, tmp_path)["findings"]
+    assert finding["rule_id"] == "TL501" and finding["severity"] == "critical"
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--fail-on", "critical"])
+    assert result.exit_code == 1  # the configured severity is the one --fail-on sees
+
+
+def test_host_aliases_name_the_hosts_in_findings_and_every_report(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "scenario-flaky-link", run)
+    (run / "tracelens.toml").write_text('[hosts]\nnode02 = "gpu-b"\n')
+    report = analyse(run, tmp_path, "--markdown", str(tmp_path / "r.md"), "--select", "TL2")
+    (physical,) = [f for f in report["findings"] if f["rule_id"] == "TL201"]
+    assert physical["hosts"] == ["gpu-b"]  # the marginal link is on node02's mlx5_1
+    assert {h for f in report["findings"] for h in f["hosts"]} == {"gpu-b", "node01"}
+    assert {row["host"] for row in report["inputs"] if row["host"]} == {"gpu-b", "node01"}
+    markdown = (tmp_path / "r.md").read_text()
+    assert "gpu-b" in markdown and "| node02 " not in markdown
+    assert f"Config: {inline(str(run / 'tracelens.toml'))}." in markdown
+
+
+def test_a_typo_in_a_key_is_a_one_line_usage_error_naming_the_file_and_key(run, tmp_path):
+    (run / "tracelens.toml").write_text("[rules.TL502]\nsmall_buckets = 1000\n")
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        f"error: {run / 'tracelens.toml'}: rules.TL502.small_buckets: unknown setting (the settings of TL502: small_bucket)"
+    ]
+    assert "Traceback" not in result.output and not (tmp_path / "r.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('selct = ["TL1"]', "selct: unknown key (known: select, ignore, tz, severity, rules, hosts)"),
+        ('[severity]\nTL999 = "info"', "severity.TL999: unknown rule"),
+        ('[severity]\nTL501 = "urgent"', "severity.TL501: 'urgent' is not info, warning or critical"),
+        ("[rules.TL502]\nsmall_bucket = 0.5", "rules.TL502.small_bucket: 0.5 is not a whole number like the default 50000000"),
+        ('[rules.TL504]\ncomm_bound_share = "high"', "rules.TL504.comm_bound_share: 'high' is not a number like the default 0.35"),
+        ("[rules.TL999]\nx = 1", "rules.TL999: unknown rule"),
+        ('tz = "Mars/Olympus"', "tz: 'Mars/Olympus' is not a time zone name"),
+        ('select = "TL1"', "select: must be a list of rule ids or prefixes"),
+        ('ignore = ["TL9"]', "ignore: 'TL9' matches no rule"),
+        ("[hosts]\nnode01 = 3", "hosts.node01: 3 is not a host name"),
+        ("select = [", "not valid TOML"),
+    ],
+)
+def test_every_wrong_key_or_value_is_named(tmp_path, text, says):
+    path = tmp_path / "tracelens.toml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert str(err.value).startswith(f"{path}: {says}")
+
+
+def test_a_whole_number_is_accepted_where_the_default_is_a_fraction(tmp_path):
+    (tmp_path / "tracelens.toml").write_text("[rules.TL504]\ncomm_bound_share = 1\n")
+    assert load(tmp_path / "tracelens.toml").settings == {"TL504": {"comm_bound_share": 1.0}}
+
+
+def test_pyproject_tool_table_is_found_in_the_run_folder(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (run / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.tracelens]\nignore = ["TL501"]\n')
+    report = analyse(run, tmp_path)
+    assert rule_ids(report) == set() and report["config"] == str(run / "pyproject.toml")
+    assert f"Config: [tool.tracelens] in {run / 'pyproject.toml'}" in report["stdout"]
+
+
+def test_pyproject_tool_table_is_found_in_the_current_directory(run, tmp_path, monkeypatch):
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "pyproject.toml").write_text('[tool.tracelens]\nignore = ["TL5"]\n')
+    (run / "pyproject.toml").write_text('[project]\nname = "no tracelens table here"\n')  # skipped: no [tool.tracelens]
+    monkeypatch.chdir(here)
+    report = analyse(run, tmp_path)
+    assert rule_ids(report) == set() and report["config"] == str(here / "pyproject.toml")
+    assert not any(r.startswith("TL5") for r in report["rules_checked"])
+
+
+def test_the_run_folder_comes_before_the_current_directory(run, tmp_path, monkeypatch):
+    (tmp_path / "tracelens.toml").write_text('ignore = ["TL501"]\n')
+    (run / "tracelens.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    report = analyse(run, tmp_path)
+    assert rule_ids(report) == {"TL501"} and report["config"] == str(run / "tracelens.toml")
+
+
+def test_config_option_wins_over_the_files_found(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (run / "tracelens.toml").write_text('ignore = ["TL501"]\n')
+    chosen = tmp_path / "strict.toml"
+    chosen.write_text('[severity]\nTL501 = "info"\n')
+    report = analyse(run, tmp_path, "--config", str(chosen))
+    assert [(f["rule_id"], f["severity"]) for f in report["findings"]] == [("TL501", "info")]
+    assert report["config"] == str(chosen)
+
+
+def test_a_missing_config_option_file_is_a_usage_error(run, tmp_path):
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--config", str(tmp_path / "nope.toml")])
+    assert result.exit_code == 2 and "nope.toml: no such file or folder" in result.stderr
+
+
+def test_select_on_the_command_line_wins_over_the_configs(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (run / "tracelens.toml").write_text('select = ["TL2"]\n')
+    from_file = analyse(run, tmp_path)
+    assert rule_ids(from_file) == set() and all(r.startswith("TL2") for r in from_file["rules_checked"] + [n["rule"] for n in from_file["rules_not_run"]])
+    assert rule_ids(analyse(run, tmp_path, "--select", "TL5")) == {"TL501"}
+
+
+def test_tz_on_the_command_line_wins_over_the_configs(run, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (run / "tracelens.toml").write_text('tz = "Asia/Tokyo"\n')
+    notes = analyse(run, tmp_path)["notes"]
+    assert f"Log times were read in Asia/Tokyo (tz in {run / 'tracelens.toml'}) and converted to UTC." in notes
+    notes = analyse(run, tmp_path, "--tz", "Europe/Berlin")["notes"]
+    assert "Log times were read in Europe/Berlin (--tz) and converted to UTC." in notes
+    assert not any("Asia/Tokyo" in n for n in notes)
+
+
+def test_diff_reads_the_config_too(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tracelens.toml").write_text("[rules.TL999]\n")
+    result = runner.invoke(app, ["diff", str(FIXTURES / ZERO_OFF), str(FIXTURES / ZERO_OFF), "-o", str(tmp_path / "d.html")])
+    assert result.exit_code == 2 and "tracelens.toml: rules.TL999: unknown rule" in result.stderr
