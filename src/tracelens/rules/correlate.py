@@ -32,7 +32,7 @@ from tracelens.derived.hangs import first_stopped
 from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.prose import count, duration, listing, number, some
 from tracelens.prose import span as prose_span
-from tracelens.rules import rule
+from tracelens.rules import Setting, rule
 from tracelens.rules.causes import verdict
 from tracelens.rules.evidence import step_evidence
 from tracelens.rules.steps import MAX_WINDOWS
@@ -40,10 +40,6 @@ from tracelens.tables import RunTables
 from tracelens.timeline import LOG_TABLES
 
 MARGIN = timedelta(seconds=5)  # events this close to a window still belong to it (log and dump times are coarse)
-GAP_MIN_S = 120.0  # a host silent this long ...
-GAP_FACTOR = 20.0  # ... and this many times its usual interval between lines has stalled
-FALLBACK_SLOWER = 1.2  # steps on sockets this much slower than the job's IB steps
-MIN_STEPS = 5  # steps on each side of a comparison
 MAX_REASONS = 6
 EVIDENCE_SPAN_SHARE = 0.25  # the cause's dense events give the window when they span this share of the slow steps' window
 
@@ -231,21 +227,25 @@ def _host_of_rank(t: RunTables, ranks: list[int]) -> list[str]:
     return sorted(set(comms["host"].drop_nulls().to_list()) | set(steps["host"].drop_nulls().to_list()))
 
 
-def log_gaps(t: RunTables) -> pl.DataFrame:
-    """Per host, stretches where every log of the host was silent: columns host, begin, end, seconds."""
+def log_gaps(t: RunTables, silent_s: float, silent_factor: float) -> pl.DataFrame:
+    """Per host, stretches where every log of the host was silent at least `silent_s` seconds and
+    `silent_factor` times its usual interval between lines: columns host, begin, end, seconds."""
     times = pl.concat([t[n].filter(pl.col("ts_quality") == "exact").select("host", "ts") for n in LOG_TABLES])
     times = times.filter(pl.col("host").is_not_null()).unique().sort("host", "ts")
     gap = (pl.col("ts") - pl.col("ts").shift(1).over("host")).dt.total_milliseconds() / 1000
     return (
         times.with_columns(seconds=gap, begin=pl.col("ts").shift(1).over("host"))
         .with_columns(usual=pl.col("seconds").median().over("host"))
-        .filter(pl.col("seconds") >= GAP_MIN_S, pl.col("seconds") >= GAP_FACTOR * pl.col("usual"))
+        .filter(pl.col("seconds") >= silent_s, pl.col("seconds") >= silent_factor * pl.col("usual"))
         .select("host", "begin", pl.col("ts").alias("end"), "seconds")
     )
 
 
-@rule("TL411", "stall-or-hang", Severity.CRITICAL, kind="root cause", needs=("nccl_errors|nccl_events|steps",))
-def stall_or_hang(t: RunTables) -> Iterator[Finding]:
+@rule("TL411", "stall-or-hang", Severity.CRITICAL, kind="root cause", needs=("nccl_errors|nccl_events|steps",), settings={
+    "silent_s": Setting("seconds", "A host whose every log is silent this long ..."),
+    "silent_factor": Setting("times the host's usual interval between lines", "... and this many times its usual interval has stalled."),
+})
+def stall_or_hang(t: RunTables, *, silent_s: float = 120.0, silent_factor: float = 20.0) -> Iterator[Finding]:
     """
     What it finds: the job stopped making progress: a PyTorch watchdog timed out on a
     collective (the hang began when the collective started, its report time minus `ran for`),
@@ -279,11 +279,12 @@ def stall_or_hang(t: RunTables) -> Iterator[Finding]:
         for hang in hangs.sort("begin").iter_rows(named=True):
             covered.append((hang["begin"], hang["end"]))
             yield _hang_finding(t, hang)
-    for gap in log_gaps(t).iter_rows(named=True):
+    gaps = log_gaps(t, silent_s, silent_factor)
+    for gap in gaps.iter_rows(named=True):
         if any(b - MARGIN <= gap["end"] and gap["begin"] <= e + MARGIN for b, e in covered):
             continue
         covered.append((gap["begin"], gap["end"]))  # the other hosts silent at the same time are in this finding
-        yield _gap_finding(t, gap)
+        yield _gap_finding(t, gap, gaps)
 
 
 def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
@@ -333,8 +334,8 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
     )
 
 
-def _gap_finding(t: RunTables, gap: dict) -> Finding:
-    everyone = log_gaps(t).filter(pl.col("begin") <= gap["end"], pl.col("end") >= gap["begin"])
+def _gap_finding(t: RunTables, gap: dict, gaps: pl.DataFrame) -> Finding:
+    everyone = gaps.filter(pl.col("begin") <= gap["end"], pl.col("end") >= gap["begin"])
     hosts_silent = sorted(set(everyone["host"].to_list()))
     all_hosts = sorted(set(pl.concat([t[n].select("host") for n in ("nccl_events", "steps")])["host"].drop_nulls().to_list()))
     scope = "every host" if hosts_silent == all_hosts and len(all_hosts) > 1 else ", ".join(hosts_silent)
@@ -355,8 +356,12 @@ def _gap_finding(t: RunTables, gap: dict) -> Finding:
 # -- transport fallback cost ----------------------------------------------------------------------
 
 
-@rule("TL412", "socket-fallback-cost", Severity.WARNING, kind="root cause", needs=("steps", "nccl_net|nccl_channels"))
-def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
+@rule("TL412", "socket-fallback-cost", Severity.WARNING, kind="root cause", needs=("steps", "nccl_net|nccl_channels"), settings={
+    "slower_ratio": Setting("times the steps before", "Steps on sockets at least this much slower than the same job's steps "
+                            "before the fallback have a cost worth a finding."),
+    "min_steps": Setting("steps", "Fewer steps on either side of the fallback are too few to compare."),
+})
+def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: int = 5) -> Iterator[Finding]:
     """
     What it finds: the time a fall back to NCCL's TCP socket transport cost, measured: the
     steps after the first `via NET/Socket` channel against the same job's steps before it (on
@@ -379,10 +384,10 @@ def socket_fallback_cost(t: RunTables) -> Iterator[Finding]:
     on_socket = series.with_columns(after=pl.col("ts") >= since)
     took = pl.duration(microseconds=(pl.col("time_ms") * 1000).cast(pl.Int64))
     before, after = on_socket.filter(~pl.col("after")), on_socket.filter(pl.col("after"))
-    if before["step"].n_unique() < MIN_STEPS or after["step"].n_unique() < MIN_STEPS:
+    if before["step"].n_unique() < min_steps or after["step"].n_unique() < min_steps:
         return
     usual, slow = before["time_ms"].median(), after["time_ms"].median()
-    if slow < FALLBACK_SLOWER * usual:
+    if slow < slower_ratio * usual:
         return
     lost_rows = after.group_by("step").agg(pl.col("time_ms").median(), pl.col("steps_covered").first().fill_null(1.0))
     lost = float(((lost_rows["time_ms"] - usual).clip(lower_bound=0) * lost_rows["steps_covered"]).sum() / 1000)

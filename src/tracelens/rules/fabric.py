@@ -22,9 +22,6 @@ from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import during
 from tracelens.rules import Setting, rule
 
-WAIT_NOTED, WAIT_WARNS = 0.01, 0.05  # share of an interval a port could not send
-
-
 def _rising(deltas: pl.DataFrame, pattern: str) -> pl.DataFrame:
     """Rows of counters matching `pattern` that went up (or sit saturated)."""
     rows = deltas.filter(pl.col("counter").str.contains(pattern))
@@ -131,7 +128,7 @@ def _congestion_severity(rows: pl.DataFrame, wait_warns: float) -> Severity:
     "wait_noted": Setting("share of the interval", "PortXmitWait or pause time below this share of an interval is normal."),
     "wait_warns": Setting("share of the interval", "Blocked time at or above this share makes the finding a warning."),
 })
-def discards_congestion(ctx: RunContext, *, wait_noted: float = WAIT_NOTED, wait_warns: float = WAIT_WARNS) -> Iterator[Finding]:
+def discards_congestion(ctx: RunContext, *, wait_noted: float = 0.01, wait_warns: float = 0.05) -> Iterator[Finding]:
     """
     What it finds: drops and congestion on a port: PortXmitDiscards and the mlx5 discard
     counters (rx_discards_phy, rx_prioN_buf_discard / cong_discard); PortXmitWait as a
@@ -256,8 +253,11 @@ PRIO_BYTES = r"^[rt]x_prio(\d)_bytes$"
 PRIO_PAUSE = r"^[rt]x_prio[1-7]_pause$"
 
 
-@rule("TL206", "roce-priority-zero", Severity.WARNING, needs=("ib_counters",))
-def roce_priority(ctx: RunContext) -> Iterator[Finding]:
+@rule("TL206", "roce-priority-zero", Severity.WARNING, needs=("ib_counters",), settings={
+    "zero_share": Setting("share of the NIC's bytes", "A NIC with at least this share of its per-priority bytes on "
+                          "priority 0 carries its RoCE traffic there."),
+})
+def roce_priority(ctx: RunContext, *, zero_share: float = 0.99) -> Iterator[Finding]:
     """
     What it finds: a RoCE NIC (ethtool -S per-priority counters) whose traffic is all on
     priority 0 while other NICs of the run carry traffic or pause frames on another
@@ -285,7 +285,7 @@ def roce_priority(ctx: RunContext) -> Iterator[Finding]:
     others = prio.filter((pl.col("prio") > 0) & (pl.col("delta") > 0)).select(*nic, "counter", "file", "line")
     paused = _rising(deltas, PRIO_PAUSE).select(*nic, "counter", "file", "line")
     lossless = pl.concat([others, paused])
-    for nic_row in shares.filter((pl.col("total") > 0) & (pl.col("on_zero") >= pl.col("total") * 0.99)).iter_rows(named=True):
+    for nic_row in shares.filter((pl.col("total") > 0) & (pl.col("on_zero") >= pl.col("total") * zero_share)).iter_rows(named=True):
         elsewhere = lossless.filter(~(pl.col("host").eq_missing(nic_row["host"]) & pl.col("node").eq_missing(nic_row["node"])))
         if elsewhere.height == 0:
             continue

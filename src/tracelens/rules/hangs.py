@@ -15,10 +15,9 @@ import polars as pl
 
 from tracelens.derived import RunContext, hangs
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.rules import rule
+from tracelens.rules import Setting, rule
 
-AROUND = timedelta(seconds=60)  # network events this close before the first stop belong to it
-AFTER = timedelta(seconds=10)
+AFTER = timedelta(seconds=10)  # network events this soon after the first stop belong to it too
 
 
 def _entry_text(e: dict) -> str:
@@ -170,8 +169,10 @@ def first_rank_stopped(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
-@rule("TL423", "hang-network-context", Severity.WARNING, needs=("fr_entries",))
-def hang_network_context(ctx: RunContext) -> Iterator[Finding]:
+@rule("TL423", "hang-network-context", Severity.WARNING, needs=("fr_entries",), settings={
+    "before_s": Setting("seconds", "Network events this long before the first rank stopped belong to the hang."),
+})
+def hang_network_context(ctx: RunContext, *, before_s: float = 60.0) -> Iterator[Finding]:
     """
     What it finds: NCCL errors, port counter rises and packet evidence (retransmissions,
     NAKs, CNPs) in the minute before the first rank of a hang stopped (TL422), from every
@@ -188,8 +189,9 @@ def hang_network_context(ctx: RunContext) -> Iterator[Finding]:
     stop = ctx.first_stopped
     if stop is None or stop.at is None:
         return
+    around = timedelta(seconds=before_s)
     events = ctx.network_events.filter(pl.col("cause") != "stall", pl.col("lo") <= stop.at + AFTER,
-                                      pl.coalesce("hi", "lo") >= stop.at - AROUND)
+                                      pl.coalesce("hi", "lo") >= stop.at - around)
     if events.height == 0:
         return
     kinds = events.group_by("source", "what", "host").agg(pl.col("count").sum(), pl.col("lo").min()).sort("count", descending=True)
@@ -197,11 +199,11 @@ def hang_network_context(ctx: RunContext) -> Iterator[Finding]:
                      for r in kinds.head(4).iter_rows(named=True))
     yield Finding(
         severity=Severity.WARNING,
-        title=f"Network events in the minute before rank {stop.rank} stopped",
-        summary=f"Rank {stop.rank} stopped first at {stop.at:%H:%M:%S} UTC; in the {int(AROUND.total_seconds())} s before: {said}.",
+        title=f"Network events in the {'minute' if before_s == 60 else f'{before_s:g} s'} before rank {stop.rank} stopped",
+        summary=f"Rank {stop.rank} stopped first at {stop.at:%H:%M:%S} UTC; in the {before_s:g} s before: {said}.",
         evidence=[Evidence(file=r["file"], line=r["line"], text=r["text"] or "", host=r["host"]) for r in events.head(6).iter_rows(named=True)],
         hosts=sorted(set(events["host"].drop_nulls().to_list())),
         ranks=[stop.rank],
-        window=(stop.at - AROUND, stop.at),
+        window=(stop.at - around, stop.at),
         score=2.0,
     )

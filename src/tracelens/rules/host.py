@@ -14,15 +14,11 @@ from tracelens.derived.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.derived.hostsignals import KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
 from tracelens.prose import count
-from tracelens.rules import rule
+from tracelens.rules import Setting, rule
 from tracelens.rules.correlate import MARGIN
 from tracelens.derived.steps import slow_episodes
 from tracelens.tables import RunTables
 
-BUSY = 80.0  # % GPU utilisation a compute-bound window keeps
-BUSBW_SHARE = 0.6  # nccl-tests busbw below this share of the hosts' link bandwidth is far below it
-PERFTEST_SHARE = 0.75  # perftest reaches 90%+ of line rate on a healthy link
-JUMBO = 9000
 CRITICAL_XIDS = {48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154}
 MAX_EVIDENCE = 8
 # Without the hosts' port dumps: the NIC each GPU of such a node usually has (one per GPU,
@@ -43,8 +39,11 @@ def _samples_evidence(t: RunTables, hosts: list[str], begin, end) -> list[Eviden
             for r in rows.head(3).iter_rows(named=True) if r["util_gpu"] is not None]
 
 
-@rule("TL601", "gpu-utilisation-in-slow-window", Severity.WARNING, needs=("steps", "gpu_samples"))
-def gpu_utilisation_in_slow_window(t: RunTables) -> Iterator[Finding]:
+@rule("TL601", "gpu-utilisation-in-slow-window", Severity.WARNING, needs=("steps", "gpu_samples"), settings={
+    "busy_util": Setting("% GPU utilisation", "GPUs at or above this utilisation through a slow window (and not fallen "
+                         "below their own level) were busy: the window was compute bound."),
+})
+def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports), the GPU
     utilisation that nvidia-smi, dmon or DCGM sampled in it against the same hosts' own level
@@ -93,7 +92,7 @@ def gpu_utilisation_in_slow_window(t: RunTables) -> Iterator[Finding]:
                     for r in window.head(3).iter_rows(named=True)],
                 hosts=hosts, window=(ep.begin, ep.end),
             )
-        elif all(u.inside >= BUSY and not u.dropped for u in found):
+        elif all(u.inside >= busy_util and not u.dropped for u in found):
             yield Finding(
                 rule_id="TL601", severity=Severity.INFO,
                 title=f"GPUs busy while steps were slow from {span}: compute bound",
@@ -178,8 +177,10 @@ def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL604", "socket-interface-without-jumbo-frames", Severity.INFO, needs=("nccl_net|nccl_channels", "interfaces"))
-def socket_interface_without_jumbo_frames(t: RunTables) -> Iterator[Finding]:
+@rule("TL604", "socket-interface-without-jumbo-frames", Severity.INFO, needs=("nccl_net|nccl_channels", "interfaces"), settings={
+    "jumbo_mtu": Setting("bytes", "An NCCL socket interface with an MTU below this has no jumbo frames."),
+})
+def socket_interface_without_jumbo_frames(t: RunTables, *, jumbo_mtu: int = 9000) -> Iterator[Finding]:
     """
     What it finds: a host whose NCCL traffic goes over the socket transport (`NET/Socket`)
     on an interface that the host's own listing shows at an MTU below 9000 (no jumbo frames).
@@ -201,13 +202,13 @@ def socket_interface_without_jumbo_frames(t: RunTables) -> Iterator[Finding]:
     named = net.filter(pl.col("what").is_in(["socket_if", "bootstrap_if", "oob_if"]), pl.col("host").is_in(list(socket_hosts)))
     named = named.select("host", pl.col("name").alias("ifname")).unique()
     listed = t["interfaces"].filter(pl.col("mtu").is_not_null()).unique(["host", "ifname"], keep="last")
-    small = listed.join(named, on=["host", "ifname"], how="inner").filter(pl.col("mtu") < JUMBO)
+    small = listed.join(named, on=["host", "ifname"], how="inner").filter(pl.col("mtu") < jumbo_mtu)
     for r in small.sort("host").iter_rows(named=True):
         yield Finding(
             rule_id="TL604", severity=Severity.INFO,
             title=f"{r['host']}: NCCL sockets on {r['ifname']} without jumbo frames (MTU {r['mtu']})",
             summary=f"{r['host']} carries NCCL traffic over TCP sockets on {r['ifname']}, whose MTU is {r['mtu']}: "
-            f"{JUMBO // r['mtu']}x the packets of jumbo frames for the same data.",
+            f"{jumbo_mtu // r['mtu']}x the packets of jumbo frames for the same data.",
             evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ifname']}: mtu {r['mtu']}")],
             hosts=[r["host"]], ports=[r["ifname"]],
         )
@@ -293,8 +294,11 @@ def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
     return low["rate_gbps"], f"{low['host']}'s {count(low['ports'], 'Active port')} {'gives' if low['ports'] == 1 else 'give'} {low['rate_gbps']:g} Gb/s"
 
 
-@rule("TL606", "nccl-tests-below-link", Severity.WARNING, needs=("nccl_tests",))
-def nccl_tests_below_link(t: RunTables) -> Iterator[Finding]:
+@rule("TL606", "nccl-tests-below-link", Severity.WARNING, needs=("nccl_tests",), settings={
+    "busbw_share": Setting("share of the link bandwidth", "Bus bandwidth at the largest size below this share of the "
+                           "hosts' link bandwidth is far below it (a healthy fabric gives 0.8 to 0.95)."),
+})
+def nccl_tests_below_link(t: RunTables, *, busbw_share: float = 0.6) -> Iterator[Finding]:
     """
     What it finds: nccl-tests runs (`all_reduce_perf` and the other `*_perf`) across hosts
     whose bus bandwidth at the largest message size is under 60% of what the hosts' links
@@ -334,7 +338,7 @@ def nccl_tests_below_link(t: RunTables) -> Iterator[Finding]:
         if rate is None:
             continue
         link_gbs = rate[0] / 8
-        if busbw >= BUSBW_SHARE * link_gbs:
+        if busbw >= busbw_share * link_gbs:
             continue
         size = int(largest["size_bytes"][0])
         yield _benchmark_finding(
@@ -365,8 +369,11 @@ def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
             for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)]
 
 
-@rule("TL607", "perftest-below-line-rate", Severity.WARNING, needs=("perftest",))
-def perftest_below_line_rate(t: RunTables) -> Iterator[Finding]:
+@rule("TL607", "perftest-below-line-rate", Severity.WARNING, needs=("perftest",), settings={
+    "line_share": Setting("share of the line rate", "Average bandwidth at the largest size below this share of the port's "
+                          "line rate is far below it (a healthy link gives 0.9 or more)."),
+})
+def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Iterator[Finding]:
     """
     What it finds: perftest bandwidth runs (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`) whose
     average bandwidth at the largest message size is under 75% of the line rate of the port
@@ -397,7 +404,7 @@ def perftest_below_line_rate(t: RunTables) -> Iterator[Finding]:
             continue
         line = float(ports["rate_gbps"].max())
         gbps = largest["bw_avg"] * (8 / 1000 if (largest["bw_unit"] or "MB/sec").startswith("MB") else 1.0)
-        if gbps >= PERFTEST_SHARE * line:
+        if gbps >= line_share * line:
             continue
         yield Finding(
             rule_id="TL607", severity=Severity.WARNING,

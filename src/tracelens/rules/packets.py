@@ -10,15 +10,9 @@ from tracelens.findings import Evidence, Finding, Severity
 from tracelens.derived.flows import TCP_LOSS, PacketAnalysis, analyze
 from tracelens.derived.hosts import describe, host_names
 from tracelens.prose import count, during, number
-from tracelens.rules import rule
+from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import time_window
 from tracelens.tables import RunTables
-
-LOSS_SHARE = 0.001  # RoCE is meant to be lossless: one loss event per 1000 packets is already a problem
-CONGESTION_SHARE = 0.01  # CNPs + CE marks per data packet: DCQCN throttling more than now and then
-TCP_LOSS_SHARE = 0.001  # loss-driven retransmissions per data segment, per host pair (TL304's docs: where from)
-TCP_CRITICAL_SHARE = 0.01
-TCP_MIN_LOSSES = 3  # fewer resends say nothing about a rate
 
 
 def _analysis(t: RunTables) -> PacketAnalysis | None:
@@ -61,8 +55,11 @@ def _qps_above(t: RunTables, share: float, *counts: str) -> Iterator[tuple[Packe
         yield analysis, qp
 
 
-@rule("TL301", "roce-packet-loss", Severity.WARNING, needs=("packets",))
-def roce_loss(t: RunTables) -> Iterator[Finding]:
+@rule("TL301", "roce-packet-loss", Severity.WARNING, needs=("packets",), settings={
+    "loss_share": Setting("share of a QP's data packets", "NAKs and PSN gaps above this share of a QP's packets are loss; "
+                          "RoCE is meant to be lossless, so one in 1000 is already a problem."),
+})
+def roce_loss(t: RunTables, *, loss_share: float = 0.001) -> Iterator[Finding]:
     """
     What it finds: RoCE QPs in a packet capture that lose packets: NAKs with syndrome 0x60
     (PSN sequence error) and gaps in the PSNs of a QP's data, above 0.1% of its packets,
@@ -79,7 +76,7 @@ def roce_loss(t: RunTables) -> Iterator[Finding]:
     uses, `NCCL_IB_TC`/DSCP mapped to it). Replace cables or optics with symbol or FEC errors
     (`perfquery -x`, `mlxlink -d <dev> -m`).
     """
-    for analysis, qp in _qps_above(t, LOSS_SHARE, "naks_seq", "psn_gaps"):
+    for analysis, qp in _qps_above(t, loss_share, "naks_seq", "psn_gaps"):
         delay = f", {qp['nak_to_resend_ms']:.3f} ms from NAK to resend" if qp["nak_to_resend_ms"] is not None else ""
         yield _finding(
             t, "TL301", "RoCE packet loss",
@@ -117,8 +114,11 @@ def roce_rnr(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL303", "roce-congestion", Severity.WARNING, needs=("packets",))
-def roce_congestion(t: RunTables) -> Iterator[Finding]:
+@rule("TL303", "roce-congestion", Severity.WARNING, needs=("packets",), settings={
+    "marked_share": Setting("share of a QP's data packets", "CNPs and ECN-CE marks above this share of a QP's packets are "
+                            "DCQCN throttling more than now and then."),
+})
+def roce_congestion(t: RunTables, *, marked_share: float = 0.01) -> Iterator[Finding]:
     """
     What it finds: congestion notifications on a RoCE QP in a packet capture: data packets
     marked ECN-CE (IP ECN = 11) by a switch and CNPs (BTH opcode 0x81) sent back to throttle
@@ -135,7 +135,7 @@ def roce_congestion(t: RunTables) -> Iterator[Finding]:
     look for oversubscribed uplinks or an unbalanced ECMP hash (many QPs on one path):
     `NCCL_IB_QPS_PER_CONNECTION` and `NCCL_IB_SPLIT_DATA_ON_QPS` spread the traffic.
     """
-    for analysis, qp in _qps_above(t, CONGESTION_SHARE, "cnps", "ce_marked"):
+    for analysis, qp in _qps_above(t, marked_share, "cnps", "ce_marked"):
         yield _finding(
             t, "TL303", "RoCE congestion (ECN-CE marks, CNPs)",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['ce_marked']} of {qp['packets']} data packets "
@@ -145,8 +145,13 @@ def roce_congestion(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL304", "tcp-retransmissions", Severity.WARNING, needs=("packets",))
-def tcp_retransmissions(t: RunTables) -> Iterator[Finding]:
+@rule("TL304", "tcp-retransmissions", Severity.WARNING, needs=("packets",), settings={
+    "loss_share": Setting("share of data segments", "Loss-driven retransmissions at or above this share of a host pair's "
+                          "segments are a warning (where TCP's throughput bound halves on a training link)."),
+    "critical_share": Setting("share of data segments", "At or above this share the finding is critical."),
+    "min_losses": Setting("retransmissions", "Fewer loss-driven retransmissions between two hosts say nothing about a rate."),
+})
+def tcp_retransmissions(t: RunTables, *, loss_share: float = 0.001, critical_share: float = 0.01, min_losses: int = 3) -> Iterator[Finding]:
     """
     What it finds: TCP segments lost between two hosts (all their connections together: NCCL's
     socket transport and gloo open several per peer), measured by the loss-driven
@@ -179,8 +184,8 @@ def tcp_retransmissions(t: RunTables) -> Iterator[Finding]:
     pairs = (
         analysis.tcp.group_by("src", "dst")
         .agg(pl.col(counts).sum(), flows=pl.col("flow"))
-        .filter(pl.col("loss_retransmissions") >= TCP_MIN_LOSSES,
-                pl.col("loss_retransmissions") >= TCP_LOSS_SHARE * pl.col("segments"))
+        .filter(pl.col("loss_retransmissions") >= min_losses,
+                pl.col("loss_retransmissions") >= loss_share * pl.col("segments"))
         .sort("loss_retransmissions", descending=True)
     )
     for pair in pairs.iter_rows(named=True):
@@ -197,7 +202,7 @@ def tcp_retransmissions(t: RunTables) -> Iterator[Finding]:
             events,
             (pair["src"], pair["dst"]),
         )
-        finding.severity = Severity.CRITICAL if share >= TCP_CRITICAL_SHARE else Severity.WARNING
+        finding.severity = Severity.CRITICAL if share >= critical_share else Severity.WARNING
         yield finding
 
 

@@ -11,20 +11,13 @@ from tracelens.derived import steps as timing
 from tracelens.derived.window_signals import step_signals
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
-from tracelens.rules import rule
+from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import step_evidence
 from tracelens.tables import RunTables
 
 MAX_WINDOWS = 10  # findings for the costliest windows; the rest are counted in the last one
-LONG_WINDOW_ROWS = 3  # windows of fewer logged steps are isolated spikes, reported together
 MIN_COST_SHARE = timing.MIN_COST_SHARE
-COMM_BOUND_SHARE = 0.35  # all-reduce + all-gather share of a step that makes it communication-bound
-COMM_SURGE = 2.0  # comm time in a window over its usual, with ...
-COMPUTE_FLAT = 1.3  # ... compute no more than this over its usual
-THROUGHPUT_DROP = 0.15  # sustained fall of samples/s below the early steady state
-STRAGGLER_RATIO = 1.15  # a rank this much slower than its peers' median ...
-STRAGGLER_SHARE = 0.6  # ... on this share of the steps
-STRAGGLER_WAIT_SHARE = 0.5  # comms-logger straggler time over comm latency
+COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share
 
 
 def _basis_note(basis: str) -> str:
@@ -39,8 +32,11 @@ def _scope(w: timing.Window) -> dict:
     return {"hosts": [w.host] if w.host else [], "ranks": [w.rank] if w.rank >= 0 else [], "window": (w.start, w.end) if w.start else None}
 
 
-@rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",))
-def step_time_spikes(t: RunTables) -> Iterator[Finding]:
+@rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",), settings={
+    "long_window_rows": Setting("logged steps", "Slow windows of fewer logged steps are isolated spikes, reported together in one finding."),
+    "critical_share": Setting("share of the run's step time", "A slow stretch that cost at least this share of the run is critical."),
+})
+def step_time_spikes(t: RunTables, *, long_window_rows: int = 3, critical_share: float = 0.2) -> Iterator[Finding]:
     """
     What it finds: steps that took far longer than the run's usual step time, grouped into
     windows of consecutive slow steps, each with how much time it cost the run. "Usual" is a
@@ -69,14 +65,14 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
     windows = timing.slow_windows(series)
     total = timing.run_time_s(series) or 1.0
     # one finding per slow stretch of the job, however many logs saw it (steps.slow_episodes)
-    long = [ep for ep in timing.slow_episodes(t["steps"]) if ep.worst.rows >= LONG_WINDOW_ROWS]
-    spikes = [w for w in windows if w.rows < LONG_WINDOW_ROWS]
+    long = [ep for ep in timing.slow_episodes(t["steps"]) if ep.worst.rows >= long_window_rows]
+    spikes = [w for w in windows if w.rows < long_window_rows]
     for ep in long[:MAX_WINDOWS]:
         w = ep.worst
         seen = f"seen in the logs of {ep.streams} ranks" if ep.streams > 1 else f"engine {w.engine}"
         yield Finding(
             rule_id="TL401",
-            severity=Severity.CRITICAL if ep.share >= 0.2 else Severity.WARNING,
+            severity=Severity.CRITICAL if ep.share >= critical_share else Severity.WARNING,
             title=f"Slow steps: {w.label} took {w.ratio:.1f}x the usual step time",
             summary=f"{w.label} ({w.steps} steps, {seen}) took {w.ratio:.1f}x the usual "
             f"{w.baseline_ms:.0f} ms per step (worst {w.peak_ms:.0f} ms), {_basis_note(w.basis)}; "
@@ -104,8 +100,15 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL402", "comm-bound-steps", Severity.WARNING, kind="symptom", needs=("steps",))
-def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
+@rule("TL402", "comm-bound-steps", Severity.WARNING, kind="symptom", needs=("steps",), settings={
+    "comm_bound_share": Setting("share of the step", "All-reduce + all-gather time at or above this median share of the "
+                                "steps makes them communication-bound."),
+    "comm_surge": Setting("times the usual", "Communication time in a slow window at this multiple of its usual or more is a surge ..."),
+    "compute_flat": Setting("times the usual", "... when forward and backward compute stay at no more than this multiple of theirs."),
+})
+def comm_bound_steps(
+    t: RunTables, *, comm_bound_share: float = COMM_BOUND_SHARE, comm_surge: float = 2.0, compute_flat: float = 1.3
+) -> Iterator[Finding]:
     """
     What it finds: steps where gradient communication takes a large share of the step, from
     wall_clock_breakdown's timers: `bwd_allreduce` (the all-reduce or reduce-scatter that did
@@ -131,7 +134,7 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
     if timed.height == 0:
         return
     for w in timing.slow_windows(series):
-        if w.comm_ratio and w.comm_ratio >= COMM_SURGE and (w.compute_ratio or 1.0) <= COMPUTE_FLAT:
+        if w.comm_ratio and w.comm_ratio >= comm_surge and (w.compute_ratio or 1.0) <= compute_flat:
             if w.start and _someone_computed_longer(series, w):
                 continue  # this rank waited for a straggler (TL410 names it), the network did not slow down
             yield Finding(
@@ -147,7 +150,7 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
     steady = timed.filter(~pl.col("slow"))
     for (file, host, rank, engine), stream in steady.group_by(timing.STREAM, maintain_order=True):
         share = (stream["comm_ms"] / stream["time_ms"]).median()
-        if share is not None and share >= COMM_BOUND_SHARE:
+        if share is not None and share >= comm_bound_share:
             median = stream["comm_ms"].median()
             yield Finding(
                 rule_id="TL402",
@@ -167,8 +170,12 @@ def _someone_computed_longer(series: pl.DataFrame, w: timing.Window) -> bool:
     return any(s.rose and s.cause == "compute" and s.rank != w.rank for s in step_signals(series, begin, w.end))
 
 
-@rule("TL403", "throughput-drop", Severity.WARNING, kind="symptom", needs=("steps",))
-def throughput_drop(t: RunTables) -> Iterator[Finding]:
+@rule("TL403", "throughput-drop", Severity.WARNING, kind="symptom", needs=("steps",), settings={
+    "drop_share": Setting("share of the steady samples/s", "A rolling median this far below the early steady state, for a "
+                          "third of the run or more, is a drop."),
+    "min_reports": Setting("throughput reports", "Streams with fewer reports after warm-up are too short to judge."),
+})
+def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int = 12) -> Iterator[Finding]:
     """
     What it finds: samples/sec (DeepSpeed's ThroughputTimer, Megatron or the pipeline engine)
     falling and staying below the run's early steady state by more than 15%, judged on a
@@ -191,12 +198,12 @@ def throughput_drop(t: RunTables) -> Iterator[Finding]:
         skipped = stream["skipped"].fill_null(strategy="forward").fill_null(0)
         fresh = (skipped.diff().fill_null(0) == 0).to_list()
         clean = stream.filter(pl.Series(fresh)).slice(timing.WARMUP_ROWS)
-        if clean.height < 12:
+        if clean.height < min_reports:
             continue
         steady = clean["samples_per_sec"].head(max(clean.height // 4, 3)).median()
         span = max(clean.height // 3, 4)
         rolling = clean["samples_per_sec"].rolling_median(span, center=True)
-        low = clean.with_columns(rolling.alias("rolling")).filter(pl.col("rolling") < steady * (1 - THROUGHPUT_DROP))
+        low = clean.with_columns(rolling.alias("rolling")).filter(pl.col("rolling") < steady * (1 - drop_share))
         if low.height < span:
             continue
         worst = float(low["rolling"].min())
@@ -218,8 +225,14 @@ def throughput_drop(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL404", "stragglers", Severity.WARNING, needs=("steps|comm_ops",))
-def stragglers(t: RunTables) -> Iterator[Finding]:
+@rule("TL404", "stragglers", Severity.WARNING, needs=("steps|comm_ops",), settings={
+    "slower_ratio": Setting("times the peers' compute time", "A rank at this multiple of the usual forward+backward time "
+                            "or more is slow on that step ..."),
+    "slow_share": Setting("share of the steps", "... and a straggler when it is slow on at least this share of them."),
+    "wait_share": Setting("share of the collective time", "Comms-logger time waiting for the slowest rank at or above this "
+                          "share of the collective time is a straggler."),
+})
+def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5) -> Iterator[Finding]:
     """
     What it finds: one rank consistently slower than its peers, where per-rank timings exist:
     wall_clock_breakdown timer lines from every rank (compute time forward + backward without
@@ -253,10 +266,10 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
             peers.with_columns(host_median.alias("host_median"))
             .with_columns((pl.col("compute_ms") / usual).alias("ratio"))
             .group_by("host", "rank", "engine")
-            .agg(pl.col("ratio").median(), (pl.col("ratio") >= STRAGGLER_RATIO).mean().alias("share"),
+            .agg(pl.col("ratio").median(), (pl.col("ratio") >= slower_ratio).mean().alias("share"),
                  pl.struct("file", "line").head(2).alias("where"), first=pl.col("ts").min(), last=pl.col("ts").max())
         )
-        slow = per_rank.filter((pl.col("ratio") >= STRAGGLER_RATIO) & (pl.col("share") >= STRAGGLER_SHARE))
+        slow = per_rank.filter((pl.col("ratio") >= slower_ratio) & (pl.col("share") >= slow_share))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
         for (host, _engine), group in slow.sort("rank").group_by("host", "engine", maintain_order=True):
             ranks, worst = group["rank"].to_list(), group.sort("ratio").row(-1, named=True)
@@ -269,7 +282,7 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
                 title=f"{who}{where} {'is a straggler' if len(ranks) == 1 else 'are stragglers'} "
                 f"({worst['ratio']:.2f}x {'its' if len(ranks) == 1 else 'their'} peers' compute time)",
                 summary=f"{who}{where} took up to {worst['ratio']:.2f}x the usual forward+backward time of the fastest "
-                f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {STRAGGLER_RATIO - 1:.0%} or more on at least "
+                f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {slower_ratio - 1:.0%} or more on at least "
                 f"{group['share'].min():.0%} of the steps.",
                 evidence=[e for p in places for e in step_evidence(t, p["file"], [p["line"]])],
                 hosts=[host] if host else [],
@@ -279,7 +292,7 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
     waits = t["comm_ops"].filter(pl.col("kind") == "straggler")
     for (file,), table in waits.group_by(["file"], maintain_order=True):
         comm, wait = table["total_ms"].sum(), table["straggler_total_ms"].sum()
-        if comm and wait / comm >= STRAGGLER_WAIT_SHARE:
+        if comm and wait / comm >= wait_share:
             yield Finding(
                 rule_id="TL404",
                 severity=Severity.WARNING,
