@@ -57,8 +57,6 @@ NETWORK_RULES = re.compile(r"TL(10[79]|2\d\d|30[0-46-9])$")  # TL305 (capture du
 
 # (fixture, check) -> what the analysis gets wrong there today.
 KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("lab-clean", "clean"): "TL401 warns of slow stretches of a clean run (shared-machine noise: both ranks' compute ~2x "
-    "for a minute); TL410 blames nothing there (undetermined, info)",
     ("lab-bandwidth", "cause"): "a 2 MB/s cap (policer drops, loss-driven retransmissions 5.2/s vs 0/s outside) is called "
     "'a bad link': nothing yet weighs the throughput pinned at the cap",
     ("lab-bandwidth", "window"): "the verdict's window comes from the loss-driven retransmissions (03:14:48.9-03:15:24.0); "
@@ -182,6 +180,16 @@ def test_clean_run_blames_no_cause(folder):
     """Weaker than no warning at all: the shared machine's noise may leave slow steps, but nothing is to blame."""
     blaming = [f for f in _loud(folder) if _families(f)]
     assert not blaming, f"a clean real run got warnings that blame a cause:\n{_listing(blaming)}"
+
+
+@pytest.mark.parametrize("folder", _cases(RUNS, "once-per-stretch"))
+def test_one_loud_finding_per_rule_and_stretch(folder):
+    """A slow stretch seen in the logs of several ranks, or in several of one rank's windows, is one finding
+    of each rule (lab-loss once had ten TL402 warnings, one per slow step of either rank)."""
+    loud = [f for f in _loud(folder) if f.window]
+    twice = [(a, b) for i, a in enumerate(loud) for b in loud[i + 1:]
+             if a.rule_id == b.rule_id and a.window[0] <= b.window[1] and b.window[0] <= a.window[1]]
+    assert not twice, f"{folder.name}: the same stretch reported twice:\n" + "\n".join(_listing([a, b]) for a, b in twice)
 
 
 SKEWED = [p for p in RUNS if "clock_offset_s" in _expected(p)]

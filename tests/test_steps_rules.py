@@ -9,6 +9,7 @@ import pytest
 
 from tracelens.analyze import analyze
 from tracelens.derived.steps import slow_windows, step_series
+from tracelens.findings import Severity
 from synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
 from synth.runs import Scenario, write
 from synth.scenarios import pair
@@ -137,3 +138,33 @@ def test_a_slow_host_is_found_when_each_host_logs_to_its_own_file():
     assert {e.file for e in f.evidence} == {"node02/train.log"}
     even = _timer_rows("node01", "node01/train.log", range(0, 4), 1.0) + _timer_rows("node02", "node02/train.log", range(4, 8), 1.03)
     assert fire(_steps_tables(even), "TL404") == []
+
+
+def _wall_rows(times_ms: list[float]) -> list[dict]:
+    """One rank's step lines, each printed when its step ends, timed only by their timestamps."""
+    t, rows = datetime(2024, 1, 1), []
+    for step, ms in enumerate(times_ms, start=1):
+        t += timedelta(milliseconds=ms)
+        rows.append({"file": "train.log", "line": step, "host": "n1", "rank": 0, "engine": "0", "step": step, "ts": t,
+                     "message": f"step={step}"})
+    return rows
+
+
+def _noisy(slow: dict[range, float]) -> list[float]:
+    """400 steps of about 200 ms with +-10% jitter; the steps in each range of `slow` take that factor."""
+    return [200.0 * (1 + 0.1 * ((i * 7) % 5 - 2) / 2) * next((f for r, f in slow.items() if i in r), 1.0) for i in range(400)]
+
+
+def test_a_stretch_warns_only_when_it_stands_out_from_the_run():
+    (alone,) = fire(tables_from(steps=_wall_rows(_noisy({range(200, 240): 2.5}))), "TL401")
+    assert alone.severity >= Severity.WARNING and "Not a warning" not in alone.summary
+    # the same stretch in a run that often wanders that slow is its noise: told, not warned of
+    wandering = {range(a, a + 40): 2.5 for a in (20, 100, 180, 260, 340)}
+    slow = fire(tables_from(steps=_wall_rows(_noisy(wandering))), "TL401")
+    assert slow and all(f.severity == Severity.INFO for f in slow)
+    assert any("within the run's own variability" in f.summary for f in slow)
+
+
+def test_a_slow_start_is_the_run_start_up_not_a_warning():
+    (start,) = fire(tables_from(steps=_wall_rows(_noisy({range(0, 60): 2.5}))), "TL401")
+    assert start.severity == Severity.INFO and "start-up" in start.summary

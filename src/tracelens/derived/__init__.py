@@ -66,6 +66,11 @@ class RunContext:
         return steps.sustained_windows(self.step_series)
 
     @cached_property
+    def slow_episodes(self) -> list[steps.Episode]:
+        """The job's slow stretches, one per stretch whatever the number of logs that saw it, costliest first."""
+        return steps.slow_episodes(self.tables["steps"])
+
+    @cached_property
     def run_time_s(self) -> float:
         """Total step time of the longest stream."""
         return steps.run_time_s(self.step_series)

@@ -175,6 +175,8 @@ def run_time_s(series: pl.DataFrame) -> float:
 
 MIN_COST_SHARE = 0.01  # of the run's step time: a window that cost less is not worth a finding
 EPISODE_MARGIN_S = 5.0  # windows of different streams this close belong to one stretch
+NOISE_SHARE = 0.05  # a stretch stands out when fewer than this share of equally long stretches outside it are as slow
+MIN_BEFORE_ROWS = 10  # a stretch with fewer steady steps before it is the run's start-up
 
 
 @dataclass(frozen=True)
@@ -186,6 +188,7 @@ class Episode:
     end: datetime
     windows: tuple[Window, ...]
     share: float  # of the run's step time
+    ordinary: str = ""  # why the stretch does not stand out from the run (start-up, the run's own noise), else ""
 
     @property
     def worst(self) -> Window:
@@ -219,8 +222,47 @@ def slow_episodes(steps: pl.DataFrame) -> list[Episode]:
             merged[-1] = (first, max(end, w.end), [*group, w], max(run, total))
         else:
             merged.append((begin, w.end, [w], total))
-    episodes = [Episode(*_trimmed(wall, b, e, ws), tuple(ws), max(w.cost_s for w in ws) / run) for b, e, ws, run in merged]
+    episodes = []
+    for b, e, ws, run in merged:
+        begin, end = _trimmed(wall, b, e, ws)
+        episodes.append(Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, _ordinary(wall, begin, end, ws)))
     return sorted(episodes, key=lambda ep: -ep.cost_s)
+
+
+def _worst_stream(wall: pl.DataFrame, windows: list[Window]) -> pl.DataFrame:
+    """The wall step times (time_ms, start, ts) of the stream with the costliest window."""
+    worst = max(windows, key=lambda w: w.cost_s)
+    stream = wall.filter(*(pl.col(c).eq_missing(v) for c, v in zip(STREAM, (worst.file, worst.host, worst.rank, worst.engine))))
+    stream = stream.filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
+    took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
+    return stream.with_columns(start=pl.col("ts") - took)
+
+
+def _ordinary(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[Window]) -> str:
+    """Why the stretch [begin, end] does not stand out from its run, or "" when it does. It is the
+    run's start-up when fewer than MIN_BEFORE_ROWS steady steps precede it (nothing before it to
+    compare with: compilation, warm-up, a machine busy at launch); it is the run's own noise when
+    NOISE_SHARE or more of the equally long stretches outside it (rolling medians over as many
+    steps) were as slow as its median step. Measured on the wall step times of the costliest log,
+    so a busy shared machine that wanders between 1x and 3x all run long does not make its 2x a finding."""
+    stream = _worst_stream(wall, windows)
+    if stream.height == 0:
+        return ""
+    steady = stream.slice(WARMUP_ROWS)
+    inside = steady.filter(pl.col("ts") >= begin, pl.col("start") <= end)
+    outside = steady.filter((pl.col("ts") < begin) | (pl.col("start") > end))
+    if steady.filter(pl.col("ts") < begin).height < MIN_BEFORE_ROWS:
+        return "start-up: fewer than {} steady steps before it to compare with".format(MIN_BEFORE_ROWS)
+    rows = max(3, min(inside.height, outside.height // 2))
+    level = inside["time_ms"].median()
+    stretches = outside["time_ms"].rolling_median(rows).drop_nulls()
+    if level is None or stretches.len() < 2:
+        return ""
+    as_slow = float((stretches >= level).mean())
+    if as_slow < NOISE_SHARE:
+        return ""
+    return (f"within the run's own variability: {as_slow:.0%} of the {rows}-step stretches outside it were as slow "
+            f"(median {level:.0f} ms per step)")
 
 
 def _trimmed(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[Window]) -> tuple[datetime, datetime]:
@@ -228,11 +270,7 @@ def _trimmed(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[W
     times, the run of steps inside [begin, end] that most exceeds the midpoint between the steps'
     median inside and outside (the maximum-sum run over step time minus that midpoint). Real runs on
     busy machines have slowish steps around a slow stretch; the midpoint keeps the stretch itself."""
-    worst = max(windows, key=lambda w: w.cost_s)
-    stream = wall.filter(*(pl.col(c).eq_missing(v) for c, v in zip(STREAM, (worst.file, worst.host, worst.rank, worst.engine))))
-    stream = stream.filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
-    took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
-    stream = stream.with_columns(start=pl.col("ts") - took)
+    stream = _worst_stream(wall, windows)
     inside = stream.filter(pl.col("start") >= begin - timedelta(milliseconds=1), pl.col("ts") <= end)
     outside_ms = stream.filter((pl.col("ts") < begin) | (pl.col("start") > end))["time_ms"].median()
     if inside.height < 3 or outside_ms is None:

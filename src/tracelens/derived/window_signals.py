@@ -59,6 +59,7 @@ class Signal:
     hosts: tuple[str, ...] = ()
     rank: int | None = None
     ratio: float | None = None  # inside over outside (rates or medians)
+    change: float | None = None  # a level's inside minus outside (ms per step)
     port: str | None = None  # `mlx5_1:1` for a counter signal
     locating: bool = False  # the signal belongs to one place (a port's own physical errors), not to both ends of a path
     extent: tuple[datetime, datetime] | None = None  # for a count that rose: when its events ran dense (see dense_extent)
@@ -300,7 +301,8 @@ def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[S
                 text += _phases(inside, outside)
             evidence = tuple(inside.select("file", "line", "host", text="message").head(2).to_dicts())
             signals.append(Signal("steps", cause, what, who, level.rose, level.comparable, text, (host,) if host else (),
-                                  rank=rank if rank is not None and rank >= 0 else None, ratio=ratio, evidence=evidence))
+                                  rank=rank if rank is not None and rank >= 0 else None, ratio=ratio,
+                                  change=level.inside - level.outside, evidence=evidence))
     return signals
 
 

@@ -34,7 +34,7 @@ from tracelens.prose import count, duration, listing, number, some
 from tracelens.prose import span as prose_span
 from tracelens.rules import Setting, rule
 from tracelens.rules.causes import verdict
-from tracelens.rules.evidence import step_evidence
+from tracelens.rules.evidence import row_evidence, step_evidence
 from tracelens.rules.steps import MAX_WINDOWS
 from tracelens.tables import RunTables
 from tracelens.timeline import LOG_TABLES
@@ -99,10 +99,6 @@ def _missing(t: RunTables, begin: datetime, end: datetime) -> list[str]:
     return [COLLECT[source] for source, there in seen.items() if not there]
 
 
-def _evidence(rows: list[dict], limit: int) -> list[Evidence]:
-    return [Evidence(file=r["file"], line=r.get("line"), frame=r.get("frame"), text=r.get("text") or "", host=r.get("host")) for r in rows[:limit]]
-
-
 def _span(begin: datetime, end: datetime) -> str:
     return f"{begin:%H:%M:%S} to {end:%H:%M:%S} UTC"
 
@@ -151,7 +147,7 @@ def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
     affinity (`pidstat 1`, `taskset -p <pid>`), GPU clocks (`nvidia-smi -q -d PERFORMANCE`). A
     stall between steps: DataLoader `num_workers`, asynchronous checkpoints.
     """
-    episodes = timing.slow_episodes(t["steps"])
+    episodes = t.slow_episodes
     if not episodes:
         return
     series = timing.step_series(t["steps"])
@@ -178,7 +174,7 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
         diagnosis.fix = cause_fix(best.cause, hosts, best.ports)
     evidence = step_evidence(t, w.file, w.lines)[:3]
     risen = [s for s in signals if s.rose and best and (s.cause == best.cause or s.source == "steps")]
-    evidence += [e for s in risen for e in _evidence(list(s.evidence), 3)]
+    evidence += [e for s in risen for e in row_evidence(s.evidence, 3)]
     window = _evidence_window(signals, best.cause, episode.begin, episode.end) if best else None
     first = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank)["step"].min()
     startup = first is not None and w.first_step <= first + timing.WARMUP_ROWS  # warm-up: told, never blamed
@@ -325,7 +321,7 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
         + ("" if rank_lines or not ranks else f" Not in the evidence: what rank {ranks[0]} was doing; collect next time: "
            "PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "
            f"{COLLECT['steps']}."),
-        evidence=_evidence(rank_lines, 3) + [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in hang["rows"]],
+        evidence=row_evidence(rank_lines, 3) + [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in hang["rows"]],
         hosts=hosts,
         ranks=ranks,
         window=(hang["begin"], hang["end"]),
@@ -411,7 +407,7 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
         summary=f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "
         f"{slow:.0f} ms instead of the {usual:.0f} ms of the same job's {before['step'].n_unique()} steps before it "
         f"({slow / usual:.1f}x) over {count(after['step'].n_unique(), 'step')}: {duration(lost)} lost, {lost / total:.0%} of the run's step time.",
-        evidence=_evidence(socket.sort("lo").to_dicts(), 5),
+        evidence=row_evidence(socket.sort("lo").to_dicts(), 5),
         hosts=hosts,
         window=(start, end),
         cost_seconds=lost,

@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
-
 import polars as pl
 
 from tracelens.derived import steps as timing
 from tracelens.derived.window_signals import step_signals
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
-from tracelens.rules import Setting, rule
-from tracelens.rules.evidence import step_evidence
+from tracelens.rules import rule
+from tracelens.rules.evidence import row_evidence, step_evidence
 from tracelens.tables import RunTables
 
 MAX_WINDOWS = 10  # findings for the costliest windows; the rest are counted in the last one
+LONG_WINDOW_ROWS = 3  # windows of fewer logged steps are isolated spikes, reported together
 MIN_COST_SHARE = timing.MIN_COST_SHARE
-COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share
+SPIKES_COST_SHARE = 0.15  # isolated spikes warn when together they cost this share of the run's step time
+COMM_BOUND_SHARE = 0.35  # all-reduce + all-gather share of a step that makes it communication-bound
+COMM_SURGE = 2.0  # comm time in a window over its usual, with ...
+COMPUTE_FLAT = 1.3  # ... compute no more than this over its usual
+THROUGHPUT_DROP = 0.15  # sustained fall of samples/s below the early steady state
+STRAGGLER_RATIO = 1.15  # a rank this much slower than its peers' median ...
+STRAGGLER_SHARE = 0.6  # ... on this share of the steps
+STRAGGLER_WAIT_SHARE = 0.5  # comms-logger straggler time over comm latency
 
 
 def _basis_note(basis: str) -> str:
@@ -28,15 +34,8 @@ def _basis_note(basis: str) -> str:
     }[basis]
 
 
-def _scope(w: timing.Window) -> dict:
-    return {"hosts": [w.host] if w.host else [], "ranks": [w.rank] if w.rank >= 0 else [], "window": (w.start, w.end) if w.start else None}
-
-
-@rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",), settings={
-    "long_window_rows": Setting("logged steps", "Slow windows of fewer logged steps are isolated spikes, reported together in one finding."),
-    "critical_share": Setting("share of the run's step time", "A slow stretch that cost at least this share of the run is critical."),
-})
-def step_time_spikes(t: RunTables, *, long_window_rows: int = 3, critical_share: float = 0.2) -> Iterator[Finding]:
+@rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",))
+def step_time_spikes(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: steps that took far longer than the run's usual step time, grouped into
     windows of consecutive slow steps, each with how much time it cost the run. "Usual" is a
@@ -44,7 +43,11 @@ def step_time_spikes(t: RunTables, *, long_window_rows: int = 3, critical_share:
     standard deviations (median absolute deviation) above it, so a noisy run is not flagged
     for its noise and no fixed number of milliseconds is assumed. Step time comes from
     Megatron's iteration time, else wall_clock_breakdown's timers, else the time between
-    progress lines.
+    progress lines. A stretch warns only when it stands out from the run itself: fewer than
+    5% of the equally long stretches outside it were as slow, and it is not the run's
+    start-up (ten steady steps before it at least); otherwise it is told at info, with why.
+    Isolated spikes (one or two slow steps) warn only when together they cost 15% of the
+    run's step time.
 
     Why it slows the run: in data-parallel training every rank waits for the slowest at each
     gradient all-reduce, so a slow window stalls the whole job. Windows where every step is
@@ -65,31 +68,35 @@ def step_time_spikes(t: RunTables, *, long_window_rows: int = 3, critical_share:
     windows = timing.slow_windows(series)
     total = timing.run_time_s(series) or 1.0
     # one finding per slow stretch of the job, however many logs saw it (steps.slow_episodes)
-    long = [ep for ep in timing.slow_episodes(t["steps"]) if ep.worst.rows >= long_window_rows]
-    spikes = [w for w in windows if w.rows < long_window_rows]
+    long = [ep for ep in t.slow_episodes if ep.worst.rows >= LONG_WINDOW_ROWS]
+    spikes = [w for w in windows if w.rows < LONG_WINDOW_ROWS]
     for ep in long[:MAX_WINDOWS]:
         w = ep.worst
         seen = f"seen in the logs of {ep.streams} ranks" if ep.streams > 1 else f"engine {w.engine}"
+        loud = Severity.CRITICAL if ep.share >= 0.2 else Severity.WARNING
         yield Finding(
             rule_id="TL401",
-            severity=Severity.CRITICAL if ep.share >= critical_share else Severity.WARNING,
+            # a stretch no slower than the run often is, or its start-up, is told, not warned of
+            severity=Severity.INFO if ep.ordinary else loud,
             title=f"Slow steps: {w.label} took {w.ratio:.1f}x the usual step time",
             summary=f"{w.label} ({w.steps} steps, {seen}) took {w.ratio:.1f}x the usual "
             f"{w.baseline_ms:.0f} ms per step (worst {w.peak_ms:.0f} ms), {_basis_note(w.basis)}; "
-            f"they cost {w.cost_s:.1f} s, {ep.share:.0%} of the run's step time.",
+            f"they cost {w.cost_s:.1f} s, {ep.share:.0%} of the run's step time."
+            + (f" Not a warning: {ep.ordinary}." if ep.ordinary else ""),
             evidence=step_evidence(t, w.file, w.lines),
             cost_seconds=w.cost_s,
             hosts=[x.host for x in ep.windows if x.host],
             ranks=[x.rank for x in ep.windows if x.rank >= 0],
-            window=(min(x.start for x in ep.windows if x.start), max(x.end for x in ep.windows if x.end)),
+            window=(ep.begin, ep.end),
         )
     cost = sum(w.cost_s for w in spikes)
     if spikes and cost >= MIN_COST_SHARE * total:
         worst = max(spikes, key=lambda w: w.peak_ms)
         yield Finding(
             rule_id="TL401",
-            # between progress lines a spike may as well be an evaluation or a checkpoint
-            severity=Severity.INFO if worst.basis == "timestamps" else Severity.WARNING,
+            # between progress lines a spike may as well be an evaluation or a checkpoint; single slow
+            # steps that cost less than SPIKES_COST_SHARE are a busy machine's noise
+            severity=Severity.WARNING if worst.basis != "timestamps" and cost >= SPIKES_COST_SHARE * total else Severity.INFO,
             title=f"{count(len(spikes), 'isolated step-time spike')}",
             summary=f"{count(len(spikes), 'single slow step')} or pairs, up to {worst.peak_ms:.0f} ms against a usual "
             f"{worst.baseline_ms:.0f} ms ({worst.label}), {_basis_note(worst.basis)}; together they cost "
@@ -100,21 +107,15 @@ def step_time_spikes(t: RunTables, *, long_window_rows: int = 3, critical_share:
         )
 
 
-@rule("TL402", "comm-bound-steps", Severity.WARNING, kind="symptom", needs=("steps",), settings={
-    "comm_bound_share": Setting("share of the step", "All-reduce + all-gather time at or above this median share of the "
-                                "steps makes them communication-bound."),
-    "comm_surge": Setting("times the usual", "Communication time in a slow window at this multiple of its usual or more is a surge ..."),
-    "compute_flat": Setting("times the usual", "... when forward and backward compute stay at no more than this multiple of theirs."),
-})
-def comm_bound_steps(
-    t: RunTables, *, comm_bound_share: float = COMM_BOUND_SHARE, comm_surge: float = 2.0, compute_flat: float = 1.3
-) -> Iterator[Finding]:
+@rule("TL402", "comm-bound-steps", Severity.WARNING, kind="symptom", needs=("steps",))
+def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: steps where gradient communication takes a large share of the step, from
     wall_clock_breakdown's timers: `bwd_allreduce` (the all-reduce or reduce-scatter that did
     not overlap with the backward pass) plus ZeRO's `optimizer_allgather`. Either the share
-    is high throughout (35% or more of the step), or it surges in a slow window (twice its
-    usual time) while forward and backward compute stay flat.
+    is high throughout (35% or more of the step), or it surges in a slow stretch of steps
+    (twice its usual time, over three steps at least) while forward and backward compute stay
+    flat on every rank: one finding per stretch, however many logs saw it.
 
     Why it slows the run: time in these timers is time the GPUs wait for the network. A high
     share throughout means the fabric cannot keep up with the model's gradient volume (too
@@ -133,24 +134,31 @@ def comm_bound_steps(
     timed = series.filter(pl.col("comm_ms").is_not_null() & (pl.col("basis") == "timers"))
     if timed.height == 0:
         return
-    for w in timing.slow_windows(series):
-        if w.comm_ratio and w.comm_ratio >= comm_surge and (w.compute_ratio or 1.0) <= compute_flat:
-            if w.start and _someone_computed_longer(series, w):
-                continue  # this rank waited for a straggler (TL410 names it), the network did not slow down
-            yield Finding(
-                rule_id="TL402",
-                severity=Severity.WARNING,
-                title=f"Gradient communication surged in {w.label}",
-                summary=f"In {w.label} the gradient all-reduce/all-gather took {w.comm_ratio:.1f}x its usual time "
-                f"while forward and backward compute stayed at {w.compute_ratio or 1.0:.2f}x: the network slowed "
-                "down, not the model.",
-                evidence=step_evidence(t, w.file, w.lines),
-                **_scope(w),
-            )
+    for ep in t.slow_episodes:  # one finding per slow stretch, however many logs saw the surge
+        if ep.ordinary:
+            continue  # the run's start-up or its own noise (TL401 says which)
+        signals = step_signals(series, ep.begin, ep.end)
+        surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= COMM_SURGE]
+        comm_ms = max((s.change or 0.0 for s in surged), default=0.0)
+        if not surged or any(s.rose and (s.cause == "compute" or s.cause == "between" and (s.change or 0.0) > comm_ms) for s in signals):
+            continue  # some rank computed longer (a straggler: the others waited) or stalled longer between steps
+        compute = max((s.ratio for s in signals if s.cause == "compute" and s.ratio), default=1.0)
+        w, top = ep.worst, max(surged, key=lambda s: s.ratio or 0.0)
+        seen = f", seen in the logs of {count(len(surged), 'rank')}" if len(surged) > 1 else ""
+        yield Finding(  # rule_id: stamped by Rule.run
+            severity=Severity.WARNING,
+            title=f"Gradient communication surged in {w.label}",
+            summary=f"In {w.label} the gradient all-reduce/all-gather took {top.ratio:.1f}x its usual time "
+            f"while forward and backward compute stayed at {compute:.2f}x{seen}: the network slowed down, not the model.",
+            evidence=step_evidence(t, w.file, w.lines[:3]) + [e for s in surged for e in row_evidence(s.evidence, 2)],
+            hosts=sorted({h for s in surged for h in s.hosts}),
+            ranks=sorted({s.rank for s in surged if s.rank is not None}),
+            window=(ep.begin, ep.end),
+        )
     steady = timed.filter(~pl.col("slow"))
     for (file, host, rank, engine), stream in steady.group_by(timing.STREAM, maintain_order=True):
         share = (stream["comm_ms"] / stream["time_ms"]).median()
-        if share is not None and share >= comm_bound_share:
+        if share is not None and share >= COMM_BOUND_SHARE:
             median = stream["comm_ms"].median()
             yield Finding(
                 rule_id="TL402",
@@ -164,18 +172,8 @@ def comm_bound_steps(
             )
 
 
-def _someone_computed_longer(series: pl.DataFrame, w: timing.Window) -> bool:
-    """Whether another rank's compute time rose above its own baseline in the window of `w`."""
-    begin = w.start - timedelta(milliseconds=w.peak_ms)
-    return any(s.rose and s.cause == "compute" and s.rank != w.rank for s in step_signals(series, begin, w.end))
-
-
-@rule("TL403", "throughput-drop", Severity.WARNING, kind="symptom", needs=("steps",), settings={
-    "drop_share": Setting("share of the steady samples/s", "A rolling median this far below the early steady state, for a "
-                          "third of the run or more, is a drop."),
-    "min_reports": Setting("throughput reports", "Streams with fewer reports after warm-up are too short to judge."),
-})
-def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int = 12) -> Iterator[Finding]:
+@rule("TL403", "throughput-drop", Severity.WARNING, kind="symptom", needs=("steps",))
+def throughput_drop(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: samples/sec (DeepSpeed's ThroughputTimer, Megatron or the pipeline engine)
     falling and staying below the run's early steady state by more than 15%, judged on a
@@ -198,12 +196,12 @@ def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int 
         skipped = stream["skipped"].fill_null(strategy="forward").fill_null(0)
         fresh = (skipped.diff().fill_null(0) == 0).to_list()
         clean = stream.filter(pl.Series(fresh)).slice(timing.WARMUP_ROWS)
-        if clean.height < min_reports:
+        if clean.height < 12:
             continue
         steady = clean["samples_per_sec"].head(max(clean.height // 4, 3)).median()
         span = max(clean.height // 3, 4)
         rolling = clean["samples_per_sec"].rolling_median(span, center=True)
-        low = clean.with_columns(rolling.alias("rolling")).filter(pl.col("rolling") < steady * (1 - drop_share))
+        low = clean.with_columns(rolling.alias("rolling")).filter(pl.col("rolling") < steady * (1 - THROUGHPUT_DROP))
         if low.height < span:
             continue
         worst = float(low["rolling"].min())
@@ -225,14 +223,8 @@ def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int 
         )
 
 
-@rule("TL404", "stragglers", Severity.WARNING, needs=("steps|comm_ops",), settings={
-    "slower_ratio": Setting("times the peers' compute time", "A rank at this multiple of the usual forward+backward time "
-                            "or more is slow on that step ..."),
-    "slow_share": Setting("share of the steps", "... and a straggler when it is slow on at least this share of them."),
-    "wait_share": Setting("share of the collective time", "Comms-logger time waiting for the slowest rank at or above this "
-                          "share of the collective time is a straggler."),
-})
-def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5) -> Iterator[Finding]:
+@rule("TL404", "stragglers", Severity.WARNING, needs=("steps|comm_ops",))
+def stragglers(t: RunTables) -> Iterator[Finding]:
     """
     What it finds: one rank consistently slower than its peers, where per-rank timings exist:
     wall_clock_breakdown timer lines from every rank (compute time forward + backward without
@@ -266,10 +258,10 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
             peers.with_columns(host_median.alias("host_median"))
             .with_columns((pl.col("compute_ms") / usual).alias("ratio"))
             .group_by("host", "rank", "engine")
-            .agg(pl.col("ratio").median(), (pl.col("ratio") >= slower_ratio).mean().alias("share"),
+            .agg(pl.col("ratio").median(), (pl.col("ratio") >= STRAGGLER_RATIO).mean().alias("share"),
                  pl.struct("file", "line").head(2).alias("where"), first=pl.col("ts").min(), last=pl.col("ts").max())
         )
-        slow = per_rank.filter((pl.col("ratio") >= slower_ratio) & (pl.col("share") >= slow_share))
+        slow = per_rank.filter((pl.col("ratio") >= STRAGGLER_RATIO) & (pl.col("share") >= STRAGGLER_SHARE))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
         for (host, _engine), group in slow.sort("rank").group_by("host", "engine", maintain_order=True):
             ranks, worst = group["rank"].to_list(), group.sort("ratio").row(-1, named=True)
@@ -282,7 +274,7 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
                 title=f"{who}{where} {'is a straggler' if len(ranks) == 1 else 'are stragglers'} "
                 f"({worst['ratio']:.2f}x {'its' if len(ranks) == 1 else 'their'} peers' compute time)",
                 summary=f"{who}{where} took up to {worst['ratio']:.2f}x the usual forward+backward time of the fastest "
-                f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {slower_ratio - 1:.0%} or more on at least "
+                f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {STRAGGLER_RATIO - 1:.0%} or more on at least "
                 f"{group['share'].min():.0%} of the steps.",
                 evidence=[e for p in places for e in step_evidence(t, p["file"], [p["line"]])],
                 hosts=[host] if host else [],
@@ -292,7 +284,7 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
     waits = t["comm_ops"].filter(pl.col("kind") == "straggler")
     for (file,), table in waits.group_by(["file"], maintain_order=True):
         comm, wait = table["total_ms"].sum(), table["straggler_total_ms"].sum()
-        if comm and wait / comm >= wait_share:
+        if comm and wait / comm >= STRAGGLER_WAIT_SHARE:
             yield Finding(
                 rule_id="TL404",
                 severity=Severity.WARNING,
