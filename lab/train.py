@@ -29,6 +29,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from deepspeed.utils.logging import log_dist, set_log_level_from_string
 from deepspeed.utils.timer import SynchronizedWallClockTimer
 
+SEED = int(os.environ.get("LAB_SEED", "0"))  # weights and batches; a held-out run takes another (lab/README.md)
+
 
 def log_on_every_rank() -> None:
     """DeepSpeed 0.19 prints its step line and wall_clock_breakdown timers on rank 0 only; print
@@ -61,7 +63,7 @@ class RandomBatches(IterableDataset):
         self.batch, self.features, self.stall_flag, self.stall_s = batch, features, flags / "stall", stall_s
 
     def __iter__(self):
-        gen = torch.Generator().manual_seed(int(os.environ.get("RANK", "0")))
+        gen = torch.Generator().manual_seed(SEED + int(os.environ.get("RANK", "0")))
         while True:
             if self.stall_flag.exists():
                 time.sleep(self.stall_s)
@@ -107,7 +109,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     log_on_every_rank()
-    torch.manual_seed(0)
+    torch.manual_seed(SEED)
     deepspeed.init_distributed(dist_backend="gloo")
     rank = dist.get_rank()
     config = ds_config(args.batch)
