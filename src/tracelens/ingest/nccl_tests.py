@@ -29,6 +29,7 @@ _AVG = PREFIX + r"# Avg bus bandwidth\s*:\s*(?P<avg>[\d.]+)"
 _TEST = r"\b(?P<test>[a-z_]+_perf)\b"
 _ROWLIKE = PREFIX + r"\s*\d+\s+\d+\s+(?:float|half|double|bfloat16|bf16|fp8\w*|f8\w*|u?int(?:8|32|64)?)\s"
 _COLUMN_HEADER = PREFIX + r"#\s+size\s+count\s+type\b"
+_CANDIDATE = PREFIX + r"\s*[#\d]"
 
 COLUMNS_NEW = ["redop", "root", "time_out", "algbw_out", "busbw_out", "wrong_out", "time_in", "algbw_in", "busbw_in", "wrong_in"]
 COLUMNS_OLD = ["redop", "time_out", "algbw_out", "busbw_out", "wrong_out", "time_in", "algbw_in", "busbw_in", "wrong_in"]
@@ -46,6 +47,17 @@ class NcclTestsParser:
         self.old_format = False  # an `error` column: floats, before 2.x's #wrong
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
+        # Every line this parser reads starts (after a launcher tag) with `#` or a digit, or names a
+        # `*_perf` test: the eight regexes below run on those lines only (a 32 MB NCCL log chunk:
+        # 160 ms -> 15 ms).
+        candidate = chunk["text"].str.contains(_CANDIDATE) | chunk["text"].str.contains("_perf", literal=True)
+        status = pl.repeat(NOT_MINE, chunk.height, dtype=pl.UInt8, eager=True)
+        if not candidate.any():
+            return status
+        rows = candidate.arg_true()
+        return status.scatter(rows, self._feed(chunk.filter(candidate)))
+
+    def _feed(self, chunk: pl.DataFrame) -> pl.Series:
         text = pl.col("text")
         found = chunk.with_columns(
             header=text.str.contains(_HEADER),

@@ -17,14 +17,15 @@ _AUTOLINK = r"<((?:https?|mailto):[^>\s]*)>"
 _ESCAPED = r"\\([_*\[\]<>`#|~\\])"
 # entities HTML views use for log text; &amp; last, so `&amp;lt;` becomes `&lt;` as it was written
 _ENTITIES = {"&lt;": "<", "&gt;": ">", "&quot;": '"', "&#39;": "'", "&#x27;": "'", "&#34;": '"', "&nbsp;": " ", "&amp;": "&"}
-_MARKS = ["](", "&", "\\", ">"]
+_MARKS = ["](", "&", "\\"]
 
 
 def unpaste(text: pl.Series) -> pl.Series:
     """`text` with quote marks, Markdown links and escapes, and HTML entities undone where present."""
-    marked = text.str.contains_any(_MARKS) & (
-        text.str.contains(_QUOTE) | text.str.contains_any(["](", "&", "\\"])
-    )
+    # one anchored regex and three literal searches (memchr): a third of one contains_any over every line
+    marked = text.str.contains(_QUOTE)
+    for mark in _MARKS:
+        marked = marked | text.str.contains(mark, literal=True)
     if not marked.any():
         return text
     rows = marked.arg_true()
