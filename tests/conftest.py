@@ -1,57 +1,40 @@
-"""Shared test helpers: small RunTables built from rows, and the real corpus location."""
+"""Session-wide fixtures: each committed fixture folder is analysed once per test run and shared.
+
+Plain helpers (paths, tables_from, fire, the row builders) are in tests/helpers.
+"""
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 
-import polars as pl
 import pytest
 
-from tracelens.derived import RunContext
-from tracelens.rules import all_rules
-from tracelens.tables import RunTables
-from tracelens.timeline import Timeline
-
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO.parent / "shared" / "corpus"
-FIXTURES = REPO / "fixtures"
-
-
-# What a report section reads from an analysis when a test gives it no findings.
-NO_FINDINGS = SimpleNamespace(findings=[], timeline=Timeline(), notes=[])
-
-
-def corpus_dir(kind: str) -> Path:
-    """A corpus folder, or skip the test when the corpus is not beside the repository."""
-    path = CORPUS / kind
-    if not path.is_dir():
-        pytest.skip(f"real-log corpus not found at {path} (it lives in ../shared/corpus beside the repo)")
-    return path
+# Re-exported while test modules written before tests/helpers existed still import them from here.
+from tests.helpers import (  # noqa: F401
+    CORPUS,
+    FIXTURES,
+    NO_FINDINGS,
+    REPO,
+    SCENARIOS,
+    corpus_dir,
+    fire,
+    tables_from,
+)
+from tracelens.analyze import Analysis, analyze
 
 
-def tables_from(**rows: list[dict]) -> RunTables:
-    """RunTables with the given rows per table; provenance defaults so tests stay short."""
-    tables = RunTables()
-    for name, items in rows.items():
-        filled = [{"file": "t.log", "line": i + 1, **item} for i, item in enumerate(items)]
-        tables.add(name, pl.DataFrame(filled, infer_schema_length=None))
-    return tables
+@pytest.fixture(scope="session")
+def analysis_of() -> Callable[[Path | str], Analysis]:
+    """`analysis_of(folder)`: the analysis of a committed fixture folder (a path, or a name under
+    fixtures/), computed on first use and shared by every test of the session. Tests read it and
+    never change it; a test that needs other options or a modified copy calls `analyze` itself."""
+    done: dict[Path, Analysis] = {}
 
+    def analysis(folder: Path | str) -> Analysis:
+        path = (FIXTURES / folder).resolve()
+        if path not in done:
+            done[path] = analyze(path)
+        return done[path]
 
-def fire(tables: RunTables, rule_id: str):
-    """The findings of one rule on `tables` (as they are: not aligned), with its default settings."""
-    (chosen,) = [r for r in all_rules() if r.id == rule_id]
-    return chosen.run(RunContext(tables))
-
-
-SCENARIOS = sorted(p.name for p in FIXTURES.glob("scenario-*") if p.is_dir())
-
-
-@functools.cache
-def analysed_fixture(name: str):
-    """The analysis of one committed fixture, computed once per test session (reports read it, never change it)."""
-    from tracelens.analyze import analyze
-
-    return analyze(FIXTURES / name)
+    return analysis

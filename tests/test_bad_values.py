@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import tables_from
+from tests.helpers import tables_from
 from tracelens.analyze import analyze
 from tracelens.derived.events import network_events
 from tracelens.findings import Evidence

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SCENARIOS, analysed_fixture
+from tests.helpers import SCENARIOS
 from tracelens.report.html import render
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright (a test dependency) is not installed")
@@ -61,16 +61,16 @@ class Visit:
         self.page.close()
 
 
-def _report(name: str, folder: Path) -> Path:
+def _report(analysis_of, name: str, folder: Path) -> Path:
     path = folder / f"{name}.html"
-    path.write_text(render(analysed_fixture(name)), encoding="utf-8")
+    path.write_text(render(analysis_of(name)), encoding="utf-8")
     return path
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_scenario_report_in_chromium(browser, name, tmp_path):
+def test_scenario_report_in_chromium(browser, name, tmp_path, analysis_of):
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    report = _report(name, tmp_path)
+    report = _report(analysis_of, name, tmp_path)
     for screen in SCREENS:
         visit = Visit(browser, report, screen)
         try:
@@ -89,9 +89,9 @@ def test_scenario_report_in_chromium(browser, name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["scenario-flaky-link", "scenario-hang"])
-def test_print_layout_keeps_tables_whole(browser, name, tmp_path):
+def test_print_layout_keeps_tables_whole(browser, name, tmp_path, analysis_of):
     ARTEFACTS.mkdir(parents=True, exist_ok=True)
-    visit = Visit(browser, _report(name, tmp_path), "desktop")
+    visit = Visit(browser, _report(analysis_of, name, tmp_path), "desktop")
     try:
         visit.page.emulate_media(media="print")
         visit.page.set_viewport_size({"width": 718, "height": 1000})  # A4 at 96 dpi less 1.5 cm margins

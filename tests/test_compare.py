@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tracelens.analyze import analyze
 from tracelens.cli import app
 from tracelens.compare import _changed_hosts, compare
 from tracelens.stats import binomial_sf, mann_whitney_p, rate_rise_p
@@ -18,14 +17,12 @@ from synth.pairs import write_pairs
 
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "pairs"
 EXPECTED = json.loads((PAIRS / "pairs.json").read_text())
-_analyses: dict[str, object] = {}
 
 
-def analysed(name: str):
-    """Each pair run analysed once per test session."""
-    if name not in _analyses:
-        _analyses[name] = analyze(PAIRS / name)
-    return _analyses[name]
+@pytest.fixture
+def analysed(analysis_of):
+    """`analysed(name)`: a pair run's analysis, shared by the whole session."""
+    return lambda name: analysis_of(PAIRS / name)
 
 
 def test_pairs_are_the_generators_output(tmp_path):
@@ -35,7 +32,7 @@ def test_pairs_are_the_generators_output(tmp_path):
 
 
 @pytest.mark.parametrize("pair", EXPECTED["pairs"], ids=lambda p: p["bad"])
-def test_the_injected_change_ranks_first(pair):
+def test_the_injected_change_ranks_first(pair, analysed):
     result = compare(analysed(pair["good"]), analysed(pair["bad"]))
     if pair["top"] is None:
         assert result.changes == [], [c.sentence for c in result.changes]
@@ -51,12 +48,12 @@ def test_the_injected_change_ranks_first(pair):
 
 
 @pytest.mark.parametrize("name", sorted({p["bad"] for p in EXPECTED["pairs"]}))
-def test_each_pair_run_fires_its_own_rules(name):
+def test_each_pair_run_fires_its_own_rules(name, analysed):
     expected = json.loads((PAIRS / name / "expected.json").read_text())
     assert {f.rule_id for f in analysed(name).findings} == set(expected["rules"])
 
 
-def test_changes_on_some_hosts_name_them():
+def test_changes_on_some_hosts_name_them(analysed):
     result = compare(analysed("healthy"), analysed("gdr-lost"))
     top = result.changes[0]
     assert top.hosts == ("node03", "node04")
@@ -64,7 +61,7 @@ def test_changes_on_some_hosts_name_them():
     assert "NET/IB/GDRDMA -> NET/IB on 2 hosts (node03, node04)" in top.sentence
 
 
-def test_a_run_against_itself_has_no_difference():
+def test_a_run_against_itself_has_no_difference(analysed):
     run = analysed("port-half-rate")
     result = compare(run, run)
     assert result.changes == [] and not result.pace.significant
@@ -165,11 +162,10 @@ def test_a_faster_run_is_not_called_slower():
 
 
 @pytest.mark.parametrize("impaired", ["lab-loss", "lab-bandwidth"])
-def test_real_lab_pair_ranks_the_retransmissions_first_and_does_not_invent_a_slowdown(impaired):
+def test_real_lab_pair_ranks_the_retransmissions_first_and_does_not_invent_a_slowdown(impaired, analysis_of):
     # Real runs (fixtures/lab-*): the clean run was itself slowed by the shared machine, so the
     # impaired run is not slower on the whole; the injected loss shows as a rise of TCP retransmissions.
-    fixtures = PAIRS.parent
-    result = compare(analyze(fixtures / "lab-clean"), analyze(fixtures / impaired))
+    result = compare(analysis_of("lab-clean"), analysis_of(impaired))
     top = result.changes[0]
     assert (top.area, top.what) == ("packets", "TCP retransmission")
     assert not result.pace.slower

@@ -7,8 +7,6 @@ import json
 from tracelens.analyze import analyze
 from synth.deepspeed import DsConfig, ds_config
 
-from .conftest import FIXTURES
-
 
 def config_findings(tmp_path, cfg: DsConfig) -> dict[str, object]:
     (tmp_path / "node01").mkdir()
@@ -32,8 +30,8 @@ def test_overlap_off_without_zero_is_not_a_finding(tmp_path):
     assert config_findings(tmp_path, DsConfig(zero_stage=0, overlap_comm=False)) == {}
 
 
-def test_overlap_off_in_the_log_echo():
-    (f,) = [f for f in analyze(FIXTURES / "ds-overlap-comm-off").findings if f.rule_id == "TL501"]
+def test_overlap_off_in_the_log_echo(analysis_of):
+    (f,) = [f for f in analysis_of("ds-overlap-comm-off").findings if f.rule_id == "TL501"]
     assert {e.text for e in f.evidence} == {"zero_optimization.overlap_comm = False", "zero_optimization.overlap_comm = false"}
 
 

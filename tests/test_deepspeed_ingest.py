@@ -15,7 +15,7 @@ from tracelens.ingest.lines import read_chunks
 from synth.deepspeed import DsConfig
 from synth.deepspeed import ds_config as make_ds_config
 
-from .conftest import FIXTURES, corpus_dir
+from tests.helpers import FIXTURES, corpus_dir
 
 EXAMPLES = {  # the complete DeepSpeedExamples logs: progress lines per engine
     "DeepSpeedExamples__step1_supervised_finetuning__opt-1.3b-globalBatchSize128.log": {"0": 736},

@@ -7,7 +7,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.conftest import CORPUS, FIXTURES
+from tests.helpers import CORPUS, FIXTURES
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.deepspeed import DeepSpeedParser
 from tracelens.ingest.lines import read_chunks

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tests.test_fabric_ingest import read, write
+from tests.helpers.fabric import read, write
 from synth.fabric import ethtool
 
 

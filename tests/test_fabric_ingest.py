@@ -4,37 +4,15 @@ from __future__ import annotations
 
 import os
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 from lark import Lark
 
-from tests.conftest import corpus_dir
-from tracelens.ingest import InputFile, ethtool, hw_counters, ibstat, ibstatus, ibv_devinfo, perfquery
+from tests.helpers.fabric import read, sniffed, write
+from tests.helpers import corpus_dir
+from tracelens.ingest import ethtool, hw_counters, perfquery
 from tracelens.ingest.dumps import parse_time
 from tracelens.resources import grammar_text
-
-FABRIC = [perfquery, ibstat, ibstatus, ibv_devinfo, ethtool, hw_counters]
-
-
-def sniffed(path: Path):
-    """The fabric module whose sniffer claims the file (exactly one must)."""
-    head = path.read_bytes()[: 64 << 10]
-    claims = [m for m in FABRIC if m.sniff(head)]
-    assert len(claims) <= 1, f"{path.name} claimed by {[m.FORMAT for m in claims]}"
-    return claims[0] if claims else None
-
-
-def read(path: Path, module=None, name: str | None = None):
-    module = module or sniffed(path)
-    return module.ingest(InputFile(path=path, name=name or path.name, format=module.FORMAT))
-
-
-def write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text)
-    return path
-
 
 # --- the real corpus -------------------------------------------------------------------
 

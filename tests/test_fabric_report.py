@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.conftest import NO_FINDINGS
-from tests.test_fabric_rules import ingest_folder, two_nodes
+from tests.helpers import NO_FINDINGS
+from tests.helpers.fabric import ingest_folder, two_nodes
 from tracelens.derived import RunContext
 from tracelens.report.html import environment
 from tracelens.report.sections import fabric

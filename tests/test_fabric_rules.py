@@ -2,55 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
-from pathlib import Path, PurePosixPath
+from datetime import timedelta
+from pathlib import Path
 
 import polars as pl
 import pytest
 
-from tests.conftest import corpus_dir, fire, tables_from
-from tracelens.discover import host_from_path
+from tests.helpers.fabric import T0, ingest_folder, two_nodes
+from tests.helpers import corpus_dir, fire, tables_from
 from tracelens.derived.counters import counter_deltas
 from tracelens.findings import Severity
-from tracelens.ingest import InputFile, ethtool, hw_counters, ibstat, ibstatus, ibv_devinfo, perfquery
-from synth.fabric import FabricPort, ethtool as ethtool_text, ibstat as ibstat_text, port_dumps
+from tracelens.ingest import InputFile, ethtool, ibstat, perfquery
+from synth.fabric import FabricPort, ethtool as ethtool_text, ibstat as ibstat_text
 from tracelens.tables import RunTables
 
 FABRIC_RULES = ["TL201", "TL202", "TL203", "TL204", "TL205", "TL206"]
-T0 = datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)
-
-
-def ingest_folder(folder: Path) -> RunTables:
-    """The fabric files of a folder as the pipeline reads them (host from the node folder)."""
-    tables = RunTables()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
-        head = path.read_bytes()[: 64 << 10]
-        module = next(m for m in (perfquery, ibstat, ibstatus, ibv_devinfo, ethtool, hw_counters) if m.sniff(head))
-        rel = PurePosixPath(path.relative_to(folder).as_posix())
-        result = module.ingest(InputFile(path=path, name=str(rel), format=module.FORMAT))
-        for name, frame in result.tables.items():
-            tables.add(name, frame.with_columns(pl.col("host").fill_null(host_from_path(rel))))
-    return tables
-
-
 def findings(tables: RunTables, rules=FABRIC_RULES):
     return [f for r in rules for f in fire(tables, r)]
-
-
-def two_nodes(tmp_path: Path, faults: dict[tuple[str, str], dict[str, float]], extended: bool = True,
-              base: dict[tuple[str, str], dict[str, int]] | None = None) -> Path:
-    """node01 and node02, two HCAs each, dumped before and 30 minutes after (one hour after a clear)."""
-    for n, host in enumerate(["node01", "node02"]):
-        ports = [
-            FabricPort(ca, lid=10 * (n + 1) + i, per_second=faults.get((host, ca), {}), base=(base or {}).get((host, ca), {}))
-            for i, ca in enumerate(["mlx5_0", "mlx5_1"])
-        ]
-        folder = tmp_path / host
-        folder.mkdir()
-        (folder / "perfquery-before.txt").write_text(port_dumps(host, ports, T0, 3600, extended))
-        (folder / "perfquery-after.txt").write_text(port_dumps(host, ports, T0 + timedelta(minutes=30), 5400, extended))
-        (folder / "ibstat.txt").write_text(ibstat_text(ports))
-    return tmp_path
 
 
 def nccl_ranks() -> dict[str, list[dict]]:

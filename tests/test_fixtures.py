@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from tracelens.analyze import analyze
 from synth.runs import write
 from synth.scenarios import SCENARIOS
 
@@ -47,8 +46,8 @@ def test_fixture_says_it_is_synthetic(folder):
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
-def test_fixture_fires_exactly_its_rules(folder):
+def test_fixture_fires_exactly_its_rules(folder, analysis_of):
     expected = json.loads((folder / "expected.json").read_text())
     assert expected["synthetic"] is True
-    fired = {f.rule_id for f in analyze(folder).findings}
+    fired = {f.rule_id for f in analysis_of(folder).findings}
     assert fired == set(expected["rules"])

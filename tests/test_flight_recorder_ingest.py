@@ -17,7 +17,7 @@ from tracelens.analyze import analyze
 from tracelens.ingest import InputFile, safe_pickle, sniff_format
 from tracelens.ingest import flight_recorder as fr
 
-from .conftest import FIXTURES
+from tests.helpers import FIXTURES
 
 SKIP = FIXTURES / "lab-hang-skip"
 

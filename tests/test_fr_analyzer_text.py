@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tracelens.ingest import InputFile, fr_text, sniff_format
 
-from .conftest import FIXTURES
+from tests.helpers import FIXTURES
 
 
 def _read(path: Path):

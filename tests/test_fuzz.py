@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import fuzz
+from tests.helpers import fuzz
 from tracelens.analyze import analyze
 from tracelens.report.html import render
 from tracelens.report.summary import to_json

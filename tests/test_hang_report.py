@@ -7,11 +7,10 @@ import json
 from tracelens.analyze import analyze
 from tracelens.report.html import render
 
-from .conftest import FIXTURES
 
 
-def test_lanes_show_where_the_ranks_diverge():
-    html = render(analyze(FIXTURES / "lab-hang-sleep"))
+def test_lanes_show_where_the_ranks_diverge(analysis_of):
+    html = render(analysis_of("lab-hang-sleep"))
     assert 'id="hang"' in html and "Process group 0 (default_pg): stuck at #21" in html
     lane = html[html.index("stuck at #21"):]
     rank2 = lane[lane.index("<tr><td>2</td>"):lane.index("</tr>", lane.index("<tr><td>2</td>"))]
@@ -22,21 +21,21 @@ def test_lanes_show_where_the_ranks_diverge():
     assert "<strong>Rank 2 stopped first</strong>" in html and "Loader.next_batch (worker.py:47)" in html
 
 
-def test_killed_rank_has_a_no_dump_lane():
-    html = render(analyze(FIXTURES / "lab-hang-kill"))
+def test_killed_rank_has_a_no_dump_lane(analysis_of):
+    html = render(analysis_of("lab-hang-kill"))
     lane = html[html.index("stuck at #21"):]
     rank2 = lane[lane.index("<tr><td>2</td>"):lane.index("</tr>", lane.index("<tr><td>2</td>"))]
     assert rank2.count("lane-nodump") == 6 and "no dump" in rank2
 
 
-def test_healthy_dumps_show_completed_lanes_without_divergence():
-    html = render(analyze(FIXTURES / "lab-hang-healthy"))
+def test_healthy_dumps_show_completed_lanes_without_divergence(analysis_of):
+    html = render(analysis_of("lab-hang-healthy"))
     assert "Process group 0 (default_pg): every collective completed" in html
     assert "diverge\"" not in html.split('id="hang"')[1].split("</section>")[0].replace('class="num"', "")
 
 
-def test_no_dumps_no_section_and_frames_are_escaped(tmp_path):
-    assert 'id="hang"' not in render(analyze(FIXTURES / "watchdog-hang"))
+def test_no_dumps_no_section_and_frames_are_escaped(tmp_path, analysis_of):
+    assert 'id="hang"' not in render(analysis_of("watchdog-hang"))
     entry = {"record_id": 1, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": 1, "p2p_seq_id": 0,
              "profiling_name": "nccl:all_reduce", "time_created_ns": 1_700_000_000_000_000_000, "input_sizes": [[1]],
              "output_sizes": [[1]], "state": "started", "frames": [{"name": "<script>alert(1)</script>", "filename": "t.py", "line": 1}]}

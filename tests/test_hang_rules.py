@@ -6,39 +6,32 @@ from __future__ import annotations
 import json
 import shutil
 from datetime import datetime, timedelta, timezone
-from functools import cache
-from pathlib import Path
 
 import pytest
 
 from tracelens.analyze import analyze
 
-from .conftest import FIXTURES, fire, tables_from
+from tests.helpers import FIXTURES, fire, tables_from
 
 LAB = sorted(p for p in FIXTURES.glob("lab-hang-*") if (p / "expected.json").is_file())
 HANG_RULES = {"TL420", "TL421", "TL422", "TL423"}
 
 
-@cache
-def _analysis(folder: Path):
-    return analyze(folder)
-
-
-def _by_rule(folder: Path) -> dict:
-    return {f.rule_id: f for f in _analysis(folder).findings}
+def _by_rule(analysis) -> dict:
+    return {f.rule_id: f for f in analysis.findings}
 
 
 @pytest.mark.parametrize("folder", LAB, ids=lambda p: p.name)
-def test_real_lab_run_fires_its_hang_rules(folder):
+def test_real_lab_run_fires_its_hang_rules(folder, analysis_of):
     expected = json.loads((folder / "expected.json").read_text())
     assert expected["real"] is True and "real run" in (folder / "README.md").read_text()
-    assert {f.rule_id for f in _analysis(folder).findings} & HANG_RULES == set(expected["rules"])
+    assert {f.rule_id for f in analysis_of(folder).findings} & HANG_RULES == set(expected["rules"])
 
 
 @pytest.mark.parametrize("folder", [p for p in LAB if "hang" in json.loads((p / "expected.json").read_text())], ids=lambda p: p.name)
-def test_hung_collective_names_rank_group_seq_and_frame(folder):
+def test_hung_collective_names_rank_group_seq_and_frame(folder, analysis_of):
     hang = json.loads((folder / "expected.json").read_text())["hang"]
-    found = _by_rule(folder)
+    found = _by_rule(analysis_of(folder))
     tl420 = found["TL420"]
     assert f"#{hang['seq']} of process group {hang['pg']}" in tl420.title
     assert hang["frame"] in tl420.summary
@@ -48,16 +41,16 @@ def test_hung_collective_names_rank_group_seq_and_frame(folder):
         assert hang["stopped_frame"] in found["TL422"].title
 
 
-def test_skip_names_rank_2_missing_from_group_1_and_the_consequence_in_group_0():
-    found = _by_rule(FIXTURES / "lab-hang-skip")
+def test_skip_names_rank_2_missing_from_group_1_and_the_consequence_in_group_0(analysis_of):
+    found = _by_rule(analysis_of(FIXTURES / "lab-hang-skip"))
     assert found["TL420"].ranks == [2]
     assert "ranks 0, 1 and 3 from train" in found["TL420"].summary and "rank 2 never started it" in found["TL420"].summary
     assert "#25 of process group 0 (default_pg), where rank 2 waits" in found["TL420"].summary
     assert "gloo:all_reduce #25 of process group 0" in found["TL422"].summary
 
 
-def test_size_mismatch_is_a_desync_with_both_call_sites():
-    found = _by_rule(FIXTURES / "lab-hang-size")
+def test_size_mismatch_is_a_desync_with_both_call_sites(analysis_of):
+    found = _by_rule(analysis_of(FIXTURES / "lab-hang-size"))
     desync = found["TL421"]
     assert desync.ranks == [2] and "#21 of process group 0" in desync.title
     assert "[[8199]]" in desync.summary and "[[128,64]]" in desync.summary
@@ -65,14 +58,14 @@ def test_size_mismatch_is_a_desync_with_both_call_sites():
     assert "gloo::EnforceNotMet" in found["TL422"].summary and "left no Flight Recorder dump" in found["TL422"].summary
 
 
-def test_sleeping_data_loader_is_where_rank_2_stopped():
-    stop = _by_rule(FIXTURES / "lab-hang-sleep")["TL422"]
+def test_sleeping_data_loader_is_where_rank_2_stopped(analysis_of):
+    stop = _by_rule(analysis_of(FIXTURES / "lab-hang-sleep"))["TL422"]
     assert stop.title == "Rank 2 stopped first, in the data loader: Loader.next_batch (worker.py:47)"
     assert stop.evidence[0].file == "rank2/pyspy_native_rank2.txt" or stop.evidence[0].file == "rank2/pyspy_rank2.txt"
 
 
-def test_killed_rank_has_no_dump_and_no_stack():
-    found = _by_rule(FIXTURES / "lab-hang-kill")
+def test_killed_rank_has_no_dump_and_no_stack(analysis_of):
+    found = _by_rule(analysis_of(FIXTURES / "lab-hang-kill"))
     assert "rank 2 left no Flight Recorder dump" in found["TL420"].summary
     assert "it raised on ranks 0, 1 and 3" in found["TL420"].summary
     assert "no dump, stack or traceback" in found["TL422"].summary
@@ -124,8 +117,8 @@ def test_tl423_names_network_errors_in_the_minute_before_the_stop():
     assert fire(quiet, "TL422")[0].ranks == [1]
 
 
-def test_healthy_dump_has_no_hang_finding():
-    found = _analysis(FIXTURES / "lab-hang-healthy").findings
+def test_healthy_dump_has_no_hang_finding(analysis_of):
+    found = analysis_of(FIXTURES / "lab-hang-healthy").findings
     assert not [f for f in found if f.rule_id in HANG_RULES | {"TL411"}]
 
 

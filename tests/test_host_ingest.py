@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 from lark import Lark
 
-from tests.conftest import REPO, corpus_dir
+from tests.helpers import REPO, corpus_dir
 from tracelens.ingest import InputFile, ingest_file, kernel, sniff_format
 from tracelens.ingest.hostlines import context, read_lines
 from tracelens.resources import grammar_text
@@ -360,7 +360,7 @@ DEVINFO_V = """hca_id:\tmlx5_0
 
 def test_ibv_devinfo_v_gid_table_and_the_low_active_mtu(tmp_path):
     """`ibv_devinfo -v` as rdma-core prints it (other-formats.md 2.4): GIDs with RoCE v1/v2, active_mtu 1024 of 4096."""
-    from tests.conftest import fire
+    from tests.helpers import fire
     from tracelens.analyze import ingest_run
 
     (tmp_path / "node01").mkdir()

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from tests.conftest import NO_FINDINGS, REPO, tables_from
-from tests.test_host_rules import gpu, iface, kev, nccl_row, perf, port, rates
-from tracelens.analyze import analyze
+from tests.helpers import NO_FINDINGS, tables_from
+from tests.helpers.host import gpu, iface, kev, nccl_row, perf, port, rates
 from tracelens.derived import RunContext
 from tracelens.report.sections import host, timeline
 from tracelens.resources import data_dir
@@ -44,8 +43,8 @@ def test_no_host_evidence_no_section():
     assert host.context(RunContext(RunTables()), NO_FINDINGS) is None
 
 
-def test_the_timeline_draws_a_gpu_lane_for_the_scenario():
-    analysis = analyze(REPO / "fixtures" / "scenario-gpu-idle-bad-link")
+def test_the_timeline_draws_a_gpu_lane_for_the_scenario(analysis_of):
+    analysis = analysis_of("scenario-gpu-idle-bad-link")
     svg = timeline.context(analysis.context, analysis)["chart"]
     assert "GPU util. %" in svg
     ctx = host.context(analysis.context, analysis)

@@ -2,20 +2,9 @@
 
 from __future__ import annotations
 
-from tests.conftest import fire, tables_from
-from tests.test_correlate import SLOW, analysed, at, counters, slow_span, steps
-
-
-def gpu(host: str, util_in: float, util_out: float = 93.0, gpus: int = 2) -> list[dict]:
-    """A dmon loop every 5 s over the run: `util_in` inside the slow window, `util_out` outside."""
-    begin, end = slow_span()
-    rows = []
-    for i in range(0, 480, 5):
-        ts = at(i)
-        for g in range(gpus):
-            rows.append({"file": f"{host}/dmon.txt", "line": i + g, "host": host, "ts": ts, "ts_quality": "exact", "zoned": True,
-                         "gpu": g, "util_gpu": util_in if begin <= ts <= end else util_out, "source": "dmon"})
-    return rows
+from tests.helpers.host import gpu, iface, kev, nccl_row, perf, port, rates
+from tests.helpers import fire, tables_from
+from tests.helpers.steps import SLOW, analysed, at, counters, slow_span, steps
 
 
 def test_tl601_gpus_idle_while_the_network_dropped_packets():
@@ -41,10 +30,6 @@ def test_tl601_quiet_without_a_slow_window_or_samples():
     assert fire(analysed(steps=steps(slow=SLOW)), "TL601") == []
 
 
-def iface(host: str, name: str, mtu: int, ip: str) -> dict:
-    return {"file": f"{host}/ip-addr.txt", "line": 2, "host": host, "ifname": name, "mtu": mtu, "ipv4": ip, "source": "ip"}
-
-
 def test_tl602_mtu_mismatch_on_one_network():
     t = tables_from(interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 1500, "10.0.0.2/24"),
                                 iface("node01", "eth0", 1500, "192.168.1.1/24"), iface("node02", "eth0", 1500, "192.168.1.2/24")])
@@ -56,11 +41,6 @@ def test_tl602_mtu_mismatch_on_one_network():
 def test_tl602_quiet_when_every_host_agrees():
     t = tables_from(interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 9000, "10.0.0.2/24")])
     assert fire(t, "TL602") == []
-
-
-def port(host: str, active: int, maximum: int = 4096, **extra) -> dict:
-    return {"file": f"{host}/ibv_devinfo.txt", "line": 9, "host": host, "ca": "mlx5_0", "port": 1, "state": "Active",
-            "active_mtu": active, "max_mtu": maximum, "link_layer": "Ethernet", "rate_gbps": 100.0, **extra}
 
 
 def test_tl603_roce_active_mtu_below_the_port():
@@ -85,11 +65,6 @@ def test_tl604_socket_transport_without_jumbo_frames():
     assert fire(healthy, "TL604") == []
 
 
-def kev(host: str, kind: str, seconds: float, **extra) -> dict:
-    return {"file": f"{host}/dmesg.txt", "line": int(seconds), "host": host, "ts": at(seconds), "ts_quality": "exact", "zoned": True,
-            "kind": kind, "message": f"{kind} message", **extra}
-
-
 def test_tl605_link_flap_in_the_slow_window_and_an_xid():
     begin, _ = slow_span()
     inside = (begin - at(0)).total_seconds() + 10
@@ -109,17 +84,6 @@ def test_tl605_quiet_on_a_corrected_aer_trickle_outside_slow_windows():
     assert fire(t, "TL605") == []
 
 
-def nccl_row(busbw: float, wrong: int = 0, size: int = 8589934592, hosts: str = "node01,node02") -> list[dict]:
-    return [{"file": "nccl-tests.log", "line": 30 + i, "test": "all_reduce_perf", "kind": "row", "size_bytes": size,
-             "placement": p, "busbw_gbs": busbw, "wrong": wrong, "nranks": 16, "rank_hosts": hosts, "run": 1}
-            for i, p in enumerate(("out", "in"))]
-
-
-def rates(gbps: float = 200.0, count: int = 8) -> list[dict]:
-    return [{"file": f"{h}/ibstat.txt", "line": 1 + i, "host": h, "ca": f"mlx5_{i}", "port": 1, "state": "Active",
-             "rate_gbps": gbps, "link_layer": "InfiniBand"} for h in ("node01", "node02") for i in range(count)]
-
-
 def test_tl606_busbw_far_below_the_links():
     (finding,) = fire(tables_from(nccl_tests=nccl_row(41.3), ib_ports=rates()), "TL606")
     assert "41.3 GB/s, 21% of the link" in finding.title and "200 GB/s the links give" in finding.summary
@@ -135,11 +99,6 @@ def test_tl606_quiet_on_a_healthy_run_or_one_host():
     assert fire(tables_from(nccl_tests=nccl_row(20.0, hosts="localhost"), ib_ports=rates()), "TL606") == []
 
 
-def perf(bw: float) -> list[dict]:
-    return [{"file": "node01/ib_write_bw.txt", "line": 20, "host": "node01", "test": "RDMA_Write BW Test", "device": "mlx5_0",
-             "bytes": 8388608, "bw_avg": bw, "bw_unit": "MB/sec", "run": 1}]
-
-
 def test_tl607_perftest_below_line_rate():
     (finding,) = fire(tables_from(perftest=perf(11000.0), ib_ports=rates()), "TL607")
     assert "88.0 Gb/s on mlx5_0, 44% of its 200 Gb/s" in finding.title
@@ -149,12 +108,9 @@ def test_tl607_quiet_near_line_rate():
     assert fire(tables_from(perftest=perf(23240.68), ib_ports=rates()), "TL607") == []
 
 
-def test_the_verdict_says_the_gpus_idled_in_the_bad_links_window():
+def test_the_verdict_says_the_gpus_idled_in_the_bad_links_window(analysis_of):
     """fixtures/scenario-gpu-idle-bad-link (synthetic): the root cause names node02's link and the GPU numbers."""
-    from tests.conftest import FIXTURES
-    from tracelens.analyze import analyze
-
-    analysis = analyze(FIXTURES / "scenario-gpu-idle-bad-link")
+    analysis = analysis_of("scenario-gpu-idle-bad-link")
     top = analysis.findings[0]
     assert top.rule_id == "TL410" and top.hosts == ["node02"]
     assert "GPU utilisation fell: node02's 4 GPUs at 3" in top.summary and "(usually 9" in top.summary
@@ -168,7 +124,7 @@ def test_tl602_real_veth_pair_with_one_end_at_9000(tmp_path):
     their common network from `ip addr`, and from `ip link` alone by the veth pair's `@ifN` and `link-netns`."""
     import shutil
 
-    from tests.conftest import REPO
+    from tests.helpers import REPO
     from tracelens.analyze import ingest_run
 
     real = REPO / "lab" / "host-evidence" / "out"

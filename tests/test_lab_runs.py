@@ -18,12 +18,11 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta
-from functools import cache
 from pathlib import Path
 
 import pytest
 
-from tracelens.analyze import Analysis, analyze
+from tracelens.analyze import Analysis
 from tracelens.findings import Finding, Severity
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -69,11 +68,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
 }
 
 
-@cache
-def _analysis(folder: Path) -> Analysis:
-    return analyze(folder)
-
-
 def _cases(folders: list[Path], check: str) -> list:
     return [
         pytest.param(f, id=f.name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[(f.name, check)]))
@@ -113,8 +107,8 @@ def _window(expected: dict) -> tuple[datetime, datetime]:
     return start, end
 
 
-def _loud(folder: Path) -> list[Finding]:
-    return [f for f in _analysis(folder).findings if f.severity >= Severity.WARNING]
+def _loud(analysis: Analysis) -> list[Finding]:
+    return [f for f in analysis.findings if f.severity >= Severity.WARNING]
 
 
 def test_the_lab_fixtures_are_real_and_described():
@@ -130,9 +124,9 @@ def test_the_lab_fixtures_are_real_and_described():
 
 
 @pytest.mark.parametrize("folder", _cases(IMPAIRED, "cause"))
-def test_top_verdict_names_the_injected_cause(folder):
+def test_top_verdict_names_the_injected_cause(folder, analysis_of):
     expected = _expected(folder)
-    findings = _analysis(folder).findings
+    findings = analysis_of(folder).findings
     assert findings, f"{folder.name}: no finding at all"
     top = findings[0]
     context = f"{folder.name}: injected {expected['description']}; findings, first first:\n{_listing(findings)}"
@@ -141,20 +135,20 @@ def test_top_verdict_names_the_injected_cause(folder):
 
 
 @pytest.mark.parametrize("folder", _cases(IMPAIRED, "window"))
-def test_top_verdict_window_is_the_injected_one(folder):
+def test_top_verdict_window_is_the_injected_one(folder, analysis_of):
     expected = _expected(folder)
     start, end = _window(expected)
     slack = (end - start) * expected["tolerance"]
-    top = _analysis(folder).findings[0]
+    top = analysis_of(folder).findings[0]
     context = f"{folder.name}: the top finding ({top.rule_id}) must span {_span((start, end))} within {slack}; it spans {_span(top.window)}"
     assert top.window is not None, context
     assert abs(top.window[0] - start) <= slack and abs(top.window[1] - end) <= slack, context
 
 
 @pytest.mark.parametrize("folder", _cases(IMPAIRED, "where"))
-def test_top_verdict_names_the_right_hosts_and_ranks(folder):
+def test_top_verdict_names_the_right_hosts_and_ranks(folder, analysis_of):
     expected = _expected(folder)
-    top = _analysis(folder).findings[0]
+    top = analysis_of(folder).findings[0]
     context = f"{folder.name}: expected hosts {expected['hosts']} ranks {expected['ranks']}; the top finding ({top.rule_id}) names {top.hosts} {top.ranks}"
     assert top.hosts and set(top.hosts) <= set(expected["hosts"]), context
     if expected["cause"] == "straggler":
@@ -162,23 +156,23 @@ def test_top_verdict_names_the_right_hosts_and_ranks(folder):
 
 
 @pytest.mark.parametrize("folder", _cases(IMPAIRED, "others"))
-def test_no_loud_finding_blames_another_cause(folder):
+def test_no_loud_finding_blames_another_cause(folder, analysis_of):
     expected = _expected(folder)
     family = FAMILY[expected["cause"]]
-    wrong = [f for f in _loud(folder) if _families(f) - {family}]
+    wrong = [f for f in _loud(analysis_of(folder)) if _families(f) - {family}]
     assert not wrong, f"{folder.name}: injected {expected['cause']}, yet warnings blame another cause:\n{_listing(wrong)}"
 
 
 @pytest.mark.parametrize("folder", _cases([FIXTURES / "lab-clean"], "clean"))
-def test_clean_run_has_no_warning(folder):
-    loud = _loud(folder)
+def test_clean_run_has_no_warning(folder, analysis_of):
+    loud = _loud(analysis_of(folder))
     assert not loud, f"a clean real run got warnings:\n{_listing(loud)}"
 
 
 @pytest.mark.parametrize("folder", _cases([FIXTURES / "lab-clean"], "blame"))
-def test_clean_run_blames_no_cause(folder):
+def test_clean_run_blames_no_cause(folder, analysis_of):
     """Weaker than no warning at all: the shared machine's noise may leave slow steps, but nothing is to blame."""
-    blaming = [f for f in _loud(folder) if _families(f)]
+    blaming = [f for f in _loud(analysis_of(folder)) if _families(f)]
     assert not blaming, f"a clean real run got warnings that blame a cause:\n{_listing(blaming)}"
 
 
@@ -196,19 +190,19 @@ SKEWED = [p for p in RUNS if "clock_offset_s" in _expected(p)]
 
 
 @pytest.mark.parametrize("folder", _cases(SKEWED, "offset"))
-def test_skewed_clock_is_measured_and_stated(folder):
+def test_skewed_clock_is_measured_and_stated(folder, analysis_of):
     ((host, offset),) = _expected(folder)["clock_offset_s"].items()
-    notes = _analysis(folder).notes
+    notes = analysis_of(folder).notes
     stated = [float(m.group(1)) for n in notes if host in n and re.search(r"clock|offset|ahead|behind", n, re.I)
               for m in re.finditer(r"([0-9]+(?:\.[0-9]+)?) ?s\b", n)]
     assert any(abs(v - abs(offset)) <= 0.5 for v in stated), f"{folder.name}: no note states {host}'s {offset:+} s offset within 0.5 s: {notes}"
 
 
 @pytest.mark.parametrize("folder", _cases(SKEWED, "once"))
-def test_skewed_clock_window_is_found_once(folder):
+def test_skewed_clock_window_is_found_once(folder, analysis_of):
     start, end = _window(_expected(folder))
     margin = timedelta(seconds=10)
-    causes = [f for f in _loud(folder) if re.match(r"TL41\d$", f.rule_id) and f.window
+    causes = [f for f in _loud(analysis_of(folder)) if re.match(r"TL41\d$", f.rule_id) and f.window
               and f.window[0] <= end + margin and f.window[1] >= start - margin]
     assert len(causes) == 1, f"{folder.name}: the slow window must come out once, at the true time:\n{_listing(causes)}"
 
@@ -217,18 +211,18 @@ TCP = [p for p in LAB if _expected(p).get("scenario") == "tcp-loss"]
 
 
 @pytest.mark.parametrize("folder", _cases(TCP, "tcp"))
-def test_tcp_loss_capture_gets_a_retransmission_warning(folder):
+def test_tcp_loss_capture_gets_a_retransmission_warning(folder, analysis_of):
     expected = _expected(folder)
-    fired = [f for f in _analysis(folder).findings if f.rule_id == expected["rule"]]
+    fired = [f for f in analysis_of(folder).findings if f.rule_id == expected["rule"]]
     assert fired and max(f.severity for f in fired) >= Severity.WARNING, (
         f"{folder.name}: {expected['tshark']['retransmissions']} of {expected['tshark']['data_segments']} segments retransmitted "
-        f"(tshark) and no {expected['rule']} warning:\n{_listing(_analysis(folder).findings)}")
+        f"(tshark) and no {expected['rule']} warning:\n{_listing(analysis_of(folder).findings)}")
 
 
 @pytest.mark.parametrize("folder", _cases(TCP, "count"))
-def test_tcp_loss_retransmissions_agree_with_tshark(folder):
+def test_tcp_loss_retransmissions_agree_with_tshark(folder, analysis_of):
     expected = _expected(folder)["tshark"]
-    quoted = [tuple(map(int, m.groups())) for f in _analysis(folder).findings if f.rule_id == "TL304"
+    quoted = [tuple(map(int, m.groups())) for f in analysis_of(folder).findings if f.rule_id == "TL304"
               for m in re.finditer(r"(\d+) of (\d+) data segments retransmitted", f.summary)]
     assert quoted, f"{folder.name}: no TL304 quotes a retransmission count"
     retx = sum(q[0] for q in quoted)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from tests.conftest import analysed_fixture, tables_from
+from tests.helpers import tables_from
 from tracelens.analyze import Analysis
 from tracelens.derived import RunContext
 from tracelens.findings import Evidence, Finding, Severity, Verdict
@@ -81,8 +81,8 @@ def test_each_attack_is_one_plain_paragraph(text):
     assert re.fullmatch(r"<ul>\n<li>[^<]*</li>\n</ul>\n", html), html
 
 
-def test_the_summary_has_verdict_findings_evidence_inputs_and_version():
-    markdown = render(analysed_fixture("scenario-flaky-link"), command="tracelens analyze run --markdown r.md")
+def test_the_summary_has_verdict_findings_evidence_inputs_and_version(analysis_of):
+    markdown = render(analysis_of("scenario-flaky-link"), command="tracelens analyze run --markdown r.md")
     head = markdown.splitlines()[0]
     assert head.startswith("## tracelens: CRITICAL: Slow steps 70-109") and "a bad link" in head and "node02" in head
     assert "**When:** 2024-12-06 18:31:30 to 18:34:30 UTC, 2.2 min lost" in markdown

@@ -17,7 +17,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.test_nccl_ingest import ingest, ingest_text
+from tests.helpers.nccl import ingest, ingest_text
 from tracelens.analyze import analyze
 from tracelens.findings import Severity
 from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED

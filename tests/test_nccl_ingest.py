@@ -12,29 +12,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, read_chunks
-from tracelens.ingest.nccl import NcclParser
+from tests.helpers.nccl import ingest, ingest_text
+from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"real-log corpus not found at {CORPUS}")
-
-
-def ingest(path: Path) -> tuple[list[int], dict[str, pl.DataFrame]]:
-    """Status per line and the tables NcclParser makes of one file."""
-    parser = NcclParser(InputFile(path=path, name=path.name, format="log"))
-    status = []
-    for chunk in read_chunks(path):
-        status += parser.feed(chunk).to_list()
-    result = IngestResult()
-    parser.finish(result)
-    return status, result.tables
-
-
-def ingest_text(tmp_path: Path, *lines: str) -> tuple[list[int], dict[str, pl.DataFrame]]:
-    path = tmp_path / "train.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return ingest(path)
 
 
 def corpus(name: str) -> tuple[list[int], dict[str, pl.DataFrame]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jinja2
 import polars as pl
 
-from tests.conftest import NO_FINDINGS
+from tests.helpers import NO_FINDINGS
 from tracelens.derived import RunContext
 from tracelens.ingest import InputFile, pcap
 from tracelens.report.sections import packets as section

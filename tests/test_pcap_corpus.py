@@ -8,9 +8,9 @@ import pytest
 from scapy.contrib.roce import AETH, BTH
 from scapy.utils import rdpcap
 
-from tests import tshark
-from tests.conftest import corpus_dir
-from tests.tshark import needs_tshark
+from tests.helpers import tshark
+from tests.helpers import corpus_dir
+from tests.helpers.tshark import needs_tshark
 from tracelens.ingest import InputFile, pcap
 from tracelens.derived.flows import analyze
 from tracelens.tables import conform

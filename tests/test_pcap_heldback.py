@@ -14,7 +14,7 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import CookedLinuxV2, Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
 
-from tests.test_pcap_ingest import classic, read, roce
+from tests.helpers.pcap import classic, read, roce
 from synth import pcap as synth
 
 T0 = int(synth.START)

@@ -14,36 +14,8 @@ from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import PcapNgWriter, PcapWriter, rdpcap
 
-from tracelens.ingest import InputFile, pcap
+from tests.helpers.pcap import T0, classic, read, roce
 from synth import pcap as synth
-
-T0 = synth.START
-
-
-def roce(psn: int = 7, opcode: int = 4, **ip) -> Ether:
-    return Ether() / IP(src="10.0.0.1", dst="10.0.0.2", tos=2, **ip) / UDP(sport=69, dport=4791) / BTH(
-        opcode=opcode, dqpn=0x48, psn=psn, ackreq=1
-    ) / Raw(b"x" * 64)
-
-
-def classic(path: Path, frames: list[bytes], linktype: int = 1, nano: bool = False, little: bool = True,
-            caplen: int | None = None) -> Path:
-    """A classic pcap written byte by byte (so tests control caplen, byte order and resolution)."""
-    order = "<" if little else ">"
-    magic = 0xA1B23C4D if nano else 0xA1B2C3D4
-    out = struct.pack(order + "IHHiIII", magic, 2, 4, 0, 0, 65535, linktype)
-    for i, frame in enumerate(frames):
-        kept = frame[:caplen] if caplen else frame
-        frac = 123_456_789 if nano else 123_456
-        out += struct.pack(order + "IIII", int(T0) + i, frac, len(kept), len(frame)) + kept
-    path.write_bytes(out)
-    return path
-
-
-def read(path: Path):
-    result = pcap.ingest(InputFile(path, path.name, "pcap"))
-    return result.tables.get("packets"), result.account
-
 
 @pytest.mark.parametrize("nano", [False, True])
 @pytest.mark.parametrize("little", [False, True])

@@ -9,8 +9,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests import tshark
-from tests.tshark import FLOW, needs_tshark
+from tests.helpers import tshark
+from tests.helpers.tshark import FLOW, needs_tshark
 from tracelens.ingest import InputFile, pcap
 from tracelens.derived.flows import analyze
 from tracelens.tables import conform

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.conftest import SCENARIOS, analysed_fixture
+from tests.helpers import SCENARIOS
 from tracelens.prose import count, duration, labelled, listing, number, plural_of, some, span
 from tracelens.report.markdown import render as markdown
 
@@ -54,9 +54,9 @@ def test_lists():
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_findings_read_as_written_by_a_person(name):
+def test_findings_read_as_written_by_a_person(name, analysis_of):
     """No '(s)' plurals, no word written twice, one time format (no ISO 'T' times) in what the ticket gets."""
-    text = markdown(analysed_fixture(name))
+    text = markdown(analysis_of(name))
     assert "(s)" not in text
     assert not re.search(r"\b([A-Za-z]{2,})\s+\1\b", text, re.I), re.search(r"\b([A-Za-z]{2,})\s+\1\b", text, re.I)
     prose = re.sub(r"```.*?```", "", text, flags=re.S)  # log lines are quoted as they were

@@ -11,7 +11,7 @@ from tracelens.ingest import InputFile
 from tracelens.ingest.textlog import ingest
 from tracelens.report.summary import to_json
 
-from .conftest import FIXTURES
+from tests.helpers import FIXTURES
 
 ray = pytest.importorskip("ray", reason="the Ray extra is not installed: pip install 'tracelens[ray]'")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 from typer.testing import CliRunner
 
-from tests.conftest import tables_from
+from tests.helpers import tables_from
 from tracelens.analyze import Analysis
 from tracelens.cli import app
 from tracelens.derived import RunContext
@@ -119,12 +119,10 @@ def test_every_rule_is_documented_in_the_three_parts():
         assert all(len(text) > 40 for text in r.docs.values()), r.id
 
 
-def test_nccl_section_shows_each_hosts_network_and_transports():
-    from tests.conftest import FIXTURES
-    from tracelens.analyze import analyze
+def test_nccl_section_shows_each_hosts_network_and_transports(analysis_of):
     from tracelens.report.sections import nccl
 
-    analysis = analyze(FIXTURES / "socket-fallback")
+    analysis = analysis_of("socket-fallback")
     ctx = nccl.context(analysis.context, analysis)
     hosts = {h["host"]: h for h in ctx["hosts"]}
     assert hosts["node01"]["networks"] == ["IB"] and hosts["node02"]["networks"] == ["Socket"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tests.conftest import tables_from
+from tests.helpers import tables_from
 from tracelens.analyze import Analysis
 from tracelens.derived import RunContext
 from tracelens.findings import Evidence, Finding, Severity

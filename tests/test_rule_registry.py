@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from markupsafe import escape
 
-from tests.conftest import analysed_fixture, tables_from
+from tests.helpers import tables_from
 from tracelens.cli import app
 from tracelens.config import load
 from tracelens.report.html import render
@@ -80,8 +80,8 @@ def test_rules_catalogue_lists_every_rule_with_its_kind():
         assert re.search(rf"{r.id}\s*│\s*{re.escape(r.name)}\s*│\s*{r.severity.label}\s*│\s*{r.kind}\s*│", shown), r.id
 
 
-def test_report_and_json_list_the_rules_that_could_not_run_and_what_would_let_them():
-    analysis = analysed_fixture("ds-overlap-comm-off")  # DeepSpeed logs only: no counters, captures, NCCL lines
+def test_report_and_json_list_the_rules_that_could_not_run_and_what_would_let_them(analysis_of):
+    analysis = analysis_of("ds-overlap-comm-off")  # DeepSpeed logs only: no counters, captures, NCCL lines
     not_run = {n["rule"]: n["needs"] for n in to_json(analysis)["rules_not_run"]}
     assert not_run["TL201"] == [INPUTS["ib_counters"]] and not_run["TL301"] == [INPUTS["packets"]]
     assert "TL501" not in not_run and "TL501" in to_json(analysis)["rules_checked"]

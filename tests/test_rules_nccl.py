@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.conftest import fire, tables_from
+from tests.helpers import fire, tables_from
 from tracelens.findings import Severity
 
 IB_HEALTHY = dict(

@@ -6,23 +6,16 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime, timedelta
-from functools import cache
 from pathlib import Path
 
 import pytest
 
-from tracelens.analyze import Analysis, analyze
 from tracelens.findings import Finding, Severity
 from tracelens.report.html import render
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SCENARIOS = sorted(p for p in FIXTURES.glob("scenario-*") if (p / "expected.json").is_file())
 WITH_CAUSE = [p for p in SCENARIOS if "top" in json.loads((p / "expected.json").read_text())]
-
-
-@cache
-def _analysis(folder: Path) -> Analysis:
-    return analyze(folder)
 
 
 def _expected(folder: Path) -> dict:
@@ -50,9 +43,9 @@ def test_there_are_scenarios():
 
 
 @pytest.mark.parametrize("folder", WITH_CAUSE, ids=lambda p: p.name)
-def test_top_finding_is_the_injected_cause(folder):
+def test_top_finding_is_the_injected_cause(folder, analysis_of):
     top = _expected(folder)["top"]
-    findings = _analysis(folder).findings
+    findings = analysis_of(folder).findings
     assert findings, f"{folder.name}: no finding at all"
     first = findings[0]
     context = f"{folder.name}: expected {top['rule']} on {top['hosts']} first; findings, first first:\n{_listing(findings)}"
@@ -67,9 +60,9 @@ def test_top_finding_is_the_injected_cause(folder):
 
 
 @pytest.mark.parametrize("folder", WITH_CAUSE, ids=lambda p: p.name)
-def test_top_finding_window_is_the_injected_one(folder):
+def test_top_finding_window_is_the_injected_one(folder, analysis_of):
     top = _expected(folder)["top"]
-    first = _analysis(folder).findings[0]
+    first = analysis_of(folder).findings[0]
     start, end = _window(top)
     slack = timedelta(seconds=top["tolerance_s"])
     context = (f"{folder.name}: the top finding ({first.rule_id}) must span {_span((start, end))} within "
@@ -79,13 +72,13 @@ def test_top_finding_window_is_the_injected_one(folder):
 
 
 @pytest.mark.parametrize("folder", WITH_CAUSE, ids=lambda p: p.name)
-def test_every_source_places_the_cause_in_its_window(folder):
+def test_every_source_places_the_cause_in_its_window(folder, analysis_of):
     """The fixtures' own consistency: the evidence each source gives (counter intervals, capture
     events, slow steps) falls in the injected window, in UTC, on every host."""
     top = _expected(folder)["top"]
     start, end = _window(top)
     slack = timedelta(seconds=top["tolerance_s"])
-    sources = [f for f in _analysis(folder).findings if f.window and re.match(r"TL(2\d\d|3\d\d|40[1-3])$", f.rule_id)]
+    sources = [f for f in analysis_of(folder).findings if f.window and re.match(r"TL(2\d\d|3\d\d|40[1-3])$", f.rule_id)]
     for f in sources:
         assert f.window[0] <= end + slack and f.window[1] >= start - slack, (
             f"{folder.name}: {f.rule_id} on {f.hosts} spans {_span(f.window)}, outside the injected {_span((start, end))}"
@@ -96,16 +89,16 @@ def test_every_source_places_the_cause_in_its_window(folder):
         )
 
 
-def test_healthy_scenario_has_no_warning():
-    findings = _analysis(FIXTURES / "scenario-healthy").findings
+def test_healthy_scenario_has_no_warning(analysis_of):
+    findings = analysis_of(FIXTURES / "scenario-healthy").findings
     loud = [f for f in findings if f.severity >= Severity.WARNING]
     assert not loud, f"a healthy run got warnings:\n{_listing(loud)}"
 
 
-def test_tz_scenario_is_aligned_without_tz_and_says_so():
+def test_tz_scenario_is_aligned_without_tz_and_says_so(analysis_of):
     folder = FIXTURES / "scenario-tz-shift"
     shift = _expected(folder)["tz_shift_hours"]
-    analysis = _analysis(folder)
+    analysis = analysis_of(folder)
     assert analysis.timeline.shift_hours == shift, f"logs are in UTC{shift:+g}; the timeline found {analysis.timeline}"
     said = [n for n in analysis.notes if re.search(rf"UTC\+0?{shift:g}(:00)?\b|{re.escape(f'{-shift:+g}')} ?h\b", n)]
     assert said, f"no note says the {shift:+g} h shift was applied: {analysis.notes}"

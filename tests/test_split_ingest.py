@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracelens.ingest import InputFile
 from tracelens.ingest.textlog import ingest
 
-from .conftest import FIXTURES
+from tests.helpers import FIXTURES
 
 
 def test_chunks_in_worker_threads_equal_one_reader():

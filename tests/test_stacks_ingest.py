@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tracelens.ingest import InputFile, textlog
 
-from .conftest import FIXTURES, corpus_dir
+from tests.helpers import FIXTURES, corpus_dir
 
 
 def _stacks(path: Path, name: str | None = None):

@@ -7,11 +7,11 @@ from tracelens.derived import RunContext
 from tracelens.report.html import render
 from tracelens.report.sections import steps as section
 
-from .conftest import FIXTURES, NO_FINDINGS, tables_from
+from tests.helpers import NO_FINDINGS, tables_from
 
 
-def test_section_for_a_slow_window():
-    analysis = analyze(FIXTURES / "ds-slow-window")
+def test_section_for_a_slow_window(analysis_of):
+    analysis = analysis_of("ds-slow-window")
     ctx = section.context(analysis.context, analysis)
     (chart,) = ctx["charts"]
     assert chart["time"].startswith("<svg") and chart["phases"].startswith("<svg")

@@ -14,7 +14,7 @@ from synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
 from synth.runs import Scenario, write
 from synth.scenarios import pair
 
-from .conftest import FIXTURES, fire, tables_from
+from tests.helpers import FIXTURES, fire, tables_from
 
 
 def findings(tmp_path, training: DeepSpeedTraining, prefix: str = "TL4"):
@@ -22,8 +22,8 @@ def findings(tmp_path, training: DeepSpeedTraining, prefix: str = "TL4"):
     return [f for f in analyze(folder).findings if f.rule_id.startswith(prefix)]
 
 
-def test_slow_window_fires_with_its_edges_and_cost():
-    (window,) = [f for f in analyze(FIXTURES / "ds-slow-window").findings if f.rule_id == "TL401"]
+def test_slow_window_fires_with_its_edges_and_cost(analysis_of):
+    (window,) = [f for f in analysis_of("ds-slow-window").findings if f.rule_id == "TL401"]
     assert "steps 120-159" in window.title and "3.0x" in window.title
     assert window.cost_seconds == pytest.approx(40 * 2 * 0.42, rel=0.1)  # 40 steps, 2x the 420 ms baseline extra
     assert window.window is not None and window.window[0] < window.window[1]
@@ -44,12 +44,12 @@ def test_the_baseline_is_robust_not_a_fixed_threshold(tmp_path):
     assert [f.rule_id for f in slow] == ["TL401", "TL402"]
 
 
-def test_healthy_fixture_fires_nothing():
-    assert analyze(FIXTURES / "ds-healthy-steps").findings == []
+def test_healthy_fixture_fires_nothing(analysis_of):
+    assert analysis_of("ds-healthy-steps").findings == []
 
 
-def test_comm_surge_in_the_window_blames_the_network():
-    surge = [f for f in analyze(FIXTURES / "ds-slow-window").findings if f.rule_id == "TL402"]
+def test_comm_surge_in_the_window_blames_the_network(analysis_of):
+    surge = [f for f in analysis_of("ds-slow-window").findings if f.rule_id == "TL402"]
     assert len(surge) == 1 and "stayed at 1.0" in surge[0].summary and "steps 120-159" in surge[0].title
 
 

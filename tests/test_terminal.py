@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from tests.conftest import FIXTURES, SCENARIOS, analysed_fixture
+from tests.helpers import FIXTURES, SCENARIOS
 from tracelens.cli import app
 from tracelens.report.summary import verdict
 from tracelens.report.terminal import print_summary
@@ -19,11 +19,16 @@ from tracelens.report.terminal import print_summary
 ANSI = re.compile(r"\x1b\[")
 
 
-def _summary(name: str, width: int, verbose: bool = False, **console) -> str:
+def _summary(analysis, width: int, verbose: bool = False, **console) -> str:
     buffer = io.StringIO()
-    print_summary(Console(file=buffer, width=width, soft_wrap=True, **console), analysed_fixture(name),
+    print_summary(Console(file=buffer, width=width, soft_wrap=True, **console), analysis,
                   [("Report", Path("r.html"))], verbose=verbose)
     return buffer.getvalue()
+
+
+@pytest.fixture
+def flaky(analysis_of):
+    return analysis_of("scenario-flaky-link")
 
 
 def _screen_lines(text: str, width: int) -> list[int]:
@@ -32,28 +37,28 @@ def _screen_lines(text: str, width: int) -> list[int]:
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_every_scenario_fits_a_screen_with_the_verdict_first(name):
-    text = _summary(name, 100)
+def test_every_scenario_fits_a_screen_with_the_verdict_first(name, analysis_of):
+    text = _summary(analysis_of(name), 100)
     first = text.splitlines()[0]
-    v = verdict(analysed_fixture(name))
+    v = verdict(analysis_of(name))
     assert first.startswith(v.severity.upper()) and v.headline in first
     assert sum(_screen_lines(text, 100)) <= 40, text
     assert text.rstrip().endswith("Report: r.html")
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_no_finding_wraps_over_two_lines_at_80_columns(name):
-    text = _summary(name, 80)
+def test_no_finding_wraps_over_two_lines_at_80_columns(name, analysis_of):
+    text = _summary(analysis_of(name), 80)
     findings = [line for line in text.splitlines() if re.match(r"  (critical|warning|info)\s+TL\d{3}", line)]
-    assert len(findings) == len(analysed_fixture(name).findings)
+    assert len(findings) == len(analysis_of(name).findings)
     assert all(n <= 2 for n in _screen_lines("\n".join(findings), 80))
     details = text.split("\n\n")[0].splitlines()[1:]
     assert all(n <= 1 for n in _screen_lines("\n".join(details), 80))  # wrapped by tracelens, under their labels
     assert len(details) <= 1 + 2 * 4  # when, and at most two lines for each of 2 because, 1 against, the fix
 
 
-def test_the_verdict_says_cause_where_window_and_cost():
-    text = _summary("scenario-flaky-link", 100)
+def test_the_verdict_says_cause_where_window_and_cost(flaky):
+    text = _summary(flaky, 100)
     head, when = text.splitlines()[:2]
     assert "bad link" in head and "node02" in head and "mlx5_1 port 1" in head
     assert when.strip() == "2024-12-06 18:31:30 to 18:34:30 UTC, 2.2 min lost"
@@ -61,19 +66,19 @@ def test_the_verdict_says_cause_where_window_and_cost():
     assert "node02" in fix and "perfquery" in fix and "Congestion" not in fix  # the named cause's fix only
 
 
-def test_verbose_prints_the_case_the_fix_and_evidence():
-    short, long = _summary("scenario-flaky-link", 100), _summary("scenario-flaky-link", 100, verbose=True)
+def test_verbose_prints_the_case_the_fix_and_evidence(flaky):
+    short, long = _summary(flaky, 100), _summary(flaky, 100, verbose=True)
     assert "SymbolErrorCounter: 1333 (was 0)" not in short
     assert "node02/sysfs-during-1832.txt:56" in long and "SymbolErrorCounter: 1333 (was 0)" in long
     flat = " ".join(long.split())  # the points wrap under their label
     assert "RoCE NAKs, PSN gaps and resends 1.6/s in the window (288)" in flat and "missing NCCL lines with times" in flat
 
 
-def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch):
-    assert not ANSI.search(_summary("scenario-flaky-link", 100))  # a file, not a terminal
-    assert ANSI.search(_summary("scenario-flaky-link", 100, force_terminal=True))
+def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch, flaky):
+    assert not ANSI.search(_summary(flaky, 100))  # a file, not a terminal
+    assert ANSI.search(_summary(flaky, 100, force_terminal=True))
     monkeypatch.setenv("NO_COLOR", "1")
-    coloured = _summary("scenario-flaky-link", 100, force_terminal=True)
+    coloured = _summary(flaky, 100, force_terminal=True)
     assert not re.search(r"\x1b\[[0-9;]*3[0-7]m|\x1b\[[0-9;]*;3[0-7]", coloured)  # bold may stay; no colours
 
 

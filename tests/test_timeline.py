@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 from typer.testing import CliRunner
 
-from tests.conftest import FIXTURES, fire, tables_from
-from tests.test_correlate import steps as correlate_steps
+from tests.helpers import FIXTURES, fire, tables_from
+from tests.helpers.steps import steps as correlate_steps
 from tracelens.cli import app
 from tracelens.timeline import align
 

@@ -18,7 +18,7 @@ import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+from tests.helpers import FIXTURES
 
 # Synthetic lines of every text format, the forms people paste included.
 SYNTHETIC = {
