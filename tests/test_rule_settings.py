@@ -8,7 +8,6 @@ import re
 
 import pytest
 
-from tests.conftest import analysed_fixture
 from tracelens.rules import all_rules
 
 RULES = {r.id: r for r in all_rules()}
@@ -21,8 +20,8 @@ def test_every_setting_is_read_by_its_rule():
             assert re.search(rf"\b{s.name}\b", body), f"{r.id} declares {s.name} but never reads it"
 
 
-def _run(fixture: str, rule_id: str, settings: dict | None = None) -> list[tuple[str, str]]:
-    return [(f.severity.label, f.title) for f in RULES[rule_id].run(analysed_fixture(fixture).context, settings)]
+def _run(analysis_of, fixture: str, rule_id: str, settings: dict | None = None) -> list[tuple[str, str]]:
+    return [(f.severity.label, f.title) for f in RULES[rule_id].run(analysis_of(fixture).context, settings)]
 
 
 # (fixture, rule, settings, what the findings become: "none" or the severity every finding takes)
@@ -39,20 +38,20 @@ MOVES = [
 
 
 @pytest.mark.parametrize(("fixture", "rule_id", "settings", "becomes"), MOVES, ids=[f"{m[1]}-{next(iter(m[2]))}" for m in MOVES])
-def test_a_changed_setting_moves_the_finding(fixture, rule_id, settings, becomes):
-    before = _run(fixture, rule_id)
+def test_a_changed_setting_moves_the_finding(analysis_of, fixture, rule_id, settings, becomes):
+    before = _run(analysis_of, fixture, rule_id)
     assert before and all(sev != becomes for sev, _ in before)
-    after = _run(fixture, rule_id, settings)
+    after = _run(analysis_of, fixture, rule_id, settings)
     if becomes == "none":
         assert after == []
     else:
         assert [title for _, title in after] == [title for _, title in before] and {sev for sev, _ in after} == {becomes}
 
 
-def test_tl401_critical_share_and_spike_rows():
-    before = _run("ds-slow-window", "TL401")
+def test_tl401_critical_share_and_spike_rows(analysis_of):
+    before = _run(analysis_of, "ds-slow-window", "TL401")
     assert before and {sev for sev, _ in before} == {"critical"}
-    assert {sev for sev, _ in _run("ds-slow-window", "TL401", {"critical_share": 0.99})} == {"warning"}
+    assert {sev for sev, _ in _run(analysis_of, "ds-slow-window", "TL401", {"critical_share": 0.99})} == {"warning"}
     # a window of 40 slow steps counts as an isolated spike when windows need more rows to stand alone
-    spikes = _run("ds-slow-window", "TL401", {"long_window_rows": 1000})
+    spikes = _run(analysis_of, "ds-slow-window", "TL401", {"long_window_rows": 1000})
     assert [title for _, title in spikes] == ["1 isolated step-time spike"]

@@ -9,21 +9,14 @@ from tracelens.derived import steps as timing
 from tracelens.derived.window_signals import step_signals
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
-from tracelens.rules import rule
+from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import row_evidence, step_evidence
 from tracelens.tables import RunTables
 
 MAX_WINDOWS = 10  # findings for the costliest windows; the rest are counted in the last one
-LONG_WINDOW_ROWS = 3  # windows of fewer logged steps are isolated spikes, reported together
 MIN_COST_SHARE = timing.MIN_COST_SHARE
 SPIKES_COST_SHARE = 0.15  # isolated spikes warn when together they cost this share of the run's step time
-COMM_BOUND_SHARE = 0.35  # all-reduce + all-gather share of a step that makes it communication-bound
-COMM_SURGE = 2.0  # comm time in a window over its usual, with ...
-COMPUTE_FLAT = 1.3  # ... compute no more than this over its usual
-THROUGHPUT_DROP = 0.15  # sustained fall of samples/s below the early steady state
-STRAGGLER_RATIO = 1.15  # a rank this much slower than its peers' median ...
-STRAGGLER_SHARE = 0.6  # ... on this share of the steps
-STRAGGLER_WAIT_SHARE = 0.5  # comms-logger straggler time over comm latency
+COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share
 
 
 def _basis_note(basis: str) -> str:
@@ -34,8 +27,11 @@ def _basis_note(basis: str) -> str:
     }[basis]
 
 
-@rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",))
-def step_time_spikes(t: RunTables) -> Iterator[Finding]:
+@rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",), settings={
+    "long_window_rows": Setting("logged steps", "Slow windows of fewer logged steps are isolated spikes, reported together in one finding."),
+    "critical_share": Setting("share of the run's step time", "A slow stretch that cost at least this share of the run is critical."),
+})
+def step_time_spikes(t: RunTables, *, long_window_rows: int = 3, critical_share: float = 0.2) -> Iterator[Finding]:
     """
     What it finds: steps that took far longer than the run's usual step time, grouped into
     windows of consecutive slow steps, each with how much time it cost the run. "Usual" is a
@@ -68,12 +64,12 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
     windows = timing.slow_windows(series)
     total = timing.run_time_s(series) or 1.0
     # one finding per slow stretch of the job, however many logs saw it (steps.slow_episodes)
-    long = [ep for ep in t.slow_episodes if ep.worst.rows >= LONG_WINDOW_ROWS]
-    spikes = [w for w in windows if w.rows < LONG_WINDOW_ROWS]
+    long = [ep for ep in t.slow_episodes if ep.worst.rows >= long_window_rows]
+    spikes = [w for w in windows if w.rows < long_window_rows]
     for ep in long[:MAX_WINDOWS]:
         w = ep.worst
         seen = f"seen in the logs of {ep.streams} ranks" if ep.streams > 1 else f"engine {w.engine}"
-        loud = Severity.CRITICAL if ep.share >= 0.2 else Severity.WARNING
+        loud = Severity.CRITICAL if ep.share >= critical_share else Severity.WARNING
         yield Finding(
             rule_id="TL401",
             # a stretch no slower than the run often is, or its start-up, is told, not warned of
@@ -107,8 +103,15 @@ def step_time_spikes(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL402", "comm-bound-steps", Severity.WARNING, kind="symptom", needs=("steps",))
-def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
+@rule("TL402", "comm-bound-steps", Severity.WARNING, kind="symptom", needs=("steps",), settings={
+    "comm_bound_share": Setting("share of the step", "All-reduce + all-gather time at or above this median share of the "
+                                "steps makes them communication-bound."),
+    "comm_surge": Setting("times the usual", "Communication time in a slow stretch at this multiple of its usual or more, "
+                          "with no rank's compute rising above its own baseline, is a surge."),
+})
+def comm_bound_steps(
+    t: RunTables, *, comm_bound_share: float = COMM_BOUND_SHARE, comm_surge: float = 2.0
+) -> Iterator[Finding]:
     """
     What it finds: steps where gradient communication takes a large share of the step, from
     wall_clock_breakdown's timers: `bwd_allreduce` (the all-reduce or reduce-scatter that did
@@ -138,7 +141,7 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
         if ep.ordinary:
             continue  # the run's start-up or its own noise (TL401 says which)
         signals = step_signals(series, ep.begin, ep.end)
-        surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= COMM_SURGE]
+        surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= comm_surge]
         comm_ms = max((s.change or 0.0 for s in surged), default=0.0)
         if not surged or any(s.rose and (s.cause == "compute" or s.cause == "between" and (s.change or 0.0) > comm_ms) for s in signals):
             continue  # some rank computed longer (a straggler: the others waited) or stalled longer between steps
@@ -158,7 +161,7 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
     steady = timed.filter(~pl.col("slow"))
     for (file, host, rank, engine), stream in steady.group_by(timing.STREAM, maintain_order=True):
         share = (stream["comm_ms"] / stream["time_ms"]).median()
-        if share is not None and share >= COMM_BOUND_SHARE:
+        if share is not None and share >= comm_bound_share:
             median = stream["comm_ms"].median()
             yield Finding(
                 rule_id="TL402",
@@ -172,8 +175,12 @@ def comm_bound_steps(t: RunTables) -> Iterator[Finding]:
             )
 
 
-@rule("TL403", "throughput-drop", Severity.WARNING, kind="symptom", needs=("steps",))
-def throughput_drop(t: RunTables) -> Iterator[Finding]:
+@rule("TL403", "throughput-drop", Severity.WARNING, kind="symptom", needs=("steps",), settings={
+    "drop_share": Setting("share of the steady samples/s", "A rolling median this far below the early steady state, for a "
+                          "third of the run or more, is a drop."),
+    "min_reports": Setting("throughput reports", "Streams with fewer reports after warm-up are too short to judge."),
+})
+def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int = 12) -> Iterator[Finding]:
     """
     What it finds: samples/sec (DeepSpeed's ThroughputTimer, Megatron or the pipeline engine)
     falling and staying below the run's early steady state by more than 15%, judged on a
@@ -196,12 +203,12 @@ def throughput_drop(t: RunTables) -> Iterator[Finding]:
         skipped = stream["skipped"].fill_null(strategy="forward").fill_null(0)
         fresh = (skipped.diff().fill_null(0) == 0).to_list()
         clean = stream.filter(pl.Series(fresh)).slice(timing.WARMUP_ROWS)
-        if clean.height < 12:
+        if clean.height < min_reports:
             continue
         steady = clean["samples_per_sec"].head(max(clean.height // 4, 3)).median()
         span = max(clean.height // 3, 4)
         rolling = clean["samples_per_sec"].rolling_median(span, center=True)
-        low = clean.with_columns(rolling.alias("rolling")).filter(pl.col("rolling") < steady * (1 - THROUGHPUT_DROP))
+        low = clean.with_columns(rolling.alias("rolling")).filter(pl.col("rolling") < steady * (1 - drop_share))
         if low.height < span:
             continue
         worst = float(low["rolling"].min())
@@ -223,8 +230,14 @@ def throughput_drop(t: RunTables) -> Iterator[Finding]:
         )
 
 
-@rule("TL404", "stragglers", Severity.WARNING, needs=("steps|comm_ops",))
-def stragglers(t: RunTables) -> Iterator[Finding]:
+@rule("TL404", "stragglers", Severity.WARNING, needs=("steps|comm_ops",), settings={
+    "slower_ratio": Setting("times the peers' compute time", "A rank at this multiple of the usual forward+backward time "
+                            "or more is slow on that step ..."),
+    "slow_share": Setting("share of the steps", "... and a straggler when it is slow on at least this share of them."),
+    "wait_share": Setting("share of the collective time", "Comms-logger time waiting for the slowest rank at or above this "
+                          "share of the collective time is a straggler."),
+})
+def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5) -> Iterator[Finding]:
     """
     What it finds: one rank consistently slower than its peers, where per-rank timings exist:
     wall_clock_breakdown timer lines from every rank (compute time forward + backward without
@@ -258,10 +271,10 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
             peers.with_columns(host_median.alias("host_median"))
             .with_columns((pl.col("compute_ms") / usual).alias("ratio"))
             .group_by("host", "rank", "engine")
-            .agg(pl.col("ratio").median(), (pl.col("ratio") >= STRAGGLER_RATIO).mean().alias("share"),
+            .agg(pl.col("ratio").median(), (pl.col("ratio") >= slower_ratio).mean().alias("share"),
                  pl.struct("file", "line").head(2).alias("where"), first=pl.col("ts").min(), last=pl.col("ts").max())
         )
-        slow = per_rank.filter((pl.col("ratio") >= STRAGGLER_RATIO) & (pl.col("share") >= STRAGGLER_SHARE))
+        slow = per_rank.filter((pl.col("ratio") >= slower_ratio) & (pl.col("share") >= slow_share))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
         for (host, _engine), group in slow.sort("rank").group_by("host", "engine", maintain_order=True):
             ranks, worst = group["rank"].to_list(), group.sort("ratio").row(-1, named=True)
@@ -274,7 +287,7 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
                 title=f"{who}{where} {'is a straggler' if len(ranks) == 1 else 'are stragglers'} "
                 f"({worst['ratio']:.2f}x {'its' if len(ranks) == 1 else 'their'} peers' compute time)",
                 summary=f"{who}{where} took up to {worst['ratio']:.2f}x the usual forward+backward time of the fastest "
-                f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {STRAGGLER_RATIO - 1:.0%} or more on at least "
+                f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {slower_ratio - 1:.0%} or more on at least "
                 f"{group['share'].min():.0%} of the steps.",
                 evidence=[e for p in places for e in step_evidence(t, p["file"], [p["line"]])],
                 hosts=[host] if host else [],
@@ -284,7 +297,7 @@ def stragglers(t: RunTables) -> Iterator[Finding]:
     waits = t["comm_ops"].filter(pl.col("kind") == "straggler")
     for (file,), table in waits.group_by(["file"], maintain_order=True):
         comm, wait = table["total_ms"].sum(), table["straggler_total_ms"].sum()
-        if comm and wait / comm >= STRAGGLER_WAIT_SHARE:
+        if comm and wait / comm >= wait_share:
             yield Finding(
                 rule_id="TL404",
                 severity=Severity.WARNING,
