@@ -177,10 +177,10 @@ def test_clean_run_blames_no_cause(folder, analysis_of):
 
 
 @pytest.mark.parametrize("folder", _cases(RUNS, "once-per-stretch"))
-def test_one_loud_finding_per_rule_and_stretch(folder):
+def test_one_loud_finding_per_rule_and_stretch(folder, analysis_of):
     """A slow stretch seen in the logs of several ranks, or in several of one rank's windows, is one finding
     of each rule (lab-loss once had ten TL402 warnings, one per slow step of either rank)."""
-    loud = [f for f in _loud(folder) if f.window]
+    loud = [f for f in _loud(analysis_of(folder)) if f.window]
     twice = [(a, b) for i, a in enumerate(loud) for b in loud[i + 1:]
              if a.rule_id == b.rule_id and a.window[0] <= b.window[1] and b.window[0] <= a.window[1]]
     assert not twice, f"{folder.name}: the same stretch reported twice:\n" + "\n".join(_listing([a, b]) for a, b in twice)
