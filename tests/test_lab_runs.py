@@ -58,13 +58,6 @@ NETWORK_RULES = re.compile(r"TL(10[79]|2\d\d|30[0-46-9])$")  # TL305 (capture du
 KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("lab-bandwidth", "cause"): "a 2 MB/s cap (policer drops, loss-driven retransmissions 5.2/s vs 0/s outside) is called "
     "'a bad link': nothing yet weighs the throughput pinned at the cap",
-    ("lab-bandwidth", "window"): "the verdict's window comes from the loss-driven retransmissions (03:14:48.9-03:15:24.0); "
-    "the cap began at 03:14:44.0, 0.8 s beyond the 10% slack",
-    ("lab-checkpoint", "window"): "the 25 s pause is named, but the window joins the noisy steps around it (03:21:09-03:22:28 "
-    "vs 03:21:54-03:22:19)",
-    ("lab-contention-all", "window"): "contention is named, but the window joins noisy steps before and after it",
-    ("lab-loader-stall", "window"): "the stall is named, but the window joins noisy steps around it",
-    ("lab-straggler-rank0", "window"): "the straggler is named, but the window joins noisy steps around it",
 }
 
 

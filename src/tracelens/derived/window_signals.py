@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+import numpy as np
 import polars as pl
 
 from tracelens.derived import steps as timing
@@ -281,8 +282,58 @@ LEVELS = {"compute_total_ms": ("compute", "compute time"), "comm_ms": ("comm", "
           "between_ms": ("between", "time between steps outside the timers"), "time_ms": ("step", "step time")}
 
 
+def level_extent(stream: pl.DataFrame, column: str, begin: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+    """When one stream's level (`column`, per step; `start` and `ts` each step's wall edges) ran high
+    around [begin, end]: of the runs of steps within DENSE_REACH of it that overlap it, the one whose
+    mean stands highest above the steps around it, weighed by both sides' sizes (the epidemic
+    change-point statistic: the run that best splits the steps into two levels, k (n - k) / n times
+    the squared difference of the means). One 25 s pause between two steps is its own run; a
+    minute of slower compute is its minute, without the busy machine's noise around it."""
+    near = stream.filter(pl.col("ts") >= begin - DENSE_REACH, pl.col("start") <= end + DENSE_REACH, pl.col(column).is_not_null())
+    n = near.height
+    overlapping = ((near["ts"] >= begin) & (near["start"] <= end)).to_numpy().nonzero()[0]
+    if n < 3 or overlapping.size == 0:
+        return None
+    values = near[column].to_numpy().astype(float)
+    sums = np.concatenate([[0.0], np.cumsum(values)])
+    i, j = np.triu_indices(n)  # every run i..j
+    k = j - i + 1
+    inner = sums[j + 1] - sums[i]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = inner / k - (sums[n] - inner) / (n - k)
+    score = np.where((k < n) & (gap > 0) & (i <= overlapping[-1]) & (j >= overlapping[0]), k * (n - k) / n * gap**2, -1.0)
+    best = int(np.argmax(score))
+    if score[best] <= 0:
+        return None
+    first, last = _widened(values, int(i[best]), int(j[best]))
+    return near["start"][first], near["ts"][last]
+
+
+EDGE_STEPS = 5  # a run's edge moves out over steps whose median of this many still rose
+
+
+def _widened(values: np.ndarray, first: int, last: int) -> tuple[int, int]:
+    """The run first..last moved out over its ramps: while the EDGE_STEPS steps just outside it still
+    rose above the steps around the run (LevelComparison's test, on the median of a few steps: its
+    robust standard deviation shrinks by 1.25 / sqrt(EDGE_STEPS)). Contention that builds up over a
+    few seconds (2x, then 5x) began when the 2x did."""
+    outside = np.concatenate([values[:first], values[last + 1:]])
+    if outside.size < 3:
+        return first, last
+    level = float(np.median(outside))
+    spread = float(np.median(np.abs(outside - level))) * 1.4826 * 1.2533 / np.sqrt(EDGE_STEPS)
+    def rose(block: np.ndarray) -> bool:
+        return block.size == EDGE_STEPS and LevelComparison(float(np.median(block)), level, spread, EDGE_STEPS, outside.size).rose
+    while first > 0 and rose(values[max(first - EDGE_STEPS, 0):first]):
+        first -= 1
+    while last < values.size - 1 and rose(values[last + 1:last + 1 + EDGE_STEPS]):
+        last += 1
+    return first, last
+
+
 def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
-    timed = step_levels(series).filter(pl.col("ts").is_not_null(), pl.int_range(pl.len()).over(timing.STREAM) >= timing.WARMUP_ROWS)
+    timed = step_levels(series).with_columns(start=pl.col("ts").shift().over(timing.STREAM))
+    timed = timed.filter(pl.col("ts").is_not_null(), pl.int_range(pl.len()).over(timing.STREAM) >= timing.WARMUP_ROWS)
     signals = []
     for (file, host, rank, engine), stream in timed.group_by(timing.STREAM, maintain_order=True):
         inside = stream.filter(pl.col("ts").is_between(begin, end))
@@ -302,7 +353,8 @@ def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[S
             evidence = tuple(inside.select("file", "line", "host", text="message").head(2).to_dicts())
             signals.append(Signal("steps", cause, what, who, level.rose, level.comparable, text, (host,) if host else (),
                                   rank=rank if rank is not None and rank >= 0 else None, ratio=ratio,
-                                  change=level.inside - level.outside, evidence=evidence))
+                                  change=level.inside - level.outside, evidence=evidence,
+                                  extent=level_extent(stream, column, begin, end) if level.rose else None))
     return signals
 
 

@@ -33,7 +33,7 @@ from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.prose import count, duration, listing, number, some
 from tracelens.prose import span as prose_span
 from tracelens.rules import Setting, rule
-from tracelens.rules.causes import verdict
+from tracelens.rules.causes import NETWORK, Candidate, verdict
 from tracelens.rules.evidence import row_evidence, step_evidence
 from tracelens.rules.steps import MAX_WINDOWS
 from tracelens.tables import RunTables
@@ -103,15 +103,42 @@ def _span(begin: datetime, end: datetime) -> str:
     return f"{begin:%H:%M:%S} to {end:%H:%M:%S} UTC"
 
 
-def _evidence_window(signals: list, cause: str, begin: datetime, end: datetime) -> tuple[datetime, datetime] | None:
-    """When the named cause's own events (retransmissions, NAKs, NCCL warnings) ran dense: the window
-    the verdict gives, rather than the slow steps' blurred edges."""
-    extents = [s.extent for s in signals if s.rose and s.cause == cause and s.extent]
+# the step levels that are a cause's own evidence (a straggler's: its own ranks' compute time)
+CAUSE_LEVELS = {"straggler": ("compute",), "contention": ("compute",), "input": ("between",),
+                **{cause: ("comm",) for cause in NETWORK}}
+
+
+def _evidence_window(signals: list, best: Candidate, begin: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+    """When the named cause's own evidence ran high: its events (retransmissions, NAKs, NCCL warnings)
+    dense, or its own step levels (a straggler's compute time, the time between steps) raised. That
+    is the window the verdict gives, rather than the slow steps' blurred edges."""
+    def own(s) -> bool:
+        if s.source == "steps":
+            return s.cause in CAUSE_LEVELS.get(best.cause, ()) and (best.cause != "straggler" or s.rank in best.ranks)
+        return s.cause == best.cause
+    # sampled captures (a burst every few seconds) give short dense stretches: those do not say when it began or ended
+    extents = [s.extent for s in signals if s.rose and s.extent and own(s)
+               and s.extent[1] - s.extent[0] >= EVIDENCE_SPAN_SHARE * (end - begin)]
     if not extents:
         return None
-    first, last = min(e[0] for e in extents), max(e[1] for e in extents)
-    # sampled captures (a burst every few seconds) give short dense stretches: those do not say when it began or ended
-    return (first, last) if (last - first) >= EVIDENCE_SPAN_SHARE * (end - begin) else None
+    # where several logs or places show it, the edges most of them agree on: one rank's noise next
+    # to the window (a busy machine) does not widen it
+    return _median([e[0] for e in extents]), _median([e[1] for e in extents])
+
+
+def _label(series: pl.DataFrame, w: timing.Window, begin: datetime, end: datetime) -> str:
+    """`steps 254-324 (03:47:05 to 03:47:49 UTC)`: the steps of the worst log that ran in [begin, end]."""
+    mine = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank, pl.col("ts") >= begin, pl.col("ts") <= end)["step"]
+    if mine.len() == 0:
+        return f"{w.label} ({prose_span(begin, end)})"
+    steps = f"step {mine.min()}" if mine.min() == mine.max() else f"steps {mine.min()}-{mine.max()}"
+    return f"{steps} ({prose_span(begin, end)})"
+
+
+def _median(times: list[datetime]) -> datetime:
+    times = sorted(times)
+    middle = len(times) // 2
+    return times[middle] if len(times) % 2 else times[middle - 1] + (times[middle] - times[middle - 1]) / 2
 
 
 def _socket_switch(t: RunTables, episode: timing.Episode) -> bool:
@@ -159,9 +186,12 @@ def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
 
 def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode) -> Finding:
     w = episode.worst
-    label = f"{w.label} ({prose_span(episode.begin, episode.end)})"
     signals = measure(t.tables, series, episode.begin, episode.end)
-    diagnosis, best = verdict(signals, label, _missing(t, episode.begin, episode.end))
+    missing = _missing(t, episode.begin, episode.end)
+    diagnosis, best = verdict(signals, f"{w.label} ({prose_span(episode.begin, episode.end)})", missing)
+    window = (_evidence_window(signals, best, episode.begin, episode.end) if best else None) or (episode.begin, episode.end)
+    if window != (episode.begin, episode.end):  # the headline names the steps of the cause's own window
+        diagnosis, best = verdict(signals, _label(series, w, *window), missing)
     seen = f"seen in the logs of {count(episode.streams, 'rank')}" if episode.streams > 1 else "seen in one log"
     cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
     slow = f"{w.label.capitalize()} took {w.ratio:.1f}x the usual {number(w.baseline_ms, 'ms')} per step, {seen}; they cost {cost}."
@@ -175,7 +205,6 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
     evidence = step_evidence(t, w.file, w.lines)[:3]
     risen = [s for s in signals if s.rose and best and (s.cause == best.cause or s.source == "steps")]
     evidence += [e for s in risen for e in row_evidence(s.evidence, 3)]
-    window = _evidence_window(signals, best.cause, episode.begin, episode.end) if best else None
     first = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank)["step"].min()
     startup = first is not None and w.first_step <= first + timing.WARMUP_ROWS  # warm-up: told, never blamed
     if startup:
@@ -191,7 +220,7 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
         evidence=evidence,
         hosts=hosts,
         ranks=best.ranks if best else [],
-        window=window or (episode.begin, episode.end),
+        window=window,
         cost_seconds=episode.cost_s,
         ports=best.ports if best else [],
         score=(best.score if best else 0.0) + episode.share,
