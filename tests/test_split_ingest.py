@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import polars as pl
+
 from tracelens.ingest import InputFile
 from tracelens.ingest.textlog import ingest
+from tracelens.tables import RunTables, conform
 
 from tests.helpers import FIXTURES
 
@@ -20,3 +23,31 @@ def test_chunks_in_worker_threads_equal_one_reader():
     assert {"nccl_events", "nccl_comms", "steps"} <= set(alone.tables)
     for name, frame in alone.tables.items():
         assert frame.equals(split.tables[name]), name
+
+
+def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(tmp_path):
+    """A file of many chunks with a spill folder: its NCCL tables are written to Parquet chunk by chunk
+    and come back as lazy scans, with the same rows as when every record stays in memory until the end."""
+    path = tmp_path / "train.log"  # a job restarted three times: NCCL inits all through the file, many chunks apart
+    path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
+    kept = InputFile(path, path.name, "log", size=path.stat().st_size)
+    for jobs in (1, 2):
+        spilled = InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / f"spill-{jobs}")
+        memory = ingest(kept, jobs=jobs, chunk_bytes=16 << 10)
+        disk = ingest(spilled, jobs=jobs, chunk_bytes=16 << 10)
+        assert memory.account == disk.account
+        assert sorted(memory.tables) == sorted(disk.tables)
+        lazy = {name for name, frame in disk.tables.items() if isinstance(frame, pl.LazyFrame)}
+        assert {"nccl_events", "nccl_comms", "nccl_channels"} <= lazy
+        assert len(list((tmp_path / f"spill-{jobs}").rglob("nccl_events-*.parquet"))) >= 4, "a part per chunk with records"
+        for name, frame in memory.tables.items():
+            assert conform(name, frame).equals(conform(name, disk.tables[name].lazy().collect())), name
+    tables = RunTables()  # what `tracelens tables` writes: streamed from the parts, counted without reading them
+    for name, frame in disk.tables.items():
+        tables.add(name, frame)
+    tables.write_parquet(tmp_path / "out")
+    for name, frame in memory.tables.items():
+        assert tables.height(name) == frame.height > 0
+        assert pl.read_parquet(tmp_path / "out" / f"{name}.parquet").equals(conform(name, frame)), name
+    whole = ingest(InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / "whole"), jobs=2)
+    assert not any(isinstance(frame, pl.LazyFrame) for frame in whole.tables.values()), "a one-chunk file stays in memory"

@@ -8,7 +8,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,7 +74,7 @@ def _ingest_with_host(source: InputFile, jobs: int = 1, workers: Executor | None
     result = ingest_file(source, jobs, workers)
     if source.host_hint:
         for name, frame in result.tables.items():
-            if "host" in frame.columns:
+            if "host" in frame.collect_schema().names():
                 result.tables[name] = frame.with_columns(pl.col("host").fill_null(source.host_hint))
     return result
 
@@ -83,8 +83,8 @@ def _input_row(source: InputFile, result: IngestResult) -> dict:
     acc = result.account
     hosts = set()
     for frame in result.tables.values():
-        if "host" in frame.columns:
-            hosts.update(h for h in frame["host"].unique().to_list() if h)
+        if "host" in frame.collect_schema().names():
+            hosts.update(h for h in frame.lazy().select(pl.col("host").unique()).collect()["host"].to_list() if h)
     return {
         "file": source.name,
         "format": source.format,
@@ -112,6 +112,7 @@ def ingest_run(
         return _ingest_on_ray(target, workdir, ray, progress)
     jobs = jobs or os.cpu_count() or 1
     found = discover(target, workdir)
+    found.files = [replace(f, spill=workdir / "spill") for f in found.files]  # big logs' rows go there as they are read
     tables = RunTables()
     total = len(found.files)
     size = sum(f.size for f in found.files)
@@ -131,6 +132,7 @@ def _ingest_on_ray(target: Path, workdir: Path, address: str, progress: Progress
     storage); big text files are read here with their chunks parsed by Ray tasks."""
     cpus = scaleout.connect(address)
     found = discover(target, workdir)
+    found.files = [replace(f, spill=workdir / "spill") for f in found.files]
     cluster = scaleout.RayExecutor()
     parts = workdir / "tables"
     tasks = {
@@ -212,6 +214,7 @@ def analyze(
     workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
     with workdir as folder:
         tables, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
+        tables.load()  # the rows spilled into the working folder, before it goes
     tables = rename_hosts(tables, config.hosts)
     timeline = align(tables, tz or config.tz)
     if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"

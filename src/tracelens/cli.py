@@ -357,14 +357,15 @@ def tables_cmd(
     """Ingest only: write every table as Parquet, to query with polars or DuckDB (exit 2 when nothing was readable)."""
     _require(run)
     _check_output_folder(output, "-o/--output")
-    with tempfile.TemporaryDirectory(prefix="tracelens-") as workdir, _progress() as bar:
-        task = bar.add_task("", total=None)
-        tables, notes = ingest_run(run, Path(workdir), jobs=jobs, progress=lambda d, t, n: bar.update(task, completed=d, total=t, description=n[-60:]))
-    for note in notes:
-        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    written = tables.write_parquet(output)
-    for path in written:
-        out.print(f"{path}  ({tables[path.stem].height:,} rows)", highlight=False)
+    with tempfile.TemporaryDirectory(prefix="tracelens-") as workdir:
+        with _progress() as bar:
+            task = bar.add_task("", total=None)
+            tables, notes = ingest_run(run, Path(workdir), jobs=jobs, progress=lambda d, t, n: bar.update(task, completed=d, total=t, description=n[-60:]))
+        for note in notes:
+            out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+        written = tables.write_parquet(output)  # streamed from the rows spilled into workdir, while it is there
+        for path in written:
+            out.print(f"{path}  ({tables.height(path.stem):,} rows)", highlight=False)
     inputs = tables["inputs"]
     for err in (e for errs in inputs["errors"].to_list() for e in errs or []) if inputs.height else []:
         out.print(f"[red]error:[/] {escape(err)}", highlight=False)

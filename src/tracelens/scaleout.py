@@ -65,13 +65,17 @@ def shared_folder(target: Path) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def write_partitions(tables: dict[str, pl.DataFrame], folder: Path, index: int) -> dict[str, str]:
-    """Each table of one file as `folder/TABLE/INDEX.parquet`; table name -> path."""
+def write_partitions(tables: dict[str, pl.DataFrame | pl.LazyFrame], folder: Path, index: int) -> dict[str, str]:
+    """Each table of one file as `folder/TABLE/INDEX.parquet` (streamed from its spilled rows when
+    lazy); table name -> path."""
     written = {}
     for name, frame in tables.items():
         (folder / name).mkdir(parents=True, exist_ok=True)
         path = folder / name / f"{index:06d}.parquet"
-        frame.write_parquet(path)
+        if isinstance(frame, pl.LazyFrame):
+            frame.sink_parquet(path)
+        else:
+            frame.write_parquet(path)
         written[name] = str(path)
     return written
 

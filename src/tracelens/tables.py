@@ -13,6 +13,7 @@ every file's rows concatenate, and `RunTables` holds the concatenation.
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import polars as pl
@@ -446,39 +447,71 @@ def empty(name: str) -> pl.DataFrame:
     return pl.from_arrow(SCHEMAS[name].empty_table())  # type: ignore[return-value]
 
 
-def conform(name: str, frame: pl.DataFrame) -> pl.DataFrame:
+Frame = pl.DataFrame | pl.LazyFrame  # a table's rows in memory, or a lazy scan of rows spilled to Parquet
+
+
+def conform(name: str, frame: Frame) -> Frame:
     """Cast `frame` to the schema of `name`: missing columns become nulls, extra columns stay.
 
     Ingest modules only fill what they know; this keeps every file's rows
     concatenable and typed the same way.
     """
     target = pl.from_arrow(SCHEMAS[name].empty_table()).schema
+    present = frame.collect_schema().names()
     columns = []
     for col, dtype in target.items():
-        if col in frame.columns:
+        if col in present:
             columns.append(pl.col(col).cast(dtype, strict=False))
         else:
             columns.append(pl.lit(None, dtype=dtype).alias(col))
-    extra = [c for c in frame.columns if c not in target]
+    extra = [c for c in present if c not in target]
     return frame.select(*columns, *extra)
 
 
+class Spill:
+    """A big file's table rows written as Parquet parts while it is read, so that memory follows one
+    chunk, not the file. Parts go to a folder of their own under `root`, the run's private working
+    folder (made 0700 by tempfile, removed with the run), never a shared temporary path."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(dir=root))
+        self.parts: dict[str, list[Path]] = {}
+
+    def write(self, name: str, frame: pl.DataFrame) -> None:
+        """Append rows to table `name`, cast to its schema (every part of a table alike)."""
+        if not frame.height:
+            return
+        paths = self.parts.setdefault(name, [])
+        path = self.folder / f"{name}-{len(paths):06d}.parquet"
+        conform(name, frame).write_parquet(path, compression="lz4")  # lz4: written once, read once, soon
+        paths.append(path)
+
+    def scans(self) -> dict[str, pl.LazyFrame]:
+        """Each table written, as a lazy scan of its parts in the order they were written."""
+        return {name: pl.scan_parquet(paths) for name, paths in self.parts.items()}
+
+
 class RunTables:
-    """All tables of one run, each the concatenation over input files."""
+    """All tables of one run, each the concatenation over input files. A part may be a lazy scan of
+    rows spilled to Parquet (Spill): it is read when the table is first asked for, and `write_parquet`
+    streams it to its file without holding the table in memory."""
 
     def __init__(self) -> None:
-        self._parts: dict[str, list[pl.DataFrame]] = {}
+        self._parts: dict[str, list[Frame]] = {}
         self._frames: dict[str, pl.DataFrame] = {}
 
     def __getitem__(self, name: str) -> pl.DataFrame:
         if name not in self._frames:
-            parts = self._parts.get(name)
-            self._frames[name] = pl.concat(parts, how="diagonal_relaxed") if parts else empty(name)
+            self._frames[name] = self._lazy(name).collect() if name in self._parts else empty(name)
         return self._frames[name]
 
-    def add(self, name: str, frame: pl.DataFrame) -> None:
+    def _lazy(self, name: str) -> pl.LazyFrame:
+        return pl.concat([part.lazy() for part in self._parts[name]], how="diagonal_relaxed")
+
+    def add(self, name: str, frame: Frame) -> None:
         """Append rows to table `name` (cast to its schema)."""
-        if frame.height:
+        if isinstance(frame, pl.LazyFrame) or frame.height:
             self._parts.setdefault(name, []).append(conform(name, frame))
             self._frames.pop(name, None)
 
@@ -486,6 +519,17 @@ class RunTables:
         """Set table `name` wholesale (used by stages that enrich rows, like the timeline)."""
         self._parts[name] = [conform(name, frame)]
         self._frames.pop(name, None)
+
+    def load(self) -> None:
+        """Read every spilled part into memory: before the folder that holds them goes away."""
+        for name in list(self._parts):
+            self[name]
+
+    def height(self, name: str) -> int:
+        """Rows of table `name`, counted without reading spilled parts into memory."""
+        if name in self._frames or name not in self._parts:
+            return self[name].height
+        return sum(p.height if isinstance(p, pl.DataFrame) else p.select(pl.len()).collect().item() for p in self._parts[name])
 
     def with_text(self, rows: pl.DataFrame) -> pl.DataFrame:
         """Add the NCCL record text (`message`) to rows of any NCCL table, joined on file and line."""
@@ -495,11 +539,15 @@ class RunTables:
         return rows.join(text, on=["file", "line"], how="left")
 
     def write_parquet(self, out_dir: Path) -> list[Path]:
-        """Write every table (empty ones too, so the set is predictable) as Parquet."""
+        """Write every table (empty ones too, so the set is predictable) as Parquet; a table with
+        spilled parts not yet read is streamed from them."""
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         for name in SCHEMAS:
             path = out_dir / f"{name}.parquet"
-            self[name].write_parquet(path)
+            if name not in self._frames and any(isinstance(p, pl.LazyFrame) for p in self._parts.get(name, [])):
+                self._lazy(name).sink_parquet(path)
+            else:
+                self[name].write_parquet(path)
             written.append(path)
         return written

@@ -34,6 +34,7 @@ class InputFile:
     host_hint: str | None = None  # from the path (a node folder, a host in the file name)
     size: int = 0
     error: str | None = None  # why discovery could not read it (a FIFO, a broken link, a damaged member ...)
+    spill: Path | None = None  # the run's private folder where a big file's rows may go as Parquet while it is read
 
 
 @dataclass
@@ -65,13 +66,18 @@ def clip(text: str, limit: int = SAMPLE_CHARS) -> str:
 class IngestResult:
     """Rows per table name, and the file's account."""
 
-    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    tables: dict[str, pl.DataFrame | pl.LazyFrame] = field(default_factory=dict)  # lazy: a scan of spilled rows
     account: Account = field(default_factory=Account)
 
-    def add(self, name: str, frame: pl.DataFrame) -> None:
-        if frame.height:
+    def add(self, name: str, frame: pl.DataFrame | pl.LazyFrame) -> None:
+        if isinstance(frame, pl.LazyFrame) or frame.height:
             prev = self.tables.get(name)
-            self.tables[name] = frame if prev is None else pl.concat([prev, frame], how="diagonal_relaxed")
+            if prev is None:
+                self.tables[name] = frame
+            elif isinstance(prev, pl.LazyFrame) or isinstance(frame, pl.LazyFrame):
+                self.tables[name] = pl.concat([prev.lazy(), frame.lazy()], how="diagonal_relaxed")
+            else:
+                self.tables[name] = pl.concat([prev, frame], how="diagonal_relaxed")
 
 
 def splits(source: InputFile, jobs: int) -> bool:

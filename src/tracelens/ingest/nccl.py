@@ -32,6 +32,7 @@ from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, wi
 from tracelens.ingest.templates import Locator, TemplateParser
 from tracelens.private_cache import cache_file
 from tracelens.resources import grammar_text
+from tracelens.tables import Spill
 
 UNKNOWN = "unknown"
 
@@ -433,22 +434,31 @@ class ChunkRecords:
 class NcclParser:
     """LineParser for NCCL/PyTorch records (see tracelens.ingest.textlog)."""
 
-    def __init__(self, source: InputFile) -> None:
+    SPILLS = True  # textlog gives it a Spill for a file of more than one chunk
+
+    def __init__(self, source: InputFile, spill: Spill | None = None) -> None:
         self.source = source
         self._parsed: dict[str, tuple[str, dict]] = {}  # distinct body -> lark result, across chunks
         self._fresh: dict[str, tuple[str, dict]] = {}  # the part of _parsed that `parse` added since its last call
         self._templates = _templates()
+        self._spill = spill  # where each chunk's table rows go, when set; else records are kept until `finish`
         self._records: list[pl.DataFrame] = []  # one row per record: envelope, kind, body
         self._vector_fields: list[pl.DataFrame] = []  # fields of regex-matched bodies, by line
+        self._versions = pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "version": pl.String})  # seen so far
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
         return self.absorb(self.parse(chunk))
 
     def absorb(self, parsed: ChunkRecords) -> pl.Series:
-        """Keep one chunk's records (parsed here or by a worker process); its line statuses."""
-        self._records.append(parsed.records)
-        self._vector_fields.append(parsed.fields)
+        """Take one chunk's records (parsed here or by a worker), in file order: spilled as table rows
+        at once, or kept for `finish`; return its line statuses."""
         self._parsed.update(parsed.lark)
+        if self._spill is None:
+            self._records.append(parsed.records)
+            self._vector_fields.append(parsed.fields)
+        else:
+            for name, frame in self._tables(parsed.records, parsed.fields).items():
+                self._spill.write(name, frame)
         return parsed.status
 
     def parse(self, chunk: pl.DataFrame) -> ChunkRecords:
@@ -534,17 +544,27 @@ class NcclParser:
         )
         return records.drop("msg_j", "kind_j"), continued
 
-    def finish(self, result: IngestResult) -> None:
-        if not self._records:
-            return
+    def _tables(self, records: pl.DataFrame, fields: pl.DataFrame) -> dict[str, pl.DataFrame]:
+        """The NCCL tables of some records (a whole file's, or one chunk's as it is spilled) and their
+        fields by line; communicators take their process's NCCL version from any record so far."""
         quality = pl.when(pl.col("ts").is_not_null()).then(pl.lit("exact")).otherwise(pl.lit("none"))
-        records = pl.concat(self._records, rechunk=False).with_columns(file=pl.lit(self.source.name), ts_quality=quality)
-        result.add("nccl_events", _events(records))
+        records = records.with_columns(file=pl.lit(self.source.name), ts_quality=quality)
         detail = records.filter(~pl.col("kind").is_in([*EVENTS_ONLY, UNKNOWN]) | pl.col("level").is_in(["WARN", "ABORT"]))
-        vector = pl.concat(self._vector_fields, how="diagonal")
-        detail = _with_fields(detail.join(vector, on="line", how="left", maintain_order="left"), self._parsed)
-        for name, build in DETAIL_TABLES.items():
-            result.add(name, build(detail))
+        detail = _with_fields(detail.join(fields, on="line", how="left", maintain_order="left"), self._parsed)
+        versions = detail.filter(pl.col("kind") == "version").select("host", "pid", version="nccl_version")
+        self._versions = pl.concat([self._versions, versions], how="vertical_relaxed")
+        tables = {"nccl_events": _events(records), "nccl_comms": _comms(detail, self._versions)}
+        return tables | {name: build(detail) for name, build in DETAIL_TABLES.items()}
+
+    def finish(self, result: IngestResult) -> None:
+        if self._spill is not None:
+            tables = self._spill.scans()
+        elif self._records:
+            tables = self._tables(pl.concat(self._records, rechunk=False), pl.concat(self._vector_fields, how="diagonal"))
+        else:
+            return
+        for name, frame in tables.items():
+            result.add(name, frame)
 
 
 def _warn_blank_lines(records: pl.DataFrame, texts: pl.Series) -> pl.Series:
@@ -641,8 +661,8 @@ def _channels(records: pl.DataFrame) -> pl.DataFrame:
     )  # fmt: skip
 
 
-def _comms(records: pl.DataFrame) -> pl.DataFrame:
-    versions = records.filter(pl.col("kind") == "version").select("host", "pid", version="nccl_version")
+def _comms(records: pl.DataFrame, versions: pl.DataFrame) -> pl.DataFrame:
+    """Communicator members; `versions` (host, pid, version): the `NCCL version` records that name their process's version."""
     per_process = versions.filter(pl.col("pid").is_not_null()).unique(["host", "pid"], keep="first")
     file_version = versions.filter(pl.col("pid").is_null())["version"].first() if versions.height else None
     comms = records.filter(pl.col("kind").is_in(["comm_init", "comm_teardown", "comm_info", "comm_rank"]))
@@ -717,8 +737,7 @@ def _errors(records: pl.DataFrame) -> pl.DataFrame:
 
 
 # Tables built from the records whose fields matter (not the per-op chatter).
-DETAIL_TABLES = {
-    "nccl_comms": _comms,
+DETAIL_TABLES = {  # and nccl_comms, which needs the versions too
     "nccl_channels": _channels,
     "nccl_net": _net,
     "nccl_env": _env,

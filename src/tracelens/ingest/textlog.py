@@ -19,6 +19,7 @@ import polars as pl
 from tracelens.ingest import Account, IngestResult, InputFile, looks_like_text
 from tracelens.ingest import deepspeed, nccl, nccl_tests, stacks
 from tracelens.ingest.lines import CHUNK_BYTES, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, chunk_spans, read_chunks, read_span
+from tracelens.tables import Spill
 
 FORMAT = "log"
 PRIORITY = 1000  # the catch-all: any text nobody else claimed
@@ -45,7 +46,7 @@ def sniff(head: bytes) -> bool:
 def ingest(source: InputFile, jobs: int = 1, chunk_bytes: int = CHUNK_BYTES, workers: Executor | None = None) -> IngestResult:
     """Read the file's lines once for every line parser; past two chunks, with `jobs` > 1, the NCCL
     records of `jobs` chunks are parsed at once, in threads (or on `workers`: Ray tasks)."""
-    parsers = [cls(source) for cls in LINE_PARSERS]
+    parsers = [cls(source, _spill(source, chunk_bytes)) if getattr(cls, "SPILLS", False) else cls(source) for cls in LINE_PARSERS]
     account = Account()
     if jobs > 1 and source.size > 2 * chunk_bytes:
         if workers is not None:
@@ -62,6 +63,12 @@ def ingest(source: InputFile, jobs: int = 1, chunk_bytes: int = CHUNK_BYTES, wor
     for parser in parsers:
         parser.finish(result)
     return result
+
+
+def _spill(source: InputFile, chunk_bytes: int) -> Spill | None:
+    """Where a parser writes a file's rows as it reads it: only a file of more than one chunk, in the
+    run's private folder. A smaller file's rows stay in memory (its tables are no bigger than a chunk)."""
+    return Spill(source.spill) if source.spill is not None and source.size > chunk_bytes else None
 
 
 def _read_in_threads(source: InputFile, parsers: list[LineParser], account: Account, chunk_bytes: int) -> None:
