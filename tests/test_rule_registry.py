@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from markupsafe import escape
 
 from tests.helpers import tables_from
-from tracelens.cli import app
+from tracelens.cli import _headline, app
 from tracelens.config import load
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
@@ -51,7 +51,10 @@ README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding=
 
 def test_the_readme_rule_table_is_the_registry():
     rows = re.findall(r"^\| (TL\d+) \| ([^|]+?) \| (\w+) \| ([\w ]+?) \|", README, flags=re.MULTILINE)
-    assert rows == [(r.id, r.name, r.severity.label, r.kind) for r in all_rules()]
+    registry = [(r.id, r.name, r.severity.label, r.kind) for r in all_rules()]
+    docs = {r.id: _headline(r.docs["What it finds"]) for r in all_rules()}
+    wanted = "\n".join(f"| {' | '.join(row)} | {docs[row[0]]} |" for row in registry if row not in rows)
+    assert rows == registry, f"README.md's rule table differs from the registry; its rows should be, in id order:\n{wanted}"
 
 
 def test_the_readme_config_example_is_a_valid_config(tmp_path):

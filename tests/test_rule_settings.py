@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import inspect
 import re
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tests.helpers import fire, tables_from
 from tracelens.rules import all_rules
 
 RULES = {r.id: r for r in all_rules()}
@@ -55,3 +57,22 @@ def test_tl401_critical_share_and_spike_rows(analysis_of):
     # a window of 40 slow steps counts as an isolated spike when windows need more rows to stand alone
     spikes = _run(analysis_of, "ds-slow-window", "TL401", {"long_window_rows": 1000})
     assert [title for _, title in spikes] == ["1 isolated step-time spike"]
+
+
+def test_tl423_window_around_the_first_stop():
+    """Rank 1 stops after seq 2 (created at t0 + 2 s); an IB error at t0 falls 2 s before the stop."""
+    t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    entries = [{"rank": r, "pg_name": "0", "pg_id": 0, "pg_desc": "default_pg", "collective_seq_id": s, "op": "all_reduce",
+                "profiling_name": "nccl:all_reduce", "is_p2p": False, "status": "completed" if s < 3 else "started",
+                "input_sizes": "[[8]]", "ts": t0 + timedelta(seconds=s), "encoding": "pickle", "record_id": s, "frames": []}
+               for r in range(2) for s in range(1, 4 if r == 0 else 3)]
+    error = {"host": "node02", "kind": "ib_completion", "message": "NET/IB : Got completion with error 12", "ts": t0, "ts_lo": t0, "ts_hi": t0}
+    tables = tables_from(fr_entries=entries, nccl_errors=[error])
+    (finding,) = fire(tables, "TL423")
+    assert finding.title == "Network events in the minute before rank 1 stopped"
+    assert fire(tables, "TL423", before_s=1.0) == []
+    later = t0 + timedelta(seconds=20)  # 18 s after the stop
+    tables = tables_from(fr_entries=entries, nccl_errors=[error | {"ts": later, "ts_lo": later, "ts_hi": later}])
+    assert fire(tables, "TL423") == []
+    (late,) = fire(tables, "TL423", after_s=30.0)
+    assert late.title == "Network events in the minute before rank 1 stopped"

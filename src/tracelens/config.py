@@ -59,7 +59,7 @@ class Config:
 
     @property
     def label(self) -> str:
-        """How the report names it: `tracelens.toml (in /runs/run42)`, `[tool.tracelens] in ...`."""
+        """How the reports name it: `runs/run42/tracelens.toml`, `[tool.tracelens] in pyproject.toml`, or none."""
         if self.source is None:
             return "none (defaults)"
         table = "[tool.tracelens] in " if self.source.name == "pyproject.toml" else ""

@@ -41,7 +41,8 @@ def tables_from(**rows: list[dict]) -> RunTables:
     return tables
 
 
-def fire(tables: RunTables, rule_id: str):
-    """The findings of one rule on `tables` (as they are: not aligned), with its default settings."""
+def fire(tables: RunTables, rule_id: str, **settings):
+    """The findings of one rule on `tables` (as they are: not aligned), with its default settings
+    except those given."""
     (chosen,) = [r for r in all_rules() if r.id == rule_id]
-    return chosen.run(RunContext(tables))
+    return chosen.run(RunContext(tables), settings)

@@ -17,7 +17,6 @@ from tracelens.derived import RunContext, hangs
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.rules import Setting, rule
 
-AFTER = timedelta(seconds=10)  # network events this soon after the first stop belong to it too
 
 
 def _entry_text(e: dict) -> str:
@@ -170,9 +169,10 @@ def first_rank_stopped(ctx: RunContext) -> Iterator[Finding]:
 
 
 @rule("TL423", "hang-network-context", Severity.WARNING, needs=("fr_entries",), settings={
-    "before_s": Setting("seconds", "Network events this long before the first rank stopped belong to the hang."),
+    "before_s": Setting("seconds", "Network events this long before the first rank stopped belong to the hang ..."),
+    "after_s": Setting("seconds", "... and those this soon after it (times of different sources are that loose)."),
 })
-def hang_network_context(ctx: RunContext, *, before_s: float = 60.0) -> Iterator[Finding]:
+def hang_network_context(ctx: RunContext, *, before_s: float = 60.0, after_s: float = 10.0) -> Iterator[Finding]:
     """
     What it finds: NCCL errors, port counter rises and packet evidence (retransmissions,
     NAKs, CNPs) in the minute before the first rank of a hang stopped (TL422), from every
@@ -190,7 +190,7 @@ def hang_network_context(ctx: RunContext, *, before_s: float = 60.0) -> Iterator
     if stop is None or stop.at is None:
         return
     around = timedelta(seconds=before_s)
-    events = ctx.network_events.filter(pl.col("cause") != "stall", pl.col("lo") <= stop.at + AFTER,
+    events = ctx.network_events.filter(pl.col("cause") != "stall", pl.col("lo") <= stop.at + timedelta(seconds=after_s),
                                       pl.coalesce("hi", "lo") >= stop.at - around)
     if events.height == 0:
         return
