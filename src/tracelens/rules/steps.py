@@ -15,7 +15,6 @@ from tracelens.tables import RunTables
 
 MAX_WINDOWS = 10  # findings for the costliest windows; the rest are counted in the last one
 MIN_COST_SHARE = timing.MIN_COST_SHARE
-SPIKES_COST_SHARE = 0.15  # isolated spikes warn when together they cost this share of the run's step time
 COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share
 
 
@@ -30,8 +29,12 @@ def _basis_note(basis: str) -> str:
 @rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",), settings={
     "long_window_rows": Setting("logged steps", "Slow windows of fewer logged steps are isolated spikes, reported together in one finding."),
     "critical_share": Setting("share of the run's step time", "A slow stretch that cost at least this share of the run is critical."),
+    "spikes_warn_share": Setting("share of the run's step time", "Isolated spikes warn when together they cost at least "
+                                 "this share of the run (less is a busy machine's noise, told at info)."),
 })
-def step_time_spikes(t: RunTables, *, long_window_rows: int = 3, critical_share: float = 0.2) -> Iterator[Finding]:
+def step_time_spikes(
+    t: RunTables, *, long_window_rows: int = 3, critical_share: float = 0.2, spikes_warn_share: float = 0.15
+) -> Iterator[Finding]:
     """
     What it finds: steps that took far longer than the run's usual step time, grouped into
     windows of consecutive slow steps, each with how much time it cost the run. "Usual" is a
@@ -91,8 +94,8 @@ def step_time_spikes(t: RunTables, *, long_window_rows: int = 3, critical_share:
         yield Finding(
             rule_id="TL401",
             # between progress lines a spike may as well be an evaluation or a checkpoint; single slow
-            # steps that cost less than SPIKES_COST_SHARE are a busy machine's noise
-            severity=Severity.WARNING if worst.basis != "timestamps" and cost >= SPIKES_COST_SHARE * total else Severity.INFO,
+            # steps that cost less than spikes_warn_share are a busy machine's noise
+            severity=Severity.WARNING if worst.basis != "timestamps" and cost >= spikes_warn_share * total else Severity.INFO,
             title=f"{count(len(spikes), 'isolated step-time spike')}",
             summary=f"{count(len(spikes), 'single slow step')} or pairs, up to {worst.peak_ms:.0f} ms against a usual "
             f"{worst.baseline_ms:.0f} ms ({worst.label}), {_basis_note(worst.basis)}; together they cost "
