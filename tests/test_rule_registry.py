@@ -28,6 +28,7 @@ def test_every_rule_declares_its_kind_needs_and_described_settings():
         assert r.kind in KINDS and r.needs, r.id
         for s in r.settings:
             assert s.unit and s.help.endswith((".", "...")) and s.default is not None, (r.id, s.name)
+            assert not isinstance(s.default, (int, float)) or 0 <= s.default < float("inf"), (r.id, s.name)  # as config.py asks
 
 
 def test_a_rule_without_its_input_does_not_run_and_says_what_would_let_it():

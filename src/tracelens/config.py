@@ -19,6 +19,7 @@ An unknown key, rule, setting or severity is an error that names it (ConfigError
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -199,5 +200,7 @@ def _settings(rule: Rule | None, values: Any, fail) -> dict[str, Any]:
             ok = number and (isinstance(default, float) or isinstance(value, int))
         if not ok:
             raise fail(f".{name}", f"{value!r} is not {TYPE_NAMES.get(type(default), 'a value')} like the default {default!r}")
+        if number and not 0 <= value < math.inf:  # every threshold is a count, share, ratio or size
+            raise fail(f".{name}", f"{value!r} is not a finite number of 0 or more")
         out[name] = float(value) if isinstance(default, float) else value
     return out
