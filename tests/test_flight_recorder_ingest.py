@@ -175,3 +175,11 @@ def test_a_dump_without_a_rank_in_its_name_says_so(tmp_path):
     result = _read(path)
     assert result.tables["fr_entries"]["rank"].to_list() == [None]
     assert result.account.errors == ["dump.json: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank"]
+
+
+def test_a_dump_without_entries_still_names_its_groups(tmp_path):
+    path = tmp_path / "trace_rank_2.json"
+    path.write_text(json.dumps({"version": "2.4", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}, "entries": []}))
+    result = _read(path)
+    assert not result.account.errors and result.account.lines == 0 and "fr_entries" not in result.tables
+    assert result.tables["fr_groups"]["ranks"].to_list() == [[0, 1, 2]]

@@ -36,3 +36,31 @@ def test_mutated_inputs_never_crash_and_every_line_is_accounted_for(tmp_path: Pa
     analysis = analyze(tmp_path / "run")
     problems = fuzz.check_run(analysis, files, render(analysis), to_json(analysis))
     assert not problems, f"seed {SEED} batch {batch}:\n" + "\n".join(problems)
+
+
+def _fr_entry(seq: int, **values) -> dict:
+    return {"record_id": seq, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": seq, "p2p_seq_id": 0,
+            "profiling_name": "nccl:all_reduce", "time_created_ns": 1_700_000_000_000_000_000 + seq, "state": "completed",
+            "retired": True, "duration_ms": 1.5, "timeout_ms": 600000, **values}
+
+
+# Fuzz finds: a JSON dump with one infinite value, or one integer of 2^64, was dropped whole.
+@pytest.mark.parametrize("bad", [
+    {"timeout_ms": float("-inf")}, {"duration_ms": float("inf")}, {"time_created_ns": 2**64}, {"record_id": 2**64},
+    {"collective_seq_id": -(2**63) - 1}, {"pg_id": 1e400}, {"profiling_name": ["nccl:all_reduce"]}, {"retired": "yes"},
+])  # fmt: skip
+def test_a_flight_recorder_value_out_of_range_loses_only_its_entry(tmp_path: Path, bad: dict):
+    import json
+
+    dump = {"version": "2.4", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+            "entries": [_fr_entry(1), _fr_entry(2, **bad), _fr_entry(3)]}
+    data = json.dumps(dump).encode()  # Python writes Infinity and 2^64 as json.dumps does
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "fr_trace_rank_0.json").write_bytes(data)
+    analysis = analyze(tmp_path / "run")
+    assert not fuzz.check_run(analysis, {"fr_trace_rank_0.json": data}, render(analysis), to_json(analysis))
+    (row,) = analysis.tables["inputs"].to_dicts()
+    assert (row["lines"], row["parsed"], row["unrecognized"], row["errors"]) == (3, 2, 1, [])
+    assert [s["line"] for s in row["samples"]] == [2] and row["samples"][0]["text"].startswith("entry 2: ")
+    assert analysis.tables["fr_entries"]["collective_seq_id"].to_list() == [1, 3]
+    assert analysis.tables["fr_groups"]["ranks"].to_list() == [[0, 1]]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import re
 from typing import Any
 
@@ -74,15 +75,16 @@ def ingest(source: InputFile) -> IngestResult:
         return result
     rank = rank_from_name(source.name)
     listed = dump.get("entries") if isinstance(dump.get("entries"), (list, tuple)) else []
-    entries = [e for e in listed[:MAX_ENTRIES] if isinstance(e, dict)]
+    rows, bad = entry_rows(listed[:MAX_ENTRIES], dump, rank, source.name, encoding)
     result.account.lines = len(listed)
-    result.account.parsed = len(entries)
-    result.account.unrecognized = result.account.lines - len(entries)
+    result.account.parsed = len(rows)
+    result.account.unrecognized = result.account.lines - len(rows)
+    result.account.add_samples(bad)
     if len(listed) > MAX_ENTRIES:
         result.account.errors.append(f"{source.name}: {len(listed):,} entries, only the first {MAX_ENTRIES:,} are read")
     if rank is None:
         result.account.errors.append(f"{source.name}: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank")
-    frame = entry_frame(entries, dump, rank, source.name, encoding)
+    frame = entry_frame(rows)
     result.add("fr_entries", frame)
     result.add("fr_groups", group_frame(dump, frame, rank, source.name))
     return result
@@ -182,15 +184,57 @@ def rank_from_name(name: str) -> int | None:
     return int(in_path[-1]) if in_path else None
 
 
-def _nonzero(value: Any) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and value > 0 else None  # JSON writes 0 for "not known"
+class BadValue(ValueError):
+    """A value no column can hold: an infinite number, an integer past 64 bits, a list where a name goes."""
+
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
 
 
 def _int(value: Any) -> int | None:
+    """An integer, or None for what is none (missing, a word, NaN, past 64 bits)."""
     try:
-        return int(value)
+        return _strict_int(value)
+    except BadValue:
+        return None
+
+
+def _strict_int(value: Any) -> int | None:
+    """An entry's integer: None for missing or not a number; BadValue for infinity or past 64 bits."""
+    try:
+        number = int(value)
     except (TypeError, ValueError):
         return None
+    except OverflowError:
+        raise BadValue(f"{value} is not a finite number") from None
+    if not _INT64[0] <= number <= _INT64[1]:
+        raise BadValue(f"{number} does not fit 64 bits")
+    return number
+
+
+def _nonzero(value: Any) -> int | None:
+    number = _strict_int(value) if isinstance(value, (int, float)) else None
+    return number if number and number > 0 else None  # JSON writes 0 for "not known"
+
+
+def _float(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):
+        raise BadValue(f"{value!r} is not a finite number of milliseconds")
+    return float(value)
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise BadValue(f"{_COMPACT(value)[:80]} where a name goes")
+
+
+def _flag(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise BadValue(f"{_COMPACT(value)[:80]} where true or false goes")
 
 
 def _bounded(value: Any, budget: list[int]) -> bool:
@@ -243,7 +287,7 @@ def _pg(entry: dict) -> tuple[str | None, str | None]:
 def _status(entry: dict, seq: int | None, progress: dict | None) -> str:
     """completed / started / scheduled: the entry's own state, else what `retired` and the
     group's pg_status say (gloo leaves every state at scheduled)."""
-    state = str(entry.get("state") or SCHEDULED)
+    state = _text(entry.get("state")) or SCHEDULED
     if state == COMPLETED or entry.get("retired") is True:
         return COMPLETED
     if progress and seq is not None and not entry.get("is_p2p"):
@@ -254,36 +298,53 @@ def _status(entry: dict, seq: int | None, progress: dict | None) -> str:
     return state
 
 
-def entry_frame(entries: list[dict], dump: dict, rank: int | None, file: str, encoding: str) -> pl.DataFrame:
-    """One row per entry, every version's keys mapped onto fr_entries."""
+def entry_rows(entries: list, dump: dict, rank: int | None, file: str, encoding: str) -> tuple[list[dict], list[tuple[int, str]]]:
+    """One row per entry, every version's keys mapped onto fr_entries; and (number, reason) of each
+    entry that is not one or holds a value no column can hold (counted unrecognised, the rest read)."""
     status_of = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
-    rows = []
+    rows, bad = [], []
     for i, e in enumerate(entries):
-        pg_name, pg_desc = _pg(e)
-        pg_id = _int(e.get("pg_id"))
-        if pg_id is None:
-            pg_id = _int(pg_name)
-        seq = _int(e.get("collective_seq_id", e.get("seq_id")))
-        backend, op = op_name(e.get("profiling_name"))
-        is_p2p = e.get("is_p2p")
-        if is_p2p is None:
-            is_p2p = op in P2P_OPS
-        progress = status_of.get(str(pg_id)) or status_of.get(pg_name or "")
-        rows.append({
-            "file": file, "line": None, "host": None,
-            "rank": rank, "record_id": _int(e.get("record_id", i)), "pg_id": pg_id, "pg_name": pg_name, "pg_desc": pg_desc,
-            "collective_seq_id": seq, "p2p_seq_id": _int(e.get("p2p_seq_id")), "op_id": _int(e.get("op_id")),
-            "profiling_name": e.get("profiling_name"), "backend": backend, "op": op, "is_p2p": bool(is_p2p),
-            "state": e.get("state"), "status": _status(e, seq, progress), "retired": e.get("retired"),
-            "input_sizes": _sizes(e.get("input_sizes")), "output_sizes": _sizes(e.get("output_sizes")),
-            "input_dtypes": _sizes(e.get("input_dtypes")), "output_dtypes": _sizes(e.get("output_dtypes")),
-            "time_created_ns": _nonzero(e.get("time_created_ns")),
-            "time_discovered_started_ns": _nonzero(e.get("time_discovered_started_ns")),
-            "time_discovered_completed_ns": _nonzero(e.get("time_discovered_completed_ns")),
-            "duration_ms": e.get("duration_ms"), "timeout_ms": _int(e.get("timeout_ms")),
-            "thread_name": e.get("thread_name"), "thread_id": None if e.get("thread_id") is None else str(e.get("thread_id")),
-            "frames": _frames(e.get("frames")), "version": str(dump.get("version", "")) or None, "encoding": encoding,
-        })  # fmt: skip
+        if not isinstance(e, dict):
+            bad.append((i + 1, f"entry {i + 1}: not a dict but {type(e).__name__}"))
+            continue
+        try:
+            rows.append(_entry_row(i, e, status_of, dump, rank, file, encoding))
+        except BadValue as exc:
+            bad.append((i + 1, f"entry {i + 1}: {exc}"))
+    return rows, bad
+
+
+def _entry_row(i: int, e: dict, status_of: dict, dump: dict, rank: int | None, file: str, encoding: str) -> dict:
+    pg_name, pg_desc = _pg(e)
+    pg_id = _strict_int(e.get("pg_id"))
+    if pg_id is None:
+        pg_id = _int(pg_name)
+    seq = _strict_int(e.get("collective_seq_id", e.get("seq_id")))
+    profiling_name = _text(e.get("profiling_name"))
+    backend, op = op_name(profiling_name)
+    is_p2p = op in P2P_OPS if e.get("is_p2p") is None else bool(e.get("is_p2p"))
+    progress = status_of.get(str(pg_id)) or status_of.get(pg_name or "")
+    return {
+        "file": file, "line": None, "host": None,
+        "rank": rank, "record_id": _strict_int(e.get("record_id", i)), "pg_id": pg_id, "pg_name": pg_name, "pg_desc": pg_desc,
+        "collective_seq_id": seq, "p2p_seq_id": _strict_int(e.get("p2p_seq_id")), "op_id": _strict_int(e.get("op_id")),
+        "profiling_name": profiling_name, "backend": backend, "op": op, "is_p2p": is_p2p,
+        "state": _text(e.get("state")), "status": _status(e, seq, progress if isinstance(progress, dict) else None),
+        "retired": _flag(e.get("retired")),
+        "input_sizes": _sizes(e.get("input_sizes")), "output_sizes": _sizes(e.get("output_sizes")),
+        "input_dtypes": _sizes(e.get("input_dtypes")), "output_dtypes": _sizes(e.get("output_dtypes")),
+        "time_created_ns": _nonzero(e.get("time_created_ns")),
+        "time_discovered_started_ns": _nonzero(e.get("time_discovered_started_ns")),
+        "time_discovered_completed_ns": _nonzero(e.get("time_discovered_completed_ns")),
+        "duration_ms": _float(e.get("duration_ms")), "timeout_ms": _strict_int(e.get("timeout_ms")),
+        "thread_name": _text(e.get("thread_name")), "thread_id": None if e.get("thread_id") is None else str(e.get("thread_id")),
+        "frames": _frames(e.get("frames")), "version": str(dump.get("version", "")) or None, "encoding": encoding,
+    }  # fmt: skip
+
+
+def entry_frame(rows: list[dict]) -> pl.DataFrame:
+    if not rows:
+        return pl.DataFrame()  # a dump with no entries (or none readable) still names its groups
     frame_type = pl.List(pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64}))
     frame = pl.DataFrame(rows, schema_overrides={"frames": frame_type, "duration_ms": pl.Float64, "time_created_ns": pl.Int64},
                          infer_schema_length=None)
