@@ -13,6 +13,7 @@ the PSN it expected and the requester goes back to it (go-back-N).
 from __future__ import annotations
 
 import struct
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -221,3 +222,125 @@ def write_bulk_roce(path: Path, packets: int = 1_000_000, qps: int = 8) -> Path:
         out[psn_at + k] = (psn >> (8 * (2 - k))) & 0xFF
     out.tofile(path)
     return path
+
+
+# -- a large multi-flow capture (benchmarks/capture.py) ----------------------------------------
+
+MULTIFLOW_SNAPLEN = 96
+MULTIFLOW_CHUNK = 1_000_000
+_IP_AT, _L4_AT = 14, 34
+
+
+def trouble_slice() -> bytes:
+    """The slice's records (pcap, microseconds, Ethernet), without the file header: lost RoCE packets
+    answered by NAKs and resent, an RNR NAK, ECN-CE marks with CNPs; a TCP stream with lost segments."""
+    packets = [
+        *roce_conversation(RoceQp("10.0.0.1", "10.0.0.2", 0x11, 0x48), 400, RoceFaults(lost=(50, 200), rnr=(120,), congested=(10, 11, 12))),
+        *tcp_stream("10.0.1.1", "10.0.1.2", segments=300, lost=(40, 150, 151)),
+    ]
+    packets.sort(key=lambda p: float(p.time))
+    with tempfile.TemporaryDirectory(prefix="tracelens-synth-") as tmp:
+        path = Path(tmp) / "slice.pcap"
+        wrpcap(str(path), packets, snaplen=MULTIFLOW_SNAPLEN)
+        return path.read_bytes()[24:]
+
+
+def templates() -> list[bytes]:
+    """RoCE SEND, RoCE ACK, TCP data, TCP ACK: Ethernet frames to be patched."""
+    eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+    return [
+        bytes(eth / IP(tos=2, flags="DF") / UDP(sport=49152, dport=4791) / BTH(opcode=0x04, ackreq=0) / Raw(b"\x5a" * 1024)),
+        bytes(eth / IP(tos=2, flags="DF") / UDP(sport=49153, dport=4791) / BTH(opcode=0x11) / AETH(syndrome=0x1F)),
+        bytes(eth / IP(flags="DF") / TCP(sport=40000, dport=5201, flags="PA", window=512) / Raw(b"\x33" * 1000)),
+        bytes(eth / IP(flags="DF") / TCP(sport=5201, dport=40000, flags="A", window=512)),
+    ]
+
+
+def _hosts(base: int, index: np.ndarray) -> np.ndarray:
+    """10.<base>.x.y addresses as big-endian uint32, one host per index."""
+    return (10 << 24) | (base << 16) | ((index // 250) << 8) | (index % 250 + 1)
+
+
+def _patch(out: np.ndarray, at: np.ndarray, values: np.ndarray, width: int) -> None:
+    for k in range(width):
+        out[at + k] = (values >> (8 * (width - 1 - k))) & 0xFF
+
+
+class Background:
+    """Healthy flows of a multi-flow capture, a chunk of records at a time."""
+
+    def __init__(self, qps: int, tcp: int, start_us: int) -> None:
+        self.qps, self.tcp = qps, tcp
+        self.bodies = [np.frombuffer(t[:MULTIFLOW_SNAPLEN], np.uint8) for t in templates()]
+        self.wire = np.array([len(t) for t in templates()])
+        self.flows = qps + tcp
+        self.next_us = start_us
+        self.step = 0
+
+    def chunk(self, n: int) -> bytes:
+        # round-robin over flows: record g is flow g % flows's (g // flows)-th record; of each `every` + 1
+        # records of a flow the last is the ACK of the `every` data records before it
+        index = self.step + np.arange(n, dtype=np.int64)
+        self.step += n
+        flow, turn = index % self.flows, index // self.flows
+        roce = flow < self.qps
+        every = np.where(roce, 8, 2)
+        cycle = every + 1
+        ack = (turn % cycle == every).astype(np.int64)
+        data_before = turn // cycle * every + np.minimum(turn % cycle, every)  # the flow's data records before this one
+        kind = np.where(roce, 0, 2) + ack
+        caplen = np.minimum(self.wire[kind], MULTIFLOW_SNAPLEN)
+        starts = np.concatenate([[0], np.cumsum(16 + caplen)[:-1]])
+        out = np.zeros(int((16 + caplen).sum()), np.uint8)
+        usec = self.next_us + np.arange(n, dtype=np.int64)
+        self.next_us += n
+        header = np.stack([usec // 1_000_000, usec % 1_000_000, caplen, self.wire[kind]], axis=1).astype("<u4")
+        out[starts[:, None] + np.arange(16)] = header.view(np.uint8).reshape(n, 16)
+        for k, body in enumerate(self.bodies):
+            rows = np.flatnonzero(kind == k)
+            out[(starts[rows] + 16)[:, None] + np.arange(len(body))] = body
+        frame = starts + 16
+        client = np.where(roce, _hosts(1, flow), _hosts(3, flow - self.qps))
+        server = np.where(roce, _hosts(2, flow % 250), _hosts(4, (flow - self.qps) % 250))
+        src, dst = np.where(ack == 1, server, client), np.where(ack == 1, client, server)
+        _patch(out, frame + _IP_AT + 12, src, 4)
+        _patch(out, frame + _IP_AT + 16, dst, 4)
+        _patch(out, frame + _IP_AT + 4, (data_before + ack * 7919) & 0xFFFF, 2)  # IP id: per direction, moving
+        r, t = np.flatnonzero(roce), np.flatnonzero(~roce)
+        psn = (1000 + np.maximum(data_before[r] - ack[r], 0)) & 0xFFFFFF  # an ACK names the last data PSN
+        qp = np.where(ack[r] == 1, 0x10000 + flow[r], 0x20000 + flow[r])  # data to the responder's QP, ACKs to the requester's
+        _patch(out, frame[r] + _L4_AT + 8 + 5, qp, 3)
+        _patch(out, frame[r] + _L4_AT + 8 + 9, psn, 3)
+        _patch(out, frame[r] + _L4_AT, 49152 + ack[r], 2)
+        port = 40000 + (flow[t] - self.qps) % 20000
+        _patch(out, frame[t] + _L4_AT, np.where(ack[t] == 1, 5201, port), 2)
+        _patch(out, frame[t] + _L4_AT + 2, np.where(ack[t] == 1, port, 5201), 2)
+        client_seq = 5000 + data_before[t] * 1000
+        _patch(out, frame[t] + _L4_AT + 4, np.where(ack[t] == 1, 90000, client_seq), 4)  # seq
+        _patch(out, frame[t] + _L4_AT + 8, np.where(ack[t] == 1, client_seq, 90000), 4)  # ack
+        return out.tobytes()
+
+
+def write_multiflow(path: Path, packets: int, qps: int = 2000, tcp: int = 2000) -> int:
+    """A capture of `packets` records: the trouble slice, then `qps` healthy RC QPs and `tcp` healthy TCP
+    connections round-robin (see benchmarks/capture.py); the number of records written."""
+    trouble = trouble_slice()
+    total = 0
+    with path.open("wb") as out:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, MULTIFLOW_SNAPLEN, 1))
+        out.write(trouble)
+        total += _count(trouble)
+        background = Background(qps, tcp, start_us=(1_700_000_000 + 1) * 1_000_000)
+        while total < packets:
+            n = min(MULTIFLOW_CHUNK, packets - total)
+            out.write(background.chunk(n))
+            total += n
+    return total
+
+
+def _count(records: bytes) -> int:
+    pos, n = 0, 0
+    while pos < len(records):
+        pos += 16 + struct.unpack_from("<I", records, pos + 8)[0]
+        n += 1
+    return n

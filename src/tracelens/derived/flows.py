@@ -38,6 +38,7 @@ Not every retransmission is a loss: Linux resends without one. Each is classifie
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 import polars as pl
@@ -55,6 +56,9 @@ SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 # must not merge into one stream where every segment looks resent.
 DIRECTION = ["file", "src", "sport", "dst", "dport"]
 QP = ["file", "src", "dst", "dest_qp"]
+# Worst first; ties broken by the flow's identity: group_by's order varies from run to run, the report must not.
+QP_ORDER, QP_DESCENDING = ["trouble", "packets", "file", "src", "dst", "qp"], [True, True, False, False, False, False]
+TCP_ORDER, TCP_DESCENDING = ["retransmission_share", "segments", *DIRECTION], [True, True] + [False] * len(DIRECTION)
 
 
 @dataclass(frozen=True)
@@ -66,13 +70,44 @@ class PacketAnalysis:
 TCP_LOSS, TCP_PROBE, TCP_SPURIOUS = "TCP retransmission", "TCP tail-loss probe", "TCP spurious retransmission"
 
 
-def analyze(packets: pl.DataFrame) -> PacketAnalysis:
-    """The per-QP, per-flow and per-event analysis of `packets`."""
+BUCKET_PACKETS = 1_000_000  # packets analysed at once: memory follows a bucket, not the capture
+_last: tuple[weakref.ref, PacketAnalysis] | None = None
+
+
+def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> PacketAnalysis:
+    """The per-QP, per-flow and per-event analysis of `packets`, host pair by host pair.
+
+    Everything here is per connection, so the packets between one pair of hosts in one capture
+    are analysed apart from the others: a capture of tens of millions of packets goes through in
+    buckets of about `bucket_packets` (hashed by file and unordered host pair), and the results
+    are the same. The analysis of the frame last asked for is kept: the timeline, the events, the
+    rules and the report all ask for it.
+    """
+    global _last
+    if _last is not None and _last[0]() is packets:
+        return _last[1]
+    buckets = max(1, -(-packets.height // bucket_packets))
+    if buckets == 1:
+        parts = [_analyze(packets)]
+    else:
+        pair = (pl.col("file").hash() + (pl.col("src").hash() ^ pl.col("dst").hash())) % buckets
+        which = packets.select(pair).to_series()
+        parts = [_analyze(packets.filter(which == b)) for b in range(buckets)]
+    result = PacketAnalysis(
+        qps=pl.concat([p.qps for p in parts]).sort(QP_ORDER, descending=QP_DESCENDING),
+        tcp=pl.concat([p.tcp for p in parts]).sort(TCP_ORDER, descending=TCP_DESCENDING),
+        events=pl.concat([p.events for p in parts]).sort("ts", "frame", "file", "kind", "flow"),
+    )
+    _last = (weakref.ref(packets), result)
+    return result
+
+
+def _analyze(packets: pl.DataFrame) -> PacketAnalysis:
     frames = _with_duplicates(packets.sort("file", "frame").with_row_index("order"))
     roce_qps, roce_events = _roce(frames.filter(pl.col("proto") == "roce", ~pl.col("duplicate")))
     tcp_flows, tcp_events = _tcp(frames.filter(pl.col("proto") == "tcp", ~pl.col("duplicate")))
     dups = _event(frames.filter(pl.col("duplicate")), "capture duplicate", _direction_label())
-    return PacketAnalysis(roce_qps, tcp_flows, pl.concat([roce_events, tcp_events, dups]).sort("ts", "frame"))
+    return PacketAnalysis(roce_qps, tcp_flows, pl.concat([roce_events, tcp_events, dups]))
 
 
 def _with_duplicates(frames: pl.DataFrame) -> pl.DataFrame:
@@ -212,9 +247,7 @@ def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
     counts = ["naks_seq", "naks_other", "rnr_naks", "cnps"]
     table = table.with_columns(pl.col(counts).fill_null(0).cast(pl.Int64), ce_share=pl.col("ce_marked") / pl.col("packets"))
     trouble = pl.sum_horizontal("retransmitted", "missing_psns", *counts, "ce_marked") / pl.col("packets")
-    # ties broken by the flow's identity: group_by's order varies from run to run, the report must not
-    key = ["file", "src", "dst", "qp"]
-    return table.with_columns(trouble=trouble).sort(["trouble", "packets", *key], descending=[True, True] + [False] * len(key))
+    return table.with_columns(trouble=trouble)
 
 
 def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
@@ -297,7 +330,6 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
             retransmission_share=pl.col("retransmissions") / pl.col("segments").clip(lower_bound=1),
             flow=_direction_label(),
         )
-        .sort("retransmission_share", "segments", descending=True)
     )
     label = _direction_label()
     events = pl.concat(
