@@ -10,7 +10,9 @@ from typer.testing import CliRunner
 from tests.helpers import FIXTURES, fire, tables_from
 from tests.helpers.steps import steps as correlate_steps
 from tracelens.cli import app
-from tracelens.timeline import align
+from tracelens.derived.flows import event_times
+from tracelens.tables import RunTables
+from tracelens.timeline import Timeline, align
 
 T0 = datetime(2024, 12, 6, 18, 30, tzinfo=timezone.utc)
 
@@ -23,13 +25,18 @@ def nccl(line: int, ts: datetime | None = None, pid: int = 100, **more) -> dict:
     return {"line": line, "host": "node01", "pid": pid, "ts": ts, "level": "INFO", "message": f"line {line}", **more}
 
 
+def aligned(tables: RunTables, tz: str | None = None) -> tuple[RunTables, Timeline]:
+    """The tables aligned as the pipeline aligns them (capture events telling zone shifts apart)."""
+    return align(tables, tz, capture_events=event_times)
+
+
 def by_line(frame: pl.DataFrame) -> dict[int, dict]:
     return {r["line"]: r for r in frame.iter_rows(named=True)}
 
 
 def test_untimed_lines_are_bracketed_by_their_timestamped_neighbours():
     t = tables_from(nccl_events=[nccl(1, at(0)), nccl(2), nccl(3), nccl(4, at(10)), nccl(5)])
-    align(t)
+    t, _ = aligned(t)
     rows = by_line(t["nccl_events"])
     assert rows[1]["ts_quality"] == "exact" and rows[1]["ts_lo"] == rows[1]["ts_hi"] == at(0)
     for line in (2, 3):
@@ -41,7 +48,7 @@ def test_untimed_lines_are_bracketed_by_their_timestamped_neighbours():
 
 def test_a_line_takes_its_own_process_bracket_before_the_files():
     t = tables_from(nccl_events=[nccl(1, at(0), pid=1), nccl(2, at(4), pid=2), nccl(3, pid=1), nccl(4, pid=2), nccl(5, at(10), pid=1)])
-    align(t)
+    t, _ = aligned(t)
     rows = by_line(t["nccl_events"])
     assert (rows[3]["ts_lo"], rows[3]["ts_hi"]) == (at(0), at(10))  # pid 1's own lines, not pid 2's line 2
     assert (rows[4]["ts_lo"], rows[4]["ts_hi"]) == (at(4), at(10))  # pid 2 has nothing after: the file's next line
@@ -52,21 +59,21 @@ def test_other_tables_share_the_time_of_their_line():
         nccl_events=[nccl(1, at(0)), nccl(2), nccl(3, at(2))],
         nccl_errors=[{"line": 2, "host": "node01", "kind": "ib_completion"}],
     )
-    align(t)
+    t, _ = aligned(t)
     error = t["nccl_errors"].row(0, named=True)
     assert (error["ts_quality"], error["ts"], error["ts_lo"], error["ts_hi"]) == ("inferred", at(1), at(0), at(2))
 
 
 def test_a_file_without_any_time_stays_without():
     t = tables_from(nccl_events=[nccl(1), nccl(2)])
-    align(t)
+    t, _ = aligned(t)
     assert t["nccl_events"]["ts_quality"].to_list() == ["none", "none"]
     assert t["nccl_events"]["ts"].null_count() == 2
 
 
 def test_pytorch_clock_is_dated_from_the_file_with_a_one_second_bracket():
     t = tables_from(nccl_events=[nccl(1, at(0)), nccl(2, clock="1206 18:41:33", level="ERROR")])
-    align(t)
+    t, _ = aligned(t)
     row = by_line(t["nccl_events"])[2]
     assert row["ts_quality"] == "exact"
     assert (row["ts"], row["ts_hi"] - row["ts_lo"]) == (datetime(2024, 12, 6, 18, 41, 33, tzinfo=timezone.utc), timedelta(seconds=1))
@@ -75,7 +82,7 @@ def test_pytorch_clock_is_dated_from_the_file_with_a_one_second_bracket():
 def test_pytorch_clock_across_the_new_year_takes_the_year_before():
     january = datetime(2025, 1, 1, 0, 5, tzinfo=timezone.utc)
     t = tables_from(nccl_events=[nccl(1, january), nccl(2, clock="1231 23:59:58", level="ERROR")])
-    align(t)
+    t, _ = aligned(t)
     assert by_line(t["nccl_events"])[2]["ts"] == datetime(2024, 12, 31, 23, 59, 58, tzinfo=timezone.utc)
 
 
@@ -91,7 +98,7 @@ def _capture(first: datetime, seconds: int = 120) -> list[dict]:
 def test_logs_three_hours_ahead_of_a_capture_are_shifted_to_it():
     local = T0 + timedelta(hours=3)  # the logs' wall clock in UTC+3, read as if UTC
     t = tables_from(steps=_steps(local), packets=_capture(T0 + timedelta(minutes=2)))
-    timeline = align(t)
+    t, timeline = aligned(t)
     assert (timeline.basis, timeline.shift_hours, timeline.zone) == ("capture", 3.0, "UTC+03:00")
     assert t["steps"]["ts"].min() == T0
     assert "-3 h" in timeline.notes[0] and "UTC+03:00" in timeline.notes[0]
@@ -99,13 +106,13 @@ def test_logs_three_hours_ahead_of_a_capture_are_shifted_to_it():
 
 def test_half_hour_zones_are_found_too():
     t = tables_from(steps=_steps(T0 + timedelta(hours=5, minutes=30)), packets=_capture(T0 + timedelta(minutes=2)))
-    assert align(t).shift_hours == 5.5
+    assert aligned(t)[1].shift_hours == 5.5
 
 
 def test_an_unrelated_offset_is_not_taken_for_a_zone():
     local = T0 + timedelta(hours=3, minutes=17)
     t = tables_from(steps=_steps(local, count=12), packets=_capture(T0 + timedelta(minutes=2)))
-    timeline = align(t)
+    t, timeline = aligned(t)
     assert (timeline.basis, timeline.shift_hours) == ("assumed", 0.0)
     assert t["steps"]["ts"].min() == local  # left as read
     assert "assumed" in timeline.notes[0]
@@ -113,20 +120,20 @@ def test_an_unrelated_offset_is_not_taken_for_a_zone():
 
 def test_logs_that_already_match_the_capture_stay():
     t = tables_from(steps=_steps(T0), packets=_capture(T0 + timedelta(minutes=2)))
-    timeline = align(t)
+    t, timeline = aligned(t)
     assert (timeline.basis, timeline.shift_hours) == ("agrees", 0.0)
 
 
 def test_without_any_utc_source_utc_is_assumed_and_said():
     t = tables_from(steps=_steps(T0))
-    timeline = align(t)
+    t, timeline = aligned(t)
     assert timeline.basis == "assumed" and "--tz" in timeline.notes[0]
 
 
 def test_tz_option_reads_logs_in_that_zone_with_daylight_saving():
     t = tables_from(steps=[{"host": "node01", "step": 1, "ts": datetime(2024, 12, 6, 19, 30, tzinfo=timezone.utc)},
                            {"host": "node01", "step": 2, "ts": datetime(2024, 7, 6, 20, 30, tzinfo=timezone.utc)}])
-    timeline = align(t, tz="Europe/Berlin")
+    t, timeline = aligned(t, tz="Europe/Berlin")
     assert timeline.basis == "--tz"
     assert t["steps"]["ts"].to_list() == [datetime(2024, 12, 6, 18, 30, tzinfo=timezone.utc),
                                           datetime(2024, 7, 6, 18, 30, tzinfo=timezone.utc)]
@@ -139,13 +146,13 @@ def test_counter_dumps_named_by_local_time_move_with_the_logs_but_zoned_ones_do_
         ib_counters=[{**stamped, "ts": at(0), "dump_ts": at(0), "ts_quality": "exact"},
                      {**stamped, "ts": at(600), "dump_ts": at(600), "ts_quality": "filename"}],
     )
-    align(t, tz="Asia/Tokyo")
+    t, _ = aligned(t, tz="Asia/Tokyo")
     assert t["ib_counters"]["dump_ts"].to_list() == [at(0), at(600) - timedelta(hours=9)]
 
 
 def test_a_host_whose_clock_runs_ahead_is_measured_on_shared_steps_and_corrected():
     t = tables_from(steps=_steps(T0) + _steps(T0 + timedelta(seconds=2.5), host="node02"))
-    timeline = align(t)
+    t, timeline = aligned(t)
     offsets = {r["host"]: r for r in timeline.offsets.iter_rows(named=True)}
     assert abs(offsets["node02"]["offset_s"] - 2.5) < 1e-3 and offsets["node02"]["applied"]
     assert offsets["node01"]["offset_s"] == 0.0 and not offsets["node01"]["applied"]
@@ -163,7 +170,7 @@ def test_two_logs_of_one_host_name_with_different_clocks_are_measured_apart():
     rank1 = [{**r, "host": "lab", "rank": 1, "ts": r["ts"] + timedelta(seconds=2.5, milliseconds=20 * (r["step"] % 4))}
              for r in correlate_steps(slow=slow, file="rank1.log")]
     t = tables_from(steps=rank0 + rank1)
-    timeline = align(t)
+    t, timeline = aligned(t)
     rank1 = timeline.offsets.filter(pl.col("file") == "rank1.log").row(0, named=True)
     assert abs(rank1["offset_s"] - 2.5) < 0.5 and rank1["applied"] and rank1["uncertainty_s"] < 0.5
     assert any("lab (rank1.log) +2.500 s (± 0.100 s" in n for n in timeline.notes), timeline.notes
@@ -173,7 +180,7 @@ def test_two_logs_of_one_host_name_with_different_clocks_are_measured_apart():
 
 def test_an_offset_below_the_evidence_resolution_is_not_applied():
     t = tables_from(steps=_steps(T0) + _steps(T0 + timedelta(seconds=0.05), host="node02"))
-    timeline = align(t)
+    t, timeline = aligned(t)
     assert not timeline.offsets["applied"].any()
     assert t["steps"].filter(pl.col("host") == "node02")["ts"].min() == T0 + timedelta(seconds=0.05)
 
@@ -185,7 +192,7 @@ def test_watchdog_timeouts_of_one_collective_give_the_offset_by_their_start():
 
     # both started the collective at T0; node02's clock is 4 s ahead and its watchdog fired later
     rows = [timeout("node01", at(600), 600_000)] * 3 + [timeout("node02", at(604 + 2), 602_000)] * 3
-    timeline = align(tables_from(nccl_errors=rows))
+    _, timeline = aligned(tables_from(nccl_errors=rows))
     node02 = timeline.offsets.filter(pl.col("host") == "node02").row(0, named=True)
     assert (node02["offset_s"], node02["basis"], node02["applied"]) == (4.0, "watchdog", True)
 
@@ -194,7 +201,7 @@ def test_packets_captured_at_both_ends_give_the_capturing_hosts_offset():
     frames = [{"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "roce", "ip_id": i, "digest": 1000 + i} for i in range(20)]
     a = [{"file": "a.pcap", "frame": i, "host": "node01", "ts": at(i * 0.01), **f} for i, f in enumerate(frames)]
     b = [{"file": "b.pcap", "frame": i, "host": "node02", "ts": at(i * 0.01 + 0.2), **f} for i, f in enumerate(frames)]
-    timeline = align(tables_from(packets=a + b))
+    _, timeline = aligned(tables_from(packets=a + b))
     node02 = timeline.offsets.filter(pl.col("host") == "node02").row(0, named=True)
     assert abs(node02["offset_s"] - 0.2) < 1e-3 and node02["basis"] == "packets" and node02["applied"]
 
@@ -221,14 +228,14 @@ def _long_run_in_utc_plus_3(errors_at: list[float]) -> dict:
 
 def test_a_long_log_around_a_short_capture_takes_the_shift_its_errors_line_up_at():
     t = tables_from(**_long_run_in_utc_plus_3(errors_at=[40, 130, 250]))
-    timeline = align(t)
+    t, timeline = aligned(t)
     assert (timeline.basis, timeline.shift_hours) == ("capture", 3.0)
     assert "line up" in timeline.notes[0] and "UTC+03:00" in timeline.notes[0]
 
 
 def test_a_long_log_around_a_short_capture_without_events_is_ambiguous_not_guessed():
     t = tables_from(**_long_run_in_utc_plus_3(errors_at=[]))
-    timeline = align(t)
+    t, timeline = aligned(t)
     assert (timeline.basis, timeline.shift_hours) == ("assumed", 0.0)
     note = timeline.notes[0]
     assert "ambiguous" in note and "UTC+03:00" in note and "UTC+02:30" in note and "--tz" in note
@@ -238,6 +245,38 @@ def test_a_long_log_around_a_short_capture_without_events_is_ambiguous_not_guess
 def test_a_capture_of_another_day_overlaps_at_no_shift_and_utc_is_assumed():
     run = _long_run_in_utc_plus_3(errors_at=[40, 130, 250])
     run["packets"] = _capture(T0 + timedelta(days=1))
-    timeline = align(tables_from(**run))
+    _, timeline = aligned(tables_from(**run))
     assert (timeline.basis, timeline.shift_hours) == ("assumed", 0.0)
     assert "at no whole or half hour shift" in timeline.notes[0]
+
+
+def test_alignment_gives_new_tables_and_leaves_the_read_ones_as_they_were():
+    read = tables_from(steps=[{"host": "node01", "step": 1, "ts": at(3600)}])
+    tables, _ = aligned(read, tz="Europe/Berlin")
+    assert read["steps"]["ts"].to_list() == [at(3600)] and "ts_read" not in read["steps"].columns
+    assert tables["steps"]["ts"].to_list() == [at(0)]  # 19:30 in Berlin in December is 18:30 UTC
+    assert tables["steps"]["ts_read"].to_list() == [at(3600)]
+
+
+def test_tables_writes_the_aligned_tables_of_analyze_with_the_printed_times_beside(tmp_path):
+    """`tracelens tables` and `analyze --tables` write the same tables: `ts` in UTC as the time model
+    placed it (here 3 h earlier than printed, the shift found against the capture), `ts_text` as printed."""
+    run = FIXTURES / "scenario-tz-shift"
+    runner = CliRunner()
+    alone, beside = tmp_path / "tables", tmp_path / "analyze-tables"
+    assert runner.invoke(app, ["tables", str(run), "-o", str(alone), "-j", "1"]).exit_code == 0
+    analysed = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--tables", str(beside), "-j", "1"])
+    assert analysed.exit_code == 0
+    names = sorted(p.name for p in alone.glob("*.parquet"))
+    assert names == sorted(p.name for p in beside.glob("*.parquet")) and "steps.parquet" in names
+    for name in names:
+        assert pl.read_parquet(alone / name).equals(pl.read_parquet(beside / name), null_equal=True), name
+    steps = pl.read_parquet(alone / "steps.parquet").filter(pl.col("ts_text").is_not_null())
+    assert steps.height > 100
+    printed = steps["ts_text"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", time_zone="UTC")
+    assert ((printed - steps["ts"]) == timedelta(hours=3)).all()
+    row = steps.row(0, named=True)
+    text = (run / row["file"]).read_text().splitlines()[row["line"] - 1]
+    assert row["ts_text"][:19] in text  # the time as the log printed it, to the second
+    captured = pl.read_parquet(alone / "packets.parquet")
+    assert captured.height and (captured["ts_text"] == captured["ts"].dt.to_string("%Y-%m-%d %H:%M:%S%.f")).all()  # UTC already

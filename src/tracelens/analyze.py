@@ -18,6 +18,7 @@ import polars as pl
 from tracelens import scaleout
 from tracelens.config import Config, rename_hosts
 from tracelens.derived import RunContext
+from tracelens.derived.flows import event_times
 from tracelens.discover import discover
 from tracelens.findings import Finding
 from tracelens.ingest import IngestResult, InputFile, ingest_file, splits
@@ -197,6 +198,25 @@ def run_rules(
     return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in symptoms, f.rule_id)), not_run
 
 
+def read_run(
+    target: Path, jobs: int | None = None, progress: Progress | None = None, tz: str | None = None, ray: str | None = None,
+    config: Config | None = None,
+) -> tuple[RunTables, Timeline, list[str]]:
+    """Ingest and align a run: its aligned tables (what `analyze --tables` and `tracelens tables`
+    write), the time model's decisions and the discovery notes. `tz` is the zone of log times printed
+    without one; `ray` the address of a Ray cluster ("auto" or host:port) to ingest on; `config` a
+    config file's host aliases and zone (a `tz` given here wins over the file's)."""
+    config = config or Config()
+    workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
+    with workdir as folder:
+        read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
+        read.load()  # the rows spilled into the working folder, before it goes
+    tables, timeline = align(rename_hosts(read, config.hosts), tz or config.tz, capture_events=event_times)
+    if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
+        timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
+    return tables, timeline, notes
+
+
 def analyze(
     target: Path,
     jobs: int | None = None,
@@ -207,18 +227,10 @@ def analyze(
     ray: str | None = None,
     config: Config | None = None,
 ) -> Analysis:
-    """Analyse a run folder, file or archive end to end; `tz` is the zone of log times printed without
-    one; `ray` the address of a Ray cluster ("auto" or host:port) to ingest on; `config` a config
-    file's choices (select, ignore and tz given here win over the file's)."""
+    """Analyse a run folder, file or archive end to end (see read_run for `tz`, `ray` and `config`;
+    select and ignore given here win over the file's)."""
     config = config or Config()
-    workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
-    with workdir as folder:
-        tables, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
-        tables.load()  # the rows spilled into the working folder, before it goes
-    tables = rename_hosts(tables, config.hosts)
-    timeline = align(tables, tz or config.tz)
-    if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
-        timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
+    tables, timeline, notes = read_run(target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config)
     context = RunContext(tables)
     rules = select_rules(select or config.select, ignore or config.ignore)
     findings, not_run = run_rules(context, rules, config)

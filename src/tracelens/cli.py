@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tracelens import config as config_file
-from tracelens.analyze import Analysis, analyze, ingest_run
+from tracelens.analyze import Analysis, analyze, read_run
 from tracelens.findings import Severity
 from tracelens.private_cache import cache_dir
 from tracelens.rules import all_rules
@@ -352,20 +352,25 @@ def diff_cmd(
 def tables_cmd(
     run: Annotated[Path, typer.Argument(help="A run folder, file or archive.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the Parquet files (one per table, inputs included).")],
+    tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one, as for analyze.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
+    config_path: Annotated[Optional[Path], typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
-    """Ingest only: write every table as Parquet, to query with polars or DuckDB (exit 2 when nothing was readable)."""
+    """Ingest and align only: write every table as Parquet, to query with polars or DuckDB (exit 2 when
+    nothing was readable). The tables are those `analyze --tables` writes: `ts` in UTC as the time model
+    placed it, `ts_text` the time as the input printed it."""
     _require(run)
+    _require_zone(tz)
     _check_output_folder(output, "-o/--output")
-    with tempfile.TemporaryDirectory(prefix="tracelens-") as workdir:
-        with _progress() as bar:
-            task = bar.add_task("", total=None)
-            tables, notes = ingest_run(run, Path(workdir), jobs=jobs, progress=lambda d, t, n: bar.update(task, completed=d, total=t, description=n[-60:]))
-        for note in notes:
-            out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-        written = tables.write_parquet(output)  # streamed from the rows spilled into workdir, while it is there
-        for path in written:
-            out.print(f"{path}  ({tables.height(path.stem):,} rows)", highlight=False)
+    config = _config(config_path, run)  # its host aliases and zone, as analyze applies them
+    with _progress() as bar:
+        task = bar.add_task("", total=None)
+        tables, timeline, notes = read_run(run, jobs=jobs, tz=tz, config=config, progress=lambda d, t, n: bar.update(task, completed=d, total=t, description=n[-60:]))
+    for note in notes + timeline.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+    written = tables.write_parquet(output)
+    for path in written:
+        out.print(f"{path}  ({tables[path.stem].height:,} rows)", highlight=False)
     inputs = tables["inputs"]
     for err in (e for errs in inputs["errors"].to_list() for e in errs or []) if inputs.height else []:
         out.print(f"[red]error:[/] {escape(err)}", highlight=False)

@@ -14,6 +14,7 @@ every file's rows concatenate, and `RunTables` holds the concatenation.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import polars as pl
@@ -515,10 +516,13 @@ class RunTables:
             self._parts.setdefault(name, []).append(conform(name, frame))
             self._frames.pop(name, None)
 
-    def replace(self, name: str, frame: pl.DataFrame) -> None:
-        """Set table `name` wholesale (used by stages that enrich rows, like the timeline)."""
-        self._parts[name] = [conform(name, frame)]
-        self._frames.pop(name, None)
+    def with_frames(self, frames: Mapping[str, pl.DataFrame]) -> RunTables:
+        """New tables: these replaced (cast to their schemas), the others shared with these. How a
+        later stage (the timeline) gives its version of the tables while the ones it read stay as they were."""
+        new = RunTables()
+        new._parts = {name: [self[name]] for name in self._parts}
+        new._parts.update((name, [conform(name, frame)]) for name, frame in frames.items())
+        return new
 
     def load(self) -> None:
         """Read every spilled part into memory: before the folder that holds them goes away."""
@@ -539,15 +543,30 @@ class RunTables:
         return rows.join(text, on=["file", "line"], how="left")
 
     def write_parquet(self, out_dir: Path) -> list[Path]:
-        """Write every table (empty ones too, so the set is predictable) as Parquet; a table with
-        spilled parts not yet read is streamed from them."""
+        """Write every table (empty ones too, so the set is predictable) as Parquet, each timed one
+        with `ts_text` beside its `ts`; a table with spilled parts not yet read is streamed from them."""
         out_dir.mkdir(parents=True, exist_ok=True)
         written = []
         for name in SCHEMAS:
             path = out_dir / f"{name}.parquet"
             if name not in self._frames and any(isinstance(p, pl.LazyFrame) for p in self._parts.get(name, [])):
-                self._lazy(name).sink_parquet(path)
+                with_text(self._lazy(name)).sink_parquet(path)
             else:
-                self[name].write_parquet(path)
+                with_text(self[name]).write_parquet(path)
             written.append(path)
         return written
+
+
+def with_text(frame: Frame) -> Frame:
+    """`frame` with `ts_text` in place of `ts_read`: the time each row was read with, before the timeline
+    placed it in UTC, as text without a zone (local wall time as the log printed it; UTC for captures and
+    zoned dumps); PyTorch's yearless c10 clock where that is all the line had; null for a line without a
+    time of its own."""
+    columns = frame.collect_schema().names()
+    if "ts" not in columns:
+        return frame
+    read = pl.col("ts_read") if "ts_read" in columns else pl.col("ts")
+    text = read.dt.to_string("%Y-%m-%d %H:%M:%S%.f")
+    if "clock" in columns:
+        text = pl.coalesce(text, pl.col("clock"))
+    return frame.with_columns(ts_text=text).drop("ts_read", strict=False)

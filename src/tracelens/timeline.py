@@ -1,7 +1,9 @@
 """One time model for the run: every row of every table gets a UTC `ts` and a `ts_quality`.
 
-`align(tables, tz)` runs three steps over the ingested tables, in place, and returns
-the `Timeline` it decided on (the report shows it):
+`align(tables, tz)` runs three steps over the ingested tables and returns new, aligned
+tables (those it was given stay as ingest read them) with the `Timeline` it decided on
+(the report shows it). Each row keeps the time it was read with in `ts_read` (written
+out as `ts_text`, tables.RunTables.write_parquet), so the aligned `ts` loses nothing:
 
 1. **Inferred times.** Log lines without a time of their own (NCCL INFO lines before
    2.26, or with the default NCCL_DEBUG_TIMESTAMP_LEVELS=WARN) take the bracket of the
@@ -20,6 +22,8 @@ the `Timeline` it decided on (the report shows it):
    the report says it assumed it. A long log fits a short capture at several shifts:
    those are told apart by events (NCCL errors against the capture's NAKs and
    retransmissions); if the events cannot, UTC is assumed and the candidates are named.
+   Which packets are such events is packet-flow analysis, a later stage
+   (tracelens.derived.flows): the pipeline passes it in as `capture_events`.
 3. **Clock offsets.** Hosts' clocks disagree. Where one event is seen on several hosts
    (the same training step logged on several hosts, the same watchdog timeout SeqNum,
    whose start is its time minus `ran for` ms; the same packet in captures taken at
@@ -33,6 +37,7 @@ joins on file and line); nothing loops over rows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from zoneinfo import ZoneInfo
@@ -40,9 +45,11 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from tracelens.ingest.lines import within_datetime_range
-from tracelens.derived.flows import analyze as packet_analysis
 from tracelens.prose import count
 from tracelens.tables import RunTables
+
+# The UTC times of a capture's loss and congestion events (NAKs, retransmissions ...), from its packets table.
+CaptureEvents = Callable[[pl.DataFrame], pl.Series]
 
 # Tables whose times come from log lines: local wall time, naive, as printed.
 LOG_TABLES = ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env", "nccl_errors", "steps", "comm_ops", "config")
@@ -82,10 +89,14 @@ OFFSET_SCHEMA = {"host": pl.String, "file": pl.String, "clock": pl.String, "offs
                  "events": pl.UInt32, "basis": pl.String, "applied": pl.Boolean}
 
 
-def align(tables: RunTables, tz: str | None = None) -> Timeline:
-    """Give every row a UTC time (tables are replaced in place) and say how."""
-    _infer_log_times(tables)
-    timeline = _zone(tables, tz)
+def align(read: RunTables, tz: str | None = None, capture_events: CaptureEvents | None = None) -> tuple[RunTables, Timeline]:
+    """New tables where every row has a UTC time, and how it was decided; `read` is left as it was.
+    `capture_events` lets NCCL errors tell apart zone shifts that fit the capture equally well
+    (without it, such a tie leaves the logs in UTC, assumed)."""
+    tables = read.with_frames({name: read[name].with_columns(ts_read="ts") for name in _all_timed_tables() if read[name].height})
+    tables = tables.with_frames(_inferred_log_times(tables))
+    timeline, shifted = _zone(tables, tz, capture_events)
+    tables = tables.with_frames(shifted)
     timeline.offsets = _clock_offsets(tables)
     applied = timeline.offsets.filter("applied")
     if applied.height:
@@ -97,20 +108,22 @@ def align(tables: RunTables, tz: str | None = None) -> Timeline:
             file_key.replace_strict(by_file.select(file_key)["host"], by_file["offset_s"], default=None, return_dtype=pl.Float64),
             pl.col("host").replace_strict(by_host["host"], by_host["offset_s"], default=None, return_dtype=pl.Float64),
         )
-        _shift(tables, _all_timed_tables(), offset.fill_null(0.0))
+        tables = tables.with_frames(_shifted(tables, _all_timed_tables(), offset.fill_null(0.0)))
         said = ", ".join(f"{r['clock']} {r['offset_s']:+.3f} s (± {r['uncertainty_s']:.3f} s, on {r['events']} {r['basis']} rows)"
                          for r in applied.iter_rows(named=True))
         timeline.notes.append(f"Clock offsets estimated from events seen on several hosts and subtracted: {said}.")
-    return timeline
+    return tables, timeline
 
 
 # -- 1. inferred times ----------------------------------------------------------------------------
 
 
-def _infer_log_times(tables: RunTables) -> None:
+def _inferred_log_times(tables: RunTables) -> dict[str, pl.DataFrame]:
+    """The log tables with a time and bracket for every line that has neighbours with one."""
     lines = _line_times(tables)
     if lines.height == 0:
-        return
+        return {}
+    out = {}
     for name in LOG_TABLES:
         frame = tables[name]
         if frame.height == 0:
@@ -118,12 +131,13 @@ def _infer_log_times(tables: RunTables) -> None:
         joined = frame.drop("ts_lo", "ts_hi", strict=False).join(
             lines.select("file", "line", "_ts", "_quality", "ts_lo", "ts_hi"), on=["file", "line"], how="left", maintain_order="left"
         )
-        tables.replace(name, joined.with_columns(
+        out[name] = joined.with_columns(
             ts=pl.coalesce("_ts", "ts"),
             ts_quality=pl.coalesce("_quality", "ts_quality"),
             ts_lo=pl.coalesce("ts_lo", "ts"),
             ts_hi=pl.coalesce("ts_hi", "ts"),
-        ).drop("_ts", "_quality"))
+        ).drop("_ts", "_quality")
+    return out
 
 
 def _line_times(tables: RunTables) -> pl.DataFrame:
@@ -197,44 +211,45 @@ def _with_c10_times(lines: pl.DataFrame) -> pl.DataFrame:
 # -- 2. zone --------------------------------------------------------------------------------------
 
 
-def _zone(tables: RunTables, tz: str | None) -> Timeline:
+def _zone(tables: RunTables, tz: str | None, capture_events: CaptureEvents | None) -> tuple[Timeline, dict[str, pl.DataFrame]]:
+    """The logs' zone, and the tables whose local times it moved to UTC."""
     if tz:
         zone = ZoneInfo(tz)  # raises on an unknown zone name: the CLI checks it first
-        _shift(tables, _local_tables(tables), zone=zone)
-        return Timeline(zone=tz, basis="--tz", notes=[f"Log times were read in {tz} (--tz) and converted to UTC."])
+        shifted = _shifted(tables, _local_tables(tables), zone=zone)
+        return Timeline(zone=tz, basis="--tz", notes=[f"Log times were read in {tz} (--tz) and converted to UTC."]), shifted
     span = _log_span(tables)
     if span is None:
-        return Timeline()  # no log printed a time: nothing to place in a zone
+        return Timeline(), {}  # no log printed a time: nothing to place in a zone
     zoned = _zoned_intervals(tables)
     if zoned.height == 0:
         return Timeline(notes=["Log times carry no zone and the run has no capture or zoned counter dump to compare "
-                               "them with: read as UTC (assumed; use --tz ZONE if the hosts ran on local time)."])
+                               "them with: read as UTC (assumed; use --tz ZONE if the hosts ran on local time)."]), {}
     scores = shift_scores(span, zoned)
     best = scores["score"][0]
     what = _zoned_sources(zoned)
     if best == 0:
         return Timeline(notes=[f"Log times read as UTC (assumed): they overlap {what} at no whole or half hour "
-                               "shift; use --tz ZONE if the hosts ran on local time."])
+                               "shift; use --tz ZONE if the hosts ran on local time."]), {}
     fitting = scores.filter(pl.col("score") >= best * (1 - SHIFT_TIE))["minutes"].to_list()
     by_events = len(fitting) > 1
     if by_events:
-        fitting = _told_apart_by_events(tables, fitting)
+        fitting = _told_apart_by_events(tables, fitting, capture_events)
     if len(fitting) > 1:
         *others, last = [_utc_label(m) for m in sorted(fitting)]
         return Timeline(notes=[f"Log times read as UTC (assumed): their zone is ambiguous, they overlap {what} "
                                f"equally well read as {', '.join(others)} or {last}, and no NCCL error lines up with a "
-                               "packet event to tell these apart; use --tz ZONE if the hosts ran on local time."])
+                               "packet event to tell these apart; use --tz ZONE if the hosts ran on local time."]), {}
     minutes = fitting[0]
     if minutes == 0:
-        return Timeline(basis="agrees", notes=[f"Log times read as UTC: they overlap {what} without a shift."])
-    _shift(tables, _local_tables(tables), minutes * 60.0)
+        return Timeline(basis="agrees", notes=[f"Log times read as UTC: they overlap {what} without a shift."]), {}
+    shifted = _shifted(tables, _local_tables(tables), minutes * 60.0)
     label = _utc_label(minutes)
     why = (f"at several shifts, but their NCCL errors line up with the capture's packet events only when read as {label}"
            if by_events else f"only when read as {label}")
     return Timeline(
         zone=label, basis="capture", shift_hours=minutes / 60,
         notes=[f"Log times were shifted by {-minutes / 60:+g} h to UTC: they overlap {what} {why} (no --tz given)."],
-    )
+    ), shifted
 
 
 def shift_scores(span: tuple, zoned: pl.DataFrame) -> pl.DataFrame:
@@ -272,14 +287,13 @@ def _event_matches(errors: pl.DataFrame, packet_times: pl.Series, minutes: list[
     return windows.with_columns(matched=inside > 0).group_by("minutes").agg(pl.col("matched").sum())
 
 
-def _told_apart_by_events(tables: RunTables, minutes: list[int]) -> list[int]:
+def _told_apart_by_events(tables: RunTables, minutes: list[int], capture_events: CaptureEvents | None) -> list[int]:
     """The shifts, of those that fit the spans equally well, that the events cannot tell apart:
     the one that lines up EVENT_LEAD times more NCCL errors with packet events than any other, or all."""
     errors = tables["nccl_errors"].filter(pl.col("ts_lo").is_not_null(), pl.col("ts_hi").is_not_null())
-    if errors.height == 0 or tables["packets"].height == 0:
+    if errors.height == 0 or tables["packets"].height == 0 or capture_events is None:
         return minutes
-    events = packet_analysis(tables["packets"]).events.filter(pl.col("kind") != "capture duplicate")
-    matches = _event_matches(errors, events["ts"], minutes)
+    matches = _event_matches(errors, capture_events(tables["packets"]), minutes)
     top = matches["matched"].max()
     if not top:
         return minutes
@@ -334,8 +348,9 @@ def _all_timed_tables() -> dict[str, pl.Expr]:
     return {name: pl.lit(True) for name in (*LOG_TABLES, *DUMP_TABLES, *HOST_TABLES, "packets")}
 
 
-def _shift(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Expr = 0.0, zone: ZoneInfo | None = None) -> None:
-    """Move the time columns of the chosen rows: read them in `zone`, or subtract `seconds`."""
+def _shifted(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Expr = 0.0, zone: ZoneInfo | None = None) -> dict[str, pl.DataFrame]:
+    """The chosen tables with the time columns of the chosen rows moved: read in `zone`, or `seconds` earlier."""
+    out = {}
     for name, rows in which.items():
         frame = tables[name]
         if frame.height == 0:
@@ -352,7 +367,8 @@ def _shift(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Exp
                 new = c - pl.duration(microseconds=micros.round().cast(pl.Int64), time_unit="ns")
             return pl.when(rows).then(new).otherwise(c).alias(col)
 
-        tables.replace(name, frame.with_columns(moved(c) for c in TIME_COLUMNS if c in frame.columns))
+        out[name] = frame.with_columns(moved(c) for c in TIME_COLUMNS if c in frame.columns)
+    return out
 
 
 # -- 3. clock offsets -----------------------------------------------------------------------------

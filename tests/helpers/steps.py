@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from tests.helpers import tables_from
+from tracelens.derived.flows import event_times
 from tracelens.timeline import align
 
 T0 = datetime(2024, 12, 6, 18, 30, tzinfo=timezone.utc)
@@ -42,6 +43,6 @@ def counters(host: str, ca: str, counter: str, values: list[int], every_s: float
 
 
 def analysed(**rows):
-    tables = tables_from(**rows)
-    align(tables)
+    """Tables of these rows, aligned as the pipeline aligns them."""
+    tables, _ = align(tables_from(**rows), capture_events=event_times)
     return tables

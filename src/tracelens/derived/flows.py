@@ -110,6 +110,12 @@ def _analyze(packets: pl.DataFrame) -> PacketAnalysis:
     return PacketAnalysis(roce_qps, tcp_flows, pl.concat([roce_events, tcp_events, dups]))
 
 
+def event_times(packets: pl.DataFrame) -> pl.Series:
+    """The times of every event of the capture but its duplicates (a NAK, a retransmission ...): what
+    the timeline lines NCCL errors up with to tell apart zone shifts (timeline.align's capture_events)."""
+    return analyze(packets).events.filter(pl.col("kind") != "capture duplicate")["ts"]
+
+
 def _with_duplicates(frames: pl.DataFrame) -> pl.DataFrame:
     same_as_previous = pl.all_horizontal(
         (pl.col(c).fill_null(-1) == pl.col(c).fill_null(-1).shift(1)).over("proto", *DIRECTION)
