@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 
 from tracelens.ingest import InputFile, ds_config, textlog
-from tracelens.ingest.deepspeed import HOT, extract_hot, parse_body, split_envelope, timer_column
+from tracelens.ingest.deepspeed import HOT, extract_hot, split_envelope, timer_column
+from tracelens.ingest.ds_grammar import parse_body
 from tracelens.ingest.lines import read_chunks
 from synth.deepspeed import DsConfig
 from synth.deepspeed import ds_config as make_ds_config

@@ -1,5 +1,7 @@
-"""The package's structure: what it imports from outside (declared in pyproject.toml, nothing
-undeclared, nothing declared for nothing) and what the wheel holds."""
+"""The package's structure: its stages import one way (ingest -> tables -> timeline -> derived ->
+rules -> pipeline -> report -> cli) without cycles and keep no module-level result caches; what it
+imports from outside is declared in pyproject.toml (nothing undeclared, nothing declared for
+nothing); the wheel holds the package only."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ class Import:
     module: str  # the importing module, e.g. tracelens.ingest.pcap
     target: str  # the imported module, absolute, e.g. tracelens.tables or polars
     lazy: bool  # inside a function: runs only when that function is called
+    typing: bool  # under `if TYPE_CHECKING:`: never runs
 
 
 def _module_name(path: Path) -> str:
@@ -37,6 +40,8 @@ def _imports(path: Path) -> list[Import]:
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     lazy_nodes = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)}
+    typing_nodes = {id(n) for b in ast.walk(tree) if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)
+                    for stmt in b.body for n in ast.walk(stmt)}
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -49,12 +54,120 @@ def _imports(path: Path) -> list[Import]:
             targets = [base, *(f"{base}.{a.name}" for a in node.names)]
         else:
             continue
-        found.extend(Import(name, t, id(node) in lazy_nodes) for t in targets)
+        found.extend(Import(name, t, id(node) in lazy_nodes, id(node) in typing_nodes) for t in targets)
     return found
 
 
 SOURCES = sorted(SRC.rglob("*.py"))
+MODULES = {_module_name(p) for p in SOURCES}
 IMPORTS = [i for path in SOURCES for i in _imports(path)]
+
+# The stages, in the order data flows through them: a module may import its own stage and earlier
+# ones, never a later one. The first stage holds helpers every stage may use.
+STAGES: list[tuple[str, tuple[str, ...]]] = [
+    ("helpers", ("tracelens", "tracelens.resources", "tracelens.private_cache", "tracelens.prose", "tracelens.stats")),
+    ("ingest", ("tracelens.discover", "tracelens.ingest", "tracelens.packets")),
+    ("tables", ("tracelens.tables",)),
+    ("timeline", ("tracelens.timeline",)),
+    ("derived", ("tracelens.derived",)),
+    ("rules", ("tracelens.findings", "tracelens.rules")),
+    ("pipeline", ("tracelens.analyze", "tracelens.scaleout", "tracelens.compare")),
+    ("report", ("tracelens.report",)),
+    ("cli", ("tracelens.cli",)),
+]
+
+
+def _stage(module: str) -> int:
+    """The index in STAGES of the stage `module` belongs to (its longest listed prefix)."""
+    matches = [(len(prefix), i) for i, (_, prefixes) in enumerate(STAGES) for prefix in prefixes
+               if module == prefix or module.startswith(prefix + ".")]
+    assert matches, f"{module} belongs to no stage: add it to STAGES"
+    return max(matches)[1]
+
+
+def _internal(imports: list[Import]) -> list[Import]:
+    """The imports of tracelens modules, with the packages Python runs on the way (importing
+    tracelens.derived.flows runs tracelens/derived/__init__.py first), except the importer's own."""
+    out = []
+    for i in imports:
+        if i.target not in MODULES:
+            continue
+        parts = i.target.split(".")
+        parents = [".".join(parts[:n]) for n in range(2, len(parts))]
+        out.extend(Import(i.module, t, i.lazy, i.typing) for t in [*parents, i.target]
+                   if t != i.module and not i.module.startswith(t + "."))
+    return out
+
+
+def test_every_module_belongs_to_a_stage_and_imports_no_later_stage():
+    later = sorted(
+        f"{i.module} ({STAGES[_stage(i.module)][0]}) imports {i.target} ({STAGES[_stage(i.target)][0]})"
+        for i in _internal(IMPORTS) if _stage(i.target) > _stage(i.module)
+    )
+    assert not later
+
+
+def test_the_import_graph_has_no_cycle():
+    """Imports that run (type-only imports under TYPE_CHECKING do not: an Analysis carries the
+    Comparison that is made from two analyses) form no cycle between modules."""
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for i in _internal(IMPORTS):
+        if not i.typing:
+            graph[i.module].add(i.target)
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph[module]):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join([*path[path.index(target):], target]))
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles
+
+
+def test_the_report_reads_rules_through_the_registry_and_findings_only():
+    inside = sorted(f"{i.module} -> {i.target}" for i in IMPORTS
+                    if i.module.startswith("tracelens.report") and i.target.startswith("tracelens.rules."))
+    assert not inside
+
+
+def test_no_module_keeps_results_between_analyses():
+    """Results of an analysis live in its RunContext, not in module state: no module-level container
+    filled at run time (the rule registry, filled at import, aside), no function that rebinds a
+    module-level name (`global _cache`, as packet flows were once cached), and no memoized function
+    of frames or tables (memoized grammars and folders, functions of names, are fine)."""
+    frame_types = ("DataFrame", "Series", "LazyFrame", "RunTables", "RunContext", "Table")
+    registries = {"tracelens.rules._REGISTRY"}
+    found = []
+    for path in SOURCES:
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in tree.body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
+                     if isinstance(t, ast.Name)]
+            empty = isinstance(value, (ast.Dict, ast.List, ast.Set)) and not getattr(value, "keys", getattr(value, "elts", None))
+            made = isinstance(value, ast.Call) and (not value.args or ast.unparse(value.func).endswith("defaultdict")) and (
+                ast.unparse(value.func).split(".")[-1] in ("dict", "list", "set", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary"))
+            found.extend(f"{module}.{n}" for n in names if (empty or made) and f"{module}.{n}" not in registries)
+        for func in ast.walk(tree):
+            if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            rebound = [n for g in ast.walk(func) if isinstance(g, ast.Global) for n in g.names]
+            found.extend(f"{module}.{n} (global in {func.name})" for n in rebound)
+            memoized = any(ast.unparse(d).split("(")[0].split(".")[-1] in ("cache", "lru_cache") for d in func.decorator_list)
+            annotations = " ".join(ast.unparse(a.annotation) for a in func.args.args + func.args.kwonlyargs if a.annotation)
+            if memoized and (any(t in annotations for t in frame_types) or any(
+                    a.annotation is None and a.arg not in ("self", "cls") for a in func.args.args)):
+                found.append(f"{module}.{func.name}")
+    assert not found, f"module-level state that can hold a run's results: {found}"
 
 
 def _third_party(imports: list[Import]) -> dict[str, bool]:

@@ -11,12 +11,12 @@ comes through here, and only lines in DeepSpeed's shapes are claimed. How a line
    `[Rank N] ` (also without a logger prefix, as 0.19 prints its timers). What is left is the body.
    A line's rank is its `[Rank N]`, else its tag's,
    else that of a per-rank log (`--enable_each_rank_log`: `..._rank3.log`).
-2. The body's kind is chosen by its first words (HEADS). Lines printed without a prefix
+2. The body's kind is chosen by its first words (ds_grammar.HEADS). Lines printed without a prefix
    (v0.1-v0.3 timers, the comms summary table, Megatron and pipeline-engine lines) are
    claimed only for the kinds that DeepSpeed prints that way.
 3. Hot kinds, whose bodies are nearly all distinct, are read by vectorized regexes
    (HOT); the tests prove them equal to grammars/deepspeed.lark. The other kinds are
-   parsed by the grammar, once per distinct body.
+   parsed by the grammar (ds_grammar), once per distinct body.
 4. Multi-line records continue on lines without a prefix: JSON values of the config
    echo, the v0.1 echo, the comms summary table. Such lines belong to the record that
    opened them (`owner`, the opener's line number).
@@ -31,16 +31,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from functools import cache
 
 import polars as pl
-from lark import Lark, Token, Transformer
-from lark.exceptions import UnexpectedInput, VisitError
 
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest import ds_assemble
+from tracelens.ingest.ds_grammar import HEADS, SIZE_UNITS, parse_body
 from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, byte_slice, within_datetime_range
-from tracelens.resources import grammar_text
 
 # ---------------------------------------------------------------- envelope (§1.1)
 
@@ -151,34 +148,8 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
     )
 
 
-# ---------------------------------------------------------------- kinds
+# ---------------------------------------------------------------- kinds (ds_grammar.HEADS)
 
-# kind -> (first words of its body, printed without a logger prefix by some version)
-HEADS: dict[str, tuple[str, bool]] = {
-    "progress": (r"^(?:rank:\d+ )?step=\d+, skipped=", False),
-    "timers": (r"^(?:rank=-?\d+ )?time \(ms\) \| ", True),
-    "throughput": (r"^(?:epoch=\d+/micro_step=\d+/global_step=\d+|\d+/\d+), (?:RunningAvg)?SamplesPerSec=", False),
-    "pipe_step": (r"^steps: \d+ loss: ", True),
-    "iteration": (r"^ *iteration +\d+/ *\d+ \|", True),
-    "comm_op": (r"^(?:rank=-?\d+ \| )?comm op: ", False),
-    "overflow": (
-        r"^(?:\[deepspeed\] OVERFLOW! |Overflow detected\. |(?:Reducing|Increasing) dynamic loss scale "
-        r"|No Grad overflow for |Grad overflow on iteration )",
-        True,
-    ),
-    "chatter": (r"^(?:Process \d+ exits |Setting ds_accelerator to )", False),
-    "comms_header": (r"^Comm\. Op {2,}Message Size", True),
-    "config_header": (r"^DeepSpeed(?:Engine|Light) configuration:", True),
-    "config_entry": (r"^  [A-Za-z_]\w*(?: \.{2,}| {2}\S| = )", False),
-    "zero_init": (r"^(?:Reduce bucket size|Allgather bucket size|CPU Offload:) ", False),
-    "version": (r"^DeepSpeed info: version=", True),
-    "launcher": (
-        r"^(?:WORLD INFO DICT: |nnodes=\d|global_rank_mapping=|dist_world_size=\d|Setting CUDA_VISIBLE_DEVICES="
-        r"|process \d+ spawned with command: |cmd ?= ?|Running on the following workers: "
-        r"|\d+ (?:NCCL|UCX|FI|CUDA|TORCH)_\w+[ =])",
-        True,
-    ),
-}
 NOISE = {"overflow", "chatter", "blank"}  # known, but nothing to keep: IGNORED
 
 # A line can be DeepSpeed's only if it has a logger envelope or starts (after a pdsh tag) like a kind
@@ -251,7 +222,6 @@ MEGATRON = {
     "samples_per_sec": "samples per second",
     "skipped_iterations": "number of skipped iterations",
 }
-SIZE_UNITS = ["B", "KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"]  # comms_logging.convert_size, 1024-based
 
 
 def timer_column(name: str) -> str | None:
@@ -353,88 +323,6 @@ def _timer_role(body: pl.Expr) -> pl.Expr:
 
 def _escape(label: str) -> str:
     return label.replace("(", r"\(").replace(")", r"\)")
-
-
-# ---------------------------------------------------------------- cold kinds: the grammar
-
-KINDS = [*HEADS, "comms_op", "comms_row", "straggler_banner", "pyrepr"]
-
-
-class Record(Transformer):
-    """Parse tree -> dict. A rule holding one value is a field `(name, value)`; a kind, or any
-    rule holding fields, is a record whose fields merge into one dict."""
-
-    def __default__(self, data, children, meta):
-        if data not in KINDS and len(children) == 1 and not isinstance(children[0], (tuple, dict)):
-            return (str(data), _value(children[0]))
-        record: dict = {}
-        for child in children:
-            if isinstance(child, tuple):
-                record[child[0]] = child[1]
-            elif isinstance(child, dict):
-                record.update(child)
-        return record
-
-    def list(self, children):
-        return [_value(c) for c in children if c is not None]
-
-    tuple = pylist = list
-
-    def pydict(self, children):
-        values = self.list(children)
-        return dict(zip(values[::2], values[1::2]))
-
-    def timer(self, children):
-        return (str(children[0]), float(children[1]))
-
-    def mfield(self, children):
-        return (children[0].strip(), children[1].strip())
-
-    def kwarg(self, children):
-        return (str(children[0]), _value(children[1]))
-
-    def call(self, children):
-        return dict(c for c in children if isinstance(c, tuple))
-
-    def pyrepr(self, children):
-        return dict(children)
-
-    def msg_size(self, children):
-        return ("msg_bytes", round(float(children[0]) * 1024 ** SIZE_UNITS.index(str(children[1]))))
-
-    def latency_columns(self, _):
-        return ("straggler", False)
-
-    def straggler_columns(self, _):
-        return ("straggler", True)
-
-
-def _value(item):
-    if not isinstance(item, Token):
-        return item
-    if item.type == "INT":
-        return int(item)
-    if item.type == "NUMBER":
-        return float(item)
-    if item.type in ("PYNUMBER", "BIG_INT"):
-        text = item.replace(",", "")
-        return int(text) if text.lstrip("-").isdigit() else float(text)
-    if item.type == "STRING":
-        return item[1:-1]
-    return str(item)
-
-
-@cache
-def grammar() -> Lark:
-    return Lark(grammar_text("deepspeed"), parser="lalr", start=KINDS)
-
-
-def parse_body(kind: str, body: str) -> dict | None:
-    """The fields of one body of `kind` by the grammar, or None when it does not parse."""
-    try:
-        return Record().transform(grammar().parse(body, start=kind))
-    except (UnexpectedInput, VisitError):
-        return None
 
 
 # ---------------------------------------------------------------- the line parser

@@ -1,6 +1,6 @@
 """DeepSpeed records -> the steps, comm_ops and config tables of one file.
 
-`deepspeed.DeepSpeedParser` reads the lines; this module puts the records of a whole
+`deepspeed.DeepSpeedParser` reads the lines (ds_grammar the bodies); this module puts the records of a whole
 file together, because a step's facts are spread over several lines:
 
 - `step=N` (progress), the ThroughputTimer line (`global_step=N`), Megatron's `iteration
@@ -26,7 +26,7 @@ import json
 import polars as pl
 
 from tracelens.ingest import InputFile
-from tracelens.ingest import deepspeed  # the module, not its names: deepspeed imports this one
+from tracelens.ingest.ds_grammar import parse_body
 
 STEP_SOURCES = ("progress", "timers", "throughput", "iteration", "pipe_step")
 STEP_COLUMNS = [
@@ -230,7 +230,7 @@ def _zero_config(value: str) -> dict:
             return literal if isinstance(literal, dict) else {}
         except (ValueError, SyntaxError):
             return {}
-    return deepspeed.parse_body("pyrepr", value) or {}
+    return parse_body("pyrepr", value) or {}
 
 
 def flatten(value, prefix: str = "") -> list[tuple[str, object]]:
