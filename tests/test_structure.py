@@ -225,3 +225,13 @@ def test_the_wheel_holds_the_package_and_its_data_only():
     outside = sorted({f"{i.module} -> {i.target}" for i in IMPORTS if i.target.split(".")[0] in ("synth", "tests", "benchmarks")})
     assert not outside
     assert not (SRC / "synth").exists() and not (SRC / "tracelens" / "synth").exists()
+
+
+def test_rules_leave_their_id_to_the_registry():
+    """Rule.run stamps every finding with its rule's id: a rule module that names one itself could name the wrong one."""
+    named = []
+    for path in (SRC / "tracelens" / "rules").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and any(k.arg == "rule_id" for k in node.keywords):
+                named.append(f"{path.name}:{node.lineno}")
+    assert not named

@@ -68,7 +68,7 @@ class Verdict:
 class Finding:
     """A rule's conclusion, with numbers in the summary and a concrete fix."""
 
-    rule_id: str = field(default="", kw_only=True)  # stamped by Rule.run
+    rule_id: str = field(default="", kw_only=True)  # stamped by Rule.run; a finding made elsewhere (a test) passes it
     severity: Severity
     title: str
     summary: str

@@ -210,7 +210,6 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
     if startup:
         diagnosis.headline = f"Start-up: {diagnosis.headline}"
     return Finding(
-        rule_id="TL410",
         # a window nothing explains is told (TL401 warns of its slow steps), not blamed on anything
         severity=(Severity.CRITICAL if diagnosis.confidence == "high" and episode.share >= 0.2 else Severity.WARNING)
         if best and not startup else Severity.INFO,
@@ -342,7 +341,6 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
     lives = last_signs_of_life(t)
     rank_lines = lives.filter(pl.col("rank").is_in(ranks)).to_dicts() if ranks else []
     return Finding(
-        rule_id="TL411",
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed" + (f"; rank {', '.join(map(str, ranks))} on {', '.join(hosts)} stopped first" if ranks else ""),
         summary=f"{what} started at {hang['begin']:%H:%M:%S} UTC and {count(len(hang['ranks']), 'rank')} waited for it until their "
@@ -365,7 +363,6 @@ def _gap_finding(t: RunTables, gap: dict, gaps: pl.DataFrame) -> Finding:
     all_hosts = sorted(set(pl.concat([t[n].select("host") for n in ("nccl_events", "steps")])["host"].drop_nulls().to_list()))
     scope = "every host" if hosts_silent == all_hosts and len(all_hosts) > 1 else ", ".join(hosts_silent)
     return Finding(
-        rule_id="TL411",
         severity=Severity.WARNING,
         title=f"Logs silent for {duration(gap['seconds'])} on {scope}",
         summary=f"Every log of {scope} is silent from {_span(gap['begin'], gap['end'])} ({duration(gap['seconds'])}, "
@@ -430,7 +427,6 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
         f"{count(before['step'].n_unique(), 'step')} before ({slow / usual:.1f}x), over {count(after['step'].n_unique(), 'step')}.",
     ]
     yield Finding(
-        rule_id="TL412",
         severity=Severity.CRITICAL if lost / total >= 0.2 else Severity.WARNING,
         title=title,
         summary=f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "

@@ -60,7 +60,6 @@ def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
         peers = sorted(set(rows["peer"].drop_nulls().to_list()))
         peer_text = f" with {labelled('peer', peers, 5)}" if peers else ""
         yield Finding(
-            rule_id="TL107",
             severity=Severity.CRITICAL,
             title="InfiniBand completion errors",
             summary=f"{count(rows.height, 'IB completion error')} on {host or 'an unnamed host'}{peer_text}: "
@@ -109,7 +108,6 @@ def collective_timeout(t: RunTables) -> Iterator[Finding]:
         ranks = sorted(set(group["rank"].drop_nulls().to_list()))
         if group["kind"].eq("watchdog_abort").all():
             yield Finding(
-                rule_id="TL108",
                 severity=Severity.CRITICAL,
                 title="Collective failed or timed out",
                 summary=f"PyTorch's NCCL watchdog took the process down after NCCL operations failed or timed out "
@@ -126,7 +124,6 @@ def collective_timeout(t: RunTables) -> Iterator[Finding]:
             if ran.len():
                 timing += f" (ran up to {int(ran.max())} ms)"
         yield Finding(
-            rule_id="TL108",
             severity=Severity.CRITICAL,
             title="Collective timed out",
             summary=f"{what} timed out{timing}, reported by {count(len(ranks), 'rank') if ranks else 'unnamed ranks'}"
@@ -169,23 +166,23 @@ def communication_failure(t: RunTables) -> Iterator[Finding]:
     `Network is unreachable` or a timeout means a wrong RoCE GID (NCCL_IB_GID_INDEX) or a
     port that is down (`ibstat`).
     """
-    yield from _per_kind(t, "TL109", _FAILURE_KINDS, lambda kind: f"NCCL {_FAILURE_KINDS[kind]}", "")
+    yield from _per_kind(t, _FAILURE_KINDS, lambda kind: f"NCCL {_FAILURE_KINDS[kind]}", "")
 
 
-def _per_kind(t: RunTables, rule_id: str, kinds: dict[str, str], title, note: str) -> Iterator[Finding]:
+def _per_kind(t: RunTables, kinds: dict[str, str], title, note: str) -> Iterator[Finding]:
     """One finding per error kind in `kinds`: how many, on how many hosts, and the first message."""
     rows = t["nccl_errors"].filter(pl.col("kind").is_in(list(kinds)))
     for (kind,), group in rows.sort("file", "line").group_by(["kind"], maintain_order=True):
         hosts = hosts_of(group)
         first = (group["message"][0] or "")[:160]
         summary = f"{group.height} {kinds[kind]} on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}{note}; first: {first}"
-        yield _critical(t, rule_id, title(kind), summary, group, hosts)
+        yield _critical(t, title(kind), summary, group, hosts)
 
 
-def _critical(t: RunTables, rule_id: str, title: str, summary: str, group: pl.DataFrame, hosts: list[str]) -> Finding:
+def _critical(t: RunTables, title: str, summary: str, group: pl.DataFrame, hosts: list[str]) -> Finding:
     """A critical finding whose evidence, ranks and time window are those of `group`'s lines."""
     return Finding(
-        rule_id=rule_id, severity=Severity.CRITICAL, title=title, summary=summary, evidence=evidence(group),
+        severity=Severity.CRITICAL, title=title, summary=summary, evidence=evidence(group),
         hosts=hosts, ranks=ranks_of(t, group), window=time_window(group),
     )
 
@@ -215,7 +212,7 @@ def gpu_error(t: RunTables) -> Iterator[Finding]:
     `dmesg` for Xid errors, a driver/library version mismatch (reboot after a driver update),
     and rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel.
     """
-    yield from _per_kind(t, "TL110", _GPU_KINDS, _GPU_KINDS.get, ", a GPU or build problem, not the network")
+    yield from _per_kind(t, _GPU_KINDS, _GPU_KINDS.get, ", a GPU or build problem, not the network")
 
 
 # ibv_event_type texts (ibv_event_type_str) by what they break.
@@ -264,4 +261,4 @@ def ib_async_events(t: RunTables) -> Iterator[Finding]:
             f"{group.height} IB async event(s) on {host or 'an unnamed host'}: {_count_list(group, 'event_class')}; "
             f"first: {(first['async_event'] or first['message'] or '')[:120]}"
         )
-        yield _critical(t, "TL111", "InfiniBand async error events", summary, group, [host] if host else [])
+        yield _critical(t, "InfiniBand async error events", summary, group, [host] if host else [])

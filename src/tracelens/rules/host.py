@@ -82,7 +82,7 @@ def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0) -> 
             top = causes.row(0, named=True)
             hosts = [u.host for u in dropped]
             yield Finding(
-                rule_id="TL601", severity=Severity.WARNING, score=0.0,
+                severity=Severity.WARNING, score=0.0,
                 title=f"GPUs idle while waiting on the network from {span}",
                 summary=f"While steps were slow ({span}) GPU utilisation fell: {numbers}. In the same window "
                 f"{count(window.height, 'network event')} {'points' if window.height == 1 else 'point'} at {CAUSES.get(top['cause'], top['cause'])} on {top['host']}: "
@@ -94,7 +94,7 @@ def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0) -> 
             )
         elif all(u.inside >= busy_util and not u.dropped for u in found):
             yield Finding(
-                rule_id="TL601", severity=Severity.INFO,
+                severity=Severity.INFO,
                 title=f"GPUs busy while steps were slow from {span}: compute bound",
                 summary=f"While steps were slow ({span}) the GPUs stayed busy: {numbers}. "
                 f"{'No network event falls in the window: ' if window.height == 0 else ''}the slowdown is in the GPUs' own work, not in waiting on the network.",
@@ -131,7 +131,7 @@ def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
         flagged |= ends
         per = ", ".join(f"{r['host']} {r['ifname']} {r['mtu']}" for r in group.sort("host", "ifname").iter_rows(named=True))
         yield Finding(
-            rule_id="TL602", severity=Severity.WARNING,
+            severity=Severity.WARNING,
             title=f"MTU mismatch on {link}: {', '.join(map(str, sorted(group['mtu'].unique().to_list())))}",
             summary=f"The interfaces of {link} use different MTUs: {per}. Frames larger than the smallest MTU are "
             "dropped or fragmented between them.",
@@ -168,7 +168,7 @@ def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
     for r in rows.sort("host", "ca", "port").iter_rows(named=True):
         via = f" (its netdev {r['netdev']} has MTU {r['mtu']})" if r["netdev"] and r["mtu"] else ""
         yield Finding(
-            rule_id="TL603", severity=Severity.WARNING,
+            severity=Severity.WARNING,
             title=f"{r['host'] or ''} {r['ca']} port {r['port']}: active MTU {r['active_mtu']} below the {r['max_mtu']} it supports".strip(),
             summary=f"{r['ca']} port {r['port']} ({r['link_layer'] or 'link layer unknown'}) runs RDMA at MTU {r['active_mtu']} "
             f"although the port supports {r['max_mtu']}{via}: {r['max_mtu'] // r['active_mtu']}x the packets for the same data.",
@@ -205,7 +205,7 @@ def socket_interface_without_jumbo_frames(t: RunTables, *, jumbo_mtu: int = 9000
     small = listed.join(named, on=["host", "ifname"], how="inner").filter(pl.col("mtu") < jumbo_mtu)
     for r in small.sort("host").iter_rows(named=True):
         yield Finding(
-            rule_id="TL604", severity=Severity.INFO,
+            severity=Severity.INFO,
             title=f"{r['host']}: NCCL sockets on {r['ifname']} without jumbo frames (MTU {r['mtu']})",
             summary=f"{r['host']} carries NCCL traffic over TCP sockets on {r['ifname']}, whose MTU is {r['mtu']}: "
             f"{jumbo_mtu // r['mtu']}x the packets of jumbo frames for the same data.",
@@ -269,7 +269,7 @@ def kernel_events(t: RunTables) -> Iterator[Finding]:
         if slow:
             summary += (" It falls" if group.height == 1 else f" {slow} of them {'falls' if slow == 1 else 'fall'}") + " in a slow window of the steps."
         yield Finding(
-            rule_id="TL605", severity=severity,
+            severity=severity,
             title=f"{host or 'host'}: {group.height} {what}" + (f" ({details[0]})" if kind == "xid" and details else ""),
             summary=summary, evidence=_evidence(group), hosts=[host] if host else [],
             window=(times.min(), times.max()) if times.len() else None,
@@ -360,7 +360,7 @@ def _usual_rate(run: pl.DataFrame) -> tuple[float, str] | None:
 
 
 def _benchmark_finding(severity: Severity, title: str, summary: str, rows: pl.DataFrame, hosts: list[str]) -> Finding:
-    return Finding(rule_id="TL606", severity=severity, title=title, summary=summary, evidence=_rows_evidence(rows), hosts=hosts)
+    return Finding(severity=severity, title=title, summary=summary, evidence=_rows_evidence(rows), hosts=hosts)
 
 
 def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
@@ -407,7 +407,7 @@ def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Itera
         if gbps >= line_share * line:
             continue
         yield Finding(
-            rule_id="TL607", severity=Severity.WARNING,
+            severity=Severity.WARNING,
             title=f"{largest['test']}: {gbps:.1f} Gb/s on {device or 'the port'}, {gbps / line:.0%} of its {line:g} Gb/s line rate",
             summary=f"{largest['test']} on {host or 'a host'} {device or ''} averaged {largest['bw_avg']:g} {largest['bw_unit']} "
             f"({gbps:.1f} Gb/s) at {largest['bytes']:,} bytes: {gbps / line:.0%} of the port's {line:g} Gb/s; "
@@ -451,7 +451,7 @@ def roce_gid_index(t: RunTables) -> Iterator[Finding]:
         have = (f"index {index} is {at['roce'][0]} {at['gid'][0]}" if at.height else f"there is no GID at index {index}")
         better = (f"; its RoCE v2 IPv4 GID is at index {', '.join(map(str, sorted(set(v2['index'].to_list()))))}" if v2.height else "")
         yield Finding(
-            rule_id="TL608", severity=Severity.WARNING,
+            severity=Severity.WARNING,
             title=f"{host or 'A host'}: NCCL_IB_GID_INDEX={index} is not a RoCE v2 IPv4 GID there",
             summary=f"NCCL uses GID index {index}, but on {host or 'this host'} {have}{better}.",
             evidence=_evidence(t.tables.with_text(env_rows.head(1)), "message") + [

@@ -21,14 +21,13 @@ def _analysis(t: RunTables) -> PacketAnalysis | None:
 
 
 def _finding(
-    t: RunTables, rule_id: str, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]
+    t: RunTables, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]
 ) -> Finding:
     """A finding about `addresses` ({} in `summary` become `host (ip)`), its window and evidence from `events`."""
     names = t.host_names
     window = time_window(events)
     when = f" {during(*window)}" if window else ""
     return Finding(
-        rule_id=rule_id,
         severity=Severity.WARNING,
         title=title,
         summary=summary.format(*(describe(a, names) for a in addresses)) + when + ".",
@@ -79,7 +78,7 @@ def roce_loss(t: RunTables, *, loss_share: float = 0.001) -> Iterator[Finding]:
     for analysis, qp in _qps_above(t, loss_share, "naks_seq", "psn_gaps"):
         delay = f", {qp['nak_to_resend_ms']:.3f} ms from NAK to resend" if qp["nak_to_resend_ms"] is not None else ""
         yield _finding(
-            t, "TL301", "RoCE packet loss",
+            t, "RoCE packet loss",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['naks_seq'], 'NAK')} with PSN sequence error and "
             f"{count(qp['missing_psns'], 'missing PSN')} in {count(qp['packets'], 'packet')}; {count(qp['retransmitted'], 'packet')} "
             f"({number(qp['retransmitted_bytes'], 'payload bytes')}) resent{delay}",
@@ -106,7 +105,7 @@ def roce_rnr(t: RunTables) -> Iterator[Finding]:
     """
     for analysis, qp in _qps_above(t, 0, "rnr_naks"):
         yield _finding(
-            t, "TL302", "RoCE receiver not ready (RNR NAKs)",
+            t, "RoCE receiver not ready (RNR NAKs)",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['rnr_naks'], 'RNR NAK')} from the receiving side in "
             f"{count(qp['packets'], 'packet')}",
             _events(analysis, qp["flow"], "RNR NAK"),
@@ -137,7 +136,7 @@ def roce_congestion(t: RunTables, *, marked_share: float = 0.01) -> Iterator[Fin
     """
     for analysis, qp in _qps_above(t, marked_share, "cnps", "ce_marked"):
         yield _finding(
-            t, "TL303", "RoCE congestion (ECN-CE marks, CNPs)",
+            t, "RoCE congestion (ECN-CE marks, CNPs)",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['ce_marked']} of {qp['packets']} data packets "
             f"ECN-CE marked ({qp['ce_share']:.1%}) and {count(qp['cnps'], 'CNP')} sent back to throttle the sender",
             _events(analysis, qp["flow"], "ECN-CE", "CNP"),
@@ -192,7 +191,7 @@ def tcp_retransmissions(t: RunTables, *, loss_share: float = 0.001, critical_sha
         events = analysis.events.filter(pl.col("flow").is_in(pair["flows"]), pl.col("kind").is_in([TCP_LOSS, "zero window"]))
         share = pair["loss_retransmissions"] / pair["segments"]
         finding = _finding(
-            t, "TL304", "TCP segments lost",
+            t, "TCP segments lost",
             f"{{}} to {{}}: {pair['retransmissions']} of {pair['segments']} data segments retransmitted "
             f"({pair['retransmissions'] / pair['segments']:.1%}, as tshark counts them), {number(pair['loss_retransmissions'])} "
             f"of them after a loss ({share:.2%}, {pair['fast_retransmissions']} fast); not counted as loss: "
@@ -227,7 +226,6 @@ def capture_duplicates(t: RunTables) -> Iterator[Finding]:
     for (file,), frames in duplicates.group_by("file", maintain_order=True):
         total = t["packets"].filter(pl.col("file") == file).height
         yield Finding(
-            rule_id="TL305",
             severity=Severity.INFO,
             title="Duplicate frames in the capture",
             summary=f"{file}: {frames.height} of {total} frames are capture duplicates (same IP id and bytes "

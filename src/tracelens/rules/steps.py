@@ -74,7 +74,6 @@ def step_time_spikes(
         seen = f"seen in the logs of {ep.streams} ranks" if ep.streams > 1 else f"engine {w.engine}"
         loud = Severity.CRITICAL if ep.share >= critical_share else Severity.WARNING
         yield Finding(
-            rule_id="TL401",
             # a stretch no slower than the run often is, or its start-up, is told, not warned of
             severity=Severity.INFO if ep.ordinary else loud,
             title=f"Slow steps: {w.label} took {w.ratio:.1f}x the usual step time",
@@ -92,7 +91,6 @@ def step_time_spikes(
     if spikes and cost >= MIN_COST_SHARE * total:
         worst = max(spikes, key=lambda w: w.peak_ms)
         yield Finding(
-            rule_id="TL401",
             # between progress lines a spike may as well be an evaluation or a checkpoint; single slow
             # steps that cost less than spikes_warn_share are a busy machine's noise
             severity=Severity.WARNING if worst.basis != "timestamps" and cost >= spikes_warn_share * total else Severity.INFO,
@@ -167,7 +165,6 @@ def comm_bound_steps(
         if share is not None and share >= comm_bound_share:
             median = stream["comm_ms"].median()
             yield Finding(
-                rule_id="TL402",
                 severity=Severity.WARNING,
                 title=f"Steps are communication-bound ({share:.0%} in all-reduce/all-gather)",
                 summary=f"Engine {engine}: the gradient all-reduce and ZeRO all-gather take {share:.0%} of each "
@@ -222,7 +219,6 @@ def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int 
             else ""
         )
         yield Finding(
-            rule_id="TL403",
             severity=Severity.WARNING,
             title=f"Throughput fell {1 - worst / steady:.0%} below its steady state",
             summary=f"Engine {engine}: samples/sec fell from a steady {steady:.1f} to {worst:.1f} (rolling median over "
@@ -285,7 +281,6 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
             where = f" on {host}" if host else ""
             places = [p for ps in group["where"].to_list() for p in ps]
             yield Finding(
-                rule_id="TL404",
                 severity=Severity.WARNING,
                 title=f"{who}{where} {'is a straggler' if len(ranks) == 1 else 'are stragglers'} "
                 f"({worst['ratio']:.2f}x {'its' if len(ranks) == 1 else 'their'} peers' compute time)",
@@ -302,7 +297,6 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
         comm, wait = table["total_ms"].sum(), table["straggler_total_ms"].sum()
         if comm and wait / comm >= wait_share:
             yield Finding(
-                rule_id="TL404",
                 severity=Severity.WARNING,
                 title="Collectives mostly wait for a straggler",
                 summary=f"The comms logger's straggler breakdown shows {wait:.0f} ms of {comm:.0f} ms collective time "
