@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from tracelens.derived import RunContext
 from tracelens.findings import Finding, Severity
 from tracelens.prose import count, labelled
 from tracelens.rules import rule
 from tracelens.rules.evidence import evidence, hosts_of, ranks_of, time_window
-from tracelens.tables import RunTables
 
 FLUSH = 5  # IBV_WC_WR_FLUSH_ERR: queued work flushed after an earlier error on the QP
 
@@ -23,7 +23,7 @@ def _count_list(frame: pl.DataFrame, column: str) -> str:
 
 
 @rule("TL107", "ib-completion-errors", Severity.CRITICAL, needs=("nccl_errors",))
-def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
+def ib_completion_errors(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL `NET/IB : Got completion ... with error/status N` warnings, in every
     wording NCCL has used (2.3 to 2.30), grouped per host with the status names, peers and
@@ -43,7 +43,7 @@ def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
     PortRcvErrors) and `ibstat`, reseat or replace the cable, check PFC/ECN on RoCE. Raising
     NCCL_IB_TIMEOUT (e.g. 22) and NCCL_IB_RETRY_CNT (max 7) only rides out short outages.
     """
-    errors = t["nccl_errors"].filter(pl.col("kind") == "ib_completion")
+    errors = ctx["nccl_errors"].filter(pl.col("kind") == "ib_completion")
     if errors.height == 0:
         return
     # PyTorch quotes NCCL's last WARN after `Last error:` (a row without a pid): the same error
@@ -67,7 +67,7 @@ def ib_completion_errors(t: RunTables) -> Iterator[Finding]:
             + (f" First non-flush error: {root['status_label'][0]}." if root.height and root.height < rows.height else ""),
             evidence=evidence(rows),
             hosts=[host] if host else [],
-            ranks=ranks_of(t, rows),
+            ranks=ranks_of(ctx, rows),
             window=time_window(rows),
         )
 
@@ -76,7 +76,7 @@ _TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_excepti
 
 
 @rule("TL108", "collective-timeout", Severity.CRITICAL, needs=("nccl_errors",))
-def collective_timeout(t: RunTables) -> Iterator[Finding]:
+def collective_timeout(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: PyTorch ProcessGroupNCCL watchdog timeouts (`Watchdog caught collective
     operation timeout: WorkNCCL(SeqNum=..., OpType=..., Timeout(ms)=...)`), blocking-wait
@@ -95,7 +95,7 @@ def collective_timeout(t: RunTables) -> Iterator[Finding]:
     TORCH_NCCL_DUMP_ON_TIMEOUT=1) and NCCL_DEBUG=INFO; look for IB completion errors or link
     errors in the same minutes. Raising the timeout hides the cause.
     """
-    rows = t["nccl_errors"].filter(pl.col("kind").is_in(_TIMEOUT_KINDS))
+    rows = ctx["nccl_errors"].filter(pl.col("kind").is_in(_TIMEOUT_KINDS))
     if rows.height == 0:
         return
     # A watchdog exception line names only the sequence number; it belongs with the timeout of that work.
@@ -148,7 +148,7 @@ _FAILURE_KINDS = {
 
 
 @rule("TL109", "nccl-communication-failure", Severity.CRITICAL, needs=("nccl_errors|nccl_events",))
-def communication_failure(t: RunTables) -> Iterator[Finding]:
+def communication_failure(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL failures outside the data path: socket connects refused or aborted,
     connections closed by the remote peer, bootstrap errors, proxy-thread failures, IB verbs
@@ -166,24 +166,24 @@ def communication_failure(t: RunTables) -> Iterator[Finding]:
     `Network is unreachable` or a timeout means a wrong RoCE GID (NCCL_IB_GID_INDEX) or a
     port that is down (`ibstat`).
     """
-    yield from _per_kind(t, _FAILURE_KINDS, lambda kind: f"NCCL {_FAILURE_KINDS[kind]}", "")
+    yield from _per_kind(ctx, _FAILURE_KINDS, lambda kind: f"NCCL {_FAILURE_KINDS[kind]}", "")
 
 
-def _per_kind(t: RunTables, kinds: dict[str, str], title, note: str) -> Iterator[Finding]:
+def _per_kind(ctx: RunContext, kinds: dict[str, str], title, note: str) -> Iterator[Finding]:
     """One finding per error kind in `kinds`: how many, on how many hosts, and the first message."""
-    rows = t["nccl_errors"].filter(pl.col("kind").is_in(list(kinds)))
+    rows = ctx["nccl_errors"].filter(pl.col("kind").is_in(list(kinds)))
     for (kind,), group in rows.sort("file", "line").group_by(["kind"], maintain_order=True):
         hosts = hosts_of(group)
         first = (group["message"][0] or "")[:160]
         summary = f"{group.height} {kinds[kind]} on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}{note}; first: {first}"
-        yield _critical(t, title(kind), summary, group, hosts)
+        yield _critical(ctx, title(kind), summary, group, hosts)
 
 
-def _critical(t: RunTables, title: str, summary: str, group: pl.DataFrame, hosts: list[str]) -> Finding:
+def _critical(ctx: RunContext, title: str, summary: str, group: pl.DataFrame, hosts: list[str]) -> Finding:
     """A critical finding whose evidence, ranks and time window are those of `group`'s lines."""
     return Finding(
         severity=Severity.CRITICAL, title=title, summary=summary, evidence=evidence(group),
-        hosts=hosts, ranks=ranks_of(t, group), window=time_window(group),
+        hosts=hosts, ranks=ranks_of(ctx, group), window=time_window(group),
     )
 
 
@@ -191,7 +191,7 @@ _GPU_KINDS = {"cuda": "CUDA errors", "nvml": "NVML (GPU management library) erro
 
 
 @rule("TL110", "cuda-gpu-error", Severity.CRITICAL, needs=("nccl_errors|nccl_events",))
-def gpu_error(t: RunTables) -> Iterator[Finding]:
+def gpu_error(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: CUDA, NVML and out-of-memory errors that NCCL or PyTorch reported:
     `Cuda failure 'invalid device function'`, `unhandled cuda error` (ncclUnhandledCudaError)
@@ -212,7 +212,7 @@ def gpu_error(t: RunTables) -> Iterator[Finding]:
     `dmesg` for Xid errors, a driver/library version mismatch (reboot after a driver update),
     and rerun with CUDA_LAUNCH_BLOCKING=1 to find the failing kernel.
     """
-    yield from _per_kind(t, _GPU_KINDS, _GPU_KINDS.get, ", a GPU or build problem, not the network")
+    yield from _per_kind(ctx, _GPU_KINDS, _GPU_KINDS.get, ", a GPU or build problem, not the network")
 
 
 # ibv_event_type texts (ibv_event_type_str) by what they break.
@@ -232,7 +232,7 @@ def _async_class(text: pl.Expr) -> pl.Expr:
 
 
 @rule("TL111", "ib-async-events", Severity.CRITICAL, needs=("nccl_errors|nccl_events",))
-def ib_async_events(t: RunTables) -> Iterator[Finding]:
+def ib_async_events(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: InfiniBand asynchronous events NCCL reported (`NET/IB : mlx5_0:1 async fatal
     event: port error`, `... async fatal event on QP (0x..): local access violation work queue
@@ -251,7 +251,7 @@ def ib_async_events(t: RunTables) -> Iterator[Finding]:
     memory registration with GPUDirect (nvidia-peermem loaded, NCCL_NET_GDR_LEVEL).
     A device fatal (local catastrophic error) needs the HCA reset: `mlxfwreset` or a reboot.
     """
-    rows = t["nccl_errors"].filter(pl.col("kind") == "ib_async_event")
+    rows = ctx["nccl_errors"].filter(pl.col("kind") == "ib_async_event")
     if rows.height == 0:
         return
     rows = rows.with_columns(event_class=_async_class(pl.coalesce("async_event", "message")))
@@ -261,4 +261,4 @@ def ib_async_events(t: RunTables) -> Iterator[Finding]:
             f"{group.height} IB async event(s) on {host or 'an unnamed host'}: {_count_list(group, 'event_class')}; "
             f"first: {(first['async_event'] or first['message'] or '')[:120]}"
         )
-        yield _critical(t, "InfiniBand async error events", summary, group, [host] if host else [])
+        yield _critical(ctx, "InfiniBand async error events", summary, group, [host] if host else [])

@@ -7,24 +7,19 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.derived.flows import TCP_LOSS, PacketAnalysis, analyze
-from tracelens.derived.hosts import describe, host_names
+from tracelens.derived import RunContext
+from tracelens.derived.flows import TCP_LOSS, PacketAnalysis
+from tracelens.derived.hosts import describe
 from tracelens.prose import count, during, number
 from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import time_window
-from tracelens.tables import RunTables
-
-
-def _analysis(t: RunTables) -> PacketAnalysis | None:
-    packets = t["packets"]
-    return analyze(packets) if packets.height else None
 
 
 def _finding(
-    t: RunTables, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]
+    ctx: RunContext, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]
 ) -> Finding:
     """A finding about `addresses` ({} in `summary` become `host (ip)`), its window and evidence from `events`."""
-    names = t.host_names
+    names = ctx.host_names
     window = time_window(events)
     when = f" {during(*window)}" if window else ""
     return Finding(
@@ -44,9 +39,9 @@ def _events(analysis: PacketAnalysis, flow: str, *kinds: str) -> pl.DataFrame:
     return analysis.events.filter(pl.col("flow") == flow, pl.col("kind").is_in(kinds))
 
 
-def _qps_above(t: RunTables, share: float, *counts: str) -> Iterator[tuple[PacketAnalysis, dict]]:
+def _qps_above(ctx: RunContext, share: float, *counts: str) -> Iterator[tuple[PacketAnalysis, dict]]:
     """RoCE QPs whose `counts` together exceed `share` of their data packets, worst first."""
-    analysis = _analysis(t)
+    analysis = ctx.packets
     if analysis is None:
         return
     over = analysis.qps.filter(pl.sum_horizontal(counts) > share * pl.col("packets"))
@@ -58,7 +53,7 @@ def _qps_above(t: RunTables, share: float, *counts: str) -> Iterator[tuple[Packe
     "loss_share": Setting("share of a QP's data packets", "NAKs and PSN gaps above this share of a QP's packets are loss; "
                           "RoCE is meant to be lossless, so one in 1000 is already a problem."),
 })
-def roce_loss(t: RunTables, *, loss_share: float = 0.001) -> Iterator[Finding]:
+def roce_loss(ctx: RunContext, *, loss_share: float = 0.001) -> Iterator[Finding]:
     """
     What it finds: RoCE QPs in a packet capture that lose packets: NAKs with syndrome 0x60
     (PSN sequence error) and gaps in the PSNs of a QP's data, above 0.1% of its packets,
@@ -75,10 +70,10 @@ def roce_loss(t: RunTables, *, loss_share: float = 0.001) -> Iterator[Finding]:
     uses, `NCCL_IB_TC`/DSCP mapped to it). Replace cables or optics with symbol or FEC errors
     (`perfquery -x`, `mlxlink -d <dev> -m`).
     """
-    for analysis, qp in _qps_above(t, loss_share, "naks_seq", "psn_gaps"):
+    for analysis, qp in _qps_above(ctx, loss_share, "naks_seq", "psn_gaps"):
         delay = f", {qp['nak_to_resend_ms']:.3f} ms from NAK to resend" if qp["nak_to_resend_ms"] is not None else ""
         yield _finding(
-            t, "RoCE packet loss",
+            ctx, "RoCE packet loss",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['naks_seq'], 'NAK')} with PSN sequence error and "
             f"{count(qp['missing_psns'], 'missing PSN')} in {count(qp['packets'], 'packet')}; {count(qp['retransmitted'], 'packet')} "
             f"({number(qp['retransmitted_bytes'], 'payload bytes')}) resent{delay}",
@@ -88,7 +83,7 @@ def roce_loss(t: RunTables, *, loss_share: float = 0.001) -> Iterator[Finding]:
 
 
 @rule("TL302", "roce-rnr-nak", Severity.WARNING, needs=("packets",))
-def roce_rnr(t: RunTables) -> Iterator[Finding]:
+def roce_rnr(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: RNR NAKs (AETH syndrome 0x20-0x3F, receiver not ready) on a RoCE QP in a
     packet capture: the responder had no receive buffer posted when a SEND arrived.
@@ -103,9 +98,9 @@ def roce_rnr(t: RunTables) -> Iterator[Finding]:
     times, raise the receive queue depth, and keep the QP's `min_rnr_timer` and `rnr_retry`
     (7 = retry forever) high enough.
     """
-    for analysis, qp in _qps_above(t, 0, "rnr_naks"):
+    for analysis, qp in _qps_above(ctx, 0, "rnr_naks"):
         yield _finding(
-            t, "RoCE receiver not ready (RNR NAKs)",
+            ctx, "RoCE receiver not ready (RNR NAKs)",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['rnr_naks'], 'RNR NAK')} from the receiving side in "
             f"{count(qp['packets'], 'packet')}",
             _events(analysis, qp["flow"], "RNR NAK"),
@@ -117,7 +112,7 @@ def roce_rnr(t: RunTables) -> Iterator[Finding]:
     "marked_share": Setting("share of a QP's data packets", "CNPs and ECN-CE marks above this share of a QP's packets are "
                             "DCQCN throttling more than now and then."),
 })
-def roce_congestion(t: RunTables, *, marked_share: float = 0.01) -> Iterator[Finding]:
+def roce_congestion(ctx: RunContext, *, marked_share: float = 0.01) -> Iterator[Finding]:
     """
     What it finds: congestion notifications on a RoCE QP in a packet capture: data packets
     marked ECN-CE (IP ECN = 11) by a switch and CNPs (BTH opcode 0x81) sent back to throttle
@@ -134,9 +129,9 @@ def roce_congestion(t: RunTables, *, marked_share: float = 0.01) -> Iterator[Fin
     look for oversubscribed uplinks or an unbalanced ECMP hash (many QPs on one path):
     `NCCL_IB_QPS_PER_CONNECTION` and `NCCL_IB_SPLIT_DATA_ON_QPS` spread the traffic.
     """
-    for analysis, qp in _qps_above(t, marked_share, "cnps", "ce_marked"):
+    for analysis, qp in _qps_above(ctx, marked_share, "cnps", "ce_marked"):
         yield _finding(
-            t, "RoCE congestion (ECN-CE marks, CNPs)",
+            ctx, "RoCE congestion (ECN-CE marks, CNPs)",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['ce_marked']} of {qp['packets']} data packets "
             f"ECN-CE marked ({qp['ce_share']:.1%}) and {count(qp['cnps'], 'CNP')} sent back to throttle the sender",
             _events(analysis, qp["flow"], "ECN-CE", "CNP"),
@@ -150,7 +145,7 @@ def roce_congestion(t: RunTables, *, marked_share: float = 0.01) -> Iterator[Fin
     "critical_share": Setting("share of data segments", "At or above this share the finding is critical."),
     "min_losses": Setting("retransmissions", "Fewer loss-driven retransmissions between two hosts say nothing about a rate."),
 })
-def tcp_retransmissions(t: RunTables, *, loss_share: float = 0.001, critical_share: float = 0.01, min_losses: int = 3) -> Iterator[Finding]:
+def tcp_retransmissions(ctx: RunContext, *, loss_share: float = 0.001, critical_share: float = 0.01, min_losses: int = 3) -> Iterator[Finding]:
     """
     What it finds: TCP segments lost between two hosts (all their connections together: NCCL's
     socket transport and gloo open several per peer), measured by the loss-driven
@@ -175,7 +170,7 @@ def tcp_retransmissions(t: RunTables, *, loss_share: float = 0.001, critical_sha
     /sys/class/net/ib0/mode`). If NCCL should not be on TCP at all, see TL101. Zero windows
     instead point at a receiving process that does not read.
     """
-    analysis = _analysis(t)
+    analysis = ctx.packets
     if analysis is None:
         return
     counts = ["segments", "retransmissions", "loss_retransmissions", "tail_probes", "spurious_retransmissions",
@@ -191,7 +186,7 @@ def tcp_retransmissions(t: RunTables, *, loss_share: float = 0.001, critical_sha
         events = analysis.events.filter(pl.col("flow").is_in(pair["flows"]), pl.col("kind").is_in([TCP_LOSS, "zero window"]))
         share = pair["loss_retransmissions"] / pair["segments"]
         finding = _finding(
-            t, "TCP segments lost",
+            ctx, "TCP segments lost",
             f"{{}} to {{}}: {pair['retransmissions']} of {pair['segments']} data segments retransmitted "
             f"({pair['retransmissions'] / pair['segments']:.1%}, as tshark counts them), {number(pair['loss_retransmissions'])} "
             f"of them after a loss ({share:.2%}, {pair['fast_retransmissions']} fast); not counted as loss: "
@@ -206,7 +201,7 @@ def tcp_retransmissions(t: RunTables, *, loss_share: float = 0.001, critical_sha
 
 
 @rule("TL305", "capture-duplicates", Severity.INFO, needs=("packets",))
-def capture_duplicates(t: RunTables) -> Iterator[Finding]:
+def capture_duplicates(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: frames that appear twice in a capture: the same IP id and the same bytes,
     less than half a millisecond apart, as when a mirrored port or two capture points see
@@ -219,12 +214,12 @@ def capture_duplicates(t: RunTables) -> Iterator[Finding]:
     How to fix: nothing on the cluster. For cleaner captures, capture on one point only (not
     both a mirror port and the host), or deduplicate first (`editcap -d in.pcap out.pcap`).
     """
-    analysis = _analysis(t)
+    analysis = ctx.packets
     if analysis is None:
         return
     duplicates = analysis.events.filter(pl.col("kind") == "capture duplicate")
     for (file,), frames in duplicates.group_by("file", maintain_order=True):
-        total = t["packets"].filter(pl.col("file") == file).height
+        total = ctx["packets"].filter(pl.col("file") == file).height
         yield Finding(
             severity=Severity.INFO,
             title="Duplicate frames in the capture",
