@@ -12,7 +12,6 @@ import pytest
 
 from tests.helpers import tables_from
 from tracelens.analyze import analyze
-from tracelens.derived.events import network_events
 from tracelens.findings import Evidence
 from tracelens.ingest import InputFile, ingest_file, sniff_format
 from tracelens.ingest.lines import read_chunks
@@ -104,7 +103,7 @@ def test_a_counter_of_2_64_is_one_unrecognised_line_and_huge_deltas_do_not_crash
     assert not row["errors"] and row["unrecognized"] == 1 and row["samples"][0]["line"] == 6
     values = analysis.tables["ib_counters"].filter(pl.col("file") == "node01/perfquery-after.txt")
     assert set(values["counter"]) >= {"PortXmitData", "SymbolErrorCounter"} and "PortRcvData" not in set(values["counter"])
-    events = network_events(analysis.tables)  # deltas of 2^63 and more: counted at the largest count, no error
+    events = analysis.context.network_events  # deltas of 2^63 and more: counted at the largest count, no error
     assert events.filter(pl.col("what") == "SymbolErrorCounter")["count"].to_list() == [2**63 - 1]
 
 

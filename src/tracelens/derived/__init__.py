@@ -130,4 +130,4 @@ class RunContext:
     @cached_property
     def network_events(self) -> pl.DataFrame:
         """NCCL errors, counter rises and packet events on one UTC axis (tracelens.derived.events)."""
-        return events.network_events(self.tables)
+        return events.network_events(self.tables, self.counter_deltas, self.packets, self.host_names)

@@ -6,25 +6,27 @@ One row per event, from the tables the timeline has aligned:
 - NCCL: every WARN or error line (nccl_errors) and the first line of each process that chose
   the socket network; [lo, hi] is the line's time bracket (tracelens.timeline).
 - counters: every counter that rose between two dumps of a port (fabric.deltas), except
-  traffic; [lo, hi] is the interval between the dumps, `count` the rise.
+  traffic (derived.counters); [lo, hi] is the interval between the dumps, `count` the rise.
 - packets: every NAK, PSN gap, retransmission, CNP, ECN-CE mark, RNR NAK and zero window the
-  flow analysis found (packets.flows); lo = hi = the frame's time.
+  flow analysis found (derived.flows); lo = hi = the frame's time.
 - kernel: the host's kernel log records of its NIC: link down, transmit timeouts (a bad link),
   firmware/health errors; lo = hi = the record's time, `port` the netdev.
 
 `cause` says what an event is a sign of (CAUSES); `host` and `peer` are the two ends where
 known (capture addresses named after the hosts NCCL says use them), `port` an HCA port as
 `mlx5_1:1` (or a netdev).
+
+The counter deltas, packet analysis and host names are the RunContext's (it passes them in), so
+nothing here is computed a second time.
 """
 
 from __future__ import annotations
 
 import polars as pl
 
-from tracelens.derived.counters import counter_deltas, kind_of
+from tracelens.derived.counters import kind_of
+from tracelens.derived.flows import PacketAnalysis
 from tracelens.derived.hostsignals import KIND_TEXT
-from tracelens.derived.flows import analyze as packet_analysis
-from tracelens.derived.hosts import host_names
 from tracelens.tables import RunTables
 
 CAUSES = {
@@ -60,13 +62,21 @@ SCHEMA = {
 }  # fmt: skip
 
 
-def network_events(tables: RunTables) -> pl.DataFrame:
-    """Every network event of the run (columns SCHEMA), in time order; events without a time are left out."""
-    names = host_names(tables)
-    parts = [_nccl(tables, names), _counters(tables), _packets(tables, names), _kernel(tables)]
+def network_events(tables: RunTables, deltas: pl.DataFrame, packets: PacketAnalysis | None, names: dict[str, str]) -> pl.DataFrame:
+    """Every network event of the run (columns SCHEMA), in time order; events without a time are left
+    out. `deltas`, `packets` and `names`: the run's counter deltas, packet analysis and host names."""
+    return _timed([_nccl(tables, names), _counters(deltas), _packets(packets, names), _kernel(tables)]).sort("lo", "source")
+
+
+def kernel_events(tables: RunTables) -> pl.DataFrame:
+    """The network events of the hosts' kernel logs alone (columns SCHEMA), in time order."""
+    return _timed([_kernel(tables)]).sort("lo", maintain_order=True)  # records of one second in log order
+
+
+def _timed(parts: list[pl.DataFrame]) -> pl.DataFrame:
     frame = pl.concat([p.select([pl.col(c).cast(t) if c in p.columns else pl.lit(None, t).alias(c) for c, t in SCHEMA.items()])
                        for p in parts])
-    return frame.filter(pl.col("lo").is_not_null()).sort("lo", "source")
+    return frame.filter(pl.col("lo").is_not_null())
 
 
 def port_name(ca: pl.Expr, node: pl.Expr, port: pl.Expr) -> pl.Expr:
@@ -111,8 +121,8 @@ def _socket_choice(tables: RunTables) -> pl.DataFrame:
 INT64_MAX = 2**63 - 1  # a counter delta beyond it (an all-ones 64-bit counter) counts as the most there can be
 
 
-def _counters(tables: RunTables) -> pl.DataFrame:
-    deltas = counter_deltas(tables).filter(pl.col("start").is_not_null())
+def _counters(deltas: pl.DataFrame) -> pl.DataFrame:
+    deltas = deltas.filter(pl.col("start").is_not_null())
     moved = deltas.with_columns(kind=kind_of(pl.col("counter"))).filter(
         pl.col("kind").is_in(list(_COUNTER_CAUSE)),
         (pl.col("status") == "saturated") | (pl.col("delta") > 0),
@@ -127,11 +137,10 @@ def _counters(tables: RunTables) -> pl.DataFrame:
     )
 
 
-def _packets(tables: RunTables, names: dict[str, str]) -> pl.DataFrame:
-    packets = tables["packets"]
-    if packets.height == 0:
+def _packets(packets: PacketAnalysis | None, names: dict[str, str]) -> pl.DataFrame:
+    if packets is None:
         return pl.DataFrame()
-    events = packet_analysis(packets).events.filter(pl.col("kind").is_in(list(_PACKET_CAUSE)))
+    events = packets.events.filter(pl.col("kind").is_in(list(_PACKET_CAUSE)))
     name = (lambda c: pl.col(c).replace(names)) if names else pl.col
     return events.select(
         pl.lit("packets").alias("source"), pl.col("kind").replace_strict(_PACKET_CAUSE).alias("cause"),

@@ -26,7 +26,7 @@ import polars as pl
 
 from tracelens.derived import steps as timing
 from tracelens.derived.baseline import LevelComparison, RateComparison
-from tracelens.derived.events import _COUNTER_CAUSE, network_events
+from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
 from tracelens.derived.counters import counter_deltas, kind_of
 from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
 from tracelens.derived.flows import analyze as packet_analysis
@@ -229,7 +229,7 @@ def _nccl_signals(tables: RunTables, begin: datetime, end: datetime) -> list[Sig
 def _kernel_signals(tables: RunTables, series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
     """Per host and cause, the NIC records of its kernel log (link down, transmit timeouts ...); the
     kernel logs all along, so the exposure is the run's span (its steps and the records themselves)."""
-    events = network_events(tables).filter(pl.col("source") == "kernel")
+    events = kernel_events(tables)
     if events.height == 0:
         return []
     times = pl.concat([series["ts"].drop_nulls(), events["lo"].drop_nulls()])
