@@ -71,7 +71,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("timeline", ("tracelens.timeline",)),
     ("derived", ("tracelens.derived",)),
     ("rules", ("tracelens.findings", "tracelens.rules")),
-    ("pipeline", ("tracelens.analyze", "tracelens.scaleout", "tracelens.compare")),
+    ("pipeline", ("tracelens.analyze", "tracelens.config", "tracelens.scaleout", "tracelens.compare")),
     ("report", ("tracelens.report",)),
     ("cli", ("tracelens.cli",)),
 ]
@@ -80,7 +80,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
 def _stage(module: str) -> int:
     """The index in STAGES of the stage `module` belongs to (its longest listed prefix)."""
     matches = [(len(prefix), i) for i, (_, prefixes) in enumerate(STAGES) for prefix in prefixes
-               if module == prefix or module.startswith(prefix + ".")]
+               if module == prefix or prefix != "tracelens" and module.startswith(prefix + ".")]
     assert matches, f"{module} belongs to no stage: add it to STAGES"
     return max(matches)[1]
 
