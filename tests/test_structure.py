@@ -1,4 +1,4 @@
-"""The package's structure: its stages import one way (ingest -> tables -> timeline -> derived ->
+"""The package's structure: its stages import one way (tables -> ingest -> timeline -> derived ->
 rules -> pipeline -> report -> cli) without cycles and keep no module-level result caches; what it
 imports from outside is declared in pyproject.toml (nothing undeclared, nothing declared for
 nothing); the wheel holds the package only."""
@@ -63,11 +63,13 @@ MODULES = {_module_name(p) for p in SOURCES}
 IMPORTS = [i for path in SOURCES for i in _imports(path)]
 
 # The stages, in the order data flows through them: a module may import its own stage and earlier
-# ones, never a later one. The first stage holds helpers every stage may use.
+# ones, never a later one. The first stage holds helpers every stage may use. The tables come before
+# ingest: tables.py is the contract ingest writes to (each reader conforms its rows to the table's
+# schema, and spills them in that form), while the pipeline puts ingest's rows into RunTables.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("helpers", ("tracelens", "tracelens.resources", "tracelens.private_cache", "tracelens.prose", "tracelens.stats")),
-    ("ingest", ("tracelens.discover", "tracelens.ingest", "tracelens.packets")),
     ("tables", ("tracelens.tables",)),
+    ("ingest", ("tracelens.discover", "tracelens.ingest", "tracelens.packets")),
     ("timeline", ("tracelens.timeline",)),
     ("derived", ("tracelens.derived",)),
     ("rules", ("tracelens.findings", "tracelens.rules")),

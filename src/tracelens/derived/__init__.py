@@ -1,7 +1,7 @@
 """The RunContext: the aligned tables of one run and what several rules and report sections
 derive from them, each computed once, on first use.
 
-Stages import one way: ingest -> tables -> timeline -> derived -> rules -> report. A module in
+Stages import one way: tables -> ingest -> timeline -> derived -> rules -> report. A module in
 this package reads tables (and other derived results) and never a rule or a report section.
 
 How a rule uses it (tracelens.rules): a rule is a function of the context, registered with

@@ -18,6 +18,7 @@ import pyarrow as pa
 from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile
 from tracelens.packets import decode as dec
 from tracelens.packets.records import CaptureError, CaptureReader, Records, is_capture
+from tracelens.tables import TS
 
 FORMAT = "pcap"
 PRIORITY = 10
@@ -75,7 +76,7 @@ def _frame(source: InputFile, rec: Records, table: pa.Table) -> pl.DataFrame:
     n = len(rec)
     provenance = {
         "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([source.name])),
-        "ts": pa.array(rec.ts_ns, mask=~rec.ts_valid, type=pa.timestamp("ns", tz="UTC")),  # capture times are UTC
+        "ts": pa.array(rec.ts_ns, mask=~rec.ts_valid, type=TS),
         "ts_quality": pa.DictionaryArray.from_arrays(
             pa.array(rec.ts_valid.astype(np.int32)), pa.array(["none", "exact"])
         ),
