@@ -38,7 +38,6 @@ Not every retransmission is a loss: Linux resends without one. Each is classifie
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import polars as pl
@@ -71,7 +70,6 @@ TCP_LOSS, TCP_PROBE, TCP_SPURIOUS = "TCP retransmission", "TCP tail-loss probe",
 
 
 BUCKET_PACKETS = 1_000_000  # packets analysed at once: memory follows a bucket, not the capture
-_last: tuple[weakref.ref, PacketAnalysis] | None = None
 
 
 def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> PacketAnalysis:
@@ -80,12 +78,9 @@ def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> Pack
     Everything here is per connection, so the packets between one pair of hosts in one capture
     are analysed apart from the others: a capture of tens of millions of packets goes through in
     buckets of about `bucket_packets` (hashed by file and unordered host pair), and the results
-    are the same. The analysis of the frame last asked for is kept: the timeline, the events, the
-    rules and the report all ask for it.
+    are the same. The RunContext keeps the result (ctx.packets): the events, the window signals, the
+    rules and the report all read it there.
     """
-    global _last
-    if _last is not None and _last[0]() is packets:
-        return _last[1]
     buckets = max(1, -(-packets.height // bucket_packets))
     if buckets == 1:
         parts = [_analyze(packets)]
@@ -98,7 +93,6 @@ def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> Pack
         tcp=pl.concat([p.tcp for p in parts]).sort(TCP_ORDER, descending=TCP_DESCENDING),
         events=pl.concat([p.events for p in parts]).sort("ts", "frame", "file", "kind", "flow"),
     )
-    _last = (weakref.ref(packets), result)
     return result
 
 

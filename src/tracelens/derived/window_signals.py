@@ -24,15 +24,13 @@ from datetime import datetime, timedelta
 import numpy as np
 import polars as pl
 
+from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
 from tracelens.derived.baseline import LevelComparison, RateComparison
 from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
-from tracelens.derived.counters import counter_deltas, kind_of
+from tracelens.derived.counters import kind_of
 from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
-from tracelens.derived.flows import analyze as packet_analysis
-from tracelens.derived.hosts import host_names
 from tracelens.prose import count, listing
-from tracelens.tables import RunTables
 
 COARSE = timedelta(seconds=5)  # log lines with inferred times and counter dumps are placed this loosely
 EVIDENCE_ROWS = 5
@@ -67,11 +65,12 @@ class Signal:
     evidence: tuple[dict, ...] = field(default=(), compare=False)  # file, line, frame, text, host
 
 
-def measure(tables: RunTables, series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
-    """Every signal of the run for the window [begin, end]."""
-    names = host_names(tables)
-    return [*_packet_signals(tables, names, begin, end), *_counter_signals(tables, begin, end),
-            *_nccl_signals(tables, begin, end), *_kernel_signals(tables, series, begin, end), *step_signals(series, begin, end)]
+def measure(ctx: RunContext, series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
+    """Every signal of the run for the window [begin, end] (packet analysis, counter deltas and host
+    names from the run's context, computed once for every window)."""
+    names = ctx.host_names
+    return [*_packet_signals(ctx, names, begin, end), *_counter_signals(ctx, begin, end),
+            *_nccl_signals(ctx, begin, end), *_kernel_signals(ctx, series, begin, end), *step_signals(series, begin, end)]
 
 
 # -- counts ---------------------------------------------------------------------------------------
@@ -156,11 +155,11 @@ def _rows(frame: pl.DataFrame, begin: datetime, end: datetime, time: str = "ts")
     return tuple(inside.to_dicts())
 
 
-def _packet_signals(tables: RunTables, names: dict[str, str], begin: datetime, end: datetime) -> list[Signal]:
-    packets = tables["packets"].filter(pl.col("ts").is_not_null())
-    if packets.height == 0:
+def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end: datetime) -> list[Signal]:
+    packets = ctx["packets"].filter(pl.col("ts").is_not_null())
+    analysis = ctx.packets
+    if packets.height == 0 or analysis is None:
         return []
-    analysis = packet_analysis(tables["packets"])
     pair = pl.concat_list(pl.col("src").replace(names), pl.col("dst").replace(names)).list.sort().list.join(" ↔ ")
     spans = packets.group_by("file").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
     flows = pl.concat([analysis.tcp.select("file", "src", "dst", proto=pl.lit("tcp")),
@@ -178,8 +177,8 @@ def _packet_signals(tables: RunTables, names: dict[str, str], begin: datetime, e
     return signals
 
 
-def _counter_signals(tables: RunTables, begin: datetime, end: datetime) -> list[Signal]:
-    deltas = counter_deltas(tables).filter(pl.col("start").is_not_null(), pl.col("interval_s").is_not_null())
+def _counter_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
+    deltas = ctx.counter_deltas.filter(pl.col("start").is_not_null(), pl.col("interval_s").is_not_null())
     deltas = deltas.with_columns(kind=kind_of(pl.col("counter"))).filter(pl.col("kind").is_in(list(_COUNTER_CAUSE)))
     moved = deltas.filter((pl.col("delta").fill_null(1) > 0).any().over("host", "node", "port", "counter"))
     if deltas.height == 0:
@@ -209,13 +208,13 @@ def _counter_signals(tables: RunTables, begin: datetime, end: datetime) -> list[
     return signals
 
 
-def _nccl_signals(tables: RunTables, begin: datetime, end: datetime) -> list[Signal]:
-    logs = tables["nccl_events"].filter(pl.col("ts").is_not_null(), pl.col("host").is_not_null())
+def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
+    logs = ctx["nccl_events"].filter(pl.col("ts").is_not_null(), pl.col("host").is_not_null())
     if logs.height == 0:
         return []
     spans = logs.group_by("host").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
     stall = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception", "watchdog_abort"]
-    errors = tables["nccl_errors"].filter(~pl.col("kind").is_in(stall), pl.col("ts").is_not_null())
+    errors = ctx["nccl_errors"].filter(~pl.col("kind").is_in(stall), pl.col("ts").is_not_null())
     signals = []
     for row in spans.sort("host").iter_rows(named=True):
         mine = errors.filter(pl.col("host") == row["host"])
@@ -226,10 +225,10 @@ def _nccl_signals(tables: RunTables, begin: datetime, end: datetime) -> list[Sig
     return signals
 
 
-def _kernel_signals(tables: RunTables, series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
+def _kernel_signals(ctx: RunContext, series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
     """Per host and cause, the NIC records of its kernel log (link down, transmit timeouts ...); the
     kernel logs all along, so the exposure is the run's span (its steps and the records themselves)."""
-    events = kernel_events(tables)
+    events = kernel_events(ctx.tables)
     if events.height == 0:
         return []
     times = pl.concat([series["ts"].drop_nulls(), events["lo"].drop_nulls()])

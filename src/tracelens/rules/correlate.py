@@ -186,7 +186,7 @@ def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
 
 def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode) -> Finding:
     w = episode.worst
-    signals = measure(t.tables, series, episode.begin, episode.end)
+    signals = measure(t, series, episode.begin, episode.end)
     missing = _missing(t, episode.begin, episode.end)
     diagnosis, best = verdict(signals, f"{w.label} ({prose_span(episode.begin, episode.end)})", missing)
     window = (_evidence_window(signals, best, episode.begin, episode.end) if best else None) or (episode.begin, episode.end)
