@@ -1,4 +1,4 @@
-"""Held-back robustness: DeepSpeed logs of other versions and launchers, built line by line from
+"""DeepSpeed log variants the corpus lacks: other versions and launchers, built line by line from
 the formats documented in ../shared/docs/other-formats.md §1 (section numbers below refer to it).
 
 Each test writes a small log in one version's or wrapper's shape and checks what lands in

@@ -1,7 +1,7 @@
 """NCCL/PyTorch log variants the real corpus lacks or has only once, built from the formats
 documented in ../shared/docs/nccl-formats.md (section numbers in the comments).
 
-Held-back real logs will show wordings, eras and launchers the corpus does not; each case
+Real logs beyond the corpus show wordings, eras and launchers it does not; each case
 here is one such documented variant, checked for its kind and the table values that matter.
 The whole-log cases at the end are small realistic jobs (two nodes, launcher prefixes, one
 incident each) that must give the socket (TL101), completion (TL107) and timeout (TL108)
@@ -152,7 +152,7 @@ def test_documented_bodies(tmp_path, line, kind, table, expected):
 
 
 def test_every_documented_nccl_line_is_classified(tmp_path):
-    """The held-back check: >= 98% of NCCL-prefixed lines get a specific kind; here, all of them."""
+    """The corpus check (>= 98% of NCCL-prefixed lines get a specific kind) made stricter: here, all of them."""
     status, tables = ingest_text(tmp_path, *(line for line, *_ in BODIES))
     assert status == [PARSED] * len(BODIES)
     assert "unknown" not in tables["nccl_events"]["kind"].to_list()
