@@ -1,4 +1,5 @@
-"""Mutation fuzzing of every input format (tests/fuzz.py): a few hundred cases in CI; set
+"""Mutation fuzzing of every input format (tests/helpers/fuzz.py): 120 cases in CI, each made
+from the head of a fixture file (TRACELENS_FUZZ_SOURCE_BYTES, 0 for whole files); set
 TRACELENS_FUZZ_CASES (and TRACELENS_FUZZ_SEED) for more. Each batch of cases is one run
 folder analysed end to end and rendered: no exception, no file lost to an internal error,
 every line accounted for, the HTML balanced and the JSON strict."""
@@ -20,12 +21,13 @@ CASES = int(os.environ.get("TRACELENS_FUZZ_CASES", "120"))
 SEED = int(os.environ.get("TRACELENS_FUZZ_SEED", "11"))
 BATCH = 40
 HUGE = int(os.environ.get("TRACELENS_FUZZ_HUGE", str(256 << 10)))  # bytes of the huge-line mutation
+SOURCE_BYTES = int(os.environ.get("TRACELENS_FUZZ_SOURCE_BYTES", str(64 << 10)))  # of each fixture file mutated
 
 
 @pytest.mark.parametrize("batch", range((CASES + BATCH - 1) // BATCH))
 def test_mutated_inputs_never_crash_and_every_line_is_accounted_for(tmp_path: Path, batch: int):
     rng = random.Random(SEED * 100_003 + batch)
-    pool = fuzz.sources()
+    pool = fuzz.sources(SOURCE_BYTES)
     files = {}
     for i in range(min(BATCH, CASES - batch * BATCH)):
         name, data = fuzz.case(rng, pool, HUGE)

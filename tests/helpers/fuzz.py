@@ -13,6 +13,7 @@ import io
 import json
 import random
 import re
+import struct
 import tarfile
 import zipfile
 from html.parser import HTMLParser
@@ -80,14 +81,42 @@ BAD_TIMES = ["24:00:00", "23:59:60", "99:99:99", "00:00:00"]
 BAD_C10 = ["E0231 24:00:00", "E1301 10:00:00", "E0000 00:00:00", "E1231 23:59:60"]
 
 
-def sources() -> list[tuple[str, bytes]]:
-    """Every fixture file (not READMEs or expectations) and every synthetic block."""
+PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">", b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\x3c\x4d": ">"}
+
+
+def sources(limit: int = 0) -> list[tuple[str, bytes]]:
+    """Every fixture file (not READMEs or expectations) and every synthetic block; with a `limit`,
+    each file cut to about that many bytes (see `trimmed`)."""
     found = [
         (p.relative_to(FIXTURES).as_posix(), p.read_bytes())
         for p in sorted(FIXTURES.rglob("*"))
         if p.is_file() and p.name not in ("README.md", "expected.json")
     ]
+    if limit:
+        found = [(name, trimmed(data, limit)) for name, data in found]
     return found + [(f"synthetic/{name}", text.encode()) for name, text in SYNTHETIC.items()]
+
+
+def trimmed(data: bytes, limit: int) -> bytes:
+    """The head of a source, at most about `limit` bytes, still well formed: whole lines of a text,
+    whole records of a classic pcap, a gzip stream of the trimmed content. A case costs what its
+    input costs to analyse, and the mutations find their faults in the first lines as well
+    (the lab captures alone are 5 MB each once decompressed)."""
+    if data[:2] == b"\x1f\x8b":
+        inner = gzip.decompress(data)
+        return data if len(inner) <= limit else gzip.compress(trimmed(inner, limit), mtime=0)
+    if len(data) <= limit:
+        return data
+    if data[:4] in PCAP_MAGICS:
+        end, order = 24, PCAP_MAGICS[data[:4]]
+        while end + 16 <= len(data):
+            (caplen,) = struct.unpack_from(order + "I", data, end + 8)
+            if end + 16 + caplen > limit:
+                break
+            end += 16 + caplen
+        return data[:end]
+    cut = data.rfind(b"\n", 0, limit)
+    return data[: cut + 1] if cut > 0 else data[:limit]
 
 
 def _lines(data: bytes) -> list[bytes]:
