@@ -5,6 +5,7 @@ Plain helpers (paths, tables_from, fire, the row builders) are in tests/helpers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,3 +39,25 @@ def analysis_of() -> Callable[[Path | str], Analysis]:
         return done[path]
 
     return analysis
+
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Under pytest-xdist (`-n`): the test modules that read shared analyses (analysis_of) run on one
+    worker, one work unit, so that each fixture is analysed once in the whole run; every other test
+    is a unit of its own, spread over the workers. (A module is judged by its text: the scheduler
+    sees test ids only; and xdist's own --dist loadgroup cannot rename test ids under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedAnalysesScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "analyses" if _reads_shared_analyses(nodeid.split("::")[0]) else nodeid
+
+    return SharedAnalysesScheduling(config, log)
+
+
+@functools.cache
+def _reads_shared_analyses(module: str) -> bool:
+    path = REPO / module
+    return path.is_file() and "analysis_of" in path.read_text(encoding="utf-8")
