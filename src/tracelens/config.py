@@ -90,7 +90,7 @@ def load(path: Path | None) -> Config:
 
 
 # Columns besides `host` that name hosts, and the separator of those that list several.
-HOST_COLUMNS = {"nccl_errors": {"peer": None}, "nccl_tests": {"rank_hosts": ","}}
+HOST_COLUMNS: dict[str, dict[str, str | None]] = {"nccl_errors": {"peer": None}, "nccl_tests": {"rank_hosts": ","}}
 HOST_LISTS = {"inputs": ", "}  # the inputs table's `host` lists every host a file named
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeAlias
 
 import polars as pl
 import pyarrow as pa
@@ -448,7 +449,7 @@ def empty(name: str) -> pl.DataFrame:
     return pl.from_arrow(SCHEMAS[name].empty_table())  # type: ignore[return-value]
 
 
-Frame = pl.DataFrame | pl.LazyFrame  # a table's rows in memory, or a lazy scan of rows spilled to Parquet
+Frame: TypeAlias = pl.DataFrame | pl.LazyFrame  # a table's rows in memory, or a lazy scan of rows spilled to Parquet
 
 
 def conform(name: str, frame: Frame) -> Frame:
