@@ -29,6 +29,7 @@ class Child:
     seconds: float  # wall clock, launch to exit (imports included)
     rss_mb: float  # the child's peak RSS, MiB
     last_line: str  # the last non-empty line of its stdout: a JSON report, a count ...
+    cpu_s: float = 0.0  # user + system CPU seconds of the child (all its threads): what a loaded machine does not inflate
 
     def report(self) -> dict:
         """The JSON object a benchmark child prints as its last line."""
@@ -51,7 +52,7 @@ def run(argv: list[str], quiet: bool = False) -> Child:
     seconds = time.perf_counter() - start
     if code := os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{' '.join(argv[:4])} ... failed (exit {code})")
-    return Child(seconds, usage.ru_maxrss / 1024, last)  # ru_maxrss is in KiB on Linux
+    return Child(seconds, usage.ru_maxrss / 1024, last, usage.ru_utime + usage.ru_stime)  # ru_maxrss is in KiB on Linux
 
 
 def import_rss_mb(module: str) -> float:

@@ -16,6 +16,7 @@ no separator, the ceiling: 1 line = 1 row). Peak RSS is each child's ru_maxrss (
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -42,6 +43,29 @@ def size_of(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else path.stat().st_size
 
 
+def same_findings(tracelens: str, log: Path, folder: Path, rounds: int) -> str:
+    """`tracelens analyze` on the whole log and on a slice of its first `rounds` rounds (every round
+    holds the same events: a communicator's init on all ranks, collectives, training steps): the
+    findings (rule and severity) must be the same. Whole-process time and peak RSS of both."""
+    from workloads import ROUND_LINES  # the slice must end at a round's end
+
+    piece = folder / f"slice-{rounds}.log"
+    with log.open("rb") as src, piece.open("wb") as out:
+        for _ in range(rounds * ROUND_LINES):
+            out.write(src.readline())
+    found, lines = {}, []
+    for path in (log, piece):
+        report = folder / f"{path.stem}.json"
+        child = run([tracelens, "analyze", str(path), "-o", str(folder / f"{path.stem}.html"), "--json", str(report)], quiet=True)
+        findings = json.loads(report.read_text())["findings"]
+        found[path] = sorted((f["rule_id"], f["severity"]) for f in findings)
+        lines.append(f"  analyze {path.name}: {size_of(path) / 2**20:.0f} MB, {child.seconds:.1f} s, {child.cpu_s:.1f} CPU s, "
+                     f"peak RSS {child.rss_mb:.0f} MB, findings {[f[0] for f in found[path]]}")
+    piece.unlink()
+    verdict = "same findings" if found[log] == found[piece] else f"DIFFERENT findings: {found[log]} vs {found[piece]}"
+    return "\n".join([*lines, f"  {verdict} on the whole log and its first {rounds} rounds"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-bench")
@@ -49,11 +73,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--slice-rounds", type=int, default=0, help="also analyse the log and its first N rounds, and compare the findings")
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     tracelens = str(Path(sys.executable).with_name("tracelens"))
     print(f"tracelens tables vs a polars line read, fresh processes, {load()}, --jobs {args.jobs}")
-    print(f"{'workload':<14}{'MB':>8}{'tool':>20}{'s (min-max)':>18}{'MB/s':>14}{'peak RSS MB':>16}")
+    print(f"{'workload':<14}{'MB':>8}{'tool':>20}{'s (min-max)':>18}{'MB/s':>14}{'CPU s':>14}{'peak RSS MB':>16}")
     for name in args.only.split(","):
         what, mb = WORKLOADS[name]
         data = args.data / (name if what == "folder" else f"{name}.log")
@@ -71,12 +96,15 @@ def main() -> None:
                 shutil.rmtree(out, ignore_errors=True)
                 children.append(run(argv, quiet=True))
             secs = sorted(c.seconds for c in children)
+            cpu = sorted(c.cpu_s for c in children)
             rss = sorted(c.rss_mb for c in children)
             print(
                 f"{name:<14}{size:>8.0f}{tool:>20}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>18}"
-                f"{f'{size / secs[-1]:.0f}-{size / secs[0]:.0f}':>14}{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}",
+                f"{f'{size / secs[-1]:.0f}-{size / secs[0]:.0f}':>14}{f'{cpu[0]:.1f}-{cpu[-1]:.1f}':>14}{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}",
                 flush=True,
             )
+        if args.slice_rounds and what == "nccl":
+            print(same_findings(tracelens, data, args.data, args.slice_rounds), flush=True)
         shutil.rmtree(args.data / "out", ignore_errors=True)
         if not args.keep:
             shutil.rmtree(data) if data.is_dir() else data.unlink()

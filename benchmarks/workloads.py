@@ -133,8 +133,12 @@ class Job:
                f"grad norm: {rand.random() * 3:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |")  # fmt: skip
 
 
+INIT_LINES = 18  # lines of one rank's communicator init (Job.init)
+ROUND_LINES = RANKS * INIT_LINES + 4 * (4 * RANKS + RANKS + 3)  # one round of nccl_lines: 38,924 lines
+
+
 def nccl_lines(job: Job) -> Iterator[str]:
-    """Rounds of init, collectives and training steps, without end."""
+    """Rounds of init, collectives and training steps, without end: every round the same events."""
     while True:
         yield from job.init_round()
         for _ in range(4):

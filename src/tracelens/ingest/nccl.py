@@ -498,13 +498,11 @@ class NcclParser:
         if rest.height:
             records = records.with_columns(records["kind"].scatter(rest["row"], kinds))
         fields = pl.concat([fields, by_template.with_columns(row=rest["row"].gather(by_template["row"]))], how="diagonal")
-        bodies = records.filter(pl.col("kind").is_null())["msg"].unique()
-        kinds = pl.DataFrame({"msg": bodies, "kind_lark": [self._lark(b)[0] for b in bodies.to_list()]})
-        records = (
-            records.join(kinds, on="msg", how="left", maintain_order="left")
-            .with_columns(kind=pl.coalesce("kind", "kind_lark"))
-            .drop("kind_lark")
-        )
+        left = records["kind"].is_null().arg_true()  # usually none: then no join over every record
+        if left.len():
+            msgs = records["msg"].gather(left)
+            lark_kinds = {body: self._lark(body)[0] for body in msgs.unique().to_list()}
+            records = records.with_columns(records["kind"].scatter(left, msgs.replace_strict(lark_kinds, return_dtype=pl.String)))
         return records, fields
 
     def _join_continuations(self, records: pl.DataFrame, texts: pl.Series) -> tuple[pl.DataFrame, list[int]]:
