@@ -1,7 +1,7 @@
 """Whole-process speed and peak RSS on logs whose bodies vary per line, beside a plain polars line read.
 
 Workloads (benchmarks/workloads.py, written under --data, deleted at the end unless --keep):
-  nccl-1gb / nccl-5gb   a 1,024-rank job's launcher stdout: per-rank init lines, COLL lines, training lines
+  nccl-250mb / nccl-1gb / nccl-5gb   a 1,024-rank job's launcher stdout: per-rank init lines, COLL lines, training lines
   deepspeed             a DeepSpeed/Megatron-heavy log of the same job (every rank's timers each step)
   folder-4096           4,096 per-rank NCCL_DEBUG_FILE logs, one folder per node
 
@@ -27,6 +27,7 @@ from _measure import load, python, run
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {  # name -> (workloads.py arguments, size in MB)
+    "nccl-250mb": ("nccl", 250),  # small enough for `--slice-rounds` (analyze holds its tables in memory)
     "nccl-1gb": ("nccl", 1000),
     "nccl-5gb": ("nccl", 5000),
     "deepspeed": ("deepspeed", 1000),
@@ -69,7 +70,7 @@ def same_findings(tracelens: str, log: Path, folder: Path, rounds: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-bench")
-    parser.add_argument("--only", default=",".join(WORKLOADS))
+    parser.add_argument("--only", default="nccl-1gb,nccl-5gb,deepspeed,folder-4096")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--keep", action="store_true")
