@@ -16,7 +16,7 @@ import pytest
 
 from tracelens.ingest.lines import read_chunks
 from tracelens.ingest.nccl import FIELDS, _grammar, parse_body, parse_recipes, split_records
-from tracelens.ingest.templates import MARK, TemplateParser
+from tracelens.ingest.templates import MARK, TemplateParser, masked
 
 from tests.helpers import CORPUS, FIXTURES
 
@@ -158,3 +158,14 @@ def test_templates_equal_grammar_on_corpus():
     bodies = _bodies_of(sorted((CORPUS / "nccl").glob("*.log")))
     assert len(bodies) > 600
     _check(bodies)
+
+
+def test_masking_in_passes_finds_the_tokens_one_regex_finds():
+    """masked() masks hex tokens, then digit runs: the same templates as the one `(0x)hex|digits` scan,
+    also where a digit run runs into `0x` or a hex token into digits."""
+    tricky = ["10x5", "0xab0x5", "50x", "a0x1f b", "0x", "x0x0", "7 0xFFg 12", "00x1", "1\ue001 2", "Channel 00/0 : 3[1b000] -> 4[29000]"]
+    rand = random.Random(5)
+    alphabet = "0x1a9 fF:/[]-"
+    bodies = tricky + ["".join(rand.choice(alphabet) for _ in range(rand.randint(0, 16))) for _ in range(3000)]
+    one_scan = [re.sub(r"(0x)[0-9a-fA-F]+|\d+", lambda m: (m.group(1) or "") + MARK, b) for b in bodies]
+    assert masked(pl.Series(bodies)).to_list() == one_scan

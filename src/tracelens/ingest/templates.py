@@ -27,6 +27,8 @@ from lark import Token
 TOKEN = r"0x[0-9a-fA-F]+|\d+"  # the variable tokens: hex ids and pointers, then any run of digits
 _MASK = r"(0x)[0-9a-fA-F]+|\d+"  # the same tokens, the 0x kept so that a template tells the two apart
 MARK = "\ue000"  # stands for a token in a template; a body holding it is left to the grammar
+_HEX_MARK = "\ue001"  # a hex token while a body is masked
+_HEX_AFTER_DIGIT = r"\d0x[0-9a-fA-F]|\ue001"  # bodies where masking hex tokens first would differ from _MASK
 MAX_PROBES = 32  # tokens probed one by one to find those the grammar needs as they are
 
 Piece = str | int  # literal text, or the position of a token in the body
@@ -169,7 +171,7 @@ class TemplateParser:
         the fields of the bodies that have some (column `row` = position in `bodies`, one column per field)."""
         body = pl.col("body")
         frame = pl.DataFrame({"body": bodies}).with_row_index("row").with_columns(
-            template=pl.when(body.str.contains(MARK, literal=True)).then(None).otherwise(body.str.replace_all(_MASK, "${1}" + MARK))
+            template=pl.when(body.str.contains(MARK, literal=True)).then(None).otherwise(pl.lit(masked(bodies)))
         )
         firsts = frame.filter(pl.col("template").is_not_null()).unique("template", keep="first", maintain_order=True)
         for template, first in zip(firsts["template"].to_list(), firsts["body"].to_list()):
@@ -197,6 +199,17 @@ class TemplateParser:
                 assert learned is not None
                 parts.append(rows.select("row", **{name: _expr(recipe) for name, recipe in learned.fields.items()}))
         return pl.concat(parts, how="diagonal")
+
+
+def masked(bodies: pl.Series) -> pl.Series:
+    """Each body with its tokens masked as `_MASK` masks them, in passes without a capture group (a
+    capture makes polars' replace_all twice as slow): hex tokens, then digit runs, then the hex marks
+    back as `0x` + MARK. That order finds the same tokens unless a digit run runs into `0x` (`10x5`,
+    a token `10`, not `0x5`): those few bodies are masked by `_MASK` itself."""
+    fast = bodies.str.replace_all(r"0x[0-9a-fA-F]+", _HEX_MARK).str.replace_all(r"\d+", MARK)
+    fast = fast.str.replace_all(_HEX_MARK, "0x" + MARK, literal=True)
+    odd = bodies.str.contains(_HEX_AFTER_DIGIT).arg_true()
+    return fast.scatter(odd, bodies.gather(odd).str.replace_all(_MASK, "${1}" + MARK)) if odd.len() else fast
 
 
 def _fixed_differ(frame: pl.DataFrame, fixed: dict[str, dict[int, str]]) -> pl.Expr:
