@@ -36,6 +36,7 @@ MOVES = [
     ("lab-tcp-loss", "TL304", {"critical_share": 0.0001}, "critical"),
     ("scenario-straggler", "TL404", {"slower_ratio": 3.0}, "none"),  # node02's ranks are 1.4x their peers
     ("scenario-socket-fallback", "TL412", {"slower_ratio": 100.0}, "none"),
+    ("scenario-gpu-idle-bad-link", "TL601", {"drop_ratio": 0.01}, "none"),  # the GPUs fell to 35% from their usual 93%
 ]
 
 

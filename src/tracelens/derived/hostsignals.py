@@ -22,6 +22,9 @@ KIND_TEXT = {
 }  # fmt: skip
 
 
+DROP_RATIO = 0.7  # utilisation at 70% of its own level or less has fallen (TL601's drop_ratio)
+
+
 @dataclass(frozen=True)
 class Utilisation:
     """GPU utilisation of one host in a window and outside it (the run's own baseline)."""
@@ -35,7 +38,11 @@ class Utilisation:
     @property
     def dropped(self) -> bool:
         """Utilisation fell well below its own level outside the window."""
-        return self.outside is not None and self.outside >= 50 and self.inside <= 0.7 * self.outside
+        return self.fell(DROP_RATIO)
+
+    def fell(self, ratio: float) -> bool:
+        """Utilisation in the window at most `ratio` times a busy level outside it (50% or more)."""
+        return self.outside is not None and self.outside >= 50 and self.inside <= ratio * self.outside
 
     def text(self) -> str:
         base = f" (usually {self.outside:.0f}%)" if self.outside is not None else ""

@@ -12,7 +12,7 @@ import polars as pl
 
 from tracelens.derived.events import CAUSES, network_events
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.derived.hostsignals import KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
+from tracelens.derived.hostsignals import DROP_RATIO, KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
 from tracelens.rules.correlate import MARGIN
@@ -42,8 +42,10 @@ def _samples_evidence(t: RunTables, hosts: list[str], begin, end) -> list[Eviden
 @rule("TL601", "gpu-utilisation-in-slow-window", Severity.WARNING, needs=("steps", "gpu_samples"), settings={
     "busy_util": Setting("% GPU utilisation", "GPUs at or above this utilisation through a slow window (and not fallen "
                          "below their own level) were busy: the window was compute bound."),
+    "drop_ratio": Setting("times the hosts' own level", "Utilisation in a slow window at this multiple or less of the "
+                          "host's level outside it (when that is 50% or more) has fallen: the GPUs waited."),
 })
-def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0) -> Iterator[Finding]:
+def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0, drop_ratio: float = DROP_RATIO) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports), the GPU
     utilisation that nvidia-smi, dmon or DCGM sampled in it against the same hosts' own level
@@ -74,7 +76,7 @@ def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0) -> 
         if not found:
             continue
         window = events.filter(pl.coalesce("hi", "lo") >= ep.begin - MARGIN, pl.col("lo") <= ep.end + MARGIN)
-        dropped = [u for u in found if u.dropped]
+        dropped = [u for u in found if u.fell(drop_ratio)]
         numbers = ", ".join(u.text() for u in found)
         span = f"{ep.begin:%H:%M:%S} to {ep.end:%H:%M:%S} UTC"
         if dropped and window.height:
@@ -92,7 +94,7 @@ def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0) -> 
                     for r in window.head(3).iter_rows(named=True)],
                 hosts=hosts, window=(ep.begin, ep.end),
             )
-        elif all(u.inside >= busy_util and not u.dropped for u in found):
+        elif all(u.inside >= busy_util and not u.fell(drop_ratio) for u in found):
             yield Finding(
                 severity=Severity.INFO,
                 title=f"GPUs busy while steps were slow from {span}: compute bound",
