@@ -26,8 +26,9 @@ def test_chunks_in_worker_threads_equal_one_reader():
 
 
 def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(tmp_path):
-    """A file of many chunks with a spill folder: its NCCL tables are written to Parquet chunk by chunk
-    and come back as lazy scans, with the same rows as when every record stays in memory until the end."""
+    """A file of many chunks with a spill folder: its NCCL tables, and the text of its DeepSpeed step lines,
+    are written to Parquet chunk by chunk and come back as lazy scans, with the same rows as when every
+    record stays in memory until the end."""
     path = tmp_path / "train.log"  # a job restarted three times: NCCL inits all through the file, many chunks apart
     path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
     kept = InputFile(path, path.name, "log", size=path.stat().st_size)
@@ -38,11 +39,12 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(tmp_path):
         assert memory.account == disk.account
         assert sorted(memory.tables) == sorted(disk.tables)
         lazy = {name for name, frame in disk.tables.items() if isinstance(frame, pl.LazyFrame)}
-        assert {"nccl_events", "nccl_comms", "nccl_channels"} <= lazy
+        assert {"nccl_events", "nccl_comms", "nccl_channels", "steps"} <= lazy
         assert len(list((tmp_path / f"spill-{jobs}").rglob("nccl_events-*.parquet"))) >= 4, "a part per chunk with records"
         for name, frame in memory.tables.items():
             assert conform(name, frame).equals(conform(name, disk.tables[name].lazy().collect())), name
-    tables = RunTables()  # written by streaming from the parts, counted without reading them
+    assert memory.tables["steps"]["message"].null_count() == 0  # each step row's text, joined back from the spilled lines
+    tables = RunTables()  # what `tracelens tables` writes: streamed from the parts, counted without reading them
     for name, frame in disk.tables.items():
         tables.add(name, frame)
     tables.write_parquet(tmp_path / "out")

@@ -481,12 +481,14 @@ class Spill:
         self.parts: dict[str, list[Path]] = {}
 
     def write(self, name: str, frame: pl.DataFrame) -> None:
-        """Append rows to table `name`, cast to its schema (every part of a table alike)."""
+        """Append rows to table `name`, cast to its schema (every part of a table alike); a name
+        that is no table (a parser's own intermediate rows) is written as it is."""
         if not frame.height:
             return
         paths = self.parts.setdefault(name, [])
         path = self.folder / f"{name}-{len(paths):06d}.parquet"
-        conform(name, frame).write_parquet(path, compression="lz4")  # lz4: written once, read once, soon
+        frame = conform(name, frame) if name in SCHEMAS else frame
+        frame.write_parquet(path, compression="lz4")  # lz4: written once, read once, soon
         paths.append(path)
 
     def scans(self) -> dict[str, pl.LazyFrame]:

@@ -38,6 +38,7 @@ from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest import ds_assemble
 from tracelens.ingest.ds_grammar import HEADS, SIZE_UNITS, parse_body
 from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, byte_slice, within_datetime_range
+from tracelens.tables import Spill
 
 # ---------------------------------------------------------------- envelope (§1.1)
 
@@ -350,9 +351,12 @@ def classify(recs: pl.DataFrame) -> pl.Expr:
 class DeepSpeedParser:
     """One per file: `feed` each chunk in order, then `finish` adds steps, comm_ops and config."""
 
-    def __init__(self, source: InputFile) -> None:
+    SPILLS = True  # textlog gives it a Spill for a file of more than one chunk
+
+    def __init__(self, source: InputFile, spill: Spill | None = None) -> None:
         self.source = source
         self.rank = file_rank(source.name)  # of the lines that name none
+        self._spill = spill  # where the step lines' text goes, when set: the bulk of a training log's records
         self._hot: dict[str, list[pl.DataFrame]] = {kind: [] for kind in HOT}
         self._cold: list[pl.DataFrame] = []
         self._parsed: dict[tuple[str, str], dict | None] = {}
@@ -385,7 +389,11 @@ class DeepSpeedParser:
         for kind in HOT:
             rows = kept.filter(pl.col("kind") == kind)
             if rows.height:
-                self._hot[kind].append(extract_hot(kind, rows))
+                hot = extract_hot(kind, rows)
+                if self._spill is not None and "body" in hot.columns:
+                    self._spill.write(ds_assemble.BODIES, hot.select("line", "body"))
+                    hot = hot.drop("body")
+                self._hot[kind].append(hot)
         cold = kept.filter(~pl.col("kind").is_in(list(HOT)))
         if cold.height:
             self._cold.append(cold.select("line", "host", "ts", "rank", "kind", "body", "owner"))
@@ -437,5 +445,6 @@ class DeepSpeedParser:
     def finish(self, result: IngestResult) -> None:
         hot = {kind: pl.concat(parts) for kind, parts in self._hot.items() if parts}
         cold = pl.concat(self._cold) if self._cold else None
-        for name, frame in ds_assemble.tables(self.source, hot, cold, self._parsed).items():
+        bodies = self._spill.scans().get(ds_assemble.BODIES) if self._spill is not None else None
+        for name, frame in ds_assemble.tables(self.source, hot, cold, self._parsed, bodies).items():
             result.add(name, frame)

@@ -38,11 +38,26 @@ STEP_COLUMNS = [
 MESSAGE_PRIORITY = {"timers": 0, "iteration": 1, "pipe_step": 2, "progress": 3, "throughput": 4}
 
 
-def tables(source: InputFile, hot: dict[str, pl.DataFrame], cold: pl.DataFrame | None, parsed: dict) -> dict[str, pl.DataFrame]:
-    """The file's tables from its hot records (per kind) and grammar-read records."""
+BODIES = "ds_step_bodies"  # the spilled (line, body) of step lines
+
+
+def tables(
+    source: InputFile, hot: dict[str, pl.DataFrame], cold: pl.DataFrame | None, parsed: dict, bodies: pl.LazyFrame | None = None
+) -> dict[str, pl.DataFrame | pl.LazyFrame]:
+    """The file's tables from its hot records (per kind) and grammar-read records. `bodies`: the
+    (line, body) of the step lines when the hot records were kept without their text (spilled by
+    a big file's parser); each step row's `message` is then joined from it lazily."""
     provenance = [pl.lit(source.name).alias("file"), pl.col("ts").is_not_null().replace_strict({True: "exact", False: "none"}).alias("ts_quality")]
     out = {"steps": steps(hot), "comm_ops": comm_ops(hot.get("comm_op"), cold, parsed), "config": config(cold, parsed)}
-    return {name: frame.with_columns(provenance) for name, frame in out.items() if frame.height}
+    out = {name: frame.with_columns(provenance) for name, frame in out.items() if frame.height}
+    if "steps" in out:
+        spilled = bodies is not None
+        if bodies is None:
+            bodies = pl.concat([part.select("line", "body") for part in hot.values() if "body" in part.columns]).lazy()
+        text = bodies.rename({"line": "message_line", "body": "message"})
+        with_text = out["steps"].lazy().join(text, on="message_line", how="left", maintain_order="left").drop("message_line")
+        out["steps"] = with_text if spilled else with_text.collect()
+    return out
 
 
 # ---------------------------------------------------------------- steps
@@ -74,7 +89,7 @@ def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame:
         pl.col("ts").drop_nulls().first(),
         pl.col("rank").drop_nulls().first(),
         *(pl.col(c).drop_nulls().first() for c in present),
-        pl.col("body").sort_by(by_priority).first().alias("message"),
+        pl.col("line").sort_by(by_priority).first().alias("message_line"),  # its text is joined by `tables`
     )
     return merged.drop("rank_key").with_columns(pl.col("engine").cast(pl.String)).sort("line")
 
