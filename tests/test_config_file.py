@@ -93,7 +93,7 @@ def test_a_typo_in_a_key_is_a_one_line_usage_error_naming_the_file_and_key(run, 
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ('selct = ["TL1"]', "selct: unknown key (known: select, ignore, tz, severity, rules, hosts)"),
+        ('selct = ["TL1"]', "selct: unknown key (known: select, ignore, tz, severity, rules, steps, hosts)"),
         ('[severity]\nTL999 = "info"', "severity.TL999: unknown rule"),
         ('[severity]\nTL501 = "urgent"', "severity.TL501: 'urgent' is not info, warning or critical"),
         ("[rules.TL502]\nsmall_bucket = 0.5", "rules.TL502.small_bucket: 0.5 is not a whole number like the default 50000000"),
@@ -187,3 +187,22 @@ def test_diff_reads_the_config_too(tmp_path, monkeypatch):
     (tmp_path / "tracelens.toml").write_text("[rules.TL999]\n")
     result = runner.invoke(app, ["diff", str(FIXTURES / ZERO_OFF), str(FIXTURES / ZERO_OFF), "-o", str(tmp_path / "d.html")])
     assert result.exit_code == 2 and "tracelens.toml: rules.TL999: unknown rule" in result.stderr
+
+
+def test_steps_table_sets_what_makes_a_step_slow_for_every_rule(tmp_path, monkeypatch, analysis_of):
+    """ds-slow-window: steps 120-159 take 3x the usual time. Read as slow only from 10x (as a spike
+    and as a sustained stretch), nothing is slow; from 2.5x, the same findings as by default."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "ds-slow-window", run)
+    default = {f.rule_id for f in analysis_of("ds-slow-window").findings}
+    assert {"TL401", "TL402", "TL410"} <= default
+    (run / "tracelens.toml").write_text("[steps]\nslow_ratio = 10\nsustained_ratio = 10\n")
+    assert rule_ids(analyse(run, tmp_path)) == default - {"TL401", "TL402", "TL410"}
+    (run / "tracelens.toml").write_text("[steps]\nslow_ratio = 2.5\nsustained_ratio = 2.5\n")  # 3x is still slow
+    assert rule_ids(analyse(run, tmp_path)) == default
+    (run / "tracelens.toml").write_text("[steps]\nslow_sigma = 3\n")
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {run / 'tracelens.toml'}: steps.slow_sigma: unknown setting "
+                                     "(the settings of steps: slow_ratio, slow_sigmas, sustained_ratio, sustained_steps)")

@@ -12,6 +12,7 @@ from markupsafe import escape
 from tests.helpers import tables_from
 from tracelens.cli import _headline, app
 from tracelens.config import load
+from tracelens.derived.steps import SlowSteps
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
 from tracelens.derived import RunContext
@@ -63,6 +64,7 @@ def test_the_readme_config_example_is_a_valid_config(tmp_path):
     (tmp_path / "tracelens.toml").write_text(example)
     config = load(tmp_path / "tracelens.toml")
     assert config.settings == {"TL203": {"wait_warns": 0.10}} and config.hosts == {"ip-10-0-0-1": "node01"}
+    assert config.slow_steps == SlowSteps()  # the example gives the defaults
 
 
 def test_rules_command_shows_a_rules_kind_needs_and_settings():
@@ -76,6 +78,10 @@ def test_rules_command_shows_a_rules_kind_needs_and_settings():
     for s in tl203.settings:
         assert f"- {s.name} = {s.default!r} ({s.unit}): {s.help}" in lines
     assert [t for t in ("What it finds", "Why it slows the run", "How to fix") if t in lines] == ["What it finds", "Why it slows the run", "How to fix"]
+    assert not any(line.startswith("Slow steps") for line in lines)  # TL203 reads no steps
+    steps = CliRunner().invoke(app, ["rules", "TL401"], env={"COLUMNS": "400"}).stdout.splitlines()
+    assert "Slow steps (in a tracelens.toml: [steps], for every rule that reads steps)" in steps
+    assert any(line.startswith("- slow_ratio = 1.5 (times the usual step time): ") for line in steps)
 
 
 def test_rules_catalogue_lists_every_rule_with_its_kind():

@@ -231,7 +231,7 @@ def analyze(
     select and ignore given here win over the file's)."""
     config = config or Config()
     tables, timeline, notes = read_run(target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config)
-    context = RunContext(tables)
+    context = RunContext(tables, config.slow_steps)
     rules = select_rules(select or config.select, ignore or config.ignore)
     findings, not_run = run_rules(context, rules, config)
     return Analysis(

@@ -411,12 +411,15 @@ def rules_cmd(rule_id: Annotated[Optional[str], typer.Argument(help="A rule id, 
         console.print(f"[bold]{title}[/]\n{escape(body)}\n", highlight=False)
     needs = [" or ".join(f"{name} ({INPUTS[name]})" for name in need.split("|")) for need in r.needs]
     console.print("[bold]Needs[/]\n" + "\n".join(f"- {escape(n)}" for n in needs) + "\n", highlight=False)
-    if r.settings:
-        console.print(f"[bold]Settings[/] (in a tracelens.toml: {escape(f'[rules.{r.id}]')})", highlight=False)
-        for s in r.settings:
-            console.print(f"- {s.name} = {s.default!r} ({escape(s.unit)}): {escape(s.help)}", highlight=False)
-    else:
-        console.print("[bold]Settings[/]\nnone", highlight=False)
+    _print_settings(console, f"Settings (in a tracelens.toml: [rules.{r.id}])", r.settings)
+    if any("steps" in need.split("|") for need in r.needs):
+        _print_settings(console, "\nSlow steps (in a tracelens.toml: [steps], for every rule that reads steps)", config_file.STEP_SETTINGS)
+
+
+def _print_settings(console: Console, title: str, settings: tuple) -> None:
+    console.print(f"[bold]{escape(title)}[/]" + ("" if settings else "\nnone"), highlight=False)
+    for s in settings:
+        console.print(f"- {s.name} = {s.default!r} ({escape(s.unit)}): {escape(s.help)}", highlight=False)
 
 
 

@@ -9,12 +9,16 @@ in both (in pyproject.toml under `tool.tracelens`):
     tz = "Europe/Berlin"             # the zone of log times printed without one; --tz wins
     [severity]
     TL503 = "warning"                # info, warning or critical, for every finding of the rule
-    [rules.TL401]
-    min_cost_share = 0.05            # a setting `tracelens rules TL401` lists
+    [rules.TL203]
+    wait_warns = 0.10                # a setting `tracelens rules TL203` lists
+    [steps]
+    slow_ratio = 2.0                 # what makes a step slow, for every rule and the report (STEP_SETTINGS)
+    sustained_ratio = 1.5
     [hosts]
     "ip-10-0-0-1" = "node01"         # a host name as the inputs give it = the name to report
 
-An unknown key, rule, setting or severity is an error that names it (ConfigError).
+An unknown key, rule, setting or severity, or a value of the wrong type, is an error that names
+the file and the key (ConfigError).
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
+from tracelens.derived.steps import SlowSteps
 from tracelens.findings import Severity
-from tracelens.rules import Rule, all_rules
+from tracelens.rules import Rule, Setting, all_rules
 from tracelens.tables import SCHEMAS, RunTables
 
 if sys.version_info >= (3, 11):
@@ -38,7 +43,17 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 FILE_NAME = "tracelens.toml"
-KEYS = ("select", "ignore", "tz", "severity", "rules", "hosts")
+KEYS = ("select", "ignore", "tz", "severity", "rules", "steps", "hosts")
+# The [steps] table: what makes a step slow, for every rule and report section that reads slow steps.
+STEP_SETTINGS = (
+    Setting("times the usual step time", "A step slower than this multiple of its log's rolling median step time ...",
+            "slow_ratio", SlowSteps.slow_ratio),
+    Setting("robust standard deviations", "... and this many robust standard deviations above it is slow "
+            "(TL401 reports its windows; TL402, TL410, TL601 and the report read them).", "slow_sigmas", SlowSteps.slow_sigmas),
+    Setting("times the log's fast quartile", "A stretch the rolling median absorbs is slow where its steps are slower "
+            "than this multiple of the log's fast quartile ...", "sustained_ratio", SlowSteps.sustained_ratio),
+    Setting("logged steps", "... for at least this many logged steps in a row.", "sustained_steps", SlowSteps.sustained_steps),
+)
 TYPE_NAMES = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
 
 
@@ -57,6 +72,7 @@ class Config:
     severity: dict[str, Severity] = field(default_factory=dict)
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule id -> setting -> value
     hosts: dict[str, str] = field(default_factory=dict)
+    slow_steps: SlowSteps = SlowSteps()
 
     @property
     def label(self) -> str:
@@ -152,15 +168,17 @@ def _parse(path: Path, data: dict[str, Any], prefix: str) -> Config:
             severity[rule_id] = Severity.parse(label)
         except (KeyError, AttributeError) as err:
             raise fail(f"severity.{rule_id}", f"{label!r} is not info, warning or critical") from err
-    settings = {
-        rule_id: _settings(rules.get(rule_id), values, lambda key, why, r=rule_id: fail(f"rules.{r}{key}", why))
-        for rule_id, values in _table(data, "rules", fail).items()
-    }
+    settings = {}
+    for rule_id, values in _table(data, "rules", fail).items():
+        if rule_id not in rules:
+            raise fail(f"rules.{rule_id}", "unknown rule (`tracelens rules` lists them)")
+        settings[rule_id] = _values(rule_id, rules[rule_id].settings, values, lambda key, why, r=rule_id: fail(f"rules.{r}{key}", why))
+    slow_steps = SlowSteps(**_values("steps", STEP_SETTINGS, _table(data, "steps", fail), lambda key, why: fail(f"steps{key}", why)))
     hosts = _table(data, "hosts", fail)
     for name, alias in hosts.items():
         if not isinstance(alias, str) or not alias.strip():
             raise fail(f"hosts.{name}", f"{alias!r} is not a host name (a string)")
-    return Config(path, select, ignore, tz, severity, settings, dict(hosts))
+    return Config(path, select, ignore, tz, severity, settings, dict(hosts), slow_steps)
 
 
 def _table(data: dict[str, Any], key: str, fail) -> dict[str, Any]:
@@ -180,18 +198,16 @@ def _rule_list(value: Any, rules: dict[str, Rule], fail) -> list[str]:
     return chosen
 
 
-def _settings(rule: Rule | None, values: Any, fail) -> dict[str, Any]:
-    """A rule's settings from the file, each checked against the type of its default."""
-    if rule is None:
-        raise fail("", "unknown rule (`tracelens rules` lists them)")
+def _values(owner: str, settings: tuple[Setting, ...], values: Any, fail) -> dict[str, Any]:
+    """The values the file gives to `settings` (of a rule, or [steps]), each checked against the type of its default."""
     if not isinstance(values, dict):
         raise fail("", "must be a table of settings")
-    known = {s.name: s for s in rule.settings}
+    known = {s.name: s for s in settings}
     out = {}
     for name, value in values.items():
         if name not in known:
             names = ", ".join(known) or "none"
-            raise fail(f".{name}", f"unknown setting (the settings of {rule.id}: {names})")
+            raise fail(f".{name}", f"unknown setting (the settings of {owner}: {names})")
         default = known[name].default
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         if isinstance(default, bool) or not isinstance(default, (int, float)):

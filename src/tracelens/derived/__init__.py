@@ -41,8 +41,9 @@ from tracelens.tables import RunTables
 class RunContext:
     """The aligned tables of one run and the results derived from them, each computed once."""
 
-    def __init__(self, tables: RunTables) -> None:
+    def __init__(self, tables: RunTables, slow_steps: steps.SlowSteps = steps.SlowSteps()) -> None:
         self.tables = tables
+        self.slow_steps = slow_steps  # what makes a step slow (a config's [steps])
 
     def __getitem__(self, name: str) -> pl.DataFrame:
         """Table `name`, aligned (a shortcut for `ctx.tables[name]`)."""
@@ -53,7 +54,7 @@ class RunContext:
     @cached_property
     def step_series(self) -> pl.DataFrame:
         """Per stream and step: time, basis, comm/compute split, rolling baseline, slow flag."""
-        return steps.step_series(self.tables["steps"])
+        return steps.step_series(self.tables["steps"], slow=self.slow_steps)
 
     @cached_property
     def slow_windows(self) -> list[steps.Window]:
@@ -63,12 +64,12 @@ class RunContext:
     @cached_property
     def sustained_windows(self) -> list[steps.Window]:
         """Long slow stretches the rolling baseline absorbs."""
-        return steps.sustained_windows(self.step_series)
+        return steps.sustained_windows(self.step_series, self.slow_steps)
 
     @cached_property
     def slow_episodes(self) -> list[steps.Episode]:
         """The job's slow stretches, one per stretch whatever the number of logs that saw it, costliest first."""
-        return steps.slow_episodes(self.tables["steps"])
+        return steps.slow_episodes(self.tables["steps"], slow=self.slow_steps)
 
     @cached_property
     def run_time_s(self) -> float:

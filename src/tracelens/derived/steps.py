@@ -24,13 +24,24 @@ import polars as pl
 STREAM = ["file", "host", "rank", "engine"]
 BASELINE_ROWS = 201
 WARMUP_ROWS = 2  # DeepSpeed's own ThroughputTimer skips the first two steps too
-SLOW_RATIO = 1.5  # slower than this multiple of the baseline ...
-SLOW_SIGMAS = 6.0  # ... and this many robust standard deviations above it
 MIN_SPREAD = 0.02  # spread floor, as a share of the baseline: very steady runs are not flagged for jitter
 MERGE_GAP_ROWS = 2  # slow rows this close belong to one window
 
 
-def step_series(steps: pl.DataFrame, wall: bool = False) -> pl.DataFrame:
+@dataclass(frozen=True)
+class SlowSteps:
+    """What makes a step slow (a config's [steps] table): more than `slow_ratio` times the rolling
+    median of its log's step time and more than `slow_sigmas` robust standard deviations above it;
+    or, in a stretch of `sustained_steps` logged steps or more that the rolling median absorbs, more
+    than `sustained_ratio` times the log's fast quartile."""
+
+    slow_ratio: float = 1.5
+    slow_sigmas: float = 6.0
+    sustained_ratio: float = 1.25
+    sustained_steps: int = 10
+
+
+def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowSteps()) -> pl.DataFrame:
     """Per stream and step: time_ms (by basis), steps_covered, comm_ms, compute_ms, baseline_ms, slow.
     `wall`: time every step by its step lines' timestamps, whatever timers the log has (a stall in
     the data loader or a checkpoint is between the timers, not in them)."""
@@ -60,10 +71,10 @@ def step_series(steps: pl.DataFrame, wall: bool = False) -> pl.DataFrame:
             (pl.col("fwd_ms") + pl.coalesce("bwd_inner_ms", pl.col("bwd_ms") - pl.col("bwd_allreduce_ms"))).alias("compute_ms"),
         )
     )
-    return _baseline(series)
+    return _baseline(series, slow)
 
 
-def _baseline(series: pl.DataFrame) -> pl.DataFrame:
+def _baseline(series: pl.DataFrame, limits: SlowSteps) -> pl.DataFrame:
     index = pl.int_range(pl.len()).over(STREAM)
     timed = pl.col("time_ms").is_not_null() & (index >= WARMUP_ROWS)
     t = pl.when(timed).then(pl.col("time_ms"))
@@ -72,7 +83,7 @@ def _baseline(series: pl.DataFrame) -> pl.DataFrame:
     series = series.with_columns(base.alias("baseline_ms"))
     spread = (t - pl.col("baseline_ms")).abs().rolling_median(**window).over(STREAM) * 1.4826
     spread = pl.max_horizontal(spread, pl.col("baseline_ms") * MIN_SPREAD)
-    slow = timed & (pl.col("baseline_ms") > 0) & (pl.col("time_ms") > SLOW_RATIO * pl.col("baseline_ms")) & (pl.col("time_ms") - pl.col("baseline_ms") > SLOW_SIGMAS * spread)
+    slow = timed & (pl.col("baseline_ms") > 0) & (pl.col("time_ms") > limits.slow_ratio * pl.col("baseline_ms")) & (pl.col("time_ms") - pl.col("baseline_ms") > limits.slow_sigmas * spread)
     return series.with_columns(slow.fill_null(False).alias("slow"))
 
 
@@ -116,20 +127,16 @@ def slow_windows(series: pl.DataFrame) -> list[Window]:
     return sorted(windows, key=lambda w: -w.cost_s)
 
 
-SUSTAINED_RATIO = 1.25  # a stretch this much slower than the stream's fast quartile ...
-SUSTAINED_ROWS = 10  # ... for this many logged steps in a row
-
-
-def sustained_windows(series: pl.DataFrame) -> list[Window]:
+def sustained_windows(series: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Window]:
     """Long slow stretches the rolling baseline absorbs (a slowdown that lasts, or ramps up over
-    tens of steps): steps slower than SUSTAINED_RATIO x the stream's lower quartile (its usual
-    pace, as long as most of the stream is not slow), for SUSTAINED_ROWS logged steps or more.
+    tens of steps): steps slower than `sustained_ratio` x the stream's lower quartile (its usual
+    pace, as long as most of the stream is not slow), for `sustained_steps` logged steps or more.
     The windows are measured against that quartile."""
     usual = pl.col("time_ms").filter(pl.int_range(pl.len()) >= WARMUP_ROWS).quantile(0.25).over(STREAM)
     marked = series.with_columns(baseline_ms=usual).with_columns(
-        slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS) & (pl.col("time_ms") > SUSTAINED_RATIO * pl.col("baseline_ms"))
+        slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS) & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
     )
-    return [w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= SUSTAINED_ROWS]
+    return [w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= slow.sustained_steps]
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:
@@ -204,14 +211,14 @@ class Episode:
         return len({(w.file, w.host, w.rank, w.engine) for w in self.windows})
 
 
-def slow_episodes(steps: pl.DataFrame) -> list[Episode]:
+def slow_episodes(steps: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Episode]:
     """The run's slow stretches that cost at least MIN_COST_SHARE of its step time, costliest first;
     windows seen by several logs, by timers or by timestamps, are one episode."""
     found = []
-    wall = step_series(steps, wall=True)
-    for series in (step_series(steps), wall):
+    wall = step_series(steps, wall=True, slow=slow)
+    for series in (step_series(steps, slow=slow), wall):
         total = run_time_s(series) or 1.0
-        for w in slow_windows(series) + sustained_windows(series):
+        for w in slow_windows(series) + sustained_windows(series, slow):
             if w.start is not None and w.cost_s >= MIN_COST_SHARE * total:
                 found.append((_first_step_start(series, w), w, total))
     merged: list[tuple[datetime, datetime, list[Window], float]] = []

@@ -177,7 +177,7 @@ def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
     episodes = t.slow_episodes
     if not episodes:
         return
-    series = timing.step_series(t["steps"])
+    series = t.step_series
     for episode in episodes[:MAX_WINDOWS]:
         if _socket_switch(t, episode):
             continue  # TL412 measures it against the job's steps on IB
@@ -402,7 +402,7 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
     if socket.height == 0:
         return
     since = socket["lo"].min()
-    series = timing.step_series(t["steps"]).filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
+    series = t.step_series.filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
     on_socket = series.with_columns(after=pl.col("ts") >= since)
     took = pl.duration(microseconds=(pl.col("time_ms") * 1000).cast(pl.Int64))
     before, after = on_socket.filter(~pl.col("after")), on_socket.filter(pl.col("after"))

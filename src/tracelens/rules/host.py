@@ -16,7 +16,6 @@ from tracelens.derived.hostsignals import DROP_RATIO, KIND_TEXT, incidents, pci_
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
 from tracelens.rules.correlate import MARGIN
-from tracelens.derived.steps import slow_episodes
 from tracelens.tables import RunTables
 
 CRITICAL_XIDS = {48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154}
@@ -67,7 +66,7 @@ def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0, dro
     """
     if t["gpu_samples"].height == 0:
         return
-    episodes = slow_episodes(t["steps"])
+    episodes = t.slow_episodes
     if not episodes:
         return
     events = t.network_events.filter(pl.col("cause") != "stall")
@@ -217,7 +216,7 @@ def socket_interface_without_jumbo_frames(t: RunTables, *, jumbo_mtu: int = 9000
 
 
 def _windows(t: RunTables) -> list[tuple]:
-    return [(ep.begin, ep.end) for ep in slow_episodes(t["steps"])]
+    return [(ep.begin, ep.end) for ep in t.slow_episodes]
 
 
 @rule("TL605", "kernel-events", Severity.WARNING, needs=("kernel_events",))

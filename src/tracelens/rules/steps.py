@@ -63,8 +63,7 @@ def step_time_spikes(
     default rather than raising it. If the windows line up with evaluation or checkpoints,
     make those asynchronous or less frequent.
     """
-    series = timing.step_series(t["steps"])
-    windows = timing.slow_windows(series)
+    series, windows = t.step_series, t.slow_windows
     total = timing.run_time_s(series) or 1.0
     # one finding per slow stretch of the job, however many logs saw it (steps.slow_episodes)
     long = [ep for ep in t.slow_episodes if ep.worst.rows >= long_window_rows]
@@ -134,7 +133,7 @@ def comm_bound_steps(
     larger `reduce_bucket_size`, `gradient_accumulation_steps` > 1, bf16/fp16 gradients
     (`communication_data_type`).
     """
-    series = timing.step_series(t["steps"])
+    series = t.step_series
     timed = series.filter(pl.col("comm_ms").is_not_null() & (pl.col("basis") == "timers"))
     if timed.height == 0:
         return
@@ -253,7 +252,7 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
     (`nvidia-smi -q`), CPU load and NUMA binding of its process, its data-loader workers.
     Swap the node out and see whether the slowness moves with it.
     """
-    series = timing.step_series(t["steps"])
+    series = t.step_series
     ranked = series.filter(pl.col("compute_ms").is_not_null() & (pl.col("rank") >= 0))
     # Ranks are compared across files: per-node logs each hold one host's ranks.
     step_key = ["engine", "step"]
