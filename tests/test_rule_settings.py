@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import re
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 
@@ -77,3 +78,12 @@ def test_tl423_window_around_the_first_stop():
     assert fire(tables, "TL423") == []
     (late,) = fire(tables, "TL423", after_s=30.0)
     assert late.title == "Network events in the minute before rank 1 stopped"
+
+
+def test_rules_and_report_read_slow_steps_from_the_context():
+    """The config's [steps] reaches only what reads the RunContext's step series and episodes: a rule or
+    report section that built its own (derived.steps.step_series(...)) would use the default limits."""
+    src = Path(__file__).resolve().parents[1] / "src" / "tracelens"
+    own = [f"{p.relative_to(src)}: {m.group(0)}" for folder in ("rules", "report", "compare") for p in (src / folder).rglob("*.py")
+           for m in re.finditer(r"\b(?:step_series|slow_episodes|slow_windows|sustained_windows)\(", p.read_text(encoding="utf-8"))]
+    assert not own
