@@ -128,15 +128,17 @@ def _inferred_log_times(tables: RunTables) -> dict[str, pl.DataFrame]:
         frame = tables[name]
         if frame.height == 0:
             continue
-        joined = frame.drop("ts_lo", "ts_hi", strict=False).join(
+        # only the time columns are joined and replaced: the table's other columns stay shared with
+        # the tables as read (`lines` has one row per file and line, so the rows keep their order)
+        times = frame.select("file", "line", "ts", "ts_quality").join(
             lines.select("file", "line", "_ts", "_quality", "ts_lo", "ts_hi"), on=["file", "line"], how="left", maintain_order="left"
-        )
-        out[name] = joined.with_columns(
+        ).select(
             ts=pl.coalesce("_ts", "ts"),
             ts_quality=pl.coalesce("_quality", "ts_quality"),
             ts_lo=pl.coalesce("ts_lo", "ts"),
             ts_hi=pl.coalesce("ts_hi", "ts"),
-        ).drop("_ts", "_quality")
+        )
+        out[name] = frame.with_columns(times.get_columns())
     return out
 
 
