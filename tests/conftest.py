@@ -5,6 +5,7 @@ Plain helpers (paths, tables_from, fire, the row builders) are in tests/helpers.
 
 from __future__ import annotations
 
+import ast
 import functools
 from collections.abc import Callable
 from pathlib import Path
@@ -44,20 +45,29 @@ def analysis_of() -> Callable[[Path | str], Analysis]:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Under pytest-xdist (`-n`): the test modules that read shared analyses (analysis_of) run on one
-    worker, one work unit, so that each fixture is analysed once in the whole run; every other test
-    is a unit of its own, spread over the workers. (A module is judged by its text: the scheduler
-    sees test ids only; and xdist's own --dist loadgroup cannot rename test ids under pytest 9.)"""
+    """Under pytest-xdist (`-n`): the tests that read shared analyses (through analysis_of or a fixture
+    of their module that does) run on one worker, one work unit, so that each fixture is analysed
+    once in the whole run; every other test is a unit of its own, spread over the workers. (The
+    scheduler sees test ids only, so a test's fixtures are read from its module's source; xdist's
+    own --dist loadgroup cannot rename test ids under pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
 
     class SharedAnalysesScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return "analyses" if _reads_shared_analyses(nodeid.split("::")[0]) else nodeid
+            module, _, name = nodeid.partition("::")
+            return "analyses" if name.split("[")[0] in _tests_reading_analyses(module) else nodeid
 
     return SharedAnalysesScheduling(config, log)
 
 
 @functools.cache
-def _reads_shared_analyses(module: str) -> bool:
+def _tests_reading_analyses(module: str) -> frozenset[str]:
+    """The test functions of a module that request analysis_of, directly or through its own fixtures."""
     path = REPO / module
-    return path.is_file() and "analysis_of" in path.read_text(encoding="utf-8")
+    if not path.is_file():
+        return frozenset()
+    functions = [n for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)]
+    reading = {"analysis_of"}
+    for _ in range(3):  # fixtures of fixtures
+        reading |= {f.name for f in functions if reading & {a.arg for a in f.args.args}}
+    return frozenset(f.name for f in functions if f.name.startswith("test_") and reading & {a.arg for a in f.args.args})
