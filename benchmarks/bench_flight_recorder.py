@@ -18,5 +18,7 @@ for rank in range(256):
                for s in range(2000 if rank != 77 else 1998)]
     entries[-1]["state"] = "started"
     (tmp / f"nccl_trace_rank_{rank}.json").write_text(json.dumps({"version": "2.4", "pg_config": {}, "entries": entries}))
-t = time.perf_counter(); a = analyze(tmp); dt = time.perf_counter() - t
+t = time.perf_counter()
+a = analyze(tmp)
+dt = time.perf_counter() - t
 print(f"256 ranks x 2000 entries: analyze {dt:.1f} s; findings", [(f.rule_id, f.ranks[:3]) for f in a.findings if f.rule_id.startswith("TL42")])

@@ -78,7 +78,7 @@ class Job:
             f"recv {rand.random():.6f}, ring {rand.random() / 10:.6f}, delay {rand.random() / 1000:.6f})",
             f"New proxy send connection {rand.randint(0, 40)} from local rank {dev}, transport 2",
             f"Connected to proxy localRank {dev} -> connection {self.ptr()}",
-            f"Connected all rings, use ring PXN 0 GDR 1",
+            "Connected all rings, use ring PXN 0 GDR 1",
             f"threadThresholds 8/8/64 | {8 * nranks}/8/64 | 512 | 512",
             f"{ident} - Init COMPLETE",
             f"Init timings - ncclCommInitRank: rank {r} nranks {nranks} total {sum(t):.2f} (kernels {t[0]:.2f}, alloc {t[1]:.2f}, "

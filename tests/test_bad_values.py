@@ -10,7 +10,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.helpers import tables_from
 from tracelens.analyze import analyze
 from tracelens.findings import Evidence
 from tracelens.ingest import InputFile, ingest_file, sniff_format
@@ -18,7 +17,6 @@ from tracelens.ingest.lines import read_chunks
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
 from tracelens.derived.steps import ratio_of_medians
-from tracelens.timeline import align
 
 WATCHDOG = (
     "[rank0]:[E{clock}.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: "
@@ -110,8 +108,8 @@ def test_a_counter_of_2_64_is_one_unrecognised_line_and_huge_deltas_do_not_crash
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_ds_config_numbers_that_are_no_numbers_fire_no_rule_and_crash_nothing(tmp_path: Path, value: str):
     config = (
-        '{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": %s, "overlap_comm": false,'
-        ' "reduce_bucket_size": %s, "allgather_bucket_size": %s}}' % (value, value, value)
+        '{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": %s, "overlap_comm": false,'  # noqa: UP031
+        ' "reduce_bucket_size": %s, "allgather_bucket_size": %s}}' % (value, value, value)  # %: the JSON's braces stay as they are
     )
     analysis = _run(tmp_path, {"node01/ds_config.json": config})
     assert {f.rule_id for f in analysis.findings} & {"TL501", "TL502"} == set()
@@ -168,7 +166,7 @@ def test_a_200_mb_line_without_newline_is_read_as_one_bounded_line(tmp_path: Pat
     assert texts.len() == 2 and len(texts[1]) == 1 << 20  # one line, its first MiB
     result = ingest_file(InputFile(path=path, name="huge.log", format="log"))
     assert result.account.lines == 2
-    for line, text in result.account.samples:
+    for _, text in result.account.samples:
         assert len(text) < 1000
     assert len(Evidence("f", 1, "y" * 10_000_000).text) < 3000
 

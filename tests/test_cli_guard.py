@@ -98,7 +98,7 @@ def test_an_unexpected_error_exits_3_with_one_line_and_the_traceback_file(run: P
     result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == INTERNAL_ERROR != 1
     output = _no_traceback(result)
-    (line,) = [l for l in output.splitlines() if "internal error" in l]
+    (line,) = [text for text in output.splitlines() if "internal error" in text]
     where = Path(line.rsplit(" ", 1)[-1].rstrip(")"))
     assert where.is_file() and "KeyError" in where.read_text() and "Traceback" in where.read_text()
     assert where.stat().st_mode & 0o077 == 0

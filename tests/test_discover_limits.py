@@ -74,7 +74,6 @@ def test_encrypted_member_and_unsupported_method_are_named(tmp_path: Path):
         secret, odd = zf.getinfo("secret.log"), zf.getinfo("odd.log")
     for info in (secret,):  # the encryption flag, in the local header and the central directory
         data[info.header_offset + 6] |= 1
-        central = data.rfind(b"PK\x01\x02" + data[info.header_offset + 4 : info.header_offset + 6], 0)
     cd = data.find(b"PK\x01\x02")
     while cd >= 0:
         name_len = int.from_bytes(data[cd + 28 : cd + 30], "little")

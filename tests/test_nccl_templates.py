@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
 
 import polars as pl
 import pytest

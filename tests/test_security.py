@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
 import subprocess
 import sys
-import tarfile
 import textwrap
-import time
 from pathlib import Path
 
-import pytest
 
 from tracelens.private_cache import cache_file
 

@@ -47,7 +47,7 @@ class Analysis:
     rules: list[Rule]
     notes: list[str] = field(default_factory=list)
     timeline: Timeline = field(default_factory=Timeline)
-    comparison: "Comparison | None" = None  # against a good run, with `analyze --baseline`
+    comparison: Comparison | None = None  # against a good run, with `analyze --baseline`
     not_run: list[tuple[Rule, list[str]]] = field(default_factory=list)  # (rule, inputs that would let it run)
     config: Config = field(default_factory=Config)  # the config file's choices (none: the defaults)
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import typer
@@ -236,19 +236,19 @@ def _command_line() -> str:
 @_guarded
 def analyze_cmd(
     run: Annotated[Path, typer.Argument(help="A run folder, a single file, or an archive (.tar, .tar.gz, .tgz, .zip, .gz).")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the HTML report. Default: ./tracelens-<run>.html")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the findings and input accounting as JSON.")] = None,
-    tables_dir: Annotated[Optional[Path], typer.Option("--tables", help="Also write every parsed table as Parquet into this folder.")] = None,
-    tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: found against a capture's UTC times, else UTC.")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Where to write the HTML report. Default: ./tracelens-<run>.html")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the findings and input accounting as JSON.")] = None,
+    tables_dir: Annotated[Path | None, typer.Option("--tables", help="Also write every parsed table as Parquet into this folder.")] = None,
+    tz: Annotated[str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: found against a capture's UTC times, else UTC.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
     fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit with status 1 when a finding at or above this severity fires.")] = FailOn.never,
-    select: Annotated[Optional[list[str]], typer.Option("--select", help="Only these rules (ids or prefixes, comma separated), e.g. TL1,TL205.")] = None,
-    ignore: Annotated[Optional[list[str]], typer.Option("--ignore", help="Skip these rules (ids or prefixes, comma separated).")] = None,
-    baseline: Annotated[Optional[Path], typer.Option("--baseline", help="A good run of the same job to compare with: the report adds what changed, ranked by the slowdown it explains.")] = None,
-    ray: Annotated[Optional[str], typer.Option("--ray", help="Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this machine joined) or its address host:port. Needs tracelens[ray].")] = None,
-    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a ticket-ready Markdown summary (GitHub, Jira) to this file.")] = None,
+    select: Annotated[list[str] | None, typer.Option("--select", help="Only these rules (ids or prefixes, comma separated), e.g. TL1,TL205.")] = None,
+    ignore: Annotated[list[str] | None, typer.Option("--ignore", help="Skip these rules (ids or prefixes, comma separated).")] = None,
+    baseline: Annotated[Path | None, typer.Option("--baseline", help="A good run of the same job to compare with: the report adds what changed, ranked by the slowdown it explains.")] = None,
+    ray: Annotated[str | None, typer.Option("--ray", help="Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this machine joined) or its address host:port. Needs tracelens[ray].")] = None,
+    markdown: Annotated[Path | None, typer.Option("--markdown", help="Also write a ticket-ready Markdown summary (GitHub, Jira) to this file.")] = None,
     verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print each finding's details, fix and first evidence lines too.")] = False,
-    config_path: Annotated[Optional[Path], typer.Option("--config", help=CONFIG_HELP)] = None,
+    config_path: Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
     """Analyse a run and write the HTML report (exit 0 analysed, 1 findings at --fail-on, 2 nothing readable)."""
     from tracelens.report.html import write as write_html
@@ -313,11 +313,11 @@ def _analyze_with_progress(run: Path, **options) -> Analysis:
 def diff_cmd(
     good: Annotated[Path, typer.Argument(help="The good run (folder, file or archive): the last run that was fast.")],
     bad: Annotated[Path, typer.Argument(help="The slow run to explain.")],
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", help="Where to write the HTML diff. Default: ./tracelens-diff-<bad>.html")] = None,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Also write the comparison as JSON.")] = None,
-    tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one (both runs).")] = None,
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Where to write the HTML diff. Default: ./tracelens-diff-<bad>.html")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the comparison as JSON.")] = None,
+    tz: Annotated[str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one (both runs).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
-    config_path: Annotated[Optional[Path], typer.Option("--config", help=CONFIG_HELP)] = None,
+    config_path: Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
     """Compare a good run with a slow one: what changed (NCCL, DeepSpeed config, ports, traffic, steps),
     ranked by how much of the slowdown it explains."""
@@ -389,7 +389,7 @@ def _headline(text: str) -> str:
 
 
 @app.command("rules")
-def rules_cmd(rule_id: Annotated[Optional[str], typer.Argument(help="A rule id, e.g. TL101, to show its documentation.")] = None) -> None:
+def rules_cmd(rule_id: Annotated[str | None, typer.Argument(help="A rule id, e.g. TL101, to show its documentation.")] = None) -> None:
     """Print the rule catalogue, or one rule's documentation."""
     console = Console()
     rules = all_rules()

@@ -367,7 +367,7 @@ def _shifted(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.E
             else:
                 micros = (seconds if isinstance(seconds, pl.Expr) else pl.lit(seconds)) * 1e6
                 new = c - pl.duration(microseconds=micros.round().cast(pl.Int64), time_unit="ns")
-            return pl.when(rows).then(new).otherwise(c).alias(col)
+            return pl.when(rows).then(new).otherwise(c).alias(col)  # noqa: B023 (used within this iteration)
 
         out[name] = frame.with_columns(moved(c) for c in TIME_COLUMNS if c in frame.columns)
     return out

@@ -182,7 +182,7 @@ def _pace_text(change: PaceChange) -> str:
     return text
 
 
-def compare(good: "Analysis", bad: "Analysis") -> Comparison:
+def compare(good: Analysis, bad: Analysis) -> Comparison:
     """Compare two analysed runs."""
     have_good, have_bad = sources(good.tables), sources(bad.tables)
     both = have_good & have_bad
@@ -207,7 +207,7 @@ def compare(good: "Analysis", bad: "Analysis") -> Comparison:
     return Comparison(str(good.target), str(bad.target), pace_change, changes, unchanged, unavailable, gone)
 
 
-def _hosts(analysis: "Analysis") -> set[str]:
+def _hosts(analysis: Analysis) -> set[str]:
     hosts: set[str] = set()
     for name in ("nccl_events", "steps", "ib_ports", "config"):
         hosts.update(h for h in analysis.tables[name]["host"].unique().to_list() if h)
@@ -280,7 +280,7 @@ def _rate_changes(good: dict[tuple[str, str], Rate], bad: dict[tuple[str, str], 
     return out
 
 
-def _run_changes(good: "Analysis", bad: "Analysis") -> list[Change]:
+def _run_changes(good: Analysis, bad: Analysis) -> list[Change]:
     """The job's shape: how many hosts and ranks took part."""
     out = []
     sizes = {
@@ -293,7 +293,7 @@ def _run_changes(good: "Analysis", bad: "Analysis") -> list[Change]:
     return out
 
 
-def _finding_changes(good: "Analysis", bad: "Analysis") -> list[Change]:
+def _finding_changes(good: Analysis, bad: Analysis) -> list[Change]:
     """Warnings and criticals the slow run has and the good one does not."""
     before = {f.rule_id for f in good.findings}
     new: dict[str, list] = {}

@@ -259,7 +259,7 @@ def _ordinary(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[
     inside = steady.filter(pl.col("ts") >= begin, pl.col("start") <= end)
     outside = steady.filter((pl.col("ts") < begin) | (pl.col("start") > end))
     if steady.filter(pl.col("ts") < begin).height < MIN_BEFORE_ROWS:
-        return "start-up: fewer than {} steady steps before it to compare with".format(MIN_BEFORE_ROWS)
+        return f"start-up: fewer than {MIN_BEFORE_ROWS} steady steps before it to compare with"
     rows = max(3, min(inside.height, outside.height // 2))
     level = inside["time_ms"].median()
     stretches = outside["time_ms"].rolling_median(rows).drop_nulls()

@@ -334,7 +334,7 @@ def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[S
     timed = step_levels(series).with_columns(start=pl.col("ts").shift().over(timing.STREAM))
     timed = timed.filter(pl.col("ts").is_not_null(), pl.int_range(pl.len()).over(timing.STREAM) >= timing.WARMUP_ROWS)
     signals = []
-    for (file, host, rank, engine), stream in timed.group_by(timing.STREAM, maintain_order=True):
+    for (file, host, rank, _engine), stream in timed.group_by(timing.STREAM, maintain_order=True):
         inside = stream.filter(pl.col("ts").is_between(begin, end))
         outside = stream.filter(~pl.col("ts").is_between(begin, end))
         who = (f"rank {rank}" if rank is not None and rank >= 0 else file) + (f" ({host})" if host else "")

@@ -116,7 +116,7 @@ class TemplateGrammar:
     def _lark(self) -> Lark:
         return Lark(grammar_text(self.name), parser="earley")
 
-    @lru_cache(maxsize=100_000)
+    @lru_cache(maxsize=100_000)  # noqa: B019 (one instance per grammar, alive for the whole run)
     def kind(self, template: str) -> str | None:
         """The grammar's kind of a line template, or None when no rule fits."""
         try:

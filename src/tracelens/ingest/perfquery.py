@@ -142,7 +142,7 @@ def _block_rows(source: InputFile, block: list[DumpLine]) -> list[dict]:
 def ingest(source: InputFile) -> IngestResult:
     lines, account = read_dump(source, LINES)
     result = IngestResult(account=account)
-    rows = [row for block in blocks(lines, lambda l: isinstance(l.value, Header)) for row in _block_rows(source, block)]
+    rows = [row for block in blocks(lines, lambda line: isinstance(line.value, Header)) for row in _block_rows(source, block)]
     if rows:
         result.add("ib_counters", counter_frame(rows))
     return result

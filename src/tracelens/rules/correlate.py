@@ -26,7 +26,6 @@ import polars as pl
 
 from tracelens.derived import steps as timing
 from tracelens.derived.window_signals import measure
-from tracelens.derived.events import network_events
 from tracelens.findings import Evidence, Finding, Severity, Verdict
 from tracelens.derived.hangs import first_stopped
 from tracelens.derived.hostsignals import utilisation_phrase

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracelens.derived.events import CAUSES, network_events
+from tracelens.derived.events import CAUSES
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.derived.hostsignals import DROP_RATIO, KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
 from tracelens.prose import count
@@ -395,7 +395,7 @@ def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Itera
     if runs.height == 0:
         return
     rates = port_rates(t)
-    for key, run in runs.group_by("file", "run", maintain_order=True):
+    for _, run in runs.group_by("file", "run", maintain_order=True):
         largest = run.filter(pl.col("bytes") == run["bytes"].max()).row(0, named=True)
         host, device = largest["host"], largest["device"]
         ports = rates.filter(pl.col("host").eq_missing(host))

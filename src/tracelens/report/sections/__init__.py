@@ -27,7 +27,7 @@ class Section:
     context: dict[str, Any]
 
 
-def build_sections(analysis: "Analysis") -> list[Section]:
+def build_sections(analysis: Analysis) -> list[Section]:
     """Every section that has something to show, in ORDER."""
     built = []
     for info in pkgutil.iter_modules(__path__):
