@@ -352,9 +352,9 @@ def diff_cmd(
 def tables_cmd(
     run: Annotated[Path, typer.Argument(help="A run folder, file or archive.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the Parquet files (one per table, inputs included).")],
-    tz: Annotated[Optional[str], typer.Option("--tz", help="Time zone of log timestamps printed without one, as for analyze.")] = None,
+    tz: Annotated[str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one, as for analyze.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
-    config_path: Annotated[Optional[Path], typer.Option("--config", help=CONFIG_HELP)] = None,
+    config_path: Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
     """Ingest and align only: write every table as Parquet, to query with polars or DuckDB (exit 2 when
     nothing was readable). The tables are those `analyze --tables` writes: `ts` in UTC as the time model
