@@ -79,14 +79,17 @@ def test_a_window_where_one_hosts_compute_grew_is_blamed_on_that_straggler():
     assert finding.hosts == ["node02"] and finding.ranks == [4] and "straggler" in finding.title
 
 
-def _timers(host: str, rank: int, slow_compute: bool, compute_factor: float = 3.0) -> list[dict]:
+def _timers(host: str, rank: int, slow_compute: bool, compute_factor: float = 3.0, waits_every: int = 1) -> list[dict]:
     """Per-rank DeepSpeed timers: inside SLOW the slow rank's forward and optimizer step take
-    `compute_factor` x as long; the other ranks' compute stays flat and their all-reduce waits."""
+    `compute_factor` x as long; the other ranks' compute stays flat and their all-reduce waits, on
+    every step (a straggler, a rate limit) or on one step in `waits_every` (random loss: the steps
+    that lost a segment), for the same time in all."""
     rows = []
     for r in steps(slow=SLOW, file=f"{host}/train.log"):
         inside = r["step"] in SLOW
         grow = compute_factor if inside and slow_compute else 1.0
-        allreduce = 100.0 + (1200.0 if inside and not slow_compute else 0.0)
+        waits = inside and not slow_compute and r["step"] % waits_every == 0
+        allreduce = 100.0 + (1200.0 * waits_every if waits else 0.0)
         rows.append({**r, "host": host, "rank": rank, "iter_ms": None, "fwd_ms": 200.0 * grow, "bwd_ms": 400.0 + allreduce,
                      "bwd_allreduce_ms": allreduce, "step_ms": 300.0 * grow})
     return rows
@@ -139,18 +142,34 @@ def test_an_all_reduce_surge_with_every_ranks_compute_flat_is_still_the_network(
     assert "the network slowed down" in surge.summary
 
 
-def test_the_same_retransmissions_rising_in_the_window_blame_the_link():
-    """The contrast: compute flat on both ranks, both all-reduces waiting, and retransmissions 10x
-    their rate outside the window: a bad link between the two hosts."""
+def _retransmission_burst() -> list[dict]:
+    """Retransmissions 0.5/s all run long, and 10x that in the slow window."""
     begin, end = slow_span()
     steady = _steady_retransmissions(0.5, False)
     burst = [{**r, "frame": 10_000 + i, "ts": r["ts"] + timedelta(milliseconds=7), "seq": r["seq"] - 20_000}
              for i, r in enumerate(steady[::20]) if begin <= r["ts"] <= end]
-    packets = [{**r, "frame": i + 1} for i, r in enumerate(sorted(steady + burst, key=lambda r: r["ts"]))]
-    t = analysed(steps=_timers("node01", 0, False) + _timers("node02", 1, False), packets=packets)
-    (finding,) = fire(t, "TL410")
+    return [{**r, "frame": i + 1} for i, r in enumerate(sorted(steady + burst, key=lambda r: r["ts"]))]
+
+
+def test_the_same_retransmissions_rising_in_the_window_blame_the_link():
+    """The contrast: compute flat on both ranks, the all-reduces of the steps that lost a segment
+    waiting (random loss spares the others: lab-loss), and retransmissions 10x their rate outside
+    the window: a bad link between the two hosts."""
+    steps = _timers("node01", 0, False, waits_every=3) + _timers("node02", 1, False, waits_every=3)
+    (finding,) = fire(analysed(steps=steps, packets=_retransmission_burst()), "TL410")
     assert finding.verdict.cause == "link" and finding.hosts == ["10.99.0.1", "10.99.0.2"], finding.verdict.headline
     assert any("loss-driven TCP retransmissions" in r and "rose (at least" in r for r in finding.verdict.because)
+
+
+def test_drops_with_every_transfer_slowed_are_a_ceiling_not_a_bad_link():
+    """lab-bandwidth's pattern: the same retransmissions, but every step's all-reduce on every rank
+    slowed to one steady pace with compute flat: the path carried less than the job sent (a rate
+    limit or congestion), and the drops are its tail drops."""
+    steps = _timers("node01", 0, False) + _timers("node02", 1, False)
+    (finding,) = fire(analysed(steps=steps, packets=_retransmission_burst()), "TL410")
+    assert finding.verdict.cause == "congestion" and "bandwidth limit" in finding.title, finding.verdict.headline
+    assert any("every transfer slowed" in r for r in finding.verdict.because)
+    assert not any(c.startswith("also considered: a bad link") for c in finding.verdict.against)
 
 
 def test_every_rank_slower_is_contention_not_a_straggler():

@@ -56,8 +56,6 @@ NETWORK_RULES = re.compile(r"TL(10[79]|2\d\d|30[0-46-9])$")  # TL305 (capture du
 
 # (fixture, check) -> what the analysis gets wrong there today.
 KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("lab-bandwidth", "cause"): "a 2 MB/s cap (policer drops, loss-driven retransmissions 5.2/s vs 0/s outside) is called "
-    "'a bad link': nothing yet weighs the throughput pinned at the cap",
 }
 
 

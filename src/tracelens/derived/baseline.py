@@ -117,6 +117,7 @@ class LevelComparison:
     spread: float  # robust standard deviation of the steps outside
     steps_in: int
     steps_out: int
+    min_in: int = 1  # steps inside it takes to compare (a median of one or two steps is no level; one pause is a mean)
 
     @property
     def ratio(self) -> float | None:
@@ -124,7 +125,7 @@ class LevelComparison:
 
     @property
     def comparable(self) -> bool:
-        return self.inside is not None and self.outside is not None and self.steps_out >= 3
+        return self.inside is not None and self.outside is not None and self.steps_out >= 3 and self.steps_in >= self.min_in
 
     @property
     def rose(self) -> bool:

@@ -265,6 +265,9 @@ def step_levels(series: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+MEDIAN_MIN_STEPS = 3  # a window's median level needs this many steps in it
+
+
 def _level(inside: pl.Series, outside: pl.Series, mean: bool = False) -> LevelComparison:
     """Medians inside and outside; `mean`: the mean inside against the mean outside, for a time where
     one long stretch matters in full (a 25 s checkpoint pause between two steps)."""
@@ -274,7 +277,7 @@ def _level(inside: pl.Series, outside: pl.Series, mean: bool = False) -> LevelCo
     if mean:
         return LevelComparison(inside.mean() if inside.len() else None, outside.mean() if outside.len() else None, spread,
                                inside.len(), outside.len())
-    return LevelComparison(inside.median() if inside.len() else None, med_out, spread, inside.len(), outside.len())
+    return LevelComparison(inside.median() if inside.len() else None, med_out, spread, inside.len(), outside.len(), MEDIAN_MIN_STEPS)
 
 
 LEVELS = {"compute_total_ms": ("compute", "compute time"), "comm_ms": ("comm", "communication time"),
@@ -354,7 +357,32 @@ def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[S
                                   rank=rank if rank is not None and rank >= 0 else None, ratio=ratio,
                                   change=level.inside - level.outside, evidence=evidence,
                                   extent=level_extent(stream, column, begin, end) if level.rose else None))
+        if (pace := _pace_signal(who, host, rank, inside["comm_ms"], outside["comm_ms"])) is not None:
+            signals.append(pace)
     return signals
+
+
+PACE_RISE = 2.0  # the lower quartile of a rank's communication time inside, over its median outside
+PACE_MIN_STEPS = 5
+
+
+def _pace_signal(who: str, host: str | None, rank: int | None, inside: pl.Series, outside: pl.Series) -> Signal | None:
+    """Whether every transfer slowed, not just some: the lower quartile of the rank's communication
+    time in the window at PACE_RISE x its median outside or more. A link that carries less than the
+    job asks (a rate limit, a congested or downshifted path) slows every step's all-reduce to a
+    steady pace, so even the window's fast steps are slow; random loss slows the steps that lost a
+    segment and leaves the rest (lab-loss: the lower quartile fell to 0.5x while retransmissions
+    tripled). A straggler's peers wait every step too: rules.causes weighs it with compute time."""
+    inside, outside = inside.drop_nulls(), outside.drop_nulls()
+    if inside.len() < PACE_MIN_STEPS or outside.len() < 3 or not outside.median():
+        return None
+    floor, usual = float(inside.quantile(0.25)), float(outside.median())
+    rose = floor >= PACE_RISE * usual
+    verdict = "every transfer slowed" if rose else "no rise (only some steps' transfers slowed, if any)"
+    text = (f"{who}: communication time of the window's faster steps (lower quartile) {floor:.0f} ms vs {usual:.0f} ms "
+            f"per step outside it ({floor / usual:.2f}x): {verdict}")
+    return Signal("steps", "pace", "communication pace", who, rose, True, text, (host,) if host else (),
+                  rank=rank if rank is not None and rank >= 0 else None, ratio=floor / usual)
 
 
 def _phases(inside: pl.DataFrame, outside: pl.DataFrame) -> str:

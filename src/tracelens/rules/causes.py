@@ -15,6 +15,10 @@ at its baseline counts against the causes it would have shown. The candidates:
 - bad link, congestion, receiver, NCCL failures: their packet, counter or NCCL signals rose
   above the baseline; each independent source (packets, counters, NCCL) counts once, and the
   communication time rising while compute stayed flat counts as one more.
+- a throughput ceiling (congestion or a bandwidth limit) against a lossy link: when every rank's
+  communication time rose on its fast steps too (the pace signal: every transfer slowed) with
+  compute flat, and no port's own errors rose, the retransmissions are the ceiling's tail drops
+  and count for congestion; random loss slows only the transfers that lost a segment.
 
 The best score wins; a cause with no risen signal is never named, and the verdict is
 "undetermined" with what to collect.
@@ -22,19 +26,21 @@ The best score wins; a cause with no risen signal is never named, and the verdic
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tracelens.derived.window_signals import Signal
 from tracelens.derived.events import CAUSES
 from tracelens.findings import Verdict
 
-NAMES = {**CAUSES, "contention": "CPU or GPU contention on every rank", "input": "an input pipeline or checkpoint stall (the time between steps: data loader, checkpoint or evaluation)"}
+NAMES = {**CAUSES, "congestion": "congestion or a bandwidth limit (the path carried less than the job sent)", "contention": "CPU or GPU contention on every rank", "input": "an input pipeline or checkpoint stall (the time between steps: data loader, checkpoint or evaluation)"}
 NETWORK = ("link", "congestion", "receiver", "failure")
 FIXES = {
     "link": "Find the loss on the named path: `ethtool -S <iface>` drops and errors, `ip -s link`, `nstat -az | grep -i retrans` "
     "on both hosts; on InfiniBand/RoCE `perfquery -x` and `mlxlink -d <dev> -m` on the named port. Reseat or replace the "
     "cable or transceiver, and drain the node until it is fixed.",
-    "congestion": "Compare PortXmitWait per second across switch ports to find the hot link, check PFC/ECN on the RoCE "
+    "congestion": "Find what caps the path: rate limits and shaping on both hosts and between them (`tc -s qdisc show`, "
+    "`nft list ruleset`, a cloud instance's or VPC's bandwidth cap, `ethtool <iface>` for a link that came up at a lower speed); "
+    "on a fabric compare PortXmitWait per second across switch ports to find the hot link, check PFC/ECN on the RoCE "
     "priority end to end, spread the traffic (adaptive routing, NCCL_IB_QPS_PER_CONNECTION).",
     "receiver": "Check the receiving host's CPU load and its rank's step times; raise the receive queue depth.",
     "failure": "Read the NCCL warnings of the window on the named host (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET).",
@@ -122,15 +128,25 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
 def _network_causes(signals: list[Signal]) -> list[Candidate]:
     compute_flat = all(not s.rose for s in _by(signals, "compute"))
     comm_rose = [s for s in _by(signals, "comm") if s.rose]
+    pace = _by(signals, "pace")
+    paced = bool(pace) and all(s.rose for s in pace) and compute_flat
+    rose_by = {cause: [s for s in signals if s.source != "steps" and s.cause == cause and s.rose] for cause in NETWORK}
+    if paced and not any(s.locating for s in rose_by["link"]):
+        # every rank's every transfer slowed to a steady pace, and no port's own errors rose: the
+        # drops are a ceiling's (a rate limiter's or a full queue's tail drops), not a lossy link's
+        rose_by["congestion"] += [replace(s, text=f"{s.text} (tail drops at the ceiling: every transfer slowed with them)")
+                                  for s in rose_by["link"]]
+        rose_by["link"] = []
     found = []
     for cause in NETWORK:
-        rose = [s for s in signals if s.source != "steps" and s.cause == cause and s.rose]
+        rose = rose_by[cause]
         if not rose:
             continue
-        score = len({s.source for s in rose}) + (0.5 if comm_rose and compute_flat else 0.0)
+        steady = cause == "congestion" and paced
+        score = len({s.source for s in rose}) + (0.5 if comm_rose and compute_flat else 0.0) + (1.0 if steady else 0.0)
         located = [s for s in rose if s.locating]
         hosts = sorted({h for s in (located or rose) for h in s.hosts})
-        because = [s.text for s in rose][:6] + ([s.text for s in comm_rose][:2] if compute_flat else [])
+        because = ([s.text for s in pace] if steady else []) + [s.text for s in rose][:6] + ([s.text for s in comm_rose][:2] if compute_flat else [])
         found.append(Candidate(cause, score, because, hosts, [], sorted({s.port for s in located if s.port})))
     return found
 

@@ -68,9 +68,10 @@ FIXES = {
     "link": "Check the link on {where}: `perfquery -x` and `ibstat {ca}` (on RoCE `ethtool -S <iface>` and "
     "`mlxlink -d {ca} -m`) for rising symbol and receive errors; reseat or replace the cable or transceiver of {port}, "
     "and drain {hosts} from the scheduler until the counters stay flat.",
-    "congestion": "Find the hot link around {where}: compare PortXmitWait per second across the switch ports "
-    "(`perfquery -x` on each); check PFC/ECN on the RoCE priority (`mlnx_qos -i <iface>`); spread traffic with "
-    "adaptive routing or NCCL_IB_QPS_PER_CONNECTION=4.",
+    "congestion": "Find what caps the path between {where}: rate limits and shaping on both hosts (`tc -s qdisc show`, "
+    "`nft list ruleset`, an instance's or VPC's bandwidth cap, `ethtool <iface>` for a link up at a lower speed); on a fabric, "
+    "the hot link: PortXmitWait per second across the switch ports (`perfquery -x` on each), PFC/ECN on the RoCE priority "
+    "(`mlnx_qos -i <iface>`); spread traffic with adaptive routing or NCCL_IB_QPS_PER_CONNECTION=4.",
     "straggler": "Check {hosts}: GPU clocks, temperatures and throttling (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE`), "
     "CPU load and the data loader (`top`, `py-spy dump --pid <pid>`); drain the host if it stays slow.",
     "receiver": "The receiver on {where} fell behind (RNR NAKs or zero windows): check its CPU and memory load, "
@@ -185,12 +186,23 @@ def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
 
 def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode) -> Finding:
     w = episode.worst
-    signals = measure(t, series, episode.begin, episode.end)
     missing = _missing(t, episode.begin, episode.end)
-    diagnosis, best = verdict(signals, f"{w.label} ({prose_span(episode.begin, episode.end)})", missing)
-    window = (_evidence_window(signals, best, episode.begin, episode.end) if best else None) or (episode.begin, episode.end)
-    if window != (episode.begin, episode.end):  # the headline names the steps of the cause's own window
-        diagnosis, best = verdict(signals, _label(series, w, *window), missing)
+
+    def judged(begin: datetime, end: datetime):
+        signals = measure(t, series, begin, end)
+        return (begin, end), signals, *verdict(signals, _label(series, w, begin, end), missing)
+
+    # measured on the slow steps' window, then again on the named cause's own window (its evidence's
+    # edges): the quoted rates and levels are then those of the window the finding gives
+    window, signals, diagnosis, best = judged(episode.begin, episode.end)
+    for _ in range(2):
+        own = _evidence_window(signals, best, *window) if best else None
+        if own is None or own == window:
+            break
+        again = judged(*own)
+        if again[3] is None or again[3].score < best.score:
+            break  # the narrower window alone says less: the wider one stays
+        window, signals, diagnosis, best = again
     seen = f"seen in the logs of {count(episode.streams, 'rank')}" if episode.streams > 1 else "seen in one log"
     cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
     slow = f"{w.label.capitalize()} took {w.ratio:.1f}x the usual {number(w.baseline_ms, 'ms')} per step, {seen}; they cost {cost}."
