@@ -47,10 +47,11 @@ class FabricPort:
     link_layer: str = "InfiniBand"
     base: dict[str, int] = field(default_factory=dict)  # values when the counters were cleared
     per_second: dict[str, float] = field(default_factory=dict)  # rises besides traffic
+    background: dict[str, float] = field(default_factory=dict)  # rises per second all along (a port's usual few errors)
 
     def counters(self, seconds: float, rising_s: float | None = None) -> dict[str, int]:
         """Every counter's value `seconds` after the counters were cleared, `per_second` having
-        applied for `rising_s` of them (all of them by default)."""
+        applied for `rising_s` of them (all of them by default), `background` for all of them."""
         words = int(WORDS_PER_SECOND * seconds)
         values = {name: 0 for name in BASIC_ORDER + ["PortXmitWait", "QP1Dropped"]}
         values |= {"PortXmitData": words, "PortRcvData": words, "PortXmitPkts": words // 1024,
@@ -58,6 +59,8 @@ class FabricPort:
                    "PortUnicastRcvPkts": words // 1024, "PortMulticastXmitPkts": 3, "PortMulticastRcvPkts": 3}
         for name, rate in self.per_second.items():
             values[name] = values.get(name, 0) + int(rate * (seconds if rising_s is None else rising_s))
+        for name, rate in self.background.items():
+            values[name] = values.get(name, 0) + int(rate * seconds)
         for name, value in self.base.items():
             values[name] = values.get(name, 0) + value
         return values

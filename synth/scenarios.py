@@ -129,5 +129,6 @@ SCENARIOS = (
 
 SCENARIOS += deepspeed.scenarios(pair())  # DeepSpeed steps and config: healthy, a slow window, overlap_comm off
 # Whole runs, every source at once, one injected cause each, over RoCE
-SCENARIOS += incidents.scenarios(pair(link_layer="RoCE", env=(("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_GID_INDEX", "3"))))
-SCENARIOS += host.scenarios(pair(link_layer="RoCE", env=(("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_GID_INDEX", "3"))))
+ROCE_PAIR = pair(link_layer="RoCE", env=(("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_GID_INDEX", "3")))
+SCENARIOS += incidents.scenarios(ROCE_PAIR)
+SCENARIOS += host.scenarios(ROCE_PAIR)

@@ -86,8 +86,8 @@ def test_the_summary_has_verdict_findings_evidence_inputs_and_version(analysis_o
     head = markdown.splitlines()[0]
     assert head.startswith("## tracelens: CRITICAL: Slow steps 70-109") and "a bad link" in head and "node02" in head
     assert "**When:** 2024-12-06 18:31:30 to 18:34:30 UTC, 2.2 min lost" in markdown
-    assert "- node01 ↔ node02: RoCE NAKs, PSN gaps and resends 1.6/s in the window (288) vs 0/s before" in markdown
+    assert "- node01 ↔ node02: RoCE NAKs, PSN gaps and resends 1.86/s in the window (336) vs 0.293/s before" in markdown
     assert "**How to fix:** Check the link on node02" in markdown and "`perfquery -x`" in markdown
     assert "| 1 | critical | TL410 |" in markdown and "### Inputs read" in markdown
-    assert "SymbolErrorCounter: 1333 (was 0)" in markdown  # a top evidence line, verbatim in a code block
+    assert "node01/train.log:501  time (ms) | fwd: 284.50 | bwd: 4018.38" in markdown  # a top evidence line, verbatim in a code block
     assert re.search(r"\*tracelens \d+\.\d+\.\d+, run as: tracelens analyze run --markdown r\.md\. Config: none", markdown)

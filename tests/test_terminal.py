@@ -68,10 +68,10 @@ def test_the_verdict_says_cause_where_window_and_cost(flaky):
 
 def test_verbose_prints_the_case_the_fix_and_evidence(flaky):
     short, long = _summary(flaky, 100), _summary(flaky, 100, verbose=True)
-    assert "SymbolErrorCounter: 1333 (was 0)" not in short
-    assert "node02/sysfs-during-1832.txt:56" in long and "SymbolErrorCounter: 1333 (was 0)" in long
+    assert "SymbolErrorCounter: 1407 (was 73)" not in short
+    assert "node02/sysfs-during-1832.txt:56" in long and "SymbolErrorCounter: 1407 (was 73)" in long
     flat = " ".join(long.split())  # the points wrap under their label
-    assert "RoCE NAKs, PSN gaps and resends 1.6/s in the window (288)" in flat and "missing NCCL lines with times" in flat
+    assert "RoCE NAKs, PSN gaps and resends 1.86/s in the window (336)" in flat and "missing NCCL lines with times" in flat
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch, flaky):

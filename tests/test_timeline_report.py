@@ -41,7 +41,7 @@ def test_the_verdict_names_the_root_cause_and_the_time_it_cost(flaky):
     assert top.headline == analysis.findings[0].title and "node02" in top.headline
     assert top.cost_seconds > 120 and top.finding == 1 and top.where == "node02 (mlx5_1:1)"
     assert re.search(r"18:34:30 UTC, 2\.2 min lost", html)
-    assert "SymbolErrorCounter 33.8/s in the window (8,123)" in html[html.index('id="verdict"'):html.index("<nav")]
+    assert "SymbolErrorCounter 33.9/s in the window (8,128)" in html[html.index('id="verdict"'):html.index("<nav")]
 
 
 def test_the_zone_decision_and_the_clocks_are_shown(flaky):

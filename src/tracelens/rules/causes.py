@@ -151,13 +151,15 @@ def _network_causes(signals: list[Signal]) -> list[Candidate]:
     return found
 
 
-def against(signals: list[Signal], named: str | None) -> list[str]:
-    """The checked signals that stayed at their baseline, as what rules each other cause out."""
+def against(signals: list[Signal], named: str | None, where: set[str] = frozenset()) -> list[str]:
+    """The checked signals that stayed at their baseline, as what rules each other cause out, and
+    the named cause's own signals elsewhere (not at `where`, the places that rose) that stayed at
+    theirs: they rule those places out (a port's usual few errors all run long)."""
     out = []
     for s in signals:
-        if s.rose or not s.comparable or s.cause == named:
+        if s.rose or not s.comparable or (s.cause == named and s.where in where) or (s.source == "steps" and s.cause == "step"):
             continue
-        if s.source == "steps" and s.cause in ("step",):
+        if s.cause == named and not s.locating:
             continue
         out.append(s.text)
     return out
@@ -186,5 +188,6 @@ def verdict(signals: list[Signal], label: str, missing: list[str]) -> tuple[Verd
         where += " (" + ", ".join(f"{p.rpartition(':')[0]} port {p.rpartition(':')[2]}" for p in best.ports) + ")"
     head = f"Slow {label}: {NAMES[best.cause]} on {where}, confidence {confidence}"
     others = [f"also considered: {NAMES[c.cause]} (score {c.score:.1f}): {c.because[0]}" for c in found[1:3]]
-    return Verdict(best.cause, confidence, head, best.because, others + against(signals, best.cause), not_available,
+    rose_at = {s.where for s in signals if s.rose and s.cause == best.cause}
+    return Verdict(best.cause, confidence, head, best.because, others + against(signals, best.cause, rose_at), not_available,
                    FIXES.get(best.cause, "")), best

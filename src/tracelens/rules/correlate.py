@@ -128,7 +128,7 @@ def _evidence_window(signals: list, best: Candidate, begin: datetime, end: datet
 
 def _label(series: pl.DataFrame, w: timing.Window, begin: datetime, end: datetime) -> str:
     """`steps 254-324 (03:47:05 to 03:47:49 UTC)`: the steps of the worst log that ran in [begin, end]."""
-    mine = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank, pl.col("ts") >= begin, pl.col("ts") <= end)["step"]
+    mine = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank, pl.col("ts") > begin, pl.col("ts") <= end)["step"]
     if mine.len() == 0:
         return f"{w.label} ({prose_span(begin, end)})"
     steps = f"step {mine.min()}" if mine.min() == mine.max() else f"steps {mine.min()}-{mine.max()}"
