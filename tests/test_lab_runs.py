@@ -56,6 +56,9 @@ NETWORK_RULES = re.compile(r"TL(10[79]|2\d\d|30[0-46-9])$")  # TL305 (capture du
 
 # (fixture, check) -> what the analysis gets wrong there today.
 KNOWN_WRONG: dict[tuple[str, str], str] = {
+    ("lab-loss-2", "window"): "held out: the link is named, but its window comes from the densest stretch of "
+    "retransmissions (05:35:04-05:35:17) while the loss began at 05:34:42; on slow steps 4% loss retransmits sparsely "
+    "and the dense run breaks up (not tried yet: a change-point over the event counts, as for step levels)",
 }
 
 
@@ -219,3 +222,18 @@ def test_tcp_loss_retransmissions_agree_with_tshark(folder, analysis_of):
     retx = sum(q[0] for q in quoted)
     assert abs(retx - expected["retransmissions"]) <= 0.1 * expected["retransmissions"], (
         f"{folder.name}: TL304 quotes {retx} retransmissions, tshark counts {expected['retransmissions']}")
+
+
+@pytest.mark.parametrize("folder", _cases([p for p in RUNS if _expected(p)["window"] and "window" in _expected(p).get("tshark", {})], "tshark"))
+def test_quoted_retransmissions_agree_with_tshark_in_the_injected_window(folder, analysis_of):
+    """The count a verdict quotes for a window ("TCP retransmissions of any kind ... in the window (N)")
+    is tshark's `tcp.analysis.retransmission` among data segments for the same window, within 10%."""
+    from tracelens.derived.window_signals import measure
+
+    expected = _expected(folder)
+    context = analysis_of(folder).context
+    start, end = _window(expected)
+    (quoted,) = [s for s in measure(context.tables, context.step_series, start, end) if s.what == "TCP retransmissions of any kind"]
+    ours = int(re.search(r"in the window \(([\d,]+)\)", quoted.text).group(1).replace(",", ""))
+    theirs = expected["tshark"]["window"]["retransmissions"]
+    assert abs(ours - theirs) <= 0.1 * theirs, f"{folder.name}: we quote {quoted.text}; tshark counts {theirs}"
