@@ -41,9 +41,9 @@ from tracelens.tables import RunTables
 class RunContext:
     """The aligned tables of one run and the results derived from them, each computed once."""
 
-    def __init__(self, tables: RunTables, slow_steps: steps.SlowSteps = steps.SlowSteps()) -> None:
+    def __init__(self, tables: RunTables, slow_steps: steps.SlowSteps | None = None) -> None:
         self.tables = tables
-        self.slow_steps = slow_steps  # what makes a step slow (a config's [steps])
+        self.slow_steps = slow_steps or steps.SlowSteps()  # what makes a step slow (a config's [steps])
 
     def __getitem__(self, name: str) -> pl.DataFrame:
         """Table `name`, aligned (a shortcut for `ctx.tables[name]`)."""

@@ -26,6 +26,7 @@ The best score wins; a cause with no risen signal is never named, and the verdic
 
 from __future__ import annotations
 
+from collections.abc import Set
 from dataclasses import dataclass, replace
 
 from tracelens.derived.window_signals import Signal
@@ -151,7 +152,7 @@ def _network_causes(signals: list[Signal]) -> list[Candidate]:
     return found
 
 
-def against(signals: list[Signal], named: str | None, where: set[str] = frozenset()) -> list[str]:
+def against(signals: list[Signal], named: str | None, where: Set[str] = frozenset()) -> list[str]:
     """The checked signals that stayed at their baseline, as what rules each other cause out, and
     the named cause's own signals elsewhere (not at `where`, the places that rose) that stayed at
     theirs: they rule those places out (a port's usual few errors all run long)."""
