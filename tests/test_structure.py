@@ -237,3 +237,27 @@ def test_rules_leave_their_id_to_the_registry():
             if isinstance(node, ast.Call) and any(k.arg == "rule_id" for k in node.keywords):
                 named.append(f"{path.name}:{node.lineno}")
     assert not named
+
+
+# What the RunContext computes once (tracelens.derived.RunContext's properties, by the function
+# behind each): a rule, a report section or the comparison that calls one of these recomputes it.
+CONTEXT_RESULTS = {"step_series", "slow_windows", "sustained_windows", "slow_episodes", "run_time_s", "counter_deltas",
+                   "latest_ports", "port_ranks", "host_names", "network_events", "stuck", "desyncs", "first_stopped"}
+# Known leftovers, in the verdict's own modules (their next change moves them onto ctx):
+STILL_RECOMPUTED = {"tracelens.rules.steps": {"step_series", "slow_windows", "run_time_s"},
+                    "tracelens.rules.correlate": {"step_series", "run_time_s", "first_stopped"}}
+
+
+def test_rules_and_report_read_shared_results_from_the_context():
+    recomputed = {}
+    for path in SOURCES:
+        module = _module_name(path)
+        if not module.startswith(("tracelens.rules", "tracelens.report", "tracelens.compare")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in CONTEXT_RESULTS:
+                    recomputed.setdefault(module, set()).add(name)
+    new = {module: names - STILL_RECOMPUTED.get(module, set()) for module, names in recomputed.items()}
+    assert not {module: names for module, names in new.items() if names}, "read these from the RunContext (ctx.<name>)"
