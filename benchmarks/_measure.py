@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -53,6 +54,15 @@ def run(argv: list[str], quiet: bool = False) -> Child:
     if code := os.waitstatus_to_exitcode(status):
         raise SystemExit(f"{' '.join(argv[:4])} ... failed (exit {code})")
     return Child(seconds, usage.ru_maxrss / 1024, last, usage.ru_utime + usage.ru_stime)  # ru_maxrss is in KiB on Linux
+
+
+def repeated(argv: list[str], times: int, out: Path) -> tuple[list[float], list[float]]:
+    """Run `argv` `times` times, `out` removed before each; the sorted wall seconds and peak RSS MiB."""
+    children = []
+    for _ in range(times):
+        shutil.rmtree(out, ignore_errors=True)
+        children.append(run(argv, quiet=True))
+    return sorted(c.seconds for c in children), sorted(c.rss_mb for c in children)
 
 
 def import_rss_mb(module: str) -> float:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
@@ -21,7 +21,7 @@ from tracelens.derived import RunContext
 from tracelens.derived.flows import event_times
 from tracelens.discover import discover
 from tracelens.findings import Finding
-from tracelens.ingest import IngestResult, InputFile, ingest_file, splits
+from tracelens.ingest import Account, IngestResult, InputFile, ingest_file, small_files, splits
 from tracelens.rules import Rule, select_rules
 from tracelens.tables import RunTables
 from tracelens.timeline import Timeline, align
@@ -80,16 +80,19 @@ def _ingest_with_host(source: InputFile, jobs: int = 1, workers: Executor | None
     return result
 
 
-def _input_row(source: InputFile, result: IngestResult) -> dict:
-    acc = result.account
+def _hosts(tables: dict[str, pl.DataFrame]) -> list[str]:
     hosts = set()
-    for frame in result.tables.values():
+    for frame in tables.values():
         if "host" in frame.collect_schema().names():
             hosts.update(h for h in frame.lazy().select(pl.col("host").unique()).collect()["host"].to_list() if h)
+    return sorted(hosts)
+
+
+def _input_row(source: InputFile, acc: Account, hosts: list[str]) -> dict:
     return {
         "file": source.name,
         "format": source.format,
-        "host": ", ".join(sorted(hosts)) or source.host_hint,
+        "host": ", ".join(hosts) or source.host_hint,
         "size": source.size,
         "lines": acc.lines,
         "parsed": acc.parsed,
@@ -98,6 +101,47 @@ def _input_row(source: InputFile, result: IngestResult) -> dict:
         "errors": acc.errors,
         "samples": [{"line": line, "text": text} for line, text in acc.samples],
     }
+
+
+@dataclass
+class Ingested:
+    """What one unit of work gave: its tables, and one `inputs` row per file in it."""
+
+    tables: dict[str, pl.DataFrame]
+    inputs: list[dict]
+
+
+def _ingested(source: InputFile, result: IngestResult) -> Ingested:
+    return Ingested(result.tables, [_input_row(source, result.account, _hosts(result.tables))])
+
+
+def _ingest_item(files: list[InputFile], jobs: int = 1) -> Ingested:
+    """One file (its chunks in `jobs` processes), or a batch of small logs read as one."""
+    if len(files) == 1:
+        return _ingested(files[0], _ingest_with_host(files[0], jobs))
+    try:
+        batch = small_files.ingest(files)
+    except Exception:  # one file read alone says what is wrong with it, and the rest are read
+        batch = small_files.BatchResult(per_file=files)
+    alone = {f.name: _ingest_with_host(f) for f in batch.per_file}
+    rows = []
+    for source in files:
+        if source.name in alone:
+            rows.append(_input_row(source, alone[source.name].account, _hosts(alone[source.name].tables)))
+        else:
+            rows.append(_input_row(source, *batch.accounts[source.name]))
+    tables = batch.tables
+    if alone:  # rows in file order, as if every file had been read alone
+        order = {f.name: i for i, f in enumerate(files)}
+        names = {name for result in alone.values() for name in result.tables} | set(tables)
+        tables = {
+            name: pl.concat(
+                [t.lazy() for t in [tables.get(name), *(r.tables.get(name) for r in alone.values())] if t is not None],
+                how="diagonal_relaxed",
+            ).sort(pl.col("file").replace_strict(order, return_dtype=pl.Int64), maintain_order=True).collect()
+            for name in names
+        }
+    return Ingested(tables, rows)
 
 
 def ingest_run(
@@ -115,16 +159,15 @@ def ingest_run(
     found = discover(target, workdir)
     found.files = [replace(f, spill=workdir / "spill") for f in found.files]  # big logs' rows go there as they are read
     tables = RunTables()
-    total = len(found.files)
-    size = sum(f.size for f in found.files)
-    largest = max((f.size for f in found.files), default=0)
-    if jobs > 1 and total > 1 and size >= PARALLEL_MIN_BYTES and largest * 2 < size:
+    items = small_files.work_items(found.files)
+    sizes = [sum(f.size for f in item) for item in items]
+    if jobs > 1 and len(items) > 1 and sum(sizes) >= PARALLEL_MIN_BYTES and max(sizes) * 2 < sum(sizes):
         # spawn: polars' thread pool does not survive fork
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-            results = pool.map(_ingest_with_host, found.files, chunksize=max(1, total // (jobs * 16)))
-            _collect(zip(found.files, results), tables, total, progress)
+            units = pool.map(_ingest_item, items, chunksize=max(1, len(items) // (jobs * 16)))
+            _collect(units, tables, len(found.files), progress)
     else:
-        _collect(((f, _ingest_with_host(f, jobs)) for f in found.files), tables, total, progress)
+        _collect((_ingest_item(item, jobs) for item in items), tables, len(found.files), progress)
     return tables, found.notes
 
 
@@ -140,14 +183,14 @@ def _ingest_on_ray(target: Path, workdir: Path, address: str, progress: Progress
         i: cluster.submit(_ingest_to_partitions, f, parts, i) for i, f in enumerate(found.files) if not splits(f, cpus)
     }
 
-    def results() -> Iterator[tuple[InputFile, IngestResult]]:
+    def results() -> Iterator[Ingested]:
         for i, source in enumerate(found.files):
             if i in tasks:
                 result, written = tasks.pop(i).result()
                 result.tables = scaleout.read_partitions(written)
             else:
                 result = _ingest_with_host(source, cpus, cluster)
-            yield source, result
+            yield _ingested(source, result)
 
     tables = RunTables()
     _collect(results(), tables, len(found.files), progress)
@@ -161,14 +204,15 @@ def _ingest_to_partitions(source: InputFile, folder: Path, index: int) -> tuple[
     return IngestResult(account=result.account), written
 
 
-def _collect(pairs, tables: RunTables, total: int, progress: Progress | None) -> None:
+def _collect(units: Iterable[Ingested], tables: RunTables, total: int, progress: Progress | None) -> None:
     rows = []
-    for done, (source, result) in enumerate(pairs, start=1):
-        for name, frame in result.tables.items():
+    for unit in units:
+        for name, frame in unit.tables.items():
             tables.add(name, frame)
-        rows.append(_input_row(source, result))
-        if progress:
-            progress(done, total, source.name)
+        for row in unit.inputs:
+            rows.append(row)
+            if progress:
+                progress(len(rows), total, row["file"])
     if rows:
         tables.add("inputs", pl.DataFrame(rows, infer_schema_length=None))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import cache
@@ -105,6 +106,24 @@ def sniff_format(head: bytes) -> str:
     if looks_like_text(head):
         return "log"
     return "utf16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") or _utf16_ascii(head[:4096]) else "binary"
+
+
+class LineStart:
+    """A sniffer's regex whose alternatives all start a line (`^` under re.M), written without the `^`.
+
+    Python's re tries such an alternation at every byte of a 64 KiB head (about 4 ms, and 5,000 small
+    files are sniffed by a dozen formats); led by a newline it jumps from newline to newline (0.03 ms).
+    """
+
+    def __init__(self, pattern: bytes, flags: int = 0) -> None:
+        self.pattern, self.flags = pattern, flags
+        self.regex = re.compile(rb"\n(?:" + pattern + rb")", flags | re.M)
+
+    def search(self, head: bytes) -> bool:
+        return self.regex.search(b"\n" + head) is not None
+
+    def count(self, head: bytes) -> int:
+        return len(self.regex.findall(b"\n" + head))
 
 
 def _utf16_ascii(sample: bytes) -> bool:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import counter_frame, read_dump
 
 FORMAT = "ethtool"
 PRIORITY = 100
 
-_SNIFF = re.compile(rb"^NIC statistics:|^\s+(?:rx|tx)_\w+: \d+\r?$", re.M)
+_SNIFF = LineStart(rb"NIC statistics:|\s+(?:rx|tx)_\w+: \d+\r?$")
 _COUNTER = re.compile(r"^\s*(?P<name>[^\s:].*?)\s*:\s*(?P<value>\d+)\s*$")  # bnxt: `[0]: rx_ucast_packets: 5`
 _NETDEV = re.compile(r"ethtool\s+(?:-S|--statistics)\s+(?P<dev>[\w.@-]+)")
 HEADER = "NIC statistics:"
@@ -31,7 +31,7 @@ def parse_line(text: str) -> tuple[str, int] | str | None:
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return _SNIFF.search(head)
 
 
 def ingest(source: InputFile) -> IngestResult:

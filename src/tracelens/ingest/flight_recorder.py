@@ -367,7 +367,7 @@ def group_frame(dump: dict, entries: pl.DataFrame, rank: int | None, file: str) 
     """One row per process group the dump knows (pg_config, pg_status or its entries)."""
     config = dump.get("pg_config") if isinstance(dump.get("pg_config"), dict) else {}
     status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
-    seen = entries.select("pg_id", "pg_name", "pg_desc").unique().to_dicts() if entries.height else []
+    seen = entries.select("pg_id", "pg_name", "pg_desc").unique(maintain_order=True).to_dicts() if entries.height else []  # runs alike
     groups: dict[str, dict] = {}
     for row in seen:
         key = row["pg_name"] or str(row["pg_id"])

@@ -66,6 +66,8 @@ _PREFIX = re.compile(r"^(?:\[[\w\s,.:-]*\]:\s?|(?:INFO|WARNING|ERROR|DEBUG|CRITI
 
 
 def sniff(head: bytes) -> bool:
+    if b"ollective" not in head and b"missed FR dumps" not in head and b"input_sizes=" not in head:
+        return False  # no block head, no missed-dump line, no listing: skip the line-by-line look
     lines = [_PREFIX.sub("", line, count=1) for line in head[:65536].decode("utf-8", errors="replace").splitlines()[:2000]]
     blocks = any(_BLOCK.match(line.strip()) or _NO_DUMP.search(line) for line in lines)
     listing = any(re.match(r"\s*Rank 0\s+Rank 1", line) for line in lines) and any("input_sizes=" in line for line in lines)

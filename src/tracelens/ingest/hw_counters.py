@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import counter_frame, read_dump
 from tracelens.ingest.perfquery import BASIC_BITS, EXTENDED_DATA
 
@@ -23,7 +23,8 @@ _SYSFS = re.compile(
     r"^\s*(?:\S*?/?(?P<dev>[^/\s]+)/ports/(?P<port>\d+)/)?(?P<dir>hw_counters|counters)/(?P<name>\w+):(?P<value>\d+)\s*$"
 )
 _RDMA = re.compile(r"^\s*link\s+(?P<dev>[^\s/]+)/(?P<port>\d+)\s+(?P<pairs>(?:[A-Za-z_]\w*\s+\d+\s*)+)$")
-_SNIFF = re.compile(rb"/ports/\d+/(?:hw_)?counters/\w+:\d+|^link \S+/\d+ \w+ \d+", re.M)
+_SYSFS_SNIFF = re.compile(rb"/ports/\d+/(?:hw_)?counters/\w+:\d+")
+_LINK = LineStart(rb"link \S+/\d+ \w+ \d+")
 
 # sysfs names of the IB PMA counters (drivers/infiniband/core/sysfs.c) -> perfquery names.
 SYSFS_NAMES = {
@@ -59,7 +60,7 @@ def parse_line(text: str) -> list[dict] | None:
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return (b"/ports/" in head and _SYSFS_SNIFF.search(head) is not None) or _LINK.search(head)
 
 
 def ingest(source: InputFile) -> IngestResult:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import LineGrammar
 from tracelens.ingest.ports import (
     Columns, PortLines, Device, Port, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text,
@@ -17,7 +17,7 @@ from tracelens.ingest.ports import (
 FORMAT = "ibstat"
 PRIORITY = 100
 
-_SNIFF = re.compile(rb"^CA '[^']*'\r?\n\s+CA type:", re.M)
+_SNIFF = LineStart(rb"CA '[^']*'\r?\n\s+CA type:")
 
 COLUMNS: Columns = {
     "CA type": {"ca_type": read_text},
@@ -42,7 +42,7 @@ LINES = LineGrammar("ibstat", _ToValues)
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return _SNIFF.search(head)
 
 
 def ingest(source: InputFile) -> IngestResult:

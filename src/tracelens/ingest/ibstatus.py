@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import LineGrammar
 from tracelens.ingest.ports import (
     Columns, PortLines, Port, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text, read_width,
@@ -18,7 +18,7 @@ from tracelens.ingest.ports import (
 FORMAT = "ibstatus"
 PRIORITY = 100
 
-_SNIFF = re.compile(rb"^Infiniband device '[^']*' port \d+ status:", re.M)
+_SNIFF = LineStart(rb"Infiniband device '[^']*' port \d+ status:")
 
 COLUMNS: Columns = {
     "base lid": {"lid": read_int},
@@ -39,7 +39,7 @@ LINES = LineGrammar("ibstatus", _ToValues)
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return _SNIFF.search(head)
 
 
 def ingest(source: InputFile) -> IngestResult:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import LineGrammar, read_dump
 from tracelens.ingest.ports import (
     Columns, Device, Port, PortLines, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text,
@@ -23,7 +23,7 @@ from tracelens.ingest.ports import (
 FORMAT = "ibv_devinfo"
 PRIORITY = 100
 
-_SNIFF = re.compile(rb"^\s*(?:hca_id:\s+\S+\r?\n\s+transport:|(?:max|active)_mtu:\s+\d+ \(\d\))", re.M)
+_SNIFF = LineStart(rb"\s*(?:hca_id:\s+\S+\r?\n\s+transport:|(?:max|active)_mtu:\s+\d+ \(\d\))")
 
 COLUMNS: Columns = {
     "vendor_part_id": {"ca_type": read_text},
@@ -68,7 +68,7 @@ LINES = LineGrammar("ibv_devinfo", _ToValues)
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return _SNIFF.search(head)
 
 
 def _rate(row: dict) -> None:

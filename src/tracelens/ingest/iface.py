@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.hostlines import IGNORED, PARSED, TemplateGrammar, account, context, provenance, read_lines
 from tracelens.ingest.ports import read_phys_state, read_state
 
@@ -24,10 +24,9 @@ PRIORITY = 92
 
 GRAMMAR = TemplateGrammar("iface")
 
-_SNIFF = re.compile(
-    rb"^\d+: [\w.@-]+: <[A-Z0-9_,-]*> mtu \d+|^[\w.-]+: flags=\d+<[A-Z0-9_,-]*>\s+mtu \d+|^[\w.-]+\s+Link encap:|"
-    rb"^DEV\s+PORT\s+INDEX\s+GID|^link [\w-]+/\d+ state ",
-    re.M,
+_SNIFF = LineStart(
+    rb"\d+: [\w.@-]+: <[A-Z0-9_,-]*> mtu \d+|[\w.-]+: flags=\d+<[A-Z0-9_,-]*>\s+mtu \d+|[\w.-]+\s+Link encap:|"
+    rb"DEV\s+PORT\s+INDEX\s+GID|link [\w-]+/\d+ state "
 )
 _IP_LINK = re.compile(r"^\s*(?P<index>\d+):\s+(?P<name>[^:\s]+?)(?:@(?:if(?P<peer>\d+)|[^:\s]+))?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
 _IFC_HEAD = re.compile(r"^(?P<name>[^:\s]+):\s+flags=\d+<(?P<flags>[^>]*)>\s+mtu\s+(?P<mtu>\d+)")
@@ -39,7 +38,7 @@ _MAC = r"(?P<mac>[0-9a-fA-F]{2}(?::[0-9a-fA-F]{2}){5,19}|[0-9a-fA-F]{2}(?:-[0-9a
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return _SNIFF.search(head)
 
 
 class _Listing:

@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from tracelens.ingest import Account, IngestResult, InputFile
+from tracelens.ingest import Account, IngestResult, InputFile, LineStart
 from tracelens.ingest.hostlines import IGNORED, PARSED, account, context, merge, provenance
 from tracelens.ingest.lines import read_chunks
 
@@ -39,10 +39,9 @@ _PREFIX = (
     r"|(?P<bare>kernel:))"
     r"\s?(?P<body>.*)$"
 )
-_SNIFF = re.compile(
-    rb"^(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
-    rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: |-- (?:Logs begin|Journal begins|Boot [0-9a-f]))",
-    re.M,
+_SNIFF = LineStart(
+    rb"(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
+    rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: |-- (?:Logs begin|Journal begins|Boot [0-9a-f]))"
 )
 _JOURNAL_BANNER = r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot) .*--?\s*$|^-- No entries --$"
 
@@ -86,9 +85,9 @@ XID_MEANINGS = {
 
 
 def sniff(head: bytes) -> bool:
-    found = _SNIFF.findall(head[:16384])
+    found = _SNIFF.count(head[:16384])
     lines = [ln for ln in head[:16384].splitlines()[:40] if ln.strip()]
-    return len(found) >= max(1, min(3, len(lines) // 2))
+    return found >= max(1, min(3, len(lines) // 2))
 
 
 def classify(body: pl.Expr) -> pl.Expr:

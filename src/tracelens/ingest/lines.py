@@ -19,6 +19,16 @@ from tracelens.ingest.pasted import unpaste
 CHUNK_BYTES = 32 << 20
 MAX_LINE_BYTES = 1 << 20  # longer lines (no NCCL or DeepSpeed line comes near) keep their head only
 
+# Many small files read as one frame (ingest/small_files.py) number their lines by key: the file's
+# place in the batch above FILE_SHIFT, its line number below. A single file's keys are its line numbers.
+FILE_SHIFT = 32
+
+
+def file_of(line: pl.Expr) -> pl.Expr:
+    """Which file of a batch a line key belongs to (0 for a file read alone)."""
+    return line // (1 << FILE_SHIFT)
+
+
 # Status codes a line parser gives each line; the highest claim wins.
 NOT_MINE, IGNORED, UNRECOGNIZED, PARSED = 0, 1, 2, 3
 

@@ -28,7 +28,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, within_datetime_range
+from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, file_of, within_datetime_range
 from tracelens.ingest.templates import Locator, TemplateParser
 from tracelens.private_cache import cache_file
 from tracelens.resources import grammar_text
@@ -444,7 +444,7 @@ class NcclParser:
         self._spill = spill  # where each chunk's table rows go, when set; else records are kept until `finish`
         self._records: list[pl.DataFrame] = []  # one row per record: envelope, kind, body
         self._vector_fields: list[pl.DataFrame] = []  # fields of regex-matched bodies, by line
-        self._versions = pl.DataFrame(schema={"host": pl.String, "pid": pl.Int64, "version": pl.String})  # seen so far
+        self._versions = pl.DataFrame(schema={"in_file": pl.Int64, "host": pl.String, "pid": pl.Int64, "version": pl.String})  # seen so far
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
         return self.absorb(self.parse(chunk))
@@ -549,7 +549,7 @@ class NcclParser:
         records = records.with_columns(file=pl.lit(self.source.name), ts_quality=quality)
         detail = records.filter(~pl.col("kind").is_in([*EVENTS_ONLY, UNKNOWN]) | pl.col("level").is_in(["WARN", "ABORT"]))
         detail = _with_fields(detail.join(fields, on="line", how="left", maintain_order="left"), self._parsed)
-        versions = detail.filter(pl.col("kind") == "version").select("host", "pid", version="nccl_version")
+        versions = detail.filter(pl.col("kind") == "version").select(file_of(pl.col("line")).alias("in_file"), "host", "pid", version="nccl_version")
         self._versions = pl.concat([self._versions, versions], how="vertical_relaxed")
         tables = {"nccl_events": _events(records), "nccl_comms": _comms(detail, self._versions)}
         return tables | {name: build(detail) for name, build in DETAIL_TABLES.items()}
@@ -660,18 +660,22 @@ def _channels(records: pl.DataFrame) -> pl.DataFrame:
 
 
 def _comms(records: pl.DataFrame, versions: pl.DataFrame) -> pl.DataFrame:
-    """Communicator members; `versions` (host, pid, version): the `NCCL version` records that name their process's version."""
-    per_process = versions.filter(pl.col("pid").is_not_null()).unique(["host", "pid"], keep="first")
-    file_version = versions.filter(pl.col("pid").is_null())["version"].first() if versions.height else None
+    """Communicator members; `versions` (in_file, host, pid, version): the `NCCL version` records, which
+    name their process's version, or without a pid their file's (a batch of small files holds many:
+    `in_file` is lines.file_of their line)."""
+    per_process = versions.filter(pl.col("pid").is_not_null()).unique(["in_file", "host", "pid"], keep="first")
+    per_file = versions.filter(pl.col("pid").is_null()).unique("in_file", keep="first").select("in_file", file_version="version")
     comms = records.filter(pl.col("kind").is_in(["comm_init", "comm_teardown", "comm_info", "comm_rank"]))
-    comms = comms.join(per_process, on=["host", "pid"], how="left", nulls_equal=False, maintain_order="left")
+    comms = comms.with_columns(in_file=file_of(pl.col("line")))
+    comms = comms.join(per_process, on=["in_file", "host", "pid"], how="left", nulls_equal=False, maintain_order="left")
+    comms = comms.join(per_file, on="in_file", how="left", maintain_order="left")
     return comms.select(
         *PROVENANCE, "pid", "comm_id", "comm_hash",
         rank=pl.col("rank").cast(pl.Int64, strict=False), nranks=pl.col("nranks").cast(pl.Int64, strict=False),
         cuda_dev=pl.coalesce(pl.col("comm_cuda_dev").cast(pl.Int32, strict=False), "cuda_dev"),
         nvml_dev=pl.col("nvml_dev").cast(pl.Int32, strict=False), bus_id="bus_id",
         event=pl.col("comm_event").replace_strict(COMM_EVENTS, default="rank_info"),
-        nccl_version=pl.col("version").fill_null(pl.lit(file_version, dtype=pl.String)),
+        nccl_version=pl.coalesce("version", "file_version"),
     )  # fmt: skip
 
 

@@ -30,6 +30,8 @@ _TEST = r"\b(?P<test>[a-z_]+_perf)\b"
 _ROWLIKE = PREFIX + r"\s*\d+\s+\d+\s+(?:float|half|double|bfloat16|bf16|fp8\w*|f8\w*|u?int(?:8|32|64)?)\s"
 _COLUMN_HEADER = PREFIX + r"#\s+size\s+count\s+type\b"
 _CANDIDATE = PREFIX + r"\s*[#\d]"
+# Every line the parser may claim matches one of these: a file without one is none of its business.
+CANDIDATES = [_HEADER, _ROW]
 
 COLUMNS_NEW = ["redop", "root", "time_out", "algbw_out", "busbw_out", "wrong_out", "time_in", "algbw_in", "busbw_in", "wrong_in"]
 COLUMNS_OLD = ["redop", "time_out", "algbw_out", "busbw_out", "wrong_out", "time_in", "algbw_in", "busbw_in", "wrong_in"]

@@ -17,16 +17,15 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.hostlines import IGNORED, PARSED, TemplateGrammar, account, context, local_time, provenance, read_lines
 
 FORMAT = "nvidia_smi"
 PRIORITY = 90
 
-_SNIFF = re.compile(
-    rb"^\|\s*NVIDIA-SMI \d|^#\s*(?:Date\s+)?(?:Time\s+)?gpu\s+\w|^#Entity\s|--query-gpu=|"
-    rb"^(?:timestamp|index|name|pci\.bus_id|uuid|utilization\.gpu)(?: \[[^\]\n]*\])?, [a-z]",
-    re.M,
+_SNIFF = LineStart(
+    rb"\|\s*NVIDIA-SMI \d|#\s*(?:Date\s+)?(?:Time\s+)?gpu\s+\w|#Entity\s|"
+    rb"(?:timestamp|index|name|pci\.bus_id|uuid|utilization\.gpu)(?: \[[^\]\n]*\])?, [a-z]"
 )
 
 ROW_KINDS = {"csv_row", "dmon_row", "dcgmi_row", "gpu_head", "gpu_stats"}
@@ -66,7 +65,7 @@ GRAMMAR = TemplateGrammar("nvsmi")
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return b"--query-gpu=" in head or _SNIFF.search(head)
 
 
 def _number(col: pl.Expr) -> pl.Expr:

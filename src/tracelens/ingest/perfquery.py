@@ -14,13 +14,13 @@ from dataclasses import dataclass
 
 from lark import Transformer
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import DumpLine, LineGrammar, blocks, counter_frame, read_dump
 
 FORMAT = "perfquery"
 PRIORITY = 100
 
-_SNIFF = re.compile(rb"^(?:# Port (?:extended )?counters: |# Port\w+ counters: |\w+:\.{3,}(?:\d|0x))", re.M)
+_SNIFF = LineStart(rb"# Port (?:extended )?counters: |# Port\w+ counters: |\w+:\.{3,}(?:\d|0x)")
 
 # Basic PortCounters widths (libibmad fields.c); the extended data counters are 64-bit.
 BASIC_BITS = {
@@ -91,7 +91,7 @@ LINES = LineGrammar("perfquery", _ToValues)
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return _SNIFF.search(head)
 
 
 def _headerless_kind(fields: list[Field]) -> str:

@@ -32,7 +32,7 @@ LAT_COLUMNS = list(LAT_NAMES.values())
 
 
 def sniff(head: bytes) -> bool:
-    return _SNIFF.search(head) is not None
+    return (b" Test" in head or b"#bytes" in head) and _SNIFF.search(head) is not None
 
 
 def _attribute(text: pl.Expr, key: str) -> pl.Expr:

@@ -1,0 +1,146 @@
+"""Many small text logs read as one: a folder of per-rank logs (4,096 for a 512-node job).
+
+Read one by one, a small log costs what its polars calls and parser set-up cost (60-90 ms),
+whatever its size. Here a batch of small logs is read into one frame whose lines are keyed by
+file and line (lines.FILE_SHIFT), with an empty row before each file so that nothing the NCCL
+parser looks at across lines (a wrapped record, the blank line before a WARN, a `Last error:`
+quote on the next line) reaches into another file. The NCCL parser reads the batch once; its
+rows are given back their file, line and host by key, and each file's account is counted from
+its own lines' statuses. A file that another line parser (DeepSpeed, stacks, nccl-tests) may
+claim is left to the per-file path (textlog), which reads it as it always did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from tracelens.ingest import Account, IngestResult, InputFile, deepspeed, nccl, nccl_tests, stacks
+from tracelens.ingest.lines import FILE_SHIFT, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, file_of
+from tracelens.ingest.pasted import unpaste
+
+SMALL_BYTES = 1 << 20  # a file this small is one chunk for textlog too
+BATCH_BYTES = 16 << 20
+BATCH_FILES = 4096
+
+# The line parsers other than NCCL's, with regexes one of which every line they may claim matches
+# (tests check this covers textlog.LINE_PARSERS).
+OTHER_PARSERS = {
+    deepspeed.DeepSpeedParser: [deepspeed.CANDIDATE],
+    stacks.StackParser: [stacks.CANDIDATE],
+    nccl_tests.NcclTestsParser: nccl_tests.CANDIDATES,
+}
+_LINE_MASK = (1 << FILE_SHIFT) - 1
+
+
+def is_small_log(source: InputFile) -> bool:
+    return source.format == "log" and source.error is None and 0 < source.size <= SMALL_BYTES
+
+
+def work_items(files: list[InputFile]) -> list[list[InputFile]]:
+    """The files in order as units of work: runs of small logs in batches, every other file alone."""
+    items: list[list[InputFile]] = []
+    run: list[InputFile] = []
+    size = 0
+    for source in files:
+        if not is_small_log(source):
+            items.extend([run] if run else [])
+            items.append([source])
+            run, size = [], 0
+            continue
+        if run and (size + source.size > BATCH_BYTES or len(run) >= BATCH_FILES):
+            items.append(run)
+            run, size = [], 0
+        run.append(source)
+        size += source.size
+    items.extend([run] if run else [])
+    return items
+
+
+@dataclass
+class BatchResult:
+    """A batch's tables (every row with its own file, line and host), each read file's account and
+    hosts, and the files left to the per-file path."""
+
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    accounts: dict[str, tuple[Account, list[str]]] = field(default_factory=dict)  # file name -> (account, hosts)
+    per_file: list[InputFile] = field(default_factory=list)
+
+
+def _lines(files: list[InputFile]) -> tuple[pl.DataFrame, list[InputFile]]:
+    """Columns idx (file in batch), line (key), text: each file's lines as lines.read_chunks gives them,
+    after an empty row of line number 0. Files that cannot be read now are returned apart."""
+    parts, read, counts, unread = [], [], [], []
+    for i, source in enumerate(files):
+        try:
+            data = source.path.read_bytes()
+        except OSError:
+            unread.append(source)
+            continue
+        data = data[:-1] if data.endswith(b"\n") else data  # lines.py: a last newline ends a line, opens none
+        parts.append(b"\n" + data)
+        read.append(i)
+        counts.append(data.count(b"\n") + 2)
+    if not parts:
+        return pl.DataFrame(schema={"idx": pl.Int64, "line": pl.Int64, "text": pl.String}), unread
+    # one decode and one split for the batch: a newline ends any broken UTF-8 sequence, so this is each file's decode
+    text = pl.Series("text", [b"\n".join(parts).decode("utf-8", errors="replace")]).str.split("\n").explode()
+    text = text.str.strip_suffix("\r").str.replace_all("\r", " ", literal=True)  # as lines.py folds CR
+    idx = np.repeat(np.array(read, dtype=np.int64), counts)
+    first = np.repeat(np.cumsum([0, *counts[:-1]], dtype=np.int64), counts)
+    key = (idx << FILE_SHIFT) + np.arange(len(idx), dtype=np.int64) - first
+    return pl.DataFrame({"idx": idx, "line": key, "text": unpaste(text)}), unread
+
+
+def ingest(files: list[InputFile]) -> BatchResult:
+    """Read a batch of small logs as one (see the module's docstring)."""
+    lines, unread = _lines(files)
+    if not lines.height:
+        return BatchResult(per_file=unread)
+    text = pl.col("text")
+    others = pl.any_horizontal(text.str.contains(p) for patterns in OTHER_PARSERS.values() for p in patterns)
+    claimed = set(lines.filter(others)["idx"].unique().to_list())
+    result = BatchResult(per_file=[*unread, *(files[i] for i in sorted(claimed))])
+    lines = lines.filter(~pl.col("idx").is_in(list(claimed)))
+    parser = nccl.NcclParser(InputFile(path=Path(), name="", format="log"))
+    status = parser.feed(lines.select("line", "text"))
+    parsed = IngestResult()
+    parser.finish(parsed)
+    names = pl.Series([f.name for f in files], dtype=pl.String)
+    hints = pl.Series([f.host_hint for f in files], dtype=pl.String)
+    hosts = []
+    for name, frame in parsed.tables.items():
+        idx = frame.select(file_of(pl.col("line")))
+        frame = frame.with_columns(file=names.gather(idx.to_series()), line=pl.col("line") & _LINE_MASK)
+        if "host" in frame.columns:
+            frame = frame.with_columns(host=pl.coalesce("host", hints.gather(idx.to_series())))
+            hosts.append(frame.select(idx.to_series().alias("idx"), "host").filter(pl.col("host") != "").unique())
+        result.tables[name] = frame
+    _accounts(result, files, lines.with_columns(status=status), hosts)
+    return result
+
+
+def _accounts(result: BatchResult, files: list[InputFile], lines: pl.DataFrame, hosts: list[pl.DataFrame]) -> None:
+    """Each file's account from its lines' statuses (the empty rows between files are no lines)."""
+    lines = lines.filter((pl.col("line") & _LINE_MASK) > 0)
+    counts = lines.group_by("idx").agg(
+        lines=pl.len(),
+        parsed=(pl.col("status") == PARSED).sum(),
+        unrecognized=(pl.col("status") == UNRECOGNIZED).sum(),
+        ignored=pl.col("status").is_in([IGNORED, NOT_MINE]).sum(),
+    )
+    bad = lines.filter(pl.col("status") == UNRECOGNIZED).group_by("idx", maintain_order=True).head(20)
+    samples: dict[int, list[tuple[int, str]]] = {}
+    for idx, line, text in bad.select("idx", pl.col("line") & _LINE_MASK, "text").iter_rows():
+        samples.setdefault(idx, []).append((line, text))
+    named: dict[int, list[str]] = {}
+    if hosts:
+        for idx, host in pl.concat(hosts).unique().sort("host").iter_rows():
+            named.setdefault(idx, []).append(host)
+    for idx, n, n_parsed, n_unrecognized, n_ignored in counts.sort("idx").iter_rows():
+        account = Account(lines=n, parsed=n_parsed, unrecognized=n_unrecognized, ignored=n_ignored)
+        account.add_samples(samples.get(idx, []))
+        result.accounts[files[idx].name] = (account, named.get(idx, []))

@@ -1,0 +1,128 @@
+"""Many small logs read as one batch (ingest/small_files.py) give the tables and per-file accounts
+that reading each file alone gives: on the real corpus, on fixtures, and on files made to stress
+the file boundaries (a WARN first in a file, a quote or a wrapped record last in one, a version
+line of one file beside the communicators of another, CRLF, no final newline, other parsers' files)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from tracelens import analyze
+from tracelens.ingest import small_files, textlog
+from tracelens.tables import SCHEMAS
+
+from .conftest import CORPUS, FIXTURES, corpus_dir
+
+
+def _ingest(target: Path, work: Path) -> dict[str, pl.DataFrame]:
+    tables, _ = analyze.ingest_run(target, work, jobs=1)
+    return {name: tables[name] for name in SCHEMAS}
+
+
+def assert_reads_alike(target: Path, tmp_path: Path, monkeypatch) -> dict[str, pl.DataFrame]:
+    """The run's tables with small logs batched equal those with every file read alone."""
+    batched = _ingest(target, tmp_path / "batched")
+    assert any(len(item) > 1 for item in small_files.work_items(_discovered(target, tmp_path))), "nothing was batched"
+    with monkeypatch.context() as m:
+        m.setattr(small_files, "work_items", lambda files: [[f] for f in files])
+        alone = _ingest(target, tmp_path / "alone")
+    for name in SCHEMAS:
+        try:
+            assert_frame_equal(batched[name], alone[name])
+        except AssertionError as exc:
+            raise AssertionError(f"table {name} differs: {exc}") from None
+    return batched
+
+
+def _discovered(target: Path, tmp_path: Path):
+    from tracelens.discover import discover
+
+    return discover(target, tmp_path / "discovered").files
+
+
+def test_other_line_parsers_are_all_known_to_the_batch():
+    # a parser added to textlog without its candidate regexes here would silently lose its lines in batches
+    assert set(small_files.OTHER_PARSERS) == set(textlog.LINE_PARSERS) - {textlog.nccl.NcclParser}
+
+
+def test_the_real_corpus_reads_the_same_in_batches(tmp_path, monkeypatch):
+    corpus = corpus_dir("nccl").parent
+    tables = assert_reads_alike(corpus, tmp_path, monkeypatch)
+    assert tables["nccl_errors"].height > 50 and tables["inputs"].height > 100
+
+
+@pytest.mark.parametrize("name", ["scenario-congestion", "ib-retry-exceeded", "lab-hang-kill", "ds-slow-window"])
+def test_fixtures_read_the_same_in_batches(name, tmp_path, monkeypatch):
+    assert_reads_alike(FIXTURES / name, tmp_path, monkeypatch)
+
+
+HEAD = "node01:1234:1300 [0] NCCL INFO "
+WARN = "node01:1234:1300 [0] transport/net_ib.cc:1234 NCCL WARN "
+
+
+def _write(folder: Path, name: str, lines: list[str], end: str = "\n") -> None:
+    (folder / name).write_text(end.join(lines) + end, newline="")
+
+
+def test_file_boundaries_do_not_leak(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    run.mkdir()
+    comm = "comm 0x7f01 rank 0 nranks 2 cudaDev 0 nvmlDev 0 busId 1b000 commId 0xabc - Init START"
+    # a: a version line without pid, a blank line last, a `Last error:` quote opened on its last line
+    _write(run, "a.log", ["NCCL version 2.18.3+cuda12.1", f"{HEAD}{comm}", "", "RuntimeError: NCCL error: Last error:"])
+    # b: a WARN first (the line before it is a's, not b's), then a record cut by a terminal's wrap
+    _write(run, "b.log", [
+        f"{WARN}NET/IB : Got completion from peer 10.0.0.2<54321> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+        f"{HEAD}{comm.replace('0x7f01', '0x7f02')}",
+        f"{HEAD}NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoC",
+    ])
+    # c: starts with what looks like the rest of b's wrapped line; no version line of its own; CRLF; no last newline
+    _write(run, "c.log", ["E [RO]; OOB eth0:10.0.0.1<0>", f"{HEAD}{comm.replace('0x7f01', '0x7f03')}", f"{HEAD}no such message 42"], end="\r\n")
+    (run / "d.log").write_bytes(f"{HEAD}{comm.replace('0x7f01', '0x7f04')}\n{HEAD}Bad \xff\n".encode("latin-1") + b"no newline")
+    # files other line parsers claim: read alone, their rows still in file order
+    _write(run, "e.log", ["[2024-01-01 00:00:01,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"])
+    _write(run, "f.log", ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>', "RuntimeError: boom"])
+    _write(run, "g.log", [f"{HEAD}NCCL_IB_HCA set by environment to mlx5_0"])
+    tables = assert_reads_alike(run, tmp_path, monkeypatch)
+    comms = tables["nccl_comms"].sort("file")
+    assert comms["nccl_version"].to_list() == ["2.18.3", None, None, None], "only a.log's communicator has a's version"
+    inputs = {r["file"]: r for r in tables["inputs"].to_dicts()}
+    assert [inputs[f"{f}.log"]["lines"] for f in "abcdefg"] == [4, 3, 3, 3, 1, 3, 1]
+    # b's last record, cut by a wrap, is not joined with c's first line: another file
+    assert (inputs["b.log"]["parsed"], inputs["b.log"]["unrecognized"]) == (2, 1)
+    assert [(s["line"], s["text"]) for s in inputs["c.log"]["samples"]] == [(3, f"{HEAD}no such message 42")], "CR folded, own line numbers"
+    assert [s["line"] for s in inputs["d.log"]["samples"]] == [2] and inputs["d.log"]["ignored"] == 1
+    assert tables["steps"].height == 1 and tables["stacks"].height == 1
+
+
+def test_work_items_batch_runs_of_small_logs_in_order(tmp_path):
+    from tracelens.ingest import InputFile
+
+    def log(name: str, size: int = 100, fmt: str = "log") -> InputFile:
+        return InputFile(path=tmp_path / name, name=name, format=fmt, size=size)
+
+    files = [log("a"), log("b"), log("big", small_files.SMALL_BYTES + 1), log("c"), log("cap", fmt="pcap"), log("d"), log("e")]
+    items = [[f.name for f in item] for item in small_files.work_items(files)]
+    assert items == [["a", "b"], ["big"], ["c"], ["cap"], ["d", "e"]]
+
+
+def test_line_start_sniffers_find_what_their_anchored_regex_finds():
+    # every sniffer written with LineStart, on the head of every fixture and corpus file, and on edge heads
+    import re
+
+    from tracelens.ingest import LineStart, format_modules
+
+    sniffers = [(m.FORMAT, v) for m in format_modules() for v in vars(m).values() if isinstance(v, LineStart)]
+    assert len(sniffers) >= 9
+    heads = [p.read_bytes()[:65536] for root in (FIXTURES, CORPUS) if root.is_dir() for p in sorted(root.rglob("*")) if p.is_file()]
+    heads += [b"", b"\n", b"NIC statistics:", b"x\nCA 'mlx5_0'\n\tCA type: MT4123", b"\n\n  rx_bytes: 5\n"]
+    for fmt, sniffer in sniffers:
+        anchored = re.compile(rb"^(?:" + sniffer.pattern + rb")", sniffer.flags | re.M)
+        for head in heads:
+            assert sniffer.search(head) == (anchored.search(head) is not None), fmt
+            assert sniffer.count(head) == len(anchored.findall(head)), fmt
