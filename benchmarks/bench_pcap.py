@@ -1,17 +1,19 @@
-"""How fast, and in how much memory, tracelens decodes a large RoCE capture, side by side with tshark.
+"""How fast, and in how much memory, tracelens reads a large capture, side by side with tshark.
 
-The workload is `synth.pcap.write_bulk_roce`: about a million RoCEv2
-frames over 8 QPs (SENDs snaplen-truncated to 128 bytes as a NIC sniffer
-captures them, an ACK with AETH every 5th frame, a CNP now and then), written
-to benchmarks/out/ (git-ignored) and deleted afterwards unless --keep.
+Workloads, written into --data (the system's temporary folder by default; deleted afterwards unless --keep):
+- `--workload multiflow` (default): `synth.pcap.write_multiflow` (benchmarks/capture.py): a slice of
+  trouble (lost RoCE packets, NAKs, an RNR NAK, CNPs, lost TCP segments), then `--qps` healthy RC QPs
+  and `--tcp` TCP connections round-robin, snaplen 96; 10M records are about 1.1 GB;
+- `--workload bulk`: `synth.pcap.write_bulk_roce`, RoCEv2 over 8 QPs, snaplen 128.
 
-Both tools run in a fresh process each, so their peak RSS (`ru_maxrss` from
-`os.wait4`) is their own: tracelens runs `tracelens.ingest.pcap.ingest` (the
-`packets` table, all columns); tshark runs `-T fields` extracting the same
-fields (`-d udp.port==4791,infiniband` so every frame is dissected to the BTH
-and AETH), its output discarded. tshark is skipped when not installed.
+Each tool runs in a fresh process, so its peak RSS (`ru_maxrss` from `os.wait4`) is its own:
+tracelens decodes with `tracelens.ingest.pcap.ingest` (the `packets` table, every column); tshark
+runs `-T fields` extracting the same fields (`-d udp.port==4791,infiniband` so every frame is
+dissected to the BTH and AETH), its output discarded (skipped when tshark is not installed, or with
+--no-tshark); `tracelens analyze` is the whole run: ingest, timeline, the per-connection analysis,
+every rule, the HTML and JSON report.
 
-    python benchmarks/bench_pcap.py [--packets 1000000] [--keep]
+    python benchmarks/bench_pcap.py [--packets 10000000] [--qps 2000 --tcp 2000] [--no-tshark] [--keep]
 """
 
 from __future__ import annotations
@@ -20,8 +22,11 @@ import argparse
 import json
 import shutil
 import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
-from _measure import OUT, Child, import_rss_mb, python, run
+from _measure import Child, import_rss_mb, load, python, run
 
 TSHARK_FIELDS = (
     "frame.number", "frame.time_epoch", "frame.len", "ip.src", "ip.dst", "ip.dsfield.ecn", "ip.id",
@@ -47,40 +52,60 @@ def row(tool: str, child: Child, packets: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--packets", type=int, default=1_000_000)
-    parser.add_argument("--keep", action="store_true", help="keep the capture in benchmarks/out/")
+    parser.add_argument("--packets", type=int, default=10_000_000)
+    parser.add_argument("--workload", choices=["multiflow", "bulk"], default="multiflow")
+    parser.add_argument("--qps", type=int, default=2000)
+    parser.add_argument("--tcp", type=int, default=2000)
+    parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-bench-pcap")
+    parser.add_argument("--no-tshark", action="store_true")
+    parser.add_argument("--no-analyze", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="keep the capture (reused by the next run of the same size)")
     args = parser.parse_args()
 
-    OUT.mkdir(exist_ok=True)
-    capture = OUT / f"roce-{args.packets}.pcap"
+    folder = args.data / f"{args.workload}-{args.packets}"
+    capture = folder / "capture.pcap"
     if not capture.exists():
+        folder.mkdir(parents=True, exist_ok=True)
         # In a child process: Linux carries a process's peak RSS across fork+exec into the
         # children it measures, so this process must stay small (no scapy, no capture in memory).
-        generate = "import sys, pathlib; from synth.pcap import write_bulk_roce; write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
-        subprocess.run(python("-c", generate, str(capture), str(args.packets)), check=True)
+        if args.workload == "multiflow":
+            generate = "import sys, pathlib; from synth.pcap import write_multiflow; write_multiflow(pathlib.Path(sys.argv[1]), *map(int, sys.argv[2:]))"
+            subprocess.run(python("-c", generate, str(capture), str(args.packets), str(args.qps), str(args.tcp)), check=True)
+        else:
+            generate = "import sys, pathlib; from synth.pcap import write_bulk_roce; write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
+            subprocess.run(python("-c", generate, str(capture), str(args.packets)), check=True)
     size_mb = capture.stat().st_size / 1e6
+    print(f"capture: {args.workload}, {args.packets:,} frames, {size_mb:.0f} MB; {load()}", flush=True)
 
     rows = []
     baseline = round(import_rss_mb("tracelens.ingest.pcap"))
     ours = run(python("-c", TRACELENS, str(capture)), quiet=True)
     assert int(ours.last_line) == args.packets, ours.last_line
-    rows.append(row("tracelens", ours, args.packets))
+    rows.append(row("tracelens ingest", ours, args.packets))
     tshark = shutil.which("tshark")
-    if tshark:
+    if tshark and not args.no_tshark:
         fields = [arg for field in TSHARK_FIELDS for arg in ("-e", field)]
         argv = [tshark, "-n", "-r", str(capture), "-d", "udp.port==4791,infiniband", "-T", "fields", *fields]
         rows.append(row("tshark -T fields", run(argv, quiet=True), args.packets))
+    if not args.no_analyze:
+        tracelens = str(Path(sys.executable).with_name("tracelens"))
+        out = folder.parent / f"{folder.name}-report"
+        argv = [tracelens, "analyze", str(folder), "-o", f"{out}.html", "--json", f"{out}.json"]
+        analyzed = run(argv, quiet=True)
+        rows.append(row("tracelens analyze", analyzed, args.packets))
+        found = sorted({f["rule_id"] for f in json.loads(Path(f"{out}.json").read_text())["findings"]})
+        print(f"tracelens analyze found: {', '.join(found) or 'nothing'}")
 
-    print(f"capture: {capture.name}, {args.packets} frames, {size_mb:.1f} MB")
-    print(f"{'tool':<18}{'seconds':>9}{'packets/s':>13}{'peak RSS MB':>13}")
+    print(f"{'tool':<20}{'seconds':>9}{'packets/s':>13}{'peak RSS MB':>13}")
     for r in rows:
-        print(f"{r['tool']:<18}{r['seconds']:>9.2f}{r['packets_per_s']:>13,.0f}{r['peak_rss_mb']:>13}")
-    print(f"(a process that only imports tracelens.ingest.pcap peaks at {baseline} MB)")
-    if len(rows) == 2:
-        print(f"tracelens / tshark: {rows[0]['packets_per_s'] / rows[1]['packets_per_s']:.1f}x")
+        print(f"{r['tool']:<20}{r['seconds']:>9.2f}{r['packets_per_s']:>13,.0f}{r['peak_rss_mb']:>13}")
+    print(f"(a process that only imports tracelens.ingest.pcap peaks at {baseline} MB; {load()})")
+    shark = [r for r in rows if r["tool"].startswith("tshark")]
+    if shark:
+        print(f"tracelens ingest / tshark: {rows[0]['packets_per_s'] / shark[0]['packets_per_s']:.1f}x")
     print(json.dumps({"packets": args.packets, "size_mb": size_mb, "import_rss_mb": baseline, "runs": rows}))
     if not args.keep:
-        capture.unlink()
+        shutil.rmtree(folder)
 
 
 if __name__ == "__main__":

@@ -507,7 +507,13 @@ class RunTables:
 
     def __getitem__(self, name: str) -> pl.DataFrame:
         if name not in self._frames:
-            self._frames[name] = self._lazy(name).collect() if name in self._parts else empty(name)
+            parts = self._parts.get(name)
+            if parts is None:
+                self._frames[name] = empty(name)
+            elif len(parts) == 1 and isinstance(parts[0], pl.DataFrame):
+                self._frames[name] = parts[0]  # as it is: a copy would stay beside the part (a 10M-packet capture is 1.1 GB)
+            else:
+                self._frames[name] = self._lazy(name).collect()
         return self._frames[name]
 
     def _lazy(self, name: str) -> pl.LazyFrame:

@@ -309,7 +309,7 @@ def _log_span(tables: RunTables) -> tuple | None:
 
 def _zoned_intervals(tables: RunTables) -> pl.DataFrame:
     """Spans of the sources timed in UTC: each capture file, and each host's exact-stamped dumps."""
-    captures = tables["packets"].filter(pl.col("ts").is_not_null()).group_by("file").agg(
+    captures = tables["packets"].select("file", "ts").filter(pl.col("ts").is_not_null()).group_by("file").agg(
         pl.lit("capture").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max()
     )
     dumps = pl.concat([tables[n].select("host", "ts", "ts_quality") for n in DUMP_TABLES]).filter(
@@ -401,7 +401,7 @@ def shared_events(tables: RunTables) -> pl.DataFrame:
 def _packets_both_ends(packets: pl.DataFrame) -> pl.DataFrame:
     """The same frame in captures taken on different hosts (same addresses, IP id and bytes)."""
     identity = ["src", "dst", "proto", "ip_id", "digest"]
-    frames = packets.filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null()).select("file", "host", "ts", *identity)
+    frames = packets.select("file", "host", "ts", *identity).filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null())
     once = frames.filter(pl.len().over("file", *identity) == 1)  # a frame repeated within a capture is ambiguous
     return once.filter(pl.col("host").n_unique().over(identity) >= 2).select(
         pl.lit("packets").alias("basis"), pl.struct(identity).hash().alias("key"), "host", "file", "ts"

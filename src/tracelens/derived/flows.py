@@ -69,14 +69,14 @@ class PacketAnalysis:
 TCP_LOSS, TCP_PROBE, TCP_SPURIOUS = "TCP retransmission", "TCP tail-loss probe", "TCP spurious retransmission"
 
 
-BUCKET_PACKETS = 1_000_000  # packets analysed at once: memory follows a bucket, not the capture
+BUCKET_PACKETS = 250_000  # packets analysed at once (about 700 bytes each at the peak): memory follows a bucket
 
 
 def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> PacketAnalysis:
     """The per-QP, per-flow and per-event analysis of `packets`, host pair by host pair.
 
     Everything here is per connection, so the packets between one pair of hosts in one capture
-    are analysed apart from the others: a capture of tens of millions of packets goes through in
+    are analysed apart from the others: a capture of millions of packets goes through in
     buckets of about `bucket_packets` (hashed by file and unordered host pair), and the results
     are the same. The RunContext keeps the result (ctx.packets): the events, the window signals, the
     rules and the report all read it there.

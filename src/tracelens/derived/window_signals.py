@@ -156,7 +156,7 @@ def _rows(frame: pl.DataFrame, begin: datetime, end: datetime, time: str = "ts")
 
 
 def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end: datetime) -> list[Signal]:
-    packets = ctx["packets"].filter(pl.col("ts").is_not_null())
+    packets = ctx["packets"].select("file", "ts").filter(pl.col("ts").is_not_null())  # not a copy of every column
     analysis = ctx.packets
     if packets.height == 0 or analysis is None:
         return []

@@ -19,6 +19,7 @@ before it are kept. Layers:
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 
 import numpy as np
@@ -444,16 +445,21 @@ def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> pa.Diction
     The distinct (family, hi, lo) triples are found with integer uniques (each part
     coded, then the codes combined), far faster than a unique over records.
     """
-    his, hi_code = np.unique(hi, return_inverse=True)
-    los, lo_code = np.unique(lo, return_inverse=True)
-    combined = (family.astype(np.int64) * len(his) + hi_code) * len(los) + lo_code
-    distinct, index = np.unique(combined, return_inverse=True)
-    rest, lo_of = np.divmod(distinct, len(los))
-    family_of, hi_of = np.divmod(rest, len(his))
-    names = [_format(int(f), int(his[h]), int(los[l_])) for f, h, l_ in zip(family_of, hi_of, lo_of)]
+    if not hi.any():  # IPv4 and LIDs only, the usual capture: one unique over family and low part
+        distinct, index = np.unique((family.astype(np.int64) << 32) | lo.astype(np.int64), return_inverse=True)
+        names = [_format(int(key >> 32), 0, int(key & 0xFFFFFFFF)) for key in distinct]
+    else:
+        his, hi_code = np.unique(hi, return_inverse=True)
+        los, lo_code = np.unique(lo, return_inverse=True)
+        combined = (family.astype(np.int64) * len(his) + hi_code) * len(los) + lo_code
+        distinct, index = np.unique(combined, return_inverse=True)
+        rest, lo_of = np.divmod(distinct, len(los))
+        family_of, hi_of = np.divmod(rest, len(his))
+        names = [_format(int(f), int(his[h]), int(los[l_])) for f, h, l_ in zip(family_of, hi_of, lo_of)]
     return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), mask=family == 0), pa.array(names))
 
 
+@functools.lru_cache(maxsize=1 << 17)  # a capture's addresses recur chunk after chunk
 def _format(family: int, hi: int, lo: int) -> str:
     if family == _V4:
         return str(ipaddress.IPv4Address(lo))

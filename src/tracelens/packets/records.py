@@ -29,7 +29,7 @@ PCAPNG_BOM = 0x1A2B3C4D
 
 PCAP_HEADER = 24
 PCAP_RECORD_HEADER = 16
-CHUNK_RECORDS = 1 << 16
+CHUNK_RECORDS = 1 << 18  # about 80 MB of decoded columns at once
 MAX_CAPLEN = 1 << 24  # a record claiming more is corruption, not a packet
 
 # pcapng block types
@@ -135,13 +135,18 @@ class CaptureReader:
     def _walk_pcap(self, raw: memoryview, pos: int, starts: array, frames: int, caplen_at) -> tuple[int, bool]:
         """Append up to CHUNK_RECORDS record positions from `pos`; return where it stopped and if at the end."""
         size, append = len(raw), starts.append
+        last_header = size - PCAP_RECORD_HEADER
         for _ in range(CHUNK_RECORDS):
-            if pos == size:
-                return pos, True
-            if pos + PCAP_RECORD_HEADER > size:
-                self._cut(pos, frames + len(starts))
+            if pos > last_header:  # the end, or a record header cut short
+                if pos != size:
+                    self._cut(pos, frames + len(starts))
                 return pos, True
             caplen = caplen_at(raw, pos + 8)[0]
+            end = pos + PCAP_RECORD_HEADER + caplen
+            if end <= size and caplen <= MAX_CAPLEN:  # the usual record: one test
+                append(pos)
+                pos = end
+                continue
             if caplen > MAX_CAPLEN:
                 kept = frames + len(starts)
                 swapped = int.from_bytes(raw[pos + 8 : pos + 12], "big" if caplen_at.__self__.format[0] == "<" else "little")
@@ -154,12 +159,8 @@ class CaptureReader:
                 )
                 self.notes.append(f"{why}; kept the {kept} packets before it")
                 return pos, True
-            end = pos + PCAP_RECORD_HEADER + caplen
-            if end > size:
-                self._cut(pos, frames + len(starts))
-                return pos, True
-            append(pos)
-            pos = end
+            self._cut(pos, frames + len(starts))
+            return pos, True
         return pos, False
 
     def _pcap_records(self, heads: np.ndarray, before: int, little: bool, frac_ns: int, linktype: int) -> Records:

@@ -219,7 +219,7 @@ def capture_duplicates(ctx: RunContext) -> Iterator[Finding]:
         return
     duplicates = analysis.events.filter(pl.col("kind") == "capture duplicate")
     for (file,), frames in duplicates.group_by("file", maintain_order=True):
-        total = ctx["packets"].filter(pl.col("file") == file).height
+        total = int((ctx["packets"]["file"] == file).sum())
         yield Finding(
             severity=Severity.INFO,
             title="Duplicate frames in the capture",
