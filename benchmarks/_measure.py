@@ -56,13 +56,22 @@ def run(argv: list[str], quiet: bool = False) -> Child:
     return Child(seconds, usage.ru_maxrss / 1024, last, usage.ru_utime + usage.ru_stime)  # ru_maxrss is in KiB on Linux
 
 
-def repeated(argv: list[str], times: int, out: Path) -> tuple[list[float], list[float]]:
-    """Run `argv` `times` times, `out` removed before each; the sorted wall seconds and peak RSS MiB."""
+@dataclass(frozen=True)
+class Runs:
+    """Several runs of one command, each measure sorted."""
+
+    seconds: list[float]
+    rss_mb: list[float]
+    cpu_seconds: list[float]
+
+
+def repeated(argv: list[str], times: int, out: Path) -> Runs:
+    """Run `argv` `times` times, `out` removed before each."""
     children = []
     for _ in range(times):
         shutil.rmtree(out, ignore_errors=True)
         children.append(run(argv, quiet=True))
-    return sorted(c.seconds for c in children), sorted(c.rss_mb for c in children)
+    return Runs(*(sorted(getattr(c, k) for c in children) for k in ("seconds", "rss_mb", "cpu_s")))
 
 
 def import_rss_mb(module: str) -> float:

@@ -44,7 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     print(f"tracelens tables on folders of small logs, fresh processes, {load()}, --jobs {args.jobs}")
-    print(f"{'workload':<12}{'files':>7}{'MB':>6}{'tool':>9}{'s (min-max)':>16}{'files/s':>10}{'peak RSS MB':>13}")
+    print(f"{'workload':<12}{'files':>7}{'MB':>6}{'tool':>9}{'s (min-max)':>16}{'CPU s':>8}{'files/s':>10}{'peak RSS MB':>13}")
     tools = {"before": args.src, "after": None} if args.src else {"this": None}
     for name in args.only.split(","):
         files, mb = WORKLOADS[name]
@@ -56,9 +56,10 @@ def main() -> None:
         for tool, src in tools.items():
             argv = python("-c", CLI, "tables", str(data), "-o", str(out), "--jobs", str(args.jobs))
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [src, BASE_PATH]))  # run() passes it on
-            secs, rss = repeated(argv, args.repeat, out)
+            runs = repeated(argv, args.repeat, out)
+            secs, rss = runs.seconds, runs.rss_mb
             print(
-                f"{name:<12}{files:>7}{size:>6.0f}{tool:>9}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>16}"
+                f"{name:<12}{files:>7}{size:>6.0f}{tool:>9}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>16}{runs.cpu_seconds[0]:>8.1f}"
                 f"{files / secs[-1]:>10.0f}{f'{rss[0]:.0f}-{rss[-1]:.0f}':>13}   (load {os.getloadavg()[0]:.1f})",
                 flush=True,
             )

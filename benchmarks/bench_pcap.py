@@ -47,7 +47,8 @@ print(result.tables["packets"].height)
 
 
 def row(tool: str, child: Child, packets: int) -> dict:
-    return {"tool": tool, "seconds": child.seconds, "packets_per_s": packets / child.seconds, "peak_rss_mb": round(child.rss_mb)}
+    return {"tool": tool, "seconds": child.seconds, "cpu_seconds": child.cpu_s, "packets_per_s": packets / child.seconds,
+            "packets_per_cpu_s": packets / max(child.cpu_s, 1e-9), "peak_rss_mb": round(child.rss_mb)}
 
 
 def main() -> None:
@@ -96,13 +97,14 @@ def main() -> None:
         found = sorted({f["rule_id"] for f in json.loads(Path(f"{out}.json").read_text())["findings"]})
         print(f"tracelens analyze found: {', '.join(found) or 'nothing'}")
 
-    print(f"{'tool':<20}{'seconds':>9}{'packets/s':>13}{'peak RSS MB':>13}")
+    print(f"{'tool':<20}{'seconds':>9}{'CPU s':>8}{'packets/s':>13}{'per CPU s':>13}{'peak RSS MB':>13}")
     for r in rows:
-        print(f"{r['tool']:<20}{r['seconds']:>9.2f}{r['packets_per_s']:>13,.0f}{r['peak_rss_mb']:>13}")
+        print(f"{r['tool']:<20}{r['seconds']:>9.2f}{r['cpu_seconds']:>8.1f}{r['packets_per_s']:>13,.0f}{r['packets_per_cpu_s']:>13,.0f}{r['peak_rss_mb']:>13}")
     print(f"(a process that only imports tracelens.ingest.pcap peaks at {baseline} MB; {load()})")
     shark = [r for r in rows if r["tool"].startswith("tshark")]
     if shark:
-        print(f"tracelens ingest / tshark: {rows[0]['packets_per_s'] / shark[0]['packets_per_s']:.1f}x")
+        print(f"tracelens ingest / tshark: {rows[0]['packets_per_s'] / shark[0]['packets_per_s']:.1f}x wall, "
+              f"{rows[0]['packets_per_cpu_s'] / shark[0]['packets_per_cpu_s']:.1f}x per CPU second")
     print(json.dumps({"packets": args.packets, "size_mb": size_mb, "import_rss_mb": baseline, "runs": rows}))
     if not args.keep:
         shutil.rmtree(folder)
