@@ -459,10 +459,13 @@ def conform(name: str, frame: Frame) -> Frame:
     concatenable and typed the same way.
     """
     target = pl.from_arrow(SCHEMAS[name].empty_table()).schema
-    present = frame.collect_schema().names()
+    schema = frame.collect_schema()
+    present = schema.names()
     columns = []
     for col, dtype in target.items():
-        if col in present:
+        if col in present and dtype == pl.String and schema[col] == pl.Categorical:
+            columns.append(pl.col(col))  # text that repeats (a capture's addresses) stays 4 bytes a row, not 16
+        elif col in present:
             columns.append(pl.col(col).cast(dtype, strict=False))
         else:
             columns.append(pl.lit(None, dtype=dtype).alias(col))

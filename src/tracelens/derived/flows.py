@@ -88,10 +88,11 @@ def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> Pack
         pair = (pl.col("file").hash() + (pl.col("src").hash() ^ pl.col("dst").hash())) % buckets
         which = packets.select(pair).to_series()
         parts = [_analyze(packets.filter(which == b)) for b in range(buckets)]
+    text = pl.col(pl.Categorical).cast(pl.String)  # a capture's text columns are categorical; results join with other tables
     result = PacketAnalysis(
-        qps=pl.concat([p.qps for p in parts]).sort(QP_ORDER, descending=QP_DESCENDING),
-        tcp=pl.concat([p.tcp for p in parts]).sort(TCP_ORDER, descending=TCP_DESCENDING),
-        events=pl.concat([p.events for p in parts]).sort("ts", "frame", "file", "kind", "flow"),
+        qps=pl.concat([p.qps for p in parts]).with_columns(text).sort(QP_ORDER, descending=QP_DESCENDING),
+        tcp=pl.concat([p.tcp for p in parts]).with_columns(text).sort(TCP_ORDER, descending=TCP_DESCENDING),
+        events=pl.concat([p.events for p in parts]).with_columns(text).sort("ts", "frame", "file", "kind", "flow"),
     )
     return result
 

@@ -161,7 +161,7 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
     if packets.height == 0 or analysis is None:
         return []
     pair = pl.concat_list(pl.col("src").replace(names), pl.col("dst").replace(names)).list.sort().list.join(" ↔ ")
-    spans = packets.group_by("file").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
+    spans = packets.group_by(pl.col("file").cast(pl.String)).agg(first=pl.col("ts").min(), last=pl.col("ts").max())
     flows = pl.concat([analysis.tcp.select("file", "src", "dst", proto=pl.lit("tcp")),
                        analysis.qps.select("file", "src", "dst", proto=pl.lit("roce"))]).with_columns(pair=pair)
     flows = flows.join(spans, on="file").group_by("proto", "pair").agg(pl.col("first").min(), pl.col("last").max())

@@ -108,8 +108,10 @@ def _frame(source: InputFile, rec: Records, table: pa.Table) -> pl.DataFrame:
     }
     for name, column in provenance.items():
         table = table.append_column(name, column)
-    # in the table's types now, chunk by chunk: a capture's rows are not held twice when the run adds them
-    return conform("packets", pl.from_arrow(table))  # type: ignore[arg-type]
+    # in the table's types now, chunk by chunk: a capture's rows are not held twice when the run adds them;
+    # its text columns (file, host, addresses, protocol) stay categorical
+    frame = pl.from_arrow(table).with_columns(host=pl.lit(None, pl.Categorical))  # type: ignore[union-attr]
+    return conform("packets", frame)
 
 
 def _undecodable(rec: Records, i: int) -> str:
