@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracelens.ingest import Account, IngestResult, InputFile, deepspeed, nccl, nccl_tests, stacks
+from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, deepspeed, nccl, nccl_tests, stacks
 from tracelens.ingest.lines import FILE_SHIFT, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, file_of
 from tracelens.ingest.pasted import unpaste
 
@@ -105,6 +105,8 @@ def ingest(files: list[InputFile]) -> BatchResult:
     claimed = set(lines.filter(others)["idx"].unique().to_list())
     result = BatchResult(per_file=[*unread, *(files[i] for i in sorted(claimed))])
     lines = lines.filter(~pl.col("idx").is_in(list(claimed)))
+    if not lines.height:
+        return result
     parser = nccl.NcclParser(InputFile(path=Path(), name="", format="log"))
     status = parser.feed(lines.select("line", "text"))
     parsed = IngestResult()
@@ -132,7 +134,7 @@ def _accounts(result: BatchResult, files: list[InputFile], lines: pl.DataFrame, 
         unrecognized=(pl.col("status") == UNRECOGNIZED).sum(),
         ignored=pl.col("status").is_in([IGNORED, NOT_MINE]).sum(),
     )
-    bad = lines.filter(pl.col("status") == UNRECOGNIZED).group_by("idx", maintain_order=True).head(20)
+    bad = lines.filter(pl.col("status") == UNRECOGNIZED).group_by("idx", maintain_order=True).head(SAMPLE_LIMIT)
     samples: dict[int, list[tuple[int, str]]] = {}
     for idx, line, text in bad.select("idx", pl.col("line") & _LINE_MASK, "text").iter_rows():
         samples.setdefault(idx, []).append((line, text))
