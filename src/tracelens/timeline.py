@@ -401,17 +401,25 @@ def shared_events(tables: RunTables) -> pl.DataFrame:
 def _packets_both_ends(packets: pl.DataFrame) -> pl.DataFrame:
     """The same frame in captures taken on different hosts (same addresses, IP id and bytes)."""
     identity = ["src", "dst", "proto", "ip_id", "digest"]
-    frames = packets.select(pl.col("file", "host").cast(pl.String), "ts", *identity).filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null())
+    out = {"basis": pl.String, "key": pl.UInt64, "host": pl.String, "file": pl.String, "ts": packets.schema["ts"]}
+    if packets["host"].n_unique() - packets["host"].null_count() < 2:  # one capturing host: nothing to match, at any size
+        return pl.DataFrame(schema=out)
+    frames = packets.lazy().select("file", "host", "ts", *identity).filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null())
     once = frames.filter(pl.len().over("file", *identity) == 1)  # a frame repeated within a capture is ambiguous
     return once.filter(pl.col("host").n_unique().over(identity) >= 2).select(
-        pl.lit("packets").alias("basis"), pl.struct(identity).hash().alias("key"), "host", "file", "ts"
-    )
+        pl.lit("packets").alias("basis"), pl.struct(identity).hash().alias("key"), pl.col("host", "file").cast(pl.String), "ts"
+    ).collect()
 
 
 def _file_spans(tables: RunTables) -> pl.DataFrame:
-    """Per (host, file): the first and last time of its rows."""
-    rows = pl.concat([tables[n].select("host", "file", "ts") for n in ("steps", "nccl_events", "nccl_errors", "packets")], how="diagonal_relaxed")
-    return rows.filter(pl.col("ts").is_not_null()).group_by("host", "file").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
+    """Per (host, file): the first and last time of its rows (each table's spans first: a capture has millions)."""
+    spans = [
+        tables[n].lazy().select("host", "file", "ts").filter(pl.col("ts").is_not_null())
+        .group_by("host", "file").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
+        .with_columns(pl.col("host", "file").cast(pl.String)).collect()
+        for n in ("steps", "nccl_events", "nccl_errors", "packets")
+    ]  # fmt: skip
+    return pl.concat(spans).group_by("host", "file").agg(pl.col("first").min(), pl.col("last").max())
 
 
 def _clock_offsets(tables: RunTables) -> pl.DataFrame:
