@@ -31,7 +31,7 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     qps = result.qps.with_columns(named)
     tcp = result.tcp.with_columns(named).filter(pl.col("segments") > 0)
     return {
-        "captures": packets.group_by("file").agg(frames=pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
+        "captures": packets.select("file", "ts").group_by("file").agg(frames=pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
         .sort("file").rows(named=True),
         "qps": qps.head(MAX_ROWS).rows(named=True),
         "qps_more": max(qps.height - MAX_ROWS, 0),
