@@ -8,7 +8,9 @@ import json
 import tempfile
 import time
 from pathlib import Path
+
 from tracelens.analyze import analyze
+
 tmp = Path(tempfile.mkdtemp())
 t0 = 1_733_510_000_000_000_000
 for rank in range(256):

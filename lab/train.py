@@ -24,10 +24,10 @@ import deepspeed
 import deepspeed.runtime.engine as ds_engine
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.utils.data import DataLoader, IterableDataset
 from deepspeed.utils.logging import log_dist, set_log_level_from_string
 from deepspeed.utils.timer import SynchronizedWallClockTimer
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
 
 SEED = int(os.environ.get("LAB_SEED", "0"))  # weights and batches; a held-out run takes another (lab/README.md)
 

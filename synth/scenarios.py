@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from synth import deepspeed, host, incidents
+from synth.fabric import FabricPort
 from synth.nccl import Host, Version
 from synth.pytorch import Work
-from synth.fabric import FabricPort
 from synth.runs import CounterDumps, IbRetryExceeded, Scenario, Training, WatchdogTimeout
 
 NODE01 = Host("node01", "10.0.0.1", env=(("NCCL_SOCKET_IFNAME", "eth0"),))

@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 
 from tracelens.analyze import analyze
+from tracelens.derived.steps import ratio_of_medians
 from tracelens.findings import Evidence
 from tracelens.ingest import InputFile, ingest_file, sniff_format
 from tracelens.ingest.lines import read_chunks
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
-from tracelens.derived.steps import ratio_of_medians
 
 WATCHDOG = (
     "[rank0]:[E{clock}.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: "

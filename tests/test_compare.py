@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from synth.pairs import write_pairs
 from tracelens.cli import app
 from tracelens.compare import _changed_hosts, compare
 from tracelens.stats import binomial_sf, mann_whitney_p, rate_rise_p
-from synth.pairs import write_pairs
 
 PAIRS = Path(__file__).resolve().parents[1] / "fixtures" / "pairs"
 EXPECTED = json.loads((PAIRS / "pairs.json").read_text())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tracelens.analyze import analyze
 from synth.deepspeed import DsConfig, ds_config
+from tracelens.analyze import analyze
 
 
 def config_findings(tmp_path, cfg: DsConfig) -> dict[str, object]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from tests.helpers.steps import SLOW, T0, analysed, at, counters, slow_span, steps
 from tests.helpers import fire
+from tests.helpers.steps import SLOW, T0, analysed, at, counters, slow_span, steps
 from tracelens.analyze import run_rules
 from tracelens.derived import RunContext
 from tracelens.rules import select_rules

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from tests.helpers.fabric import read, write
 from synth.fabric import ethtool
+from tests.helpers.fabric import read, write
 
 
 def pq(name: str, value: int | str) -> str:

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 import pytest
 from lark import Lark
 
-from tests.helpers.fabric import read, sniffed, write
 from tests.helpers import corpus_dir
+from tests.helpers.fabric import read, sniffed, write
 from tracelens.ingest import ethtool, hw_counters, perfquery
 from tracelens.ingest.dumps import parse_time
 from tracelens.resources import grammar_text

@@ -8,12 +8,14 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.helpers.fabric import T0, ingest_folder, two_nodes
+from synth.fabric import FabricPort
+from synth.fabric import ethtool as ethtool_text
+from synth.fabric import ibstat as ibstat_text
 from tests.helpers import corpus_dir, fire, tables_from
+from tests.helpers.fabric import T0, ingest_folder, two_nodes
 from tracelens.derived.counters import counter_deltas
 from tracelens.findings import Severity
 from tracelens.ingest import InputFile, ethtool, ibstat, perfquery
-from synth.fabric import FabricPort, ethtool as ethtool_text, ibstat as ibstat_text
 from tracelens.tables import RunTables
 
 FABRIC_RULES = ["TL201", "TL202", "TL203", "TL204", "TL205", "TL206"]

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import FIXTURES
 from tracelens.analyze import analyze
 from tracelens.ingest import InputFile, safe_pickle, sniff_format
 from tracelens.ingest import flight_recorder as fr
-
-from tests.helpers import FIXTURES
 
 SKIP = FIXTURES / "lab-hang-skip"
 

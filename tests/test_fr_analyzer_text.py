@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelens.ingest import InputFile, fr_text, sniff_format
-
 from tests.helpers import FIXTURES
+from tracelens.ingest import InputFile, fr_text, sniff_format
 
 
 def _read(path: Path):

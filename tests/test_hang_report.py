@@ -8,7 +8,6 @@ from tracelens.analyze import analyze
 from tracelens.report.html import render
 
 
-
 def test_lanes_show_where_the_ranks_diverge(analysis_of):
     html = render(analysis_of("lab-hang-sleep"))
     assert 'id="hang"' in html and "Process group 0 (default_pg): stuck at #21" in html

@@ -9,9 +9,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tracelens.analyze import analyze
-
 from tests.helpers import FIXTURES, fire, tables_from
+from tracelens.analyze import analyze
 
 LAB = sorted(p for p in FIXTURES.glob("lab-hang-*") if (p / "expected.json").is_file())
 HANG_RULES = {"TL420", "TL421", "TL422", "TL423"}

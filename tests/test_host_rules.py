@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.helpers.host import gpu, iface, kev, nccl_row, perf, port, rates
 from tests.helpers import fire, tables_from
+from tests.helpers.host import gpu, iface, kev, nccl_row, perf, port, rates
 from tests.helpers.steps import SLOW, analysed, at, counters, slow_span, steps
 
 

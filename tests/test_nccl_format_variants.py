@@ -17,12 +17,23 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from synth import pytorch
+from synth.nccl import (
+    Comm,
+    Host,
+    IbError,
+    Member,
+    Process,
+    Version,
+    comm_init,
+    ib_completion_error,
+    net_init,
+    process_start,
+)
 from tests.helpers.nccl import ingest, ingest_text
 from tracelens.analyze import analyze
 from tracelens.findings import Severity
 from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED
-from synth import pytorch
-from synth.nccl import Comm, Host, IbError, Member, Process, Version, comm_init, ib_completion_error, net_init, process_start
 
 ENVELOPE = "gpu-node-3:4052:4122 [2] "
 UTC = timezone.utc

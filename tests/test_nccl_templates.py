@@ -13,11 +13,10 @@ import re
 import polars as pl
 import pytest
 
+from tests.helpers import CORPUS, FIXTURES
 from tracelens.ingest.lines import read_chunks
 from tracelens.ingest.nccl import FIELDS, _grammar, parse_body, parse_recipes, split_records
 from tracelens.ingest.templates import MARK, TemplateParser, masked
-
-from tests.helpers import CORPUS, FIXTURES
 
 # Kinds that neither the corpus nor the fixtures print (formats: ../shared/docs/nccl-formats.md).
 EXTRA_BODIES = [

@@ -5,12 +5,12 @@ from __future__ import annotations
 import jinja2
 import polars as pl
 
+from synth import pcap as synth
 from tests.helpers import NO_FINDINGS
 from tracelens.derived import RunContext
 from tracelens.ingest import InputFile, pcap
 from tracelens.report.sections import packets as section
 from tracelens.resources import data_dir
-from synth import pcap as synth
 from tracelens.tables import RunTables
 
 

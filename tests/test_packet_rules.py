@@ -8,11 +8,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracelens.derived import RunContext
-from tracelens.ingest import InputFile, pcap
-from tracelens.derived.flows import analyze
-from tracelens.rules import all_rules
 from synth import pcap as synth
+from tracelens.derived import RunContext
+from tracelens.derived.flows import analyze
+from tracelens.ingest import InputFile, pcap
+from tracelens.rules import all_rules
 from tracelens.tables import RunTables
 
 QP = synth.RoceQp()

@@ -8,11 +8,10 @@ import pytest
 from scapy.contrib.roce import AETH, BTH
 from scapy.utils import rdpcap
 
-from tests.helpers import tshark
-from tests.helpers import corpus_dir
+from tests.helpers import corpus_dir, tshark
 from tests.helpers.tshark import needs_tshark
-from tracelens.ingest import InputFile, pcap
 from tracelens.derived.flows import analyze
+from tracelens.ingest import InputFile, pcap
 from tracelens.tables import conform
 
 ROCE = "oferby-proxy__roce.pcap"

@@ -14,8 +14,8 @@ from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
 from scapy.layers.l2 import CookedLinuxV2, Dot1AD, Dot1Q, Ether
 from scapy.packet import Raw
 
-from tests.helpers.pcap import classic, read, roce
 from synth import pcap as synth
+from tests.helpers.pcap import classic, read, roce
 
 T0 = int(synth.START)
 

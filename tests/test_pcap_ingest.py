@@ -14,8 +14,9 @@ from scapy.layers.l2 import CookedLinux, CookedLinuxV2, Dot1Q, Ether
 from scapy.packet import Raw
 from scapy.utils import PcapNgWriter, PcapWriter, rdpcap
 
-from tests.helpers.pcap import T0, classic, read, roce
 from synth import pcap as synth
+from tests.helpers.pcap import T0, classic, read, roce
+
 
 @pytest.mark.parametrize("nano", [False, True])
 @pytest.mark.parametrize("little", [False, True])

@@ -6,12 +6,11 @@ import shutil
 
 import pytest
 
+from tests.helpers import FIXTURES
 from tracelens.analyze import analyze
 from tracelens.ingest import InputFile
 from tracelens.ingest.textlog import ingest
 from tracelens.report.summary import to_json
-
-from tests.helpers import FIXTURES
 
 ray = pytest.importorskip("ray", reason="the Ray extra is not installed: pip install 'tracelens[ray]'")
 

@@ -10,7 +10,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 from tracelens.private_cache import cache_file
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import polars as pl
 
+from tests.helpers import FIXTURES
 from tracelens.ingest import InputFile
 from tracelens.ingest.textlog import ingest
 from tracelens.tables import RunTables, conform, with_text
-
-from tests.helpers import FIXTURES
 
 
 def test_chunks_in_worker_threads_equal_one_reader():

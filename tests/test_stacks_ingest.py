@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tracelens.ingest import InputFile, textlog
-
 from tests.helpers import FIXTURES, corpus_dir
+from tracelens.ingest import InputFile, textlog
 
 
 def _stacks(path: Path, name: str | None = None):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+from tests.helpers import NO_FINDINGS, tables_from
 from tracelens.analyze import analyze
 from tracelens.derived import RunContext
 from tracelens.report.html import render
 from tracelens.report.sections import steps as section
-
-from tests.helpers import NO_FINDINGS, tables_from
 
 
 def test_section_for_a_slow_window(analysis_of):

@@ -7,14 +7,13 @@ from datetime import datetime, timedelta
 import polars as pl
 import pytest
 
-from tracelens.analyze import analyze
-from tracelens.derived.steps import slow_windows, step_series
-from tracelens.findings import Severity
 from synth.deepspeed import DeepSpeedTraining, DsConfig, Phases
 from synth.runs import Scenario, write
 from synth.scenarios import pair
-
 from tests.helpers import FIXTURES, fire, tables_from
+from tracelens.analyze import analyze
+from tracelens.derived.steps import slow_windows, step_series
+from tracelens.findings import Severity
 
 
 def findings(tmp_path, training: DeepSpeedTraining, prefix: str = "TL4"):

@@ -27,8 +27,8 @@ import polars as pl
 from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
 from tracelens.derived.baseline import LevelComparison, RateComparison
-from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
 from tracelens.derived.counters import kind_of
+from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
 from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
 from tracelens.prose import count, listing
 

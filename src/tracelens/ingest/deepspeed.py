@@ -34,8 +34,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest import ds_assemble
+from tracelens.ingest import IngestResult, InputFile, ds_assemble
 from tracelens.ingest.ds_grammar import HEADS, SIZE_UNITS, parse_body
 from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, byte_slice, within_datetime_range
 from tracelens.tables import Spill

@@ -11,7 +11,16 @@ import re
 from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import LineGrammar
 from tracelens.ingest.ports import (
-    Columns, PortLines, Device, Port, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text,
+    Columns,
+    Device,
+    Port,
+    PortLines,
+    ingest_port_dump,
+    read_float,
+    read_int,
+    read_phys_state,
+    read_state,
+    read_text,
 )
 
 FORMAT = "ibstat"

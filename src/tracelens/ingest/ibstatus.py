@@ -12,7 +12,16 @@ import re
 from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import LineGrammar
 from tracelens.ingest.ports import (
-    Columns, PortLines, Port, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text, read_width,
+    Columns,
+    Port,
+    PortLines,
+    ingest_port_dump,
+    read_float,
+    read_int,
+    read_phys_state,
+    read_state,
+    read_text,
+    read_width,
 )
 
 FORMAT = "ibstatus"

@@ -16,7 +16,16 @@ import polars as pl
 from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import LineGrammar, read_dump
 from tracelens.ingest.ports import (
-    Columns, Device, Port, PortLines, ingest_port_dump, read_float, read_int, read_phys_state, read_state, read_text,
+    Columns,
+    Device,
+    Port,
+    PortLines,
+    ingest_port_dump,
+    read_float,
+    read_int,
+    read_phys_state,
+    read_state,
+    read_text,
     read_width,
 )
 

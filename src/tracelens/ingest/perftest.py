@@ -16,7 +16,16 @@ import re
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.hostlines import IGNORED, PARSED, TemplateGrammar, account, context, local_time, provenance, read_lines
+from tracelens.ingest.hostlines import (
+    IGNORED,
+    PARSED,
+    TemplateGrammar,
+    account,
+    context,
+    local_time,
+    provenance,
+    read_lines,
+)
 
 FORMAT = "perftest"
 PRIORITY = 93

@@ -16,9 +16,17 @@ from typing import Protocol
 
 import polars as pl
 
-from tracelens.ingest import Account, IngestResult, InputFile, looks_like_text
-from tracelens.ingest import deepspeed, nccl, nccl_tests, stacks
-from tracelens.ingest.lines import CHUNK_BYTES, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, chunk_spans, read_chunks, read_span
+from tracelens.ingest import Account, IngestResult, InputFile, deepspeed, looks_like_text, nccl, nccl_tests, stacks
+from tracelens.ingest.lines import (
+    CHUNK_BYTES,
+    IGNORED,
+    NOT_MINE,
+    PARSED,
+    UNRECOGNIZED,
+    chunk_spans,
+    read_chunks,
+    read_span,
+)
 from tracelens.tables import Spill
 
 FORMAT = "log"

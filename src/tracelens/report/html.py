@@ -12,8 +12,8 @@ from markupsafe import Markup, escape
 from tracelens import __version__
 from tracelens.analyze import Analysis
 from tracelens.findings import Severity
-from tracelens.report.sections import build_sections
 from tracelens.prose import count, duration, number, span
+from tracelens.report.sections import build_sections
 from tracelens.report.summary import verdict, when_and_cost
 from tracelens.resources import data_dir
 

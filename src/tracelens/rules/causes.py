@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass, replace
 
-from tracelens.derived.window_signals import Signal
 from tracelens.derived.events import CAUSES
+from tracelens.derived.window_signals import Signal
 from tracelens.findings import Verdict
 
 NAMES = {**CAUSES, "congestion": "congestion or a bandwidth limit (the path carried less than the job sent)", "contention": "CPU or GPU contention on every rank", "input": "an input pipeline or checkpoint stall (the time between steps: data loader, checkpoint or evaluation)"}

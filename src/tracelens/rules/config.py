@@ -8,7 +8,6 @@ Each finding names the config change.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterator
 
 import polars as pl

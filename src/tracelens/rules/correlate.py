@@ -25,10 +25,10 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from tracelens.derived import steps as timing
-from tracelens.derived.window_signals import measure
-from tracelens.findings import Evidence, Finding, Severity, Verdict
 from tracelens.derived.hangs import first_stopped
 from tracelens.derived.hostsignals import utilisation_phrase
+from tracelens.derived.window_signals import measure
+from tracelens.findings import Evidence, Finding, Severity, Verdict
 from tracelens.prose import count, duration, listing, number, some
 from tracelens.prose import span as prose_span
 from tracelens.rules import Setting, rule

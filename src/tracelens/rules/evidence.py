@@ -6,8 +6,8 @@ from datetime import datetime
 
 import polars as pl
 
-from tracelens.findings import Evidence
 from tracelens.derived import RunContext
+from tracelens.findings import Evidence
 
 
 def evidence(rows: pl.DataFrame) -> list[Evidence]:

@@ -15,12 +15,21 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived.counters import (
-    CONGESTION, DISCARDS, LINK_DOWN, PHYSICAL, PORT_KEY, RDMA_ERRORS, WAIT, describe, movements,
+    CONGESTION,
+    DISCARDS,
+    LINK_DOWN,
+    PHYSICAL,
+    PORT_KEY,
+    RDMA_ERRORS,
+    WAIT,
+    describe,
+    movements,
 )
 from tracelens.derived.ports import nccl_devices, port_label, ranks_on
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import during
 from tracelens.rules import Setting, rule
+
 
 def _rising(deltas: pl.DataFrame, pattern: str) -> pl.DataFrame:
     """Rows of counters matching `pattern` that went up (or sit saturated)."""

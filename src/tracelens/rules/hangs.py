@@ -18,7 +18,6 @@ from tracelens.findings import Evidence, Finding, Severity
 from tracelens.rules import Setting, rule
 
 
-
 def _entry_text(e: dict) -> str:
     when = f", enqueued {e['ts']:%H:%M:%S.%f}"[:-3] + " UTC" if e.get("ts") else ""
     return (f"rank {e['rank']}: {e.get('profiling_name') or e.get('op')} #{e.get('collective_seq_id')} of process group "

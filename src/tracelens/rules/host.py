@@ -11,8 +11,17 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.derived.events import CAUSES
+from tracelens.derived.hostsignals import (
+    DROP_RATIO,
+    KIND_TEXT,
+    incidents,
+    pci_owners,
+    port_rates,
+    shared_links,
+    utilisation,
+)
+from tracelens.derived.steps import slow_episodes
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.derived.hostsignals import DROP_RATIO, KIND_TEXT, incidents, pci_owners, port_rates, shared_links, utilisation
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
 from tracelens.rules.correlate import MARGIN

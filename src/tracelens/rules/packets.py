@@ -6,10 +6,10 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracelens.findings import Evidence, Finding, Severity
 from tracelens.derived import RunContext
 from tracelens.derived.flows import TCP_LOSS, PacketAnalysis
 from tracelens.derived.hosts import describe
+from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count, during, number
 from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import time_window

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+
 import polars as pl
 
 from tracelens.derived import steps as timing
