@@ -5,17 +5,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from typer.testing import CliRunner
-
 from markupsafe import escape
+from typer.testing import CliRunner
 
 from tests.helpers import tables_from
 from tracelens.cli import _headline, app
 from tracelens.config import load
+from tracelens.derived import RunContext
 from tracelens.derived.steps import SlowSteps
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
-from tracelens.derived import RunContext
 from tracelens.rules import KINDS, all_rules
 from tracelens.tables import INPUTS, SCHEMAS
 

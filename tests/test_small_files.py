@@ -5,7 +5,6 @@ line of one file beside the communicators of another, CRLF, no final newline, ot
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import polars as pl

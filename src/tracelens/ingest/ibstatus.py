@@ -7,8 +7,6 @@ from `link_layer`, never from the rate.
 
 from __future__ import annotations
 
-import re
-
 from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import LineGrammar
 from tracelens.ingest.ports import (

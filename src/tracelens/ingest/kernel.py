@@ -16,7 +16,6 @@ continuation (the NVRM crash-dump notice).
 
 from __future__ import annotations
 
-import re
 from datetime import datetime, timezone
 
 import polars as pl

@@ -18,7 +18,16 @@ from datetime import datetime, timezone
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.hostlines import IGNORED, PARSED, TemplateGrammar, account, context, local_time, provenance, read_lines
+from tracelens.ingest.hostlines import (
+    IGNORED,
+    PARSED,
+    TemplateGrammar,
+    account,
+    context,
+    local_time,
+    provenance,
+    read_lines,
+)
 
 FORMAT = "nvidia_smi"
 PRIORITY = 90

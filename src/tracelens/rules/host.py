@@ -20,7 +20,6 @@ from tracelens.derived.hostsignals import (
     shared_links,
     utilisation,
 )
-from tracelens.derived.steps import slow_episodes
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
