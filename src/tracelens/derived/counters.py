@@ -164,7 +164,9 @@ def movements(deltas: pl.DataFrame) -> pl.DataFrame:
             rank=pl.col("kind").replace_strict(ranks, return_dtype=pl.Int32),
             rate_per_s=pl.when(pl.col("interval_s") > 0).then(pl.col("delta") / pl.col("interval_s")),
         )
-        .sort("rank", pl.col("rate_per_s").fill_null(0), "delta", descending=[False, True, True], nulls_last=True)
+        # the counter's name breaks ties (equal deltas over equal intervals are common: CNPs sent and handled)
+        .sort("rank", pl.col("rate_per_s").fill_null(0), "delta", *PORT_KEY, "counter",
+              descending=[False, True, True, *[False] * len(PORT_KEY), False], nulls_last=True)
     )
 
 

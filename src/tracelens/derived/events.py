@@ -65,7 +65,7 @@ SCHEMA = {
 def network_events(tables: RunTables, deltas: pl.DataFrame, packets: PacketAnalysis | None, names: dict[str, str]) -> pl.DataFrame:
     """Every network event of the run (columns SCHEMA), in time order; events without a time are left
     out. `deltas`, `packets` and `names`: the run's counter deltas, packet analysis and host names."""
-    return _timed([_nccl(tables, names), _counters(deltas), _packets(packets, names), _kernel(tables)]).sort("lo", "source")
+    return _timed([_nccl(tables, names), _counters(deltas), _packets(packets, names), _kernel(tables)]).sort("lo", "source", maintain_order=True)  # ties stay in source order
 
 
 def kernel_events(tables: RunTables) -> pl.DataFrame:
@@ -111,7 +111,7 @@ def _socket_choice(tables: RunTables) -> pl.DataFrame:
     chose = net.filter(((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket")) | (pl.col("what") == "ib_missing"))
     if chose.height == 0:
         chose = tables["nccl_channels"].filter(pl.col("transport") == "NET", pl.col("net").str.to_lowercase() == "socket")
-    return tables.with_text(chose.sort("file", "line").unique(["host", "pid"], keep="first")).select(
+    return tables.with_text(chose.sort("file", "line").unique(["host", "pid"], keep="first", maintain_order=True)).select(
         pl.lit("NCCL").alias("source"), pl.lit("socket").alias("cause"), pl.lit("NCCL on NET/Socket").alias("what"),
         "host", pl.col("ts_lo").alias("lo"), pl.col("ts_hi").alias("hi"), pl.lit(1).alias("count"), "file", "line",
         pl.col("message").alias("text"),

@@ -241,7 +241,7 @@ def _p2p_stuck(fr: pl.DataFrame, members: dict[str, set[int]], dumped: set[int],
     pending = fr.filter(pl.col("is_p2p").fill_null(False), pl.col("rank").is_not_null(),
                         ~pl.col("status").is_in(["completed", "failed"]), ~pl.col("pg").is_in(list(done)))
     found = []
-    for (pg,), group in pending.group_by("pg"):
+    for (pg,), group in pending.group_by("pg", maintain_order=True):
         first = group.sort("ts", "record_id", nulls_last=True).row(0, named=True)
         m = _P2P.search(first["profiling_name"] or "")
         if not m:
@@ -285,11 +285,11 @@ def desyncs(t: RunTables) -> list[Desync]:
     fr = entries(t).filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
     # only the sequence ids where something differs are looked at one by one (a job has thousands)
     differ = (
-        fr.group_by("pg", "collective_seq_id")
+        fr.group_by("pg", "collective_seq_id", maintain_order=True)
         .agg(ranks=pl.col("rank").n_unique(), ops=pl.col("op").drop_nulls().n_unique(),
              sizes=pl.col("input_sizes").drop_nulls().n_unique(), dtypes=pl.col("input_dtypes").drop_nulls().n_unique())
         .filter(pl.col("ranks") >= 2, (pl.col("ops") > 1) | (pl.col("sizes") > 1) | (pl.col("dtypes") > 1))
-        .sort("collective_seq_id")
+        .sort("collective_seq_id", maintain_order=True)
     )
     found: dict[str, Desync] = {}
     for pg, seq in differ.select("pg", "collective_seq_id").iter_rows():

@@ -307,11 +307,11 @@ def stall_or_hang(t: RunTables, *, silent_s: float = 120.0, silent_factor: float
     covered: list[tuple[datetime, datetime]] = []
     if watchdog.height:
         started = pl.col("ts") - pl.duration(milliseconds=pl.coalesce("ran_ms", "timeout_ms").fill_null(0), time_unit="ns")
-        hangs = watchdog.with_columns(started=started).group_by(pl.col("op_type").fill_null("collective"), "seq").agg(
-            begin=pl.col("started").min(), end=pl.col("ts").max(), ranks=pl.col("rank").drop_nulls().unique(),
+        hangs = watchdog.with_columns(started=started).group_by(pl.col("op_type").fill_null("collective"), "seq", maintain_order=True).agg(
+            begin=pl.col("started").min(), end=pl.col("ts").max(), ranks=pl.col("rank").drop_nulls().unique(maintain_order=True),
             rows=pl.struct("file", "line", "host", "message"),
         )
-        for hang in hangs.sort("begin").iter_rows(named=True):
+        for hang in hangs.sort("begin", maintain_order=True).iter_rows(named=True):
             covered.append((hang["begin"], hang["end"]))
             yield _hang_finding(t, hang)
     gaps = log_gaps(t, silent_s, silent_factor)
@@ -345,7 +345,8 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
     sources = {"NCCL"} | set(before["source"].unique().to_list()) | ({"steps"} if "last step" in why else set())
     network = ""
     if before.height:
-        counts = before.group_by("source", "what", "host").agg(pl.col("count").sum()).sort("count", descending=True).head(3)
+        counts = before.group_by("source", "what", "host").agg(pl.col("count").sum())
+        counts = counts.sort("count", "what", "source", "host", descending=[True, False, False, False]).head(3)
         network = " Before it: " + "; ".join(f"{r['count']:,} {r['what']} ({r['source']}, {r['host']})" for r in counts.iter_rows(named=True)) + "."
     lost = (hang["end"] - hang["begin"]).total_seconds()
     what = f"{hang['op_type']} SeqNum={hang['seq']}" if hang["seq"] is not None else hang["op_type"]
@@ -422,7 +423,7 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
     usual, slow = before["time_ms"].median(), after["time_ms"].median()
     if slow < slower_ratio * usual:
         return
-    lost_rows = after.group_by("step").agg(pl.col("time_ms").median(), pl.col("steps_covered").first().fill_null(1.0))
+    lost_rows = after.group_by("step", maintain_order=True).agg(pl.col("time_ms").median(), pl.col("steps_covered").first().fill_null(1.0))
     lost = float(((lost_rows["time_ms"] - usual).clip(lower_bound=0) * lost_rows["steps_covered"]).sum() / 1000)
     total = timing.run_time_s(series) or 1.0
     hosts = sorted(set(socket["host"].drop_nulls().to_list()))
@@ -433,7 +434,7 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
            f"{listing(hosts)} and relaunch without {'it' if len(hosts) == 1 else 'them'}.")
     because = [
         f"NCCL log: {listing(hosts)} chose NET/Socket from {socket['lo'].min():%H:%M:%S} UTC "
-        f"({count(socket.height, 'line')}, first in {socket.sort('lo')['file'][0]}).",
+        f"({count(socket.height, 'line')}, first in {socket.sort('lo', maintain_order=True)['file'][0]}).",
         f"Step timers: {number(slow, 'ms')} per step on sockets against {number(usual, 'ms')} on the same job's "
         f"{count(before['step'].n_unique(), 'step')} before ({slow / usual:.1f}x), over {count(after['step'].n_unique(), 'step')}.",
     ]
@@ -443,7 +444,7 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
         summary=f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "
         f"{slow:.0f} ms instead of the {usual:.0f} ms of the same job's {before['step'].n_unique()} steps before it "
         f"({slow / usual:.1f}x) over {count(after['step'].n_unique(), 'step')}: {duration(lost)} lost, {lost / total:.0%} of the run's step time.",
-        evidence=row_evidence(socket.sort("lo").to_dicts(), 5),
+        evidence=row_evidence(socket.sort("lo", maintain_order=True).to_dicts(), 5),
         hosts=hosts,
         window=(start, end),
         cost_seconds=lost,

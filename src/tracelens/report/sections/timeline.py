@@ -114,12 +114,13 @@ def _gpu_series(gpus: pl.DataFrame, affected: set[str]) -> pl.DataFrame:
 
 def _binned_steps(series: pl.DataFrame) -> pl.DataFrame:
     """Step time over time per stream (the streams with most steps), averaged over bins of steps when long."""
-    counts = series.group_by(timing.STREAM).len().sort("len", descending=True).head(MAX_STREAMS)
+    counts = series.group_by(timing.STREAM).len()  # equal lengths: the stream's names decide which are kept
+    counts = counts.sort("len", *timing.STREAM, descending=[True, *[False] * len(timing.STREAM)], nulls_last=True).head(MAX_STREAMS)
     chosen = series.join(counts.select(timing.STREAM), on=timing.STREAM, how="semi", nulls_equal=True)
     label = pl.format("{} rank {}", pl.col("host").fill_null("?"), pl.col("rank"))
     size = max(1, -(-counts["len"].max() // MAX_POINTS))
     return (
-        chosen.sort("ts")
+        chosen.sort("ts", maintain_order=True)
         .with_columns(stream=label, bin=pl.int_range(pl.len()).over(timing.STREAM) // size)
         .group_by("stream", "bin")
         .agg(pl.col("ts").max(), ms=pl.col("time_ms").mean())
@@ -144,7 +145,7 @@ def _lanes(events: pl.DataFrame, affected: set[str]) -> pl.DataFrame:
     instant = (
         named.filter(pl.col("source") != "counters")
         .with_columns(pl.col("lo").dt.truncate(f"{width_ms}ms"))
-        .group_by("lane", "source", "cause", "lo")
+        .group_by("lane", "source", "cause", "lo", maintain_order=True)
         .agg(pl.col("count").sum())
         .select("lane", "source", "cause", "count", "lo", pl.col("lo").alias("hi"))
     )
