@@ -1,0 +1,56 @@
+"""The promise "deterministic": the same input gives the same report in every process. Python salts
+string hashes per process (PYTHONHASHSEED), so a set iterated into output, a sort on counts without
+a tie-breaker or a polars group_by without maintain_order shows up here as reports that differ between
+processes on fixtures whose items tie (equal counter deltas, equal IB completion counts, equal-sized
+evidence groups, Flight Recorder groups)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import CORPUS, FIXTURES
+
+# Fixtures with ties the reports once ordered differently from run to run.
+TIE_PRONE = [
+    FIXTURES / "scenario-congestion",  # rp_cnp_handled and np_ecn_marked_roce_packets moved by the same count
+    FIXTURES / "scenario-hang",  # the two IB completion statuses (TL411), equal traffic counters
+    FIXTURES / "ib-retry-exceeded",  # IBV_WC_RETRY_EXC_ERR and IBV_WC_WR_FLUSH_ERR, 8 each
+    FIXTURES / "scenario-socket-fallback",  # evidence lines of equal weight
+    FIXTURES / "lab-hang-kill",  # fr_groups rows
+    FIXTURES / "lab-hang-size",
+]
+CORPUS_LOG = CORPUS / "nccl" / "016_nccl1610_platform_timestamp_prefix_watchdog_socket.log"
+
+# One process per seed analyses every target (starting one process per report would triple the time).
+DRIVER = """
+import sys
+from tracelens.cli import app
+out = sys.argv[1]
+for i, target in enumerate(sys.argv[2:]):
+    app(["analyze", target, "--json", f"{out}/{i}.json", "-o", f"{out}/{i}.html"], standalone_mode=False)
+"""
+
+
+def _reports(targets: list[Path], seed: int, out: Path) -> list[tuple[str, str]]:
+    out.mkdir()
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(out), *map(str, targets)],
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return [((out / f"{i}.json").read_text(), (out / f"{i}.html").read_text()) for i in range(len(targets))]
+
+
+def test_reports_are_identical_whatever_the_hash_seed(tmp_path):
+    targets = [*TIE_PRONE, *([CORPUS_LOG] if CORPUS_LOG.is_file() else [])]
+    runs = {seed: _reports(targets, seed, tmp_path / str(seed)) for seed in (1, 2, 3)}
+    for seed in (2, 3):
+        for target, first, other in zip(targets, runs[1], runs[seed], strict=True):
+            assert first[0] == other[0], f"JSON findings of {target.name} differ between PYTHONHASHSEED=1 and {seed}"
+            assert first[1] == other[1], f"HTML report of {target.name} differs between PYTHONHASHSEED=1 and {seed}"
+    if not CORPUS_LOG.is_file():
+        pytest.skip(f"fixtures checked; corpus log 016 not found at {CORPUS_LOG}")
