@@ -8,6 +8,7 @@ from tests.helpers import FIXTURES
 from tracelens.ingest import InputFile
 from tracelens.ingest.textlog import ingest
 from tracelens.tables import RunTables, conform, with_text
+from tracelens.timeline import align
 
 
 def test_chunks_in_worker_threads_equal_one_reader():
@@ -52,3 +53,34 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(tmp_path):
         assert pl.read_parquet(tmp_path / "out" / f"{name}.parquet").equals(with_text(conform(name, frame))), name
     whole = ingest(InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / "whole"), jobs=2)
     assert not any(isinstance(frame, pl.LazyFrame) for frame in whole.tables.values()), "a one-chunk file stays in memory"
+
+
+def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_give(tmp_path):
+    """`tracelens tables` on a big log: the spilled tables stay lazy scans through the alignment (inferred
+    times joined, zone applied, part by part) and are streamed to Parquet; the files equal those of the
+    same rows aligned in memory, for a given zone and for the zone the time model decides on its own."""
+    path = tmp_path / "train.log"
+    path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
+    size = path.stat().st_size
+    memory = ingest(InputFile(path, path.name, "log", size=size), jobs=1, chunk_bytes=16 << 10)
+    disk = ingest(InputFile(path, path.name, "log", size=size, spill=tmp_path / "spill"), jobs=1, chunk_bytes=16 << 10)
+    kept, spilled = RunTables(), RunTables()
+    for name in memory.tables:
+        kept.add(name, memory.tables[name])
+        spilled.add(name, disk.tables[name])
+    inferred = kept["nccl_events"].filter(pl.col("ts").is_null()).height
+    assert inferred > 100, "NCCL lines without a time of their own, whose time alignment infers"
+    for tz in ("Europe/Berlin", None):
+        in_memory, _ = align(kept, tz)
+        streamed, _ = align(spilled, tz)
+        assert {"nccl_events", "nccl_comms", "steps"} <= {n for n in memory.tables if isinstance(streamed.frame(n), pl.LazyFrame)}
+        in_memory.write_parquet(tmp_path / f"memory-{tz}")
+        streamed.write_parquet(tmp_path / f"streamed-{tz}")
+        for name in memory.tables:
+            written = pl.read_parquet(tmp_path / f"streamed-{tz}" / f"{name}.parquet")
+            assert written.equals(pl.read_parquet(tmp_path / f"memory-{tz}" / f"{name}.parquet"), null_equal=True), (name, tz)
+        events = pl.read_parquet(tmp_path / f"streamed-{tz}" / "nccl_events.parquet")
+        assert events["ts"].null_count() < inferred and (events["ts_quality"] == "inferred").sum() > 100
+    shifted = pl.read_parquet(tmp_path / "streamed-Europe/Berlin" / "steps.parquet")
+    printed = shifted["ts_text"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", time_zone="UTC")
+    assert ((printed - shifted["ts"]).dt.total_hours().is_in([1, 2])).all()  # read in Berlin, written in UTC

@@ -8,6 +8,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing import get_context
 from pathlib import Path
@@ -249,16 +250,28 @@ def read_run(
     """Ingest and align a run: its aligned tables (what `analyze --tables` and `tracelens tables`
     write), the time model's decisions and the discovery notes. `tz` is the zone of log times printed
     without one; `ray` the address of a Ray cluster ("auto" or host:port) to ingest on; `config` a
-    config file's host aliases and zone (a `tz` given here wins over the file's)."""
+    config file's host aliases and zone (a `tz` given here wins over the file's). Every table is in
+    memory: the spilled ones are read, aligned, before the working folder goes."""
+    with aligned_run(target, jobs, progress, tz, ray, config) as (tables, timeline, notes):
+        tables.load()
+    return tables, timeline, notes
+
+
+@contextmanager
+def aligned_run(
+    target: Path, jobs: int | None = None, progress: Progress | None = None, tz: str | None = None, ray: str | None = None,
+    config: Config | None = None,
+) -> Iterator[tuple[RunTables, Timeline, list[str]]]:
+    """read_run's tables while the run's working folder exists: the spilled tables still lazy scans of
+    their parts, aligned as they are read, so `tracelens tables` streams them to its files."""
     config = config or Config()
     workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
     with workdir as folder:
         read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
-        read.load()  # the rows spilled into the working folder, before it goes
-    tables, timeline = align(rename_hosts(read, config.hosts), tz or config.tz, capture_events=event_times)
-    if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
-        timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
-    return tables, timeline, notes
+        tables, timeline = align(rename_hosts(read, config.hosts), tz or config.tz, capture_events=event_times)
+        if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
+            timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
+        yield tables, timeline, notes
 
 
 def analyze(

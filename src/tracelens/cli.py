@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import polars as pl
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tracelens import config as config_file
-from tracelens.analyze import Analysis, analyze, read_run
+from tracelens.analyze import Analysis, aligned_run, analyze
 from tracelens.findings import Severity
 from tracelens.private_cache import cache_dir
 from tracelens.rules import all_rules
@@ -365,12 +366,13 @@ def tables_cmd(
     config = _config(config_path, run)  # its host aliases and zone, as analyze applies them
     with _progress() as bar:
         task = bar.add_task("", total=None)
-        tables, timeline, notes = read_run(run, jobs=jobs, tz=tz, config=config, progress=lambda d, t, n: bar.update(task, completed=d, total=t, description=n[-60:]))
+        progress = lambda d, t, n: bar.update(task, completed=d, total=t, description=n[-60:])  # noqa: E731
+        with aligned_run(run, jobs=jobs, tz=tz, config=config, progress=progress) as (tables, timeline, notes):
+            written = tables.write_parquet(output)  # spilled tables streamed from their parts, aligned on the way
     for note in notes + timeline.notes:
         out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
-    written = tables.write_parquet(output)
     for path in written:
-        out.print(f"{path}  ({tables[path.stem].height:,} rows)", highlight=False)
+        out.print(f"{path}  ({pl.scan_parquet(path).select(pl.len()).collect().item():,} rows)", highlight=False)
     inputs = tables["inputs"]
     for err in (e for errs in inputs["errors"].to_list() for e in errs or []) if inputs.height else []:
         out.print(f"[red]error:[/] {escape(err)}", highlight=False)

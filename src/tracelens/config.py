@@ -117,10 +117,12 @@ def rename_hosts(tables: RunTables, aliases: dict[str, str]) -> RunTables:
         return tables
     renamed = RunTables()
     for name in SCHEMAS:
-        frame = tables[name]
+        if name not in tables:
+            continue
+        frame = tables.frame(name)  # a spilled table stays lazy: renamed as it is read or written
         columns = {"host": HOST_LISTS.get(name), **HOST_COLUMNS.get(name, {})}
         for column, sep in columns.items():
-            if column in frame.columns and frame.height:
+            if column in frame.collect_schema().names():
                 col = pl.col(column)
                 if sep is None:
                     new = col.replace(aliases)

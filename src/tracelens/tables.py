@@ -522,17 +522,30 @@ class RunTables:
     def _lazy(self, name: str) -> pl.LazyFrame:
         return pl.concat([part.lazy() for part in self._parts[name]], how="diagonal_relaxed")
 
+    def __contains__(self, name: str) -> bool:
+        """Whether table `name` has rows (a lazy part is taken to have some, without reading it)."""
+        return name in self._parts
+
+    def frame(self, name: str) -> Frame:
+        """Table `name` as it is held: in memory when it was read or never spilled, else a lazy scan of
+        its parts (how the timeline aligns a spilled table without reading it)."""
+        parts = self._parts.get(name)
+        if name in self._frames or parts is None or all(isinstance(p, pl.DataFrame) for p in parts):
+            return self[name]
+        return self._lazy(name)
+
     def add(self, name: str, frame: Frame) -> None:
         """Append rows to table `name` (cast to its schema)."""
         if isinstance(frame, pl.LazyFrame) or frame.height:
             self._parts.setdefault(name, []).append(conform(name, frame))
             self._frames.pop(name, None)
 
-    def with_frames(self, frames: Mapping[str, pl.DataFrame]) -> RunTables:
+    def with_frames(self, frames: Mapping[str, Frame]) -> RunTables:
         """New tables: these replaced (cast to their schemas), the others shared with these. How a
-        later stage (the timeline) gives its version of the tables while the ones it read stay as they were."""
+        later stage (the timeline) gives its version of the tables while the ones it read stay as they were;
+        a lazy frame stays lazy (read when the table is first asked for, or streamed by `write_parquet`)."""
         new = RunTables()
-        new._parts = {name: [self[name]] for name in self._parts}
+        new._parts = {name: [self.frame(name)] for name in self._parts}
         new._parts.update((name, [conform(name, frame)]) for name, frame in frames.items())
         return new
 

@@ -46,7 +46,7 @@ import polars as pl
 
 from tracelens.ingest.lines import within_datetime_range
 from tracelens.prose import count
-from tracelens.tables import RunTables
+from tracelens.tables import Frame, RunTables
 
 # The UTC times of a capture's loss and congestion events (NAKs, retransmissions ...), from its packets table.
 CaptureEvents = Callable[[pl.DataFrame], pl.Series]
@@ -93,7 +93,7 @@ def align(read: RunTables, tz: str | None = None, capture_events: CaptureEvents 
     """New tables where every row has a UTC time, and how it was decided; `read` is left as it was.
     `capture_events` lets NCCL errors tell apart zone shifts that fit the capture equally well
     (without it, such a tie leaves the logs in UTC, assumed)."""
-    tables = read.with_frames({name: read[name].with_columns(ts_read="ts") for name in _all_timed_tables() if read[name].height})
+    tables = read.with_frames({name: read.frame(name).with_columns(ts_read="ts") for name in _all_timed_tables() if name in read})
     tables = tables.with_frames(_inferred_log_times(tables))
     timeline, shifted = _zone(tables, tz, capture_events)
     tables = tables.with_frames(shifted)
@@ -118,38 +118,45 @@ def align(read: RunTables, tz: str | None = None, capture_events: CaptureEvents 
 # -- 1. inferred times ----------------------------------------------------------------------------
 
 
-def _inferred_log_times(tables: RunTables) -> dict[str, pl.DataFrame]:
+def _inferred_log_times(tables: RunTables) -> dict[str, Frame]:
     """The log tables with a time and bracket for every line that has neighbours with one."""
     lines = _line_times(tables)
     if lines.height == 0:
         return {}
-    out = {}
+    helpers = ["_ts", "_quality", "_lo", "_hi"]
+    times = lines.select("file", "line", *helpers[:2], _lo="ts_lo", _hi="ts_hi")
+    placed = (
+        pl.coalesce("_ts", "ts").alias("ts"),
+        pl.coalesce("_quality", "ts_quality").alias("ts_quality"),
+        pl.coalesce("_lo", "ts").alias("ts_lo"),
+        pl.coalesce("_hi", "ts").alias("ts_hi"),
+    )
+    out: dict[str, Frame] = {}
     for name in LOG_TABLES:
-        frame = tables[name]
-        if frame.height == 0:
+        if name not in tables:
             continue
-        # only the time columns are joined and replaced: the table's other columns stay shared with
-        # the tables as read (`lines` has one row per file and line, so the rows keep their order)
-        times = frame.select("file", "line", "ts", "ts_quality").join(
-            lines.select("file", "line", "_ts", "_quality", "ts_lo", "ts_hi"), on=["file", "line"], how="left", maintain_order="left"
-        ).select(
-            ts=pl.coalesce("_ts", "ts"),
-            ts_quality=pl.coalesce("_quality", "ts_quality"),
-            ts_lo=pl.coalesce("ts_lo", "ts"),
-            ts_hi=pl.coalesce("ts_hi", "ts"),
-        )
-        out[name] = frame.with_columns(times.get_columns())
+        frame = tables.frame(name)
+        # only the time columns are joined and replaced (`times` has one row per file and line, so the
+        # rows keep their order): in memory, the table's other columns stay shared with the tables as
+        # read; a spilled table stays a lazy scan, joined part by part when it is written or read
+        if isinstance(frame, pl.LazyFrame):
+            joined = frame.join(times.lazy(), on=["file", "line"], how="left", maintain_order="left")
+            out[name] = joined.with_columns(*placed).drop(helpers)
+        else:
+            joined = frame.select("file", "line", "ts", "ts_quality").join(times, on=["file", "line"], how="left", maintain_order="left")
+            out[name] = frame.with_columns(joined.select(*placed).get_columns())
     return out
 
 
 def _line_times(tables: RunTables) -> pl.DataFrame:
     """One row per (file, line) of every log table: its time, how it was obtained and its bracket."""
     parts = []
-    for name in LOG_TABLES:
-        frame = tables[name]
-        pid = pl.col("pid") if "pid" in frame.columns else pl.lit(None, pl.Int64)
-        clock = pl.col("clock") if "clock" in frame.columns else pl.lit(None, pl.String)
-        parts.append(frame.select("file", "line", pid.alias("pid"), "ts", clock.alias("clock")))
+    for name in LOG_TABLES:  # only the time columns: a spilled table's are read from its parts, not the whole rows
+        frame = tables.frame(name).lazy()
+        columns = frame.collect_schema().names()
+        pid = pl.col("pid") if "pid" in columns else pl.lit(None, pl.Int64)
+        clock = pl.col("clock") if "clock" in columns else pl.lit(None, pl.String)
+        parts.append(frame.select("file", "line", pid.alias("pid"), "ts", clock.alias("clock")).collect())
     lines = (
         pl.concat(parts)
         .filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
@@ -213,7 +220,7 @@ def _with_c10_times(lines: pl.DataFrame) -> pl.DataFrame:
 # -- 2. zone --------------------------------------------------------------------------------------
 
 
-def _zone(tables: RunTables, tz: str | None, capture_events: CaptureEvents | None) -> tuple[Timeline, dict[str, pl.DataFrame]]:
+def _zone(tables: RunTables, tz: str | None, capture_events: CaptureEvents | None) -> tuple[Timeline, dict[str, Frame]]:
     """The logs' zone, and the tables whose local times it moved to UTC."""
     if tz:
         zone = ZoneInfo(tz)  # raises on an unknown zone name: the CLI checks it first
@@ -292,7 +299,7 @@ def _event_matches(errors: pl.DataFrame, packet_times: pl.Series, minutes: list[
 def _told_apart_by_events(tables: RunTables, minutes: list[int], capture_events: CaptureEvents | None) -> list[int]:
     """The shifts, of those that fit the spans equally well, that the events cannot tell apart:
     the one that lines up EVENT_LEAD times more NCCL errors with packet events than any other, or all."""
-    errors = tables["nccl_errors"].filter(pl.col("ts_lo").is_not_null(), pl.col("ts_hi").is_not_null())
+    errors = tables.frame("nccl_errors").lazy().filter(pl.col("ts_lo").is_not_null(), pl.col("ts_hi").is_not_null()).collect()
     if errors.height == 0 or tables["packets"].height == 0 or capture_events is None:
         return minutes
     matches = _event_matches(errors, capture_events(tables["packets"]), minutes)
@@ -303,7 +310,7 @@ def _told_apart_by_events(tables: RunTables, minutes: list[int], capture_events:
 
 
 def _log_span(tables: RunTables) -> tuple | None:
-    times = pl.concat([tables[n].filter(pl.col("ts_quality") == "exact").select("ts") for n in LOG_TABLES])["ts"]
+    times = pl.concat([tables.frame(n).lazy().filter(pl.col("ts_quality") == "exact").select("ts") for n in LOG_TABLES]).collect()["ts"]
     return (times.min(), times.max()) if times.len() else None
 
 
@@ -312,7 +319,7 @@ def _zoned_intervals(tables: RunTables) -> pl.DataFrame:
     captures = tables["packets"].select("file", "ts").filter(pl.col("ts").is_not_null()).group_by("file").agg(
         pl.lit("capture").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max()
     )
-    dumps = pl.concat([tables[n].select("host", "ts", "ts_quality") for n in DUMP_TABLES]).filter(
+    dumps = pl.concat([tables.frame(n).lazy().select("host", "ts", "ts_quality") for n in DUMP_TABLES]).collect().filter(
         pl.col("ts_quality") == "exact", pl.col("ts").is_not_null()
     )
     dumps = dumps.group_by("host").agg(pl.lit("dumps").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max())
@@ -340,7 +347,7 @@ def _local_tables(tables: RunTables) -> dict[str, pl.Expr]:
     and dumps timed by their file name (perfquery-0915.txt)."""
     local = {name: pl.lit(True) for name in LOG_TABLES}
     local.update({name: pl.col("ts_quality") == "filename" for name in DUMP_TABLES})
-    local.update({name: ~pl.col("zoned").fill_null(False) if "zoned" in tables[name].columns else pl.lit(True)
+    local.update({name: ~pl.col("zoned").fill_null(False) if "zoned" in tables.frame(name).collect_schema().names() else pl.lit(True)
                   for name in HOST_TABLES if name != "interfaces"})
     local["interfaces"] = pl.col("ts_quality") == "filename"  # listings are timed like dumps: by `date -u` lines
     return local
@@ -350,13 +357,13 @@ def _all_timed_tables() -> dict[str, pl.Expr]:
     return {name: pl.lit(True) for name in (*LOG_TABLES, *DUMP_TABLES, *HOST_TABLES, "packets")}
 
 
-def _shifted(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Expr = 0.0, zone: ZoneInfo | None = None) -> dict[str, pl.DataFrame]:
+def _shifted(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Expr = 0.0, zone: ZoneInfo | None = None) -> dict[str, Frame]:
     """The chosen tables with the time columns of the chosen rows moved: read in `zone`, or `seconds` earlier."""
     out = {}
     for name, rows in which.items():
-        frame = tables[name]
-        if frame.height == 0:
+        if name not in tables:
             continue
+        frame = tables.frame(name)
 
         def moved(col: str) -> pl.Expr:
             c = pl.col(col)
@@ -369,7 +376,7 @@ def _shifted(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.E
                 new = c - pl.duration(microseconds=micros.round().cast(pl.Int64), time_unit="ns")
             return pl.when(rows).then(new).otherwise(c).alias(col)  # noqa: B023 (used within this iteration)
 
-        out[name] = frame.with_columns(moved(c) for c in TIME_COLUMNS if c in frame.columns)
+        out[name] = frame.with_columns(moved(c) for c in TIME_COLUMNS if c in frame.collect_schema().names())
     return out
 
 
@@ -383,17 +390,17 @@ def shared_events(tables: RunTables) -> pl.DataFrame:
     network namespaces of one machine print the same host name, and one of them may run under
     a shifted clock (libfaketime), so a file is measured on its own and the host's files that
     agree are not shifted."""
-    steps = tables["steps"].filter(pl.col("ts_quality") == "exact", pl.col("step").is_not_null()).select(
+    steps = tables.frame("steps").lazy().filter(pl.col("ts_quality") == "exact", pl.col("step").is_not_null()).select(
         pl.lit("steps").alias("basis"), pl.struct(pl.col("engine").fill_null(""), "step").hash().alias("key"), "host", "file", "ts"
     )
-    watchdog = tables["nccl_errors"].filter(
+    watchdog = tables.frame("nccl_errors").lazy().filter(
         pl.col("kind") == "watchdog_timeout", pl.col("ts_quality") == "exact", pl.col("ran_ms").is_not_null()
     ).select(
         pl.lit("watchdog").alias("basis"), pl.struct(pl.col("op_type").fill_null(""), "seq").hash().alias("key"), "host", "file",
         (pl.col("ts") - pl.duration(milliseconds=pl.col("ran_ms"), time_unit="ns")).alias("ts"),
     )
     clock = pl.format("{}\x1f{}", "host", "file")
-    return pl.concat([steps, watchdog, _packets_both_ends(tables["packets"])]).filter(
+    return pl.concat([steps.collect(), watchdog.collect(), _packets_both_ends(tables["packets"])]).filter(
         pl.col("host").is_not_null(), clock.n_unique().over("basis", "key") >= 2
     )
 
@@ -414,7 +421,7 @@ def _packets_both_ends(packets: pl.DataFrame) -> pl.DataFrame:
 def _file_spans(tables: RunTables) -> pl.DataFrame:
     """Per (host, file): the first and last time of its rows (each table's spans first: a capture has millions)."""
     spans = [
-        tables[n].lazy().select("host", "file", "ts").filter(pl.col("ts").is_not_null())
+        tables.frame(n).lazy().select("host", "file", "ts").filter(pl.col("ts").is_not_null())
         .group_by("host", "file").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
         .with_columns(pl.col("host", "file").cast(pl.String)).collect()
         for n in ("steps", "nccl_events", "nccl_errors", "packets")
