@@ -251,23 +251,25 @@ def read_run(
     write), the time model's decisions and the discovery notes. `tz` is the zone of log times printed
     without one; `ray` the address of a Ray cluster ("auto" or host:port) to ingest on; `config` a
     config file's host aliases and zone (a `tz` given here wins over the file's). Every table is in
-    memory: the spilled ones are read, aligned, before the working folder goes."""
-    with aligned_run(target, jobs, progress, tz, ray, config) as (tables, timeline, notes):
-        tables.load()
-    return tables, timeline, notes
+    memory: the spilled ones are read before the working folder goes, and aligned there (the rules
+    read them whole anyway, and aligning in memory re-joins only the time columns)."""
+    with aligned_run(target, jobs, progress, tz, ray, config, lazy=False) as run:
+        return run
 
 
 @contextmanager
 def aligned_run(
     target: Path, jobs: int | None = None, progress: Progress | None = None, tz: str | None = None, ray: str | None = None,
-    config: Config | None = None,
+    config: Config | None = None, lazy: bool = True,
 ) -> Iterator[tuple[RunTables, Timeline, list[str]]]:
-    """read_run's tables while the run's working folder exists: the spilled tables still lazy scans of
-    their parts, aligned as they are read, so `tracelens tables` streams them to its files."""
+    """read_run's tables while the run's working folder exists: `lazy`, the spilled tables stay lazy
+    scans of their parts, aligned as they are read, so `tracelens tables` streams them to its files."""
     config = config or Config()
     workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
     with workdir as folder:
         read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
+        if not lazy:
+            read.load()
         tables, timeline = align(rename_hosts(read, config.hosts), tz or config.tz, capture_events=event_times)
         if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
             timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
