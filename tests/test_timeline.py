@@ -280,3 +280,28 @@ def test_tables_writes_the_aligned_tables_of_analyze_with_the_printed_times_besi
     assert row["ts_text"][:19] in text  # the time as the log printed it, to the second
     captured = pl.read_parquet(alone / "packets.parquet")
     assert captured.height and (captured["ts_text"] == captured["ts"].dt.to_string("%Y-%m-%d %H:%M:%S%.f")).all()  # UTC already
+
+
+def test_tables_held_as_lazy_scans_are_aligned_lazily_to_the_same_rows():
+    """Spilled tables reach the timeline as lazy scans: a zone found against the capture and a host's
+    clock offset are applied to them as lazy expressions (nothing read until asked), with the rows
+    the same tables aligned in memory get."""
+    local = T0 + timedelta(hours=3)
+    t = tables_from(
+        steps=_steps(local) + _steps(local + timedelta(seconds=2.5), host="node02"),
+        nccl_events=[nccl(1, local), nccl(2), nccl(3, local + timedelta(seconds=4))],
+        packets=_capture(T0 + timedelta(minutes=2)),
+    )
+    lazy = RunTables()
+    for name in ("steps", "nccl_events"):
+        lazy.add(name, t[name].lazy())
+    lazy.add("packets", t["packets"])
+    in_memory, timeline = aligned(t)
+    streamed, lazy_timeline = aligned(lazy)
+    assert (lazy_timeline.basis, lazy_timeline.zone) == (timeline.basis, timeline.zone) == ("capture", "UTC+03:00")
+    assert lazy_timeline.offsets.equals(timeline.offsets) and timeline.offsets["applied"].any()
+    for name in ("steps", "nccl_events"):
+        assert isinstance(streamed.frame(name), pl.LazyFrame), name
+        assert streamed[name].equals(in_memory[name], null_equal=True), name
+    assert streamed["steps"].filter(pl.col("host") == "node02")["ts"].min() == T0
+    assert by_line(streamed["nccl_events"])[2]["ts_quality"] == "inferred"
