@@ -126,7 +126,7 @@ def dense_extent(times: pl.Series, begin: datetime, end: datetime, threshold: fl
     dense = frame.with_columns(rate=pl.col("n").rolling_sum(DENSE_BIN_S, center=True, min_samples=1) / DENSE_BIN_S)
     dense = dense.with_columns(run=(pl.col("rate") > threshold).rle_id()).filter(pl.col("rate") > threshold)
     runs = dense.group_by("run").agg(first=pl.col("ts").min(), last=pl.col("ts").max() + timedelta(seconds=1), n=pl.col("n").sum())
-    overlapping = runs.filter(pl.col("last") >= begin, pl.col("first") <= end).sort("n", descending=True)
+    overlapping = runs.filter(pl.col("last") >= begin, pl.col("first") <= end).sort(["n", "first"], descending=[True, False])
     if overlapping.height == 0:
         return None
     first, last = overlapping["first"][0], overlapping["last"][0]
