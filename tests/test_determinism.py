@@ -20,7 +20,8 @@ TIE_PRONE = [
     FIXTURES / "scenario-congestion",  # rp_cnp_handled and np_ecn_marked_roce_packets moved by the same count
     FIXTURES / "scenario-hang",  # the two IB completion statuses (TL411), equal traffic counters
     FIXTURES / "ib-retry-exceeded",  # IBV_WC_RETRY_EXC_ERR and IBV_WC_WR_FLUSH_ERR, 8 each
-    FIXTURES / "scenario-socket-fallback",  # evidence lines of equal weight
+    FIXTURES / "scenario-socket-fallback",  # evidence lines of equal time, NET transports with equal channel counts
+    FIXTURES / "scenario-flaky-link",  # packet kinds stacked in the same time bin
     FIXTURES / "lab-hang-kill",  # fr_groups rows
     FIXTURES / "lab-hang-size",
 ]

@@ -77,7 +77,7 @@ def port_rates(tables: RunTables) -> pl.DataFrame:
     """The Active ports of each host with their rate (Gb/s): the latest state per port."""
     ports = tables["ib_ports"].filter(pl.col("rate_gbps").is_not_null(), pl.col("host").is_not_null())
     return (
-        ports.sort("ts", nulls_last=False).group_by("host", "ca", "port").agg(pl.all().last())
+        ports.sort("ts", nulls_last=False, maintain_order=True).group_by("host", "ca", "port").agg(pl.all().last())
         .filter(pl.col("state").fill_null("Active") == "Active")
         .select("host", "ca", "port", "rate_gbps", "width", "link_layer", "file", "line")
         .sort("host", "ca", "port")
@@ -90,7 +90,7 @@ PHYSICAL = r"^(?:en|eth|ib|bond|p\d+p\d|mlx|hsn|roce)"  # names of NIC ports (no
 def latest_interfaces(tables: RunTables) -> pl.DataFrame:
     """Each host's interfaces as its latest listing shows them (loopback left out)."""
     rows = tables["interfaces"].filter(pl.col("mtu").is_not_null(), pl.col("ifname") != "lo")
-    return rows.sort("ts", nulls_last=False).group_by("host", "ifname").agg(pl.all().last()).sort("host", "ifname", nulls_last=True)
+    return rows.sort("ts", nulls_last=False, maintain_order=True).group_by("host", "ifname").agg(pl.all().last()).sort("host", "ifname", nulls_last=True)
 
 
 def shared_links(tables: RunTables) -> pl.DataFrame:
@@ -128,7 +128,7 @@ def networks(tables: RunTables) -> pl.DataFrame:
     rows = tables["interfaces"].filter(pl.col("ipv4").is_not_null(), pl.col("mtu").is_not_null(), pl.col("ifname") != "lo")
     if rows.height == 0:
         return rows.with_columns(network=pl.lit(None, pl.String))
-    latest = rows.sort("ts", nulls_last=False).group_by("host", "ifname").agg(pl.all().last())
+    latest = rows.sort("ts", nulls_last=False, maintain_order=True).group_by("host", "ifname", maintain_order=True).agg(pl.all().last())
     return latest.with_columns(
         network=pl.col("ipv4").map_elements(lambda a: str(IPv4Interface(a).network) if "/" in a else None, return_dtype=pl.String)
     ).filter(pl.col("network").is_not_null())

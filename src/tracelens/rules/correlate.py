@@ -247,7 +247,7 @@ def last_signs_of_life(t: RunTables) -> pl.DataFrame:
     return steps.group_by("host", "rank").agg(
         last_step=pl.col("step").max(), last_ts=pl.col("ts").max(), line=pl.col("line").sort_by("ts").last(),
         file=pl.col("file").sort_by("ts").last(), text=pl.col("message").sort_by("ts").last(),
-    ).sort("last_ts", "rank")
+    ).sort("last_ts", "rank", "host")
 
 
 def _silent_ranks(t: RunTables, reporters: set[int]) -> list[int]:

@@ -288,7 +288,7 @@ def roce_priority(ctx: RunContext, *, zero_share: float = 0.99) -> Iterator[Find
         prio=pl.col("counter").str.extract(PRIO_BYTES).cast(pl.Int32)
     )
     nic = ["host", "node"]
-    shares = prio.group_by(nic).agg(
+    shares = prio.group_by(nic, maintain_order=True).agg(
         total=pl.col("delta").sum(), on_zero=pl.col("delta").filter(pl.col("prio") == 0).sum()
     )
     others = prio.filter((pl.col("prio") > 0) & (pl.col("delta") > 0)).select(*nic, "counter", "file", "line")

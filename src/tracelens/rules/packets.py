@@ -180,7 +180,7 @@ def tcp_retransmissions(ctx: RunContext, *, loss_share: float = 0.001, critical_
         .agg(pl.col(counts).sum(), flows=pl.col("flow"))
         .filter(pl.col("loss_retransmissions") >= min_losses,
                 pl.col("loss_retransmissions") >= loss_share * pl.col("segments"))
-        .sort("loss_retransmissions", descending=True)
+        .sort("loss_retransmissions", "src", "dst", descending=[True, False, False])  # equal losses by address
     )
     for pair in pairs.iter_rows(named=True):
         events = analysis.events.filter(pl.col("flow").is_in(pair["flows"]), pl.col("kind").is_in([TCP_LOSS, "zero window"]))

@@ -276,7 +276,7 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
         slow = per_rank.filter((pl.col("ratio") >= slower_ratio) & (pl.col("share") >= slow_share))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
         for (host, _engine), group in slow.sort("rank").group_by("host", "engine", maintain_order=True):
-            ranks, worst = group["rank"].to_list(), group.sort("ratio").row(-1, named=True)
+            ranks, worst = group["rank"].to_list(), group.sort("ratio", "rank").row(-1, named=True)
             who = f"Rank {ranks[0]}" if len(ranks) == 1 else f"Ranks {', '.join(map(str, ranks))}"
             where = f" on {host}" if host else ""
             places = [p for ps in group["where"].to_list() for p in ps]

@@ -154,12 +154,12 @@ def mixed_transports(ctx: RunContext) -> Iterator[Finding]:
     net = ctx["nccl_net"].filter(pl.col("what") == "network").select("file", "line", "host", "pid", pl.col("name").alias("net"))
     channels = ctx["nccl_channels"].filter(pl.col("transport") == "NET").select("file", "line", "host", "pid", "net")
     used = pl.concat([net, channels]).drop_nulls("net").with_columns(socket=_is_socket())
-    per_process = used.group_by("host", "pid").agg(pl.col("socket").any().alias("socket"), pl.col("socket").all().alias("only_socket"))
+    per_process = used.group_by("host", "pid", maintain_order=True).agg(pl.col("socket").any().alias("socket"), pl.col("socket").all().alias("only_socket"))
     socket_procs = per_process.filter(pl.col("only_socket"))
     other_procs = per_process.filter(~pl.col("socket"))
     if socket_procs.height == 0 or other_procs.height == 0:
         return
-    first_rows = used.sort("file", "line").unique(["host", "pid", "socket"], keep="first")
+    first_rows = used.sort("file", "line").unique(["host", "pid", "socket"], keep="first", maintain_order=True)
     socket_hosts = hosts_of(socket_procs)
     other_hosts = hosts_of(other_procs)
     other_nets = sorted(set(used.filter(~pl.col("socket"))["net"].to_list()))

@@ -47,7 +47,7 @@ def _gpu_summary(samples: pl.DataFrame) -> list[dict]:
 
 
 def _interfaces(t) -> list[dict]:
-    rows = t["interfaces"].filter(pl.col("ifname") != "lo").sort("ts", nulls_last=False).group_by("host", "ifname").agg(pl.all().last())
+    rows = t["interfaces"].filter(pl.col("ifname") != "lo").sort("ts", nulls_last=False, maintain_order=True).group_by("host", "ifname", maintain_order=True).agg(pl.all().last())
     ports = t["ib_ports"].filter(pl.col("active_mtu").is_not_null()).select(
         "host", pl.format("{}:{}", "ca", "port").alias("rdma"), "active_mtu", "max_mtu", "link_layer")
     mtus = sorted(set(rows["mtu"].drop_nulls().to_list()))

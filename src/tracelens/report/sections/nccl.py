@@ -46,7 +46,7 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
             _on_host(channels, host)
             .group_by("transport", "net", "gdr")
             .len()
-            .sort(["len", "transport", "net", "gdr"], descending=[True, False, False, False], nulls_last=True)
+            .sort("len", "transport", "net", "gdr", descending=[True, False, False, False], nulls_last=True)  # ties by name
             .rows(named=True)
         )
         interfaces = (

@@ -53,7 +53,7 @@ def _timeline(events: pl.DataFrame):
         shown.with_columns(pl.col("ts").dt.truncate(every))
         .group_by("ts", "kind")
         .len()
-        .sort("ts")
+        .sort("ts", pl.col("kind").cast(pl.String))  # the stacking order within a bin: by kind, the same every run
     )
     step_s = {"1s": 1.0, "10ms": 0.01, "100us": 0.0001}[every]
     lo, hi = svg.epoch_seconds([binned["ts"].min(), binned["ts"].max()])
