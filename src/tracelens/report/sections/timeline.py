@@ -124,8 +124,8 @@ def _binned_steps(series: pl.DataFrame) -> pl.DataFrame:
         .with_columns(stream=label, bin=pl.int_range(pl.len()).over(timing.STREAM) // size)
         .group_by("stream", "bin")
         .agg(pl.col("ts").max(), ms=pl.col("time_ms").mean())
+        .sort("stream", "ts", "bin")  # steps logged in the same second keep their order
         .select("stream", "ts", "ms")
-        .sort("stream", "ts")
     )
 
 
