@@ -55,11 +55,7 @@ FAMILY = {"link": "network", "congestion": "network", "socket": "network", "rece
 NETWORK_RULES = re.compile(r"TL(10[79]|2\d\d|30[0-46-9])$")  # TL305 (capture duplicates) is an artefact
 
 # (fixture, check) -> what the analysis gets wrong there today.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("lab-loss-2", "window"): "held out: the link is named, but its window comes from the densest stretch of "
-    "retransmissions (05:35:04-05:35:17) while the loss began at 05:34:42; on slow steps 4% loss retransmits sparsely "
-    "and the dense run breaks up (not tried yet: a change-point over the event counts, as for step levels)",
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 def _cases(folders: list[Path], check: str) -> list:

@@ -1,5 +1,6 @@
-"""derived.window_signals.level_extent: when a cause's own per-step level (a rank's compute time, the
-time between steps) ran high, which is the window a verdict gives rather than the slow steps' blurred edges."""
+"""derived.window_signals.level_extent and dense_extent: when a cause's own per-step level (a rank's
+compute time, the time between steps) or its events (retransmissions) ran high, which is the window a
+verdict gives rather than the slow steps' blurred edges."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import polars as pl
 
-from tracelens.derived.window_signals import level_extent
+from tracelens.derived.window_signals import blind_edge, dense_extent, level_extent
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
 
@@ -43,3 +44,33 @@ def test_noise_next_to_the_window_does_not_join_it():
     first, last = level_extent(stream, "level", stream["start"][100], stream["ts"][300])
     assert first == stream["start"][138] and last == stream["ts"][287]
 
+
+
+def _times(seconds: list[float]) -> pl.Series:
+    return pl.Series([T0 + timedelta(seconds=x) for x in seconds], dtype=pl.Datetime("us", "UTC"))
+
+
+def test_sparse_loss_on_slow_steps_is_one_stretch_not_its_densest_seconds():
+    # lab-loss-2's shape: 4% loss for 35 s, none before or after; on its slow steps the resends of the
+    # first 22 s come in small bursts a few seconds apart (41 of them), then 69 in the last 13 s. The
+    # stretch is all of it, not the dense last 13 s.
+    sparse = [100.0 + 2.75 * b + 0.001 * i for b in range(8) for i in range(5)] + [121.9]
+    dense = [122.0 + 13.0 * i / 68 for i in range(69)]
+    times = _times(sparse + dense)
+    first, last = dense_extent(times, T0 + timedelta(seconds=80), T0 + timedelta(seconds=130))
+    assert (first, last) == (times.min(), times.max())
+
+
+def test_a_trickle_outside_the_stretch_does_not_join_it():
+    background = [float(x) for x in range(7, 300, 15)]  # one resend every 15 s all run long
+    loss = [150.0 + 0.5 * i for i in range(60)]  # 2/s for 30 s
+    first, last = dense_extent(_times(sorted(background + loss)), T0 + timedelta(seconds=140), T0 + timedelta(seconds=190))
+    assert (first, last) == (T0 + timedelta(seconds=150), T0 + timedelta(seconds=179.5))
+
+
+def test_a_capture_sampled_in_bursts_cannot_see_a_stretchs_edges():
+    sampled = _times([10.0 * b + 0.01 * i for b in range(30) for i in range(50)])  # 0.5 s of packets every 10 s
+    steady = _times([0.05 * i for i in range(6000)])
+    edge = T0 + timedelta(seconds=100)
+    assert blind_edge(sampled, edge, -1) and blind_edge(sampled, edge + timedelta(seconds=0.49), 1)
+    assert not blind_edge(steady, edge, -1) and not blind_edge(steady, edge, 1)

@@ -97,8 +97,11 @@ def rate_text(count: int, seconds: float) -> str:
 
 
 def count_signal(source: str, cause: str | None, what: str, where: str, times: pl.Series, span: tuple[datetime, datetime],
-                 begin: datetime, end: datetime, hosts: tuple[str, ...] = (), evidence: tuple[dict, ...] = ()) -> Signal:
-    """A count signal from event times (one event per time) and the span its source watched."""
+                 begin: datetime, end: datetime, hosts: tuple[str, ...] = (), evidence: tuple[dict, ...] = (),
+                 watched: pl.Series | None = None) -> Signal:
+    """A count signal from event times (one event per time) and the span its source watched;
+    `watched`: the times its source saw anything at all (a capture's packets), which say whether the
+    events' stretch has edges the source could see (see blind_edge)."""
     t_before, t_in, t_after = _exposure(span, begin, end)
     n_before = int((times < begin).sum())
     n_after = int((times > end).sum())
@@ -106,32 +109,61 @@ def count_signal(source: str, cause: str | None, what: str, where: str, times: p
     signal = _rate_signal(source, cause, what, where, (n_before, t_before), (n_in, t_in), (n_after, t_after), hosts, evidence)
     if not signal.rose:
         return signal
-    threshold = (n_in / t_in + (n_before + n_after) / max(t_before + t_after, 1e-9)) / 2
-    return replace(signal, extent=dense_extent(times, begin, end, threshold))
+    extent = dense_extent(times, begin, end)
+    if extent is not None and watched is not None and (blind_edge(watched, extent[0], -1) or blind_edge(watched, extent[1], 1)):
+        extent = None
+    return replace(signal, extent=extent)
 
 
-DENSE_BIN_S = 5  # event rates for the extent are counted over this many seconds
 DENSE_REACH = timedelta(seconds=60)  # how far outside the slow steps the events may say the cause began or ended
+DENSE_RESOLUTION_S = 1.0  # a stretch of events lasts at least this long (a burst of resends shares one millisecond)
+DENSE_MAX_EDGES = 1000  # candidate edges of the stretch (event times; quantiles of them beyond this many)
 
 
-def dense_extent(times: pl.Series, begin: datetime, end: datetime, threshold: float) -> tuple[datetime, datetime] | None:
-    """From the first to the last event of the stretch, around [begin, end], where the events' rate over
-    DENSE_BIN_S seconds stays above `threshold` (per second): the time the cause's evidence says it
-    lasted, which the slow steps only approximate (their edges blur on a noisy machine)."""
-    near = times.filter(times.is_between(begin - DENSE_REACH, end + DENSE_REACH)).sort()
+def dense_extent(times: pl.Series, begin: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+    """From the first to the last event of the stretch, around [begin, end], where the events ran at a
+    rate of their own: the time the cause's evidence says it lasted, which the slow steps only
+    approximate (their edges blur on a noisy machine). The stretch is the maximum-likelihood epidemic
+    change of a Poisson rate (one rate inside a stretch, another outside it, within DENSE_REACH of the
+    window): it weighs the whole stretch's count against its length, so 4% loss on slow steps, whose
+    resends come a few seconds apart, is one stretch rather than its densest few seconds."""
+    near = times.filter(times.is_between(begin - DENSE_REACH, end + DENSE_REACH)).drop_nulls().sort()
     if near.len() == 0:
         return None
-    frame = pl.DataFrame({"ts": near}).group_by_dynamic("ts", every="1s").agg(n=pl.len())
-    frame = frame.upsample("ts", every="1s").with_columns(pl.col("n").fill_null(0))
-    dense = frame.with_columns(rate=pl.col("n").rolling_sum(DENSE_BIN_S, center=True, min_samples=1) / DENSE_BIN_S)
-    dense = dense.with_columns(run=(pl.col("rate") > threshold).rle_id()).filter(pl.col("rate") > threshold)
-    runs = dense.group_by("run").agg(first=pl.col("ts").min(), last=pl.col("ts").max() + timedelta(seconds=1), n=pl.col("n").sum())
-    overlapping = runs.filter(pl.col("last") >= begin, pl.col("first") <= end).sort(["n", "first"], descending=[True, False])
-    if overlapping.height == 0:
+    origin = begin - DENSE_REACH
+    at = ((near - origin).dt.total_microseconds() / 1e6).to_numpy().astype(float)
+    span = (end + DENSE_REACH - origin).total_seconds()
+    edges = np.unique(at if at.size <= DENSE_MAX_EDGES else np.quantile(at, np.linspace(0, 1, DENSE_MAX_EDGES)))
+    i, j = np.triu_indices(edges.size)  # every stretch from edge i to edge j
+    first, last = edges[i], edges[j]
+    k = (np.searchsorted(at, last, side="right") - np.searchsorted(at, first, side="left")).astype(float)
+    length = np.minimum(last - first + DENSE_RESOLUTION_S, span)
+    rest, rest_length = at.size - k, np.maximum(span - length, DENSE_RESOLUTION_S)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.nan_to_num(rest * np.log(rest / rest_length))
+        gain = k * np.log(k / length) + ratio
+    window = ((begin - origin).total_seconds(), (end - origin).total_seconds())
+    usable = (k / length > rest / rest_length) & (last >= window[0]) & (first <= window[1])
+    if not usable.any():
         return None
-    first, last = overlapping["first"][0], overlapping["last"][0]
-    inside = near.filter(near.is_between(first, last))
+    best = int(np.argmax(np.where(usable, gain, -np.inf)))
+    inside = near.filter(near.is_between(origin + timedelta(seconds=float(first[best])), origin + timedelta(seconds=float(last[best]))))
     return (inside.min(), inside.max()) if inside.len() else None
+
+
+EDGE_LOOK = timedelta(seconds=5)  # how long before a stretch's first event (after its last) the source must have watched
+SAMPLED_GAP = timedelta(seconds=2)  # a source silent this long there was not watching (a capture sampled in bursts)
+
+
+def blind_edge(watched: pl.Series, edge: datetime, side: int) -> bool:
+    """Whether the source was blind just before (`side` -1) or after (+1) an edge of the events'
+    stretch: a gap of SAMPLED_GAP or more in what it saw during EDGE_LOOK there. A capture sampled
+    in bursts every few seconds puts the stretch's edges on its bursts, not where the cause began
+    or ended (its first burst after the start), so such a stretch gives no window."""
+    lo, hi = (edge - EDGE_LOOK, edge) if side < 0 else (edge, edge + EDGE_LOOK)
+    seen = watched.filter(watched.is_between(lo, hi)).sort()
+    edges = pl.concat([pl.Series([lo], dtype=watched.dtype), seen, pl.Series([hi], dtype=watched.dtype)])
+    return bool(edges.diff().drop_nulls().max() >= SAMPLED_GAP)
 
 
 def _rate_signal(source: str, cause: str | None, what: str, where: str, before: tuple[int, float], inside: tuple[int, float],
@@ -173,7 +205,7 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
             mine = events.filter(pl.col("pair") == row["pair"], pl.col("kind").is_in(kinds))
             rows = _rows(mine.select("file", "frame", "text", "ts"), begin, end)
             signals.append(count_signal("packets", cause, what, row["pair"], mine["ts"], (row["first"], row["last"]),
-                                        begin, end, hosts, rows))
+                                        begin, end, hosts, rows, watched=packets["ts"]))
     return signals
 
 

@@ -116,7 +116,7 @@ def _evidence_window(signals: list, best: Candidate, begin: datetime, end: datet
         if s.source == "steps":
             return s.cause in CAUSE_LEVELS.get(best.cause, ()) and (best.cause != "straggler" or s.rank in best.ranks)
         return s.cause == best.cause
-    # sampled captures (a burst every few seconds) give short dense stretches: those do not say when it began or ended
+    # a stretch of events this short next to the slow steps (a few bursts) does not say when the cause began or ended
     extents = [s.extent for s in signals if s.rose and s.extent and own(s)
                and s.extent[1] - s.extent[0] >= EVIDENCE_SPAN_SHARE * (end - begin)]
     if not extents:
