@@ -74,3 +74,10 @@ def test_a_capture_sampled_in_bursts_cannot_see_a_stretchs_edges():
     edge = T0 + timedelta(seconds=100)
     assert blind_edge(sampled, edge, -1) and blind_edge(sampled, edge + timedelta(seconds=0.49), 1)
     assert not blind_edge(steady, edge, -1) and not blind_edge(steady, edge, 1)
+
+
+def test_a_dozen_records_in_minutes_cannot_place_a_stretchs_edges():
+    records = [60.0 + 8.0 * i for i in range(12)]  # a kernel logging a link down every 8 s, for a minute and a half
+    assert dense_extent(_times(records), T0 + timedelta(seconds=50), T0 + timedelta(seconds=200)) is None
+    busy = [60.0 + 0.5 * i for i in range(180)]  # the same stretch with resends every half second places them
+    assert dense_extent(_times(busy), T0 + timedelta(seconds=50), T0 + timedelta(seconds=200)) == (T0 + timedelta(seconds=60), T0 + timedelta(seconds=149.5))

@@ -117,6 +117,7 @@ def count_signal(source: str, cause: str | None, what: str, where: str, times: p
 
 DENSE_REACH = timedelta(seconds=60)  # how far outside the slow steps the events may say the cause began or ended
 DENSE_RESOLUTION_S = 1.0  # a stretch of events lasts at least this long (a burst of resends shares one millisecond)
+SAMPLED_GAP = timedelta(seconds=2)  # a source silent this long was not watching (a capture sampled in bursts)
 DENSE_MAX_EDGES = 1000  # candidate edges of the stretch (event times; quantiles of them beyond this many)
 
 
@@ -148,11 +149,12 @@ def dense_extent(times: pl.Series, begin: datetime, end: datetime) -> tuple[date
         return None
     best = int(np.argmax(np.where(usable, gain, -np.inf)))
     inside = near.filter(near.is_between(origin + timedelta(seconds=float(first[best])), origin + timedelta(seconds=float(last[best]))))
-    return (inside.min(), inside.max()) if inside.len() else None
+    if inside.len() < 2 or (inside.max() - inside.min()) / (inside.len() - 1) > SAMPLED_GAP:
+        return None  # events this far apart (a dozen kernel records in minutes) place its edges no better than their spacing
+    return inside.min(), inside.max()
 
 
 EDGE_LOOK = timedelta(seconds=5)  # how long before a stretch's first event (after its last) the source must have watched
-SAMPLED_GAP = timedelta(seconds=2)  # a source silent this long there was not watching (a capture sampled in bursts)
 
 
 def blind_edge(watched: pl.Series, edge: datetime, side: int) -> bool:
