@@ -390,11 +390,27 @@ def _headline(text: str) -> str:
     return text
 
 
+def rules_markdown() -> str:
+    """The catalogue as the Markdown table README.md carries, generated from the registry so that it
+    follows the rules (a test keeps README.md equal to it)."""
+    rows = ["| rule | name | severity | kind | what it finds |", "|---|---|---|---|---|"]
+    for r in all_rules():
+        finds = _headline(r.docs.get("What it finds", "")).replace("|", "\\|")
+        rows.append(f"| {r.id} | {r.name} | {r.severity.label} | {r.kind} | {finds} |")
+    return "\n".join(rows) + "\n"
+
+
 @app.command("rules")
-def rules_cmd(rule_id: Annotated[str | None, typer.Argument(help="A rule id, e.g. TL101, to show its documentation.")] = None) -> None:
+def rules_cmd(
+    rule_id: Annotated[str | None, typer.Argument(help="A rule id, e.g. TL101, to show its documentation.")] = None,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the catalogue as the Markdown table of README.md.")] = False,
+) -> None:
     """Print the rule catalogue, or one rule's documentation."""
     console = Console()
     rules = all_rules()
+    if markdown:
+        sys.stdout.write(rules_markdown())
+        return
     if rule_id is None:
         table = Table(header_style="bold")
         for col in ("Rule", "Name", "Severity", "Kind", "What it finds"):
