@@ -390,13 +390,19 @@ def _headline(text: str) -> str:
     return text
 
 
+CATALOGUE_COLUMNS = ("Rule", "Name", "Severity", "Kind", "What it finds")
+
+
+def _catalogue() -> list[tuple[str, ...]]:
+    """One row per registered rule, as both forms of the catalogue show it."""
+    return [(r.id, r.name, r.severity.label, r.kind, _headline(r.docs.get("What it finds", ""))) for r in all_rules()]
+
+
 def rules_markdown() -> str:
     """The catalogue as the Markdown table README.md carries, generated from the registry so that it
     follows the rules (a test keeps README.md equal to it)."""
-    rows = ["| rule | name | severity | kind | what it finds |", "|---|---|---|---|---|"]
-    for r in all_rules():
-        finds = _headline(r.docs.get("What it finds", "")).replace("|", "\\|")
-        rows.append(f"| {r.id} | {r.name} | {r.severity.label} | {r.kind} | {finds} |")
+    rows = ["| " + " | ".join(c.lower() for c in CATALOGUE_COLUMNS) + " |", "|---" * len(CATALOGUE_COLUMNS) + "|"]
+    rows += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in _catalogue()]
     return "\n".join(rows) + "\n"
 
 
@@ -413,10 +419,10 @@ def rules_cmd(
         return
     if rule_id is None:
         table = Table(header_style="bold")
-        for col in ("Rule", "Name", "Severity", "Kind", "What it finds"):
+        for col in CATALOGUE_COLUMNS:
             table.add_column(col)
-        for r in rules:
-            table.add_row(r.id, r.name, r.severity.label, r.kind, _headline(r.docs.get("What it finds", "")))
+        for row in _catalogue():
+            table.add_row(*row)
         console.print(table)
         return
     match = [r for r in rules if r.id == rule_id.upper()]
