@@ -30,7 +30,9 @@ class Child:
     seconds: float  # wall clock, launch to exit (imports included)
     rss_mb: float  # the child's peak RSS, MiB
     last_line: str  # the last non-empty line of its stdout: a JSON report, a count ...
-    cpu_s: float = 0.0  # user + system CPU seconds of the child (all its threads): what a loaded machine does not inflate
+    cpu_s: float = (
+        0.0  # user + system CPU seconds of the child (all its threads): what a loaded machine does not inflate
+    )
 
     def report(self) -> dict:
         """The JSON object a benchmark child prints as its last line."""

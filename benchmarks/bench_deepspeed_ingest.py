@@ -41,7 +41,9 @@ def generate(path: Path, steps: int) -> None:
         for i in range(1, NODES + 1)
     )
     training = DeepSpeedTraining(steps=steps, every_rank=True, slow=(steps * 4 // 10, steps // 2, 3.0))
-    scenario = Scenario(name=f"bench-ds-{NODES}x{GPUS}", description="", rules=(), hosts=hosts, layout="launcher", story=(training,))
+    scenario = Scenario(
+        name=f"bench-ds-{NODES}x{GPUS}", description="", rules=(), hosts=hosts, layout="launcher", story=(training,)
+    )
     log = Run(scenario).play()["node01/train.log"]
     OUT.mkdir(parents=True, exist_ok=True)
     path.write_text(log, encoding="utf-8")
@@ -57,8 +59,17 @@ def ingest_child(path: Path) -> None:
     seconds = time.perf_counter() - start
     account = result.account
     tables = {name: frame.height for name, frame in sorted(result.tables.items())}
-    print(json.dumps({"seconds": seconds, "lines": account.lines, "parsed": account.parsed,
-                      "unrecognized": account.unrecognized, "tables": tables}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "lines": account.lines,
+                "parsed": account.parsed,
+                "unrecognized": account.unrecognized,
+                "tables": tables,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -85,14 +96,25 @@ def main() -> None:
     child = run(python(__file__, "--child", str(log)))
     r = child.report()
     mb = log.stat().st_size / 2**20
-    row = {"workload": log.name, "mb": mb, "lines": r["lines"], "parsed": r["parsed"], "seconds": r["seconds"],
-           "mb_per_s": mb / r["seconds"], "lines_per_s": r["lines"] / r["seconds"], "peak_rss_mb": child.rss_mb,
-           "import_rss_mb": baseline, "tables": r["tables"]}
+    row = {
+        "workload": log.name,
+        "mb": mb,
+        "lines": r["lines"],
+        "parsed": r["parsed"],
+        "seconds": r["seconds"],
+        "mb_per_s": mb / r["seconds"],
+        "lines_per_s": r["lines"] / r["seconds"],
+        "peak_rss_mb": child.rss_mb,
+        "import_rss_mb": baseline,
+        "tables": r["tables"],
+    }
 
     print(f"\n{title}")
     print(f"{'workload':<34}{'MB':>8}{'lines':>12}{'parsed':>12}{'s':>8}{'MB/s':>8}{'lines/s':>12}{'peak RSS MB':>13}")
-    print(f"{log.name:<34}{mb:>8.1f}{r['lines']:>12,}{r['parsed']:>12,}{r['seconds']:>8.2f}"
-          f"{row['mb_per_s']:>8.1f}{row['lines_per_s']:>12,.0f}{child.rss_mb:>13.0f}")
+    print(
+        f"{log.name:<34}{mb:>8.1f}{r['lines']:>12,}{r['parsed']:>12,}{r['seconds']:>8.2f}"
+        f"{row['mb_per_s']:>8.1f}{row['lines_per_s']:>12,.0f}{child.rss_mb:>13.0f}"
+    )
     print(f"{'(python + imports only)':<34}{'':>60}{baseline:>13.0f}")
     print("rows: " + ", ".join(f"{name} {height:,}" for name, height in r["tables"].items()))
     print(json.dumps(row))

@@ -42,8 +42,13 @@ def generate(folder: Path, nodes: int, hcas: int, minutes: int) -> None:
     names = [f"node{i:03d}" for i in range(1, nodes + 1)]
     faults = {(names[1], "mlx5_1"): FLAKY, (names[-1], "mlx5_3"): CONGESTED, (names[-2], "mlx5_3"): CONGESTED}
     ports = tuple(
-        (name, tuple(FabricPort(f"mlx5_{k}", lid=0, link_layer="Ethernet", per_second=faults.get((name, f"mlx5_{k}"), {}))
-                     for k in range(hcas)))
+        (
+            name,
+            tuple(
+                FabricPort(f"mlx5_{k}", lid=0, link_layer="Ethernet", per_second=faults.get((name, f"mlx5_{k}"), {}))
+                for k in range(hcas)
+            ),
+        )
         for name in names
     )
     job_s = minutes * 60.0
@@ -75,7 +80,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--hcas", type=int, default=8, help="HCA ports per node (default 8)")
-    parser.add_argument("--minutes", type=int, default=30, help="job length: one dump per minute, plus before and after")
+    parser.add_argument(
+        "--minutes", type=int, default=30, help="job length: one dump per minute, plus before and after"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the folder in benchmarks/out/ for the next run")
     parser.add_argument("--generate", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
@@ -98,14 +105,25 @@ def main() -> None:
     baseline = import_rss_mb("tracelens.analyze")
     child = run(python(__file__, "--child", str(folder)))
     r = child.report()
-    row = {"workload": folder.name, "files": r["files"], "mb": mb, "lines": r["lines"], "seconds": r["seconds"],
-           "files_per_s": r["files"] / r["seconds"], "mb_per_s": mb / r["seconds"], "peak_rss_mb": child.rss_mb,
-           "import_rss_mb": baseline, "findings": r["findings"]}
+    row = {
+        "workload": folder.name,
+        "files": r["files"],
+        "mb": mb,
+        "lines": r["lines"],
+        "seconds": r["seconds"],
+        "files_per_s": r["files"] / r["seconds"],
+        "mb_per_s": mb / r["seconds"],
+        "peak_rss_mb": child.rss_mb,
+        "import_rss_mb": baseline,
+        "findings": r["findings"],
+    }
 
     print(f"\n{title}")
     print(f"{'workload':<26}{'files':>8}{'MB':>8}{'lines':>12}{'s':>8}{'files/s':>9}{'MB/s':>8}{'peak RSS MB':>13}")
-    print(f"{folder.name:<26}{r['files']:>8,}{mb:>8.1f}{r['lines']:>12,}{r['seconds']:>8.2f}"
-          f"{row['files_per_s']:>9.0f}{row['mb_per_s']:>8.1f}{child.rss_mb:>13.0f}")
+    print(
+        f"{folder.name:<26}{r['files']:>8,}{mb:>8.1f}{r['lines']:>12,}{r['seconds']:>8.2f}"
+        f"{row['files_per_s']:>9.0f}{row['mb_per_s']:>8.1f}{child.rss_mb:>13.0f}"
+    )
     print(f"{'(python + imports only)':<26}{'':>53}{baseline:>13.0f}")
     print(f"findings: {', '.join(r['findings']) or 'none'}")
     print(json.dumps(row))

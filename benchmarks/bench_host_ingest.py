@@ -27,7 +27,7 @@ KERNEL_BODIES = [
     "IPv6: ADDRCONF(NETDEV_CHANGE): cali{n:x}: link becomes ready",
     "perf: interrupt took too long ({n} > 2500), lowering kernel.perf_event_max_sample_rate to 79500",
     "nvidia-nvswitch{k}: open (major=510)",
-    "audit: type=1400 audit({n}.123:{k}): apparmor=\"DENIED\" operation=\"open\" profile=\"snap\"",
+    'audit: type=1400 audit({n}.123:{k}): apparmor="DENIED" operation="open" profile="snap"',
 ]
 
 
@@ -38,11 +38,15 @@ def generate(kind: str, path: Path, size: int) -> None:
     start = datetime(2024, 12, 6, 0, 0, 0)
     with path.open("w") as out:
         if kind == "query_csv":
-            out.write("timestamp, index, utilization.gpu [%], utilization.memory [%], power.draw [W], temperature.gpu, clocks.current.sm [MHz]\n")
+            out.write(
+                "timestamp, index, utilization.gpu [%], utilization.memory [%], power.draw [W], temperature.gpu, clocks.current.sm [MHz]\n"
+            )
             for s in range(size):
                 stamp = (start + timedelta(seconds=s)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
                 for gpu in range(8):
-                    out.write(f"{stamp}, {gpu}, {(s * 7 + gpu) % 100} %, {(s + gpu) % 40} %, {200 + (s % 300)}.{gpu}0 W, {55 + gpu}, 1980 MHz\n")
+                    out.write(
+                        f"{stamp}, {gpu}, {(s * 7 + gpu) % 100} %, {(s + gpu) % 40} %, {200 + (s % 300)}.{gpu}0 W, {55 + gpu}, 1980 MHz\n"
+                    )
         else:
             for n in range(size):
                 stamp = (start + timedelta(seconds=n // 10)).strftime("%a %b %e %H:%M:%S %Y")
@@ -60,7 +64,16 @@ def measure(fmt: str, path: Path) -> None:
     result = ingest_file(InputFile(path=path, name=path.name, format=fmt, size=path.stat().st_size))
     seconds = time.perf_counter() - t0
     rows = sum(f.height for f in result.tables.values())
-    print(json.dumps({"lines": result.account.lines, "rows": rows, "unrecognized": result.account.unrecognized, "seconds": seconds}))
+    print(
+        json.dumps(
+            {
+                "lines": result.account.lines,
+                "rows": rows,
+                "unrecognized": result.account.unrecognized,
+                "seconds": seconds,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -76,8 +89,10 @@ def main() -> None:
     if args.measure:
         return measure(args.measure[0], Path(args.measure[1]))
     OUT.mkdir(exist_ok=True)
-    work = [("query_csv", "nvidia_smi", OUT / "nvidia-smi-query-1day.csv", int(args.hours * 3600)),
-            ("dmesg", "kernel_log", OUT / "dmesg-T-1M.txt", args.records)]
+    work = [
+        ("query_csv", "nvidia_smi", OUT / "nvidia-smi-query-1day.csv", int(args.hours * 3600)),
+        ("dmesg", "kernel_log", OUT / "dmesg-T-1M.txt", args.records),
+    ]
     print("| workload | MB | lines | rows | unrecognized | ingest s | MB/s | process s | peak RSS MB |")
     print("|---|---|---|---|---|---|---|---|---|")
     for kind, fmt, path, size in work:
@@ -86,8 +101,10 @@ def main() -> None:
         child = run(python(__file__, "--measure", fmt, str(path)))
         rep = child.report()
         mb = path.stat().st_size / 1e6
-        print(f"| {path.name} | {mb:.0f} | {rep['lines']:,} | {rep['rows']:,} | {rep['unrecognized']} | {rep['seconds']:.2f} | "
-              f"{mb / rep['seconds']:.0f} | {child.seconds:.2f} | {child.rss_mb:.0f} |")
+        print(
+            f"| {path.name} | {mb:.0f} | {rep['lines']:,} | {rep['rows']:,} | {rep['unrecognized']} | {rep['seconds']:.2f} | "
+            f"{mb / rep['seconds']:.0f} | {child.seconds:.2f} | {child.rss_mb:.0f} |"
+        )
         if not args.keep:
             path.unlink()
     print(f"| import tracelens only | | | | | | | | {import_rss_mb('tracelens.ingest'):.0f} |")

@@ -45,10 +45,14 @@ def large_scenario(hosts: int, flaky: int) -> Scenario:
         name=f"large-{hosts}-hosts",
         description=f"{hosts} RoCE hosts, flaky mlx5_1 links on {len(bad)} of them during steps 70-109.",
         rules=(),
-        hosts=tuple(Host(name, f"10.{i // 65536}.{i // 256 % 256}.{i % 256 + 1}", gpus=1, link_layer="RoCE")
-                    for i, name in enumerate(names)),
-        story=(DeepSpeedTraining(steps=160, phases=BIG, slow=(70, 109, 3.8)),
-               CounterDumps(ports, every_s=60.0, during="slow", tool="sysfs")),
+        hosts=tuple(
+            Host(name, f"10.{i // 65536}.{i // 256 % 256}.{i % 256 + 1}", gpus=1, link_layer="RoCE")
+            for i, name in enumerate(names)
+        ),
+        story=(
+            DeepSpeedTraining(steps=160, phases=BIG, slow=(70, 109, 3.8)),
+            CounterDumps(ports, every_s=60.0, during="slow", tool="sysfs"),
+        ),
     )
 
 

@@ -67,7 +67,15 @@ def traffic(run: Run) -> Iterator[str]:
 
 def _error_burst(run: Run, proc: nccl.Process) -> Iterator[str]:
     hca = proc.host.hcas[0]
-    err = IbError(f"10.0.0.1<{run.rand.int(40_000, 60_000)}>", 12, 129, "Recv", run.gid(proc.host.name, hca), run.gid("node01", hca), hca)
+    err = IbError(
+        f"10.0.0.1<{run.rand.int(40_000, 60_000)}>",
+        12,
+        129,
+        "Recv",
+        run.gid(proc.host.name, hca),
+        run.gid("node01", hca),
+        hca,
+    )
     for line in nccl.ib_completion_error(proc, err, run.time(0)):
         yield f"{proc.host.name}: {line}"
 
@@ -100,7 +108,11 @@ def ingest_child(path: str) -> None:
     start = time.perf_counter()
     account = ingest(InputFile(file, file.name, "log", size=file.stat().st_size)).account
     seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "lines": account.lines, "parsed": account.parsed, "unrecognized": account.unrecognized}))
+    print(
+        json.dumps(
+            {"seconds": seconds, "lines": account.lines, "parsed": account.parsed, "unrecognized": account.unrecognized}
+        )
+    )
 
 
 def measure(path: Path) -> dict:

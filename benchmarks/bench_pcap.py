@@ -29,10 +29,26 @@ from pathlib import Path
 from _measure import Child, import_rss_mb, load, python, run
 
 TSHARK_FIELDS = (
-    "frame.number", "frame.time_epoch", "frame.len", "ip.src", "ip.dst", "ip.dsfield.ecn", "ip.id",
-    "udp.srcport", "udp.dstport", "infiniband.bth.opcode", "infiniband.bth.destqp", "infiniband.bth.psn",
-    "infiniband.bth.a", "infiniband.aeth.syndrome",  # tshark 4.0 has no FECN/BECN fields
-    "infiniband.aeth.msn", "tcp.seq_raw", "tcp.ack_raw", "tcp.flags", "tcp.window_size_value", "tcp.len",
+    "frame.number",
+    "frame.time_epoch",
+    "frame.len",
+    "ip.src",
+    "ip.dst",
+    "ip.dsfield.ecn",
+    "ip.id",
+    "udp.srcport",
+    "udp.dstport",
+    "infiniband.bth.opcode",
+    "infiniband.bth.destqp",
+    "infiniband.bth.psn",
+    "infiniband.bth.a",
+    "infiniband.aeth.syndrome",  # tshark 4.0 has no FECN/BECN fields
+    "infiniband.aeth.msn",
+    "tcp.seq_raw",
+    "tcp.ack_raw",
+    "tcp.flags",
+    "tcp.window_size_value",
+    "tcp.len",
 )
 
 TRACELENS = """
@@ -47,8 +63,14 @@ print(result.tables["packets"].height)
 
 
 def row(tool: str, child: Child, packets: int) -> dict:
-    return {"tool": tool, "seconds": child.seconds, "cpu_seconds": child.cpu_s, "packets_per_s": packets / child.seconds,
-            "packets_per_cpu_s": packets / max(child.cpu_s, 1e-9), "peak_rss_mb": round(child.rss_mb)}
+    return {
+        "tool": tool,
+        "seconds": child.seconds,
+        "cpu_seconds": child.cpu_s,
+        "packets_per_s": packets / child.seconds,
+        "packets_per_cpu_s": packets / max(child.cpu_s, 1e-9),
+        "peak_rss_mb": round(child.rss_mb),
+    }
 
 
 def main() -> None:
@@ -60,7 +82,9 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-bench-pcap")
     parser.add_argument("--no-tshark", action="store_true")
     parser.add_argument("--no-analyze", action="store_true")
-    parser.add_argument("--keep", action="store_true", help="keep the capture (reused by the next run of the same size)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the capture (reused by the next run of the same size)"
+    )
     args = parser.parse_args()
 
     folder = args.data / f"{args.workload}-{args.packets}"
@@ -71,7 +95,9 @@ def main() -> None:
         # children it measures, so this process must stay small (no scapy, no capture in memory).
         if args.workload == "multiflow":
             generate = "import sys, pathlib; from synth.pcap import write_multiflow; write_multiflow(pathlib.Path(sys.argv[1]), *map(int, sys.argv[2:]))"
-            subprocess.run(python("-c", generate, str(capture), str(args.packets), str(args.qps), str(args.tcp)), check=True)
+            subprocess.run(
+                python("-c", generate, str(capture), str(args.packets), str(args.qps), str(args.tcp)), check=True
+            )
         else:
             generate = "import sys, pathlib; from synth.pcap import write_bulk_roce; write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
             subprocess.run(python("-c", generate, str(capture), str(args.packets)), check=True)
@@ -99,12 +125,16 @@ def main() -> None:
 
     print(f"{'tool':<20}{'seconds':>9}{'CPU s':>8}{'packets/s':>13}{'per CPU s':>13}{'peak RSS MB':>13}")
     for r in rows:
-        print(f"{r['tool']:<20}{r['seconds']:>9.2f}{r['cpu_seconds']:>8.1f}{r['packets_per_s']:>13,.0f}{r['packets_per_cpu_s']:>13,.0f}{r['peak_rss_mb']:>13}")
+        print(
+            f"{r['tool']:<20}{r['seconds']:>9.2f}{r['cpu_seconds']:>8.1f}{r['packets_per_s']:>13,.0f}{r['packets_per_cpu_s']:>13,.0f}{r['peak_rss_mb']:>13}"
+        )
     print(f"(a process that only imports tracelens.ingest.pcap peaks at {baseline} MB; {load()})")
     shark = [r for r in rows if r["tool"].startswith("tshark")]
     if shark:
-        print(f"tracelens ingest / tshark: {rows[0]['packets_per_s'] / shark[0]['packets_per_s']:.1f}x wall, "
-              f"{rows[0]['packets_per_cpu_s'] / shark[0]['packets_per_cpu_s']:.1f}x per CPU second")
+        print(
+            f"tracelens ingest / tshark: {rows[0]['packets_per_s'] / shark[0]['packets_per_s']:.1f}x wall, "
+            f"{rows[0]['packets_per_cpu_s'] / shark[0]['packets_per_cpu_s']:.1f}x per CPU second"
+        )
     print(json.dumps({"packets": args.packets, "size_mb": size_mb, "import_rss_mb": baseline, "runs": rows}))
     if not args.keep:
         shutil.rmtree(folder)

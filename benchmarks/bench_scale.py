@@ -57,11 +57,16 @@ def same_findings(tracelens: str, log: Path, folder: Path, rounds: int) -> str:
     found, lines = {}, []
     for path in (log, piece):
         report = folder / f"{path.stem}.json"
-        child = run([tracelens, "analyze", str(path), "-o", str(folder / f"{path.stem}.html"), "--json", str(report)], quiet=True)
+        child = run(
+            [tracelens, "analyze", str(path), "-o", str(folder / f"{path.stem}.html"), "--json", str(report)],
+            quiet=True,
+        )
         findings = json.loads(report.read_text())["findings"]
         found[path] = sorted((f["rule_id"], f["severity"]) for f in findings)
-        lines.append(f"  analyze {path.name}: {size_of(path) / 2**20:.0f} MB, {child.seconds:.1f} s, {child.cpu_s:.1f} CPU s, "
-                     f"peak RSS {child.rss_mb:.0f} MB, findings {[f[0] for f in found[path]]}")
+        lines.append(
+            f"  analyze {path.name}: {size_of(path) / 2**20:.0f} MB, {child.seconds:.1f} s, {child.cpu_s:.1f} CPU s, "
+            f"peak RSS {child.rss_mb:.0f} MB, findings {[f[0] for f in found[path]]}"
+        )
     piece.unlink()
     verdict = "same findings" if found[log] == found[piece] else f"DIFFERENT findings: {found[log]} vs {found[piece]}"
     return "\n".join([*lines, f"  {verdict} on the whole log and its first {rounds} rounds"])
@@ -74,7 +79,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument("--slice-rounds", type=int, default=0, help="also analyse the log and its first N rounds, and compare the findings")
+    parser.add_argument(
+        "--slice-rounds",
+        type=int,
+        default=0,
+        help="also analyse the log and its first N rounds, and compare the findings",
+    )
     args = parser.parse_args()
     args.data.mkdir(parents=True, exist_ok=True)
     tracelens = str(Path(sys.executable).with_name("tracelens"))

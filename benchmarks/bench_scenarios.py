@@ -39,15 +39,25 @@ def analyze_child(folder: Path) -> None:
     analyzed = time.perf_counter()
     html = render(analysis)
     rendered = time.perf_counter()
-    print(json.dumps({"analyze_s": analyzed - start, "render_s": rendered - analyzed, "html_bytes": len(html),
-                      "findings": [f.rule_id for f in analysis.findings]}))
+    print(
+        json.dumps(
+            {
+                "analyze_s": analyzed - start,
+                "render_s": rendered - analyzed,
+                "html_bytes": len(html),
+                "findings": [f.rule_id for f in analysis.findings],
+            }
+        )
+    )
 
 
 def measure(folder: Path, runs: int, cli: str, scratch: Path) -> dict:
     """Medians over `runs` fresh processes of analyze + render, and of the CLI."""
     inside = [run(python(__file__, "--child", str(folder))) for _ in range(runs)]
     reports = [child.report() for child in inside]
-    command = [run([cli, "analyze", str(folder), "-o", str(scratch / f"{folder.name}.html")], quiet=True) for _ in range(runs)]
+    command = [
+        run([cli, "analyze", str(folder), "-o", str(scratch / f"{folder.name}.html")], quiet=True) for _ in range(runs)
+    ]
     return {
         "fixture": folder.name,
         "size_kb": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1024,
@@ -80,10 +90,14 @@ def main() -> None:
         rows = [measure(folder, args.runs, cli, Path(scratch)) for folder in folders]
 
     print(f"\n{title}")
-    print(f"{'fixture':<26}{'KB':>6}{'analyze s':>11}{'render s':>10}{'RSS MB':>8}{'CLI s':>8}{'CLI RSS MB':>12}  top finding")
+    print(
+        f"{'fixture':<26}{'KB':>6}{'analyze s':>11}{'render s':>10}{'RSS MB':>8}{'CLI s':>8}{'CLI RSS MB':>12}  top finding"
+    )
     for r in rows:
-        print(f"{r['fixture']:<26}{r['size_kb']:>6.0f}{r['analyze_s']:>11.3f}{r['render_s']:>10.3f}{r['rss_mb']:>8.0f}"
-              f"{r['cli_s']:>8.2f}{r['cli_rss_mb']:>12.0f}  {(r['findings'] or ['none'])[0]}")
+        print(
+            f"{r['fixture']:<26}{r['size_kb']:>6.0f}{r['analyze_s']:>11.3f}{r['render_s']:>10.3f}{r['rss_mb']:>8.0f}"
+            f"{r['cli_s']:>8.2f}{r['cli_rss_mb']:>12.0f}  {(r['findings'] or ['none'])[0]}"
+        )
     print(f"{'(python + imports only)':<26}{'':>27}{baseline:>8.0f}")
     print(json.dumps({"runs": args.runs, "import_rss_mb": baseline, "fixtures": rows}))
 

@@ -28,7 +28,9 @@ from synth.pcap import write_multiflow  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--packets", type=int, default=10_000_000, help="records in all (the slice's included); 0: the slice alone")
+    parser.add_argument(
+        "--packets", type=int, default=10_000_000, help="records in all (the slice's included); 0: the slice alone"
+    )
     parser.add_argument("--qps", type=int, default=2000)
     parser.add_argument("--tcp", type=int, default=2000)
     args = parser.parse_args()

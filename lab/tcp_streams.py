@@ -54,7 +54,10 @@ def main() -> None:
     if args.mode == "serve":
         serve(args.host, args.port, args.streams)
         return
-    threads = [threading.Thread(target=send, args=(args.host, args.port, args.megabytes, args.rate_mbit)) for _ in range(args.streams)]
+    threads = [
+        threading.Thread(target=send, args=(args.host, args.port, args.megabytes, args.rate_mbit))
+        for _ in range(args.streams)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -155,7 +155,10 @@ class DeepSpeedTraining:
                 timed += p.total / 1000
             avg = batch * (n - 2) / timed if n > 2 else curr
             lines = [
-                log_dist(when, f"time (ms) | optimizer_allgather: {p.allgather:.2f} | optimizer_gradients: {p.gradients:.2f} | optimizer_step: {p.optimizer:.2f}"),
+                log_dist(
+                    when,
+                    f"time (ms) | optimizer_allgather: {p.allgather:.2f} | optimizer_gradients: {p.gradients:.2f} | optimizer_step: {p.optimizer:.2f}",
+                ),
                 log_dist(when, f"step={step}, skipped=0, lr=[{lr}, {lr}], mom=[(0.9, 0.95), (0.9, 0.95)]"),
                 f"[{stamp(when)}] [INFO] [timer.py:264:stop] epoch=0/micro_step={step * self.config.gradient_accumulation_steps}/global_step={step}, "
                 f"RunningAvgSamplesPerSec={avg}, CurrSamplesPerSec={curr}, MemAllocated=5.53GB, MaxMemAllocated=8.61GB",
@@ -192,13 +195,17 @@ class DeepSpeedTraining:
 
         p = self.phases
         allreduce = p.bwd_allreduce + (self._slowdown(step) - 1) * p.total + self._wait(p)
-        return Phases(vary(p.fwd), vary(p.bwd_inner), vary(allreduce), vary(p.allgather), vary(p.gradients), vary(p.optimizer))
+        return Phases(
+            vary(p.fwd), vary(p.bwd_inner), vary(allreduce), vary(p.allgather), vary(p.gradients), vary(p.optimizer)
+        )
 
     def _wait(self, p: Phases) -> float:
         """What the other ranks wait in the all-reduce for the stragglers' extra compute."""
         return (self.straggler[1] - 1) * (p.fwd + p.bwd_inner) if self.straggler else 0.0
 
-    def _timers(self, p: Phases, world: int, suffixes: tuple[str, ...] = ("_microstep", "")) -> list[tuple[int, list[str]]]:
+    def _timers(
+        self, p: Phases, world: int, suffixes: tuple[str, ...] = ("_microstep", "")
+    ) -> list[tuple[int, list[str]]]:
         """The micro and global timer lines, of rank 0 or of every rank."""
         out = []
         for rank in range(world if self.straggler or self.every_rank else 1):
@@ -208,7 +215,15 @@ class DeepSpeedTraining:
                 fwd, inner, allreduce = fwd * factor, inner * factor, allreduce - self._wait(p)
             values = (fwd, inner + allreduce, inner, allreduce, p.step)
             names = ("fwd", "bwd", "bwd_inner", "bwd_allreduce", "step")
-            out.append((rank, ["time (ms) | " + " | ".join(f"{n}{suffix}: {v:.2f}" for n, v in zip(names, values)) for suffix in suffixes]))
+            out.append(
+                (
+                    rank,
+                    [
+                        "time (ms) | " + " | ".join(f"{n}{suffix}: {v:.2f}" for n, v in zip(names, values))
+                        for suffix in suffixes
+                    ],
+                )
+            )
         return out
 
 

@@ -18,18 +18,36 @@ from tracelens.ingest.hw_counters import SYSFS_NAMES
 from tracelens.ingest.perfquery import BASIC_BITS
 
 BASIC_ORDER = [
-    "SymbolErrorCounter", "LinkErrorRecoveryCounter", "LinkDownedCounter", "PortRcvErrors",
-    "PortRcvRemotePhysicalErrors", "PortRcvSwitchRelayErrors", "PortXmitDiscards", "PortXmitConstraintErrors",
-    "PortRcvConstraintErrors", "LocalLinkIntegrityErrors", "ExcessiveBufferOverrunErrors", "VL15Dropped",
+    "SymbolErrorCounter",
+    "LinkErrorRecoveryCounter",
+    "LinkDownedCounter",
+    "PortRcvErrors",
+    "PortRcvRemotePhysicalErrors",
+    "PortRcvSwitchRelayErrors",
+    "PortXmitDiscards",
+    "PortXmitConstraintErrors",
+    "PortRcvConstraintErrors",
+    "LocalLinkIntegrityErrors",
+    "ExcessiveBufferOverrunErrors",
+    "VL15Dropped",
 ]
 DATA_ORDER = ["PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts"]
 CAST_ORDER = ["PortUnicastXmitPkts", "PortUnicastRcvPkts", "PortMulticastXmitPkts", "PortMulticastRcvPkts"]
 WORDS_PER_SECOND = 400e9 / 8 / 4 * 0.6  # a 400 Gb/s port at 60% load, in 4-byte words
 SYSFS_FILES = {name: file for file, name in SYSFS_NAMES.items()}  # perfquery name -> sysfs counters/ file
 HW_COUNTERS = (  # mlx5's hw_counters/ files that tell about RDMA transport and congestion
-    "duplicate_request", "implied_nak_seq_err", "local_ack_timeout_err", "np_cnp_sent", "np_ecn_marked_roce_packets",
-    "out_of_buffer", "out_of_sequence", "packet_seq_err", "req_transport_retries_exceeded", "rnr_nak_retry_err",
-    "rp_cnp_handled", "rp_cnp_ignored",
+    "duplicate_request",
+    "implied_nak_seq_err",
+    "local_ack_timeout_err",
+    "np_cnp_sent",
+    "np_ecn_marked_roce_packets",
+    "out_of_buffer",
+    "out_of_sequence",
+    "packet_seq_err",
+    "req_transport_retries_exceeded",
+    "rnr_nak_retry_err",
+    "rp_cnp_handled",
+    "rp_cnp_ignored",
 )
 
 
@@ -54,9 +72,16 @@ class FabricPort:
         applied for `rising_s` of them (all of them by default), `background` for all of them."""
         words = int(WORDS_PER_SECOND * seconds)
         values = {name: 0 for name in BASIC_ORDER + ["PortXmitWait", "QP1Dropped"]}
-        values |= {"PortXmitData": words, "PortRcvData": words, "PortXmitPkts": words // 1024,
-                   "PortRcvPkts": words // 1024, "PortUnicastXmitPkts": words // 1024,
-                   "PortUnicastRcvPkts": words // 1024, "PortMulticastXmitPkts": 3, "PortMulticastRcvPkts": 3}
+        values |= {
+            "PortXmitData": words,
+            "PortRcvData": words,
+            "PortXmitPkts": words // 1024,
+            "PortRcvPkts": words // 1024,
+            "PortUnicastXmitPkts": words // 1024,
+            "PortUnicastRcvPkts": words // 1024,
+            "PortMulticastXmitPkts": 3,
+            "PortMulticastRcvPkts": 3,
+        }
         for name, rate in self.per_second.items():
             values[name] = values.get(name, 0) + int(rate * (seconds if rising_s is None else rising_s))
         for name, rate in self.background.items():
@@ -79,15 +104,21 @@ def date_line(at: datetime) -> str:
 def perfquery(port: FabricPort, values: dict[str, int], extended: bool = False) -> str:
     """One port block of `perfquery` (basic PortCounters, saturating) or `perfquery -x`."""
     if extended:
-        lines = [f"# Port extended counters: Lid {port.lid} port {port.port} (CapMask: 0x5300 CapMask2: 0x0000002)",
-                 field_line("PortSelect", port.port), field_line("CounterSelect", "0x0000")]
+        lines = [
+            f"# Port extended counters: Lid {port.lid} port {port.port} (CapMask: 0x5300 CapMask2: 0x0000002)",
+            field_line("PortSelect", port.port),
+            field_line("CounterSelect", "0x0000"),
+        ]
         lines += [field_line(n, values[n]) for n in DATA_ORDER + CAST_ORDER]
         lines += [field_line("CounterSelect2", "0x00000000")]
         lines += [field_line(n, values[n]) for n in BASIC_ORDER + ["PortXmitWait", "QP1Dropped"]]
         return "\n".join(lines) + "\n\n"
     pinned = {n: min(v, 2 ** BASIC_BITS[n] - 1) for n, v in values.items() if n in BASIC_BITS}
-    lines = [f"# Port counters: Lid {port.lid} port {port.port} (CapMask: 0x1400)",
-             field_line("PortSelect", port.port), field_line("CounterSelect", "0x0000")]
+    lines = [
+        f"# Port counters: Lid {port.lid} port {port.port} (CapMask: 0x1400)",
+        field_line("PortSelect", port.port),
+        field_line("CounterSelect", "0x0000"),
+    ]
     lines += [field_line(n, pinned[n]) for n in BASIC_ORDER[:10]]
     lines += [field_line("CounterSelect2", "0x00")]
     lines += [field_line(n, pinned[n]) for n in BASIC_ORDER[10:] + DATA_ORDER + ["PortXmitWait"]]
@@ -97,9 +128,13 @@ def perfquery(port: FabricPort, values: dict[str, int], extended: bool = False) 
 def sysfs(port: FabricPort, values: dict[str, int]) -> str:
     """`grep "" .../ports/N/counters/* .../ports/N/hw_counters/*` for one port (grep sorts the files)."""
     base = f"/sys/class/infiniband/{port.ca}/ports/{port.port}"
-    pma = sorted((SYSFS_FILES[n], min(v, 2 ** BASIC_BITS.get(n, 64) - 1)) for n, v in values.items() if n in SYSFS_FILES)
+    pma = sorted(
+        (SYSFS_FILES[n], min(v, 2 ** BASIC_BITS.get(n, 64) - 1)) for n, v in values.items() if n in SYSFS_FILES
+    )
     hw = sorted((n, values.get(n, 0)) for n in {*HW_COUNTERS, *values} - SYSFS_FILES.keys() - {"QP1Dropped"})
-    return "".join(f"{base}/counters/{f}:{v}\n" for f, v in pma) + "".join(f"{base}/hw_counters/{n}:{v}\n" for n, v in hw)
+    return "".join(f"{base}/counters/{f}:{v}\n" for f, v in pma) + "".join(
+        f"{base}/hw_counters/{n}:{v}\n" for n, v in hw
+    )
 
 
 def ibstat(ports: list[FabricPort]) -> str:
@@ -108,12 +143,25 @@ def ibstat(ports: list[FabricPort]) -> str:
     for i, port in enumerate(ports):
         guid = f"0x0c42a1030065{i:04x}"
         roce = port.link_layer == "Ethernet"
-        lines += [f"CA '{port.ca}'", "\tCA type: MT4129", "\tNumber of ports: 1", "\tFirmware version: 28.39.1002",
-                  "\tHardware version: 0", f"\tNode GUID: {guid}", f"\tSystem image GUID: {guid}",
-                  f"\tPort {port.port}:", f"\t\tState: {port.state}", f"\t\tPhysical state: {port.phys_state}",
-                  f"\t\tRate: {port.rate}", f"\t\tBase lid: {port.lid}", "\t\tLMC: 0", f"\t\tSM lid: {0 if roce else 1}",
-                  f"\t\tCapability mask: {'0x00010000' if roce else '0xa751e848'}", f"\t\tPort GUID: {guid}",
-                  f"\t\tLink layer: {port.link_layer}"]
+        lines += [
+            f"CA '{port.ca}'",
+            "\tCA type: MT4129",
+            "\tNumber of ports: 1",
+            "\tFirmware version: 28.39.1002",
+            "\tHardware version: 0",
+            f"\tNode GUID: {guid}",
+            f"\tSystem image GUID: {guid}",
+            f"\tPort {port.port}:",
+            f"\t\tState: {port.state}",
+            f"\t\tPhysical state: {port.phys_state}",
+            f"\t\tRate: {port.rate}",
+            f"\t\tBase lid: {port.lid}",
+            "\t\tLMC: 0",
+            f"\t\tSM lid: {0 if roce else 1}",
+            f"\t\tCapability mask: {'0x00010000' if roce else '0xa751e848'}",
+            f"\t\tPort GUID: {guid}",
+            f"\t\tLink layer: {port.link_layer}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -123,8 +171,13 @@ def ethtool(values: dict[str, int]) -> str:
 
 
 def port_dumps(
-    host: str, ports: list[FabricPort], at: datetime, seconds: float, extended: bool = True,
-    rising_s: float | None = None, tool: str = "perfquery",
+    host: str,
+    ports: list[FabricPort],
+    at: datetime,
+    seconds: float,
+    extended: bool = True,
+    rising_s: float | None = None,
+    tool: str = "perfquery",
 ) -> str:
     """A collection script's output on one host: hostname, date, then perfquery (`-x` if `extended`)
     or the sysfs counters of each port."""

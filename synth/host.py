@@ -45,8 +45,10 @@ class GpuMonitor:
                     sm = max(0, min(100, round(sm + run.rand.uniform(-4, 4))))
                     power = round(90 + 3.2 * sm + run.rand.uniform(-8, 8))
                     stamp = run.time(t)
-                    lines.append(f" {stamp:%Y%m%d}   {stamp:%H:%M:%S}  {gpu:>5} {power:>5} {run.rand.int(55, 70):>5}"
-                                 f"     - {sm:>5} {round(sm * 0.4):>5}     0     0  1593  1980")
+                    lines.append(
+                        f" {stamp:%Y%m%d}   {stamp:%H:%M:%S}  {gpu:>5} {power:>5} {run.rand.int(55, 70):>5}"
+                        f"     - {sm:>5} {round(sm * 0.4):>5}     0     0  1593  1980"
+                    )
                 t += self.every_s
             run.attach(f"{host.name}/nvidia-smi-dmon.txt", "\n".join(lines) + "\n")
 
@@ -79,7 +81,10 @@ class LinkFlaps:
                 (t, f"{dev} {self.netdev}: Link down"),
                 (t + 5.0, "NETDEV WATCHDOG: " + f"{self.netdev} (mlx5_core): transmit queue 3 timed out 5120 ms"),
                 (t + 5.0, f"{dev} {self.netdev}: TX timeout detected"),
-                (t + 5.0, f"{dev} {self.netdev}: TX timeout on queue: 3, SQ: 0x10b5, CQ: 0x4c4, SQ Cons: 0x0 SQ Prod: 0x2, usecs since last trans: 5120000"),
+                (
+                    t + 5.0,
+                    f"{dev} {self.netdev}: TX timeout on queue: 3, SQ: 0x10b5, CQ: 0x4c4, SQ Cons: 0x0 SQ Prod: 0x2, usecs since last trans: 5120000",
+                ),
                 (t + 7.0, f"{dev} {self.netdev}: Link up"),
             ]
         lines = [f"[{run.time(t):%a %b %e %H:%M:%S %Y}] {text}" for t, text in sorted(records, key=lambda r: r[0])]

@@ -72,7 +72,9 @@ class RoceCapture:
             t = start + burst * self.every_s
             faults = self.faults if faulty[0] <= t <= faulty[1] else RoceFaults()
             if burst % self.background_every == 0:
-                faults = RoceFaults(*(tuple(sorted({*a, *b})) for a, b in zip(astuple(faults), astuple(self.background))))
+                faults = RoceFaults(
+                    *(tuple(sorted({*a, *b})) for a, b in zip(astuple(faults), astuple(self.background)))
+                )
             for k, qp in enumerate(qps):
                 at = run.utc(t).timestamp() + k * 0.0007
                 qp = replace(qp, first_psn=qp.first_psn + burst * self.messages)
@@ -101,7 +103,9 @@ class TcpCapture:
         run.attach(f"{self.host}/capture-{self.host}-eth0.pcap", capture(packets, SNAPLEN))
 
 
-def _ports(background: dict[str, dict[str, float]] | None = None, **faults: dict[str, float]) -> tuple[tuple[str, tuple[FabricPort, ...]], ...]:
+def _ports(
+    background: dict[str, dict[str, float]] | None = None, **faults: dict[str, float]
+) -> tuple[tuple[str, tuple[FabricPort, ...]], ...]:
     """Both hosts' RoCE ports; `faults` maps `node02_mlx5_1` to that port's counter rises per second,
     `background` the same way to rises all run long."""
     return tuple(
@@ -197,14 +201,33 @@ def scenarios(hosts: tuple[Host, Host], background: bool = True) -> tuple[Scenar
             hosts=hosts,
             story=(
                 DeepSpeedTraining(steps=180, phases=BIG, slow=(60, 150, 2.2), ramp=20),
-                _dumps(_background(background, **{f"{host}_{ca}": WAITS_ALL_ALONG for host in ("node01", "node02")
-                                                   for ca in ("mlx5_0", "mlx5_1")}), **{
-                    f"{host}_mlx5_0": {"PortXmitWait": 16e6, "np_ecn_marked_roce_packets": 2500.0, "np_cnp_sent": 2300.0,
-                                       "rp_cnp_handled": 2300.0}
-                    for host in ("node01", "node02")
-                }),  # fmt: skip
-                RoceCapture("node02", "mlx5_0", ("node01",), RoceFaults(congested=(1, 4, 7, 10, 13)), during="slow",
-                            background=MARK_NOW_AND_THEN if background else RoceFaults()),
+                _dumps(
+                    _background(
+                        background,
+                        **{
+                            f"{host}_{ca}": WAITS_ALL_ALONG
+                            for host in ("node01", "node02")
+                            for ca in ("mlx5_0", "mlx5_1")
+                        },
+                    ),
+                    **{
+                        f"{host}_mlx5_0": {
+                            "PortXmitWait": 16e6,
+                            "np_ecn_marked_roce_packets": 2500.0,
+                            "np_cnp_sent": 2300.0,
+                            "rp_cnp_handled": 2300.0,
+                        }
+                        for host in ("node01", "node02")
+                    },
+                ),  # fmt: skip
+                RoceCapture(
+                    "node02",
+                    "mlx5_0",
+                    ("node01",),
+                    RoceFaults(congested=(1, 4, 7, 10, 13)),
+                    during="slow",
+                    background=MARK_NOW_AND_THEN if background else RoceFaults(),
+                ),
             ),
             cause=Cause("TL410", ("node01", "node02"), "slow", ports=("mlx5_0:1",), tolerance_s=30.0),
         ),
@@ -250,8 +273,9 @@ def scenarios(hosts: tuple[Host, Host], background: bool = True) -> tuple[Scenar
             rules=("TL108", "TL411"),
             hosts=hosts,
             story=(
-                DeepSpeedTraining(steps=50, phases=BIG, config=DsConfig(gradient_accumulation_steps=2), every_rank=True,
-                                  stuck=5),
+                DeepSpeedTraining(
+                    steps=50, phases=BIG, config=DsConfig(gradient_accumulation_steps=2), every_rank=True, stuck=5
+                ),
                 WatchdogTimeout(HANG, silent=(5,)),
                 CounterDumps(_ports(), tool="sysfs"),
                 RoceCapture("node02", "mlx5_0", ("node01",)),

@@ -358,7 +358,9 @@ def ib_completion_error(proc: Process, err: IbError, when: datetime) -> list[str
     ]
 
 
-def collective(op: str, op_count: int, buff: str, count: int, datatype: int, member: Member, nranks: int, stream: str) -> str:
+def collective(
+    op: str, op_count: int, buff: str, count: int, datatype: int, member: Member, nranks: int, stream: str
+) -> str:
     """A COLL-subsystem line, one per collective call and rank (NCCL_DEBUG_SUBSYS=COLL)."""
     return (
         f"{op}: opCount {op_count:x} sendbuff {buff} recvbuff {buff} count {count} datatype {datatype} op 0 root 0 "

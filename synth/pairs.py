@@ -51,24 +51,56 @@ class Pair:
 
 
 RUNS = (
-    _run("healthy", "A healthy 4-node x 2-GPU DeepSpeed ZeRO-2 job over InfiniBand with GPUDirect RDMA, "
-         "every rank logging its timers, ports at 400 Gb/s. The good run of every pair."),
-    _run("healthy-rerun", "The same healthy job run again: only the step-time jitter differs. Nothing may rank "
-         "as a significant change against `healthy`."),
-    _run("nccl-version-bump", "The healthy job after a container update moved NCCL from 2.21.5 to 2.23.4 on "
-         "every host, and the all-reduce got slower with it.", hosts=tuple(replace(h, version=Version("2.23.4", "12.6")) for h in HOSTS),
-         phases=SLOWER_ALLREDUCE, rules=("TL402",)),  # fmt: skip
-    _run("gdr-lost", "node03 and node04 came back from maintenance without nvidia-peermem: their inter-node "
-         "channels run NET/IB without GPUDirect RDMA, and the all-reduce slows.", hosts=_on(("node03", "node04"), gdr=False),
-         phases=SLOWER_ALLREDUCE, rules=("TL104", "TL402")),  # fmt: skip
-    _run("port-half-rate", "node02's mlx5_1 came back from repair trained at 200 Gb/s instead of 400 Gb/s "
-         "(ibstat `Rate: 200`); the all-reduce slows.", half_rate="node02:mlx5_1", phases=SLOWER_ALLREDUCE, rules=("TL205", "TL402")),
-    _run("overlap-comm-off", "Someone set `overlap_comm: false` in ds_config.json: under ZeRO-2 the gradient "
-         "reduction now waits for the backward pass.", config=DsConfig(overlap_comm=False), phases=SLOWER_ALLREDUCE,
-         rules=("TL402", "TL501")),  # fmt: skip
-    _run("socket-some-hosts", "A new image lost the IB devices on node03 and node04 (`NET/IB : No device found.`): "
-         "NCCL falls back to TCP sockets there and every collective slows.", hosts=_on(("node03", "node04"), hcas=()),
-         phases=SLOWER_ALLREDUCE, rules=("TL101", "TL103", "TL402")),  # fmt: skip
+    _run(
+        "healthy",
+        "A healthy 4-node x 2-GPU DeepSpeed ZeRO-2 job over InfiniBand with GPUDirect RDMA, "
+        "every rank logging its timers, ports at 400 Gb/s. The good run of every pair.",
+    ),
+    _run(
+        "healthy-rerun",
+        "The same healthy job run again: only the step-time jitter differs. Nothing may rank "
+        "as a significant change against `healthy`.",
+    ),
+    _run(
+        "nccl-version-bump",
+        "The healthy job after a container update moved NCCL from 2.21.5 to 2.23.4 on "
+        "every host, and the all-reduce got slower with it.",
+        hosts=tuple(replace(h, version=Version("2.23.4", "12.6")) for h in HOSTS),
+        phases=SLOWER_ALLREDUCE,
+        rules=("TL402",),
+    ),  # fmt: skip
+    _run(
+        "gdr-lost",
+        "node03 and node04 came back from maintenance without nvidia-peermem: their inter-node "
+        "channels run NET/IB without GPUDirect RDMA, and the all-reduce slows.",
+        hosts=_on(("node03", "node04"), gdr=False),
+        phases=SLOWER_ALLREDUCE,
+        rules=("TL104", "TL402"),
+    ),  # fmt: skip
+    _run(
+        "port-half-rate",
+        "node02's mlx5_1 came back from repair trained at 200 Gb/s instead of 400 Gb/s "
+        "(ibstat `Rate: 200`); the all-reduce slows.",
+        half_rate="node02:mlx5_1",
+        phases=SLOWER_ALLREDUCE,
+        rules=("TL205", "TL402"),
+    ),
+    _run(
+        "overlap-comm-off",
+        "Someone set `overlap_comm: false` in ds_config.json: under ZeRO-2 the gradient "
+        "reduction now waits for the backward pass.",
+        config=DsConfig(overlap_comm=False),
+        phases=SLOWER_ALLREDUCE,
+        rules=("TL402", "TL501"),
+    ),  # fmt: skip
+    _run(
+        "socket-some-hosts",
+        "A new image lost the IB devices on node03 and node04 (`NET/IB : No device found.`): "
+        "NCCL falls back to TCP sockets there and every collective slows.",
+        hosts=_on(("node03", "node04"), hcas=()),
+        phases=SLOWER_ALLREDUCE,
+        rules=("TL101", "TL103", "TL402"),
+    ),  # fmt: skip
 )
 
 PAIRS = (
@@ -88,7 +120,10 @@ def write_pairs(root: Path) -> Path:
         write(scenario, folder)
     expected = {
         "synthetic": True,
-        "pairs": [{"good": p.good, "bad": p.bad, "top": None if p.top is None else {"area": p.top[0], "what": p.top[1]}} for p in PAIRS],
+        "pairs": [
+            {"good": p.good, "bad": p.bad, "top": None if p.top is None else {"area": p.top[0], "what": p.top[1]}}
+            for p in PAIRS
+        ],
     }
     (folder / "pairs.json").write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
     lines = [f"- `{p.bad}` against `{p.good}`: " + (f"{p.top[0]} {p.top[1]} ranks first" if p.top else "no significant change")
@@ -97,7 +132,8 @@ def write_pairs(root: Path) -> Path:
         "# Run pairs for `tracelens diff`: synthetic\n\n"
         "Synthetic: written by the project's generator (`synth/pairs.py`, run by `python -m synth fixtures/`); no real log went into them.\n"
         "Each folder is a whole run with its own README. The pairs and the change that must rank first:\n\n"
-        + "\n".join(lines) + "\n",
+        + "\n".join(lines)
+        + "\n",
         encoding="utf-8",
     )
     return folder

@@ -111,7 +111,12 @@ def _data(qp: RoceQp, psn: int, ecn: int, ack_req: bool) -> Packet:
 
 def _response(qp: RoceQp, psn: int, syndrome: int, msn: int) -> Packet:
     bth = BTH(opcode=ACKNOWLEDGE, dqpn=qp.requester_qp, psn=psn & 0xFFFFFF)
-    return _ip(qp.responder, qp.requester, ECT0) / UDP(sport=qp.sport + 1, dport=ROCE_PORT) / bth / AETH(syndrome=syndrome, msn=msn)
+    return (
+        _ip(qp.responder, qp.requester, ECT0)
+        / UDP(sport=qp.sport + 1, dport=ROCE_PORT)
+        / bth
+        / AETH(syndrome=syndrome, msn=msn)
+    )
 
 
 def tcp_stream(
@@ -238,8 +243,11 @@ def write_bulk_roce(path: Path, packets: int = 1_000_000, qps: int = 8) -> Path:
     kinds = np.resize(np.array([0, 0, 0, 0, 1] * 12 + [0, 0, 0, 2]), packets)  # 0 data, 1 ACK, 2 CNP
     qp_of = np.arange(packets) % qps
     templates = [
-        [bytes(_data(qp, 0, ECT0, ack_req=False)), bytes(_response(qp, 0, ACK_CREDITS, 0)),
-         bytes(_ip(qp.responder, qp.requester, ECT0) / UDP(sport=qp.sport, dport=ROCE_PORT) / cnp(qp.requester_qp))]
+        [
+            bytes(_data(qp, 0, ECT0, ack_req=False)),
+            bytes(_response(qp, 0, ACK_CREDITS, 0)),
+            bytes(_ip(qp.responder, qp.requester, ECT0) / UDP(sport=qp.sport, dport=ROCE_PORT) / cnp(qp.requester_qp)),
+        ]
         for qp in qp_list
     ]
     wire = np.array([[len(t) for t in per_qp] for per_qp in templates])[qp_of, kinds]
@@ -277,7 +285,11 @@ def trouble_slice() -> bytes:
     """The slice's records (pcap, microseconds, Ethernet), without the file header: lost RoCE packets
     answered by NAKs and resent, an RNR NAK, ECN-CE marks with CNPs; a TCP stream with lost segments."""
     packets = [
-        *roce_conversation(RoceQp("10.0.0.1", "10.0.0.2", 0x11, 0x48), 400, RoceFaults(lost=(50, 200), rnr=(120,), congested=(10, 11, 12))),
+        *roce_conversation(
+            RoceQp("10.0.0.1", "10.0.0.2", 0x11, 0x48),
+            400,
+            RoceFaults(lost=(50, 200), rnr=(120,), congested=(10, 11, 12)),
+        ),
         *tcp_stream("10.0.1.1", "10.0.1.2", segments=300, lost=(40, 150, 151)),
     ]
     packets.sort(key=lambda p: float(p.time))
@@ -291,7 +303,13 @@ def templates() -> list[bytes]:
     """RoCE SEND, RoCE ACK, TCP data, TCP ACK: Ethernet frames to be patched."""
     eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
     return [
-        bytes(eth / IP(tos=2, flags="DF") / UDP(sport=49152, dport=4791) / BTH(opcode=0x04, ackreq=0) / Raw(b"\x5a" * 1024)),
+        bytes(
+            eth
+            / IP(tos=2, flags="DF")
+            / UDP(sport=49152, dport=4791)
+            / BTH(opcode=0x04, ackreq=0)
+            / Raw(b"\x5a" * 1024)
+        ),
         bytes(eth / IP(tos=2, flags="DF") / UDP(sport=49153, dport=4791) / BTH(opcode=0x11) / AETH(syndrome=0x1F)),
         bytes(eth / IP(flags="DF") / TCP(sport=40000, dport=5201, flags="PA", window=512) / Raw(b"\x33" * 1000)),
         bytes(eth / IP(flags="DF") / TCP(sport=5201, dport=40000, flags="A", window=512)),
@@ -350,7 +368,9 @@ class Background:
         _patch(out, frame + _IP_AT + 4, (data_before + ack * 7919) & 0xFFFF, 2)  # IP id: per direction, moving
         r, t = np.flatnonzero(roce), np.flatnonzero(~roce)
         psn = (1000 + np.maximum(data_before[r] - ack[r], 0)) & 0xFFFFFF  # an ACK names the last data PSN
-        qp = np.where(ack[r] == 1, 0x10000 + flow[r], 0x20000 + flow[r])  # data to the responder's QP, ACKs to the requester's
+        qp = np.where(
+            ack[r] == 1, 0x10000 + flow[r], 0x20000 + flow[r]
+        )  # data to the responder's QP, ACKs to the requester's
         _patch(out, frame[r] + _L4_AT + 8 + 5, qp, 3)
         _patch(out, frame[r] + _L4_AT + 8 + 9, psn, 3)
         _patch(out, frame[r] + _L4_AT, 49152 + ack[r], 2)

@@ -200,7 +200,12 @@ class Run:
         out = {"synthetic": True, "description": scenario.description, "rules": list(scenario.rules)}
         if cause := scenario.cause:
             start, end = self.spans[cause.span]
-            top = {"rule": cause.rule, "hosts": list(cause.hosts), "ports": list(cause.ports), "ranks": list(cause.ranks)}
+            top = {
+                "rule": cause.rule,
+                "hosts": list(cause.hosts),
+                "ports": list(cause.ports),
+                "ranks": list(cause.ranks),
+            }
             top = {k: v for k, v in top.items() if v}
             window = [self.utc(t).isoformat(timespec="milliseconds") for t in (start, end)]
             out["top"] = top | {"window": window, "tolerance_s": cause.tolerance_s}
@@ -220,13 +225,18 @@ class Run:
             t = self.now + 0.3 + self.rand.uniform(0, 0.2)
             stamp = self.time(t).strftime("%Y-%m-%d %H:%M:%S,") + f"{self.time(t).microsecond // 1000:03d}"
             head = f"[{stamp}] [INFO] [launch.py:"
-            self.put(host, "stdout", t, [
-                f"{head}146:main] WORLD INFO DICT: {slots}",
-                f"{head}152:main] nnodes={len(hosts)}, num_local_procs={host.gpus}, node_rank={node_rank}",
-                f"{head}163:main] global_rank_mapping=defaultdict(<class 'list'>, {ranks})",
-                f"{head}164:main] dist_world_size={first}",
-                f"{head}168:main] Setting CUDA_VISIBLE_DEVICES={','.join(map(str, range(host.gpus)))}",
-            ])
+            self.put(
+                host,
+                "stdout",
+                t,
+                [
+                    f"{head}146:main] WORLD INFO DICT: {slots}",
+                    f"{head}152:main] nnodes={len(hosts)}, num_local_procs={host.gpus}, node_rank={node_rank}",
+                    f"{head}163:main] global_rank_mapping=defaultdict(<class 'list'>, {ranks})",
+                    f"{head}164:main] dist_world_size={first}",
+                    f"{head}168:main] Setting CUDA_VISIBLE_DEVICES={','.join(map(str, range(host.gpus)))}",
+                ],
+            )
 
     def _init(self) -> None:
         """Every process starts NCCL and joins its communicators; ranks run concurrently."""
@@ -278,7 +288,9 @@ class Training:
             t = run.now + step * self.step_s + run.rand.uniform(0, 0.05)
             loss = 7.5 * (0.97 ** (step / 10)) + run.rand.uniform(0, 0.05)
             secs = self.step_s + run.rand.uniform(-0.01, 0.01)
-            run.put(proc.host, "stdout", t, [f"[train.py] step {step}/{self.steps} | loss {loss:.4f} | {secs:.3f} s/step"])
+            run.put(
+                proc.host, "stdout", t, [f"[train.py] step {step}/{self.steps} | loss {loss:.4f} | {secs:.3f} s/step"]
+            )
         run.now += self.steps * self.step_s + 1.0
 
 
@@ -359,11 +371,15 @@ class CounterDumps:
     def play(self, run: Run) -> None:
         for host, ports in self.ports:
             run.attach(f"{host}/ibstat.txt", fabric.ibstat(list(ports)))
-        periodic = [("during", k * self.every_s) for k in range(1, int(run.now // self.every_s) + 1)] if self.every_s else []
+        periodic = (
+            [("during", k * self.every_s) for k in range(1, int(run.now // self.every_s) + 1)] if self.every_s else []
+        )
         for moment, t in [("before", 0.0), *periodic, ("after", run.now)]:
             for host, ports in self.ports:
                 at = run.utc(t)
-                text = fabric.port_dumps(host, list(ports), at, self.cleared_s + t, rising_s=self._rising_s(run, t), tool=self.tool)
+                text = fabric.port_dumps(
+                    host, list(ports), at, self.cleared_s + t, rising_s=self._rising_s(run, t), tool=self.tool
+                )
                 run.attach(f"{host}/{self.tool}-{moment}-{at:%H%M}.txt", text)
 
     def _rising_s(self, run: Run, t: float) -> float | None:
@@ -381,7 +397,9 @@ def _network(h: Host) -> str:
 
 
 def readme(scenario: Scenario) -> str:
-    hosts = "\n".join(f"- {h.name} ({h.ip}): {h.gpus} GPUs, NCCL {h.version.text}, {_network(h)}" for h in scenario.hosts)
+    hosts = "\n".join(
+        f"- {h.name} ({h.ip}): {h.gpus} GPUs, NCCL {h.version.text}, {_network(h)}" for h in scenario.hosts
+    )
     rules = ", ".join(scenario.rules) or "none (a healthy run: no rule may fire)"
     if cause := scenario.cause:
         scope = ", ".join([*cause.hosts, *cause.ports, *(f"rank {r}" for r in cause.ranks)])

@@ -117,10 +117,17 @@ SCENARIOS = (
             CounterDumps(
                 ports=(
                     ("node01", (FabricPort("mlx5_0", lid=11), FabricPort("mlx5_1", lid=12))),
-                    ("node02", (
-                        FabricPort("mlx5_0", lid=21),
-                        FabricPort("mlx5_1", lid=22, per_second={"SymbolErrorCounter": 37.0, "LinkErrorRecoveryCounter": 0.02}),
-                    )),
+                    (
+                        "node02",
+                        (
+                            FabricPort("mlx5_0", lid=21),
+                            FabricPort(
+                                "mlx5_1",
+                                lid=22,
+                                per_second={"SymbolErrorCounter": 37.0, "LinkErrorRecoveryCounter": 0.02},
+                            ),
+                        ),
+                    ),
                 ),
             ),
         ),

@@ -42,7 +42,6 @@ def analysis_of() -> Callable[[Path | str], Analysis]:
     return analysis
 
 
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Under pytest-xdist (`-n`): the tests that read shared analyses (through analysis_of or a fixture

@@ -100,7 +100,9 @@ def test_a_counter_of_2_64_is_one_unrecognised_line_and_huge_deltas_do_not_crash
     row = _input(analysis, "node01/perfquery-after.txt")
     assert not row["errors"] and row["unrecognized"] == 1 and row["samples"][0]["line"] == 6
     values = analysis.tables["ib_counters"].filter(pl.col("file") == "node01/perfquery-after.txt")
-    assert set(values["counter"]) >= {"PortXmitData", "SymbolErrorCounter"} and "PortRcvData" not in set(values["counter"])
+    assert set(values["counter"]) >= {"PortXmitData", "SymbolErrorCounter"} and "PortRcvData" not in set(
+        values["counter"]
+    )
     events = analysis.context.network_events  # deltas of 2^63 and more: counted at the largest count, no error
     assert events.filter(pl.col("what") == "SymbolErrorCounter")["count"].to_list() == [2**63 - 1]
 
@@ -109,7 +111,8 @@ def test_a_counter_of_2_64_is_one_unrecognised_line_and_huge_deltas_do_not_crash
 def test_ds_config_numbers_that_are_no_numbers_fire_no_rule_and_crash_nothing(tmp_path: Path, value: str):
     config = (
         '{"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": %s, "overlap_comm": false,'  # noqa: UP031
-        ' "reduce_bucket_size": %s, "allgather_bucket_size": %s}}' % (value, value, value)  # %: the JSON's braces stay as they are
+        ' "reduce_bucket_size": %s, "allgather_bucket_size": %s}}'
+        % (value, value, value)  # %: the JSON's braces stay as they are
     )
     analysis = _run(tmp_path, {"node01/ds_config.json": config})
     assert {f.rule_id for f in analysis.findings} & {"TL501", "TL502"} == set()
@@ -176,4 +179,3 @@ def test_an_over_long_line_followed_by_more_lines_keeps_the_count(tmp_path: Path
     path.write_bytes(b"a\n" + b"z" * (3 << 20) + b"\nb\nc")
     texts = pl.concat(list(read_chunks(path, chunk_bytes=1 << 20)))["text"].to_list()
     assert [t[:1] for t in texts] == ["a", "z", "b", "c"] and len(texts[1]) == 1 << 20
-

@@ -26,8 +26,15 @@ if CHROMIUM is None:
     pytest.skip("no chromium on PATH: `apt-get install -y chromium` (.ci/run installs it)", allow_module_level=True)
 
 ARTEFACTS = Path(os.environ.get("TRACELENS_ARTEFACTS", Path(tempfile.gettempdir()) / "tracelens-artefacts"))
-FLAGS = ["--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-sandbox"]
+FLAGS = [
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-sandbox",
+]
 SCREENS = {"desktop": {"width": 1366, "height": 768}, "phone": {"width": 390, "height": 844}}
 
 
@@ -36,8 +43,12 @@ def browser(tmp_path_factory):
     with playwright.sync_playwright() as p:
         # launch_persistent_context gives the fresh --user-data-dir the brief asks for; headless by default
         context = p.chromium.launch_persistent_context(
-            str(tmp_path_factory.mktemp("chromium-profile")), executable_path=CHROMIUM, headless=True, args=FLAGS,
-            viewport=SCREENS["desktop"], offline=True,
+            str(tmp_path_factory.mktemp("chromium-profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=FLAGS,
+            viewport=SCREENS["desktop"],
+            offline=True,
         )
         yield context
         context.close()

@@ -38,14 +38,18 @@ def _no_traceback(result) -> str:
 
 @pytest.mark.parametrize("option", ["--select", "--ignore"])
 def test_an_unknown_rule_id_is_a_usage_error_even_with_fail_on(run: Path, tmp_path: Path, option: str):
-    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), option, "TL107,TL1O7", "--fail-on", "warning"])
+    result = runner.invoke(
+        app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), option, "TL107,TL1O7", "--fail-on", "warning"]
+    )
     assert result.exit_code == 2
     assert "no rule 'TL1O7'" in _no_traceback(result)
     assert not (tmp_path / "r.html").exists()  # stopped before the analysis
 
 
 def test_a_rule_family_prefix_is_accepted(run: Path, tmp_path: Path):
-    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--select", "TL1", "--ignore", "TL107"])
+    result = runner.invoke(
+        app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--select", "TL1", "--ignore", "TL107"]
+    )
     assert result.exit_code == 0, result.output
 
 

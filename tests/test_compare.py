@@ -99,7 +99,9 @@ def test_mann_whitney_tells_shift_from_jitter():
 
 def test_diff_command_writes_html_and_json(tmp_path):
     html, data = tmp_path / "diff.html", tmp_path / "diff.json"
-    result = CliRunner().invoke(app, ["diff", str(PAIRS / "healthy"), str(PAIRS / "socket-some-hosts"), "-o", str(html), "--json", str(data)])
+    result = CliRunner().invoke(
+        app, ["diff", str(PAIRS / "healthy"), str(PAIRS / "socket-some-hosts"), "-o", str(html), "--json", str(data)]
+    )
     assert result.exit_code == 0, result.output
     assert "1. NCCL inter-node transport: NET/IB/GDRDMA -> NET/Socket on 2 hosts (node03, node04)" in result.output
     page = html.read_text()
@@ -110,7 +112,16 @@ def test_diff_command_writes_html_and_json(tmp_path):
 
 def test_analyze_with_a_baseline_adds_the_comparison(tmp_path):
     html, data = tmp_path / "r.html", tmp_path / "r.json"
-    args = ["analyze", str(PAIRS / "port-half-rate"), "--baseline", str(PAIRS / "healthy"), "-o", str(html), "--json", str(data)]
+    args = [
+        "analyze",
+        str(PAIRS / "port-half-rate"),
+        "--baseline",
+        str(PAIRS / "healthy"),
+        "-o",
+        str(html),
+        "--json",
+        str(data),
+    ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "Against" in result.output and "port mlx5_1:1 rate" in result.output
@@ -122,7 +133,10 @@ def test_log_text_in_a_change_is_escaped(tmp_path):
     run = tmp_path / "bad"
     shutil.copytree(PAIRS / "healthy", run)
     log = run / "node01" / "train.log"
-    text = log.read_text().replace("NCCL_SOCKET_IFNAME set by environment to eth0", "NCCL_SOCKET_IFNAME set by environment to <img src=x onerror=alert(1)>")
+    text = log.read_text().replace(
+        "NCCL_SOCKET_IFNAME set by environment to eth0",
+        "NCCL_SOCKET_IFNAME set by environment to <img src=x onerror=alert(1)>",
+    )
     log.write_text(text)
     html = tmp_path / "d.html"
     result = CliRunner().invoke(app, ["diff", str(PAIRS / "healthy"), str(run), "-o", str(html)])

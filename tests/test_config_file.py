@@ -96,8 +96,14 @@ def test_a_typo_in_a_key_is_a_one_line_usage_error_naming_the_file_and_key(run, 
         ('selct = ["TL1"]', "selct: unknown key (known: select, ignore, tz, severity, rules, steps, hosts)"),
         ('[severity]\nTL999 = "info"', "severity.TL999: unknown rule"),
         ('[severity]\nTL501 = "urgent"', "severity.TL501: 'urgent' is not info, warning or critical"),
-        ("[rules.TL502]\nsmall_bucket = 0.5", "rules.TL502.small_bucket: 0.5 is not a whole number like the default 50000000"),
-        ('[rules.TL504]\ncomm_bound_share = "high"', "rules.TL504.comm_bound_share: 'high' is not a number like the default 0.35"),
+        (
+            "[rules.TL502]\nsmall_bucket = 0.5",
+            "rules.TL502.small_bucket: 0.5 is not a whole number like the default 50000000",
+        ),
+        (
+            '[rules.TL504]\ncomm_bound_share = "high"',
+            "rules.TL504.comm_bound_share: 'high' is not a number like the default 0.35",
+        ),
         ("[rules.TL999]\nx = 1", "rules.TL999: unknown rule"),
         ("[rules.TL304]\nloss_share = -0.1", "rules.TL304.loss_share: -0.1 is not a finite number of 0 or more"),
         ("[rules.TL304]\nloss_share = nan", "rules.TL304.loss_share: nan is not a finite number of 0 or more"),
@@ -160,7 +166,9 @@ def test_config_option_wins_over_the_files_found(run, tmp_path, monkeypatch):
 
 
 def test_a_missing_config_option_file_is_a_usage_error(run, tmp_path):
-    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--config", str(tmp_path / "nope.toml")])
+    result = runner.invoke(
+        app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--config", str(tmp_path / "nope.toml")]
+    )
     assert result.exit_code == 2 and "nope.toml: no such file or folder" in result.stderr
 
 
@@ -168,7 +176,9 @@ def test_select_on_the_command_line_wins_over_the_configs(run, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     (run / "tracelens.toml").write_text('select = ["TL2"]\n')
     from_file = analyse(run, tmp_path)
-    assert rule_ids(from_file) == set() and all(r.startswith("TL2") for r in from_file["rules_checked"] + [n["rule"] for n in from_file["rules_not_run"]])
+    assert rule_ids(from_file) == set() and all(
+        r.startswith("TL2") for r in from_file["rules_checked"] + [n["rule"] for n in from_file["rules_not_run"]]
+    )
     assert rule_ids(analyse(run, tmp_path, "--select", "TL5")) == {"TL501"}
 
 
@@ -185,7 +195,9 @@ def test_tz_on_the_command_line_wins_over_the_configs(run, tmp_path, monkeypatch
 def test_diff_reads_the_config_too(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tracelens.toml").write_text("[rules.TL999]\n")
-    result = runner.invoke(app, ["diff", str(FIXTURES / ZERO_OFF), str(FIXTURES / ZERO_OFF), "-o", str(tmp_path / "d.html")])
+    result = runner.invoke(
+        app, ["diff", str(FIXTURES / ZERO_OFF), str(FIXTURES / ZERO_OFF), "-o", str(tmp_path / "d.html")]
+    )
     assert result.exit_code == 2 and "tracelens.toml: rules.TL999: unknown rule" in result.stderr
 
 
@@ -204,5 +216,7 @@ def test_steps_table_sets_what_makes_a_step_slow_for_every_rule(tmp_path, monkey
     (run / "tracelens.toml").write_text("[steps]\nslow_sigma = 3\n")
     result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2
-    assert result.stderr.strip() == (f"error: {run / 'tracelens.toml'}: steps.slow_sigma: unknown setting "
-                                     "(the settings of steps: slow_ratio, slow_sigmas, sustained_ratio, sustained_steps)")
+    assert result.stderr.strip() == (
+        f"error: {run / 'tracelens.toml'}: steps.slow_sigma: unknown setting "
+        "(the settings of steps: slow_ratio, slow_sigmas, sustained_ratio, sustained_steps)"
+    )

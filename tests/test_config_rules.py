@@ -32,7 +32,10 @@ def test_overlap_off_without_zero_is_not_a_finding(tmp_path):
 
 def test_overlap_off_in_the_log_echo(analysis_of):
     (f,) = [f for f in analysis_of("ds-overlap-comm-off").findings if f.rule_id == "TL501"]
-    assert {e.text for e in f.evidence} == {"zero_optimization.overlap_comm = False", "zero_optimization.overlap_comm = false"}
+    assert {e.text for e in f.evidence} == {
+        "zero_optimization.overlap_comm = False",
+        "zero_optimization.overlap_comm = false",
+    }
 
 
 def test_small_bucket(tmp_path):

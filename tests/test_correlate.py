@@ -20,15 +20,29 @@ def test_a_slow_window_is_blamed_on_the_port_whose_errors_rose_in_it():
         # node02 mlx5_1 counts symbol errors only in the dump intervals around steps 100-140 (about 100-225 s)
         ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0, 0, 3000, 6000, 6000, 6000, 6000])
         + counters("node01", "mlx5_1", "SymbolErrorCounter", [5] * 7),
-        nccl_errors=[{"file": "node01/train.log", "line": 1000, "host": "node01", "kind": "ib_completion", "status": 12,
-                      "status_name": "IBV_WC_RETRY_EXC_ERR", "peer": "node02", "ts": at(150), "ts_quality": "exact",
-                      "message": "NET/IB : Got completion from peer node02 with status=12"}],
+        nccl_errors=[
+            {
+                "file": "node01/train.log",
+                "line": 1000,
+                "host": "node01",
+                "kind": "ib_completion",
+                "status": 12,
+                "status_name": "IBV_WC_RETRY_EXC_ERR",
+                "peer": "node02",
+                "ts": at(150),
+                "ts_quality": "exact",
+                "message": "NET/IB : Got completion from peer node02 with status=12",
+            }
+        ],
     )
     (finding,) = fire(t, "TL410")
     assert finding.hosts == ["node02"] and finding.ports == ["mlx5_1:1"]
     assert "mlx5_1 port 1" in finding.title and "bad link" in finding.title
     assert finding.verdict.cause == "link"
-    assert any(r.startswith("node02 mlx5_1 port 1: SymbolErrorCounter") and r.endswith("95% confidence)") for r in finding.verdict.because)
+    assert any(
+        r.startswith("node02 mlx5_1 port 1: SymbolErrorCounter") and r.endswith("95% confidence)")
+        for r in finding.verdict.because
+    )
     assert not any("node01" in r for r in finding.verdict.because)  # its counter stood still at 5
     begin, end = slow_span()
     assert abs(finding.window[0] - begin) < timedelta(seconds=4) and finding.window[1] == end
@@ -37,15 +51,21 @@ def test_a_slow_window_is_blamed_on_the_port_whose_errors_rose_in_it():
 
 
 def test_the_joined_root_cause_ranks_above_its_symptoms():
-    t = analysed(steps=steps(slow=SLOW), ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0, 0, 3000, 6000, 6000, 6000, 6000]))
+    t = analysed(
+        steps=steps(slow=SLOW),
+        ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0, 0, 3000, 6000, 6000, 6000, 6000]),
+    )
     findings, _ = run_rules(RunContext(t), select_rules(["TL2", "TL4"]))
     assert [f.rule_id for f in findings][:2] == ["TL410", "TL401"]
 
 
 def test_congestion_at_both_ends_of_a_link_names_both_hosts():
     wait = [0, 0, 10**9, 2 * 10**9, 2 * 10**9, 2 * 10**9, 2 * 10**9]  # PortXmitWait ticks: 6% of a minute blocked
-    t = analysed(steps=steps(slow=SLOW), ib_counters=counters("node01", "mlx5_0", "PortXmitWait", wait)
-                 + counters("node02", "mlx5_0", "PortXmitWait", wait))
+    t = analysed(
+        steps=steps(slow=SLOW),
+        ib_counters=counters("node01", "mlx5_0", "PortXmitWait", wait)
+        + counters("node02", "mlx5_0", "PortXmitWait", wait),
+    )
     (finding,) = fire(t, "TL410")
     assert finding.hosts == ["node01", "node02"] and finding.ports == ["mlx5_0:1"] and "congestion" in finding.title
 
@@ -58,7 +78,10 @@ def test_a_slow_window_without_network_evidence_says_what_to_collect():
 
 
 def test_errors_outside_the_window_do_not_explain_it():
-    t = analysed(steps=steps(slow=SLOW), ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0, 0, 0, 0, 0, 0, 0, 500], every_s=60))
+    t = analysed(
+        steps=steps(slow=SLOW),
+        ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0, 0, 0, 0, 0, 0, 0, 500], every_s=60),
+    )
     (finding,) = fire(t, "TL410")
     assert "cause undetermined" in finding.title  # the rise between 360 s and 420 s is long after the window
     assert any("SymbolErrorCounter" in r and r.endswith("no rise") for r in finding.verdict.against)
@@ -71,8 +94,18 @@ def test_a_window_where_one_hosts_compute_grew_is_blamed_on_that_straggler():
             inside = r["step"] in SLOW
             compute = 600.0 * (3.0 if inside and slow_compute else 1.0)
             allreduce = 100.0 + (1200.0 if inside and not slow_compute else 0.0)
-            rows.append({**r, "host": host, "rank": rank, "iter_ms": None, "fwd_ms": compute / 3, "bwd_ms": 2 * compute / 3 + allreduce,
-                         "bwd_allreduce_ms": allreduce, "step_ms": 300.0})
+            rows.append(
+                {
+                    **r,
+                    "host": host,
+                    "rank": rank,
+                    "iter_ms": None,
+                    "fwd_ms": compute / 3,
+                    "bwd_ms": 2 * compute / 3 + allreduce,
+                    "bwd_allreduce_ms": allreduce,
+                    "step_ms": 300.0,
+                }
+            )
         return rows
 
     (finding,) = fire(analysed(steps=timers("node01", 0, False) + timers("node02", 4, True)), "TL410")
@@ -90,8 +123,18 @@ def _timers(host: str, rank: int, slow_compute: bool, compute_factor: float = 3.
         grow = compute_factor if inside and slow_compute else 1.0
         waits = inside and not slow_compute and r["step"] % waits_every == 0
         allreduce = 100.0 + (1200.0 * waits_every if waits else 0.0)
-        rows.append({**r, "host": host, "rank": rank, "iter_ms": None, "fwd_ms": 200.0 * grow, "bwd_ms": 400.0 + allreduce,
-                     "bwd_allreduce_ms": allreduce, "step_ms": 300.0 * grow})
+        rows.append(
+            {
+                **r,
+                "host": host,
+                "rank": rank,
+                "iter_ms": None,
+                "fwd_ms": 200.0 * grow,
+                "bwd_ms": 400.0 + allreduce,
+                "bwd_allreduce_ms": allreduce,
+                "step_ms": 300.0 * grow,
+            }
+        )
     return rows
 
 
@@ -103,8 +146,23 @@ def _steady_retransmissions(per_s: float, lower_in_window: bool) -> list[dict]:
     rows, seq, frame, t, next_retx = [], 1000, 0, 0.0, 0.0
     while t < 330:
         frame += 1
-        rows.append({"file": "link.pcap", "frame": frame, "ts": at(t), "src": "10.99.0.1", "dst": "10.99.0.2", "proto": "tcp",
-                     "sport": 40000, "dport": 29500, "seq": seq, "ack": 1, "flags": 0x18, "payload": 1000, "length": 1054})
+        rows.append(
+            {
+                "file": "link.pcap",
+                "frame": frame,
+                "ts": at(t),
+                "src": "10.99.0.1",
+                "dst": "10.99.0.2",
+                "proto": "tcp",
+                "sport": 40000,
+                "dport": 29500,
+                "seq": seq,
+                "ack": 1,
+                "flags": 0x18,
+                "payload": 1000,
+                "length": 1054,
+            }
+        )
         seq += 1000
         if t >= next_retx:
             frame += 1
@@ -118,12 +176,17 @@ def _steady_retransmissions(per_s: float, lower_in_window: bool) -> list[dict]:
 def test_a_contended_rank_is_the_straggler_even_with_retransmissions_in_the_window():
     """Issue 10's real run: retransmissions about 4.5/s all run long (slightly fewer in the window), one
     rank's fwd and optimizer step 3x in the window, the other rank's compute flat and its all-reduce waiting."""
-    t = analysed(steps=_timers("node01", 0, False) + _timers("node02", 1, True), packets=_steady_retransmissions(4.5, True))
+    t = analysed(
+        steps=_timers("node01", 0, False) + _timers("node02", 1, True), packets=_steady_retransmissions(4.5, True)
+    )
     (finding,) = fire(t, "TL410")
     v = finding.verdict
     assert v.cause == "straggler" and finding.ranks == [1] and finding.hosts == ["node02"], v.headline
     assert v.confidence == "high" and "seen in the logs of 2 ranks" in finding.summary
-    assert any(r.startswith("rank 1 (node02): compute time") and "forward 3.0x" in r and "optimizer step 3.0x" in r for r in v.because)
+    assert any(
+        r.startswith("rank 1 (node02): compute time") and "forward 3.0x" in r and "optimizer step 3.0x" in r
+        for r in v.because
+    )
     assert any(r.startswith("rank 0 (node01): communication time") and "(it waited)" in r for r in v.because)
     loss = [r for r in v.against if "loss-driven TCP retransmissions" in r]
     assert loss and loss[0].endswith("no rise") and "/s before" in loss[0] and "/s after" in loss[0]
@@ -146,8 +209,11 @@ def _retransmission_burst() -> list[dict]:
     """Retransmissions 0.5/s all run long, and 10x that in the slow window."""
     begin, end = slow_span()
     steady = _steady_retransmissions(0.5, False)
-    burst = [{**r, "frame": 10_000 + i, "ts": r["ts"] + timedelta(milliseconds=7), "seq": r["seq"] - 20_000}
-             for i, r in enumerate(steady[::20]) if begin <= r["ts"] <= end]
+    burst = [
+        {**r, "frame": 10_000 + i, "ts": r["ts"] + timedelta(milliseconds=7), "seq": r["seq"] - 20_000}
+        for i, r in enumerate(steady[::20])
+        if begin <= r["ts"] <= end
+    ]
     return [{**r, "frame": i + 1} for i, r in enumerate(sorted(steady + burst, key=lambda r: r["ts"]))]
 
 
@@ -187,15 +253,30 @@ def test_a_steady_run_has_no_slow_window():
 
 
 def _comms(world: int = 8) -> list[dict]:
-    return [{"host": "node01" if r < 4 else "node02", "pid": 100 + r, "rank": r, "nranks": world, "event": "init_complete"}
-            for r in range(world)]
+    return [
+        {"host": "node01" if r < 4 else "node02", "pid": 100 + r, "rank": r, "nranks": world, "event": "init_complete"}
+        for r in range(world)
+    ]
 
 
 def _timeouts(ranks: list[int], started: float = 100.0) -> list[dict]:
-    return [{"file": f"node0{1 + r // 4}/train.log", "line": 500 + r, "host": "node01" if r < 4 else "node02", "rank": r,
-             "kind": "watchdog_timeout", "seq": 412, "op_type": "ALLREDUCE", "timeout_ms": 600_000, "ran_ms": 600_040 + r,
-             "ts": at(started + 600.04 + r / 1000), "ts_quality": "exact", "message": f"[Rank {r}] Watchdog caught ..."}
-            for r in ranks]
+    return [
+        {
+            "file": f"node0{1 + r // 4}/train.log",
+            "line": 500 + r,
+            "host": "node01" if r < 4 else "node02",
+            "rank": r,
+            "kind": "watchdog_timeout",
+            "seq": 412,
+            "op_type": "ALLREDUCE",
+            "timeout_ms": 600_000,
+            "ran_ms": 600_040 + r,
+            "ts": at(started + 600.04 + r / 1000),
+            "ts_quality": "exact",
+            "message": f"[Rank {r}] Watchdog caught ...",
+        }
+        for r in ranks
+    ]
 
 
 def test_a_hang_names_the_rank_that_never_joined_the_collective():
@@ -207,23 +288,45 @@ def test_a_hang_names_the_rank_that_never_joined_the_collective():
 
 
 def test_when_every_rank_reported_the_one_whose_steps_stopped_first_is_named():
-    last_steps = [{"file": f"r{r}.log", "line": 1, "host": "node01" if r < 4 else "node02", "rank": r, "step": 50 if r == 6 else 51,
-                   "ts": at(95 if r == 6 else 99.5), "message": "timers"} for r in range(8)]
+    last_steps = [
+        {
+            "file": f"r{r}.log",
+            "line": 1,
+            "host": "node01" if r < 4 else "node02",
+            "rank": r,
+            "step": 50 if r == 6 else 51,
+            "ts": at(95 if r == 6 else 99.5),
+            "message": "timers",
+        }
+        for r in range(8)
+    ]
     t = analysed(nccl_comms=_comms(), nccl_errors=_timeouts(list(range(8))), steps=last_steps)
     (finding,) = fire(t, "TL411")
     assert finding.ranks == [6] and finding.hosts == ["node02"]
 
 
 def test_a_silent_stretch_in_every_log_of_a_host_is_a_stall():
-    lines = [{"file": "node01/train.log", "line": i, "host": "node01", "ts": at(i if i < 100 else i + 900), "level": "INFO",
-              "message": "x"} for i in range(1, 200)]
+    lines = [
+        {
+            "file": "node01/train.log",
+            "line": i,
+            "host": "node01",
+            "ts": at(i if i < 100 else i + 900),
+            "level": "INFO",
+            "message": "x",
+        }
+        for i in range(1, 200)
+    ]
     (finding,) = fire(analysed(nccl_events=lines), "TL411")
     assert finding.hosts == ["node01"] and "silent" in finding.title
     assert finding.window == (at(99), at(1000)) and finding.cost_seconds == 901
 
 
 def test_a_run_that_logs_steadily_and_completes_has_no_stall():
-    lines = [{"file": "node01/train.log", "line": i, "host": "node01", "ts": at(i * 3), "level": "INFO", "message": "x"} for i in range(1, 300)]
+    lines = [
+        {"file": "node01/train.log", "line": i, "host": "node01", "ts": at(i * 3), "level": "INFO", "message": "x"}
+        for i in range(1, 300)
+    ]
     assert fire(analysed(nccl_events=lines, nccl_comms=_comms()), "TL411") == []
 
 
@@ -231,8 +334,18 @@ def test_a_run_that_logs_steadily_and_completes_has_no_stall():
 
 
 def _socket_choice(ts: datetime) -> list[dict]:
-    return [{"file": "node02/train-2.log", "line": 3, "host": "node02", "pid": 7, "what": "network", "name": "Socket", "ts": ts,
-             "ts_quality": "exact"}]
+    return [
+        {
+            "file": "node02/train-2.log",
+            "line": 3,
+            "host": "node02",
+            "pid": 7,
+            "what": "network",
+            "name": "Socket",
+            "ts": ts,
+            "ts_quality": "exact",
+        }
+    ]
 
 
 def test_a_socket_fallback_costs_the_slowdown_against_the_jobs_ib_steps():
@@ -252,6 +365,8 @@ def test_a_run_on_sockets_from_the_start_has_nothing_to_compare_with():
 
 
 def test_a_socket_fallback_that_costs_nothing_is_not_reported():
-    t = analysed(steps=steps(count=80) + steps(count=100, first=61, start=175, file="node01/train-2.log"),
-                 nccl_net=_socket_choice(at(170)))
+    t = analysed(
+        steps=steps(count=80) + steps(count=100, first=61, start=175, file="node01/train-2.log"),
+        nccl_net=_socket_choice(at(170)),
+    )
     assert fire(t, "TL412") == []

@@ -48,7 +48,13 @@ def test_v01_logger_progress_and_bare_timers(tmp_path):
     )
     (row,) = steps(result)
     assert (row["step"], row["skipped"], row["lr"], row["rank"]) == (50, 1, 0.001, 0)
-    assert (row["fwd_ms"], row["bwd_ms"], row["bwd_inner_ms"], row["bwd_allreduce_ms"], row["step_ms"]) == (193.65, 300.1, 250.0, 0.05, 3.0)
+    assert (row["fwd_ms"], row["bwd_ms"], row["bwd_inner_ms"], row["bwd_allreduce_ms"], row["step_ms"]) == (
+        193.65,
+        300.1,
+        250.0,
+        0.05,
+        3.0,
+    )
     assert str(row["ts"]) == "2020-02-06 19:53:56+00:00"
     assert counts(result) == (3, 0, 0)
 
@@ -72,7 +78,13 @@ def test_v057_to_v0100_rank_timers_behind_log_dist(tmp_path):
         ],
     )
     (row,) = steps(result)
-    assert (row["step"], row["rank"], row["fwd_ms"], row["bwd_allreduce_ms"], row["step_ms"]) == (10, 0, 27.41, 22.4, 4.0)
+    assert (row["step"], row["rank"], row["fwd_ms"], row["bwd_allreduce_ms"], row["step_ms"]) == (
+        10,
+        0,
+        27.41,
+        22.4,
+        4.0,
+    )
     assert row["message"].startswith("rank=0 time (ms) | forward: 27.41")  # the global line is the evidence
 
 
@@ -91,7 +103,11 @@ def test_v0101_short_names_zero_optimizer_and_throughput(tmp_path):
     )
     (row,) = steps(result)
     assert (row["step"], row["fwd_ms"], row["bwd_inner_ms"], row["step_ms"]) == (10, 97.76, 216.15, 71.04)
-    assert (row["optimizer_allgather_ms"], row["optimizer_gradients_ms"], row["optimizer_step_ms"]) == (12.5, 3.25, 40.0)
+    assert (row["optimizer_allgather_ms"], row["optimizer_gradients_ms"], row["optimizer_step_ms"]) == (
+        12.5,
+        3.25,
+        40.0,
+    )
     assert (row["epoch"], row["micro_step"], row["samples_per_sec"]) == (0, 20, 170.5)
     assert row["avg_samples_per_sec"] == pytest.approx(171.84931800059496)
 
@@ -135,7 +151,8 @@ def test_pipeline_timers_are_kept_as_lines_of_their_step(tmp_path):
         tmp_path,
         [
             RANK0 + PROGRESS.format(1),
-            RANK0 + "time (ms) | pipe_send_output: 1.20 | pipe_send_grad: 0.80 | pipe_recv_input: 3.10 | pipe_recv_grad: 2.00",
+            RANK0
+            + "time (ms) | pipe_send_output: 1.20 | pipe_send_grad: 0.80 | pipe_recv_input: 3.10 | pipe_recv_grad: 2.00",
         ],
     )
     assert [r["step"] for r in steps(result)] == [1] and counts(result) == (2, 0, 0)
@@ -162,7 +179,13 @@ def test_megatron_iteration_lines(tmp_path, prefix):
         " | number of skipped iterations:   1 | samples per second: 3.714 |"
     )
     (row,) = steps(ingest(tmp_path, [prefix + line.lstrip() if prefix else line]))
-    assert (row["step"], row["iter_ms"], row["lr"], row["samples_per_sec"], row["skipped"]) == (3, 25849.1, 1.5e-4, 3.714, 1)
+    assert (row["step"], row["iter_ms"], row["lr"], row["samples_per_sec"], row["skipped"]) == (
+        3,
+        25849.1,
+        1.5e-4,
+        3.714,
+        1,
+    )
 
 
 # ---------------------------------------------------------------- wrappers (§1.1)
@@ -208,7 +231,8 @@ def test_bare_prints_behind_launcher_tags(tmp_path, wrapper):
     result = ingest(
         tmp_path,
         [
-            wrapper + "rank=0 time (ms) | forward: 5.00 | backward: 6.00 | backward_inner: 4.00 | backward_allreduce: 2.00 | step: 1.00",
+            wrapper
+            + "rank=0 time (ms) | forward: 5.00 | backward: 6.00 | backward_inner: 4.00 | backward_allreduce: 2.00 | step: 1.00",
             wrapper + "steps: 10 loss: 0.6931 iter time (s): 0.500 samples/sec: 64.000",
         ],
     )
@@ -235,17 +259,25 @@ def test_foreign_loggers_carrying_deepspeed_messages(tmp_path):
 
 
 def test_crlf_logs_read_the_same(tmp_path):
-    lines = ["worker-0: " + RANK0 + PROGRESS.format(3), "worker-0: " + RANK0 + "time (ms) | fwd: 1.00 | bwd: 2.00 | step: 3.00"]
+    lines = [
+        "worker-0: " + RANK0 + PROGRESS.format(3),
+        "worker-0: " + RANK0 + "time (ms) | fwd: 1.00 | bwd: 2.00 | step: 3.00",
+    ]
     unix, dos = ingest(tmp_path, lines, "unix.log"), ingest(tmp_path, lines, "dos.log", newline="\r\n")
     assert steps(unix) == [{**row, "file": "unix.log"} for row in steps(dos)]
     assert steps(dos)[0]["message"].endswith("step: 3.00")
 
 
 def test_per_rank_logs_take_the_rank_from_the_file_name(tmp_path):
-    lines = ["rank=0 time (ms) | forward: 5.00 | backward: 6.00 | step: 1.00", LOGGER + "[Rank 3] " + PROGRESS.format(2)]
+    lines = [
+        "rank=0 time (ms) | forward: 5.00 | backward: 6.00 | step: 1.00",
+        LOGGER + "[Rank 3] " + PROGRESS.format(2),
+    ]
     result = ingest(tmp_path, lines, name="20230621073909_rank3.log")
     assert {r["rank"] for r in steps(result)} == {0, 3}  # a line's own rank wins over the file's
-    bare = ingest(tmp_path, ["time (ms) | forward: 5.00 | backward: 6.00 | step: 1.00"], name="20230621073909_rank3.log")
+    bare = ingest(
+        tmp_path, ["time (ms) | forward: 5.00 | backward: 6.00 | step: 1.00"], name="20230621073909_rank3.log"
+    )
     assert steps(bare)[0]["rank"] == 3
 
 
@@ -257,7 +289,9 @@ def test_engines_interleaved_on_many_hosts(tmp_path):
             logged + f"time (ms) | fwd: {fwd:.2f} | bwd: 2.00 | bwd_inner: 1.50 | bwd_allreduce: 0.50 | step: 3.00",
         ]
 
-    lines = host("n1", 0, 10, 4, 1.0) + host("n2", 8, 10, 4, 1.5) + host("n1", 0, 10, 3, 2.0) + host("n2", 8, 10, 3, 2.5)
+    lines = (
+        host("n1", 0, 10, 4, 1.0) + host("n2", 8, 10, 4, 1.5) + host("n1", 0, 10, 3, 2.0) + host("n2", 8, 10, 3, 2.5)
+    )
     rows = steps(ingest(tmp_path, lines))  # actor then critic, each on both nodes
     got = sorted((r["host"], r["rank"], r["engine"], r["skipped"], r["fwd_ms"]) for r in rows)
     assert got == [("n1", 0, "0", 4, 1.0), ("n1", 0, "1", 3, 2.0), ("n2", 8, "0", 4, 1.5), ("n2", 8, "1", 3, 2.5)]
@@ -270,7 +304,8 @@ def test_comms_logger_verbose_both_eras(tmp_path):
     result = ingest(
         tmp_path,
         [
-            RANK0 + "comm op: all_reduce | time (ms): 3.21 | msg size: 256.0 MB | algbw (Gbps): 652.11 | busbw (Gbps): 611.35",
+            RANK0
+            + "comm op: all_reduce | time (ms): 3.21 | msg size: 256.0 MB | algbw (Gbps): 652.11 | busbw (Gbps): 611.35",
             "[2022-06-26 01:00:00,002] [INFO] [logging.py:69:log_dist] [Rank 0] rank=0 | comm op: reduce_scatter_base"
             " | time (ms): 9.46 | msg size: 678.86 MB | algbw (Gbps): 1204.52  | busbw (Gbps): 1129.23 ",
             RANK0 + "comm op: broadcast | [Caller Func: _broadcast_model] | time (ms): 0.50 | msg size: 2.0 KB"
@@ -291,8 +326,24 @@ def _cells(*values: str) -> str:
 
 
 def test_comms_summary_with_callers_and_straggler_table(tmp_path):
-    header = _cells("Comm. Op", "Message Size", "Count", "Total Latency(ms)", "Avg Latency(ms)", "tput_avg (Gbps)", "busbw_avg (Gbps)")
-    straggler = _cells("Comm. Op", "Message Size", "Count", "Total comm lat(ms)", "Total straggler(ms)", "Avg comm lat(ms)", "Avg straggler(ms)")
+    header = _cells(
+        "Comm. Op",
+        "Message Size",
+        "Count",
+        "Total Latency(ms)",
+        "Avg Latency(ms)",
+        "tput_avg (Gbps)",
+        "busbw_avg (Gbps)",
+    )
+    straggler = _cells(
+        "Comm. Op",
+        "Message Size",
+        "Count",
+        "Total comm lat(ms)",
+        "Total straggler(ms)",
+        "Avg comm lat(ms)",
+        "Avg straggler(ms)",
+    )
     lines = [
         header,
         "all_reduce | [Caller Func: allreduce_bucket]",
@@ -386,18 +437,28 @@ def test_launcher_preamble(tmp_path):
         [
             "[2023-06-21 07:37:59,000] [INFO] [multinode_runner.py:65:get_cmd] Running on the following workers: worker-0,worker-1",
             "[2023-06-21 07:37:59,000] [INFO] [runner.py:607:main] cmd = /usr/bin/python -u -m deepspeed.launcher.launch --world_info=e30= train.py",
-            "worker-0: " + launch + "WORLD INFO DICT: {'worker-0': [0, 1, 2, 3, 4, 5, 6, 7], 'worker-1': [0, 1, 2, 3, 4, 5, 6, 7]}",
+            "worker-0: "
+            + launch
+            + "WORLD INFO DICT: {'worker-0': [0, 1, 2, 3, 4, 5, 6, 7], 'worker-1': [0, 1, 2, 3, 4, 5, 6, 7]}",
             "worker-0: " + launch + "nnodes=2, num_local_procs=8, node_rank=0",
-            "worker-0: " + launch + "global_rank_mapping=defaultdict(<class 'list'>, {'worker-0': [0, 1, 2, 3, 4, 5, 6, 7]})",
+            "worker-0: "
+            + launch
+            + "global_rank_mapping=defaultdict(<class 'list'>, {'worker-0': [0, 1, 2, 3, 4, 5, 6, 7]})",
             "worker-0: " + launch + "dist_world_size=16",
             "worker-0: " + launch + "Setting CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7",
-            "worker-0: " + launch + "process 4242 spawned with command: ['/usr/bin/python', '-u', 'train.py', '--local_rank=0']",
+            "worker-0: "
+            + launch
+            + "process 4242 spawned with command: ['/usr/bin/python', '-u', 'train.py', '--local_rank=0']",
             "worker-0: [2023-06-21 07:38:00,000] [INFO] [launch.py:138:main] 0 NCCL_IB_DISABLE=1",
             "worker-0: [2023-06-21 07:39:00,000] [INFO] [launch.py:347:main] Process 4242 exits successfully.",
         ],
     )
     config = config_of(result)
-    assert (config["launcher.nnodes"], config["launcher.num_local_procs"], config["launcher.dist_world_size"]) == ("2", "8", "16")
+    assert (config["launcher.nnodes"], config["launcher.num_local_procs"], config["launcher.dist_world_size"]) == (
+        "2",
+        "8",
+        "16",
+    )
     assert config["launcher.cuda_visible_devices"] == "0,1,2,3,4,5,6,7" and config["NCCL_IB_DISABLE"] == "1"
     assert config["launcher.command"].startswith("['/usr/bin/python'")
     assert config["launcher.workers"] == "worker-0,worker-1"

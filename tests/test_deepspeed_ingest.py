@@ -21,7 +21,10 @@ EXAMPLES = {  # the complete DeepSpeedExamples logs: progress lines per engine
     "DeepSpeedExamples__step1_supervised_finetuning__opt-1.3b-globalBatchSize128.log": {"0": 736},
     "DeepSpeedExamples__step2_dpo_finetuning__opt-350M_globalBatchSize-32.log": {"0": 236},
     "DeepSpeedExamples__step2_reward_model_finetuning__opt-350m_globalBatchSize-64.log": {"0": 184},
-    "DeepSpeedExamples__step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log": {"0": 47, "1": 47},
+    "DeepSpeedExamples__step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log": {
+        "0": 47,
+        "1": 47,
+    },
 }
 
 
@@ -118,16 +121,29 @@ def test_comms_logger():
     assert summary["op"].to_list() == ["broadcast", "broadcast", "reduce_scatter_base"]
     assert summary["caller"].to_list()[-1] == "reduce_scatter_fn"
     last = summary.row(-1, named=True)
-    assert (last["count"], last["total_ms"], last["avg_ms"], last["algbw_gbps"], last["busbw_gbps"]) == (80, 1527.17, 13.94, 1211.75, 1136.01)
+    assert (last["count"], last["total_ms"], last["avg_ms"], last["algbw_gbps"], last["busbw_gbps"]) == (
+        80,
+        1527.17,
+        13.94,
+        1211.75,
+        1136.01,
+    )
     padded = ingest(corpus("gh_deepspeed_pr2012_comms_summary_2022.log"))
     assert padded.account.unrecognized == 0 and padded.tables["comm_ops"]["msg_bytes"].to_list()[:2] == [0, 2048]
 
 
 def test_config_echo_and_zero_init():
-    echo = dict(ingest(corpus("gh_deepspeed_issue745_config_echo_2021.log")).tables["config"].select("key", "value").iter_rows())
+    echo = dict(
+        ingest(corpus("gh_deepspeed_issue745_config_echo_2021.log")).tables["config"].select("key", "value").iter_rows()
+    )
     assert echo["checkpoint_tag_validation_enabled"] == "True" and echo["allreduce_always_fp32"] == "False"
     assert echo["dynamic_loss_scale_args"].startswith("{'init_scale': 65536")
-    init = dict(ingest(corpus("gh_accelerate_issue1970_zero2_init_2023.log")).tables["config"].select("key", "value").iter_rows())
+    init = dict(
+        ingest(corpus("gh_accelerate_issue1970_zero2_init_2023.log"))
+        .tables["config"]
+        .select("key", "value")
+        .iter_rows()
+    )
     assert init["zero_optimization.reduce_bucket_size"] == "500000000"
     assert init["zero_optimization.cpu_offload"] == "False"
     dpo = ingest(corpus(list(EXAMPLES)[1])).tables["config"]
@@ -147,7 +163,9 @@ STAMP = "[2023-06-21 07:39:09,625] [INFO] [logging.py:96:log_dist] [Rank 0] "
 def test_prefix_anywhere_in_the_line(tmp_path):
     lines = [
         "gpu-7: " + STAMP + "step=12, skipped=0, lr=[0.1], mom=[0.9]",
-        "gpu-7:   3%|███          | 12/345 [00:07<06:50,  1.23s/it]" + STAMP + "time (ms) | fwd: 10.00 | bwd: 20.00 | step: 5.00",
+        "gpu-7:   3%|███          | 12/345 [00:07<06:50,  1.23s/it]"
+        + STAMP
+        + "time (ms) | fwd: 10.00 | bwd: 20.00 | step: 5.00",
         "2023-08-02 00:41:17.936 | INFO     | __main__:log_dist:54 - [Rank 0] step=13, skipped=0, lr=[0.1], mom=[0.9]",
         "[INFO|trainer.py:1013] 2021-10-08 20:03:14,331 >> step=14, skipped=1, lr=[0.1], mom=[0.9]",
         "2023-08-02 00:41:18.001 | INFO     | __main__:main:10 - loss went down",  # an app's own loguru line: not ours
@@ -164,13 +182,22 @@ def test_prefix_anywhere_in_the_line(tmp_path):
 
 
 def test_unknown_message_with_deepspeed_prefix_is_unrecognized_and_broken_kinds_too(tmp_path):
-    text = STAMP + "something DeepSpeed says that tracelens does not know\n" + STAMP + "step=oops, skipped=0\n" + "plain app line\n"
+    text = (
+        STAMP
+        + "something DeepSpeed says that tracelens does not know\n"
+        + STAMP
+        + "step=oops, skipped=0\n"
+        + "plain app line\n"
+    )
     result = ingest_text(tmp_path, text)
     assert (result.account.unrecognized, result.account.parsed) == (2, 0)
     assert "steps" not in result.tables
 
 
-@pytest.mark.parametrize("data", [b"", b"\x00\xff\xfe" * 1000, b"[2023-06-21 07:39:09,6", b"time (ms) | fwd: \r\n" * 3, "é".encode("latin-1") * 50])
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\x00\xff\xfe" * 1000, b"[2023-06-21 07:39:09,6", b"time (ms) | fwd: \r\n" * 3, "é".encode("latin-1") * 50],
+)
 def test_bad_input_never_raises(tmp_path, data):
     path = tmp_path / "train.log"
     path.write_bytes(data)
@@ -197,7 +224,10 @@ def test_ds_config_file(tmp_path):
     assert rows["zero_optimization.overlap_comm"]["value"] == "false"
     assert rows["zero_optimization.reduce_bucket_size"]["value"] == "500000000.0"
     assert rows["zero_optimization.offload_optimizer.device"]["value"] == "none"
-    assert rows["zero_optimization.overlap_comm"]["line"] == path.read_text().splitlines().index('    "overlap_comm": false,') + 1
+    assert (
+        rows["zero_optimization.overlap_comm"]["line"]
+        == path.read_text().splitlines().index('    "overlap_comm": false,') + 1
+    )
     assert all(r["source"] == "ds_config.json" for r in rows.values())
 
 
@@ -250,10 +280,18 @@ def _by_grammar(kind: str, body: str) -> dict | None:
     if kind == "throughput":
         return {k: fields.get(k) for k in ("epoch", "micro_step", "step", "samples_per_sec", "avg_samples_per_sec")}
     if kind == "iteration":
-        labels = {"iter_ms": "elapsed time per iteration (ms)", "lr": "learning rate", "samples_per_sec": "samples per second"}
+        labels = {
+            "iter_ms": "elapsed time per iteration (ms)",
+            "lr": "learning rate",
+            "samples_per_sec": "samples per second",
+        }
         return {"step": fields["step"]} | {c: float(fields[label]) for c, label in labels.items() if label in fields}
     if kind == "pipe_step":
-        return {"step": fields["step"], "iter_ms": fields["iter_s"] * 1000, "samples_per_sec": fields["samples_per_sec"]}
+        return {
+            "step": fields["step"],
+            "iter_ms": fields["iter_s"] * 1000,
+            "samples_per_sec": fields["samples_per_sec"],
+        }
     return {k: fields.get(k) for k in ("op", "caller", "msg_bytes", "latency_ms", "algbw_gbps", "busbw_gbps")}
 
 
@@ -289,5 +327,8 @@ def test_bare_rank_tagged_timer_lines_of_deepspeed_019_belong_to_the_step_before
     )
     result = ingest_text(tmp_path, text + "\n")
     rows = result.tables["steps"].filter(pl.col("fwd_ms").is_not_null()).sort("step")
-    assert rows.select("rank", "step", "fwd_ms", "bwd_allreduce_ms").rows() == [(1, 240, 280.0, 9.67), (1, 241, 281.0, 9.67)]
+    assert rows.select("rank", "step", "fwd_ms", "bwd_allreduce_ms").rows() == [
+        (1, 240, 280.0, 9.67),
+        (1, 241, 281.0, 9.67),
+    ]
     assert result.account.parsed == 6 and result.account.unrecognized == 0

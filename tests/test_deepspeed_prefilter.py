@@ -12,8 +12,10 @@ from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.deepspeed import DeepSpeedParser
 from tracelens.ingest.lines import read_chunks
 
-FILES = sorted((CORPUS / "deepspeed").glob("*.log")) + sorted(FIXTURES.glob("*/*/train.log")) + sorted(
-    (CORPUS / "nccl").glob("07*.log")
+FILES = (
+    sorted((CORPUS / "deepspeed").glob("*.log"))
+    + sorted(FIXTURES.glob("*/*/train.log"))
+    + sorted((CORPUS / "nccl").glob("07*.log"))
 )
 
 

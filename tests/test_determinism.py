@@ -26,7 +26,9 @@ TIE_PRONE = [
     FIXTURES / "lab-hang-size",
 ]
 CORPUS_LOGS = [
-    CORPUS / "nccl" / "016_nccl1610_platform_timestamp_prefix_watchdog_socket.log",  # two watchdog hangs at the same time
+    CORPUS
+    / "nccl"
+    / "016_nccl1610_platform_timestamp_prefix_watchdog_socket.log",  # two watchdog hangs at the same time
     CORPUS / "deepspeed" / "gh_deepspeed_issue255_2020_forward_microstep.log",  # step lines of the same second (chart)
 ]
 
@@ -58,4 +60,6 @@ def test_reports_are_identical_whatever_the_hash_seed(tmp_path):
             assert first[0] == other[0], f"JSON findings of {target.name} differ between PYTHONHASHSEED=1 and {seed}"
             assert first[1] == other[1], f"HTML report of {target.name} differs between PYTHONHASHSEED=1 and {seed}"
     if len(corpus) < len(CORPUS_LOGS):
-        pytest.skip(f"fixtures checked; corpus logs not found in {CORPUS} (it lives in ../shared/corpus beside the repo)")
+        pytest.skip(
+            f"fixtures checked; corpus logs not found in {CORPUS} (it lives in ../shared/corpus beside the repo)"
+        )

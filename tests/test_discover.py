@@ -54,7 +54,12 @@ def test_tar_gz_members_are_read_and_unsafe_members_refused(tmp_path: Path):
     assert found.files[0].path.stat().st_mtime == 1_700_000_000  # archived time kept: dumps are ordered by it
     assert found.files[0].host_hint == "node01"
     refused = "\n".join(found.notes)
-    for member, reason in [("../evil.log", "'..'"), ("/etc/evil.log", "absolute path"), ("run42/link", "link"), ("run42/hard", "link")]:
+    for member, reason in [
+        ("../evil.log", "'..'"),
+        ("/etc/evil.log", "absolute path"),
+        ("run42/link", "link"),
+        ("run42/hard", "link"),
+    ]:
         assert f"refused member {member!r}: " in refused and reason in refused
     assert not (tmp_path / "evil.log").exists()
     written = [p for p in work.rglob("*") if p.is_file()]

@@ -58,7 +58,7 @@ def test_corrupt_member_data_is_one_error_and_the_other_members_are_read(tmp_pat
     work = tmp_path / "work"
     found = discover(_zip_with(tmp_path, corrupt, method), work)
     assert _readable(found) == ["run.zip!a.log", "run.zip!c.log"]
-    (name, error), = _errors(found).items()
+    ((name, error),) = _errors(found).items()
     assert name == "run.zip!b.log" and error.startswith("not extracted: ") and reason in error
     _no_private_path(found, work)
 
@@ -160,7 +160,7 @@ def test_nesting_depth_cap_is_named(tmp_path: Path):
         payload, name = buf.getvalue(), f"level{level}.zip"
     (tmp_path / "top.zip").write_bytes(payload)
     found = discover(tmp_path / "top.zip", tmp_path / "w")
-    (name, error), = _errors(found).items()
+    ((name, error),) = _errors(found).items()
     assert name == "top.zip!level2.zip!level1.zip!level0.zip" and "nesting depth cap" in error
 
 

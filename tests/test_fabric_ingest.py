@@ -41,7 +41,7 @@ def test_every_corpus_file_is_read_into_the_right_table():
     for path in sorted(folder.iterdir()):
         if path.name == "SOURCES.md" or path.stat().st_size == 0:
             continue
-        (fmt, table, rows), = [v for k, v in EXPECTED.items() if k in path.name]
+        ((fmt, table, rows),) = [v for k, v in EXPECTED.items() if k in path.name]
         module = sniffed(path)
         assert module is not None and module.FORMAT == fmt, path.name
         result = read(path)
@@ -110,14 +110,24 @@ def test_ibstat_roce_and_down_port():
 def test_ibstat_ib_port_lid():
     (row,) = read(corpus_dir("perfquery") / "gh_nccl_issue1591_ibstat_ndr400.txt").tables["ib_ports"].to_dicts()
     assert (row["ca"], row["port"], row["rate_gbps"], row["lid"], row["link_layer"]) == (
-        "mlx5_5", 1, 400, 987, "InfiniBand")
+        "mlx5_5",
+        1,
+        400,
+        987,
+        "InfiniBand",
+    )
 
 
 def test_ibstatus_state_codes_rate_and_width():
     rows = read(corpus_dir("perfquery") / "gh_nccl_issue1866_ibstatus_roce.txt").tables["ib_ports"]
     first = rows.row(0, named=True)
     assert (first["ca"], first["state"], first["phys_state"], first["rate_gbps"], first["width"]) == (
-        "mlx5_0", "Active", "LinkUp", 100, "4X")
+        "mlx5_0",
+        "Active",
+        "LinkUp",
+        100,
+        "4X",
+    )
 
 
 def test_ibv_devinfo_starting_mid_record():
@@ -137,24 +147,33 @@ def test_ibv_devinfo_verbose_with_tabs(tmp_path):
     result = read(write(tmp_path, "devinfo.txt", text))
     (row,) = result.tables["ib_ports"].to_dicts()
     assert (row["rate_gbps"], row["width"], row["active_mtu"], row["max_mtu"], row["phys_state"]) == (
-        100, "4X", 1024, 4096, "LinkUp")
+        100,
+        "4X",
+        1024,
+        4096,
+        "LinkUp",
+    )
     assert result.account.unrecognized == 0
 
 
 # --- times, hosts, several dumps in one file ------------------------------------------
 
-@pytest.mark.parametrize("text, expected", [
-    ("Tue Mar  5 09:00:00 UTC 2024", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
-    ("Tue Mar  5 10:00:00 CET 2024", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
-    ("Tue 05 Mar 2024 09:00:00 AM UTC", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
-    ("Tue, 05 Mar 2024 09:00:00 +0000", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
-    ("2024-03-05T11:00:00+02:00", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
-    ("2024-03-05 09:00:00", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
-    ("timestamp 1709629200", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
-    ("# date: 2024-03-05T09:00:00Z", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
-    ("PortXmitWait:....................41864608", None),
-    ("Rate: 400", None),
-])
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Tue Mar  5 09:00:00 UTC 2024", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
+        ("Tue Mar  5 10:00:00 CET 2024", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
+        ("Tue 05 Mar 2024 09:00:00 AM UTC", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
+        ("Tue, 05 Mar 2024 09:00:00 +0000", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
+        ("2024-03-05T11:00:00+02:00", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
+        ("2024-03-05 09:00:00", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
+        ("timestamp 1709629200", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
+        ("# date: 2024-03-05T09:00:00Z", datetime(2024, 3, 5, 9, 0, tzinfo=timezone.utc)),
+        ("PortXmitWait:....................41864608", None),
+        ("Rate: 400", None),
+    ],
+)
 def test_timestamp_lines(text, expected):
     assert parse_time(text) == expected
 
@@ -163,9 +182,13 @@ BLOCK = "# Port counters: Lid 7 port 1 (CapMask: 0x1400)\nPortSelect:...........
 
 
 def test_dumps_appended_with_date_lines_take_each_its_time_and_host(tmp_path):
-    text = ("[root@gpu-node07 ~]# perfquery 7 1\n"
-            + "Tue Mar  5 09:00:00 UTC 2024\n" + BLOCK.format(n=1)
-            + "Tue Mar  5 09:15:00 UTC 2024\n" + BLOCK.format(n=5))
+    text = (
+        "[root@gpu-node07 ~]# perfquery 7 1\n"
+        + "Tue Mar  5 09:00:00 UTC 2024\n"
+        + BLOCK.format(n=1)
+        + "Tue Mar  5 09:15:00 UTC 2024\n"
+        + BLOCK.format(n=5)
+    )
     result = read(write(tmp_path, "loop.log", text))
     rows = result.tables["ib_counters"]
     assert rows["value"].to_list() == [1, 5]
@@ -176,7 +199,9 @@ def test_dumps_appended_with_date_lines_take_each_its_time_and_host(tmp_path):
 
 def test_time_from_file_name_then_mtime(tmp_path):
     named = read(write(tmp_path, "perfquery_20240305T091500.txt", BLOCK.format(n=0))).tables["ib_counters"]
-    assert named["ts_quality"][0] == "filename" and named["dump_ts"][0] == datetime(2024, 3, 5, 9, 15, tzinfo=timezone.utc)
+    assert named["ts_quality"][0] == "filename" and named["dump_ts"][0] == datetime(
+        2024, 3, 5, 9, 15, tzinfo=timezone.utc
+    )
     plain = write(tmp_path, "perfquery_before.txt", BLOCK.format(n=0))
     os.utime(plain, (1709629200, 1709629200))
     rows = read(plain).tables["ib_counters"]
@@ -184,8 +209,10 @@ def test_time_from_file_name_then_mtime(tmp_path):
 
 
 def test_hostname_command_and_legacy_names(tmp_path):
-    text = ("$ hostname\nnode12\n# Port counters: Lid 3 port 1\nSymbolErrors:....................4\n"
-            "XmtWait:.........................9\n")
+    text = (
+        "$ hostname\nnode12\n# Port counters: Lid 3 port 1\nSymbolErrors:....................4\n"
+        "XmtWait:.........................9\n"
+    )
     rows = read(write(tmp_path, "pq.txt", text)).tables["ib_counters"]
     assert rows["counter"].to_list() == ["SymbolErrorCounter", "PortXmitWait"]
     assert set(rows["host"]) == {"node12"}
@@ -211,6 +238,7 @@ def test_garbage_is_counted_never_raised(tmp_path):
 
 
 # --- the regex readers agree with the grammars ------------------------------------------
+
 
 def _lark(name: str) -> Lark:
     return Lark(grammar_text(name), parser="lalr")
@@ -241,7 +269,8 @@ def test_hw_counters_reader_agrees_with_its_grammar():
         "/sys/class/infiniband/mlx5_1/ports/2/counters/port_xmit_wait:99",
         "hw_counters/out_of_sequence:3",
         "link mlx5_0/1 rx_write_requests 0 out_of_sequence 12",
-        "local_ack_timeout_err 3", "/sys/class/net/eth0/statistics/rx_bytes:5",
+        "local_ack_timeout_err 3",
+        "/sys/class/net/eth0/statistics/rx_bytes:5",
     ]
     for line in lines:
         try:
@@ -252,4 +281,4 @@ def test_hw_counters_reader_agrees_with_its_grammar():
         assert (tree is None) == (ours is None), line
         if tree is not None:
             values = [int(t) for t in tree.scan_values(lambda t: t.type == "INT")]
-            assert [c["value"] for c in ours] == values[-len(ours):], line
+            assert [c["value"] for c in ours] == values[-len(ours) :], line

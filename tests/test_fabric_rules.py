@@ -19,13 +19,18 @@ from tracelens.ingest import InputFile, ethtool, ibstat, perfquery
 from tracelens.tables import RunTables
 
 FABRIC_RULES = ["TL201", "TL202", "TL203", "TL204", "TL205", "TL206"]
+
+
 def findings(tables: RunTables, rules=FABRIC_RULES):
     return [f for r in rules for f in fire(tables, r)]
 
 
 def nccl_ranks() -> dict[str, list[dict]]:
     """NCCL on node02: ranks 4-5 use mlx5_0, ranks 6-7 use mlx5_1 (as `NET/IB : Using [0]mlx5_x:1/IB`)."""
-    net = [{"host": "node02", "pid": 100 + r, "what": "ib_device", "name": f"mlx5_{(r - 4) // 2}", "port": 1} for r in range(4, 8)]
+    net = [
+        {"host": "node02", "pid": 100 + r, "what": "ib_device", "name": f"mlx5_{(r - 4) // 2}", "port": 1}
+        for r in range(4, 8)
+    ]
     comms = [{"host": "node02", "pid": 100 + r, "rank": r} for r in range(4, 8)]
     return {"nccl_net": net, "nccl_comms": comms}
 
@@ -37,6 +42,7 @@ def with_nccl(tables: RunTables) -> RunTables:
 
 
 # --- TL201 physical-layer errors -------------------------------------------------------------
+
 
 def test_rising_symbol_errors_fire_on_exactly_that_port_and_name_its_ranks(tmp_path):
     folder = two_nodes(tmp_path, {("node02", "mlx5_1"): {"SymbolErrorCounter": 0.05}})
@@ -61,26 +67,30 @@ def test_saturated_basic_counter_is_reported_as_saturated_not_as_a_delta(tmp_pat
     # 16-bit SymbolErrorCounter: 0.05/s for 90 min stays below 65535, 20/s pins it.
     folder = two_nodes(tmp_path, {("node01", "mlx5_0"): {"SymbolErrorCounter": 20}}, extended=False)
     tables = ingest_folder(folder)
-    row = counter_deltas(tables).filter(
-        (pl.col("counter") == "SymbolErrorCounter") & (pl.col("host") == "node01") & (pl.col("lid") == 10)
-    ).row(0, named=True)
+    row = (
+        counter_deltas(tables)
+        .filter((pl.col("counter") == "SymbolErrorCounter") & (pl.col("host") == "node01") & (pl.col("lid") == 10))
+        .row(0, named=True)
+    )
     assert (row["before"], row["after"], row["status"], row["delta"]) == (65535, 65535, "saturated", None)
     (finding,) = findings(tables, ["TL201"])
     assert "saturated at its 16-bit maximum 65535 (increase unknown)" in finding.summary
     assert finding.severity == Severity.WARNING
 
 
-
 def test_saturated_32_bit_data_counter_is_saturated_not_a_delta(tmp_path):
     # Basic PortCounters hold PortXmitData in 32 bits: a 400 Gb/s port pins it within a second.
     folder = two_nodes(tmp_path, {}, extended=False)
-    row = counter_deltas(ingest_folder(folder)).filter(
-        (pl.col("counter") == "PortXmitData") & (pl.col("host") == "node01") & (pl.col("lid") == 10)
-    ).row(0, named=True)
+    row = (
+        counter_deltas(ingest_folder(folder))
+        .filter((pl.col("counter") == "PortXmitData") & (pl.col("host") == "node01") & (pl.col("lid") == 10))
+        .row(0, named=True)
+    )
     assert (row["before"], row["after"], row["status"], row["delta"]) == (2**32 - 1, 2**32 - 1, "saturated", None)
 
 
 # --- TL202 link down, TL203 drops and congestion: the real switch-port dumps -----------------------
+
 
 def _corpus_tables(*names: str) -> RunTables:
     folder = corpus_dir("perfquery")
@@ -92,8 +102,10 @@ def _corpus_tables(*names: str) -> RunTables:
     return tables
 
 
-@pytest.mark.parametrize("name", ["perfquery_x_treydock_0x506b4b03005c2740.out",
-                                  "treydock-infiniband_exporter__perfquery__0x506b4b03005c2740.out"])
+@pytest.mark.parametrize(
+    "name",
+    ["perfquery_x_treydock_0x506b4b03005c2740.out", "treydock-infiniband_exporter__perfquery__0x506b4b03005c2740.out"],
+)
 def test_real_switch_port_with_errors_fires_link_down_and_discards(name):
     found = {f.rule_id: f for f in findings(_corpus_tables(name))}
     assert set(found) == {"TL202", "TL203"}
@@ -102,10 +114,15 @@ def test_real_switch_port_with_errors_fires_link_down_and_discards(name):
     assert all(f.severity == Severity.INFO for f in found.values())  # one dump: not tied to the run
 
 
-@pytest.mark.parametrize("name", ["treydock-infiniband_exporter__perfquery__0x7cfe9003003b4b96.out",
-                                  "treydock-infiniband_exporter__perfquery__0x7cfe9003003b4bde.out",
-                                  "treydock-infiniband_exporter__perfquery-rcv-error__0x506b4b03005c2740-1.out",
-                                  "gh_ibsim_pr1_perfquery_basic_partial.txt"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "treydock-infiniband_exporter__perfquery__0x7cfe9003003b4b96.out",
+        "treydock-infiniband_exporter__perfquery__0x7cfe9003003b4bde.out",
+        "treydock-infiniband_exporter__perfquery-rcv-error__0x506b4b03005c2740-1.out",
+        "gh_ibsim_pr1_perfquery_basic_partial.txt",
+    ],
+)
 def test_real_all_zero_dumps_fire_nothing(name):
     assert findings(_corpus_tables(name)) == []
 
@@ -119,16 +136,29 @@ def test_link_down_between_dumps_is_critical(tmp_path):
 
 def test_xmit_wait_share_of_the_interval(tmp_path):
     # 2.5e7 ticks/s of 4 ns = 10% of the time blocked: a warning; 1e6 ticks/s = 0.4%: below notice.
-    folder = two_nodes(tmp_path, {("node01", "mlx5_1"): {"PortXmitWait": 2.5e7}, ("node02", "mlx5_0"): {"PortXmitWait": 1e6}})
+    folder = two_nodes(
+        tmp_path, {("node01", "mlx5_1"): {"PortXmitWait": 2.5e7}, ("node02", "mlx5_0"): {"PortXmitWait": 1e6}}
+    )
     (finding,) = findings(ingest_folder(folder))
     assert finding.rule_id == "TL203" and finding.severity == Severity.WARNING
-    assert finding.summary.startswith("node01 mlx5_1 port 1 (Lid 11): PortXmitWait +45000000000 (10.0% of the time blocked)")
+    assert finding.summary.startswith(
+        "node01 mlx5_1 port 1 (Lid 11): PortXmitWait +45000000000 (10.0% of the time blocked)"
+    )
 
 
 def test_counter_cleared_between_dumps_is_a_reset():
     rows = [
-        {"host": "n1", "source": "perfquery_x", "node": "Lid 3", "port": 1, "counter": "PortXmitDiscards",
-         "value": v, "bits": 64, "dump_ts": T0 + timedelta(minutes=m)} for v, m in ((500, 0), (30, 10))
+        {
+            "host": "n1",
+            "source": "perfquery_x",
+            "node": "Lid 3",
+            "port": 1,
+            "counter": "PortXmitDiscards",
+            "value": v,
+            "bits": 64,
+            "dump_ts": T0 + timedelta(minutes=m),
+        }
+        for v, m in ((500, 0), (30, 10))
     ]
     (row,) = counter_deltas(tables_from(ib_counters=rows)).to_dicts()
     assert (row["status"], row["delta"], row["interval_s"]) == ("reset", 30, 600)
@@ -136,8 +166,17 @@ def test_counter_cleared_between_dumps_is_a_reset():
 
 def test_data_words_become_bytes():
     rows = [
-        {"host": "n1", "source": "perfquery_x", "node": "Lid 3", "port": 1, "counter": "PortXmitData",
-         "value": v, "bits": 64, "dump_ts": T0 + timedelta(seconds=s)} for v, s in ((1000, 0), (3500, 10))
+        {
+            "host": "n1",
+            "source": "perfquery_x",
+            "node": "Lid 3",
+            "port": 1,
+            "counter": "PortXmitData",
+            "value": v,
+            "bits": 64,
+            "dump_ts": T0 + timedelta(seconds=s),
+        }
+        for v, s in ((1000, 0), (3500, 10))
     ]
     (row,) = counter_deltas(tables_from(ib_counters=rows)).to_dicts()
     assert (row["delta"], row["delta_bytes"], row["rate_per_s"]) == (2500, 10000, 250)
@@ -145,14 +184,19 @@ def test_data_words_become_bytes():
 
 # --- TL204 RDMA retransmissions -------------------------------------------------------------
 
+
 def test_rdma_ack_timeouts_rising(tmp_path):
     for host, after in (("node01", 0), ("node02", 2705)):
         for label, value, ts in (("before", 0, "09:00:00"), ("after", after, "09:30:00")):
             path = tmp_path / host / f"hw_counters-{label}.txt"
             path.parent.mkdir(exist_ok=True)
-            path.write_text(f"2024-03-05T{ts}Z\n" + "".join(
-                f"/sys/class/infiniband/mlx5_0/ports/1/hw_counters/{name}:{value if name == 'local_ack_timeout_err' else 0}\n"
-                for name in ("local_ack_timeout_err", "out_of_sequence", "np_cnp_sent")))
+            path.write_text(
+                f"2024-03-05T{ts}Z\n"
+                + "".join(
+                    f"/sys/class/infiniband/mlx5_0/ports/1/hw_counters/{name}:{value if name == 'local_ack_timeout_err' else 0}\n"
+                    for name in ("local_ack_timeout_err", "out_of_sequence", "np_cnp_sent")
+                )
+            )
     tables = with_nccl(ingest_folder(tmp_path))
     (finding,) = findings(tables)
     assert (finding.rule_id, finding.hosts, finding.ranks) == ("TL204", ["node02"], [4, 5])
@@ -160,6 +204,7 @@ def test_rdma_ack_timeouts_rising(tmp_path):
 
 
 # --- TL205 ports --------------------------------------------------------------------------------
+
 
 def test_port_trained_below_its_peers(tmp_path):
     ports = [FabricPort("mlx5_0", lid=1), FabricPort("mlx5_1", lid=2), FabricPort("mlx5_2", lid=3, rate=100)]
@@ -171,7 +216,11 @@ def test_port_trained_below_its_peers(tmp_path):
 
 
 def test_down_port_nccl_does_not_use_is_info(tmp_path):
-    ports = [FabricPort("mlx5_0", lid=1), FabricPort("mlx5_1", lid=2), FabricPort("mlx5_2", state="Down", phys_state="Disabled")]
+    ports = [
+        FabricPort("mlx5_0", lid=1),
+        FabricPort("mlx5_1", lid=2),
+        FabricPort("mlx5_2", state="Down", phys_state="Disabled"),
+    ]
     (tmp_path / "node02").mkdir()
     (tmp_path / "node02" / "ibstat.txt").write_text(ibstat_text(ports))
     tables = ingest_folder(tmp_path)
@@ -197,6 +246,7 @@ def ingest_folder_of(folder: Path, name: str) -> RunTables:
 
 # --- TL206 RoCE priority ---------------------------------------------------------------------
 
+
 def test_roce_on_priority_zero_while_others_use_priority_three(tmp_path):
     counters = {
         "node01": {"rx_prio0_bytes": 9000, "tx_prio0_bytes": 8000, "rx_prio3_bytes": 0, "rx_prio3_pause": 0},
@@ -204,7 +254,9 @@ def test_roce_on_priority_zero_while_others_use_priority_three(tmp_path):
     }
     for host, after in counters.items():
         (tmp_path / host).mkdir()
-        (tmp_path / host / "ethtool-before.txt").write_text("2024-03-05T09:00:00Z\n" + ethtool_text({k: 0 for k in after}))
+        (tmp_path / host / "ethtool-before.txt").write_text(
+            "2024-03-05T09:00:00Z\n" + ethtool_text({k: 0 for k in after})
+        )
         (tmp_path / host / "ethtool-after.txt").write_text("2024-03-05T09:30:00Z\n" + ethtool_text(after))
     found = findings(ingest_folder(tmp_path))
     (prio,) = [f for f in found if f.rule_id == "TL206"]

@@ -13,7 +13,8 @@ from synth.scenarios import SCENARIOS
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 # The generator's fixtures; real lab runs (expected.json "real": true) have their own tests.
 FOLDERS = sorted(
-    p for p in FIXTURES.iterdir()
+    p
+    for p in FIXTURES.iterdir()
     if (p / "expected.json").is_file() and not json.loads((p / "expected.json").read_text()).get("real", False)
 )
 

@@ -34,7 +34,12 @@ def test_real_gloo_pickle_is_read_without_torch():
     assert set(rows["rank"]) == {2} and set(rows["version"]) == {"2.10"} and set(rows["backend"]) == {"gloo"}
     last = rows.filter(rows["pg_id"] == 0).sort("collective_seq_id").row(-1, named=True)
     # torch 2.13 gloo: state stays "scheduled"; pg_status says #25 was enqueued, #24 completed
-    assert (last["collective_seq_id"], last["state"], last["status"], last["input_sizes"]) == (25, "scheduled", "scheduled", "[[128,64]]")
+    assert (last["collective_seq_id"], last["state"], last["status"], last["input_sizes"]) == (
+        25,
+        "scheduled",
+        "scheduled",
+        "[[128,64]]",
+    )
     assert [(f["name"], f["line"]) for f in last["frames"]][2] == ("train", 103)
     groups = result.tables["fr_groups"].sort("pg_id")
     assert groups["last_completed"].to_list() == [24, 5] and groups["last_enqueued"].to_list() == [25, 5]
@@ -50,24 +55,43 @@ def test_real_json_dump_matches_the_pickle_but_has_no_frames():
     assert js["time_discovered_started_ns"].null_count() == js.height  # JSON writes 0 for "unknown"
 
 
-@pytest.mark.parametrize("name,rank", [("nccl_trace_rank_3", 3), ("rank5/dump.pkl", 5), ("x/fr_trace_rank_12.json", 12), ("dump", None)])
+@pytest.mark.parametrize(
+    "name,rank", [("nccl_trace_rank_3", 3), ("rank5/dump.pkl", 5), ("x/fr_trace_rank_12.json", 12), ("dump", None)]
+)
 def test_rank_from_the_file_name(name, rank):
     assert fr.rank_from_name(name) == rank
 
 
 # -- versions torch 2.13 cannot write (synthetic: field lists documented by PyTorch's analyzer) ------
 
+
 def _entry_v1(seq, state, **extra):
     """A 1.x entry: one `seq_id`, no p2p_seq_id, no dtypes, pg as (name, desc)."""
-    return {"record_id": seq, "pg_id": 0, "process_group": ("0", "default_pg"), "seq_id": seq,
-            "profiling_name": "nccl:all_reduce", "time_created_ns": 1_700_000_000_000_000_000 + seq,
-            "input_sizes": [[1024]], "output_sizes": [[1024]], "state": state, "retired": state == "completed",
-            "frames": [{"name": "step", "filename": "train.py", "line": 40}], **extra}
+    return {
+        "record_id": seq,
+        "pg_id": 0,
+        "process_group": ("0", "default_pg"),
+        "seq_id": seq,
+        "profiling_name": "nccl:all_reduce",
+        "time_created_ns": 1_700_000_000_000_000_000 + seq,
+        "input_sizes": [[1024]],
+        "output_sizes": [[1024]],
+        "state": state,
+        "retired": state == "completed",
+        "frames": [{"name": "step", "filename": "train.py", "line": 40}],
+        **extra,
+    }
 
 
 def test_synthetic_version_1_dump_with_seq_id_and_pg_config_lists(tmp_path):
-    dump = {"version": "1.1", "pg_config": {"0": ["0", "1", "2", "3"]},
-            "entries": [_entry_v1(1, "completed"), _entry_v1(2, "started", time_discovered_started_ns=1_700_000_001_000_000_000)]}
+    dump = {
+        "version": "1.1",
+        "pg_config": {"0": ["0", "1", "2", "3"]},
+        "entries": [
+            _entry_v1(1, "completed"),
+            _entry_v1(2, "started", time_discovered_started_ns=1_700_000_001_000_000_000),
+        ],
+    }
     path = tmp_path / "nccl_trace_rank_1"
     path.write_bytes(pickle.dumps(dump, protocol=2))
     result = _read(path)
@@ -78,12 +102,28 @@ def test_synthetic_version_1_dump_with_seq_id_and_pg_config_lists(tmp_path):
 
 
 def test_synthetic_nccl_2x_dump_with_p2p_and_pg_status(tmp_path):
-    send = {**_entry_v1(3, "started"), "seq_id": None, "collective_seq_id": 0, "p2p_seq_id": 7, "is_p2p": True,
-            "profiling_name": "nccl:send 0->1", "input_dtypes": ["BFloat16"], "output_dtypes": ["BFloat16"],
-            "timeout_ms": 600000, "duration_ms": None, "thread_name": "pt_main_thread"}
-    dump = {"version": "2.4", "comm_lib_version": "2.21.5", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
-            "pg_status": {"0": {"last_enqueued_collective": 2, "last_started_collective": 2, "last_completed_collective": 1}},
-            "entries": [_entry_v1(1, "scheduled"), _entry_v1(2, "scheduled"), send]}
+    send = {
+        **_entry_v1(3, "started"),
+        "seq_id": None,
+        "collective_seq_id": 0,
+        "p2p_seq_id": 7,
+        "is_p2p": True,
+        "profiling_name": "nccl:send 0->1",
+        "input_dtypes": ["BFloat16"],
+        "output_dtypes": ["BFloat16"],
+        "timeout_ms": 600000,
+        "duration_ms": None,
+        "thread_name": "pt_main_thread",
+    }
+    dump = {
+        "version": "2.4",
+        "comm_lib_version": "2.21.5",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+        "pg_status": {
+            "0": {"last_enqueued_collective": 2, "last_started_collective": 2, "last_completed_collective": 1}
+        },
+        "entries": [_entry_v1(1, "scheduled"), _entry_v1(2, "scheduled"), send],
+    }
     path = tmp_path / "trace_0.json"
     path.write_text(json.dumps(dump))
     result = _read(path)
@@ -93,14 +133,25 @@ def test_synthetic_nccl_2x_dump_with_p2p_and_pg_status(tmp_path):
     assert rows["is_p2p"].to_list() == [False, False, True] and rows["op"].to_list()[-1] == "send"
     assert rows["p2p_seq_id"][2] == 7 and rows["input_dtypes"][2] == '["BFloat16"]'
     group = result.tables["fr_groups"].row(0, named=True)
-    assert (group["ranks"], group["pg_desc"], group["last_started"], group["comm_lib_version"]) == ([0, 1], "default_pg", 2, "2.21.5")
+    assert (group["ranks"], group["pg_desc"], group["last_started"], group["comm_lib_version"]) == (
+        [0, 1],
+        "default_pg",
+        2,
+        "2.21.5",
+    )
 
 
 def test_dump_printed_as_a_python_dict_with_elisions_and_a_cut(tmp_path):
     real = safe_pickle.loads((SKIP / "rank1" / "fr_trace_rank_1").read_bytes())
     first, last, cut = real["entries"][0], real["entries"][-2], real["entries"][-1]
-    pasted = ("here is what print(pickle.load(f)) showed:\n{'version': '2.10',\n 'entries': ["
-              + pprint.pformat(first) + ",\n  ...,\n  " + pprint.pformat(last) + ",\n  " + pprint.pformat(cut)[:300])
+    pasted = (
+        "here is what print(pickle.load(f)) showed:\n{'version': '2.10',\n 'entries': ["
+        + pprint.pformat(first)
+        + ",\n  ...,\n  "
+        + pprint.pformat(last)
+        + ",\n  "
+        + pprint.pformat(cut)[:300]
+    )
     assert "('0', 'default_pg')" in pasted  # tuples, single quotes: not JSON
     path = tmp_path / "rank1_paste.txt"
     path.write_text(pasted)
@@ -113,6 +164,7 @@ def test_dump_printed_as_a_python_dict_with_elisions_and_a_cut(tmp_path):
 
 
 # -- untrusted pickles ----------------------------------------------------------------------------
+
 
 class _RunsACommand:
     def __init__(self, marker: Path):
@@ -158,8 +210,15 @@ def test_shared_references_do_not_blow_up(tmp_path):
     nested = [1, 2]
     for _ in range(40):
         nested = [nested, nested]  # 2**40 leaves when walked, a few hundred bytes pickled
-    entry = {"record_id": 0, "process_group": ("0", "default_pg"), "collective_seq_id": 1, "profiling_name": "nccl:all_reduce",
-             "input_sizes": nested, "state": "scheduled", "frames": [{"name": "f", "filename": "f.py", "line": 1}] * 100_000}
+    entry = {
+        "record_id": 0,
+        "process_group": ("0", "default_pg"),
+        "collective_seq_id": 1,
+        "profiling_name": "nccl:all_reduce",
+        "input_sizes": nested,
+        "state": "scheduled",
+        "frames": [{"name": "f", "filename": "f.py", "line": 1}] * 100_000,
+    }
     path = tmp_path / "nccl_trace_rank_0"
     path.write_bytes(pickle.dumps({"version": "2.4", "entries": [entry] * 3}))
     assert path.stat().st_size < 300_000
@@ -173,12 +232,22 @@ def test_a_dump_without_a_rank_in_its_name_says_so(tmp_path):
     path.write_text(json.dumps({"version": "2.10", "entries": [_entry_v1(1, "completed")]}))
     result = _read(path)
     assert result.tables["fr_entries"]["rank"].to_list() == [None]
-    assert result.account.errors == ["dump.json: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank"]
+    assert result.account.errors == [
+        "dump.json: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank"
+    ]
 
 
 def test_a_dump_without_entries_still_names_its_groups(tmp_path):
     path = tmp_path / "trace_rank_2.json"
-    path.write_text(json.dumps({"version": "2.4", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}}, "entries": []}))
+    path.write_text(
+        json.dumps(
+            {
+                "version": "2.4",
+                "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"}},
+                "entries": [],
+            }
+        )
+    )
     result = _read(path)
     assert not result.account.errors and result.account.lines == 0 and "fr_entries" not in result.tables
     assert result.tables["fr_groups"]["ranks"].to_list() == [[0, 1, 2]]

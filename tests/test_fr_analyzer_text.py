@@ -58,7 +58,12 @@ def test_synthetic_older_and_error_forms(tmp_path):
     old = rows.filter(rows["collective_seq_id"] == 5)
     assert old["rank"].to_list() == [0] and old["frames"][0][1]["line"] == 88  # expected 2 ranks, rank 1 missing
     err = rows.filter(rows["collective_seq_id"] == 9)
-    assert err["rank"].to_list() == [0, 1, 2, 3] and err["op"].to_list() == ["all_gather", "all_gather", "broadcast", "all_gather"]
+    assert err["rank"].to_list() == [0, 1, 2, 3] and err["op"].to_list() == [
+        "all_gather",
+        "all_gather",
+        "broadcast",
+        "all_gather",
+    ]
     assert set(err["pg_desc"]) == {"tp_group"} and set(err["record_id"]) == {40}
 
 

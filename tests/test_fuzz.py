@@ -41,9 +41,20 @@ def test_mutated_inputs_never_crash_and_every_line_is_accounted_for(tmp_path: Pa
 
 
 def _fr_entry(seq: int, **values) -> dict:
-    return {"record_id": seq, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": seq, "p2p_seq_id": 0,
-            "profiling_name": "nccl:all_reduce", "time_created_ns": 1_700_000_000_000_000_000 + seq, "state": "completed",
-            "retired": True, "duration_ms": 1.5, "timeout_ms": 600000, **values}
+    return {
+        "record_id": seq,
+        "pg_id": 0,
+        "process_group": ["0", "default_pg"],
+        "collective_seq_id": seq,
+        "p2p_seq_id": 0,
+        "profiling_name": "nccl:all_reduce",
+        "time_created_ns": 1_700_000_000_000_000_000 + seq,
+        "state": "completed",
+        "retired": True,
+        "duration_ms": 1.5,
+        "timeout_ms": 600000,
+        **values,
+    }
 
 
 # Fuzz finds: a JSON dump with one infinite value, or one integer of 2^64, was dropped whole.
@@ -54,8 +65,11 @@ def _fr_entry(seq: int, **values) -> dict:
 def test_a_flight_recorder_value_out_of_range_loses_only_its_entry(tmp_path: Path, bad: dict):
     import json
 
-    dump = {"version": "2.4", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
-            "entries": [_fr_entry(1), _fr_entry(2, **bad), _fr_entry(3)]}
+    dump = {
+        "version": "2.4",
+        "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1]"}},
+        "entries": [_fr_entry(1), _fr_entry(2, **bad), _fr_entry(3)],
+    }
     data = json.dumps(dump).encode()  # Python writes Infinity and 2^64 as json.dumps does
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "fr_trace_rank_0.json").write_bytes(data)

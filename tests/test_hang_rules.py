@@ -27,7 +27,9 @@ def test_real_lab_run_fires_its_hang_rules(folder, analysis_of):
     assert {f.rule_id for f in analysis_of(folder).findings} & HANG_RULES == set(expected["rules"])
 
 
-@pytest.mark.parametrize("folder", [p for p in LAB if "hang" in json.loads((p / "expected.json").read_text())], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "folder", [p for p in LAB if "hang" in json.loads((p / "expected.json").read_text())], ids=lambda p: p.name
+)
 def test_hung_collective_names_rank_group_seq_and_frame(folder, analysis_of):
     hang = json.loads((folder / "expected.json").read_text())["hang"]
     found = _by_rule(analysis_of(folder))
@@ -43,7 +45,9 @@ def test_hung_collective_names_rank_group_seq_and_frame(folder, analysis_of):
 def test_skip_names_rank_2_missing_from_group_1_and_the_consequence_in_group_0(analysis_of):
     found = _by_rule(analysis_of(FIXTURES / "lab-hang-skip"))
     assert found["TL420"].ranks == [2]
-    assert "ranks 0, 1 and 3 from train" in found["TL420"].summary and "rank 2 never started it" in found["TL420"].summary
+    assert (
+        "ranks 0, 1 and 3 from train" in found["TL420"].summary and "rank 2 never started it" in found["TL420"].summary
+    )
     assert "#25 of process group 0 (default_pg), where rank 2 waits" in found["TL420"].summary
     assert "gloo:all_reduce #25 of process group 0" in found["TL422"].summary
 
@@ -85,11 +89,27 @@ def test_tl411_uses_the_dumps_when_present(tmp_path):
     assert before.ranks == []
     t0 = 1_733_510_000_000_000_000
     for rank in range(8):
-        entries = [{"record_id": s, "pg_id": 0, "process_group": ["0", "default_pg"], "collective_seq_id": s, "p2p_seq_id": 0,
-                    "profiling_name": "nccl:all_reduce", "time_created_ns": t0 + s * 10**9, "input_sizes": [[4096]],
-                    "output_sizes": [[4096]], "state": "completed" if s < 1583 else "started", "frames": []}
-                   for s in range(1580, 1584 if rank != 5 else 1583)]
-        dump = {"version": "2.4", "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(8)))}}, "entries": entries}
+        entries = [
+            {
+                "record_id": s,
+                "pg_id": 0,
+                "process_group": ["0", "default_pg"],
+                "collective_seq_id": s,
+                "p2p_seq_id": 0,
+                "profiling_name": "nccl:all_reduce",
+                "time_created_ns": t0 + s * 10**9,
+                "input_sizes": [[4096]],
+                "output_sizes": [[4096]],
+                "state": "completed" if s < 1583 else "started",
+                "frames": [],
+            }
+            for s in range(1580, 1584 if rank != 5 else 1583)
+        ]
+        dump = {
+            "version": "2.4",
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(8)))}},
+            "entries": entries,
+        }
         (run / f"nccl_trace_rank_{rank}.json").write_text(json.dumps(dump))
     after = [f for f in analyze(run).findings if f.rule_id == "TL411"][0]
     assert after.ranks == [5] and "Flight Recorder" in after.summary
@@ -97,20 +117,47 @@ def test_tl411_uses_the_dumps_when_present(tmp_path):
 
 def _stuck_run(**extra):
     t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
-    rows = [{"rank": r, "pg_name": "0", "pg_id": 0, "pg_desc": "default_pg", "collective_seq_id": s, "op": "all_reduce",
-             "profiling_name": "nccl:all_reduce", "is_p2p": False, "status": "completed" if s < 3 else "started",
-             "input_sizes": "[[8]]", "ts": t0 + timedelta(seconds=s), "encoding": "pickle", "record_id": s, "frames": []}
-            for r in range(2) for s in range(1, 4 if r == 0 else 3)]
+    rows = [
+        {
+            "rank": r,
+            "pg_name": "0",
+            "pg_id": 0,
+            "pg_desc": "default_pg",
+            "collective_seq_id": s,
+            "op": "all_reduce",
+            "profiling_name": "nccl:all_reduce",
+            "is_p2p": False,
+            "status": "completed" if s < 3 else "started",
+            "input_sizes": "[[8]]",
+            "ts": t0 + timedelta(seconds=s),
+            "encoding": "pickle",
+            "record_id": s,
+            "frames": [],
+        }
+        for r in range(2)
+        for s in range(1, 4 if r == 0 else 3)
+    ]
     return tables_from(fr_entries=rows, **extra), t0
 
 
 def test_tl423_names_network_errors_in_the_minute_before_the_stop():
     t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
-    err = {"host": "node02", "kind": "ib_completion", "status_name": "transport retry counter exceeded", "message": "NET/IB : Got completion with error 12",
-           "ts": t0, "ts_lo": t0, "ts_hi": t0}
+    err = {
+        "host": "node02",
+        "kind": "ib_completion",
+        "status_name": "transport retry counter exceeded",
+        "message": "NET/IB : Got completion with error 12",
+        "ts": t0,
+        "ts_lo": t0,
+        "ts_hi": t0,
+    }
     tables, _ = _stuck_run(nccl_errors=[err])
     (finding,) = fire(tables, "TL423")
-    assert finding.ranks == [1] and "IB completion (transport retry counter exceeded)" in finding.summary and finding.hosts == ["node02"]
+    assert (
+        finding.ranks == [1]
+        and "IB completion (transport retry counter exceeded)" in finding.summary
+        and finding.hosts == ["node02"]
+    )
     quiet, _ = _stuck_run()
     assert fire(quiet, "TL423") == []
     assert fire(quiet, "TL422")[0].ranks == [1]
@@ -121,15 +168,27 @@ def test_healthy_dump_has_no_hang_finding(analysis_of):
     assert not [f for f in found if f.rule_id in HANG_RULES | {"TL411"}]
 
 
-@pytest.mark.parametrize("frames,exception,kind", [
-    ([("save", "torch/serialization.py"), ("save_checkpoint", "/job/train.py")], None, "a checkpoint write"),
-    ([("_next_data", "torch/utils/data/dataloader.py"), ("__next__", "torch/utils/data/dataloader.py"), ("train", "/job/train.py")], None, "the data loader"),
-    ([("all_reduce", "torch/distributed/distributed_c10d.py"), ("step", "/job/train.py")], None, "a collective"),
-    ([("forward", "/job/model.py")], "ValueError: nan loss", "an exception (ValueError: nan loss)"),
-    ([("forward", "/job/model.py")], None, "Python code"),
-])
+@pytest.mark.parametrize(
+    "frames,exception,kind",
+    [
+        ([("save", "torch/serialization.py"), ("save_checkpoint", "/job/train.py")], None, "a checkpoint write"),
+        (
+            [
+                ("_next_data", "torch/utils/data/dataloader.py"),
+                ("__next__", "torch/utils/data/dataloader.py"),
+                ("train", "/job/train.py"),
+            ],
+            None,
+            "the data loader",
+        ),
+        ([("all_reduce", "torch/distributed/distributed_c10d.py"), ("step", "/job/train.py")], None, "a collective"),
+        ([("forward", "/job/model.py")], "ValueError: nan loss", "an exception (ValueError: nan loss)"),
+        ([("forward", "/job/model.py")], None, "Python code"),
+    ],
+)
 def test_where_a_rank_was(frames, exception, kind):
     from tracelens.derived.hangs import call_site, where_kind
+
     rows = [{"name": n, "filename": f, "line": 1} for n, f in frames]
     assert where_kind(rows, exception) == kind
     assert call_site(rows)["filename"].startswith("/job/")
@@ -137,9 +196,22 @@ def test_where_a_rank_was(frames, exception, kind):
 
 @pytest.mark.parametrize("column,odd,what", [("op", "broadcast", "op"), ("input_dtypes", '["BFloat16"]', "dtypes")])
 def test_desync_of_op_or_dtype_fires_and_equal_ranks_do_not(column, odd, what):
-    rows = [{"rank": r, "pg_name": "0", "collective_seq_id": 7, "op": "all_reduce", "input_sizes": "[[8]]", "input_dtypes": '["Float"]',
-             "is_p2p": False, "status": "started", "encoding": "pickle", "record_id": 7,
-             "frames": [{"name": "step", "filename": f"/job/train_{r}.py", "line": 10 + r}]} for r in range(4)]
+    rows = [
+        {
+            "rank": r,
+            "pg_name": "0",
+            "collective_seq_id": 7,
+            "op": "all_reduce",
+            "input_sizes": "[[8]]",
+            "input_dtypes": '["Float"]',
+            "is_p2p": False,
+            "status": "started",
+            "encoding": "pickle",
+            "record_id": 7,
+            "frames": [{"name": "step", "filename": f"/job/train_{r}.py", "line": 10 + r}],
+        }
+        for r in range(4)
+    ]
     assert fire(tables_from(fr_entries=rows), "TL421") == []
     rows[3] = {**rows[3], column: odd}
     (finding,) = fire(tables_from(fr_entries=rows), "TL421")
@@ -149,20 +221,69 @@ def test_desync_of_op_or_dtype_fires_and_equal_ranks_do_not(column, odd, what):
 
 def _p2p_rows(peer_posted: bool, completed: bool = False):
     t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
-    base = {"pg_name": "2", "pg_desc": "pp_group", "is_p2p": True, "encoding": "pickle", "input_sizes": "[[4, 1024]]", "frames": []}
-    rows = [{**base, "rank": 0, "record_id": 1, "p2p_seq_id": 1, "op": "send", "profiling_name": "nccl:send 0->1", "status": "completed", "ts": t0},
-            {**base, "rank": 1, "record_id": 1, "p2p_seq_id": 1, "op": "recv", "profiling_name": "nccl:recv 1<-0", "status": "completed", "ts": t0},
-            {**base, "rank": 0, "record_id": 2, "p2p_seq_id": 2, "op": "send", "profiling_name": "nccl:send 0->1",
-             "status": "completed" if completed else "started", "ts": t0 + timedelta(seconds=1)}]
+    base = {
+        "pg_name": "2",
+        "pg_desc": "pp_group",
+        "is_p2p": True,
+        "encoding": "pickle",
+        "input_sizes": "[[4, 1024]]",
+        "frames": [],
+    }
+    rows = [
+        {
+            **base,
+            "rank": 0,
+            "record_id": 1,
+            "p2p_seq_id": 1,
+            "op": "send",
+            "profiling_name": "nccl:send 0->1",
+            "status": "completed",
+            "ts": t0,
+        },
+        {
+            **base,
+            "rank": 1,
+            "record_id": 1,
+            "p2p_seq_id": 1,
+            "op": "recv",
+            "profiling_name": "nccl:recv 1<-0",
+            "status": "completed",
+            "ts": t0,
+        },
+        {
+            **base,
+            "rank": 0,
+            "record_id": 2,
+            "p2p_seq_id": 2,
+            "op": "send",
+            "profiling_name": "nccl:send 0->1",
+            "status": "completed" if completed else "started",
+            "ts": t0 + timedelta(seconds=1),
+        },
+    ]
     if peer_posted:
-        rows.append({**base, "rank": 1, "record_id": 2, "p2p_seq_id": 2, "op": "recv", "profiling_name": "nccl:recv 1<-0",
-                     "status": "completed" if completed else "started", "ts": t0 + timedelta(seconds=1)})
+        rows.append(
+            {
+                **base,
+                "rank": 1,
+                "record_id": 2,
+                "p2p_seq_id": 2,
+                "op": "recv",
+                "profiling_name": "nccl:recv 1<-0",
+                "status": "completed" if completed else "started",
+                "ts": t0 + timedelta(seconds=1),
+            }
+        )
     return tables_from(fr_entries=rows)
 
 
 def test_a_send_whose_peer_never_posted_the_recv():
     (hang,) = fire(_p2p_rows(peer_posted=False), "TL420")
-    assert hang.ranks == [1] and "send #2 of process group 2 (pp_group)" in hang.title and "rank 1 never started it" in hang.summary
+    assert (
+        hang.ranks == [1]
+        and "send #2 of process group 2 (pp_group)" in hang.title
+        and "rank 1 never started it" in hang.summary
+    )
     assert fire(_p2p_rows(peer_posted=False), "TL422")[0].ranks == [1]
     (both,) = fire(_p2p_rows(peer_posted=True), "TL420")
     assert "never joined" not in both.title and both.ranks == [0, 1]
@@ -172,13 +293,20 @@ def test_a_send_whose_peer_never_posted_the_recv():
 def test_a_pyspy_dump_without_a_rank_gets_it_from_nccl_pids():
     from tracelens.derived.hangs import stacks
 
-    frames = [{"name": "_next_data", "filename": "torch/utils/data/dataloader.py", "line": 1, "native": False},
-              {"name": "train", "filename": "/job/train.py", "line": 7, "native": False}]
+    frames = [
+        {"name": "_next_data", "filename": "torch/utils/data/dataloader.py", "line": 1, "native": False},
+        {"name": "train", "filename": "/job/train.py", "line": 7, "native": False},
+    ]
     tables = tables_from(
-        stacks=[{"pid": 4242, "host": "node02", "tool": "py-spy", "thread_name": "MainThread", "frames": frames},
-                {"pid": 4242, "host": "node01", "tool": "py-spy", "thread_name": "MainThread", "frames": frames}],
-        nccl_comms=[{"pid": 4242, "host": "node02", "rank": 13, "nranks": 16}, {"pid": 4242, "host": "node02", "rank": 1, "nranks": 2},
-                    {"pid": 4242, "host": "node01", "rank": 4, "nranks": 16}],
+        stacks=[
+            {"pid": 4242, "host": "node02", "tool": "py-spy", "thread_name": "MainThread", "frames": frames},
+            {"pid": 4242, "host": "node01", "tool": "py-spy", "thread_name": "MainThread", "frames": frames},
+        ],
+        nccl_comms=[
+            {"pid": 4242, "host": "node02", "rank": 13, "nranks": 16},
+            {"pid": 4242, "host": "node02", "rank": 1, "nranks": 2},
+            {"pid": 4242, "host": "node01", "rank": 4, "nranks": 16},
+        ],
     )
     assert stacks(tables)["rank"].to_list() == [13, 4]
 
@@ -186,4 +314,8 @@ def test_a_pyspy_dump_without_a_rank_gets_it_from_nccl_pids():
 def test_ranks_are_listed_as_a_person_writes_them():
     from tracelens.derived.hangs import who
 
-    assert [who([2]), who([0, 1, 3]), who(list(range(20)), limit=3)] == ["rank 2", "ranks 0, 1 and 3", "ranks 0, 1, 2 and 17 more"]
+    assert [who([2]), who([0, 1, 3]), who(list(range(20)), limit=3)] == [
+        "rank 2",
+        "ranks 0, 1 and 3",
+        "ranks 0, 1, 2 and 17 more",
+    ]

@@ -122,26 +122,32 @@ def test_nvidia_smi_values():
 def test_dmon_with_time_and_date_columns(tmp_path):
     """`-o DT` and `-o T` (no public sample: the documented layout)."""
     dt = tmp_path / "dmon-dt.txt"
-    dt.write_text("#Date       Time        gpu   pwr gtemp mtemp    sm   mem   enc   dec  mclk  pclk\n"
-                  "#YYYYMMDD   HH:MM:SS    Idx     W     C     C     %     %     %     %   MHz   MHz\n"
-                  " 20241206   18:31:01      0    68    39     -    35     4     0     0  9251  1530\n"
-                  " 20241206   18:31:02      1   298    61     -    97    40     0     0  9251  1980\n")
+    dt.write_text(
+        "#Date       Time        gpu   pwr gtemp mtemp    sm   mem   enc   dec  mclk  pclk\n"
+        "#YYYYMMDD   HH:MM:SS    Idx     W     C     C     %     %     %     %   MHz   MHz\n"
+        " 20241206   18:31:01      0    68    39     -    35     4     0     0  9251  1530\n"
+        " 20241206   18:31:02      1   298    61     -    97    40     0     0  9251  1980\n"
+    )
     fmt, result = read(dt)
     rows = result.tables["gpu_samples"]
     assert fmt == "nvidia_smi" and result.account.unrecognized == 0
     assert [str(t) for t in rows["ts"]] == ["2024-12-06 18:31:01+00:00", "2024-12-06 18:31:02+00:00"]
     assert rows["util_gpu"].to_list() == [35.0, 97.0]
     only_t = tmp_path / "dmon-t.txt"
-    only_t.write_text("Fri Dec  6 23:59:59 2024\n#Time        gpu   pwr    sm   mem\n#HH:MM:SS    Idx     W     %     %\n"
-                      " 23:59:59      0    68    35     4\n 00:00:01      0    70    36     4\n")
+    only_t.write_text(
+        "Fri Dec  6 23:59:59 2024\n#Time        gpu   pwr    sm   mem\n#HH:MM:SS    Idx     W     %     %\n"
+        " 23:59:59      0    68    35     4\n 00:00:01      0    70    36     4\n"
+    )
     rows = read(only_t)[1].tables["gpu_samples"]
     assert [str(t) for t in rows["ts"]] == ["2024-12-06 23:59:59+00:00", "2024-12-07 00:00:01+00:00"]
 
 
 def test_headerless_csv_takes_fields_from_the_command(tmp_path):
     path = tmp_path / "smi.txt"
-    path.write_text("$ nvidia-smi --query-gpu=timestamp,index,utilization.gpu,power.draw --format=csv,noheader,nounits -l 1\n"
-                    "2024/12/06 18:31:01.100, 0, 35, 120.5\n2024/12/06 18:31:02.100, 0, 97, 290.1\n")
+    path.write_text(
+        "$ nvidia-smi --query-gpu=timestamp,index,utilization.gpu,power.draw --format=csv,noheader,nounits -l 1\n"
+        "2024/12/06 18:31:01.100, 0, 35, 120.5\n2024/12/06 18:31:02.100, 0, 97, 290.1\n"
+    )
     fmt, result = read(path)
     rows = result.tables["gpu_samples"]
     assert fmt == "nvidia_smi" and result.account.unrecognized == 0
@@ -176,7 +182,10 @@ def test_kernel_grammar_and_vectorized_kinds_agree():
     """The grammar is the spec: every corpus and fixture record gets the same kind from it."""
     parser = Lark(grammar_text("kernel"), parser="earley", start="message")
     bodies = []
-    for path in [*corpus_dir("host").joinpath("kernel").iterdir(), *(REPO / "lab" / "host-evidence" / "out").glob("dmesg*")]:
+    for path in [
+        *corpus_dir("host").joinpath("kernel").iterdir(),
+        *(REPO / "lab" / "host-evidence" / "out").glob("dmesg*"),
+    ]:
         lines = context(read_lines(InputFile(path=path, name=path.name, format="kernel_log")))
         bodies += kernel.records(lines.filter(lines["ctx"].is_null()), 2026).select("message", "kind").rows()
     bodies += [(m, k) for m, k in _SYNTHETIC_BODIES]
@@ -212,13 +221,22 @@ def test_nccl_tests_rows():
     a2a = read(corpus_file("superbench_alltoall"))[1].tables["nccl_tests"].filter(pl.col("kind") == "row")
     assert a2a["redop"].null_count() == a2a.height and a2a["busbw_gbs"].max() == 226.16
     mpi = read(corpus_file("eksblueprints"))[1].tables["nccl_tests"]
-    assert mpi["prefix"].unique().to_list() == ["[1,0]<stdout>:"] and mpi.filter(pl.col("kind") == "average")["busbw_gbs"][0] == 1.15327
+    assert (
+        mpi["prefix"].unique().to_list() == ["[1,0]<stdout>:"]
+        and mpi.filter(pl.col("kind") == "average")["busbw_gbs"][0] == 1.15327
+    )
 
 
 def test_nccl_tests_grammar_agrees_with_the_vectorized_rows():
     """Every result row of the corpus, parsed by the grammar, has the values the split took."""
     parser = Lark(grammar_text("nccl_tests"), parser="earley")
-    for part in ("ocihpcoke_allreduce_2x8A100", "superbench_allreduce", "superbench_alltoall", "liplus", "eksblueprints"):
+    for part in (
+        "ocihpcoke_allreduce_2x8A100",
+        "superbench_allreduce",
+        "superbench_alltoall",
+        "liplus",
+        "eksblueprints",
+    ):
         path = corpus_file(part)
         rows = read(path)[1].tables["nccl_tests"].filter(pl.col("kind") == "row", pl.col("placement") == "out")
         text = path.read_text().splitlines()
@@ -236,9 +254,19 @@ def test_nccl_tests_grammar_agrees_with_the_vectorized_rows():
 def test_perftest_rows():
     rows = read(corpus_file("superbench_ib_write_bw_loopback_all_sizes"))[1].tables["perftest"]
     last = rows.sort("bytes").row(-1, named=True)
-    assert (last["bytes"], last["bw_avg"], last["bw_unit"], last["device"], last["mtu"]) == (8388608, 23240.68, "MB/sec", "ib0", 4096)
+    assert (last["bytes"], last["bw_avg"], last["bw_unit"], last["device"], last["mtu"]) == (
+        8388608,
+        23240.68,
+        "MB/sec",
+        "ib0",
+        4096,
+    )
     wrapped = read(corpus_file("avocado1196"))[1].tables["perftest"].row(0, named=True)
-    assert (wrapped["bytes"], wrapped["bw_avg"], str(wrapped["ts"])) == (1024, 1476.74, "2019-07-16 03:43:24.134000+00:00")
+    assert (wrapped["bytes"], wrapped["bw_avg"], str(wrapped["ts"])) == (
+        1024,
+        1476.74,
+        "2019-07-16 03:43:24.134000+00:00",
+    )
 
 
 def first_perftest_row(path: Path) -> dict:
@@ -257,9 +285,15 @@ def test_latency_table(tmp_path):
         " Dual-port       : OFF\t\tDevice         : mlx5_0\n Mtu             : 4096[B]\n Link type       : Ethernet\n"
         "---------------------------------------------------------------------------------------\n"
         " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99% percentile[usec]   99.9% percentile[usec] \n"
-        " 2       1000          1.04           3.38         1.07     \t       1.08        \t0.05   \t\t1.21    \t\t3.38   \n")
+        " 2       1000          1.04           3.38         1.07     \t       1.08        \t0.05   \t\t1.21    \t\t3.38   \n"
+    )
     row = first_perftest_row(path)
-    assert (row["test"], row["lat_typical_us"], row["lat_p999_us"], row["link_type"]) == ("RDMA_Write Latency Test", 1.07, 3.38, "Ethernet")
+    assert (row["test"], row["lat_typical_us"], row["lat_p999_us"], row["link_type"]) == (
+        "RDMA_Write Latency Test",
+        1.07,
+        3.38,
+        "Ethernet",
+    )
 
 
 def test_interfaces():
@@ -267,13 +301,22 @@ def test_interfaces():
     members = bond.filter(pl.col("master") == "bond1")
     assert members["ifname"].to_list() == ["swp1", "swp2"] and members["mtu"].to_list() == [9216, 9216]
     old = read(corpus_file("jc_fixture_ifconfig"))[1].tables["interfaces"].row(0, named=True)
-    assert (old["ifname"], old["mtu"], old["ipv4"], old["rx_bytes"], old["tx_bytes"]) == ("ens33", 1500, "192.168.248.129/24", 5602, 13935)
+    assert (old["ifname"], old["mtu"], old["ipv4"], old["rx_bytes"], old["tx_bytes"]) == (
+        "ens33",
+        1500,
+        "192.168.248.129/24",
+        5602,
+        13935,
+    )
     down = read(corpus_file("coreos412"))[1].tables["interfaces"]
     assert down["state"].to_list() == ["DOWN", "DOWN"] and down["ipv4"][0] == "10.187.10.11/24"
     gids = read(corpus_file("multus1100_show_gids_pod_b"))[1].tables["gids"]
     assert gids.select("index", "roce", "netdev").rows() == [(6, "v1", "net1"), (7, "v2", "net1")]
     rdma = read(corpus_file("3fs283_rdma_link"))[1].tables["ib_ports"]
-    assert rdma.select("ca", "port", "state", "netdev").rows() == [("mlx5_0", 1, "Active", "p1p1"), ("mlx5_1", 1, "Active", "p1p2")]
+    assert rdma.select("ca", "port", "state", "netdev").rows() == [
+        ("mlx5_0", 1, "Active", "p1p1"),
+        ("mlx5_1", 1, "Active", "p1p2"),
+    ]
 
 
 REAL = REPO / "lab" / "host-evidence" / "out"
@@ -293,7 +336,9 @@ def test_real_listings_from_this_machine(path):
         assert kernel.records(lines, 2026)["printed_zone"].all() and "kernel_events" not in result.tables
     if path.name.endswith("ethtool-S.txt"):
         counters = result.tables["ib_counters"]
-        assert fmt == "ethtool" and counters["node"].unique().to_list() == [{"tlhost-a": "vh-a", "tlhost-b": "vh-b"}[counters["host"][0]]]
+        assert fmt == "ethtool" and counters["node"].unique().to_list() == [
+            {"tlhost-a": "vh-a", "tlhost-b": "vh-b"}[counters["host"][0]]
+        ]
         assert "peer_ifindex" in counters["counter"].to_list()
     if path.name.endswith("ip-d-link.txt"):
         assert result.tables["interfaces"].filter(pl.col("kind") == "veth")["max_mtu"].to_list() == [65535]
@@ -305,16 +350,29 @@ def test_older_latency_table_and_notes(tmp_path):
     path.write_text(
         "                    Send Latency Test\n Dual-port       : OFF\t\tDevice         : mlx5_1\n"
         " Requested SQ size might be too big. Try reducing TX depth and/or inline size.\n"
-        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n 2       1000          0.98           5.10         1.01\n")
+        " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]\n 2       1000          0.98           5.10         1.01\n"
+    )
     row = first_perftest_row(path)
-    assert (row["lat_min_us"], row["lat_typical_us"], row.get("lat_avg_us"), row["device"]) == (0.98, 1.01, None, "mlx5_1")
+    assert (row["lat_min_us"], row["lat_typical_us"], row.get("lat_avg_us"), row["device"]) == (
+        0.98,
+        1.01,
+        None,
+        "mlx5_1",
+    )
 
 
-@pytest.mark.parametrize(("text", "kind", "timed"), [
-    ("kern  :err   : [ 1234.567890] mlx5_core 0000:3b:00.0 ens1f0np0: Link down\n", "link_down", False),  # dmesg -x
-    ("Dec 06 18:31:01.123456 node02 kernel: mlx5_core 0000:3b:00.0 ens1f0np0: Link down\n", "link_down", True),  # short-precise
-    ("2024-12-06T18:31:01,123456+01:00 mlx4_en: eth2: Link Down\n", "link_down", True),  # dmesg --time-format iso
-])
+@pytest.mark.parametrize(
+    ("text", "kind", "timed"),
+    [
+        ("kern  :err   : [ 1234.567890] mlx5_core 0000:3b:00.0 ens1f0np0: Link down\n", "link_down", False),  # dmesg -x
+        (
+            "Dec 06 18:31:01.123456 node02 kernel: mlx5_core 0000:3b:00.0 ens1f0np0: Link down\n",
+            "link_down",
+            True,
+        ),  # short-precise
+        ("2024-12-06T18:31:01,123456+01:00 mlx4_en: eth2: Link Down\n", "link_down", True),  # dmesg --time-format iso
+    ],
+)
 def test_kernel_prefix_variants(tmp_path, text, kind, timed):
     path = tmp_path / "k.txt"
     path.write_text(text * 3)
@@ -328,17 +386,27 @@ def test_kernel_prefix_variants(tmp_path, text, kind, timed):
 
 def test_show_gids_trailer_and_ipoib_ifconfig(tmp_path):
     gids = tmp_path / "gids.txt"
-    gids.write_text("DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n---\t----\t-----\t---\t\t\t\t\t------------  \t---\t---\n"
-                    "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv2\tens1f0\nn_gids_found=1\n")
+    gids.write_text(
+        "DEV\tPORT\tINDEX\tGID\t\t\t\t\tIPv4  \t\tVER\tDEV\n---\t----\t-----\t---\t\t\t\t\t------------  \t---\t---\n"
+        "mlx5_0\t1\t3\t0000:0000:0000:0000:0000:ffff:0a00:0001\t10.0.0.1  \tv2\tens1f0\nn_gids_found=1\n"
+    )
     fmt, result = read(gids)
-    assert fmt == "interfaces" and result.account.unrecognized == 0 and result.tables["gids"]["roce"].to_list() == ["v2"]
+    assert (
+        fmt == "interfaces" and result.account.unrecognized == 0 and result.tables["gids"]["roce"].to_list() == ["v2"]
+    )
     ipoib = tmp_path / "ifconfig.txt"
-    ipoib.write_text("ib0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 2044\n        inet 192.168.10.1  netmask 255.255.255.0\n"
-                     "Infiniband hardware address can be incorrect! Please read BUGS section in ifconfig(8).\n"
-                     "        infiniband 80:00:02:08:FE:80:00:00:00:00:00:00:00:00:00:00:00:00:00:00  txqueuelen 256  (InfiniBand)\n")
+    ipoib.write_text(
+        "ib0: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 2044\n        inet 192.168.10.1  netmask 255.255.255.0\n"
+        "Infiniband hardware address can be incorrect! Please read BUGS section in ifconfig(8).\n"
+        "        infiniband 80:00:02:08:FE:80:00:00:00:00:00:00:00:00:00:00:00:00:00:00  txqueuelen 256  (InfiniBand)\n"
+    )
     fmt, result = read(ipoib)
     row = result.tables["interfaces"].row(0, named=True)
-    assert result.account.unrecognized == 0 and (row["ifname"], row["mtu"], row["link_type"]) == ("ib0", 2044, "infiniband")
+    assert result.account.unrecognized == 0 and (row["ifname"], row["mtu"], row["link_type"]) == (
+        "ib0",
+        2044,
+        "infiniband",
+    )
 
 
 DEVINFO_V = """hca_id:\tmlx5_0
@@ -366,7 +434,11 @@ def test_ibv_devinfo_v_gid_table_and_the_low_active_mtu(tmp_path):
     (tmp_path / "node01").mkdir()
     (tmp_path / "node01" / "ibv_devinfo-v.txt").write_text(DEVINFO_V)
     tables, _ = ingest_run(tmp_path, tmp_path / "work")
-    assert tables["gids"].select("index", "roce", "ipv4").rows() == [(0, "v1", None), (1, "v2", None), (3, "v2", "10.0.0.1")]
+    assert tables["gids"].select("index", "roce", "ipv4").rows() == [
+        (0, "v1", None),
+        (1, "v2", None),
+        (3, "v2", "10.0.0.1"),
+    ]
     (finding,) = fire(tables, "TL603")
     assert finding.hosts == ["node01"] and "active MTU 1024 below the 4096" in finding.title
 
@@ -375,8 +447,10 @@ def test_nvidia_smi_failures_and_a_header_per_loop(tmp_path):
     """`-l` loops may print the header every time; a lost GPU prints an error line, which is read, not unknown."""
     path = tmp_path / "smi.txt"
     header = "timestamp, index, utilization.gpu [%]\n"
-    path.write_text(header + "2024/12/06 18:31:01.100, 0, 35 %\n" + header + "2024/12/06 18:31:02.100, 0, 36 %\n"
-                    "Unable to determine the device handle for GPU0000:a1:00.0: Unknown Error\n")
+    path.write_text(
+        header + "2024/12/06 18:31:01.100, 0, 35 %\n" + header + "2024/12/06 18:31:02.100, 0, 36 %\n"
+        "Unable to determine the device handle for GPU0000:a1:00.0: Unknown Error\n"
+    )
     fmt, result = read(path)
     assert fmt == "nvidia_smi" and result.account.unrecognized == 0 and result.account.parsed == 5
     assert result.tables["gpu_samples"]["util_gpu"].to_list() == [35.0, 36.0]

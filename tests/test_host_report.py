@@ -22,15 +22,30 @@ def test_host_section_tables():
     t = tables_from(
         interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 1500, "10.0.0.2/24")],
         ib_ports=[port("node01", 1024)] + rates(),
-        kernel_events=[kev("node02", "xid", 10, xid=79, detail="Xid 79: GPU has fallen off the bus", message="NVRM: Xid <script>x</script>")],
-        nccl_tests=nccl_row(41.3), perftest=perf(11000.0), gpu_samples=gpu("node01", 35.0),
+        kernel_events=[
+            kev(
+                "node02",
+                "xid",
+                10,
+                xid=79,
+                detail="Xid 79: GPU has fallen off the bus",
+                message="NVRM: Xid <script>x</script>",
+            )
+        ],
+        nccl_tests=nccl_row(41.3),
+        perftest=perf(11000.0),
+        gpu_samples=gpu("node01", 35.0),
     )
     ctx = host.context(RunContext(t), NO_FINDINGS)
     mtus = {(i["host"], i["name"]): (i["mtu"], i["odd"]) for i in ctx["interfaces"]}
     assert mtus[("node01", "ens1f0")] == (9000, False) and mtus[("node02", "ens1f0")] == (1500, True)
     assert mtus[("node01", "mlx5_0:1")] == ("1024 of 4096", True)
     (event,) = ctx["events"]
-    assert (event["host"], event["what"], event["detail"]) == ("node02", "GPU Xid error", "Xid 79: GPU has fallen off the bus")
+    assert (event["host"], event["what"], event["detail"]) == (
+        "node02",
+        "GPU Xid error",
+        "Xid 79: GPU has fallen off the bus",
+    )
     nccl, ib = ctx["benchmarks"]
     assert (nccl["result"], nccl["line"], nccl["share"]) == ("busbw 41.3 GB/s", "200 GB/s", "21%")
     assert (ib["result"], ib["line"], ib["share"]) == ("88.0 Gb/s", "200 Gb/s", "44%")

@@ -31,21 +31,35 @@ def test_tl601_quiet_without_a_slow_window_or_samples():
 
 
 def test_tl602_mtu_mismatch_on_one_network():
-    t = tables_from(interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 1500, "10.0.0.2/24"),
-                                iface("node01", "eth0", 1500, "192.168.1.1/24"), iface("node02", "eth0", 1500, "192.168.1.2/24")])
+    t = tables_from(
+        interfaces=[
+            iface("node01", "ens1f0", 9000, "10.0.0.1/24"),
+            iface("node02", "ens1f0", 1500, "10.0.0.2/24"),
+            iface("node01", "eth0", 1500, "192.168.1.1/24"),
+            iface("node02", "eth0", 1500, "192.168.1.2/24"),
+        ]
+    )
     (finding,) = fire(t, "TL602")
     assert finding.title == "MTU mismatch on network 10.0.0.0/24: 1500, 9000"
     assert "node01 ens1f0 9000" in finding.summary and finding.hosts == ["node01", "node02"]
 
 
 def test_tl602_quiet_when_every_host_agrees():
-    t = tables_from(interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 9000, "10.0.0.2/24")])
+    t = tables_from(
+        interfaces=[iface("node01", "ens1f0", 9000, "10.0.0.1/24"), iface("node02", "ens1f0", 9000, "10.0.0.2/24")]
+    )
     assert fire(t, "TL602") == []
 
 
 def test_tl603_roce_active_mtu_below_the_port():
-    t = tables_from(ib_ports=[port("node01", 1024), port("node02", 4096), {**port("node01", None), "source": "rdma_link", "netdev": "ens1f0"}],
-                    interfaces=[iface("node01", "ens1f0", 1500, "10.0.0.1/24")])
+    t = tables_from(
+        ib_ports=[
+            port("node01", 1024),
+            port("node02", 4096),
+            {**port("node01", None), "source": "rdma_link", "netdev": "ens1f0"},
+        ],
+        interfaces=[iface("node01", "ens1f0", 1500, "10.0.0.1/24")],
+    )
     (finding,) = fire(t, "TL603")
     assert "active MTU 1024 below the 4096" in finding.title and "netdev ens1f0 has MTU 1500" in finding.summary
     assert finding.ports == ["mlx5_0:1"]
@@ -56,8 +70,10 @@ def test_tl603_quiet_at_full_mtu():
 
 
 def test_tl604_socket_transport_without_jumbo_frames():
-    net = [{"host": "node01", "pid": 1, "what": "network", "name": "Socket"},
-           {"host": "node01", "pid": 1, "what": "socket_if", "name": "eth0", "address": "10.0.0.1"}]
+    net = [
+        {"host": "node01", "pid": 1, "what": "network", "name": "Socket"},
+        {"host": "node01", "pid": 1, "what": "socket_if", "name": "eth0", "address": "10.0.0.1"},
+    ]
     t = tables_from(nccl_net=net, interfaces=[iface("node01", "eth0", 1500, "10.0.0.1/24")])
     (finding,) = fire(t, "TL604")
     assert "eth0 without jumbo frames (MTU 1500)" in finding.title
@@ -68,19 +84,37 @@ def test_tl604_socket_transport_without_jumbo_frames():
 def test_tl605_link_flap_in_the_slow_window_and_an_xid():
     begin, _ = slow_span()
     inside = (begin - at(0)).total_seconds() + 10
-    t = analysed(steps=steps(slow=SLOW), kernel_events=[
-        kev("node02", "link_down", inside, netdev="ens1f0np0", subsystem="mlx5_core"),
-        kev("node02", "link_up", inside + 3, netdev="ens1f0np0", subsystem="mlx5_core"),
-        kev("node01", "xid", 400, xid=79, detail="Xid 79: GPU has fallen off the bus (PCIe link lost)", device="0000:a1:00"),
-    ])
+    t = analysed(
+        steps=steps(slow=SLOW),
+        kernel_events=[
+            kev("node02", "link_down", inside, netdev="ens1f0np0", subsystem="mlx5_core"),
+            kev("node02", "link_up", inside + 3, netdev="ens1f0np0", subsystem="mlx5_core"),
+            kev(
+                "node01",
+                "xid",
+                400,
+                xid=79,
+                detail="Xid 79: GPU has fallen off the bus (PCIe link lost)",
+                device="0000:a1:00",
+            ),
+        ],
+    )
     found = {f.hosts[0]: f for f in fire(t, "TL605")}
-    assert "1 link flap (down, then up again)" in found["node02"].summary and "It falls in a slow window" in found["node02"].summary
+    assert (
+        "1 link flap (down, then up again)" in found["node02"].summary
+        and "It falls in a slow window" in found["node02"].summary
+    )
     assert found["node02"].ports == ["ens1f0np0"] and found["node02"].severity.label == "critical"
-    assert "Xid 79: GPU has fallen off the bus" in found["node01"].title and found["node01"].severity.label == "critical"
+    assert (
+        "Xid 79: GPU has fallen off the bus" in found["node01"].title and found["node01"].severity.label == "critical"
+    )
 
 
 def test_tl605_quiet_on_a_corrected_aer_trickle_outside_slow_windows():
-    t = analysed(steps=steps(slow=SLOW), kernel_events=[kev("node01", "pcie_aer", 5, detail="Corrected"), kev("node01", "other", 6)])
+    t = analysed(
+        steps=steps(slow=SLOW),
+        kernel_events=[kev("node01", "pcie_aer", 5, detail="Corrected"), kev("node01", "other", 6)],
+    )
     assert fire(t, "TL605") == []
 
 
@@ -130,7 +164,10 @@ def test_tl602_real_veth_pair_with_one_end_at_9000(tmp_path):
     real = REPO / "lab" / "host-evidence" / "out"
     tables, _ = ingest_run(real, tmp_path / "work")
     (finding,) = fire(tables, "TL602")
-    assert finding.title == "MTU mismatch on network 10.77.0.0/24: 1500, 9000" and finding.hosts == ["tlhost-a", "tlhost-b"]
+    assert finding.title == "MTU mismatch on network 10.77.0.0/24: 1500, 9000" and finding.hosts == [
+        "tlhost-a",
+        "tlhost-b",
+    ]
     links_only = tmp_path / "links"
     links_only.mkdir()
     for path in real.glob("*-ip-link.txt"):
@@ -141,10 +178,17 @@ def test_tl602_real_veth_pair_with_one_end_at_9000(tmp_path):
 
 
 def test_tl602_ports_of_one_name_and_bond_members():
-    listed = [{**iface("node01", "ens1f0", 9000, None), "ipv4": None}, {**iface("node02", "ens1f0", 1500, None), "ipv4": None},
-              {**iface("node03", "bond0", 9000, None), "ipv4": None}, {**iface("node03", "ens2f0", 1500, None), "ipv4": None, "master": "bond0"}]
+    listed = [
+        {**iface("node01", "ens1f0", 9000, None), "ipv4": None},
+        {**iface("node02", "ens1f0", 1500, None), "ipv4": None},
+        {**iface("node03", "bond0", 9000, None), "ipv4": None},
+        {**iface("node03", "ens2f0", 1500, None), "ipv4": None, "master": "bond0"},
+    ]
     titles = sorted(f.title for f in fire(tables_from(interfaces=listed), "TL602"))
-    assert titles == ["MTU mismatch on bond bond0 on node03: 1500, 9000", "MTU mismatch on ens1f0 on every host: 1500, 9000"]
+    assert titles == [
+        "MTU mismatch on bond bond0 on node03: 1500, 9000",
+        "MTU mismatch on ens1f0 on every host: 1500, 9000",
+    ]
     same = [{**iface(h, "ens1f0", 9000, None), "ipv4": None} for h in ("node01", "node02")]
     assert fire(tables_from(interfaces=same), "TL602") == []
 
@@ -153,11 +197,16 @@ def test_tl606_without_port_dumps_assumes_the_usual_nic_per_gpu(tmp_path):
     """nccl-tests output alone: 2 hosts x 8 A100 ranks -> 8 x 200 Gb/s per host is assumed, and said."""
     from tracelens.analyze import ingest_run
 
-    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {40 + r:6d} on node0{1 + r // 8} device  {r % 8} [0x0f] NVIDIA A100-SXM4-40GB\n" for r in range(16))
-    head = ("# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
-            "#\n# Using devices\n" + ranks + "#\n"
-            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-            "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n")
+    ranks = "".join(
+        f"#  Rank {r:2d} Group  0 Pid {40 + r:6d} on node0{1 + r // 8} device  {r % 8} [0x0f] NVIDIA A100-SXM4-40GB\n"
+        for r in range(16)
+    )
+    head = (
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+        "#\n# Using devices\n" + ranks + "#\n"
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+    )
     slow = "  8589934592    2147483648     float     sum      -1   268435   32.00   60.00      0   268435   32.00   60.00      0\n"
     good = "  8589934592    2147483648     float     sum      -1    67689  126.90  237.94      0    67811  126.68  237.52      0\n"
     for name, row, fires in (("slow", slow, True), ("good", good, False)):
@@ -176,10 +225,21 @@ def test_tl605_says_which_gpu_or_nic_a_pcie_error_hit():
     inside = (begin - at(0)).total_seconds() + 10
     t = analysed(
         steps=steps(slow=SLOW),
-        gpu_samples=[{"file": "node01/smi.txt", "line": 9, "host": "node01", "gpu": 3, "bus_id": "00000000:3B:00.0", "util_gpu": 90.0}],
-        kernel_events=[kev("node01", "pcie_aer", inside, device="0000:3b:00.0", detail="Uncorrected (Non-Fatal)"),
-                       kev("node01", "other", 1, subsystem="mlx5_core", device="0000:5e:00.1", netdev="ens1f1"),
-                       kev("node01", "pcie_aer", inside + 1, device="0000:5e:00.1", detail="Corrected")],
+        gpu_samples=[
+            {
+                "file": "node01/smi.txt",
+                "line": 9,
+                "host": "node01",
+                "gpu": 3,
+                "bus_id": "00000000:3B:00.0",
+                "util_gpu": 90.0,
+            }
+        ],
+        kernel_events=[
+            kev("node01", "pcie_aer", inside, device="0000:3b:00.0", detail="Uncorrected (Non-Fatal)"),
+            kev("node01", "other", 1, subsystem="mlx5_core", device="0000:5e:00.1", netdev="ens1f1"),
+            kev("node01", "pcie_aer", inside + 1, device="0000:5e:00.1", detail="Corrected"),
+        ],
     )
     (finding,) = fire(t, "TL605")
     assert "0000:3b:00.0 (GPU 3)" in finding.summary and "0000:5e:00.1 (NIC mlx5_core ens1f1)" in finding.summary
@@ -187,15 +247,42 @@ def test_tl605_says_which_gpu_or_nic_a_pcie_error_hit():
 
 def gid_rows(host: str, first: int) -> list[dict]:
     """A pod's GID table as multus/macvlan leaves it: link-local v1/v2 first, then the IPv4 v1/v2 pair."""
-    return [{"file": f"{host}/show_gids.txt", "line": 3 + i, "host": host, "ca": "mlx5_4", "port": 1, "index": first + i, "gid": gid,
-             "ipv4": ip, "roce": v, "netdev": "net1", "source": "show_gids"}
-            for i, (gid, ip, v) in enumerate([("fe80::a4ed:ccff:fe8b:1994", None, "v1"), ("fe80::a4ed:ccff:fe8b:1994", None, "v2"),
-                                              ("::ffff:172.20.1.1", "172.20.1.1", "v1"), ("::ffff:172.20.1.1", "172.20.1.1", "v2")])]
+    return [
+        {
+            "file": f"{host}/show_gids.txt",
+            "line": 3 + i,
+            "host": host,
+            "ca": "mlx5_4",
+            "port": 1,
+            "index": first + i,
+            "gid": gid,
+            "ipv4": ip,
+            "roce": v,
+            "netdev": "net1",
+            "source": "show_gids",
+        }
+        for i, (gid, ip, v) in enumerate(
+            [
+                ("fe80::a4ed:ccff:fe8b:1994", None, "v1"),
+                ("fe80::a4ed:ccff:fe8b:1994", None, "v2"),
+                ("::ffff:172.20.1.1", "172.20.1.1", "v1"),
+                ("::ffff:172.20.1.1", "172.20.1.1", "v2"),
+            ]
+        )
+    ]
 
 
 def test_tl608_gid_index_that_is_v2_on_one_pod_and_v1_on_the_other():
-    env = [{"host": h, "pid": 1, "name": "NCCL_IB_GID_INDEX", "value": "5", "message": "NCCL_IB_GID_INDEX set by environment to 5."}
-           for h in ("pod-a", "pod-b")]
+    env = [
+        {
+            "host": h,
+            "pid": 1,
+            "name": "NCCL_IB_GID_INDEX",
+            "value": "5",
+            "message": "NCCL_IB_GID_INDEX set by environment to 5.",
+        }
+        for h in ("pod-a", "pod-b")
+    ]
     (finding,) = fire(tables_from(gids=gid_rows("pod-a", 2) + gid_rows("pod-b", 4), nccl_env=env), "TL608")
     assert finding.hosts == ["pod-b"] and "index 5 is v2 fe80::" in finding.summary and "at index 7" in finding.summary
     healthy = gid_rows("pod-a", 2) + gid_rows("pod-b", 2)

@@ -50,8 +50,17 @@ NAMES = {
     "input": r"input pipeline|data[ -]?loader|input stall",
     "checkpoint": r"checkpoint|input pipeline or checkpoint",
 }
-FAMILY = {"link": "network", "congestion": "network", "socket": "network", "receiver": "network", "failure": "network",
-          "straggler": "straggler", "contention": "contention", "input": "input", "checkpoint": "input"}
+FAMILY = {
+    "link": "network",
+    "congestion": "network",
+    "socket": "network",
+    "receiver": "network",
+    "failure": "network",
+    "straggler": "straggler",
+    "contention": "contention",
+    "input": "input",
+    "checkpoint": "input",
+}
 NETWORK_RULES = re.compile(r"TL(10[79]|2\d\d|30[0-46-9])$")  # TL305 (capture duplicates) is an artefact
 
 # (fixture, check) -> what the analysis gets wrong there today.
@@ -61,7 +70,8 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {}
 def _cases(folders: list[Path], check: str) -> list:
     return [
         pytest.param(f, id=f.name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_WRONG[(f.name, check)]))
-        if (f.name, check) in KNOWN_WRONG else pytest.param(f, id=f.name)
+        if (f.name, check) in KNOWN_WRONG
+        else pytest.param(f, id=f.name)
         for f in folders
     ]
 
@@ -84,8 +94,10 @@ def _families(finding: Finding) -> set[str]:
 
 
 def _listing(findings: list[Finding]) -> str:
-    return "\n".join(f"  {f.rule_id} {f.severity.label} hosts={f.hosts} ranks={f.ranks} window={_span(f.window)}: {f.title}"
-                     for f in findings[:8])
+    return "\n".join(
+        f"  {f.rule_id} {f.severity.label} hosts={f.hosts} ranks={f.ranks} window={_span(f.window)}: {f.title}"
+        for f in findings[:8]
+    )
 
 
 def _span(window) -> str:
@@ -108,7 +120,9 @@ def test_the_lab_fixtures_are_real_and_described():
         assert expected["real"] is True and expected["synthetic"] is False, folder.name
         readme = (folder / "README.md").read_text()
         assert "real run" in readme or "real capture" in readme, folder.name
-        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d", readme), f"{folder.name}: README gives no UTC time"
+        assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\d{4}-\d\d-\d\dT\d\d:\d\d", readme), (
+            f"{folder.name}: README gives no UTC time"
+        )
     total = sum(f.stat().st_size for folder in LAB for f in folder.rglob("*") if f.is_file())
     assert total < 20e6, f"lab fixtures take {total / 1e6:.1f} MB"
 
@@ -150,7 +164,9 @@ def test_no_loud_finding_blames_another_cause(folder, analysis_of):
     expected = _expected(folder)
     family = FAMILY[expected["cause"]]
     wrong = [f for f in _loud(analysis_of(folder)) if _families(f) - {family}]
-    assert not wrong, f"{folder.name}: injected {expected['cause']}, yet warnings blame another cause:\n{_listing(wrong)}"
+    assert not wrong, (
+        f"{folder.name}: injected {expected['cause']}, yet warnings blame another cause:\n{_listing(wrong)}"
+    )
 
 
 @pytest.mark.parametrize("folder", _cases([FIXTURES / "lab-clean"], "clean"))
@@ -171,9 +187,15 @@ def test_one_loud_finding_per_rule_and_stretch(folder, analysis_of):
     """A slow stretch seen in the logs of several ranks, or in several of one rank's windows, is one finding
     of each rule (lab-loss once had ten TL402 warnings, one per slow step of either rank)."""
     loud = [f for f in _loud(analysis_of(folder)) if f.window]
-    twice = [(a, b) for i, a in enumerate(loud) for b in loud[i + 1:]
-             if a.rule_id == b.rule_id and a.window[0] <= b.window[1] and b.window[0] <= a.window[1]]
-    assert not twice, f"{folder.name}: the same stretch reported twice:\n" + "\n".join(_listing([a, b]) for a, b in twice)
+    twice = [
+        (a, b)
+        for i, a in enumerate(loud)
+        for b in loud[i + 1 :]
+        if a.rule_id == b.rule_id and a.window[0] <= b.window[1] and b.window[0] <= a.window[1]
+    ]
+    assert not twice, f"{folder.name}: the same stretch reported twice:\n" + "\n".join(
+        _listing([a, b]) for a, b in twice
+    )
 
 
 SKEWED = [p for p in RUNS if "clock_offset_s" in _expected(p)]
@@ -183,17 +205,29 @@ SKEWED = [p for p in RUNS if "clock_offset_s" in _expected(p)]
 def test_skewed_clock_is_measured_and_stated(folder, analysis_of):
     ((host, offset),) = _expected(folder)["clock_offset_s"].items()
     notes = analysis_of(folder).notes
-    stated = [float(m.group(1)) for n in notes if host in n and re.search(r"clock|offset|ahead|behind", n, re.I)
-              for m in re.finditer(r"([0-9]+(?:\.[0-9]+)?) ?s\b", n)]
-    assert any(abs(v - abs(offset)) <= 0.5 for v in stated), f"{folder.name}: no note states {host}'s {offset:+} s offset within 0.5 s: {notes}"
+    stated = [
+        float(m.group(1))
+        for n in notes
+        if host in n and re.search(r"clock|offset|ahead|behind", n, re.I)
+        for m in re.finditer(r"([0-9]+(?:\.[0-9]+)?) ?s\b", n)
+    ]
+    assert any(abs(v - abs(offset)) <= 0.5 for v in stated), (
+        f"{folder.name}: no note states {host}'s {offset:+} s offset within 0.5 s: {notes}"
+    )
 
 
 @pytest.mark.parametrize("folder", _cases(SKEWED, "once"))
 def test_skewed_clock_window_is_found_once(folder, analysis_of):
     start, end = _window(_expected(folder))
     margin = timedelta(seconds=10)
-    causes = [f for f in _loud(analysis_of(folder)) if re.match(r"TL41\d$", f.rule_id) and f.window
-              and f.window[0] <= end + margin and f.window[1] >= start - margin]
+    causes = [
+        f
+        for f in _loud(analysis_of(folder))
+        if re.match(r"TL41\d$", f.rule_id)
+        and f.window
+        and f.window[0] <= end + margin
+        and f.window[1] >= start - margin
+    ]
     assert len(causes) == 1, f"{folder.name}: the slow window must come out once, at the true time:\n{_listing(causes)}"
 
 
@@ -206,21 +240,30 @@ def test_tcp_loss_capture_gets_a_retransmission_warning(folder, analysis_of):
     fired = [f for f in analysis_of(folder).findings if f.rule_id == expected["rule"]]
     assert fired and max(f.severity for f in fired) >= Severity.WARNING, (
         f"{folder.name}: {expected['tshark']['retransmissions']} of {expected['tshark']['data_segments']} segments retransmitted "
-        f"(tshark) and no {expected['rule']} warning:\n{_listing(analysis_of(folder).findings)}")
+        f"(tshark) and no {expected['rule']} warning:\n{_listing(analysis_of(folder).findings)}"
+    )
 
 
 @pytest.mark.parametrize("folder", _cases(TCP, "count"))
 def test_tcp_loss_retransmissions_agree_with_tshark(folder, analysis_of):
     expected = _expected(folder)["tshark"]
-    quoted = [tuple(map(int, m.groups())) for f in analysis_of(folder).findings if f.rule_id == "TL304"
-              for m in re.finditer(r"(\d+) of (\d+) data segments retransmitted", f.summary)]
+    quoted = [
+        tuple(map(int, m.groups()))
+        for f in analysis_of(folder).findings
+        if f.rule_id == "TL304"
+        for m in re.finditer(r"(\d+) of (\d+) data segments retransmitted", f.summary)
+    ]
     assert quoted, f"{folder.name}: no TL304 quotes a retransmission count"
     retx = sum(q[0] for q in quoted)
     assert abs(retx - expected["retransmissions"]) <= 0.1 * expected["retransmissions"], (
-        f"{folder.name}: TL304 quotes {retx} retransmissions, tshark counts {expected['retransmissions']}")
+        f"{folder.name}: TL304 quotes {retx} retransmissions, tshark counts {expected['retransmissions']}"
+    )
 
 
-@pytest.mark.parametrize("folder", _cases([p for p in RUNS if _expected(p)["window"] and "window" in _expected(p).get("tshark", {})], "tshark"))
+@pytest.mark.parametrize(
+    "folder",
+    _cases([p for p in RUNS if _expected(p)["window"] and "window" in _expected(p).get("tshark", {})], "tshark"),
+)
 def test_quoted_retransmissions_agree_with_tshark_in_the_injected_window(folder, analysis_of):
     """The count a verdict quotes for a window ("TCP retransmissions of any kind ... in the window (N)")
     is tshark's `tcp.analysis.retransmission` among data segments for the same window, within 10%."""
@@ -229,7 +272,9 @@ def test_quoted_retransmissions_agree_with_tshark_in_the_injected_window(folder,
     expected = _expected(folder)
     context = analysis_of(folder).context
     start, end = _window(expected)
-    (quoted,) = [s for s in measure(context, context.step_series, start, end) if s.what == "TCP retransmissions of any kind"]
+    (quoted,) = [
+        s for s in measure(context, context.step_series, start, end) if s.what == "TCP retransmissions of any kind"
+    ]
     ours = int(re.search(r"in the window \(([\d,]+)\)", quoted.text).group(1).replace(",", ""))
     theirs = expected["tshark"]["window"]["retransmissions"]
     assert abs(ours - theirs) <= 0.1 * theirs, f"{folder.name}: we quote {quoted.text}; tshark counts {theirs}"

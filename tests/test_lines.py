@@ -36,7 +36,7 @@ def test_lines_match_a_plain_split_on_newline(tmp_path: Path, data: bytes):
 
 
 def test_fast_csv_path_is_used_on_plain_text_and_agrees_with_the_split():
-    block = b"node01:1:1 [0] NCCL INFO a\n\"odd, quote\n\nlast"
+    block = b'node01:1:1 [0] NCCL INFO a\n"odd, quote\n\nlast'
     fast = _csv_lines(block)
     assert fast is not None
     assert fast.to_list() == _split_lines(block).to_list()

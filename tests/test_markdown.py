@@ -42,14 +42,40 @@ def _rendered(markdown: str) -> str:
 
 
 def _hostile() -> Analysis:
-    tables = tables_from(inputs=[{"file": f"node01/{a}", "format": "log", "host": a, "size": 1, "lines": 2, "parsed": 1,
-                                  "ignored": 0, "unrecognized": 1, "errors": [], "samples": []} for a in ATTACKS])
+    tables = tables_from(
+        inputs=[
+            {
+                "file": f"node01/{a}",
+                "format": "log",
+                "host": a,
+                "size": 1,
+                "lines": 2,
+                "parsed": 1,
+                "ignored": 0,
+                "unrecognized": 1,
+                "errors": [],
+                "samples": [],
+            }
+            for a in ATTACKS
+        ]
+    )
     finding = Finding(
-        rule_id="TL410", severity=Severity.CRITICAL, title=f"Root cause on {ATTACKS[1]} {ATTACKS[2]}", summary=BAD,
+        rule_id="TL410",
+        severity=Severity.CRITICAL,
+        title=f"Root cause on {ATTACKS[1]} {ATTACKS[2]}",
+        summary=BAD,
         fix=f"Run `perfquery -x` on {ATTACKS[0]} and `ibstat {ATTACKS[3]}`",
         evidence=[Evidence(file=f"node01/{a}", line=i, text=a, host="node01") for i, a in enumerate(ATTACKS * 2)],
-        hosts=ATTACKS[:4], verdict=Verdict(cause="link", confidence="high", headline=ATTACKS[0], because=ATTACKS, against=ATTACKS,
-                                           not_available=ATTACKS, fix=ATTACKS[2]),
+        hosts=ATTACKS[:4],
+        verdict=Verdict(
+            cause="link",
+            confidence="high",
+            headline=ATTACKS[0],
+            because=ATTACKS,
+            against=ATTACKS,
+            not_available=ATTACKS,
+            fix=ATTACKS[2],
+        ),
     )
     return Analysis(target=Path("run"), context=RunContext(tables), findings=[finding], rules=all_rules())
 
@@ -59,13 +85,31 @@ def test_log_text_renders_as_plain_text_never_as_markup():
     html = _rendered(markdown)
     tags = set(re.findall(r"<([a-z0-9]+)", html))
     # only the summary's own structure: headings, paragraphs, lists, tables, code
-    assert tags <= {"h2", "h3", "p", "strong", "em", "ul", "li", "table", "thead", "tbody", "tr", "th", "td", "pre", "code"}, tags
+    assert tags <= {
+        "h2",
+        "h3",
+        "p",
+        "strong",
+        "em",
+        "ul",
+        "li",
+        "table",
+        "thead",
+        "tbody",
+        "tr",
+        "th",
+        "td",
+        "pre",
+        "code",
+    }, tags
     assert "<a " not in html and "<img" not in html and "<script" not in html and "<del" not in html
     assert html.count("<h2>") == 1 and html.count("<h3>") == 3  # no heading injected
     assert html.count("<pre>") == 1  # the one evidence block, not closed early
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown, as text
     prose = re.sub(r"<pre>.*?</pre>", "", html, flags=re.S)  # code blocks are never autolinked
-    assert "evil.example/steal" in prose and "https://evil" not in prose and "www.evil" not in prose  # shown, linking nowhere
+    assert (
+        "evil.example/steal" in prose and "https://evil" not in prose and "www.evil" not in prose
+    )  # shown, linking nowhere
 
 
 def test_a_code_block_fence_is_longer_than_any_backtick_run():
@@ -89,5 +133,9 @@ def test_the_summary_has_verdict_findings_evidence_inputs_and_version(analysis_o
     assert "- node01 ↔ node02: RoCE NAKs, PSN gaps and resends 1.86/s in the window (336) vs 0.293/s before" in markdown
     assert "**How to fix:** Check the link on node02" in markdown and "`perfquery -x`" in markdown
     assert "| 1 | critical | TL410 |" in markdown and "### Inputs read" in markdown
-    assert "node01/train.log:501  time (ms) | fwd: 284.50 | bwd: 4018.38" in markdown  # a top evidence line, verbatim in a code block
-    assert re.search(r"\*tracelens \d+\.\d+\.\d+, run as: tracelens analyze run --markdown r\.md\. Config: none", markdown)
+    assert (
+        "node01/train.log:501  time (ms) | fwd: 284.50 | bwd: 4018.38" in markdown
+    )  # a top evidence line, verbatim in a code block
+    assert re.search(
+        r"\*tracelens \d+\.\d+\.\d+, run as: tracelens analyze run --markdown r\.md\. Config: none", markdown
+    )

@@ -153,7 +153,9 @@ BODIES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("line", "kind", "table", "expected"), BODIES, ids=[b[0][len(ENVELOPE) :][:70] for b in BODIES])
+@pytest.mark.parametrize(
+    ("line", "kind", "table", "expected"), BODIES, ids=[b[0][len(ENVELOPE) :][:70] for b in BODIES]
+)
 def test_documented_bodies(tmp_path, line, kind, table, expected):
     event, tables = one_record(tmp_path, line)
     assert event["kind"] == kind
@@ -262,7 +264,9 @@ def test_crlf_tabs_and_shipper_lines_between_records(tmp_path):
 )
 def test_nccl_timestamps_of_custom_formats(tmp_path, stamp, ts):
     status, tables = ingest_text(
-        tmp_path, "", f"{stamp}gpu-node-3:4052:4130 [2] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer gpu-node-4<1234>"
+        tmp_path,
+        "",
+        f"{stamp}gpu-node-3:4052:4130 [2] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer gpu-node-4<1234>",
     )
     assert status == [IGNORED, PARSED]
     event = tables["nccl_events"].row(0, named=True)
@@ -276,7 +280,10 @@ def test_timestamps_on_info_behind_a_launcher_stamp(tmp_path):
         " 2025-02-18 12:54 gpu-node-3:4052:4052 [7] NCCL INFO misc/socket.cc:47 -> 3",  # shipper stamp (corpus 016)
         "[default0]:[2025-02-18 12:54:03.250] gpu-node-3:4052:4052 [0] NCCL INFO Using network IB",
     )
-    assert tables["nccl_events"]["ts"].to_list() == [datetime(2025, 2, 18, 12, 54, tzinfo=UTC), datetime(2025, 2, 18, 12, 54, 3, 250000, tzinfo=UTC)]
+    assert tables["nccl_events"]["ts"].to_list() == [
+        datetime(2025, 2, 18, 12, 54, tzinfo=UTC),
+        datetime(2025, 2, 18, 12, 54, 3, 250000, tzinfo=UTC),
+    ]
     assert tables["nccl_events"]["prefix"].to_list() == [" 2025-02-18 12:54 ", "[default0]:"]
 
 
@@ -344,12 +351,15 @@ def test_pytorch_setup_chatter_is_known(tmp_path, line):
 
 def test_environment_dump_names_the_nccl_version(tmp_path):
     event, _ = one_record(
-        tmp_path, f"[I1107 10:00:00.123456789 ProcessGroupNCCL.cpp:937] {PG} ProcessGroupNCCL environments: NCCL version: 2.21.5, TORCH_NCCL_ASYNC_ERROR_HANDLING: 1"
+        tmp_path,
+        f"[I1107 10:00:00.123456789 ProcessGroupNCCL.cpp:937] {PG} ProcessGroupNCCL environments: NCCL version: 2.21.5, TORCH_NCCL_ASYNC_ERROR_HANDLING: 1",
     )
     assert event["kind"] == "pt_setup" and event["level"] == "INFO"
 
 
-COMPLETION_18 = "NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)"
+COMPLETION_18 = (
+    "NET/IB : Got completion from peer 10.2.0.5<33092> with error 12, opcode 0, len 0, vendor err 129 (Recv)"
+)
 REMOTE = "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely."
 
 
@@ -373,11 +383,17 @@ def test_the_nccl_warn_pytorch_quotes_is_an_ib_completion(tmp_path, lines, statu
 # ------------------------------------------------------------------ whole logs: two nodes, one launcher each
 
 
-def two_node_job(version: str, hcas: tuple[str, ...] = ("mlx5_0", "mlx5_1"), env: tuple[tuple[str, str], ...] = ()) -> tuple[Comm, list[list[str]]]:
+def two_node_job(
+    version: str, hcas: tuple[str, ...] = ("mlx5_0", "mlx5_1"), env: tuple[tuple[str, str], ...] = ()
+) -> tuple[Comm, list[list[str]]]:
     """A 2-node x 2-GPU job of one NCCL version: each rank's NCCL INFO lines from start to Init COMPLETE."""
     v = Version(version, "12.4")
     hosts = [Host(f"gpu-node-{n}", f"10.1.0.{n}", gpus=2, version=v, hcas=hcas, env=env) for n in (1, 2)]
-    procs = [Process(h, 4000 + 100 * n + dev, dev, 4050 + 100 * n + dev, 4070 + 100 * n + dev) for n, h in enumerate(hosts) for dev in range(2)]
+    procs = [
+        Process(h, 4000 + 100 * n + dev, dev, 4050 + 100 * n + dev, 4070 + 100 * n + dev)
+        for n, h in enumerate(hosts)
+        for dev in range(2)
+    ]
     comm = Comm([Member(p, f"0x55aa{rank:04x}0") for rank, p in enumerate(procs)], "8a1f2e3d4c5b6a79")
     per_rank = []
     for rank, proc in enumerate(procs):
@@ -431,7 +447,10 @@ def test_healthy_ib_job_fires_no_nccl_warning(tmp_path, version):
 def test_healthy_227_job_with_timestamps_on_every_level_behind_torchrun(tmp_path):
     """NCCL_DEBUG_TIMESTAMP_LEVELS=ALL NCCL_DEBUG_TIMESTAMP_FORMAT='[%F %T.%3f] ', torchrun --tee 3."""
     _, per_rank = two_node_job("2.27.7")
-    stamped = [[f"[2025-06-02 09:14:{10 + i // 100:02d}.{i % 100 * 7:03d}] {line}" for i, line in enumerate(lines)] for lines in per_rank]
+    stamped = [
+        [f"[2025-06-02 09:14:{10 + i // 100:02d}.{i % 100 * 7:03d}] {line}" for i, line in enumerate(lines)]
+        for lines in per_rank
+    ]
     run = write_run(tmp_path, interleaved(stamped, lambda rank: f"[default{rank % 2}]:"))
     assert_all_nccl_lines_parsed(run)
     assert {rule: sev for rule, sev in nccl_findings(run).items() if sev >= Severity.WARNING} == {}
@@ -452,7 +471,9 @@ def test_socket_fallback_in_219_wording_behind_open_mpi_tags(tmp_path):
 
 def test_socket_fallback_by_ib_disable_in_216_wording_behind_ray(tmp_path):
     _, per_rank = two_node_job("2.16.5", env=(("NCCL_IB_DISABLE", "1"),))
-    run = write_run(tmp_path, interleaved(per_rank, lambda rank: f"(RayTrainWorker pid={9000 + rank}, ip=10.1.0.{rank // 2 + 1}) "))
+    run = write_run(
+        tmp_path, interleaved(per_rank, lambda rank: f"(RayTrainWorker pid={9000 + rank}, ip=10.1.0.{rank // 2 + 1}) ")
+    )
     assert_all_nccl_lines_parsed(run)
     findings = nccl_findings(run)
     assert findings["TL101"] is Severity.CRITICAL and "TL102" in findings

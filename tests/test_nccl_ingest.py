@@ -76,7 +76,12 @@ def test_launcher_prefixes_are_split_off(tmp_path, prefix, host):
     assert status == [PARSED]
     event = tables["nccl_events"].row(0, named=True)
     assert (event["host"], event["pid"], event["tid"], event["cuda_dev"]) == ("gpu-node-3", 4052, 4122, 2)
-    assert (event["prefix"], event["kind"], event["level"], event["message"]) == (prefix, "network", "INFO", "Using network IB")
+    assert (event["prefix"], event["kind"], event["level"], event["message"]) == (
+        prefix,
+        "network",
+        "INFO",
+        "Using network IB",
+    )
     net = tables["nccl_net"].row(0, named=True)
     assert (net["what"], net["name"], net["host"]) == ("network", "IB", "gpu-node-3")
     pytorch = "[rank1]:[E1002 18:16:40.662691402 ProcessGroupNCCL.cpp:756] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=2, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600003 milliseconds before timing out."
@@ -100,7 +105,9 @@ def test_old_and_prefix_stripped_envelopes(tmp_path):
 
 @needs_corpus
 def test_two_records_glued_on_one_line_keep_the_last():
-    _, tables = corpus("001")  # learnfair062:40507:40644 [2] NCCL INFO learnfair062:40515:40515 [6] NCCL INFO Using internal Network IB
+    _, tables = corpus(
+        "001"
+    )  # learnfair062:40507:40644 [2] NCCL INFO learnfair062:40515:40515 [6] NCCL INFO Using internal Network IB
     event = row(tables["nccl_events"], 6)
     assert (event["pid"], event["cuda_dev"], event["kind"]) == (40515, 6, "network")
 
@@ -134,7 +141,9 @@ def test_nccl_and_dated_wrapper_timestamps_become_ts(tmp_path):
 @needs_corpus
 def test_nccl_timestamp_behind_a_ray_actor_prefix():
     status, tables = corpus("062")
-    event = row(tables["nccl_events"], 1)  # [..:19.085] (ActorClassName=..., pid=46627)[2026-04-14 21:28:19.007] g340-...
+    event = row(
+        tables["nccl_events"], 1
+    )  # [..:19.085] (ActorClassName=..., pid=46627)[2026-04-14 21:28:19.007] g340-...
     assert event["ts"] == datetime(2026, 4, 14, 21, 28, 19, 7000, tzinfo=timezone.utc)
     assert event["prefix"].endswith("pid=46627)") and event["host"] == "g340-cd51-7700-58b4-b0e2-29f6-d319"
     assert status[3] == IGNORED  # the prefix-only line is the WARN's blank line
@@ -153,7 +162,11 @@ def test_warn_blank_lines_are_ignored(name, blank_line):
 
 def test_unknown_body_is_unrecognized_and_garbage_is_not_mine(tmp_path):
     status, tables = ingest_text(
-        tmp_path, "h1:1:2 [0] NCCL INFO Something NCCL never printed", "\x00\x01 garbage NCCL", "[E ProcessGroupNCCL.cpp:1] ???", ""
+        tmp_path,
+        "h1:1:2 [0] NCCL INFO Something NCCL never printed",
+        "\x00\x01 garbage NCCL",
+        "[E ProcessGroupNCCL.cpp:1] ???",
+        "",
     )
     assert status == [UNRECOGNIZED, NOT_MINE, UNRECOGNIZED, NOT_MINE]
     assert tables["nccl_events"]["kind"].to_list() == ["unknown", "unknown"]
@@ -179,7 +192,20 @@ def test_unknown_body_is_unrecognized_and_garbage_is_not_mine(tmp_path):
 )  # fmt: skip
 def test_channel_lines_of_every_era(tmp_path, body, expected):
     _, tables = ingest_text(tmp_path, f"h1:10:11 [0] NCCL INFO {body}")
-    columns = ["channel", "conn", "src_rank", "dst_rank", "src_dev", "dst_dev", "direction", "transport", "net", "nic", "proxy_rank", "gdr"]
+    columns = [
+        "channel",
+        "conn",
+        "src_rank",
+        "dst_rank",
+        "src_dev",
+        "dst_dev",
+        "direction",
+        "transport",
+        "net",
+        "nic",
+        "proxy_rank",
+        "gdr",
+    ]
     channel = tables["nccl_channels"].row(0, named=True)
     assert tuple(channel[c] for c in columns) == expected
     assert channel["via"] == body.split(" via ")[1]
@@ -187,14 +213,27 @@ def test_channel_lines_of_every_era(tmp_path, body, expected):
 
 @needs_corpus
 def test_socket_fallback_gives_socket_rows():
-    _, tables = corpus("005")  # <cluster_name>:926:1151 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3
+    _, tables = corpus(
+        "005"
+    )  # <cluster_name>:926:1151 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3
     channel = row(tables["nccl_channels"], 8)
-    assert (channel["src_rank"], channel["dst_rank"], channel["net"], channel["nic"], channel["gdr"]) == (15, 6, "Socket", 3, False)
-    _, tables = corpus("032")  # Failed to open libibverbs.so[.1] -> NET/Socket : Using [0]ens5:... -> Using network Socket
+    assert (channel["src_rank"], channel["dst_rank"], channel["net"], channel["nic"], channel["gdr"]) == (
+        15,
+        6,
+        "Socket",
+        3,
+        False,
+    )
+    _, tables = corpus(
+        "032"
+    )  # Failed to open libibverbs.so[.1] -> NET/Socket : Using [0]ens5:... -> Using network Socket
     net = tables["nccl_net"]
     assert net.filter(pl.col("what") == "network")["name"].to_list() == ["Socket"]
     assert net.filter(pl.col("what") == "ib_missing")["name"].to_list() == ["no_libibverbs"]
-    assert net.filter(pl.col("what") == "socket_if")["address"].to_list() == ["172.31.0.137", "fe80::14ad:64ff:fe64:b31e%veth75fa783"]
+    assert net.filter(pl.col("what") == "socket_if")["address"].to_list() == [
+        "172.31.0.137",
+        "fe80::14ad:64ff:fe64:b31e%veth75fa783",
+    ]
     assert tables["nccl_errors"]["kind"].to_list() == ["ib_unavailable"]
 
 
@@ -206,7 +245,11 @@ def test_network_facts():
     _, tables = corpus("071")  # NET/IB : Using [0]ibP111p0s0:1/IB [1]rdmaP1111p0s2:1/RoCE [RO]; OOB eth0:10.2.0.4<0>
     net = tables["nccl_net"].select("what", "name", "port", "link_layer", "address").rows()
     assert sorted(net, key=str) == sorted(
-        [("ib_device", "ibP111p0s0", 1, "IB", None), ("ib_device", "rdmaP1111p0s2", 1, "RoCE", None), ("oob_if", "eth0", None, None, "10.2.0.4")],
+        [
+            ("ib_device", "ibP111p0s0", 1, "IB", None),
+            ("ib_device", "rdmaP1111p0s2", 1, "RoCE", None),
+            ("oob_if", "eth0", None, None, "10.2.0.4"),
+        ],
         key=str,
     )
     _, tables = corpus("067")  # NET/IB: [11] mlx5_11:uverbs11:1/RoCE provider=Mlx5 speed=400000 ...
@@ -239,7 +282,9 @@ def test_comms_take_the_process_version_else_the_bare_one(tmp_path):
         "h1:8:8 [1] NCCL INFO comm 0x55b rank 1 nranks 2 cudaDev 1 busId 1a000 - Destroy COMPLETE",
         "h1:8:8 [1] NCCL INFO rank 1 nranks 2",
     )
-    comms = tables["nccl_comms"].select("pid", "comm_id", "comm_hash", "rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "event", "nccl_version")
+    comms = tables["nccl_comms"].select(
+        "pid", "comm_id", "comm_hash", "rank", "nranks", "cuda_dev", "nvml_dev", "bus_id", "event", "nccl_version"
+    )
     assert comms.rows() == [
         (7, "0x55a", "0xab", 0, 2, 0, 0, "18000", "init_start", "2.23.4"),
         (8, "0x55b", None, 1, 2, 1, None, "1a000", "destroy", "2.21.5"),
@@ -288,42 +333,76 @@ def test_hard_wrapped_completion_error_is_joined():
     status, tables = corpus("071")  # "... with error 12, opcode 0, len" / "0, vendor err 129 (Recv)"
     assert status[1:3] == [PARSED, PARSED]
     error = tables["nccl_errors"].row(0, named=True)
-    assert (error["status"], error["status_name"], error["vendor_err"], error["peer"]) == (12, "IBV_WC_RETRY_EXC_ERR", 129, "10.2.0.5<33092>")
+    assert (error["status"], error["status_name"], error["vendor_err"], error["peer"]) == (
+        12,
+        "IBV_WC_RETRY_EXC_ERR",
+        129,
+        "10.2.0.5<33092>",
+    )
 
 
 @needs_corpus
 def test_watchdog_timeouts_old_and_new():
-    _, tables = corpus("013")  # [E ProcessGroupNCCL.cpp:737] [Rank 1] ... SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212
+    _, tables = corpus(
+        "013"
+    )  # [E ProcessGroupNCCL.cpp:737] [Rank 1] ... SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212
     error = row(tables["nccl_errors"], 1)
     assert (error["kind"], error["rank"], error["seq"], error["op_type"], error["timeout_ms"], error["ran_ms"]) == (
-        "watchdog_timeout", 1, 469508, "ALLREDUCE", 1800000, 1802212
+        "watchdog_timeout",
+        1,
+        469508,
+        "ALLREDUCE",
+        1800000,
+        1802212,
     )
     assert row(tables["nccl_events"], 1)["level"] == "ERROR"
-    _, tables = corpus("011")  # [rank0]:[E1206 ...] [Rank 0] ... SeqNum=7753, OpType=_REDUCE_SCATTER_BASE, ..., Timeout(ms)=600000) ran for 600061
+    _, tables = corpus(
+        "011"
+    )  # [rank0]:[E1206 ...] [Rank 0] ... SeqNum=7753, OpType=_REDUCE_SCATTER_BASE, ..., Timeout(ms)=600000) ran for 600061
     error = row(tables["nccl_errors"], 1)
-    assert (error["rank"], error["seq"], error["op_type"], error["timeout_ms"], error["ran_ms"]) == (0, 7753, "_REDUCE_SCATTER_BASE", 600000, 600061)
+    assert (error["rank"], error["seq"], error["op_type"], error["timeout_ms"], error["ran_ms"]) == (
+        0,
+        7753,
+        "_REDUCE_SCATTER_BASE",
+        600000,
+        600061,
+    )
     exception = row(tables["nccl_errors"], 2)  # [PG 1 Rank 0] Exception ... detected by watchdog at work: 7753
     assert (exception["kind"], exception["rank"], exception["seq"]) == ("watchdog_exception", 0, 7753)
-    _, tables = corpus("080")  # [PG ID 0 PG GUID 0(default_pg) Rank 5]  failure detected by watchdog at work sequence id: 120049
+    _, tables = corpus(
+        "080"
+    )  # [PG ID 0 PG GUID 0(default_pg) Rank 5]  failure detected by watchdog at work sequence id: 120049
     assert (row(tables["nccl_errors"], 2)["rank"], row(tables["nccl_errors"], 2)["seq"]) == (5, 120049)
     _, tables = corpus("082")  # [Rank 1] Work WorkNCCL(SeqNum=2521, ...) timed out in blocking wait.
-    assert row(tables["nccl_errors"], 2)["kind"] == "blocking_wait_timeout" and row(tables["nccl_errors"], 2)["seq"] == 2521
+    assert (
+        row(tables["nccl_errors"], 2)["kind"] == "blocking_wait_timeout"
+        and row(tables["nccl_errors"], 2)["seq"] == 2521
+    )
 
 
 @needs_corpus
 def test_terminal_wrapped_watchdog_record_is_joined():
-    status, tables = corpus("083")  # "...watchdog thread terminat" / "ed with exception: [Rank 1] ... NumelOut=112," / " Timeout(ms)=1800000) ran for 1800010 ..."
+    status, tables = corpus(
+        "083"
+    )  # "...watchdog thread terminat" / "ed with exception: [Rank 1] ... NumelOut=112," / " Timeout(ms)=1800000) ran for 1800010 ..."
     assert status[3:6] == [PARSED, PARSED, PARSED]
     assert status[6] == NOT_MINE  # "Exception raised from checkTimeout at ..." is PyTorch's, not a wrap
     error = row(tables["nccl_errors"], 4)
     assert (error["kind"], error["rank"], error["seq"], error["op_type"], error["timeout_ms"], error["ran_ms"]) == (
-        "watchdog_timeout", 1, 4, "BROADCAST", 1800000, 1800010
+        "watchdog_timeout",
+        1,
+        4,
+        "BROADCAST",
+        1800000,
+        1800010,
     )
 
 
 @needs_corpus
 def test_pytorch_nccl_runtime_error_and_other_warns():
-    _, tables = corpus("038")  # RuntimeError: NCCL error in: .../ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3
+    _, tables = corpus(
+        "038"
+    )  # RuntimeError: NCCL error in: .../ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3
     assert tables["nccl_errors"]["kind"].to_list() == ["nccl_runtime_error"]
     _, tables = corpus("031")
     assert tables["nccl_errors"]["kind"].to_list() == ["socket", "proxy", "socket", "proxy"]

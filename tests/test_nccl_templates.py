@@ -163,7 +163,18 @@ def test_templates_equal_grammar_on_corpus():
 def test_masking_in_passes_finds_the_tokens_one_regex_finds():
     """masked() masks hex tokens, then digit runs: the same templates as the one `(0x)hex|digits` scan,
     also where a digit run runs into `0x` or a hex token into digits."""
-    tricky = ["10x5", "0xab0x5", "50x", "a0x1f b", "0x", "x0x0", "7 0xFFg 12", "00x1", "1\ue001 2", "Channel 00/0 : 3[1b000] -> 4[29000]"]
+    tricky = [
+        "10x5",
+        "0xab0x5",
+        "50x",
+        "a0x1f b",
+        "0x",
+        "x0x0",
+        "7 0xFFg 12",
+        "00x1",
+        "1\ue001 2",
+        "Channel 00/0 : 3[1b000] -> 4[29000]",
+    ]
     rand = random.Random(5)
     alphabet = "0x1a9 fF:/[]-"
     bodies = tricky + ["".join(rand.choice(alphabet) for _ in range(rand.randint(0, 16))) for _ in range(3000)]

@@ -27,8 +27,9 @@ def test_no_capture_no_section():
 
 
 def test_section_lists_the_lossy_qp_first_with_a_timeline(tmp_path):
-    frames = synth.roce_conversation(synth.RoceQp(responder_qp=0x99, first_psn=5), messages=50) + synth.roce_conversation(
-        faults=synth.RoceFaults(lost=(20,)), messages=50)
+    frames = synth.roce_conversation(
+        synth.RoceQp(responder_qp=0x99, first_psn=5), messages=50
+    ) + synth.roce_conversation(faults=synth.RoceFaults(lost=(20,)), messages=50)
     path = synth.write(tmp_path / "c.pcap", sorted(frames, key=lambda f: f.time))
     t = RunTables()
     t.add("packets", pcap.ingest(InputFile(path, "c<1>.pcap", "pcap")).tables["packets"])

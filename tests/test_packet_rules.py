@@ -16,8 +16,9 @@ from tracelens.rules import all_rules
 from tracelens.tables import RunTables
 
 QP = synth.RoceQp()
-OTHER_QP = synth.RoceQp(requester="10.0.0.3", responder="10.0.0.2", requester_qp=0x21, responder_qp=0x99,
-                        first_psn=0xFFFF00)  # healthy, and its PSNs wrap past 2^24
+OTHER_QP = synth.RoceQp(
+    requester="10.0.0.3", responder="10.0.0.2", requester_qp=0x21, responder_qp=0x99, first_psn=0xFFFF00
+)  # healthy, and its PSNs wrap past 2^24
 
 
 def tables(tmp_path: Path, *conversations: list, nccl_net: list[dict] | None = None) -> RunTables:
@@ -49,12 +50,18 @@ def test_loss_fires_tl301_on_the_lossy_qp_only(tmp_path):
     found = fired(t)
     assert list(found) == ["TL301"]
     (finding,) = found["TL301"]
-    assert finding.summary.startswith("QP 0x000048 from 10.0.0.1 to 10.0.0.2: 2 NAKs with PSN sequence error "
-                                      "and 2 missing PSNs in 402 packets; 4 packets (4,096 payload bytes) resent, "
-                                      "0.012 ms from NAK to resend at 2023-11-14 22:13:20 UTC.")
+    assert finding.summary.startswith(
+        "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 2 NAKs with PSN sequence error "
+        "and 2 missing PSNs in 402 packets; 4 packets (4,096 payload bytes) resent, "
+        "0.012 ms from NAK to resend at 2023-11-14 22:13:20 UTC."
+    )
     assert finding.hosts == ["10.0.0.1", "10.0.0.2"]
     assert [e.text.split(":")[0] for e in finding.evidence][:4] == [
-        "PSN gap", "NAK (PSN sequence error)", "RoCE retransmission", "RoCE retransmission"]
+        "PSN gap",
+        "NAK (PSN sequence error)",
+        "RoCE retransmission",
+        "RoCE retransmission",
+    ]
     assert all(e.frame and e.file == "capture.pcap" for e in finding.evidence)
 
 
@@ -63,7 +70,9 @@ def test_rnr_fires_tl302_naming_the_receiver_side(tmp_path):
     assert list(found) == ["TL302"]
     (finding,) = found["TL302"]
     assert "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 1 RNR NAK from" in finding.summary
-    qp = analyze(tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(rnr=(100,))))["packets"]).qps.row(0, named=True)
+    qp = analyze(tables(tmp_path, synth.roce_conversation(faults=synth.RoceFaults(rnr=(100,))))["packets"]).qps.row(
+        0, named=True
+    )
     assert qp["nak_to_resend_ms"] == pytest.approx(synth.RNR_DELAY * 1e3, rel=0.01)
 
 
@@ -72,7 +81,10 @@ def test_cnp_burst_fires_tl303(tmp_path):
     found = fired(tables(tmp_path, synth.roce_conversation(faults=burst), healthy_other_qp()))
     assert list(found) == ["TL303"]
     (finding,) = found["TL303"]
-    assert "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 40 of 400 data packets ECN-CE marked (10.0%) and 40 CNPs" in finding.summary
+    assert (
+        "QP 0x000048 from 10.0.0.1 to 10.0.0.2: 40 of 400 data packets ECN-CE marked (10.0%) and 40 CNPs"
+        in finding.summary
+    )
 
 
 def test_a_few_ce_marks_stay_below_the_congestion_share(tmp_path):
@@ -83,9 +95,11 @@ def test_tcp_losses_fire_tl304(tmp_path):  # 200 segments, 3 lost and fast-retra
     found = fired(tables(tmp_path, synth.tcp_stream(lost=(20, 60, 100))))
     assert list(found) == ["TL304"]
     (finding,) = found["TL304"]
-    assert finding.summary.startswith("10.0.1.1 to 10.0.1.2: 3 of 204 data segments retransmitted (1.5%, as tshark counts "
-                                      "them), 3 of them after a loss (1.47%, 3 fast); not counted as loss: 0 tail-loss probes "
-                                      "and 0 spurious retransmissions; 3,000 bytes resent over 1 connection, 0 zero windows")
+    assert finding.summary.startswith(
+        "10.0.1.1 to 10.0.1.2: 3 of 204 data segments retransmitted (1.5%, as tshark counts "
+        "them), 3 of them after a loss (1.47%, 3 fast); not counted as loss: 0 tail-loss probes "
+        "and 0 spurious retransmissions; 3,000 bytes resent over 1 connection, 0 zero windows"
+    )
     assert finding.severity.label == "critical"  # 1% and more: a seventh of the throughput (Mathis)
 
 

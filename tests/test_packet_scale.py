@@ -46,7 +46,9 @@ def test_analysis_in_buckets_equals_the_whole(multiflow):
     assert {"NAK (PSN sequence error)", "RNR NAK", "CNP", "ECN-CE", "TCP retransmission"} <= kinds
 
 
-@pytest.mark.parametrize("fixture", ["scenario-flaky-link", "scenario-socket-fallback", "lab-tcp-loss", "lab-clock-skew"])
+@pytest.mark.parametrize(
+    "fixture", ["scenario-flaky-link", "scenario-socket-fallback", "lab-tcp-loss", "lab-clock-skew"]
+)
 def test_analysis_in_buckets_equals_the_whole_on_fixtures(fixture, tmp_path):
     captures = []
     for path in sorted((FIXTURES / fixture).rglob("*.pcap*")):

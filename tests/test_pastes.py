@@ -51,7 +51,9 @@ def _account(analysis) -> dict:
             f"[default5]:  what():  NCCL watchdog thread terminated with exception: {WATCHDOG}",
         ],
         [f"c10::DistBackendError: {WATCHDOG}"],
-        [f"torch.distributed.DistBackendError: [PG 3 Rank 5] Process group watchdog thread terminated with exception: {WATCHDOG}"],
+        [
+            f"torch.distributed.DistBackendError: [PG 3 Rank 5] Process group watchdog thread terminated with exception: {WATCHDOG}"
+        ],
         [f"RuntimeError: {WATCHDOG}"],
     ],
 )
@@ -117,10 +119,19 @@ def test_an_nccl_build_without_the_gpus_architecture_fires_tl110_not_tl109(tmp_p
     "line, title",
     [
         ("node01:100:100 [0] include/alloc.h:48 NCCL WARN Cuda failure 'out of memory'", "GPU out-of-memory errors"),
-        ("node01:100:100 [0] include/alloc.h:48 NCCL WARN Failed to CUDA calloc 2097152 bytes", "GPU out-of-memory errors"),
-        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB", "GPU out-of-memory errors"),
+        (
+            "node01:100:100 [0] include/alloc.h:48 NCCL WARN Failed to CUDA calloc 2097152 bytes",
+            "GPU out-of-memory errors",
+        ),
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB",
+            "GPU out-of-memory errors",
+        ),
         ("RuntimeError: CUDA error: an illegal memory access was encountered", "CUDA errors"),
-        ("node01:100:100 [0] misc/nvmlwrap.cc:187 NCCL WARN NVML failure 999 'Unknown Error'", "NVML (GPU management library) errors"),
+        (
+            "node01:100:100 [0] misc/nvmlwrap.cc:187 NCCL WARN NVML failure 999 'Unknown Error'",
+            "NVML (GPU management library) errors",
+        ),
     ],
 )
 def test_cuda_nvml_and_oom_errors_are_tl110(tmp_path: Path, line: str, title: str):
@@ -164,22 +175,26 @@ PLATFORM = "2025-01-14T03:12:55.120Z "
         (
             "[2025-01-14 03:12:55] node01:200:290 [0] transport/net_ib.cc:180 NCCL WARN NET/IB : mlx5_ib0:1 async fatal event "
             "on QP (0x7f69f01519a8): local access violation work queue error",
-            "TL111", "QP fatal",
+            "TL111",
+            "QP fatal",
         ),
         (
             "[2025-01-14 03:12:55] node01:200:290 [0] transport/net_ib.cc:2121 (ncclIbTest) NCCL WARN NET/IB: Got completion "
             "from peer 10.0.0.2<45123> with status=12 opcode=0 len=0 vendor err 129 (Recv) localGid ::ffff:10.0.0.1 "
             "remoteGids::ffff:10.0.0.2 hca mlx5_0",
-            "TL107", "IBV_WC_RETRY_EXC_ERR (12)",
+            "TL107",
+            "IBV_WC_RETRY_EXC_ERR (12)",
         ),
         (
             "[2025-01-14 03:12:55.118] node01:200:200 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node02<34567>",
-            "TL109", "socket connection failures",
+            "TL109",
+            "socket connection failures",
         ),
         (
             "[2025-01-14 03:12:55] node01:200:290 [0] transport/net_ib.cc:1500 NCCL WARN communicator encountered a fatal error "
             "(detected in ncclIbTest)",
-            "TL111", "device fatal",
+            "TL111",
+            "device fatal",
         ),
     ],
 )

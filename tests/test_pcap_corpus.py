@@ -61,9 +61,25 @@ def test_native_infiniband_in_erf():
 def test_roce_fields_equal_tshark():
     packets, _ = read(ROCE)
     mine = packets.filter(pl.col("dport") == 4791).select("frame", "opcode", "dest_qp", "psn").rows()
-    theirs = tshark.run(corpus_dir("pcap") / ROCE, "-d", "udp.port==4791,infiniband", "-d", "udp.port==69,infiniband",
-                        "-Y", "udp.dstport==4791", "-T", "fields", "-e", "frame.number", "-e", "infiniband.bth.opcode",
-                        "-e", "infiniband.bth.destqp", "-e", "infiniband.bth.psn")
+    theirs = tshark.run(
+        corpus_dir("pcap") / ROCE,
+        "-d",
+        "udp.port==4791,infiniband",
+        "-d",
+        "udp.port==69,infiniband",
+        "-Y",
+        "udp.dstport==4791",
+        "-T",
+        "fields",
+        "-e",
+        "frame.number",
+        "-e",
+        "infiniband.bth.opcode",
+        "-e",
+        "infiniband.bth.destqp",
+        "-e",
+        "infiniband.bth.psn",
+    )
     assert len(mine) == 105
     assert mine == [(int(f), int(op), int(qp, 16), int(psn)) for f, op, qp, psn in theirs]
 
@@ -74,7 +90,8 @@ def test_roce_fields_equal_scapy():
     frames = rdpcap(str(corpus_dir("pcap") / ROCE))
     theirs = [
         (i + 1, f[BTH].opcode, f[BTH].dqpn, f[BTH].psn, f[AETH].syndrome if AETH in f else None)
-        for i, f in enumerate(frames) if BTH in f
+        for i, f in enumerate(frames)
+        if BTH in f
     ]
     assert mine == theirs
 
@@ -83,7 +100,9 @@ def test_real_roce_capture_is_healthy():
     packets, _ = read(ROCE)
     qps = analyze(packets).qps
     assert qps.select("qp", "packets", "retransmitted", "psn_gaps", "naks_seq", "cnps").rows() == [
-        (0x45, 67, 0, 0, 0, 0), (0x48, 1, 0, 0, 0, 0)]
+        (0x45, 67, 0, 0, 0, 0),
+        (0x48, 1, 0, 0, 0, 0),
+    ]
 
 
 def test_ssh_repacketized_retransmission_found():
@@ -106,8 +125,15 @@ def test_pptp_duplicates_are_capture_duplicates_not_retransmissions():
 
 
 @needs_tshark
-@pytest.mark.parametrize("name", ["tcpdump-tests__ssh.pcap", "tcpdump-tests__mptcp-v0.pcap",
-                                  "tcpdump-tests__of13_ericsson.pcapng", "tcpdump-tests__accecn_handshake.pcap"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tcpdump-tests__ssh.pcap",
+        "tcpdump-tests__mptcp-v0.pcap",
+        "tcpdump-tests__of13_ericsson.pcapng",
+        "tcpdump-tests__accecn_handshake.pcap",
+    ],
+)
 def test_tcp_retransmissions_per_flow_match_tshark(name):
     packets, _ = read(name)
     theirs = tshark.per_flow(corpus_dir("pcap") / name, "tcp.analysis.retransmission")

@@ -80,16 +80,33 @@ def test_802_1ad_qinq_and_vlan_inside_linux_cooked_v2(tmp_path):
 
 
 def test_ipv6_rocev2_behind_a_hop_by_hop_header(tmp_path):
-    frame = Ether() / IPv6(src="fd00::1", dst="fd00::2", tc=0x02) / IPv6ExtHdrHopByHop() / UDP(dport=4791) / BTH(
-        opcode=10, psn=0xFFFFFF, dqpn=0x12)
+    frame = (
+        Ether()
+        / IPv6(src="fd00::1", dst="fd00::2", tc=0x02)
+        / IPv6ExtHdrHopByHop()
+        / UDP(dport=4791)
+        / BTH(opcode=10, psn=0xFFFFFF, dqpn=0x12)
+    )
     packets, _ = read(classic(tmp_path / "v6.pcap", [bytes(frame)]))
     assert packets.select("proto", "src", "ecn", "opcode", "psn", "dest_qp").row(0) == (
-        "roce", "fd00::1", 2, 10, 0xFFFFFF, 0x12)
+        "roce",
+        "fd00::1",
+        2,
+        10,
+        0xFFFFFF,
+        0x12,
+    )
 
 
 def test_rdma_write_first_cut_at_snaplen_64(tmp_path):
-    frame = Ether() / IP(src="10.0.0.1", dst="10.0.0.2") / UDP(dport=4791) / BTH(opcode=6, psn=100, dqpn=7) / Raw(
-        bytes(12) + struct.pack(">I", 4096)) / Raw(b"x" * 1024)  # RETH, payload (scapy adds the ICRC)
+    frame = (
+        Ether()
+        / IP(src="10.0.0.1", dst="10.0.0.2")
+        / UDP(dport=4791)
+        / BTH(opcode=6, psn=100, dqpn=7)
+        / Raw(bytes(12) + struct.pack(">I", 4096))
+        / Raw(b"x" * 1024)
+    )  # RETH, payload (scapy adds the ICRC)
     packets, account = read(classic(tmp_path / "s64.pcap", [bytes(frame)], caplen=64))
     assert account.parsed == 1
     row = packets.row(0, named=True)
@@ -110,13 +127,20 @@ def test_record_cut_inside_its_header(tmp_path):
     path.write_bytes(path.read_bytes() + b"\x01\x02\x03\x04\x05")
     packets, account = read(path)
     assert packets["psn"].to_list() == [0, 1]
-    assert account.errors == [f"cut.pcap: capture cut mid-record at byte {24 + 2 * (16 + len(bytes(roce())))} "
-                              "(frame 3); kept the 2 whole packets before it"]
+    assert account.errors == [
+        f"cut.pcap: capture cut mid-record at byte {24 + 2 * (16 + len(bytes(roce())))} "
+        "(frame 3); kept the 2 whole packets before it"
+    ]
 
 
 def test_ipoib_tcp_segments(tmp_path):
     ipoib = Raw(bytes(40) + b"\x08\x00\x00\x00")  # the 44-byte LINKTYPE_IPOIB pseudo-header, IPv4
-    frame = ipoib / IP(src="192.168.56.10", dst="192.168.56.11", id=3) / TCP(sport=1, dport=2, seq=10, flags="PA") / Raw(b"abc")
+    frame = (
+        ipoib
+        / IP(src="192.168.56.10", dst="192.168.56.11", id=3)
+        / TCP(sport=1, dport=2, seq=10, flags="PA")
+        / Raw(b"abc")
+    )
     packets, account = read(classic(tmp_path / "ib.pcap", [bytes(frame)], linktype=242))
     assert account.errors == []
     assert packets.select("proto", "src", "seq", "payload").row(0) == ("tcp", "192.168.56.10", 10, 3)

@@ -49,6 +49,7 @@ def test_scapy_written_pcap_and_pcapng_with_two_interfaces(tmp_path):
 
 def pcapng(path: Path, interfaces: list[tuple[int, bytes]], packets: list[tuple[int, int, bytes]]) -> Path:
     """SHB, one IDB per (linktype, options), then EPBs (interface, timestamp units, frame)."""
+
     def block(kind: int, body: bytes) -> bytes:
         body += b"\0" * (-len(body) % 4)
         return struct.pack("<II", kind, len(body) + 12) + body + struct.pack("<I", len(body) + 12)
@@ -65,9 +66,17 @@ def pcapng(path: Path, interfaces: list[tuple[int, bytes]], packets: list[tuple[
 
 def test_pcapng_interfaces_with_their_own_link_type_and_resolution(tmp_path):
     ns_resol = struct.pack("<HHB3x", 9, 1, 9) + struct.pack("<HH", 0, 0)
-    raw_ip = bytes(IP(src="10.0.0.3", dst="10.0.0.4") / UDP(dport=4791) / BTH(opcode=17, dqpn=5, psn=3) / AETH(syndrome=0x60, msn=2))
-    path = pcapng(tmp_path / "m.pcapng", [(1, b""), (101, ns_resol)],
-                  [(0, int(T0 * 1e6), bytes(roce(psn=1))), (1, int(T0 * 1e9) + 5, raw_ip)])
+    raw_ip = bytes(
+        IP(src="10.0.0.3", dst="10.0.0.4")
+        / UDP(dport=4791)
+        / BTH(opcode=17, dqpn=5, psn=3)
+        / AETH(syndrome=0x60, msn=2)
+    )
+    path = pcapng(
+        tmp_path / "m.pcapng",
+        [(1, b""), (101, ns_resol)],
+        [(0, int(T0 * 1e6), bytes(roce(psn=1))), (1, int(T0 * 1e9) + 5, raw_ip)],
+    )
     packets, account = read(path)
     assert (account.lines, account.parsed, account.errors) == (3, 3, [])
     assert packets["psn"].to_list() == [1, 3, 99]
@@ -79,11 +88,37 @@ def test_pcapng_interfaces_with_their_own_link_type_and_resolution(tmp_path):
 @pytest.mark.parametrize(
     "linktype, frame",
     [
-        (1, Ether() / Dot1Q(vlan=5) / Dot1Q(vlan=6) / IP(src="10.0.0.1", dst="10.0.0.2", tos=3) / UDP(dport=4791) / BTH(psn=42, dqpn=9)),
-        (113, CookedLinux(proto=0x0800) / IP(src="10.0.0.1", dst="10.0.0.2", tos=3) / UDP(dport=4791) / BTH(psn=42, dqpn=9)),
-        (276, CookedLinuxV2(proto=0x0800) / IP(src="10.0.0.1", dst="10.0.0.2", tos=3) / UDP(dport=4791) / BTH(psn=42, dqpn=9)),
+        (
+            1,
+            Ether()
+            / Dot1Q(vlan=5)
+            / Dot1Q(vlan=6)
+            / IP(src="10.0.0.1", dst="10.0.0.2", tos=3)
+            / UDP(dport=4791)
+            / BTH(psn=42, dqpn=9),
+        ),
+        (
+            113,
+            CookedLinux(proto=0x0800)
+            / IP(src="10.0.0.1", dst="10.0.0.2", tos=3)
+            / UDP(dport=4791)
+            / BTH(psn=42, dqpn=9),
+        ),
+        (
+            276,
+            CookedLinuxV2(proto=0x0800)
+            / IP(src="10.0.0.1", dst="10.0.0.2", tos=3)
+            / UDP(dport=4791)
+            / BTH(psn=42, dqpn=9),
+        ),
         (101, IP(src="10.0.0.1", dst="10.0.0.2", tos=3) / UDP(dport=4791) / BTH(psn=42, dqpn=9)),
-        (242, Raw(bytes(40) + b"\x08\x00\x00\x00") / IP(src="10.0.0.1", dst="10.0.0.2", tos=3) / UDP(dport=4791) / BTH(psn=42, dqpn=9)),
+        (
+            242,
+            Raw(bytes(40) + b"\x08\x00\x00\x00")
+            / IP(src="10.0.0.1", dst="10.0.0.2", tos=3)
+            / UDP(dport=4791)
+            / BTH(psn=42, dqpn=9),
+        ),
     ],
     ids=["ethernet-qinq", "linux-cooked-v1", "linux-cooked-v2", "raw-ip", "ipoib"],
 )
@@ -92,19 +127,47 @@ def test_link_types(tmp_path, linktype, frame):
     assert account.errors == [] and account.parsed == 1
     row = packets.row(0, named=True)
     assert (row["src"], row["dst"], row["proto"], row["ecn"], row["psn"], row["dest_qp"]) == (
-        "10.0.0.1", "10.0.0.2", "roce", 3, 42, 9)
+        "10.0.0.1",
+        "10.0.0.2",
+        "roce",
+        3,
+        42,
+        9,
+    )
 
 
 def test_ipv6_roce_and_tcp_sack(tmp_path):
-    v6 = Ether() / IPv6(src="fd00::1", dst="fd00::2", tc=0x03) / UDP(sport=1, dport=4791) / BTH(opcode=0x81, becn=1, dqpn=77)
-    tcp = Ether() / IP(src="10.1.1.1", dst="10.1.1.2", id=9) / TCP(
-        sport=22, dport=5000, seq=100, ack=200, flags="A", window=0, options=[("NOP", None), ("NOP", None), ("SAck", (300, 400))]
+    v6 = (
+        Ether()
+        / IPv6(src="fd00::1", dst="fd00::2", tc=0x03)
+        / UDP(sport=1, dport=4791)
+        / BTH(opcode=0x81, becn=1, dqpn=77)
+    )
+    tcp = (
+        Ether()
+        / IP(src="10.1.1.1", dst="10.1.1.2", id=9)
+        / TCP(
+            sport=22,
+            dport=5000,
+            seq=100,
+            ack=200,
+            flags="A",
+            window=0,
+            options=[("NOP", None), ("NOP", None), ("SAck", (300, 400))],
+        )
     )
     packets, _ = read(classic(tmp_path / "v6.pcap", [bytes(v6), bytes(tcp)]))
     a, b = packets.rows(named=True)
     assert (a["src"], a["ecn"], a["opcode"], a["becn"], a["dest_qp"]) == ("fd00::1", 3, 0x81, True, 77)
     assert (b["seq"], b["ack"], b["flags"], b["window"], b["ip_id"], b["sack_left"], b["sack_right"]) == (
-        100, 200, 0x10, 0, 9, 300, 400)
+        100,
+        200,
+        0x10,
+        0,
+        9,
+        300,
+        400,
+    )
 
 
 def test_roce_by_destination_port_only(tmp_path):
@@ -115,7 +178,13 @@ def test_roce_by_destination_port_only(tmp_path):
 
 
 def test_snaplen_truncated_frames_keep_the_fields_they_have(tmp_path):
-    ack = Ether() / IP(src="10.0.0.2", dst="10.0.0.1") / UDP(dport=4791) / BTH(opcode=17, dqpn=3, psn=11) / AETH(syndrome=0x60, msn=4)
+    ack = (
+        Ether()
+        / IP(src="10.0.0.2", dst="10.0.0.1")
+        / UDP(dport=4791)
+        / BTH(opcode=17, dqpn=3, psn=11)
+        / AETH(syndrome=0x60, msn=4)
+    )
     cut = 14 + 20 + 8 + 12  # through the BTH, the AETH is cut off
     packets, account = read(classic(tmp_path / "t.pcap", [bytes(ack)], caplen=cut))
     row = packets.row(0, named=True)
@@ -133,8 +202,10 @@ def test_capture_cut_mid_record_keeps_whole_packets(tmp_path):
     path.write_bytes(path.read_bytes()[:-10])
     packets, account = read(path)
     assert packets["psn"].to_list() == [0, 1]
-    assert account.errors == [f"cut.pcap: capture cut mid-record at byte {24 + 2 * (16 + len(bytes(roce())))} "
-                              "(frame 3); kept the 2 whole packets before it"]
+    assert account.errors == [
+        f"cut.pcap: capture cut mid-record at byte {24 + 2 * (16 + len(bytes(roce())))} "
+        "(frame 3); kept the 2 whole packets before it"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -165,10 +236,9 @@ def test_unknown_link_type_and_malformed_frames(tmp_path):
 
 def test_decoder_agrees_with_scapy_on_synthetic_captures(tmp_path):
     """scapy is the oracle: every field the decoder fills equals scapy's dissection of the same frames."""
-    frames = (
-        synth.roce_conversation(messages=120, faults=synth.RoceFaults(lost=(10,), rnr=(30,), congested=(50, 51)))
-        + synth.tcp_stream(segments=20, lost=(5,))
-    )
+    frames = synth.roce_conversation(
+        messages=120, faults=synth.RoceFaults(lost=(10,), rnr=(30,), congested=(50, 51))
+    ) + synth.tcp_stream(segments=20, lost=(5,))
     path = synth.write(tmp_path / "o.pcap", frames)
     packets, _ = read(path)
     expected = []
@@ -177,16 +247,52 @@ def test_decoder_agrees_with_scapy_on_synthetic_captures(tmp_path):
         row = {"src": ip.src, "dst": ip.dst, "ecn": ip.tos & 3, "ip_id": ip.id, "length": len(frame)}
         if BTH in frame:
             bth = frame[BTH]
-            row |= {"opcode": bth.opcode, "dest_qp": bth.dqpn, "psn": bth.psn, "ack_req": bool(bth.ackreq),
-                    "fecn": bool(bth.fecn), "becn": bool(bth.becn)}
-            row |= {"syndrome": frame[AETH].syndrome, "msn": frame[AETH].msn} if AETH in frame else {"syndrome": None, "msn": None}
+            row |= {
+                "opcode": bth.opcode,
+                "dest_qp": bth.dqpn,
+                "psn": bth.psn,
+                "ack_req": bool(bth.ackreq),
+                "fecn": bool(bth.fecn),
+                "becn": bool(bth.becn),
+            }
+            row |= (
+                {"syndrome": frame[AETH].syndrome, "msn": frame[AETH].msn}
+                if AETH in frame
+                else {"syndrome": None, "msn": None}
+            )
         else:
             tcp = frame[TCP]
-            row |= {"seq": tcp.seq, "ack": tcp.ack, "flags": int(tcp.flags), "window": tcp.window, "payload": len(tcp.payload)}
+            row |= {
+                "seq": tcp.seq,
+                "ack": tcp.ack,
+                "flags": int(tcp.flags),
+                "window": tcp.window,
+                "payload": len(tcp.payload),
+            }
         expected.append(row)
-    decoded = packets.select(pl.col(c).cast(pl.String) if c in ("src", "dst") else c
-                             for c in ["src", "dst", "ecn", "ip_id", "length", "opcode", "dest_qp", "psn", "ack_req",
-                                       "fecn", "becn", "syndrome", "msn", "seq", "ack", "flags", "window", "payload"])
+    decoded = packets.select(
+        pl.col(c).cast(pl.String) if c in ("src", "dst") else c
+        for c in [
+            "src",
+            "dst",
+            "ecn",
+            "ip_id",
+            "length",
+            "opcode",
+            "dest_qp",
+            "psn",
+            "ack_req",
+            "fecn",
+            "becn",
+            "syndrome",
+            "msn",
+            "seq",
+            "ack",
+            "flags",
+            "window",
+            "payload",
+        ]
+    )
     for want, got in zip(expected, decoded.rows(named=True), strict=True):
         assert {k: got[k] for k in want} == want
 
@@ -194,9 +300,19 @@ def test_decoder_agrees_with_scapy_on_synthetic_captures(tmp_path):
 def test_rocev1_grh(tmp_path):
     from scapy.contrib.roce import GRH
 
-    frame = Ether(type=0x8915) / GRH(sgid=0xFE80 << 112 | 1, dgid=0xFE80 << 112 | 2, paylen=12 + 64 + 4) / BTH(
-        opcode=4, dqpn=0x48, psn=77) / Raw(b"x" * 64)
+    frame = (
+        Ether(type=0x8915)
+        / GRH(sgid=0xFE80 << 112 | 1, dgid=0xFE80 << 112 | 2, paylen=12 + 64 + 4)
+        / BTH(opcode=4, dqpn=0x48, psn=77)
+        / Raw(b"x" * 64)
+    )
     packets, account = read(classic(tmp_path / "v1.pcap", [bytes(frame)]))
     row = packets.row(0, named=True)
     assert (row["proto"], row["src"], row["dst"], row["psn"], row["dest_qp"], row["payload"]) == (
-        "roce", "fe80::1", "fe80::2", 77, 0x48, 64)
+        "roce",
+        "fe80::1",
+        "fe80::2",
+        77,
+        0x48,
+        64,
+    )

@@ -47,6 +47,8 @@ def test_per_flow_counts_match_tshark(name):
 
 
 def test_captures_hold_real_retransmissions():
-    totals = {name: analysed(name).tcp.select(pl.col("retransmissions", "fast_retransmissions").sum()).row(0)
-              for name in NAMES}
+    totals = {
+        name: analysed(name).tcp.select(pl.col("retransmissions", "fast_retransmissions").sum()).row(0)
+        for name in NAMES
+    }
     assert all(retx >= 20 and fast >= 3 for retx, fast in totals.values()), totals

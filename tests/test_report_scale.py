@@ -24,16 +24,42 @@ T0 = datetime(2024, 12, 6, 18, 31, tzinfo=timezone.utc)
 
 
 def _big_analysis() -> Analysis:
-    inputs = [{"file": f"{h}/{name}", "format": "log", "host": h, "size": 123_456, "lines": 2000, "parsed": 1990, "ignored": 10,
-               "unrecognized": 0, "errors": [], "samples": []} for h in HOSTS for name in ("train.log", "nccl.log", "sysfs-1.txt")]
+    inputs = [
+        {
+            "file": f"{h}/{name}",
+            "format": "log",
+            "host": h,
+            "size": 123_456,
+            "lines": 2000,
+            "parsed": 1990,
+            "ignored": 10,
+            "unrecognized": 0,
+            "errors": [],
+            "samples": [],
+        }
+        for h in HOSTS
+        for name in ("train.log", "nccl.log", "sysfs-1.txt")
+    ]
     findings = [
-        Finding(rule_id="TL201", severity=Severity.WARNING, title="Physical-layer errors on a port",
-                summary=f"{h} mlx5_1 port 1: SymbolErrorCounter +8,123", hosts=[h], ports=["mlx5_1:1"],
-                evidence=[Evidence(file=f"{h}/sysfs-1.txt", line=n, text=f"SymbolErrorCounter: {n * 45} (was {(n - 1) * 45})", host=h)
-                          for n in range(2000)])
+        Finding(
+            rule_id="TL201",
+            severity=Severity.WARNING,
+            title="Physical-layer errors on a port",
+            summary=f"{h} mlx5_1 port 1: SymbolErrorCounter +8,123",
+            hosts=[h],
+            ports=["mlx5_1:1"],
+            evidence=[
+                Evidence(
+                    file=f"{h}/sysfs-1.txt", line=n, text=f"SymbolErrorCounter: {n * 45} (was {(n - 1) * 45})", host=h
+                )
+                for n in range(2000)
+            ],
+        )
         for h in HOSTS[:300]
     ]
-    return Analysis(target=Path("run512"), context=RunContext(tables_from(inputs=inputs)), findings=findings, rules=all_rules())
+    return Analysis(
+        target=Path("run512"), context=RunContext(tables_from(inputs=inputs)), findings=findings, rules=all_rules()
+    )
 
 
 def test_a_512_host_report_stays_under_5_mb_with_evidence_folded_and_counted():
@@ -41,7 +67,7 @@ def test_a_512_host_report_stays_under_5_mb_with_evidence_folded_and_counted():
     assert len(html.encode()) < 5_000_000
     assert html.count("Evidence (2,000, first 50 shown)") == 300
     assert html.count("<summary>42 more lines</summary>") == 300  # past the first 8 of the 50 kept
-    folded = html[html.index('id="inputs"'):]
+    folded = html[html.index('id="inputs"') :]
     assert "<summary>1,486 more files, each read in full</summary>" in folded  # 1,536 files, 50 open
     assert folded.index("<summary>1,486 more files") < folded.index("node512/train.log")
 
@@ -58,7 +84,13 @@ def test_the_timeline_folds_hosts_no_finding_names_into_one_lane():
     affected = {"node013", "node397"}
     lanes = timeline._lanes(events, affected)
     order = timeline._lane_order(lanes, affected)
-    assert order == ["node013 · NCCL", "node013 · counters", "node397 · NCCL", "node397 · counters",
-                     "510 other hosts · NCCL", "510 other hosts · counters"]
+    assert order == [
+        "node013 · NCCL",
+        "node013 · counters",
+        "node397 · NCCL",
+        "node397 · counters",
+        "510 other hosts · NCCL",
+        "510 other hosts · counters",
+    ]
     assert lanes.filter(pl.col("lane") == "510 other hosts · counters").height == 510  # every rise kept, in one lane
     assert not any(re.match(r"node(?!013|397)", lane) for lane in order)

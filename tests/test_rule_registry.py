@@ -28,7 +28,10 @@ def test_every_rule_declares_its_kind_needs_and_described_settings():
         assert r.kind in KINDS and r.needs, r.id
         for s in r.settings:
             assert s.unit and s.help.endswith((".", "...")) and s.default is not None, (r.id, s.name)
-            assert not isinstance(s.default, (int, float)) or 0 <= s.default < float("inf"), (r.id, s.name)  # as config.py asks
+            assert not isinstance(s.default, (int, float)) or 0 <= s.default < float("inf"), (
+                r.id,
+                s.name,
+            )  # as config.py asks
 
 
 def test_a_rule_without_its_input_does_not_run_and_says_what_would_let_it():
@@ -55,7 +58,9 @@ def test_the_readme_rule_table_is_the_registry():
     a rule added, renamed, re-kinded or re-described shows here until the command is rerun."""
     table = CliRunner().invoke(app, ["rules", "--markdown"]).stdout
     assert table.count("\n| TL") == len(all_rules()) and "| TL101 | nccl-socket-transport | warning | cause |" in table
-    assert table in README, "README.md's rule table is not the registry's: run `tracelens rules --markdown` and paste it"
+    assert table in README, (
+        "README.md's rule table is not the registry's: run `tracelens rules --markdown` and paste it"
+    )
 
 
 def test_the_readme_config_example_is_a_valid_config(tmp_path):
@@ -76,7 +81,11 @@ def test_rules_command_shows_a_rules_kind_needs_and_settings():
     (tl203,) = [r for r in all_rules() if r.id == "TL203"]
     for s in tl203.settings:
         assert f"- {s.name} = {s.default!r} ({s.unit}): {s.help}" in lines
-    assert [t for t in ("What it finds", "Why it slows the run", "How to fix") if t in lines] == ["What it finds", "Why it slows the run", "How to fix"]
+    assert [t for t in ("What it finds", "Why it slows the run", "How to fix") if t in lines] == [
+        "What it finds",
+        "Why it slows the run",
+        "How to fix",
+    ]
     assert not any(line.startswith("Slow steps") for line in lines)  # TL203 reads no steps
     steps = CliRunner().invoke(app, ["rules", "TL401"], env={"COLUMNS": "400"}).stdout.splitlines()
     assert "Slow steps (in a tracelens.toml: [steps], for every rule that reads steps)" in steps

@@ -41,7 +41,9 @@ MOVES = [
 ]
 
 
-@pytest.mark.parametrize(("fixture", "rule_id", "settings", "becomes"), MOVES, ids=[f"{m[1]}-{next(iter(m[2]))}" for m in MOVES])
+@pytest.mark.parametrize(
+    ("fixture", "rule_id", "settings", "becomes"), MOVES, ids=[f"{m[1]}-{next(iter(m[2]))}" for m in MOVES]
+)
 def test_a_changed_setting_moves_the_finding(analysis_of, fixture, rule_id, settings, becomes):
     before = _run(analysis_of, fixture, rule_id)
     assert before and any(sev != becomes for sev, _ in before)  # some already are (a port's usual little wait: info)
@@ -49,7 +51,9 @@ def test_a_changed_setting_moves_the_finding(analysis_of, fixture, rule_id, sett
     if becomes == "none":
         assert after == []
     else:
-        assert [title for _, title in after] == [title for _, title in before] and {sev for sev, _ in after} == {becomes}
+        assert [title for _, title in after] == [title for _, title in before] and {sev for sev, _ in after} == {
+            becomes
+        }
 
 
 def test_tl401_critical_share_and_spike_rows(analysis_of):
@@ -64,11 +68,34 @@ def test_tl401_critical_share_and_spike_rows(analysis_of):
 def test_tl423_window_around_the_first_stop():
     """Rank 1 stops after seq 2 (created at t0 + 2 s); an IB error at t0 falls 2 s before the stop."""
     t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
-    entries = [{"rank": r, "pg_name": "0", "pg_id": 0, "pg_desc": "default_pg", "collective_seq_id": s, "op": "all_reduce",
-                "profiling_name": "nccl:all_reduce", "is_p2p": False, "status": "completed" if s < 3 else "started",
-                "input_sizes": "[[8]]", "ts": t0 + timedelta(seconds=s), "encoding": "pickle", "record_id": s, "frames": []}
-               for r in range(2) for s in range(1, 4 if r == 0 else 3)]
-    error = {"host": "node02", "kind": "ib_completion", "message": "NET/IB : Got completion with error 12", "ts": t0, "ts_lo": t0, "ts_hi": t0}
+    entries = [
+        {
+            "rank": r,
+            "pg_name": "0",
+            "pg_id": 0,
+            "pg_desc": "default_pg",
+            "collective_seq_id": s,
+            "op": "all_reduce",
+            "profiling_name": "nccl:all_reduce",
+            "is_p2p": False,
+            "status": "completed" if s < 3 else "started",
+            "input_sizes": "[[8]]",
+            "ts": t0 + timedelta(seconds=s),
+            "encoding": "pickle",
+            "record_id": s,
+            "frames": [],
+        }
+        for r in range(2)
+        for s in range(1, 4 if r == 0 else 3)
+    ]
+    error = {
+        "host": "node02",
+        "kind": "ib_completion",
+        "message": "NET/IB : Got completion with error 12",
+        "ts": t0,
+        "ts_lo": t0,
+        "ts_hi": t0,
+    }
     tables = tables_from(fr_entries=entries, nccl_errors=[error])
     (finding,) = fire(tables, "TL423")
     assert finding.title == "Network events in the minute before rank 1 stopped"
@@ -84,6 +111,12 @@ def test_rules_and_report_read_slow_steps_from_the_context():
     """The config's [steps] reaches only what reads the RunContext's step series and episodes: a rule or
     report section that built its own (derived.steps.step_series(...)) would use the default limits."""
     src = Path(__file__).resolve().parents[1] / "src" / "tracelens"
-    own = [f"{p.relative_to(src)}: {m.group(0)}" for folder in ("rules", "report", "compare") for p in (src / folder).rglob("*.py")
-           for m in re.finditer(r"\b(?:step_series|slow_episodes|slow_windows|sustained_windows)\(", p.read_text(encoding="utf-8"))]
+    own = [
+        f"{p.relative_to(src)}: {m.group(0)}"
+        for folder in ("rules", "report", "compare")
+        for p in (src / folder).rglob("*.py")
+        for m in re.finditer(
+            r"\b(?:step_series|slow_episodes|slow_windows|sustained_windows)\(", p.read_text(encoding="utf-8")
+        )
+    ]
     assert not own

@@ -18,8 +18,26 @@ IB_HEALTHY = dict(
         {"host": "node02", "pid": 21, "what": "bootstrap_if", "name": "eth0", "address": "10.0.0.2"},
     ],
     nccl_channels=[
-        {"host": "node01", "pid": 11, "transport": "NET", "net": "IB", "gdr": True, "src_rank": 3, "dst_rank": 4, "direction": "send"},
-        {"host": "node02", "pid": 21, "transport": "NET", "net": "IB", "gdr": True, "src_rank": 3, "dst_rank": 4, "direction": "receive"},
+        {
+            "host": "node01",
+            "pid": 11,
+            "transport": "NET",
+            "net": "IB",
+            "gdr": True,
+            "src_rank": 3,
+            "dst_rank": 4,
+            "direction": "send",
+        },
+        {
+            "host": "node02",
+            "pid": 21,
+            "transport": "NET",
+            "net": "IB",
+            "gdr": True,
+            "src_rank": 3,
+            "dst_rank": 4,
+            "direction": "receive",
+        },
         {"host": "node01", "pid": 11, "transport": "P2P/IPC", "src_rank": 0, "dst_rank": 1},
     ],
     nccl_env=[
@@ -49,7 +67,18 @@ def test_healthy_ib_run_fires_no_nccl_rule():
 
 def test_socket_channels_on_an_ib_run_are_critical():
     tables = healthy(
-        nccl_channels=[{"host": "node02", "pid": 22, "transport": "NET", "net": "Socket", "gdr": False, "src_rank": 5, "dst_rank": 6, "direction": "send"}]
+        nccl_channels=[
+            {
+                "host": "node02",
+                "pid": 22,
+                "transport": "NET",
+                "net": "Socket",
+                "gdr": False,
+                "src_rank": 5,
+                "dst_rank": 6,
+                "direction": "send",
+            }
+        ]
     )
     (finding,) = fire(tables, "TL101")
     assert finding.severity is Severity.CRITICAL
@@ -103,7 +132,18 @@ def test_mixed_transports_names_both_sides():
 
 def test_gdr_missing_on_ib_channels_and_gdr_level_setting():
     tables = healthy(
-        nccl_channels=[{"host": "node02", "pid": 21, "transport": "NET", "net": "IB", "gdr": False, "src_rank": 4, "dst_rank": 3, "direction": "send"}],
+        nccl_channels=[
+            {
+                "host": "node02",
+                "pid": 21,
+                "transport": "NET",
+                "net": "IB",
+                "gdr": False,
+                "src_rank": 4,
+                "dst_rank": 3,
+                "direction": "send",
+            }
+        ],
         nccl_env=[{"host": "node02", "pid": 21, "name": "NCCL_NET_GDR_LEVEL", "value": "0"}],
     )
     (finding,) = fire(tables, "TL104")
@@ -118,14 +158,27 @@ def test_suspect_interfaces_but_only_the_bootstrap_interface_nccl_uses():
     listed = healthy(
         nccl_net=[
             {"host": "node03", "pid": 31, "what": "bootstrap_if", "name": "enp7s0", "address": "10.10.1.5", "line": 40},
-            {"host": "node03", "pid": 31, "what": "bootstrap_if", "name": "virbr0", "address": "192.168.122.1", "line": 40},
+            {
+                "host": "node03",
+                "pid": 31,
+                "what": "bootstrap_if",
+                "name": "virbr0",
+                "address": "192.168.122.1",
+                "line": 40,
+            },
         ]
     )
     assert fire(listed, "TL105") == []  # NCCL 2.4-2.9 list every interface; the first is the one used
-    docker = healthy(nccl_net=[{"host": "node03", "pid": 31, "what": "socket_if", "name": "docker0", "address": "172.17.0.1"}])
+    docker = healthy(
+        nccl_net=[{"host": "node03", "pid": 31, "what": "socket_if", "name": "docker0", "address": "172.17.0.1"}]
+    )
     (finding,) = fire(docker, "TL105")
     assert "socket docker0:172.17.0.1" in finding.summary
-    link_local = healthy(nccl_net=[{"host": "node03", "pid": 31, "what": "oob_if", "name": "ib1", "address": "fe80::966d:ae03:a2:8cf0%ib1"}])
+    link_local = healthy(
+        nccl_net=[
+            {"host": "node03", "pid": 31, "what": "oob_if", "name": "ib1", "address": "fe80::966d:ae03:a2:8cf0%ib1"}
+        ]
+    )
     assert [f.rule_id for f in fire(link_local, "TL105")] == ["TL105"]
 
 
@@ -144,10 +197,21 @@ def test_ib_completion_errors_grouped_per_host_with_first_real_error():
     err = {"host": "node02", "pid": 21, "kind": "ib_completion", "peer": "10.0.0.1<4242>"}
     tables = healthy(
         nccl_errors=[
-            {**err, "status": 12, "status_name": "IBV_WC_RETRY_EXC_ERR", "message": "NET/IB : Got completion from peer 10.0.0.1<4242> with status=12 ..."},
+            {
+                **err,
+                "status": 12,
+                "status_name": "IBV_WC_RETRY_EXC_ERR",
+                "message": "NET/IB : Got completion from peer 10.0.0.1<4242> with status=12 ...",
+            },
             {**err, "status": 5, "status_name": "IBV_WC_WR_FLUSH_ERR", "message": "... status=5 ..."},
             {**err, "status": 5, "status_name": "IBV_WC_WR_FLUSH_ERR", "message": "... status=5 ..."},
-            {"host": "node01", "pid": 11, "kind": "ib_completion", "status": 12, "message": "NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129"},
+            {
+                "host": "node01",
+                "pid": 11,
+                "kind": "ib_completion",
+                "status": 12,
+                "message": "NET/IB : Got completion with error 12, opcode 1, len 0, vendor err 129",
+            },
         ]
     )
     findings = {f.hosts[0]: f for f in fire(tables, "TL107")}
@@ -167,13 +231,24 @@ def test_watchdog_timeouts_grouped_per_collective():
             {**wd, "host": "node01", "rank": 0, "ran_ms": 600060},
             {**wd, "host": "node02", "rank": 4, "ran_ms": 600067},
             {"kind": "watchdog_exception", "host": "node01", "rank": 0, "seq": 1580, "op_type": None},
-            {"kind": "watchdog_timeout", "op_type": "BROADCAST", "seq": 7, "timeout_ms": 1800000, "rank": 2, "host": "node01"},
+            {
+                "kind": "watchdog_timeout",
+                "op_type": "BROADCAST",
+                "seq": 7,
+                "timeout_ms": 1800000,
+                "rank": 2,
+                "host": "node01",
+            },
         ]
     )
     findings = fire(tables, "TL108")
     summaries = [f.summary for f in findings]
     assert len(findings) == 2  # the exception line joins the timeout of the same SeqNum
-    assert any("ALLREDUCE SeqNum=1580 timed out after Timeout(ms)=600000 (ran up to 600067 ms), reported by 2 ranks (0, 4) in 3 lines" in s for s in summaries)
+    assert any(
+        "ALLREDUCE SeqNum=1580 timed out after Timeout(ms)=600000 (ran up to 600067 ms), reported by 2 ranks (0, 4) in 3 lines"
+        in s
+        for s in summaries
+    )
     assert any(s.startswith("BROADCAST SeqNum=7") for s in summaries)
     assert all(f.severity is Severity.CRITICAL for f in findings)
 
@@ -181,16 +256,30 @@ def test_watchdog_timeouts_grouped_per_collective():
 def test_socket_and_bootstrap_failures_one_finding_per_kind():
     tables = healthy(
         nccl_errors=[
-            {"kind": "socket", "host": "node01", "message": "socketStartConnect: Connect to 10.0.0.2<45763> failed : Software caused connection abort"},
-            {"kind": "socket", "host": "node02", "message": "socketProgress: Connection closed by remote peer node1<57557>"},
-            {"kind": "bootstrap", "host": "node01", "message": "Bootstrap Root : mismatch in rank count from procs 8 : 16"},
+            {
+                "kind": "socket",
+                "host": "node01",
+                "message": "socketStartConnect: Connect to 10.0.0.2<45763> failed : Software caused connection abort",
+            },
+            {
+                "kind": "socket",
+                "host": "node02",
+                "message": "socketProgress: Connection closed by remote peer node1<57557>",
+            },
+            {
+                "kind": "bootstrap",
+                "host": "node01",
+                "message": "Bootstrap Root : mismatch in rank count from procs 8 : 16",
+            },
             {"kind": "warn", "host": "node01", "message": "some other warning"},
         ]
     )
     findings = fire(tables, "TL109")
     assert sorted(f.title for f in findings) == ["NCCL bootstrap failures", "NCCL socket connection failures"]
     socket = [f for f in findings if "socket" in f.title][0]
-    assert socket.summary.startswith("2 socket connection failures on 2 hosts; first: socketStartConnect: Connect to 10.0.0.2<45763>")
+    assert socket.summary.startswith(
+        "2 socket connection failures on 2 hosts; first: socketStartConnect: Connect to 10.0.0.2<45763>"
+    )
 
 
 def test_watchdog_taking_the_process_down_without_details_is_still_a_timeout_finding():
@@ -203,7 +292,9 @@ def test_watchdog_taking_the_process_down_without_details_is_still_a_timeout_fin
 
 def test_socket_interface_list_alone_is_not_a_fallback():
     # NCCL 2.4 prints `NET/Socket : Using [0]ib0:...` before `NET/IB : Using [0]mlx5_0:1/IB` on IB runs.
-    tables = tables_from(nccl_net=[{"host": "c1", "pid": 5, "what": "socket_if", "name": "ib0", "address": "192.168.11.1"}])
+    tables = tables_from(
+        nccl_net=[{"host": "c1", "pid": 5, "what": "socket_if", "name": "ib0", "address": "192.168.11.1"}]
+    )
     assert fire(tables, "TL101") == []
 
 

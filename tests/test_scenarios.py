@@ -49,7 +49,9 @@ def test_top_finding_is_the_injected_cause(folder, analysis_of):
     findings = analysis_of(folder).findings
     assert findings, f"{folder.name}: no finding at all"
     first = findings[0]
-    context = f"{folder.name}: expected {top['rule']} on {top['hosts']} first; findings, first first:\n{_listing(findings)}"
+    context = (
+        f"{folder.name}: expected {top['rule']} on {top['hosts']} first; findings, first first:\n{_listing(findings)}"
+    )
     fired = {f.rule_id for f in findings}
     assert top["rule"] in fired, f"{top['rule']} did not fire at all ({_expected(folder)['description']})\n{context}"
     assert first.rule_id == top["rule"], f"{top['rule']} fired but is not ranked first\n{context}"
@@ -66,8 +68,10 @@ def test_top_finding_window_is_the_injected_one(folder, analysis_of):
     first = analysis_of(folder).findings[0]
     start, end = _window(top)
     slack = timedelta(seconds=top["tolerance_s"])
-    context = (f"{folder.name}: the top finding ({first.rule_id}) must span {_span((start, end))} within "
-               f"{top['tolerance_s']} s; it spans {_span(first.window)}")
+    context = (
+        f"{folder.name}: the top finding ({first.rule_id}) must span {_span((start, end))} within "
+        f"{top['tolerance_s']} s; it spans {_span(first.window)}"
+    )
     assert first.window is not None, context
     assert abs(first.window[0] - start) <= slack and abs(first.window[1] - end) <= slack, context
 
@@ -86,15 +90,22 @@ def test_the_background_does_not_move_the_verdict(name, tmp_path, analysis_of):
     without = analyze(write(quiet, tmp_path))
     with_it = analysis_of(name)
     a, b = without.findings[0], with_it.findings[0]
-    assert (a.rule_id, a.verdict.cause, a.hosts, a.ports) == (b.rule_id, b.verdict.cause, b.hosts, b.ports), (a.title, b.title)
-    assert abs(a.window[0] - b.window[0]) <= timedelta(seconds=5) and abs(a.window[1] - b.window[1]) <= timedelta(seconds=5)
+    assert (a.rule_id, a.verdict.cause, a.hosts, a.ports) == (b.rule_id, b.verdict.cause, b.hosts, b.ports), (
+        a.title,
+        b.title,
+    )
+    assert abs(a.window[0] - b.window[0]) <= timedelta(seconds=5) and abs(a.window[1] - b.window[1]) <= timedelta(
+        seconds=5
+    )
     # with the background the window's rates are measured against a baseline that is not zero
     kind = "RoCE NAKs" if name == "scenario-flaky-link" else "CNPs and ECN-CE marks"
     (quiet_rate,), (busy_rate,) = ([r for r in f.verdict.because if kind in r] for f in (a, b))
     before = [float(re.search(r"vs ([0-9.]+)/s before", r).group(1)) for r in (quiet_rate, busy_rate)]
     assert before[1] > before[0], (quiet_rate, busy_rate)
     if name == "scenario-congestion":  # the ports that only ever waited a little are ruled out, not blamed
-        assert any(r.startswith("node01 mlx5_1 port 1: PortXmitWait") and r.endswith("no rise") for r in b.verdict.against)
+        assert any(
+            r.startswith("node01 mlx5_1 port 1: PortXmitWait") and r.endswith("no rise") for r in b.verdict.against
+        )
 
 
 @pytest.mark.parametrize("folder", WITH_CAUSE, ids=lambda p: p.name)

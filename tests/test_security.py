@@ -26,7 +26,13 @@ class _Plant:
 
 
 def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 # Build the grammar exactly as tracelens did before (lark's cache=True) to learn the cache file name
@@ -86,7 +92,10 @@ def test_a_planted_pickle_in_a_loose_private_folder_is_never_loaded(tmp_path: Pa
     (cache / "tracelens").mkdir(parents=True)
     os.chmod(cache / "tracelens", 0o777)  # someone else could have written here
     env = {"XDG_CACHE_HOME": str(cache)}
-    key = _python("from tracelens.ingest.nccl import _cache_path; print(_cache_path(__import__('tracelens.resources').resources.grammar_text('nccl')))", {"XDG_CACHE_HOME": str(tmp_path / "probe")})
+    key = _python(
+        "from tracelens.ingest.nccl import _cache_path; print(_cache_path(__import__('tracelens.resources').resources.grammar_text('nccl')))",
+        {"XDG_CACHE_HOME": str(tmp_path / "probe")},
+    )
     name = Path(key.stdout.strip()).name
     marker = tmp_path / "executed"
     (cache / "tracelens" / name).write_bytes(b"x\n" + pickle.dumps(_Plant(marker)))

@@ -75,17 +75,38 @@ def test_file_boundaries_do_not_leak(tmp_path, monkeypatch):
     # a: a version line without pid, a blank line last, a `Last error:` quote opened on its last line
     _write(run, "a.log", ["NCCL version 2.18.3+cuda12.1", f"{HEAD}{comm}", "", "RuntimeError: NCCL error: Last error:"])
     # b: a WARN first (the line before it is a's, not b's), then a record cut by a terminal's wrap
-    _write(run, "b.log", [
-        f"{WARN}NET/IB : Got completion from peer 10.0.0.2<54321> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
-        f"{HEAD}{comm.replace('0x7f01', '0x7f02')}",
-        f"{HEAD}NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoC",
-    ])
+    _write(
+        run,
+        "b.log",
+        [
+            f"{WARN}NET/IB : Got completion from peer 10.0.0.2<54321> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+            f"{HEAD}{comm.replace('0x7f01', '0x7f02')}",
+            f"{HEAD}NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoC",
+        ],
+    )
     # c: starts with what looks like the rest of b's wrapped line; no version line of its own; CRLF; no last newline
-    _write(run, "c.log", ["E [RO]; OOB eth0:10.0.0.1<0>", f"{HEAD}{comm.replace('0x7f01', '0x7f03')}", f"{HEAD}no such message 42"], end="\r\n")
-    (run / "d.log").write_bytes(f"{HEAD}{comm.replace('0x7f01', '0x7f04')}\n{HEAD}Bad \xff\n".encode("latin-1") + b"no newline")
+    _write(
+        run,
+        "c.log",
+        ["E [RO]; OOB eth0:10.0.0.1<0>", f"{HEAD}{comm.replace('0x7f01', '0x7f03')}", f"{HEAD}no such message 42"],
+        end="\r\n",
+    )
+    (run / "d.log").write_bytes(
+        f"{HEAD}{comm.replace('0x7f01', '0x7f04')}\n{HEAD}Bad \xff\n".encode("latin-1") + b"no newline"
+    )
     # files other line parsers claim: read alone, their rows still in file order
-    _write(run, "e.log", ["[2024-01-01 00:00:01,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"])
-    _write(run, "f.log", ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>', "RuntimeError: boom"])
+    _write(
+        run,
+        "e.log",
+        [
+            "[2024-01-01 00:00:01,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+        ],
+    )
+    _write(
+        run,
+        "f.log",
+        ["Traceback (most recent call last):", '  File "train.py", line 3, in <module>', "RuntimeError: boom"],
+    )
     _write(run, "g.log", [f"{HEAD}NCCL_IB_HCA set by environment to mlx5_0"])
     tables = assert_reads_alike(run, tmp_path, monkeypatch)
     comms = tables["nccl_comms"].sort("file")
@@ -94,7 +115,9 @@ def test_file_boundaries_do_not_leak(tmp_path, monkeypatch):
     assert [inputs[f"{f}.log"]["lines"] for f in "abcdefg"] == [4, 3, 3, 3, 1, 3, 1]
     # b's last record, cut by a wrap, is not joined with c's first line: another file
     assert (inputs["b.log"]["parsed"], inputs["b.log"]["unrecognized"]) == (2, 1)
-    assert [(s["line"], s["text"]) for s in inputs["c.log"]["samples"]] == [(3, f"{HEAD}no such message 42")], "CR folded, own line numbers"
+    assert [(s["line"], s["text"]) for s in inputs["c.log"]["samples"]] == [(3, f"{HEAD}no such message 42")], (
+        "CR folded, own line numbers"
+    )
     assert [s["line"] for s in inputs["d.log"]["samples"]] == [2] and inputs["d.log"]["ignored"] == 1
     assert tables["steps"].height == 1 and tables["stacks"].height == 1
 
@@ -105,7 +128,15 @@ def test_work_items_batch_runs_of_small_logs_in_order(tmp_path):
     def log(name: str, size: int = 100, fmt: str = "log") -> InputFile:
         return InputFile(path=tmp_path / name, name=name, format=fmt, size=size)
 
-    files = [log("a"), log("b"), log("big", small_files.SMALL_BYTES + 1), log("c"), log("cap", fmt="pcap"), log("d"), log("e")]
+    files = [
+        log("a"),
+        log("b"),
+        log("big", small_files.SMALL_BYTES + 1),
+        log("c"),
+        log("cap", fmt="pcap"),
+        log("d"),
+        log("e"),
+    ]
     items = [[f.name for f in item] for item in small_files.work_items(files)]
     assert items == [["a", "b"], ["big"], ["c"], ["cap"], ["d", "e"]]
 
@@ -118,7 +149,13 @@ def test_line_start_sniffers_find_what_their_anchored_regex_finds():
 
     sniffers = [(m.FORMAT, v) for m in format_modules() for v in vars(m).values() if isinstance(v, LineStart)]
     assert len(sniffers) >= 9
-    heads = [p.read_bytes()[:65536] for root in (FIXTURES, CORPUS) if root.is_dir() for p in sorted(root.rglob("*")) if p.is_file()]
+    heads = [
+        p.read_bytes()[:65536]
+        for root in (FIXTURES, CORPUS)
+        if root.is_dir()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    ]
     heads += [b"", b"\n", b"NIC statistics:", b"x\nCA 'mlx5_0'\n\tCA type: MT4123", b"\n\n  rx_bytes: 5\n"]
     for fmt, sniffer in sniffers:
         anchored = re.compile(rb"^(?:" + sniffer.pattern + rb")", sniffer.flags | re.M)

@@ -40,10 +40,14 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(tmp_path):
         assert sorted(memory.tables) == sorted(disk.tables)
         lazy = {name for name, frame in disk.tables.items() if isinstance(frame, pl.LazyFrame)}
         assert {"nccl_events", "nccl_comms", "nccl_channels", "steps"} <= lazy
-        assert len(list((tmp_path / f"spill-{jobs}").rglob("nccl_events-*.parquet"))) >= 4, "a part per chunk with records"
+        assert len(list((tmp_path / f"spill-{jobs}").rglob("nccl_events-*.parquet"))) >= 4, (
+            "a part per chunk with records"
+        )
         for name, frame in memory.tables.items():
             assert conform(name, frame).equals(conform(name, disk.tables[name].lazy().collect())), name
-    assert memory.tables["steps"]["message"].null_count() == 0  # each step row's text, joined back from the spilled lines
+    assert (
+        memory.tables["steps"]["message"].null_count() == 0
+    )  # each step row's text, joined back from the spilled lines
     tables = RunTables()  # what `tracelens tables` writes: streamed from the parts, counted without reading them
     for name, frame in disk.tables.items():
         tables.add(name, frame)
@@ -52,7 +56,9 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(tmp_path):
         assert tables.height(name) == frame.height > 0
         assert pl.read_parquet(tmp_path / "out" / f"{name}.parquet").equals(with_text(conform(name, frame))), name
     whole = ingest(InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / "whole"), jobs=2)
-    assert not any(isinstance(frame, pl.LazyFrame) for frame in whole.tables.values()), "a one-chunk file stays in memory"
+    assert not any(isinstance(frame, pl.LazyFrame) for frame in whole.tables.values()), (
+        "a one-chunk file stays in memory"
+    )
 
 
 def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_give(tmp_path):
@@ -73,12 +79,17 @@ def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_
     for tz in ("Europe/Berlin", None):
         in_memory, _ = align(kept, tz)
         streamed, _ = align(spilled, tz)
-        assert {"nccl_events", "nccl_comms", "steps"} <= {n for n in memory.tables if isinstance(streamed.frame(n), pl.LazyFrame)}
+        assert {"nccl_events", "nccl_comms", "steps"} <= {
+            n for n in memory.tables if isinstance(streamed.frame(n), pl.LazyFrame)
+        }
         in_memory.write_parquet(tmp_path / f"memory-{tz}")
         streamed.write_parquet(tmp_path / f"streamed-{tz}")
         for name in memory.tables:
             written = pl.read_parquet(tmp_path / f"streamed-{tz}" / f"{name}.parquet")
-            assert written.equals(pl.read_parquet(tmp_path / f"memory-{tz}" / f"{name}.parquet"), null_equal=True), (name, tz)
+            assert written.equals(pl.read_parquet(tmp_path / f"memory-{tz}" / f"{name}.parquet"), null_equal=True), (
+                name,
+                tz,
+            )
         events = pl.read_parquet(tmp_path / f"streamed-{tz}" / "nccl_events.parquet")
         assert events["ts"].null_count() < inferred and (events["ts_quality"] == "inferred").sum() > 100
     shifted = pl.read_parquet(tmp_path / "streamed-Europe/Berlin" / "steps.parquet")

@@ -19,7 +19,11 @@ def test_real_pyspy_dump_of_a_rank_stuck_in_its_data_loader():
     (row,) = stacks.to_dicts()
     assert (row["tool"], row["rank"], row["thread_name"], row["thread_state"]) == ("py-spy", 2, "MainThread", "idle")
     assert row["pid"] == int(row["thread_id"]) and row["process"].startswith("/work/hangenv/bin/python")
-    assert (row["frames"][0]["name"], row["frames"][0]["filename"], row["frames"][0]["line"]) == ("Loader.next_batch", "worker.py", 47)
+    assert (row["frames"][0]["name"], row["frames"][0]["filename"], row["frames"][0]["line"]) == (
+        "Loader.next_batch",
+        "worker.py",
+        47,
+    )
     assert result.account.parsed == result.account.lines - 1  # all but the blank line
 
 
@@ -47,7 +51,9 @@ def test_corpus_stack_dumps():
     assert set(fault["tool"]) == {"faulthandler"} and fault.row(1, named=True)["frames"][0]["name"] == "broadcast"
     native = counts["sglang17941"]
     main = native.filter(native["thread_name"] == "MainThread").row(0, named=True)
-    assert main["pid"] == 88693 and "gloo::transport::tcp::UnboundBuffer::waitRecv" in [f["name"] for f in main["frames"]]
+    assert main["pid"] == 88693 and "gloo::transport::tcp::UnboundBuffer::waitRecv" in [
+        f["name"] for f in main["frames"]
+    ]
     idle = counts["verl7180"]
     assert idle.height == 6 and idle.filter(idle["thread_id"] == "868545")["frames"].list.len().item() == 0
 
@@ -68,7 +74,11 @@ def test_traceback_with_launcher_tags_and_carets_and_a_cpp_abort(tmp_path):
     )
     _, stacks = _stacks(log, "node01/train.log")
     tb, abort = stacks.sort("line").to_dicts()
-    assert (tb["tool"], tb["rank"], tb["exception"]) == ("traceback", 3, "RuntimeError: Connection closed by peer [10.0.0.2]:1234")
+    assert (tb["tool"], tb["rank"], tb["exception"]) == (
+        "traceback",
+        3,
+        "RuntimeError: Connection closed by peer [10.0.0.2]:1234",
+    )
     assert [(f["name"], f["line"]) for f in tb["frames"]] == [("train", 103), ("main", 140)]  # innermost first
     assert abort["tool"] == "abort" and abort["exception"].startswith("gloo::EnforceNotMet: [enforce fail")
 

@@ -27,7 +27,10 @@ def test_rendered_page_escapes_log_text(tmp_path):
     run = tmp_path / "<b>run"
     run.mkdir()
     (run / "train.log").write_text(
-        "".join(f"[2024-01-01 00:00:{i:02d},000] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: 1.00 | bwd: 2.00 | step: 1.00\n" for i in range(20))
+        "".join(
+            f"[2024-01-01 00:00:{i:02d},000] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: 1.00 | bwd: 2.00 | step: 1.00\n"
+            for i in range(20)
+        )
     )
     page = render(analyze(run))
     assert "Step time" in page and "<b>run" not in page

@@ -39,7 +39,11 @@ def test_spike_rule_finds_other_windows_within_two_steps(tmp_path, first, last):
 def test_the_baseline_is_robust_not_a_fixed_threshold(tmp_path):
     # a slow run is slow everywhere: no spike; the same 3x steps in a 3x slower run are spikes again
     assert findings(tmp_path / "a", DeepSpeedTraining(phases=Phases(fwd=900.0, bwd_inner=1800.0))) == []
-    slow = findings(tmp_path / "b", DeepSpeedTraining(phases=Phases(fwd=900.0, bwd_inner=1800.0), slow=(100, 130, 3.0)), prefix="TL40")
+    slow = findings(
+        tmp_path / "b",
+        DeepSpeedTraining(phases=Phases(fwd=900.0, bwd_inner=1800.0), slow=(100, 130, 3.0)),
+        prefix="TL40",
+    )
     assert [f.rule_id for f in slow] == ["TL401", "TL402"]
 
 
@@ -57,14 +61,26 @@ def test_comm_bound_throughout(tmp_path):
     assert sorted(f.rule_id for f in bound) == ["TL402", "TL504"]  # and no accumulation to spread it
     (tl402,) = [f for f in bound if f.rule_id == "TL402"]
     assert "49%" in tl402.title
-    accumulating = findings(tmp_path / "gas", DeepSpeedTraining(phases=Phases(bwd_allreduce=300.0), config=DsConfig(gradient_accumulation_steps=4)), prefix="TL")
+    accumulating = findings(
+        tmp_path / "gas",
+        DeepSpeedTraining(phases=Phases(bwd_allreduce=300.0), config=DsConfig(gradient_accumulation_steps=4)),
+        prefix="TL",
+    )
     assert [f.rule_id for f in accumulating] == ["TL402"]
 
 
 def _throughput_rows(values: list[float], skipped: list[int] | None = None) -> list[dict]:
     start = datetime(2024, 1, 1)
     return [
-        {"host": "n1", "engine": "0", "rank": 0, "step": i * 10, "samples_per_sec": v, "skipped": (skipped or [0] * len(values))[i], "ts": start + timedelta(seconds=i)}
+        {
+            "host": "n1",
+            "engine": "0",
+            "rank": 0,
+            "step": i * 10,
+            "samples_per_sec": v,
+            "skipped": (skipped or [0] * len(values))[i],
+            "ts": start + timedelta(seconds=i),
+        }
         for i, v in enumerate(values)
     ]
 
@@ -91,7 +107,6 @@ def test_straggler_rank(tmp_path):
     assert findings(tmp_path / "even", DeepSpeedTraining(steps=60, straggler=((3,), 1.0))) == []
 
 
-
 def test_straggler_table_from_the_comms_logger():
     row = {"kind": "straggler", "op": "all_reduce", "msg_bytes": 1 << 20, "count": 10}
     waiting = tables_from(comm_ops=[row | {"total_ms": 100.0, "straggler_total_ms": 80.0}])
@@ -112,9 +127,19 @@ def test_windows_are_shared_with_the_report():
 def _timer_rows(host: str, file: str, ranks: range, factor: float, steps: int = 40) -> list[dict]:
     """wall_clock_breakdown timer rows of each rank of one host, compute scaled by `factor`."""
     return [
-        {"file": file, "line": step * 10 + rank, "host": host, "rank": rank, "engine": "0", "step": step,
-         "fwd_ms": 100.0 * factor, "bwd_ms": 200.0 * factor + 50.0, "bwd_inner_ms": 200.0 * factor,
-         "bwd_allreduce_ms": 50.0, "step_ms": 20.0}
+        {
+            "file": file,
+            "line": step * 10 + rank,
+            "host": host,
+            "rank": rank,
+            "engine": "0",
+            "step": step,
+            "fwd_ms": 100.0 * factor,
+            "bwd_ms": 200.0 * factor + 50.0,
+            "bwd_inner_ms": 200.0 * factor,
+            "bwd_allreduce_ms": 50.0,
+            "step_ms": 20.0,
+        }
         for step in range(1, steps + 1)
         for rank in ranks
     ]
@@ -131,11 +156,15 @@ def _steps_tables(rows: list[dict]):
 def test_a_slow_host_is_found_when_each_host_logs_to_its_own_file():
     # node02's four ranks compute 1.3x slower; half the ranks are slow, so a median over all ranks
     # would sit between the two groups; and per-node files must still be compared with each other.
-    rows = _timer_rows("node01", "node01/train.log", range(0, 4), 1.0) + _timer_rows("node02", "node02/train.log", range(4, 8), 1.3)
+    rows = _timer_rows("node01", "node01/train.log", range(0, 4), 1.0) + _timer_rows(
+        "node02", "node02/train.log", range(4, 8), 1.3
+    )
     (f,) = fire(_steps_tables(rows), "TL404")
     assert f.hosts == ["node02"] and f.ranks == [4, 5, 6, 7]
     assert {e.file for e in f.evidence} == {"node02/train.log"}
-    even = _timer_rows("node01", "node01/train.log", range(0, 4), 1.0) + _timer_rows("node02", "node02/train.log", range(4, 8), 1.03)
+    even = _timer_rows("node01", "node01/train.log", range(0, 4), 1.0) + _timer_rows(
+        "node02", "node02/train.log", range(4, 8), 1.03
+    )
     assert fire(_steps_tables(even), "TL404") == []
 
 
@@ -144,14 +173,27 @@ def _wall_rows(times_ms: list[float]) -> list[dict]:
     t, rows = datetime(2024, 1, 1), []
     for step, ms in enumerate(times_ms, start=1):
         t += timedelta(milliseconds=ms)
-        rows.append({"file": "train.log", "line": step, "host": "n1", "rank": 0, "engine": "0", "step": step, "ts": t,
-                     "message": f"step={step}"})
+        rows.append(
+            {
+                "file": "train.log",
+                "line": step,
+                "host": "n1",
+                "rank": 0,
+                "engine": "0",
+                "step": step,
+                "ts": t,
+                "message": f"step={step}",
+            }
+        )
     return rows
 
 
 def _noisy(slow: dict[range, float]) -> list[float]:
     """400 steps of about 200 ms with +-10% jitter; the steps in each range of `slow` take that factor."""
-    return [200.0 * (1 + 0.1 * ((i * 7) % 5 - 2) / 2) * next((f for r, f in slow.items() if i in r), 1.0) for i in range(400)]
+    return [
+        200.0 * (1 + 0.1 * ((i * 7) % 5 - 2) / 2) * next((f for r, f in slow.items() if i in r), 1.0)
+        for i in range(400)
+    ]
 
 
 def test_a_stretch_warns_only_when_it_stands_out_from_the_run():

@@ -39,9 +39,16 @@ def _imports(path: Path) -> list[Import]:
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    lazy_nodes = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)}
-    typing_nodes = {id(n) for b in ast.walk(tree) if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)
-                    for stmt in b.body for n in ast.walk(stmt)}
+    lazy_nodes = {
+        id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)
+    }
+    typing_nodes = {
+        id(n)
+        for b in ast.walk(tree)
+        if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)
+        for stmt in b.body
+        for n in ast.walk(stmt)
+    }
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -49,7 +56,9 @@ def _imports(path: Path) -> list[Import]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join([*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [node.module])])
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [node.module])]
+                )
             # `from tracelens import scaleout` imports the submodule tracelens.scaleout
             targets = [base, *(f"{base}.{a.name}" for a in node.names)]
         else:
@@ -81,8 +90,12 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
 
 def _stage(module: str) -> int:
     """The index in STAGES of the stage `module` belongs to (its longest listed prefix)."""
-    matches = [(len(prefix), i) for i, (_, prefixes) in enumerate(STAGES) for prefix in prefixes
-               if module == prefix or prefix != "tracelens" and module.startswith(prefix + ".")]
+    matches = [
+        (len(prefix), i)
+        for i, (_, prefixes) in enumerate(STAGES)
+        for prefix in prefixes
+        if module == prefix or prefix != "tracelens" and module.startswith(prefix + ".")
+    ]
     assert matches, f"{module} belongs to no stage: add it to STAGES"
     return max(matches)[1]
 
@@ -96,15 +109,19 @@ def _internal(imports: list[Import]) -> list[Import]:
             continue
         parts = i.target.split(".")
         parents = [".".join(parts[:n]) for n in range(2, len(parts))]
-        out.extend(Import(i.module, t, i.lazy, i.typing) for t in [*parents, i.target]
-                   if t != i.module and not i.module.startswith(t + "."))
+        out.extend(
+            Import(i.module, t, i.lazy, i.typing)
+            for t in [*parents, i.target]
+            if t != i.module and not i.module.startswith(t + ".")
+        )
     return out
 
 
 def test_every_module_belongs_to_a_stage_and_imports_no_later_stage():
     later = sorted(
         f"{i.module} ({STAGES[_stage(i.module)][0]}) imports {i.target} ({STAGES[_stage(i.target)][0]})"
-        for i in _internal(IMPORTS) if _stage(i.target) > _stage(i.module)
+        for i in _internal(IMPORTS)
+        if _stage(i.target) > _stage(i.module)
     )
     assert not later
 
@@ -123,7 +140,7 @@ def test_the_import_graph_has_no_cycle():
         state[module] = 1
         for target in sorted(graph[module]):
             if state.get(target) == 1:
-                cycles.append(" -> ".join([*path[path.index(target):], target]))
+                cycles.append(" -> ".join([*path[path.index(target) :], target]))
             elif target not in state:
                 visit(target, [*path, target])
         state[module] = 2
@@ -135,8 +152,11 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_the_report_reads_rules_through_the_registry_and_findings_only():
-    inside = sorted(f"{i.module} -> {i.target}" for i in IMPORTS
-                    if i.module.startswith("tracelens.report") and i.target.startswith("tracelens.rules."))
+    inside = sorted(
+        f"{i.module} -> {i.target}"
+        for i in IMPORTS
+        if i.module.startswith("tracelens.report") and i.target.startswith("tracelens.rules.")
+    )
     assert not inside
 
 
@@ -153,21 +173,38 @@ def test_no_module_keeps_results_between_analyses():
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in tree.body:
             value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
-            names = [t.id for t in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
-                     if isinstance(t, ast.Name)]
-            empty = isinstance(value, (ast.Dict, ast.List, ast.Set)) and not getattr(value, "keys", getattr(value, "elts", None))
-            made = isinstance(value, ast.Call) and (not value.args or ast.unparse(value.func).endswith("defaultdict")) and (
-                ast.unparse(value.func).split(".")[-1] in ("dict", "list", "set", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary"))
+            names = [
+                t.id
+                for t in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
+                if isinstance(t, ast.Name)
+            ]
+            empty = isinstance(value, (ast.Dict, ast.List, ast.Set)) and not getattr(
+                value, "keys", getattr(value, "elts", None)
+            )
+            made = (
+                isinstance(value, ast.Call)
+                and (not value.args or ast.unparse(value.func).endswith("defaultdict"))
+                and (
+                    ast.unparse(value.func).split(".")[-1]
+                    in ("dict", "list", "set", "OrderedDict", "defaultdict", "WeakKeyDictionary", "WeakValueDictionary")
+                )
+            )
             found.extend(f"{module}.{n}" for n in names if (empty or made) and f"{module}.{n}" not in registries)
         for func in ast.walk(tree):
             if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             rebound = [n for g in ast.walk(func) if isinstance(g, ast.Global) for n in g.names]
             found.extend(f"{module}.{n} (global in {func.name})" for n in rebound)
-            memoized = any(ast.unparse(d).split("(")[0].split(".")[-1] in ("cache", "lru_cache") for d in func.decorator_list)
-            annotations = " ".join(ast.unparse(a.annotation) for a in func.args.args + func.args.kwonlyargs if a.annotation)
-            if memoized and (any(t in annotations for t in frame_types) or any(
-                    a.annotation is None and a.arg not in ("self", "cls") for a in func.args.args)):
+            memoized = any(
+                ast.unparse(d).split("(")[0].split(".")[-1] in ("cache", "lru_cache") for d in func.decorator_list
+            )
+            annotations = " ".join(
+                ast.unparse(a.annotation) for a in func.args.args + func.args.kwonlyargs if a.annotation
+            )
+            if memoized and (
+                any(t in annotations for t in frame_types)
+                or any(a.annotation is None and a.arg not in ("self", "cls") for a in func.args.args)
+            ):
                 found.append(f"{module}.{func.name}")
     assert not found, f"module-level state that can hold a run's results: {found}"
 
@@ -224,7 +261,9 @@ def test_the_wheel_holds_the_package_and_its_data_only():
     wheel = PYPROJECT["tool"]["hatch"]["build"]["targets"]["wheel"]
     assert wheel["packages"] == ["src/tracelens"]
     assert set(wheel["force-include"]) == {"grammars", "reports"}
-    outside = sorted({f"{i.module} -> {i.target}" for i in IMPORTS if i.target.split(".")[0] in ("synth", "tests", "benchmarks")})
+    outside = sorted(
+        {f"{i.module} -> {i.target}" for i in IMPORTS if i.target.split(".")[0] in ("synth", "tests", "benchmarks")}
+    )
     assert not outside
     assert not (SRC / "synth").exists() and not (SRC / "tracelens" / "synth").exists()
 
@@ -241,11 +280,26 @@ def test_rules_leave_their_id_to_the_registry():
 
 # What the RunContext computes once (tracelens.derived.RunContext's properties, by the function
 # behind each): a rule, a report section or the comparison that calls one of these recomputes it.
-CONTEXT_RESULTS = {"step_series", "slow_windows", "sustained_windows", "slow_episodes", "run_time_s", "counter_deltas",
-                   "latest_ports", "port_ranks", "host_names", "network_events", "stuck", "desyncs", "first_stopped"}
+CONTEXT_RESULTS = {
+    "step_series",
+    "slow_windows",
+    "sustained_windows",
+    "slow_episodes",
+    "run_time_s",
+    "counter_deltas",
+    "latest_ports",
+    "port_ranks",
+    "host_names",
+    "network_events",
+    "stuck",
+    "desyncs",
+    "first_stopped",
+}
 # Known leftovers, in the verdict's own modules (their next change moves them onto ctx):
-STILL_RECOMPUTED = {"tracelens.rules.steps": {"step_series", "slow_windows", "run_time_s"},
-                    "tracelens.rules.correlate": {"step_series", "run_time_s", "first_stopped"}}
+STILL_RECOMPUTED = {
+    "tracelens.rules.steps": {"step_series", "slow_windows", "run_time_s"},
+    "tracelens.rules.correlate": {"step_series", "run_time_s", "first_stopped"},
+}
 
 
 def test_rules_and_report_read_shared_results_from_the_context():

@@ -21,8 +21,12 @@ ANSI = re.compile(r"\x1b\[")
 
 def _summary(analysis, width: int, verbose: bool = False, **console) -> str:
     buffer = io.StringIO()
-    print_summary(Console(file=buffer, width=width, soft_wrap=True, **console), analysis,
-                  [("Report", Path("r.html"))], verbose=verbose)
+    print_summary(
+        Console(file=buffer, width=width, soft_wrap=True, **console),
+        analysis,
+        [("Report", Path("r.html"))],
+        verbose=verbose,
+    )
     return buffer.getvalue()
 
 
@@ -71,7 +75,9 @@ def test_verbose_prints_the_case_the_fix_and_evidence(flaky):
     assert "SymbolErrorCounter: 1407 (was 73)" not in short
     assert "node02/sysfs-during-1832.txt:56" in long and "SymbolErrorCounter: 1407 (was 73)" in long
     flat = " ".join(long.split())  # the points wrap under their label
-    assert "RoCE NAKs, PSN gaps and resends 1.86/s in the window (336)" in flat and "missing NCCL lines with times" in flat
+    assert (
+        "RoCE NAKs, PSN gaps and resends 1.86/s in the window (336)" in flat and "missing NCCL lines with times" in flat
+    )
 
 
 def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch, flaky):
@@ -84,8 +90,11 @@ def test_colour_only_on_a_terminal_and_never_with_no_color(monkeypatch, flaky):
 
 def test_the_command_prints_the_summary_and_where_everything_went(tmp_path: Path):
     report, md = tmp_path / "r.html", tmp_path / "r.md"
-    result = CliRunner().invoke(app, ["analyze", str(FIXTURES / "scenario-healthy"), "-o", str(report), "--markdown", str(md)],
-                                env={"COLUMNS": "100"})
+    result = CliRunner().invoke(
+        app,
+        ["analyze", str(FIXTURES / "scenario-healthy"), "-o", str(report), "--markdown", str(md)],
+        env={"COLUMNS": "100"},
+    )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0].startswith("OK No problem found")

@@ -43,11 +43,24 @@ def test_untimed_lines_are_bracketed_by_their_timestamped_neighbours():
         assert rows[line]["ts_quality"] == "inferred"
         assert (rows[line]["ts_lo"], rows[line]["ts_hi"], rows[line]["ts"]) == (at(0), at(10), at(5))
     # after the last timestamp: only a lower bound
-    assert (rows[5]["ts_quality"], rows[5]["ts_lo"], rows[5]["ts_hi"], rows[5]["ts"]) == ("inferred", at(10), None, at(10))
+    assert (rows[5]["ts_quality"], rows[5]["ts_lo"], rows[5]["ts_hi"], rows[5]["ts"]) == (
+        "inferred",
+        at(10),
+        None,
+        at(10),
+    )
 
 
 def test_a_line_takes_its_own_process_bracket_before_the_files():
-    t = tables_from(nccl_events=[nccl(1, at(0), pid=1), nccl(2, at(4), pid=2), nccl(3, pid=1), nccl(4, pid=2), nccl(5, at(10), pid=1)])
+    t = tables_from(
+        nccl_events=[
+            nccl(1, at(0), pid=1),
+            nccl(2, at(4), pid=2),
+            nccl(3, pid=1),
+            nccl(4, pid=2),
+            nccl(5, at(10), pid=1),
+        ]
+    )
     t, _ = aligned(t)
     rows = by_line(t["nccl_events"])
     assert (rows[3]["ts_lo"], rows[3]["ts_hi"]) == (at(0), at(10))  # pid 1's own lines, not pid 2's line 2
@@ -76,7 +89,10 @@ def test_pytorch_clock_is_dated_from_the_file_with_a_one_second_bracket():
     t, _ = aligned(t)
     row = by_line(t["nccl_events"])[2]
     assert row["ts_quality"] == "exact"
-    assert (row["ts"], row["ts_hi"] - row["ts_lo"]) == (datetime(2024, 12, 6, 18, 41, 33, tzinfo=timezone.utc), timedelta(seconds=1))
+    assert (row["ts"], row["ts_hi"] - row["ts_lo"]) == (
+        datetime(2024, 12, 6, 18, 41, 33, tzinfo=timezone.utc),
+        timedelta(seconds=1),
+    )
 
 
 def test_pytorch_clock_across_the_new_year_takes_the_year_before():
@@ -87,8 +103,17 @@ def test_pytorch_clock_across_the_new_year_takes_the_year_before():
 
 
 def _steps(first: datetime, count: int = 60, host: str = "node01", every: float = 10.0) -> list[dict]:
-    return [{"file": f"{host}/train.log", "line": i + 1, "host": host, "rank": 0, "step": i + 1,
-             "ts": first + timedelta(seconds=every * i)} for i in range(count)]
+    return [
+        {
+            "file": f"{host}/train.log",
+            "line": i + 1,
+            "host": host,
+            "rank": 0,
+            "step": i + 1,
+            "ts": first + timedelta(seconds=every * i),
+        }
+        for i in range(count)
+    ]
 
 
 def _capture(first: datetime, seconds: int = 120) -> list[dict]:
@@ -131,20 +156,28 @@ def test_without_any_utc_source_utc_is_assumed_and_said():
 
 
 def test_tz_option_reads_logs_in_that_zone_with_daylight_saving():
-    t = tables_from(steps=[{"host": "node01", "step": 1, "ts": datetime(2024, 12, 6, 19, 30, tzinfo=timezone.utc)},
-                           {"host": "node01", "step": 2, "ts": datetime(2024, 7, 6, 20, 30, tzinfo=timezone.utc)}])
+    t = tables_from(
+        steps=[
+            {"host": "node01", "step": 1, "ts": datetime(2024, 12, 6, 19, 30, tzinfo=timezone.utc)},
+            {"host": "node01", "step": 2, "ts": datetime(2024, 7, 6, 20, 30, tzinfo=timezone.utc)},
+        ]
+    )
     t, timeline = aligned(t, tz="Europe/Berlin")
     assert timeline.basis == "--tz"
-    assert t["steps"]["ts"].to_list() == [datetime(2024, 12, 6, 18, 30, tzinfo=timezone.utc),
-                                          datetime(2024, 7, 6, 18, 30, tzinfo=timezone.utc)]
+    assert t["steps"]["ts"].to_list() == [
+        datetime(2024, 12, 6, 18, 30, tzinfo=timezone.utc),
+        datetime(2024, 7, 6, 18, 30, tzinfo=timezone.utc),
+    ]
 
 
 def test_counter_dumps_named_by_local_time_move_with_the_logs_but_zoned_ones_do_not():
     stamped = {"host": "node01", "counter": "SymbolErrorCounter", "value": 0}
     t = tables_from(
         steps=_steps(T0),
-        ib_counters=[{**stamped, "ts": at(0), "dump_ts": at(0), "ts_quality": "exact"},
-                     {**stamped, "ts": at(600), "dump_ts": at(600), "ts_quality": "filename"}],
+        ib_counters=[
+            {**stamped, "ts": at(0), "dump_ts": at(0), "ts_quality": "exact"},
+            {**stamped, "ts": at(600), "dump_ts": at(600), "ts_quality": "filename"},
+        ],
     )
     t, _ = aligned(t, tz="Asia/Tokyo")
     assert t["ib_counters"]["dump_ts"].to_list() == [at(0), at(600) - timedelta(hours=9)]
@@ -165,17 +198,24 @@ def test_two_logs_of_one_host_name_with_different_clocks_are_measured_apart():
     """Issue 10's lab run: two ranks in network namespaces of one machine print the same host name,
     and one runs under libfaketime 2.5 s ahead, a slow window in both logs."""
     slow = range(100, 140)
-    rank0 = [{**r, "host": "lab", "ts": r["ts"] + timedelta(milliseconds=30 * (r["step"] % 3))}
-             for r in correlate_steps(slow=slow, file="rank0.log")]
-    rank1 = [{**r, "host": "lab", "rank": 1, "ts": r["ts"] + timedelta(seconds=2.5, milliseconds=20 * (r["step"] % 4))}
-             for r in correlate_steps(slow=slow, file="rank1.log")]
+    rank0 = [
+        {**r, "host": "lab", "ts": r["ts"] + timedelta(milliseconds=30 * (r["step"] % 3))}
+        for r in correlate_steps(slow=slow, file="rank0.log")
+    ]
+    rank1 = [
+        {**r, "host": "lab", "rank": 1, "ts": r["ts"] + timedelta(seconds=2.5, milliseconds=20 * (r["step"] % 4))}
+        for r in correlate_steps(slow=slow, file="rank1.log")
+    ]
     t = tables_from(steps=rank0 + rank1)
     t, timeline = aligned(t)
     rank1 = timeline.offsets.filter(pl.col("file") == "rank1.log").row(0, named=True)
     assert abs(rank1["offset_s"] - 2.5) < 0.5 and rank1["applied"] and rank1["uncertainty_s"] < 0.5
     assert any("lab (rank1.log) +2.500 s (± 0.100 s" in n for n in timeline.notes), timeline.notes
     (window,) = fire(t, "TL410")  # one window, at the true time: step 100 starts 99 s after T0 by rank 0's clock
-    assert abs(window.window[0] - (T0 + timedelta(seconds=99))) < timedelta(seconds=2) and "seen in the logs of 2 ranks" in window.summary
+    assert (
+        abs(window.window[0] - (T0 + timedelta(seconds=99))) < timedelta(seconds=2)
+        and "seen in the logs of 2 ranks" in window.summary
+    )
 
 
 def test_an_offset_below_the_evidence_resolution_is_not_applied():
@@ -187,8 +227,15 @@ def test_an_offset_below_the_evidence_resolution_is_not_applied():
 
 def test_watchdog_timeouts_of_one_collective_give_the_offset_by_their_start():
     def timeout(host: str, fired: datetime, ran_ms: int) -> dict:
-        return {"host": host, "kind": "watchdog_timeout", "seq": 1583, "op_type": "ALLREDUCE", "ran_ms": ran_ms,
-                "ts": fired, "ts_quality": "exact"}
+        return {
+            "host": host,
+            "kind": "watchdog_timeout",
+            "seq": 1583,
+            "op_type": "ALLREDUCE",
+            "ran_ms": ran_ms,
+            "ts": fired,
+            "ts_quality": "exact",
+        }
 
     # both started the collective at T0; node02's clock is 4 s ahead and its watchdog fired later
     rows = [timeout("node01", at(600), 600_000)] * 3 + [timeout("node02", at(604 + 2), 602_000)] * 3
@@ -198,7 +245,9 @@ def test_watchdog_timeouts_of_one_collective_give_the_offset_by_their_start():
 
 
 def test_packets_captured_at_both_ends_give_the_capturing_hosts_offset():
-    frames = [{"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "roce", "ip_id": i, "digest": 1000 + i} for i in range(20)]
+    frames = [
+        {"src": "10.0.0.1", "dst": "10.0.0.2", "proto": "roce", "ip_id": i, "digest": 1000 + i} for i in range(20)
+    ]
     a = [{"file": "a.pcap", "frame": i, "host": "node01", "ts": at(i * 0.01), **f} for i, f in enumerate(frames)]
     b = [{"file": "b.pcap", "frame": i, "host": "node02", "ts": at(i * 0.01 + 0.2), **f} for i, f in enumerate(frames)]
     _, timeline = aligned(tables_from(packets=a + b))
@@ -217,12 +266,30 @@ def _long_run_in_utc_plus_3(errors_at: list[float]) -> dict:
     completion errors at `errors_at` seconds into the capture, as the logs print them."""
     capture_start = T0 + timedelta(hours=1)
     local = timedelta(hours=3)
-    nak = {"proto": "roce", "src": "10.0.0.2", "dst": "10.0.0.1", "opcode": 17, "dest_qp": 7, "psn": 0x60, "syndrome": 0x60}
+    nak = {
+        "proto": "roce",
+        "src": "10.0.0.2",
+        "dst": "10.0.0.1",
+        "opcode": 17,
+        "dest_qp": 7,
+        "psn": 0x60,
+        "syndrome": 0x60,
+    }
     packets = _capture(capture_start, seconds=300) + [
-        {"file": "capture.pcap", "frame": 1000 + i, "ts": capture_start + timedelta(seconds=s), **nak} for i, s in enumerate(errors_at)
+        {"file": "capture.pcap", "frame": 1000 + i, "ts": capture_start + timedelta(seconds=s), **nak}
+        for i, s in enumerate(errors_at)
     ]
-    errors = [{"file": "node01/train.log", "line": 10_000 + i, "host": "node01", "kind": "ib_completion",
-               "ts": capture_start + local + timedelta(seconds=s), "ts_quality": "exact"} for i, s in enumerate(errors_at)]
+    errors = [
+        {
+            "file": "node01/train.log",
+            "line": 10_000 + i,
+            "host": "node01",
+            "kind": "ib_completion",
+            "ts": capture_start + local + timedelta(seconds=s),
+            "ts_quality": "exact",
+        }
+        for i, s in enumerate(errors_at)
+    ]
     return {"steps": _steps(T0 + local, count=720), "packets": packets, "nccl_errors": errors}
 
 
@@ -265,7 +332,9 @@ def test_tables_writes_the_aligned_tables_of_analyze_with_the_printed_times_besi
     runner = CliRunner()
     alone, beside = tmp_path / "tables", tmp_path / "analyze-tables"
     assert runner.invoke(app, ["tables", str(run), "-o", str(alone), "-j", "1"]).exit_code == 0
-    analysed = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--tables", str(beside), "-j", "1"])
+    analysed = runner.invoke(
+        app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), "--tables", str(beside), "-j", "1"]
+    )
     assert analysed.exit_code == 0
     names = sorted(p.name for p in alone.glob("*.parquet"))
     assert names == sorted(p.name for p in beside.glob("*.parquet")) and "steps.parquet" in names
@@ -279,7 +348,9 @@ def test_tables_writes_the_aligned_tables_of_analyze_with_the_printed_times_besi
     text = (run / row["file"]).read_text().splitlines()[row["line"] - 1]
     assert row["ts_text"][:19] in text  # the time as the log printed it, to the second
     captured = pl.read_parquet(alone / "packets.parquet")
-    assert captured.height and (captured["ts_text"] == captured["ts"].dt.to_string("%Y-%m-%d %H:%M:%S%.f")).all()  # UTC already
+    assert (
+        captured.height and (captured["ts_text"] == captured["ts"].dt.to_string("%Y-%m-%d %H:%M:%S%.f")).all()
+    )  # UTC already
 
 
 def test_tables_held_as_lazy_scans_are_aligned_lazily_to_the_same_rows():

@@ -45,7 +45,6 @@ def test_noise_next_to_the_window_does_not_join_it():
     assert first == stream["start"][138] and last == stream["ts"][287]
 
 
-
 def _times(seconds: list[float]) -> pl.Series:
     return pl.Series([T0 + timedelta(seconds=x) for x in seconds], dtype=pl.Datetime("us", "UTC"))
 
@@ -64,7 +63,9 @@ def test_sparse_loss_on_slow_steps_is_one_stretch_not_its_densest_seconds():
 def test_a_trickle_outside_the_stretch_does_not_join_it():
     background = [float(x) for x in range(7, 300, 15)]  # one resend every 15 s all run long
     loss = [150.0 + 0.5 * i for i in range(60)]  # 2/s for 30 s
-    first, last = dense_extent(_times(sorted(background + loss)), T0 + timedelta(seconds=140), T0 + timedelta(seconds=190))
+    first, last = dense_extent(
+        _times(sorted(background + loss)), T0 + timedelta(seconds=140), T0 + timedelta(seconds=190)
+    )
     assert (first, last) == (T0 + timedelta(seconds=150), T0 + timedelta(seconds=179.5))
 
 
@@ -80,4 +81,7 @@ def test_a_dozen_records_in_minutes_cannot_place_a_stretchs_edges():
     records = [60.0 + 8.0 * i for i in range(12)]  # a kernel logging a link down every 8 s, for a minute and a half
     assert dense_extent(_times(records), T0 + timedelta(seconds=50), T0 + timedelta(seconds=200)) is None
     busy = [60.0 + 0.5 * i for i in range(180)]  # the same stretch with resends every half second places them
-    assert dense_extent(_times(busy), T0 + timedelta(seconds=50), T0 + timedelta(seconds=200)) == (T0 + timedelta(seconds=60), T0 + timedelta(seconds=149.5))
+    assert dense_extent(_times(busy), T0 + timedelta(seconds=50), T0 + timedelta(seconds=200)) == (
+        T0 + timedelta(seconds=60),
+        T0 + timedelta(seconds=149.5),
+    )

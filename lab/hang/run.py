@@ -45,19 +45,43 @@ def main():
     p.add_argument("--limit-s", type=float, default=120.0)
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(a.world),
-               TORCH_FR_BUFFER_SIZE="2000", OMP_NUM_THREADS="1")
-    record = {"scenario": a.scenario, "world": a.world, "bad_rank": a.bad_rank, "bad_step": a.bad_step,
-              "command": " ".join(sys.argv), "started": utc(), "events": []}
+    env = dict(
+        os.environ,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+        WORLD_SIZE=str(a.world),
+        TORCH_FR_BUFFER_SIZE="2000",
+        OMP_NUM_THREADS="1",
+    )
+    record = {
+        "scenario": a.scenario,
+        "world": a.world,
+        "bad_rank": a.bad_rank,
+        "bad_step": a.bad_step,
+        "command": " ".join(sys.argv),
+        "started": utc(),
+        "events": [],
+    }
     procs, logs = {}, {}
     for rank in range(a.world):
         folder = a.out / f"rank{rank}"
         folder.mkdir(exist_ok=True)
         logs[rank] = folder / "train.log"
-        cmd = [sys.executable, str(HERE / "worker.py"), "--scenario", a.scenario, "--bad-rank", str(a.bad_rank),
-               "--bad-step", str(a.bad_step), "--out", str(folder)]
-        procs[rank] = subprocess.Popen(cmd, env=dict(env, RANK=str(rank)), stdout=logs[rank].open("wb"),
-                                       stderr=subprocess.STDOUT)
+        cmd = [
+            sys.executable,
+            str(HERE / "worker.py"),
+            "--scenario",
+            a.scenario,
+            "--bad-rank",
+            str(a.bad_rank),
+            "--bad-step",
+            str(a.bad_step),
+            "--out",
+            str(folder),
+        ]
+        procs[rank] = subprocess.Popen(
+            cmd, env=dict(env, RANK=str(rank)), stdout=logs[rank].open("wb"), stderr=subprocess.STDOUT
+        )
         record["events"].append({"at": utc(), "what": f"started rank {rank} pid {procs[rank].pid}"})
     begin, killed, dumped_stacks = time.monotonic(), False, False
     last_change, sizes = time.monotonic(), {}
@@ -76,11 +100,16 @@ def main():
         training = all(b"step=1 " in logs[r].read_bytes() for r in logs)  # imports and rendezvous are not a stall
         if training and not dumped_stacks and time.monotonic() - last_change > a.stall_s and a.scenario != "healthy":
             for r, pr in alive.items():
-                for native in ([False, True] if r == a.bad_rank else [False]):
+                for native in [False, True] if r == a.bad_rank else [False]:
                     name = f"pyspy_native_rank{r}.txt" if native else f"pyspy_rank{r}.txt"
                     cmd = ["py-spy", "dump", "--pid", str(pr.pid)] + (["--native"] if native else [])
                     with (a.out / f"rank{r}" / name).open("wb") as fh:
-                        subprocess.run([str(Path(sys.executable).parent / cmd[0]), *cmd[1:]], stdout=fh, stderr=subprocess.STDOUT, timeout=60)
+                        subprocess.run(
+                            [str(Path(sys.executable).parent / cmd[0]), *cmd[1:]],
+                            stdout=fh,
+                            stderr=subprocess.STDOUT,
+                            timeout=60,
+                        )
                     record["events"].append({"at": utc(), "what": " ".join(cmd) + f" > rank{r}/{name}"})
             dumped_stacks = True
             record["events"].append({"at": utc(), "what": "job stalled: stack dumps taken"})

@@ -45,8 +45,16 @@ def analyze(fixture: Path, pickles: list[Path], ranks: list[int], suffix: str) -
         if not suffix:
             runs += [("torchfrtrace_j", ["-j"], "0"), ("torchfrtrace_j_verbose", ["-j"], "1")]
         for name, extra, verbose in runs:
-            cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", tmp, "-p", "fr_trace_rank_",
-                   "--allow-incomplete-ranks", *extra]
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.flight_recorder.fr_trace",
+                tmp,
+                "-p",
+                "fr_trace_rank_",
+                "--allow-incomplete-ranks",
+                *extra,
+            ]
             env = dict(os.environ, FR_TRACE_VERBOSE_OUTPUT=verbose)
             done = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if done.stdout + done.stderr or not suffix:

@@ -130,7 +130,8 @@ def main():
     args = parser.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     logging.basicConfig(
-        level=logging.INFO, stream=sys.stdout,
+        level=logging.INFO,
+        stream=sys.stdout,
         format=f"[%(asctime)s] [%(levelname)s] [rank{rank}] %(message)s",
     )
     logging.Formatter.formatTime = lambda self, record, datefmt=None: utc_stamp()

@@ -139,7 +139,9 @@ def _ingest_item(files: list[InputFile], jobs: int = 1) -> Ingested:
             name: pl.concat(
                 [t.lazy() for t in [tables.get(name), *(r.tables.get(name) for r in alone.values())] if t is not None],
                 how="diagonal_relaxed",
-            ).sort(pl.col("file").replace_strict(order, return_dtype=pl.Int64), maintain_order=True).collect()
+            )
+            .sort(pl.col("file").replace_strict(order, return_dtype=pl.Int64), maintain_order=True)
+            .collect()
             for name in names
         }
     return Ingested(tables, rows)
@@ -244,7 +246,11 @@ def run_rules(
 
 
 def read_run(
-    target: Path, jobs: int | None = None, progress: Progress | None = None, tz: str | None = None, ray: str | None = None,
+    target: Path,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    tz: str | None = None,
+    ray: str | None = None,
     config: Config | None = None,
 ) -> tuple[RunTables, Timeline, list[str]]:
     """Ingest and align a run: its aligned tables (what `analyze --tables` and `tracelens tables`
@@ -259,8 +265,13 @@ def read_run(
 
 @contextmanager
 def aligned_run(
-    target: Path, jobs: int | None = None, progress: Progress | None = None, tz: str | None = None, ray: str | None = None,
-    config: Config | None = None, lazy: bool = True,
+    target: Path,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    tz: str | None = None,
+    ray: str | None = None,
+    config: Config | None = None,
+    lazy: bool = True,
 ) -> Iterator[tuple[RunTables, Timeline, list[str]]]:
     """read_run's tables while the run's working folder exists: `lazy`, the spilled tables stay lazy
     scans of their parts, aligned as they are read, so `tracelens tables` streams them to its files."""
@@ -294,6 +305,12 @@ def analyze(
     rules = select_rules(select or config.select, ignore or config.ignore)
     findings, not_run = run_rules(context, rules, config)
     return Analysis(
-        target=target, context=context, findings=findings, rules=rules,
-        notes=notes + timeline.notes, timeline=timeline, not_run=not_run, config=config,
+        target=target,
+        context=context,
+        findings=findings,
+        rules=rules,
+        notes=notes + timeline.notes,
+        timeline=timeline,
+        not_run=not_run,
+        config=config,
     )

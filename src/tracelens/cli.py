@@ -49,8 +49,6 @@ class FailOn(str, Enum):
     critical = "critical"
 
 
-
-
 # Exit statuses: 0 analysed, 1 findings at --fail-on, 2 usage error or nothing readable,
 # 3 a bug in tracelens (never 1: a CI gate must not read a crash as "findings"), 128+N killed by signal N.
 INTERNAL_ERROR = 3
@@ -71,12 +69,16 @@ def _split(values: list[str] | None, option: str) -> list[str]:
     ids = [r.id for r in all_rules()]
     unknown = [v for v in chosen if not _RULE_ID.match(v) or not any(i.startswith(v) for i in ids)]
     if unknown:
-        raise _usage_error(f"{option}: no rule {', '.join(map(repr, unknown))}; `tracelens rules` lists them (e.g. TL107, or TL1 for a family)")
+        raise _usage_error(
+            f"{option}: no rule {', '.join(map(repr, unknown))}; `tracelens rules` lists them (e.g. TL107, or TL1 for a family)"
+        )
     return chosen
 
 
-CONFIG_HELP = ("A tracelens.toml, or a pyproject.toml with [tool.tracelens]: rules, severities, settings, time zone, "
-               "host aliases. Default: the first found in the run's folder, then in the current directory.")
+CONFIG_HELP = (
+    "A tracelens.toml, or a pyproject.toml with [tool.tracelens]: rules, severities, settings, time zone, "
+    "host aliases. Default: the first found in the run's folder, then in the current directory."
+)
 
 
 def _config(path: Path | None, *runs: Path) -> config_file.Config:
@@ -236,19 +238,58 @@ def _command_line() -> str:
 @app.command("analyze")
 @_guarded
 def analyze_cmd(
-    run: Annotated[Path, typer.Argument(help="A run folder, a single file, or an archive (.tar, .tar.gz, .tgz, .zip, .gz).")],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Where to write the HTML report. Default: ./tracelens-<run>.html")] = None,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Also write the findings and input accounting as JSON.")] = None,
-    tables_dir: Annotated[Path | None, typer.Option("--tables", help="Also write every parsed table as Parquet into this folder.")] = None,
-    tz: Annotated[str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: found against a capture's UTC times, else UTC.")] = None,
+    run: Annotated[
+        Path, typer.Argument(help="A run folder, a single file, or an archive (.tar, .tar.gz, .tgz, .zip, .gz).")
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="Where to write the HTML report. Default: ./tracelens-<run>.html"),
+    ] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write the findings and input accounting as JSON.")
+    ] = None,
+    tables_dir: Annotated[
+        Path | None, typer.Option("--tables", help="Also write every parsed table as Parquet into this folder.")
+    ] = None,
+    tz: Annotated[
+        str | None,
+        typer.Option(
+            "--tz",
+            help="Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: found against a capture's UTC times, else UTC.",
+        ),
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
-    fail_on: Annotated[FailOn, typer.Option("--fail-on", help="Exit with status 1 when a finding at or above this severity fires.")] = FailOn.never,
-    select: Annotated[list[str] | None, typer.Option("--select", help="Only these rules (ids or prefixes, comma separated), e.g. TL1,TL205.")] = None,
-    ignore: Annotated[list[str] | None, typer.Option("--ignore", help="Skip these rules (ids or prefixes, comma separated).")] = None,
-    baseline: Annotated[Path | None, typer.Option("--baseline", help="A good run of the same job to compare with: the report adds what changed, ranked by the slowdown it explains.")] = None,
-    ray: Annotated[str | None, typer.Option("--ray", help="Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this machine joined) or its address host:port. Needs tracelens[ray].")] = None,
-    markdown: Annotated[Path | None, typer.Option("--markdown", help="Also write a ticket-ready Markdown summary (GitHub, Jira) to this file.")] = None,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Print each finding's details, fix and first evidence lines too.")] = False,
+    fail_on: Annotated[
+        FailOn, typer.Option("--fail-on", help="Exit with status 1 when a finding at or above this severity fires.")
+    ] = FailOn.never,
+    select: Annotated[
+        list[str] | None,
+        typer.Option("--select", help="Only these rules (ids or prefixes, comma separated), e.g. TL1,TL205."),
+    ] = None,
+    ignore: Annotated[
+        list[str] | None, typer.Option("--ignore", help="Skip these rules (ids or prefixes, comma separated).")
+    ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            help="A good run of the same job to compare with: the report adds what changed, ranked by the slowdown it explains.",
+        ),
+    ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this machine joined) or its address host:port. Needs tracelens[ray].",
+        ),
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option("--markdown", help="Also write a ticket-ready Markdown summary (GitHub, Jira) to this file."),
+    ] = None,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Print each finding's details, fix and first evidence lines too.")
+    ] = False,
     config_path: Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
     """Analyse a run and write the HTML report (exit 0 analysed, 1 findings at --fail-on, 2 nothing readable)."""
@@ -291,7 +332,9 @@ def analyze_cmd(
     console = Console(soft_wrap=True)
     print_summary(console, analysis, written, verbose=verbose)
     if analysis.comparison:
-        console.print(f"[bold]Against {escape(str(baseline))}:[/] {escape(analysis.comparison.verdict)}", highlight=False)
+        console.print(
+            f"[bold]Against {escape(str(baseline))}:[/] {escape(analysis.comparison.verdict)}", highlight=False
+        )
     if not analysis.readable:
         raise typer.Exit(2)
     if fail_on is not FailOn.never and any(f.severity >= Severity.parse(fail_on.value) for f in analysis.findings):
@@ -314,9 +357,14 @@ def _analyze_with_progress(run: Path, **options) -> Analysis:
 def diff_cmd(
     good: Annotated[Path, typer.Argument(help="The good run (folder, file or archive): the last run that was fast.")],
     bad: Annotated[Path, typer.Argument(help="The slow run to explain.")],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Where to write the HTML diff. Default: ./tracelens-diff-<bad>.html")] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("-o", "--output", help="Where to write the HTML diff. Default: ./tracelens-diff-<bad>.html"),
+    ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the comparison as JSON.")] = None,
-    tz: Annotated[str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one (both runs).")] = None,
+    tz: Annotated[
+        str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one (both runs).")
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
     config_path: Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
@@ -352,8 +400,12 @@ def diff_cmd(
 @_guarded
 def tables_cmd(
     run: Annotated[Path, typer.Argument(help="A run folder, file or archive.")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for the Parquet files (one per table, inputs included).")],
-    tz: Annotated[str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one, as for analyze.")] = None,
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="Folder for the Parquet files (one per table, inputs included).")
+    ],
+    tz: Annotated[
+        str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one, as for analyze.")
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
     config_path: Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
@@ -377,7 +429,9 @@ def tables_cmd(
     for err in (e for errs in inputs["errors"].to_list() for e in errs or []) if inputs.height else []:
         out.print(f"[red]error:[/] {escape(err)}", highlight=False)
     if not inputs.height or not int(inputs["parsed"].sum()):
-        out.print(f"[red]Nothing readable:[/] {'no input contained evidence tracelens understands' if inputs.height else f'no file found in {escape(str(run))}'}.")
+        out.print(
+            f"[red]Nothing readable:[/] {'no input contained evidence tracelens understands' if inputs.height else f'no file found in {escape(str(run))}'}."
+        )
         raise typer.Exit(2)
 
 
@@ -409,7 +463,9 @@ def rules_markdown() -> str:
 @app.command("rules")
 def rules_cmd(
     rule_id: Annotated[str | None, typer.Argument(help="A rule id, e.g. TL101, to show its documentation.")] = None,
-    markdown: Annotated[bool, typer.Option("--markdown", help="Print the catalogue as the Markdown table of README.md.")] = False,
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="Print the catalogue as the Markdown table of README.md.")
+    ] = False,
 ) -> None:
     """Print the rule catalogue, or one rule's documentation."""
     console = Console()
@@ -430,21 +486,26 @@ def rules_cmd(
         out.print(f"[red]error:[/] no rule {rule_id!r}; `tracelens rules` lists them")
         raise typer.Exit(2)
     r = match[0]
-    console.print(f"[bold]{escape(r.id)} {escape(r.name)}[/] (a {r.kind}; default severity {r.severity.label})\n", highlight=False)
+    console.print(
+        f"[bold]{escape(r.id)} {escape(r.name)}[/] (a {r.kind}; default severity {r.severity.label})\n", highlight=False
+    )
     for title, body in r.docs.items():
         console.print(f"[bold]{title}[/]\n{escape(body)}\n", highlight=False)
     needs = [" or ".join(f"{name} ({INPUTS[name]})" for name in need.split("|")) for need in r.needs]
     console.print("[bold]Needs[/]\n" + "\n".join(f"- {escape(n)}" for n in needs) + "\n", highlight=False)
     _print_settings(console, f"Settings (in a tracelens.toml: [rules.{r.id}])", r.settings)
     if any("steps" in need.split("|") for need in r.needs):
-        _print_settings(console, "\nSlow steps (in a tracelens.toml: [steps], for every rule that reads steps)", config_file.STEP_SETTINGS)
+        _print_settings(
+            console,
+            "\nSlow steps (in a tracelens.toml: [steps], for every rule that reads steps)",
+            config_file.STEP_SETTINGS,
+        )
 
 
 def _print_settings(console: Console, title: str, settings: tuple) -> None:
     console.print(f"[bold]{escape(title)}[/]" + ("" if settings else "\nnone"), highlight=False)
     for s in settings:
         console.print(f"- {s.name} = {s.default!r} ({escape(s.unit)}): {escape(s.help)}", highlight=False)
-
 
 
 if __name__ == "__main__":

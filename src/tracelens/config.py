@@ -46,13 +46,32 @@ FILE_NAME = "tracelens.toml"
 KEYS = ("select", "ignore", "tz", "severity", "rules", "steps", "hosts")
 # The [steps] table: what makes a step slow, for every rule and report section that reads slow steps.
 STEP_SETTINGS = (
-    Setting("times the usual step time", "A step slower than this multiple of its log's rolling median step time ...",
-            "slow_ratio", SlowSteps.slow_ratio),
-    Setting("robust standard deviations", "... and this many robust standard deviations above it is slow "
-            "(TL401 reports its windows; TL402, TL410, TL601 and the report read them).", "slow_sigmas", SlowSteps.slow_sigmas),
-    Setting("times the log's fast quartile", "A stretch the rolling median absorbs is slow where its steps are slower "
-            "than this multiple of the log's fast quartile ...", "sustained_ratio", SlowSteps.sustained_ratio),
-    Setting("logged steps", "... for at least this many logged steps in a row.", "sustained_steps", SlowSteps.sustained_steps),
+    Setting(
+        "times the usual step time",
+        "A step slower than this multiple of its log's rolling median step time ...",
+        "slow_ratio",
+        SlowSteps.slow_ratio,
+    ),
+    Setting(
+        "robust standard deviations",
+        "... and this many robust standard deviations above it is slow "
+        "(TL401 reports its windows; TL402, TL410, TL601 and the report read them).",
+        "slow_sigmas",
+        SlowSteps.slow_sigmas,
+    ),
+    Setting(
+        "times the log's fast quartile",
+        "A stretch the rolling median absorbs is slow where its steps are slower "
+        "than this multiple of the log's fast quartile ...",
+        "sustained_ratio",
+        SlowSteps.sustained_ratio,
+    ),
+    Setting(
+        "logged steps",
+        "... for at least this many logged steps in a row.",
+        "sustained_steps",
+        SlowSteps.sustained_steps,
+    ),
 )
 TYPE_NAMES = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
 
@@ -174,8 +193,12 @@ def _parse(path: Path, data: dict[str, Any], prefix: str) -> Config:
     for rule_id, values in _table(data, "rules", fail).items():
         if rule_id not in rules:
             raise fail(f"rules.{rule_id}", "unknown rule (`tracelens rules` lists them)")
-        settings[rule_id] = _values(rule_id, rules[rule_id].settings, values, lambda key, why, r=rule_id: fail(f"rules.{r}{key}", why))
-    slow_steps = SlowSteps(**_values("steps", STEP_SETTINGS, _table(data, "steps", fail), lambda key, why: fail(f"steps{key}", why)))
+        settings[rule_id] = _values(
+            rule_id, rules[rule_id].settings, values, lambda key, why, r=rule_id: fail(f"rules.{r}{key}", why)
+        )
+    slow_steps = SlowSteps(
+        **_values("steps", STEP_SETTINGS, _table(data, "steps", fail), lambda key, why: fail(f"steps{key}", why))
+    )
     hosts = _table(data, "hosts", fail)
     for name, alias in hosts.items():
         if not isinstance(alias, str) or not alias.strip():
@@ -192,7 +215,7 @@ def _table(data: dict[str, Any], key: str, fail) -> dict[str, Any]:
 
 def _rule_list(value: Any, rules: dict[str, Rule], fail) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise fail("must be a list of rule ids or prefixes, e.g. [\"TL1\", \"TL305\"]")
+        raise fail('must be a list of rule ids or prefixes, e.g. ["TL1", "TL305"]')
     chosen = [v.strip().upper() for v in value]
     for v in chosen:
         if not v or not any(r.startswith(v) for r in rules):
@@ -217,7 +240,9 @@ def _values(owner: str, settings: tuple[Setting, ...], values: Any, fail) -> dic
         else:
             ok = number and (isinstance(default, float) or isinstance(value, int))
         if not ok:
-            raise fail(f".{name}", f"{value!r} is not {TYPE_NAMES.get(type(default), 'a value')} like the default {default!r}")
+            raise fail(
+                f".{name}", f"{value!r} is not {TYPE_NAMES.get(type(default), 'a value')} like the default {default!r}"
+            )
         if number and not 0 <= value < math.inf:  # every threshold is a count, share, ratio or size
             raise fail(f".{name}", f"{value!r} is not a finite number of 0 or more")
         out[name] = float(value) if isinstance(default, float) else value

@@ -159,7 +159,9 @@ class _Budget:
     def member(self) -> None:
         self.members += 1
         if self.members > self.limits.members:
-            raise CapReached(f"more than {self.limits.members:,} archive members (member cap; TRACELENS_MAX_MEMBERS raises it)")
+            raise CapReached(
+                f"more than {self.limits.members:,} archive members (member cap; TRACELENS_MAX_MEMBERS raises it)"
+            )
 
     def copy(self, src: BinaryIO, out: BinaryIO, compressed: int, what: str) -> None:
         """Copy a decompressing stream, stopping at the total-size cap or when `what` expands more
@@ -222,7 +224,9 @@ class _Walker:
         """A file that cannot be read: an input with an error, counted and shown like any other."""
         reason = reason.replace(str(self.workdir), "<extraction folder>")
         hint = host_from_path(rel) if rel is not None else None
-        self.result.files.append(InputFile(path=Path(os.devnull), name=label, format="unreadable", host_hint=hint, error=reason))
+        self.result.files.append(
+            InputFile(path=Path(os.devnull), name=label, format="unreadable", host_hint=hint, error=reason)
+        )
 
     def visit_file(self, path: Path, label: str, rel: PurePosixPath, depth: int) -> None:
         try:
@@ -233,7 +237,9 @@ class _Walker:
             return
         is_archive = head.startswith(_ZIP_MAGIC) or _is_tar(path, head)
         if (is_archive or head.startswith(_GZIP_MAGIC)) and depth >= self.limits.depth:
-            self.unreadable(label, f"archive nested more than {self.limits.depth} levels deep: not opened (nesting depth cap)", rel)
+            self.unreadable(
+                label, f"archive nested more than {self.limits.depth} levels deep: not opened (nesting depth cap)", rel
+            )
             return
         if not head:
             fmt = "empty"
@@ -260,7 +266,9 @@ class _Walker:
             if not target.exists() or not target.stat().st_size:
                 self.unreadable(label, f"damaged gzip file: {_reason(exc)}", rel)
                 return
-            self.note(f"{label}: damaged gzip file, read the {target.stat().st_size:,} bytes before the damage: {_reason(exc)}")
+            self.note(
+                f"{label}: damaged gzip file, read the {target.stat().st_size:,} bytes before the damage: {_reason(exc)}"
+            )
         _keep_mtime(target, path.stat().st_mtime)
         self.visit_file(target, f"{label}!{target.name}", rel.with_name(target.name), depth + 1)
 
@@ -308,7 +316,9 @@ class _Walker:
                     self.note(f"{label}: refused member {member.name!r}: {problem}")
                     continue
                 if member.isfile():
-                    self._extract_member(label, member.name, dest, lambda m=member: tar.extractfile(m), compressed, _float(member.mtime))
+                    self._extract_member(
+                        label, member.name, dest, lambda m=member: tar.extractfile(m), compressed, _float(member.mtime)
+                    )
 
     def _extract_zip(self, archive: Path, label: str, dest: Path) -> None:
         with zipfile.ZipFile(archive) as zf:
@@ -320,9 +330,13 @@ class _Walker:
                     self.note(f"{label}: refused member {info.filename!r}: {problem}")
                     continue
                 if not info.is_dir():
-                    self._extract_member(label, info.filename, dest, lambda i=info: zf.open(i), info.compress_size, _zip_mtime(info))
+                    self._extract_member(
+                        label, info.filename, dest, lambda i=info: zf.open(i), info.compress_size, _zip_mtime(info)
+                    )
 
-    def visit_tree(self, root: Path, label_prefix: str, rel_base: PurePosixPath, depth: int, follow_links: bool) -> None:
+    def visit_tree(
+        self, root: Path, label_prefix: str, rel_base: PurePosixPath, depth: int, follow_links: bool
+    ) -> None:
         """Every file under `root`, sorted, hidden ones skipped. Links are followed only in a folder the
         user assembled (`follow_links`); archives' links were refused when they were extracted."""
         try:
@@ -349,13 +363,17 @@ class _Walker:
                 continue
             if stat.S_ISDIR(info.st_mode):
                 if (info.st_dev, info.st_ino) in self._seen_folders:
-                    self.unreadable(label, "skipped: symbolic link loop (a link back to a folder already read)", rel_path)
+                    self.unreadable(
+                        label, "skipped: symbolic link loop (a link back to a folder already read)", rel_path
+                    )
                     continue
                 self.visit_tree(path, f"{label}/", rel_path, depth, follow_links)
             elif stat.S_ISREG(info.st_mode):
                 self.visit_file(path, label, rel_path, depth)
             else:
-                self.unreadable(label, f"skipped: not a regular file ({_file_type(info.st_mode)}), not opened", rel_path)
+                self.unreadable(
+                    label, f"skipped: not a regular file ({_file_type(info.st_mode)}), not opened", rel_path
+                )
 
 
 def _float(value) -> float:
@@ -366,7 +384,12 @@ def _float(value) -> float:
 
 
 def _file_type(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    ):
         if test(mode):
             return name
     return "special file"

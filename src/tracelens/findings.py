@@ -106,8 +106,6 @@ class Finding:
         data["evidence_total"] = self.evidence_total
         data["window"] = [t.isoformat() for t in self.window] if self.window else None
         data["evidence"] = [
-            {k: v for k, v in asdict(e).items() if v is not None} | {"location": e.location}
-            for e in self.evidence
+            {k: v for k, v in asdict(e).items() if v is not None} | {"location": e.location} for e in self.evidence
         ]
         return data
-

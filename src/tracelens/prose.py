@@ -81,7 +81,11 @@ def span(start: datetime, end: datetime) -> str:
 
 def during(start: datetime, end: datetime) -> str:
     """'from 2024-12-06 18:31:23 to 18:35:01 UTC', or 'at 2024-12-06 18:31:23 UTC' within one second."""
-    return f"at {clock(start)}" if end.replace(microsecond=0) == start.replace(microsecond=0) else f"from {span(start, end)}"
+    return (
+        f"at {clock(start)}"
+        if end.replace(microsecond=0) == start.replace(microsecond=0)
+        else f"from {span(start, end)}"
+    )
 
 
 def listing(items: list[str], conjunction: str = "and") -> str:
@@ -98,7 +102,7 @@ def some(items: list[str], limit: int = 4) -> str:
     items = [i for i in items if i]
     if len(items) <= limit:
         return listing(items)
-    return f"{', '.join(items[:limit - 1])} and {len(items) - limit + 1} more"
+    return f"{', '.join(items[: limit - 1])} and {len(items) - limit + 1} more"
 
 
 def labelled(noun: str, items: list, limit: int | None = None) -> str:

@@ -25,7 +25,9 @@ def binomial_pmf(x: int, n: int, pi: float) -> float:
     """P(X = x) for X ~ Binomial(n, pi)."""
     if pi >= 1.0:
         return 1.0 if x == n else 0.0
-    log = math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * math.log(pi) + (n - x) * math.log1p(-pi)
+    log = (
+        math.lgamma(n + 1) - math.lgamma(x + 1) - math.lgamma(n - x + 1) + x * math.log(pi) + (n - x) * math.log1p(-pi)
+    )
     return math.exp(log)
 
 

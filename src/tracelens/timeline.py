@@ -52,7 +52,17 @@ from tracelens.tables import Frame, RunTables
 CaptureEvents = Callable[[pl.DataFrame], pl.Series]
 
 # Tables whose times come from log lines: local wall time, naive, as printed.
-LOG_TABLES = ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env", "nccl_errors", "steps", "comm_ops", "config")
+LOG_TABLES = (
+    "nccl_events",
+    "nccl_comms",
+    "nccl_channels",
+    "nccl_net",
+    "nccl_env",
+    "nccl_errors",
+    "steps",
+    "comm_ops",
+    "config",
+)
 DUMP_TABLES = ("ib_counters", "ib_ports")
 # Host tools' outputs (nvidia-smi, dmesg, perftest): printed local wall time like the logs,
 # except rows whose printed time carried a zone (`zoned`, e.g. dmesg --time-format iso).
@@ -79,21 +89,35 @@ class Timeline:
     """What the time model decided: the logs' zone and the per-host clock offsets."""
 
     zone: str = "UTC"  # the zone the log times were read in: a zone name or "UTC+03:00"
-    basis: str = "assumed"  # "--tz", "capture" (a shift found against UTC sources), "agrees" (UTC matched them), "assumed"
+    basis: str = (
+        "assumed"  # "--tz", "capture" (a shift found against UTC sources), "agrees" (UTC matched them), "assumed"
+    )
     shift_hours: float = 0.0  # for basis "capture": local = UTC + shift_hours
     offsets: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OFFSET_SCHEMA))
     notes: list[str] = field(default_factory=list)
 
 
-OFFSET_SCHEMA = {"host": pl.String, "file": pl.String, "clock": pl.String, "offset_s": pl.Float64, "uncertainty_s": pl.Float64,
-                 "events": pl.UInt32, "basis": pl.String, "applied": pl.Boolean}
+OFFSET_SCHEMA = {
+    "host": pl.String,
+    "file": pl.String,
+    "clock": pl.String,
+    "offset_s": pl.Float64,
+    "uncertainty_s": pl.Float64,
+    "events": pl.UInt32,
+    "basis": pl.String,
+    "applied": pl.Boolean,
+}
 
 
-def align(read: RunTables, tz: str | None = None, capture_events: CaptureEvents | None = None) -> tuple[RunTables, Timeline]:
+def align(
+    read: RunTables, tz: str | None = None, capture_events: CaptureEvents | None = None
+) -> tuple[RunTables, Timeline]:
     """New tables where every row has a UTC time, and how it was decided; `read` is left as it was.
     `capture_events` lets NCCL errors tell apart zone shifts that fit the capture equally well
     (without it, such a tie leaves the logs in UTC, assumed)."""
-    tables = read.with_frames({name: read.frame(name).with_columns(ts_read="ts") for name in _all_timed_tables() if name in read})
+    tables = read.with_frames(
+        {name: read.frame(name).with_columns(ts_read="ts") for name in _all_timed_tables() if name in read}
+    )
     tables = tables.with_frames(_inferred_log_times(tables))
     timeline, shifted = _zone(tables, tz, capture_events)
     tables = tables.with_frames(shifted)
@@ -105,12 +129,16 @@ def align(read: RunTables, tz: str | None = None, capture_events: CaptureEvents 
         by_host, by_file = applied.filter(pl.col("host").is_in(whole)), applied.filter(~pl.col("host").is_in(whole))
         file_key = pl.format("{}\x1f{}", "host", "file")
         offset = pl.coalesce(
-            file_key.replace_strict(by_file.select(file_key)["host"], by_file["offset_s"], default=None, return_dtype=pl.Float64),
+            file_key.replace_strict(
+                by_file.select(file_key)["host"], by_file["offset_s"], default=None, return_dtype=pl.Float64
+            ),
             pl.col("host").replace_strict(by_host["host"], by_host["offset_s"], default=None, return_dtype=pl.Float64),
         )
         tables = tables.with_frames(_shifted(tables, _all_timed_tables(), offset.fill_null(0.0)))
-        said = ", ".join(f"{r['clock']} {r['offset_s']:+.3f} s (± {r['uncertainty_s']:.3f} s, on {r['events']} {r['basis']} rows)"
-                         for r in applied.iter_rows(named=True))
+        said = ", ".join(
+            f"{r['clock']} {r['offset_s']:+.3f} s (± {r['uncertainty_s']:.3f} s, on {r['events']} {r['basis']} rows)"
+            for r in applied.iter_rows(named=True)
+        )
         timeline.notes.append(f"Clock offsets estimated from events seen on several hosts and subtracted: {said}.")
     return tables, timeline
 
@@ -143,7 +171,9 @@ def _inferred_log_times(tables: RunTables) -> dict[str, Frame]:
             joined = frame.join(times.lazy(), on=["file", "line"], how="left", maintain_order="left")
             out[name] = joined.with_columns(*placed).drop(helpers)
         else:
-            joined = frame.select("file", "line", "ts", "ts_quality").join(times, on=["file", "line"], how="left", maintain_order="left")
+            joined = frame.select("file", "line", "ts", "ts_quality").join(
+                times, on=["file", "line"], how="left", maintain_order="left"
+            )
             out[name] = frame.with_columns(joined.select(*placed).get_columns())
     return out
 
@@ -181,7 +211,10 @@ def _line_times(tables: RunTables) -> pl.DataFrame:
             ts_hi=pl.when(exact).then(pl.coalesce("_c10_hi", "ts")).otherwise("_hi"),
         )
         .with_columns(
-            _quality=pl.when(exact).then(pl.lit("exact")).when(pl.col("_ts").is_not_null()).then(pl.lit("inferred"))
+            _quality=pl.when(exact)
+            .then(pl.lit("exact"))
+            .when(pl.col("_ts").is_not_null())
+            .then(pl.lit("inferred"))
             .otherwise(pl.lit("none"))
         )
     )
@@ -202,19 +235,25 @@ def _with_c10_times(lines: pl.DataFrame) -> pl.DataFrame:
             "{}-{}-{} {}:{}:{}", pl.col("_anchor").dt.year() + offset, p.field("mo").str.zfill(2), p.field("d"),
             p.field("h"), p.field("mi"), p.field("s"),
         )  # fmt: skip
-        return within_datetime_range(text).str.to_datetime("%Y-%m-%d %H:%M:%S", time_unit="ns", time_zone="UTC", strict=False)
+        return within_datetime_range(text).str.to_datetime(
+            "%Y-%m-%d %H:%M:%S", time_unit="ns", time_zone="UTC", strict=False
+        )
 
     half_year = pl.duration(days=183)
     same = on_year(0)
     c10 = (
-        pl.when(same - pl.col("_anchor") > half_year).then(on_year(-1))  # a January anchor, a December clock
-        .when(pl.col("_anchor") - same > half_year).then(on_year(1))
+        pl.when(same - pl.col("_anchor") > half_year)
+        .then(on_year(-1))  # a January anchor, a December clock
+        .when(pl.col("_anchor") - same > half_year)
+        .then(on_year(1))
         .otherwise(same)
     )
     c10 = pl.when(~dated & pl.col("clock").is_not_null()).then(c10)
-    return lines.with_columns(_c10_lo=c10).with_columns(
-        ts=pl.coalesce("ts", "_c10_lo"), _c10_hi=pl.col("_c10_lo") + C10_RESOLUTION
-    ).drop("_anchor", "_parts")
+    return (
+        lines.with_columns(_c10_lo=c10)
+        .with_columns(ts=pl.coalesce("ts", "_c10_lo"), _c10_hi=pl.col("_c10_lo") + C10_RESOLUTION)
+        .drop("_anchor", "_parts")
+    )
 
 
 # -- 2. zone --------------------------------------------------------------------------------------
@@ -225,38 +264,57 @@ def _zone(tables: RunTables, tz: str | None, capture_events: CaptureEvents | Non
     if tz:
         zone = ZoneInfo(tz)  # raises on an unknown zone name: the CLI checks it first
         shifted = _shifted(tables, _local_tables(tables), zone=zone)
-        return Timeline(zone=tz, basis="--tz", notes=[f"Log times were read in {tz} (--tz) and converted to UTC."]), shifted
+        return Timeline(
+            zone=tz, basis="--tz", notes=[f"Log times were read in {tz} (--tz) and converted to UTC."]
+        ), shifted
     span = _log_span(tables)
     if span is None:
         return Timeline(), {}  # no log printed a time: nothing to place in a zone
     zoned = _zoned_intervals(tables)
     if zoned.height == 0:
-        return Timeline(notes=["Log times carry no zone and the run has no capture or zoned counter dump to compare "
-                               "them with: read as UTC (assumed; use --tz ZONE if the hosts ran on local time)."]), {}
+        return Timeline(
+            notes=[
+                "Log times carry no zone and the run has no capture or zoned counter dump to compare "
+                "them with: read as UTC (assumed; use --tz ZONE if the hosts ran on local time)."
+            ]
+        ), {}
     scores = shift_scores(span, zoned)
     best = scores["score"][0]
     what = _zoned_sources(zoned)
     if best == 0:
-        return Timeline(notes=[f"Log times read as UTC (assumed): they overlap {what} at no whole or half hour "
-                               "shift; use --tz ZONE if the hosts ran on local time."]), {}
+        return Timeline(
+            notes=[
+                f"Log times read as UTC (assumed): they overlap {what} at no whole or half hour "
+                "shift; use --tz ZONE if the hosts ran on local time."
+            ]
+        ), {}
     fitting = scores.filter(pl.col("score") >= best * (1 - SHIFT_TIE))["minutes"].to_list()
     by_events = len(fitting) > 1
     if by_events:
         fitting = _told_apart_by_events(tables, fitting, capture_events)
     if len(fitting) > 1:
         *others, last = [_utc_label(m) for m in sorted(fitting)]
-        return Timeline(notes=[f"Log times read as UTC (assumed): their zone is ambiguous, they overlap {what} "
-                               f"equally well read as {', '.join(others)} or {last}, and no NCCL error lines up with a "
-                               "packet event to tell these apart; use --tz ZONE if the hosts ran on local time."]), {}
+        return Timeline(
+            notes=[
+                f"Log times read as UTC (assumed): their zone is ambiguous, they overlap {what} "
+                f"equally well read as {', '.join(others)} or {last}, and no NCCL error lines up with a "
+                "packet event to tell these apart; use --tz ZONE if the hosts ran on local time."
+            ]
+        ), {}
     minutes = fitting[0]
     if minutes == 0:
         return Timeline(basis="agrees", notes=[f"Log times read as UTC: they overlap {what} without a shift."]), {}
     shifted = _shifted(tables, _local_tables(tables), minutes * 60.0)
     label = _utc_label(minutes)
-    why = (f"at several shifts, but their NCCL errors line up with the capture's packet events only when read as {label}"
-           if by_events else f"only when read as {label}")
+    why = (
+        f"at several shifts, but their NCCL errors line up with the capture's packet events only when read as {label}"
+        if by_events
+        else f"only when read as {label}"
+    )
     return Timeline(
-        zone=label, basis="capture", shift_hours=minutes / 60,
+        zone=label,
+        basis="capture",
+        shift_hours=minutes / 60,
         notes=[f"Log times were shifted by {-minutes / 60:+g} h to UTC: they overlap {what} {why} (no --tz given)."],
     ), shifted
 
@@ -273,7 +331,9 @@ def shift_scores(span: tuple, zoned: pl.DataFrame) -> pl.DataFrame:
     overlap = pl.min_horizontal(pl.lit(last) - shifted, pl.col("end") + margin) - pl.max_horizontal(
         pl.lit(first) - shifted, pl.col("start") - margin
     )
-    shorter = pl.min_horizontal((pl.col("end") - pl.col("start")).dt.total_seconds(), pl.lit(log_len)) + 2 * OVERLAP_MARGIN_S
+    shorter = (
+        pl.min_horizontal((pl.col("end") - pl.col("start")).dt.total_seconds(), pl.lit(log_len)) + 2 * OVERLAP_MARGIN_S
+    )
     return (
         candidates.join(zoned, how="cross")
         .with_columns(share=(overlap.dt.total_milliseconds() / 1000 / shorter).clip(0.0, 1.0))
@@ -288,8 +348,10 @@ def _event_matches(errors: pl.DataFrame, packet_times: pl.Series, minutes: list[
     bracket as read) have a packet event (UTC times) within EVENT_MARGIN_S once shifted."""
     margin = pl.duration(seconds=EVENT_MARGIN_S)
     shifted = pl.duration(minutes=pl.col("minutes"))
-    windows = pl.DataFrame({"minutes": minutes}).join(errors.select("ts_lo", "ts_hi"), how="cross").select(
-        "minutes", lo=pl.col("ts_lo") - shifted - margin, hi=pl.col("ts_hi") - shifted + margin
+    windows = (
+        pl.DataFrame({"minutes": minutes})
+        .join(errors.select("ts_lo", "ts_hi"), how="cross")
+        .select("minutes", lo=pl.col("ts_lo") - shifted - margin, hi=pl.col("ts_hi") - shifted + margin)
     )
     times = packet_times.sort()
     inside = times.search_sorted(windows["hi"], side="right") - times.search_sorted(windows["lo"], side="left")
@@ -299,7 +361,12 @@ def _event_matches(errors: pl.DataFrame, packet_times: pl.Series, minutes: list[
 def _told_apart_by_events(tables: RunTables, minutes: list[int], capture_events: CaptureEvents | None) -> list[int]:
     """The shifts, of those that fit the spans equally well, that the events cannot tell apart:
     the one that lines up EVENT_LEAD times more NCCL errors with packet events than any other, or all."""
-    errors = tables.frame("nccl_errors").lazy().filter(pl.col("ts_lo").is_not_null(), pl.col("ts_hi").is_not_null()).collect()
+    errors = (
+        tables.frame("nccl_errors")
+        .lazy()
+        .filter(pl.col("ts_lo").is_not_null(), pl.col("ts_hi").is_not_null())
+        .collect()
+    )
     if errors.height == 0 or tables["packets"].height == 0 or capture_events is None:
         return minutes
     matches = _event_matches(errors, capture_events(tables["packets"]), minutes)
@@ -310,19 +377,29 @@ def _told_apart_by_events(tables: RunTables, minutes: list[int], capture_events:
 
 
 def _log_span(tables: RunTables) -> tuple | None:
-    times = pl.concat([tables.frame(n).lazy().filter(pl.col("ts_quality") == "exact").select("ts") for n in LOG_TABLES]).collect()["ts"]
+    times = pl.concat(
+        [tables.frame(n).lazy().filter(pl.col("ts_quality") == "exact").select("ts") for n in LOG_TABLES]
+    ).collect()["ts"]
     return (times.min(), times.max()) if times.len() else None
 
 
 def _zoned_intervals(tables: RunTables) -> pl.DataFrame:
     """Spans of the sources timed in UTC: each capture file, and each host's exact-stamped dumps."""
-    captures = tables["packets"].select("file", "ts").filter(pl.col("ts").is_not_null()).group_by("file").agg(
-        pl.lit("capture").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max()
+    captures = (
+        tables["packets"]
+        .select("file", "ts")
+        .filter(pl.col("ts").is_not_null())
+        .group_by("file")
+        .agg(pl.lit("capture").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max())
     )
-    dumps = pl.concat([tables.frame(n).lazy().select("host", "ts", "ts_quality") for n in DUMP_TABLES]).collect().filter(
-        pl.col("ts_quality") == "exact", pl.col("ts").is_not_null()
+    dumps = (
+        pl.concat([tables.frame(n).lazy().select("host", "ts", "ts_quality") for n in DUMP_TABLES])
+        .collect()
+        .filter(pl.col("ts_quality") == "exact", pl.col("ts").is_not_null())
     )
-    dumps = dumps.group_by("host").agg(pl.lit("dumps").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max())
+    dumps = dumps.group_by("host").agg(
+        pl.lit("dumps").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max()
+    )
     return pl.concat([captures.select("source", "start", "end"), dumps.select("source", "start", "end")])
 
 
@@ -347,8 +424,15 @@ def _local_tables(tables: RunTables) -> dict[str, pl.Expr]:
     and dumps timed by their file name (perfquery-0915.txt)."""
     local = {name: pl.lit(True) for name in LOG_TABLES}
     local.update({name: pl.col("ts_quality") == "filename" for name in DUMP_TABLES})
-    local.update({name: ~pl.col("zoned").fill_null(False) if "zoned" in tables.frame(name).collect_schema().names() else pl.lit(True)
-                  for name in HOST_TABLES if name != "interfaces"})
+    local.update(
+        {
+            name: ~pl.col("zoned").fill_null(False)
+            if "zoned" in tables.frame(name).collect_schema().names()
+            else pl.lit(True)
+            for name in HOST_TABLES
+            if name != "interfaces"
+        }
+    )
     local["interfaces"] = pl.col("ts_quality") == "filename"  # listings are timed like dumps: by `date -u` lines
     return local
 
@@ -357,7 +441,9 @@ def _all_timed_tables() -> dict[str, pl.Expr]:
     return {name: pl.lit(True) for name in (*LOG_TABLES, *DUMP_TABLES, *HOST_TABLES, "packets")}
 
 
-def _shifted(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Expr = 0.0, zone: ZoneInfo | None = None) -> dict[str, Frame]:
+def _shifted(
+    tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.Expr = 0.0, zone: ZoneInfo | None = None
+) -> dict[str, Frame]:
     """The chosen tables with the time columns of the chosen rows moved: read in `zone`, or `seconds` earlier."""
     out = {}
     for name, rows in which.items():
@@ -368,9 +454,11 @@ def _shifted(tables: RunTables, which: dict[str, pl.Expr], seconds: float | pl.E
         def moved(col: str) -> pl.Expr:
             c = pl.col(col)
             if zone is not None:
-                new = c.dt.replace_time_zone(None).dt.replace_time_zone(
-                    zone.key, ambiguous="earliest", non_existent="null"
-                ).dt.convert_time_zone("UTC")
+                new = (
+                    c.dt.replace_time_zone(None)
+                    .dt.replace_time_zone(zone.key, ambiguous="earliest", non_existent="null")
+                    .dt.convert_time_zone("UTC")
+                )
             else:
                 micros = (seconds if isinstance(seconds, pl.Expr) else pl.lit(seconds)) * 1e6
                 new = c - pl.duration(microseconds=micros.round().cast(pl.Int64), time_unit="ns")
@@ -390,14 +478,29 @@ def shared_events(tables: RunTables) -> pl.DataFrame:
     network namespaces of one machine print the same host name, and one of them may run under
     a shifted clock (libfaketime), so a file is measured on its own and the host's files that
     agree are not shifted."""
-    steps = tables.frame("steps").lazy().filter(pl.col("ts_quality") == "exact", pl.col("step").is_not_null()).select(
-        pl.lit("steps").alias("basis"), pl.struct(pl.col("engine").fill_null(""), "step").hash().alias("key"), "host", "file", "ts"
+    steps = (
+        tables.frame("steps")
+        .lazy()
+        .filter(pl.col("ts_quality") == "exact", pl.col("step").is_not_null())
+        .select(
+            pl.lit("steps").alias("basis"),
+            pl.struct(pl.col("engine").fill_null(""), "step").hash().alias("key"),
+            "host",
+            "file",
+            "ts",
+        )
     )
-    watchdog = tables.frame("nccl_errors").lazy().filter(
-        pl.col("kind") == "watchdog_timeout", pl.col("ts_quality") == "exact", pl.col("ran_ms").is_not_null()
-    ).select(
-        pl.lit("watchdog").alias("basis"), pl.struct(pl.col("op_type").fill_null(""), "seq").hash().alias("key"), "host", "file",
-        (pl.col("ts") - pl.duration(milliseconds=pl.col("ran_ms"), time_unit="ns")).alias("ts"),
+    watchdog = (
+        tables.frame("nccl_errors")
+        .lazy()
+        .filter(pl.col("kind") == "watchdog_timeout", pl.col("ts_quality") == "exact", pl.col("ran_ms").is_not_null())
+        .select(
+            pl.lit("watchdog").alias("basis"),
+            pl.struct(pl.col("op_type").fill_null(""), "seq").hash().alias("key"),
+            "host",
+            "file",
+            (pl.col("ts") - pl.duration(milliseconds=pl.col("ran_ms"), time_unit="ns")).alias("ts"),
+        )
     )
     clock = pl.format("{}\x1f{}", "host", "file")
     return pl.concat([steps.collect(), watchdog.collect(), _packets_both_ends(tables["packets"])]).filter(
@@ -409,13 +512,26 @@ def _packets_both_ends(packets: pl.DataFrame) -> pl.DataFrame:
     """The same frame in captures taken on different hosts (same addresses, IP id and bytes)."""
     identity = ["src", "dst", "proto", "ip_id", "digest"]
     out = {"basis": pl.String, "key": pl.UInt64, "host": pl.String, "file": pl.String, "ts": packets.schema["ts"]}
-    if packets["host"].n_unique() - packets["host"].null_count() < 2:  # one capturing host: nothing to match, at any size
+    if (
+        packets["host"].n_unique() - packets["host"].null_count() < 2
+    ):  # one capturing host: nothing to match, at any size
         return pl.DataFrame(schema=out)
-    frames = packets.lazy().select("file", "host", "ts", *identity).filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null())
+    frames = (
+        packets.lazy()
+        .select("file", "host", "ts", *identity)
+        .filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null())
+    )
     once = frames.filter(pl.len().over("file", *identity) == 1)  # a frame repeated within a capture is ambiguous
-    return once.filter(pl.col("host").n_unique().over(identity) >= 2).select(
-        pl.lit("packets").alias("basis"), pl.struct(identity).hash().alias("key"), pl.col("host", "file").cast(pl.String), "ts"
-    ).collect()
+    return (
+        once.filter(pl.col("host").n_unique().over(identity) >= 2)
+        .select(
+            pl.lit("packets").alias("basis"),
+            pl.struct(identity).hash().alias("key"),
+            pl.col("host", "file").cast(pl.String),
+            "ts",
+        )
+        .collect()
+    )
 
 
 def _file_spans(tables: RunTables) -> pl.DataFrame:
@@ -436,7 +552,11 @@ def _clock_offsets(tables: RunTables) -> pl.DataFrame:
     # in ns after the event's first sighting (medians of raw datetimes lose microseconds); the
     # median per clock and event first, so that a clock with more ranks does not outvote the others
     since_first = (pl.col("ts") - pl.col("ts").min().over("basis", "key")).dt.total_nanoseconds()
-    per_clock = events.with_columns(ns=since_first).group_by("basis", "key", "host", "file").agg(pl.col("ns").median(), pl.len().alias("rows"))
+    per_clock = (
+        events.with_columns(ns=since_first)
+        .group_by("basis", "key", "host", "file")
+        .agg(pl.col("ns").median(), pl.len().alias("rows"))
+    )
     clocks = (
         per_clock.with_columns(dev=(pl.col("ns") - pl.col("ns").median().over("basis", "key")) / 1e9)
         .group_by("host", "file")
@@ -454,7 +574,9 @@ def _clock_offsets(tables: RunTables) -> pl.DataFrame:
     if clocks.height < 2:
         return pl.DataFrame(schema=OFFSET_SCHEMA)
     captured = set(tables["packets"]["host"].drop_nulls().unique().to_list())
-    reference = clocks.sort(pl.col("host").is_in(list(captured)), "events", "host", "file", descending=[True, True, False, False]).row(0, named=True)
+    reference = clocks.sort(
+        pl.col("host").is_in(list(captured)), "events", "host", "file", descending=[True, True, False, False]
+    ).row(0, named=True)
     offset = pl.col("dev") - reference["dev"]
     # the uncertainty of a median offset: the spread of the per-event deviations over sqrt(n), at least the evidence's resolution
     uncertainty = pl.max_horizontal("resolution", 1.2533 * pl.col("spread") / pl.col("shared").cast(pl.Float64).sqrt())
@@ -463,13 +585,24 @@ def _clock_offsets(tables: RunTables) -> pl.DataFrame:
     # are not one event: a clock counts only when, corrected, its shared events overlap the reference's in time
     shift = pl.duration(microseconds=(offset * 1e6).round().cast(pl.Int64))
     seconds = lambda d: d.dt.total_microseconds() / 1e6  # noqa: E731
-    overlap = seconds(pl.min_horizontal(pl.col("last") - shift, pl.lit(reference["last"])) - pl.max_horizontal(pl.col("first") - shift, pl.lit(reference["first"])))
-    shorter = pl.min_horizontal(seconds(pl.col("last") - pl.col("first")), pl.lit((reference["last"] - reference["first"]).total_seconds()))
+    overlap = seconds(
+        pl.min_horizontal(pl.col("last") - shift, pl.lit(reference["last"]))
+        - pl.max_horizontal(pl.col("first") - shift, pl.lit(reference["first"]))
+    )
+    shorter = pl.min_horizontal(
+        seconds(pl.col("last") - pl.col("first")), pl.lit((reference["last"] - reference["first"]).total_seconds())
+    )
     clocks = clocks.filter(is_reference | (shorter < CONCURRENT_MIN_S) | (overlap >= CONCURRENT_SHARE * shorter))
     if clocks.height < 2:
         return pl.DataFrame(schema=OFFSET_SCHEMA)
     several = pl.col("file").n_unique().over("host") > 1
-    return clocks.with_columns(offset_s=offset, uncertainty_s=uncertainty).with_columns(
-        applied=~is_reference & (offset.abs() >= pl.max_horizontal("resolution", 2 * pl.col("spread"))),
-        clock=pl.when(several).then(pl.format("{} ({})", "host", "file")).otherwise("host"),
-    ).select(list(OFFSET_SCHEMA)).cast(OFFSET_SCHEMA).sort("clock")
+    return (
+        clocks.with_columns(offset_s=offset, uncertainty_s=uncertainty)
+        .with_columns(
+            applied=~is_reference & (offset.abs() >= pl.max_horizontal("resolution", 2 * pl.col("spread"))),
+            clock=pl.when(several).then(pl.format("{} ({})", "host", "file")).otherwise("host"),
+        )
+        .select(list(OFFSET_SCHEMA))
+        .cast(OFFSET_SCHEMA)
+        .sort("clock")
+    )

@@ -79,7 +79,9 @@ class Namespaces:
             run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
             run("ip", "-n", ns, "link", "set", dev, "up")
             run("ip", "-n", ns, "link", "set", "lo", "up")
-            run("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off")  # wire-sized segments
+            run(
+                "ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"
+            )  # wire-sized segments
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -184,8 +186,9 @@ def capture(ns: Namespaces, name: str, scenario: dict[str, str], out: Path) -> P
     ns.impair(scenario)
     path = out / f"{name}.pcap"
     netns = ("ip", "netns", "exec")
-    dump = subprocess.Popen([*netns, ns.b, "tcpdump", "-i", ns.vb, "-s", str(SNAPLEN), "-U", "-w", str(path), "tcp"],
-                            stderr=subprocess.PIPE)
+    dump = subprocess.Popen(
+        [*netns, ns.b, "tcpdump", "-i", ns.vb, "-s", str(SNAPLEN), "-U", "-w", str(path), "tcp"], stderr=subprocess.PIPE
+    )
     server = subprocess.Popen([*netns, ns.b, sys.executable, __file__, "serve"], stdout=subprocess.PIPE)
     try:
         server.stdout.readline()  # "listening"

@@ -52,12 +52,18 @@ def ingest_folder(folder: Path) -> RunTables:
     return tables
 
 
-def two_nodes(tmp_path: Path, faults: dict[tuple[str, str], dict[str, float]], extended: bool = True,
-              base: dict[tuple[str, str], dict[str, int]] | None = None) -> Path:
+def two_nodes(
+    tmp_path: Path,
+    faults: dict[tuple[str, str], dict[str, float]],
+    extended: bool = True,
+    base: dict[tuple[str, str], dict[str, int]] | None = None,
+) -> Path:
     """node01 and node02, two HCAs each, dumped before and 30 minutes after (one hour after a clear)."""
     for n, host in enumerate(["node01", "node02"]):
         ports = [
-            FabricPort(ca, lid=10 * (n + 1) + i, per_second=faults.get((host, ca), {}), base=(base or {}).get((host, ca), {}))
+            FabricPort(
+                ca, lid=10 * (n + 1) + i, per_second=faults.get((host, ca), {}), base=(base or {}).get((host, ca), {})
+            )
             for i, ca in enumerate(["mlx5_0", "mlx5_1"])
         ]
         folder = tmp_path / host

@@ -17,13 +17,23 @@ T0 = synth.START
 
 
 def roce(psn: int = 7, opcode: int = 4, **ip) -> Ether:
-    return Ether() / IP(src="10.0.0.1", dst="10.0.0.2", tos=2, **ip) / UDP(sport=69, dport=4791) / BTH(
-        opcode=opcode, dqpn=0x48, psn=psn, ackreq=1
-    ) / Raw(b"x" * 64)
+    return (
+        Ether()
+        / IP(src="10.0.0.1", dst="10.0.0.2", tos=2, **ip)
+        / UDP(sport=69, dport=4791)
+        / BTH(opcode=opcode, dqpn=0x48, psn=psn, ackreq=1)
+        / Raw(b"x" * 64)
+    )
 
 
-def classic(path: Path, frames: list[bytes], linktype: int = 1, nano: bool = False, little: bool = True,
-            caplen: int | None = None) -> Path:
+def classic(
+    path: Path,
+    frames: list[bytes],
+    linktype: int = 1,
+    nano: bool = False,
+    little: bool = True,
+    caplen: int | None = None,
+) -> Path:
     """A classic pcap written byte by byte (so tests control caplen, byte order and resolution)."""
     order = "<" if little else ">"
     magic = 0xA1B23C4D if nano else 0xA1B2C3D4

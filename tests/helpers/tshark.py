@@ -22,6 +22,22 @@ def run(path: Path, *args: str) -> list[list[str]]:
 
 def per_flow(path: Path, display_filter: str) -> pl.DataFrame:
     """src, sport, dst, dport, len: how many IPv4 TCP frames of each direction match `display_filter`."""
-    rows = run(path, "-Y", display_filter, "-T", "fields", "-e", "ip.src", "-e", "tcp.srcport", "-e", "ip.dst", "-e", "tcp.dstport")
+    rows = run(
+        path,
+        "-Y",
+        display_filter,
+        "-T",
+        "fields",
+        "-e",
+        "ip.src",
+        "-e",
+        "tcp.srcport",
+        "-e",
+        "ip.dst",
+        "-e",
+        "tcp.dstport",
+    )
     schema = {"src": pl.String, "sport": pl.Int32, "dst": pl.String, "dport": pl.Int32}
-    return pl.DataFrame([(a, int(b), c, int(d)) for a, b, c, d in rows], orient="row", schema=schema).group_by(FLOW).len()
+    return (
+        pl.DataFrame([(a, int(b), c, int(d)) for a, b, c, d in rows], orient="row", schema=schema).group_by(FLOW).len()
+    )

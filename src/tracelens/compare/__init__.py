@@ -57,7 +57,11 @@ PRIOR: tuple[tuple[str, str, float], ...] = (
     ("fabric", r" (?:rate|width)$", 0.9),
     ("packets", r".", 0.8),
     ("counters", r".", 0.8),
-    ("NCCL setting", r"^NCCL_(?:IB_DISABLE|NET|IB_HCA|NET_GDR_LEVEL|NET_GDR_READ|P2P_DISABLE|SHM_DISABLE|SOCKET_IFNAME)$", 0.8),
+    (
+        "NCCL setting",
+        r"^NCCL_(?:IB_DISABLE|NET|IB_HCA|NET_GDR_LEVEL|NET_GDR_READ|P2P_DISABLE|SHM_DISABLE|SOCKET_IFNAME)$",
+        0.8,
+    ),
     ("NCCL", r"^HCAs used$", 0.7),
     ("DeepSpeed config", r"overlap_comm|offload", 0.7),
     ("fabric", r" active MTU$", 0.6),
@@ -129,7 +133,11 @@ class Comparison:
         pace = self.pace
         if pace and pace.slower:
             lead = _pace_text(pace) if pace.significant and pace.delta_ms > 0 else pace.slow_steps.text
-            return f"{lead}; most likely: {top.sentence}." if top else f"{lead}; no change in set-up, fabric or traffic was found to explain it."
+            return (
+                f"{lead}; most likely: {top.sentence}."
+                if top
+                else f"{lead}; no change in set-up, fabric or traffic was found to explain it."
+            )
         if pace and pace.significant:  # significantly faster: nothing to explain
             lead = f"The slow run's steps were not slower ({_pace_text(pace)})"
         elif pace:
@@ -186,7 +194,9 @@ def compare(good: Analysis, bad: Analysis) -> Comparison:
     """Compare two analysed runs."""
     have_good, have_bad = sources(good.tables), sources(bad.tables)
     both = have_good & have_bad
-    unavailable = [f"{area}: only in the {'good' if area in have_good else 'slow'} run" for area in sorted(have_good ^ have_bad)]
+    unavailable = [
+        f"{area}: only in the {'good' if area in have_good else 'slow'} run" for area in sorted(have_good ^ have_bad)
+    ]
     good_pace = pace(good.context) if "steps" in both else None
     bad_pace = pace(bad.context) if "steps" in both else None
     pace_change = compare_pace(good_pace, bad_pace) if good_pace and bad_pace else None
@@ -305,7 +315,18 @@ def _finding_changes(good: Analysis, bad: Analysis) -> list[Change]:
         worst = max(found, key=lambda f: f.severity)
         hosts = tuple(sorted({h for f in found for h in f.hosts}))
         times = f" ({len(found)} findings)" if len(found) > 1 else ""
-        out.append(Change("findings", f"{rule_id} {worst.title}", "absent", worst.severity.label + times, hosts, 1.0, None, worst.summary))
+        out.append(
+            Change(
+                "findings",
+                f"{rule_id} {worst.title}",
+                "absent",
+                worst.severity.label + times,
+                hosts,
+                1.0,
+                None,
+                worst.summary,
+            )
+        )
     return out
 
 

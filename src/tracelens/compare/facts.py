@@ -24,13 +24,19 @@ _DS_PHASE = (
 )  # fmt: skip
 MAX_VALUE_CHARS = 160
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-_IGNORED_CONFIG = r"^launcher\.|_path$|^checkpoint|^tensorboard|^wandb|^csv_monitor|^comet|^steps_per_print$|^wall_clock_breakdown$"
+_IGNORED_CONFIG = (
+    r"^launcher\.|_path$|^checkpoint|^tensorboard|^wandb|^csv_monitor|^comet|^steps_per_print$|^wall_clock_breakdown$"
+)
 
 
 def run_facts(tables: RunTables) -> pl.DataFrame:
     """Every comparable fact of a run: NCCL set-up, DeepSpeed configuration and fabric ports."""
     parts = [_nccl(tables), _deepspeed(tables), _ports(tables)]
-    return pl.concat([p for p in parts if p.height], how="vertical") if any(p.height for p in parts) else pl.DataFrame(schema=SCHEMA)
+    return (
+        pl.concat([p for p in parts if p.height], how="vertical")
+        if any(p.height for p in parts)
+        else pl.DataFrame(schema=SCHEMA)
+    )
 
 
 def sources(tables: RunTables) -> set[str]:
@@ -50,7 +56,11 @@ def _frame(rows: pl.DataFrame, area: str, key: pl.Expr | str, value: pl.Expr, ph
     key_expr = pl.lit(key) if isinstance(key, str) else key
     phase_expr = pl.lit(phase) if isinstance(phase, str) else phase
     return rows.select(
-        area=pl.lit(area), key=key_expr, host=pl.col("host").fill_null("(host not named)"), value=value, phase=phase_expr
+        area=pl.lit(area),
+        key=key_expr,
+        host=pl.col("host").fill_null("(host not named)"),
+        value=value,
+        phase=phase_expr,
     ).cast(SCHEMA)  # type: ignore[arg-type]
 
 
@@ -86,7 +96,9 @@ def _settings(env: pl.DataFrame) -> pl.DataFrame:
     """Every echoed NCCL_* setting per host; a setting echoed on some hosts is "(not set)" on the others."""
     if env.height == 0:
         return pl.DataFrame(schema=SCHEMA)
-    echoed = env.select(pl.col("host").fill_null("(host not named)"), "name", "value").unique(["host", "name"], keep="last")
+    echoed = env.select(pl.col("host").fill_null("(host not named)"), "name", "value").unique(
+        ["host", "name"], keep="last"
+    )
     hosts = echoed.select("host").unique()
     names = echoed.select("name").unique()
     every = hosts.join(names, how="cross").join(echoed, on=["host", "name"], how="left")
@@ -112,7 +124,9 @@ def _normal(value: str | None) -> str | None:
 def _deepspeed(tables: RunTables) -> pl.DataFrame:
     config = tables["config"].filter(pl.col("engine").is_not_null() | (pl.col("key") == "deepspeed_version"))
     # object reprs (`zero_config: stage=2 contiguous_gradients=True ...`) repeat keys compared one by one
-    config = config.filter(~pl.col("key").str.contains(_IGNORED_CONFIG), pl.col("value").str.len_chars() <= MAX_VALUE_CHARS)
+    config = config.filter(
+        ~pl.col("key").str.contains(_IGNORED_CONFIG), pl.col("value").str.len_chars() <= MAX_VALUE_CHARS
+    )
     if config.height == 0:
         return pl.DataFrame(schema=SCHEMA)
     key = pl.col("key").str.replace(r"^zero_optimization_stage$", "zero_optimization.stage")
@@ -136,10 +150,23 @@ def _ports(tables: RunTables) -> pl.DataFrame:
         return pl.DataFrame(schema=SCHEMA)
     latest = ports.sort("ts", nulls_last=False).unique(["host", "ca", "port"], keep="last")
     name = pl.format("{}:{}", "ca", "port")
-    rate = pl.when(pl.col("rate_gbps").is_not_null()).then(pl.format("{} Gb/s", pl.col("rate_gbps").round(1).cast(pl.String).str.replace(r"\.0$", "")))
-    fields = {"state": pl.col("state"), "rate": rate, "width": pl.col("width"), "active MTU": pl.col("active_mtu").cast(pl.String)}
+    rate = pl.when(pl.col("rate_gbps").is_not_null()).then(
+        pl.format("{} Gb/s", pl.col("rate_gbps").round(1).cast(pl.String).str.replace(r"\.0$", ""))
+    )
+    fields = {
+        "state": pl.col("state"),
+        "rate": rate,
+        "width": pl.col("width"),
+        "active MTU": pl.col("active_mtu").cast(pl.String),
+    }
     parts = [
-        _frame(latest.filter(expr.is_not_null()), "fabric", pl.format("port {} {}", name, pl.lit(label)), expr, "all-reduce")
+        _frame(
+            latest.filter(expr.is_not_null()),
+            "fabric",
+            pl.format("port {} {}", name, pl.lit(label)),
+            expr,
+            "all-reduce",
+        )
         for label, expr in fields.items()
     ]
     return pl.concat(parts, how="vertical")

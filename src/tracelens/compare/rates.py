@@ -11,7 +11,15 @@ from tracelens.derived import RunContext
 from tracelens.derived.counters import KINDS, kind_of
 
 # Packet events that mean trouble on the wire (capture duplicates are an artefact, not the network).
-PACKET_KINDS = ("TCP retransmission", "NAK (PSN sequence error)", "PSN gap", "RoCE retransmission", "RNR NAK", "CNP", "ECN-CE")
+PACKET_KINDS = (
+    "TCP retransmission",
+    "NAK (PSN sequence error)",
+    "PSN gap",
+    "RoCE retransmission",
+    "RNR NAK",
+    "CNP",
+    "ECN-CE",
+)
 # Counts of events (PortXmitWait counts clock ticks, not events: a count test does not apply to it).
 COUNTER_KINDS = tuple(k for k in KINDS if k != "blocked time")
 
@@ -39,7 +47,11 @@ def _packet_rates(ctx: RunContext) -> list[Rate]:
     packets = ctx["packets"]
     if ctx.packets is None:
         return []
-    spans = packets.select("file", "ts").group_by("file").agg(span=(pl.col("ts").max() - pl.col("ts").min()).dt.total_microseconds() / 1e6)
+    spans = (
+        packets.select("file", "ts")
+        .group_by("file")
+        .agg(span=(pl.col("ts").max() - pl.col("ts").min()).dt.total_microseconds() / 1e6)
+    )
     exposure = float(spans["span"].sum() or 0.0)
     events = ctx.packets.events
     counts = dict(events.group_by("kind").len().iter_rows())

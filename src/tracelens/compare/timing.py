@@ -123,7 +123,11 @@ def pace(ctx: RunContext) -> Pace | None:
     series = series.filter((index >= timing.WARMUP_ROWS) & pl.col("time_ms").is_not_null())
     if series.height == 0:
         return None
-    wall = (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds() / 1000 / pl.col("steps_covered")
+    wall = (
+        (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds()
+        / 1000
+        / pl.col("steps_covered")
+    )
     timed = pl.col("basis") == "timers"
     series = series.with_columns(
         wall_ms=pl.when(timed & (wall > pl.col("time_ms"))).then(wall),

@@ -125,10 +125,16 @@ class LevelComparison:
 
     @property
     def comparable(self) -> bool:
-        return self.inside is not None and self.outside is not None and self.steps_out >= 3 and self.steps_in >= self.min_in
+        return (
+            self.inside is not None
+            and self.outside is not None
+            and self.steps_out >= 3
+            and self.steps_in >= self.min_in
+        )
 
     @property
     def rose(self) -> bool:
-        ratio = self.ratio
-        return (self.comparable and ratio is not None and ratio >= LEVEL_RISE
-                and self.inside - self.outside >= LEVEL_SIGMAS * self.spread)  # type: ignore[operator]
+        ratio, inside, outside = self.ratio, self.inside, self.outside
+        if not self.comparable or ratio is None or inside is None or outside is None:
+            return False
+        return ratio >= LEVEL_RISE and inside - outside >= LEVEL_SIGMAS * self.spread

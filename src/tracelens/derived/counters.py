@@ -44,8 +44,14 @@ RDMA_ERRORS = (
     r"^(?:local_ack_timeout_err|out_of_sequence|packet_seq_err|implied_nak_seq_err|rnr_nak_retry_err"
     r"|req_transport_retries_exceeded)$"
 )
-KINDS = {"link down": LINK_DOWN, "physical errors": PHYSICAL, "discards": DISCARDS, "RDMA errors": RDMA_ERRORS,
-         "blocked time": WAIT, "congestion signals": SIGNALS}
+KINDS = {
+    "link down": LINK_DOWN,
+    "physical errors": PHYSICAL,
+    "discards": DISCARDS,
+    "RDMA errors": RDMA_ERRORS,
+    "blocked time": WAIT,
+    "congestion signals": SIGNALS,
+}
 
 
 def kind_of(counter: pl.Expr) -> pl.Expr:
@@ -74,15 +80,17 @@ def resolved_counters(tables: RunTables) -> pl.DataFrame:
         .unique(["host", "lid"])
     )
     joined = counters.join(lids, on=["host", "lid"], how="left", nulls_equal=False)
-    return joined.with_columns(
-        ca=pl.coalesce("ca", pl.when(pl.col("_port") == pl.col("port")).then("_ca"))
-    ).drop("_ca", "_port")
+    return joined.with_columns(ca=pl.coalesce("ca", pl.when(pl.col("_port") == pl.col("port")).then("_ca"))).drop(
+        "_ca", "_port"
+    )
 
 
 def _stall_seconds(counter: pl.Expr, delta: pl.Expr) -> pl.Expr:
     return (
-        pl.when(counter == "PortXmitWait").then(delta.cast(pl.Float64) * XMIT_WAIT_TICK_S)
-        .when(counter.str.ends_with("_pause_duration")).then(delta.cast(pl.Float64) * 1e-6)
+        pl.when(counter == "PortXmitWait")
+        .then(delta.cast(pl.Float64) * XMIT_WAIT_TICK_S)
+        .when(counter.str.ends_with("_pause_duration"))
+        .then(delta.cast(pl.Float64) * 1e-6)
     )
 
 
@@ -107,14 +115,19 @@ def counter_deltas(tables: RunTables) -> pl.DataFrame:
         saturated=saturated,
     ).filter(pl.col("lone") | pl.col("before").is_not_null())
     status = (
-        pl.when(pl.col("saturated")).then(pl.lit("saturated"))
-        .when(pl.col("lone")).then(pl.lit("since_clear"))
-        .when(value < pl.col("before")).then(pl.lit("reset"))
+        pl.when(pl.col("saturated"))
+        .then(pl.lit("saturated"))
+        .when(pl.col("lone"))
+        .then(pl.lit("since_clear"))
+        .when(value < pl.col("before"))
+        .then(pl.lit("reset"))
         .otherwise(pl.lit("delta"))
     )
     delta = (
-        pl.when(pl.col("status") == "saturated").then(None)
-        .when(pl.col("status").is_in(["since_clear", "reset"])).then(value)
+        pl.when(pl.col("status") == "saturated")
+        .then(None)
+        .when(pl.col("status").is_in(["since_clear", "reset"]))
+        .then(value)
         .otherwise(value - pl.col("before"))
     )
     interval = (pl.col("dump_ts") - pl.col("start")).dt.total_microseconds() / 1e6
@@ -124,14 +137,34 @@ def counter_deltas(tables: RunTables) -> pl.DataFrame:
         .with_columns(delta=delta, interval_s=pl.when(interval > 0).then(interval))
         .with_columns(
             rate_per_s=pl.col("delta").cast(pl.Float64) / pl.col("interval_s"),
-            delta_bytes=pl.when(counter.is_in(list(WORD_COUNTERS))).then(pl.col("delta") * 4)
-            .when(counter.str.ends_with("_bytes")).then(pl.col("delta")),
+            delta_bytes=pl.when(counter.is_in(list(WORD_COUNTERS)))
+            .then(pl.col("delta") * 4)
+            .when(counter.str.ends_with("_bytes"))
+            .then(pl.col("delta")),
             stall_share=_stall_seconds(counter, pl.col("delta")) / pl.col("interval_s"),
         )
         .select(
-            "host", "source", "node", "ca", "lid", "port", "counter", "bits", "start",
-            pl.col("dump_ts").alias("end"), "interval_s", "before", pl.col("value").alias("after"),
-            "delta", "status", "rate_per_s", "delta_bytes", "stall_share", "file", "line", "ts_quality",
+            "host",
+            "source",
+            "node",
+            "ca",
+            "lid",
+            "port",
+            "counter",
+            "bits",
+            "start",
+            pl.col("dump_ts").alias("end"),
+            "interval_s",
+            "before",
+            pl.col("value").alias("after"),
+            "delta",
+            "status",
+            "rate_per_s",
+            "delta_bytes",
+            "stall_share",
+            "file",
+            "line",
+            "ts_quality",
         )
     )
 
@@ -165,8 +198,15 @@ def movements(deltas: pl.DataFrame) -> pl.DataFrame:
             rate_per_s=pl.when(pl.col("interval_s") > 0).then(pl.col("delta") / pl.col("interval_s")),
         )
         # the counter's name breaks ties (equal deltas over equal intervals are common: CNPs sent and handled)
-        .sort("rank", pl.col("rate_per_s").fill_null(0), "delta", *PORT_KEY, "counter",
-              descending=[False, True, True, *[False] * len(PORT_KEY), False], nulls_last=True)
+        .sort(
+            "rank",
+            pl.col("rate_per_s").fill_null(0),
+            "delta",
+            *PORT_KEY,
+            "counter",
+            descending=[False, True, True, *[False] * len(PORT_KEY), False],
+            nulls_last=True,
+        )
     )
 
 

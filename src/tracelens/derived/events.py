@@ -43,8 +43,14 @@ _NCCL_CAUSE = {
     "ib_completion": "link", "ib_async_event": "link",
     "watchdog_timeout": "stall", "blocking_wait_timeout": "stall", "watchdog_exception": "stall", "watchdog_abort": "stall",
 }  # fmt: skip
-_COUNTER_CAUSE = {"link down": "link", "physical errors": "link", "RDMA errors": "link",
-                  "discards": "congestion", "blocked time": "congestion", "congestion signals": "congestion"}
+_COUNTER_CAUSE = {
+    "link down": "link",
+    "physical errors": "link",
+    "RDMA errors": "link",
+    "discards": "congestion",
+    "blocked time": "congestion",
+    "congestion signals": "congestion",
+}
 _PACKET_CAUSE = {
     "NAK (PSN sequence error)": "link", "PSN gap": "link", "RoCE retransmission": "link", "TCP retransmission": "link",
     "NAK (other)": "failure", "CNP": "congestion", "ECN-CE": "congestion", "RNR NAK": "receiver", "zero window": "receiver",
@@ -62,10 +68,14 @@ SCHEMA = {
 }  # fmt: skip
 
 
-def network_events(tables: RunTables, deltas: pl.DataFrame, packets: PacketAnalysis | None, names: dict[str, str]) -> pl.DataFrame:
+def network_events(
+    tables: RunTables, deltas: pl.DataFrame, packets: PacketAnalysis | None, names: dict[str, str]
+) -> pl.DataFrame:
     """Every network event of the run (columns SCHEMA), in time order; events without a time are left
     out. `deltas`, `packets` and `names`: the run's counter deltas, packet analysis and host names."""
-    return _timed([_nccl(tables, names), _counters(deltas), _packets(packets, names), _kernel(tables)]).sort("lo", "source", maintain_order=True)  # ties stay in source order
+    return _timed([_nccl(tables, names), _counters(deltas), _packets(packets, names), _kernel(tables)]).sort(
+        "lo", "source", maintain_order=True
+    )  # ties stay in source order
 
 
 def kernel_events(tables: RunTables) -> pl.DataFrame:
@@ -74,14 +84,22 @@ def kernel_events(tables: RunTables) -> pl.DataFrame:
 
 
 def _timed(parts: list[pl.DataFrame]) -> pl.DataFrame:
-    frame = pl.concat([p.select([pl.col(c).cast(t) if c in p.columns else pl.lit(None, t).alias(c) for c, t in SCHEMA.items()])
-                       for p in parts])
+    frame = pl.concat(
+        [
+            p.select([pl.col(c).cast(t) if c in p.columns else pl.lit(None, t).alias(c) for c, t in SCHEMA.items()])
+            for p in parts
+        ]
+    )
     return frame.filter(pl.col("lo").is_not_null())
 
 
 def port_name(ca: pl.Expr, node: pl.Expr, port: pl.Expr) -> pl.Expr:
     """`mlx5_1:1`; the node (a Lid or a netdev) when the CA is unknown."""
-    return pl.when(port.is_not_null()).then(pl.format("{}:{}", pl.coalesce(ca, node), port)).otherwise(pl.coalesce(ca, node))
+    return (
+        pl.when(port.is_not_null())
+        .then(pl.format("{}:{}", pl.coalesce(ca, node), port))
+        .otherwise(pl.coalesce(ca, node))
+    )
 
 
 def _peer_host(peer: pl.Expr, names: dict[str, str]) -> pl.Expr:
@@ -96,8 +114,13 @@ def _nccl(tables: RunTables, names: dict[str, str]) -> pl.DataFrame:
         pl.lit("NCCL").alias("source"),
         pl.col("kind").replace_strict(_NCCL_CAUSE, default="failure").alias("cause"),
         pl.coalesce(pl.format("{} ({})", kind, "status_name"), kind).alias("what"),
-        "host", _peer_host(pl.col("peer"), names).alias("peer"),
-        pl.col("ts_lo").alias("lo"), pl.col("ts_hi").alias("hi"), pl.lit(1).alias("count"), "file", "line",
+        "host",
+        _peer_host(pl.col("peer"), names).alias("peer"),
+        pl.col("ts_lo").alias("lo"),
+        pl.col("ts_hi").alias("hi"),
+        pl.lit(1).alias("count"),
+        "file",
+        "line",
         pl.col("message").alias("text"),
     )
     return pl.concat([errors, _socket_choice(tables)], how="diagonal_relaxed")
@@ -108,12 +131,26 @@ def _socket_choice(tables: RunTables) -> pl.DataFrame:
     `NET/IB : No device found`); channels `via NET/Socket` where no process says so, since both
     ends of a connection to a socket host list it."""
     net = tables["nccl_net"]
-    chose = net.filter(((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket")) | (pl.col("what") == "ib_missing"))
+    chose = net.filter(
+        ((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket"))
+        | (pl.col("what") == "ib_missing")
+    )
     if chose.height == 0:
-        chose = tables["nccl_channels"].filter(pl.col("transport") == "NET", pl.col("net").str.to_lowercase() == "socket")
-    return tables.with_text(chose.sort("file", "line").unique(["host", "pid"], keep="first", maintain_order=True)).select(
-        pl.lit("NCCL").alias("source"), pl.lit("socket").alias("cause"), pl.lit("NCCL on NET/Socket").alias("what"),
-        "host", pl.col("ts_lo").alias("lo"), pl.col("ts_hi").alias("hi"), pl.lit(1).alias("count"), "file", "line",
+        chose = tables["nccl_channels"].filter(
+            pl.col("transport") == "NET", pl.col("net").str.to_lowercase() == "socket"
+        )
+    return tables.with_text(
+        chose.sort("file", "line").unique(["host", "pid"], keep="first", maintain_order=True)
+    ).select(
+        pl.lit("NCCL").alias("source"),
+        pl.lit("socket").alias("cause"),
+        pl.lit("NCCL on NET/Socket").alias("what"),
+        "host",
+        pl.col("ts_lo").alias("lo"),
+        pl.col("ts_hi").alias("hi"),
+        pl.lit(1).alias("count"),
+        "file",
+        "line",
         pl.col("message").alias("text"),
     )
 
@@ -129,11 +166,18 @@ def _counters(deltas: pl.DataFrame) -> pl.DataFrame:
         (pl.col("kind") != "blocked time") | (pl.col("stall_share") >= BLOCKED_NOTED),
     )
     return moved.select(
-        pl.lit("counters").alias("source"), pl.col("kind").replace_strict(_COUNTER_CAUSE).alias("cause"),
+        pl.lit("counters").alias("source"),
+        pl.col("kind").replace_strict(_COUNTER_CAUSE).alias("cause"),
         pl.when(pl.col("kind") == "RDMA errors").then(SYMPTOM_STRENGTH).otherwise(1.0).alias("strength"),
-        pl.col("counter").alias("what"), "host", port_name(pl.col("ca"), pl.col("node"), pl.col("port")).alias("port"),
-        pl.col("start").alias("lo"), pl.col("end").alias("hi"), pl.col("delta").fill_null(1).cast(pl.Int64, strict=False).fill_null(INT64_MAX).alias("count"),
-        "file", "line", pl.format("{}: {} (was {})", "counter", "after", "before").alias("text"),
+        pl.col("counter").alias("what"),
+        "host",
+        port_name(pl.col("ca"), pl.col("node"), pl.col("port")).alias("port"),
+        pl.col("start").alias("lo"),
+        pl.col("end").alias("hi"),
+        pl.col("delta").fill_null(1).cast(pl.Int64, strict=False).fill_null(INT64_MAX).alias("count"),
+        "file",
+        "line",
+        pl.format("{}: {} (was {})", "counter", "after", "before").alias("text"),
     )
 
 
@@ -143,9 +187,16 @@ def _packets(packets: PacketAnalysis | None, names: dict[str, str]) -> pl.DataFr
     events = packets.events.filter(pl.col("kind").is_in(list(_PACKET_CAUSE)))
     name = (lambda c: pl.col(c).replace(names)) if names else pl.col
     return events.select(
-        pl.lit("packets").alias("source"), pl.col("kind").replace_strict(_PACKET_CAUSE).alias("cause"),
-        pl.col("kind").alias("what"), name("src").alias("host"), name("dst").alias("peer"),
-        pl.col("ts").alias("lo"), pl.col("ts").alias("hi"), pl.lit(1).alias("count"), "file", "frame",
+        pl.lit("packets").alias("source"),
+        pl.col("kind").replace_strict(_PACKET_CAUSE).alias("cause"),
+        pl.col("kind").alias("what"),
+        name("src").alias("host"),
+        name("dst").alias("peer"),
+        pl.col("ts").alias("lo"),
+        pl.col("ts").alias("hi"),
+        pl.lit(1).alias("count"),
+        "file",
+        "frame",
         pl.format("{}: {}", "kind", "flow").alias("text"),
     )
 
@@ -153,7 +204,15 @@ def _packets(packets: PacketAnalysis | None, names: dict[str, str]) -> pl.DataFr
 def _kernel(tables: RunTables) -> pl.DataFrame:
     rows = tables["kernel_events"].filter(pl.col("kind").is_in(list(_KERNEL_CAUSE)))
     return rows.select(
-        pl.lit("kernel").alias("source"), pl.col("kind").replace_strict(_KERNEL_CAUSE).alias("cause"),
-        pl.col("kind").replace_strict(KIND_TEXT).alias("what"), "host", pl.coalesce("netdev", "device").alias("port"),
-        pl.col("ts").alias("lo"), pl.col("ts").alias("hi"), pl.lit(1).alias("count"), "file", "line", pl.col("message").alias("text"),
+        pl.lit("kernel").alias("source"),
+        pl.col("kind").replace_strict(_KERNEL_CAUSE).alias("cause"),
+        pl.col("kind").replace_strict(KIND_TEXT).alias("what"),
+        "host",
+        pl.coalesce("netdev", "device").alias("port"),
+        pl.col("ts").alias("lo"),
+        pl.col("ts").alias("hi"),
+        pl.lit(1).alias("count"),
+        "file",
+        "line",
+        pl.col("message").alias("text"),
     )

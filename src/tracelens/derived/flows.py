@@ -66,6 +66,7 @@ class PacketAnalysis:
     tcp: pl.DataFrame  # one row per TCP direction, worst first; `flow` names it as in `events`
     events: pl.DataFrame  # file, frame, ts, kind, flow, src, dst: every NAK, CNP, CE mark, retransmission, ...
 
+
 TCP_LOSS, TCP_PROBE, TCP_SPURIOUS = "TCP retransmission", "TCP tail-loss probe", "TCP spurious retransmission"
 
 
@@ -88,7 +89,9 @@ def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> Pack
         pair = (pl.col("file").hash() + (pl.col("src").hash() ^ pl.col("dst").hash())) % buckets
         which = packets.select(pair).to_series()
         parts = [_analyze(packets.filter(which == b)) for b in range(buckets)]
-    text = pl.col(pl.Categorical).cast(pl.String)  # a capture's text columns are categorical; results join with other tables
+    text = pl.col(pl.Categorical).cast(
+        pl.String
+    )  # a capture's text columns are categorical; results join with other tables
     result = PacketAnalysis(
         qps=pl.concat([p.qps for p in parts]).with_columns(text).sort(QP_ORDER, descending=QP_DESCENDING),
         tcp=pl.concat([p.tcp for p in parts]).with_columns(text).sort(TCP_ORDER, descending=TCP_DESCENDING),
@@ -116,9 +119,7 @@ def _with_duplicates(frames: pl.DataFrame) -> pl.DataFrame:
         (pl.col(c).fill_null(-1) == pl.col(c).fill_null(-1).shift(1)).over("proto", *DIRECTION)
         for c in ("ip_id", "digest")
     )
-    soon = (pl.col("ts") - pl.col("ts").shift(1)).over("proto", *DIRECTION) < pl.duration(
-        nanoseconds=DUP_WINDOW_NS
-    )
+    soon = (pl.col("ts") - pl.col("ts").shift(1)).over("proto", *DIRECTION) < pl.duration(nanoseconds=DUP_WINDOW_NS)
     # CNPs carry no sequence number: a NIC's CNPs to one QP are identical by design
     cnp = pl.col("opcode").is_in(CNP_OPCODES).fill_null(False)
     return frames.with_columns(
@@ -216,7 +217,9 @@ def _pair(responses: pl.DataFrame, data: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pair_qp=pl.coalesce("by_ack", "only"))
         .drop("by_ack", "only")
     )
-    answered = responses.filter(~pl.col("cnp")).join(acks, on=["file", "src", "dst", "dest_qp", "psn"], how="left", nulls_equal=True)
+    answered = responses.filter(~pl.col("cnp")).join(
+        acks, on=["file", "src", "dst", "dest_qp", "psn"], how="left", nulls_equal=True
+    )
     return pl.concat([answered, cnps], how="diagonal_relaxed")
 
 
@@ -244,9 +247,13 @@ def _roce_table(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
         )
     )
     delays = _nak_to_resend(data, answers)
-    table = sent.join(answered, on=["file", "src", "dst", "qp"], how="left").join(delays, on=["file", "src", "dst", "qp"], how="left")
+    table = sent.join(answered, on=["file", "src", "dst", "qp"], how="left").join(
+        delays, on=["file", "src", "dst", "qp"], how="left"
+    )
     counts = ["naks_seq", "naks_other", "rnr_naks", "cnps"]
-    table = table.with_columns(pl.col(counts).fill_null(0).cast(pl.Int64), ce_share=pl.col("ce_marked") / pl.col("packets"))
+    table = table.with_columns(
+        pl.col(counts).fill_null(0).cast(pl.Int64), ce_share=pl.col("ce_marked") / pl.col("packets")
+    )
     trouble = pl.sum_horizontal("retransmitted", "missing_psns", *counts, "ce_marked") / pl.col("packets")
     return table.with_columns(trouble=trouble)
 
@@ -255,7 +262,10 @@ def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
     """Per QP, the median time from a NAK (sequence error or RNR) to the resend of the PSN it names."""
     naks = answers.filter(pl.col("nak_seq") | pl.col("rnr"), pl.col("qp").is_not_null())
     joined = naks.select("order", "file", "src", "dst", "qp", "psn", nak_ts="ts").join_asof(
-        data.select("order", "file", "src", "dst", "qp", "psn", "ts"), on="order", by=["file", "src", "dst", "qp", "psn"], strategy="forward",
+        data.select("order", "file", "src", "dst", "qp", "psn", "ts"),
+        on="order",
+        by=["file", "src", "dst", "qp", "psn"],
+        strategy="forward",
         check_sortedness=False,  # sorted by "order" within each group
     )
     return joined.group_by("file", "src", "dst", "qp").agg(
@@ -285,8 +295,13 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     # Wireshark's duplicate ACK: no data, the same window and ack as the direction's previous segment,
     # at the next sequence number, and not the answer to a keep-alive; the count restarts when the ack moves
     dup_ack = (
-        (pl.col("seglen") == 0) & ~control & (pl.col("window") > 0) & _as_before("window") & _as_before("ack")
-        & (pl.col("rel") == pl.col("nextseq")) & ~pl.col("rev_keepalive")
+        (pl.col("seglen") == 0)
+        & ~control
+        & (pl.col("window") > 0)
+        & _as_before("window")
+        & _as_before("ack")
+        & (pl.col("rel") == pl.col("nextseq"))
+        & ~pl.col("rev_keepalive")
     ).fill_null(False)
     ack_run = (~_as_before("ack")).fill_null(True).cum_sum().over(DIRECTION)
     segments = segments.with_columns(dup_ack=dup_ack).with_columns(
@@ -294,7 +309,10 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     )
     candidate = (pl.col("seglen") > 0) & (pl.col("rel") < pl.col("nextseq")) & ~pl.col("keepalive")
     segments = segments.with_columns(candidate=candidate.fill_null(False)).join(
-        segments.select(rev_order="order", rev_dup_acks="dup_acks_so_far"), on="rev_order", how="left", maintain_order="left"
+        segments.select(rev_order="order", rev_dup_acks="dup_acks_so_far"),
+        on="rev_order",
+        how="left",
+        maintain_order="left",
     )
     fast = (
         pl.col("candidate")
@@ -335,7 +353,10 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     label = _direction_label()
     events = pl.concat(
         [
-            *(_event(segments.filter(pl.col("retransmission_kind") == kind), kind, label) for kind in (TCP_LOSS, TCP_PROBE, TCP_SPURIOUS)),
+            *(
+                _event(segments.filter(pl.col("retransmission_kind") == kind), kind, label)
+                for kind in (TCP_LOSS, TCP_PROBE, TCP_SPURIOUS)
+            ),
             _event(segments.filter("zero_window"), "zero window", label),
         ]
     )
@@ -360,9 +381,14 @@ def _classified(segments: pl.DataFrame) -> pl.DataFrame:
     retx = segments.filter("retransmission").select(*reverse, "order", "seq", "seglen")
     dsacked = (
         retx.join(dsacks.rename({"order": "sack_order"}), on=reverse)
-        .filter(pl.col("sack_order") > pl.col("order"), _modular_diff(pl.col("seq"), pl.col("sack_left")) >= 0,
-                _modular_diff(pl.col("seq"), pl.col("sack_right")) < 0)
-        .select("order").unique().with_columns(dsacked=pl.lit(True))
+        .filter(
+            pl.col("sack_order") > pl.col("order"),
+            _modular_diff(pl.col("seq"), pl.col("sack_left")) >= 0,
+            _modular_diff(pl.col("seq"), pl.col("sack_right")) < 0,
+        )
+        .select("order")
+        .unique()
+        .with_columns(dsacked=pl.lit(True))
     )
     uses_sack = sacks.select(*reverse).unique().with_columns(uses_sack=pl.lit(True))
     segments = (
@@ -372,9 +398,12 @@ def _classified(segments: pl.DataFrame) -> pl.DataFrame:
     )
     tail = (end >= pl.col("nextseq")) & ~pl.col("fast") & (pl.col("rev_dup_acks").fill_null(0) < 1)
     kind = (
-        pl.when(~pl.col("retransmission")).then(pl.lit(None, pl.String))
-        .when(acked.fill_null(False) | pl.col("dsacked")).then(pl.lit(TCP_SPURIOUS))
-        .when(tail & ~pl.col("uses_sack")).then(pl.lit(TCP_PROBE))
+        pl.when(~pl.col("retransmission"))
+        .then(pl.lit(None, pl.String))
+        .when(acked.fill_null(False) | pl.col("dsacked"))
+        .then(pl.lit(TCP_SPURIOUS))
+        .when(tail & ~pl.col("uses_sack"))
+        .then(pl.lit(TCP_PROBE))
         .otherwise(pl.lit(TCP_LOSS))
     )
     return segments.with_columns(retransmission_kind=kind).drop("dsacked", "uses_sack")
@@ -389,21 +418,29 @@ def _with_reverse_state(segments: pl.DataFrame) -> pl.DataFrame:
     """Add the other direction's last segment before each segment (its order, ack, time, whether it was
     a keep-alive) and the connection's out-of-order window (its handshake RTT when the handshake was captured)."""
     reverse = segments.select(
-        "file", "order", src="dst", sport="dport", dst="src", dport="sport",
-        rev_order="order", rev_ack="ack", rev_ts="ts", rev_keepalive="keepalive",
+        "file",
+        "order",
+        src="dst",
+        sport="dport",
+        dst="src",
+        dport="sport",
+        rev_order="order",
+        rev_ack="ack",
+        rev_ts="ts",
+        rev_keepalive="keepalive",
     )
-    segments = segments.join_asof(
-        reverse, on="order", by=DIRECTION, strategy="backward", check_sortedness=False
-    )
+    segments = segments.join_asof(reverse, on="order", by=DIRECTION, strategy="backward", check_sortedness=False)
     syn = (pl.col("flags") & (SYN | ACK)) == SYN
     handshake = segments.group_by(DIRECTION).agg(
         syn_ts=pl.col("ts").filter(syn).first(),
         ack_ts=pl.col("ts").filter(pl.col("flags") & (SYN | ACK) == ACK).first(),
     )
-    rtt = handshake.select(
-        *DIRECTION, rtt=(pl.col("ack_ts") - pl.col("syn_ts")).dt.total_nanoseconds()
-    ).filter(pl.col("rtt") > 0)
-    both_ways = pl.concat([rtt, rtt.select("file", "rtt", src="dst", sport="dport", dst="src", dport="sport")], how="diagonal")
+    rtt = handshake.select(*DIRECTION, rtt=(pl.col("ack_ts") - pl.col("syn_ts")).dt.total_nanoseconds()).filter(
+        pl.col("rtt") > 0
+    )
+    both_ways = pl.concat(
+        [rtt, rtt.select("file", "rtt", src="dst", sport="dport", dst="src", dport="sport")], how="diagonal"
+    )
     return segments.join(both_ways, on=DIRECTION, how="left", maintain_order="left").with_columns(
         ooo_window=pl.col("rtt").fill_null(OOO_WINDOW_NS), rev_keepalive=pl.col("rev_keepalive").fill_null(False)
     )

@@ -130,7 +130,11 @@ def analyzer_missing(t: RunTables) -> list[int]:
     """Ranks PyTorch's analyzer says left no dump, when the run has no dump of them either."""
     fr = t["fr_entries"]
     said = fr.filter(pl.col("status") == "no dump")["rank"].drop_nulls()
-    dumped = set(fr.filter(pl.col("status").ne_missing("no dump"), ~pl.col("encoding").str.starts_with("analyzer"))["rank"].drop_nulls().to_list())
+    dumped = set(
+        fr.filter(pl.col("status").ne_missing("no dump"), ~pl.col("encoding").str.starts_with("analyzer"))["rank"]
+        .drop_nulls()
+        .to_list()
+    )
     return sorted(set(said.to_list()) - dumped)
 
 
@@ -142,18 +146,27 @@ def stacks(t: RunTables) -> pl.DataFrame:
     comms = t["nccl_comms"].filter(pl.col("pid").is_not_null(), pl.col("rank").is_not_null())
     if table.height == 0 or comms.height == 0 or table["rank"].null_count() == 0:
         return table
-    world = comms.filter(pl.col("nranks") == comms["nranks"].max()).select(
-        "pid", pl.col("host").alias("_host"), pl.col("rank").alias("_rank")).unique(["pid", "_host"])
+    world = (
+        comms.filter(pl.col("nranks") == comms["nranks"].max())
+        .select("pid", pl.col("host").alias("_host"), pl.col("rank").alias("_rank"))
+        .unique(["pid", "_host"])
+    )
     joined = table.with_row_index("_row").join(world, on="pid", how="left")
     same_host = pl.col("_host").is_null() | pl.col("host").is_null() | (pl.col("_host") == pl.col("host"))
     picked = joined.filter(same_host).unique("_row", keep="first")
-    return (table.with_row_index("_row").join(picked.select("_row", "_rank"), on="_row", how="left")
-            .with_columns(rank=pl.coalesce("rank", "_rank")).drop("_row", "_rank"))
+    return (
+        table.with_row_index("_row")
+        .join(picked.select("_row", "_rank"), on="_row", how="left")
+        .with_columns(rank=pl.coalesce("rank", "_rank"))
+        .drop("_row", "_rank")
+    )
 
 
 def failed_ranks(t: RunTables) -> list[int]:
     """Ranks whose log has a Python traceback through a collective: the collective raised."""
-    tracebacks = stacks(t).filter(pl.col("tool") == "traceback", pl.col("exception").is_not_null(), pl.col("rank").is_not_null())
+    tracebacks = stacks(t).filter(
+        pl.col("tool") == "traceback", pl.col("exception").is_not_null(), pl.col("rank").is_not_null()
+    )
     through = tracebacks.filter(
         pl.col("frames").list.eval(pl.element().struct.field("filename").str.contains(WHERE["a collective"])).list.any()
     )
@@ -167,7 +180,9 @@ def _mark_failed(fr: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
         return fr
     newest = pl.col("ts") == pl.col("ts").max().over("rank")
     return fr.with_columns(
-        status=pl.when(pl.col("rank").is_in(ranks) & newest & ~pl.col("is_p2p").fill_null(False)).then(pl.lit("failed")).otherwise("status")
+        status=pl.when(pl.col("rank").is_in(ranks) & newest & ~pl.col("is_p2p").fill_null(False))
+        .then(pl.lit("failed"))
+        .otherwise("status")
     )
 
 
@@ -215,7 +230,9 @@ def stuck(t: RunTables) -> list[Stuck]:
     fr = entries(t)
     if fr.height == 0:
         return []
-    colls = fr.filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
+    colls = fr.filter(
+        ~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null()
+    )
     members = _members(t, fr)
     dumped = set(fr["rank"].drop_nulls().to_list())
     found = []
@@ -231,15 +248,21 @@ def stuck(t: RunTables) -> list[Stuck]:
             continue  # every rank finished all it enqueued in this group
         found.append(_stuck(pg, first_open, group, pending, members.get(pg, set()), dumped))
     found += _p2p_stuck(fr, members, dumped, {s.pg for s in found})
-    return sorted(found, key=lambda s: (-len(s.ranks("waiting")), s.since.timestamp() if s.since else float("inf"), str(s.pg)))  # pg may be None
+    return sorted(
+        found, key=lambda s: (-len(s.ranks("waiting")), s.since.timestamp() if s.since else float("inf"), str(s.pg))
+    )  # pg may be None
 
 
 def _p2p_stuck(fr: pl.DataFrame, members: dict[str, set[int]], dumped: set[int], done: set[str]) -> list[Stuck]:
     """Per group without a stuck collective, its oldest send or recv that did not complete, and
     whether the peer posted the matching recv or send (`nccl:send 0->1`, `nccl:recv 1<-0`: the
     numbers are ranks within the group)."""
-    pending = fr.filter(pl.col("is_p2p").fill_null(False), pl.col("rank").is_not_null(),
-                        ~pl.col("status").is_in(["completed", "failed"]), ~pl.col("pg").is_in(list(done)))
+    pending = fr.filter(
+        pl.col("is_p2p").fill_null(False),
+        pl.col("rank").is_not_null(),
+        ~pl.col("status").is_in(["completed", "failed"]),
+        ~pl.col("pg").is_in(list(done)),
+    )
     found = []
     for (pg,), group in pending.group_by("pg", maintain_order=True):
         first = group.sort("ts", "record_id", nulls_last=True).row(0, named=True)
@@ -256,8 +279,17 @@ def _p2p_stuck(fr: pl.DataFrame, members: dict[str, set[int]], dumped: set[int],
         else:
             member = Member(peer, "never started" if peer in dumped else "no dump")
         site = Member(first["rank"], "waiting", first)
-        found.append(Stuck(pg, first.get("pg_desc"), first["p2p_seq_id"] or 0, first["op"], first.get("input_sizes"),
-                           tuple(sorted((site, member), key=lambda x: x.rank)), first["ts"]))
+        found.append(
+            Stuck(
+                pg,
+                first.get("pg_desc"),
+                first["p2p_seq_id"] or 0,
+                first["op"],
+                first.get("input_sizes"),
+                tuple(sorted((site, member), key=lambda x: x.rank)),
+                first["ts"],
+            )
+        )
     return found
 
 
@@ -282,12 +314,18 @@ def _stuck(pg: str, seq: int, group: pl.DataFrame, pending: pl.DataFrame, ranks:
 
 def desyncs(t: RunTables) -> list[Desync]:
     """Per group, the first sequence id where ranks issued different collectives (op, sizes, dtypes)."""
-    fr = entries(t).filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
+    fr = entries(t).filter(
+        ~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null()
+    )
     # only the sequence ids where something differs are looked at one by one (a job has thousands)
     differ = (
         fr.group_by("pg", "collective_seq_id", maintain_order=True)
-        .agg(ranks=pl.col("rank").n_unique(), ops=pl.col("op").drop_nulls().n_unique(),
-             sizes=pl.col("input_sizes").drop_nulls().n_unique(), dtypes=pl.col("input_dtypes").drop_nulls().n_unique())
+        .agg(
+            ranks=pl.col("rank").n_unique(),
+            ops=pl.col("op").drop_nulls().n_unique(),
+            sizes=pl.col("input_sizes").drop_nulls().n_unique(),
+            dtypes=pl.col("input_dtypes").drop_nulls().n_unique(),
+        )
         .filter(pl.col("ranks") >= 2, (pl.col("ops") > 1) | (pl.col("sizes") > 1) | (pl.col("dtypes") > 1))
         .sort("collective_seq_id", maintain_order=True)
     )
@@ -366,7 +404,12 @@ def _stack_of(t: RunTables, rank: int) -> dict | None:
 
 def _last_activity(fr: pl.DataFrame) -> pl.DataFrame:
     """Per rank: the time of its newest Flight Recorder entry."""
-    return fr.filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null()).group_by("rank").agg(last=pl.col("ts").max()).sort("last")
+    return (
+        fr.filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
+        .group_by("rank")
+        .agg(last=pl.col("ts").max())
+        .sort("last")
+    )
 
 
 def first_stopped(t: RunTables) -> Stop | None:
@@ -387,9 +430,12 @@ def first_stopped(t: RunTables) -> Stop | None:
         rank = min(culprits, key=lambda r: (last[r].timestamp() if r in last else float("-inf"), r))
         doing = next(m for m in root.members if m.rank == rank).doing
         others = who(sorted(root.ranks("waiting") + root.ranks("failed")))
-        why = (f"rank {rank} never started collective #{root.seq} of {root.label} that {others} waited in"
-               if doing == "never started" else f"rank {rank} left no Flight Recorder dump while {others} waited for it "
-               f"in collective #{root.seq} of {root.label}")
+        why = (
+            f"rank {rank} never started collective #{root.seq} of {root.label} that {others} waited in"
+            if doing == "never started"
+            else f"rank {rank} left no Flight Recorder dump while {others} waited for it "
+            f"in collective #{root.seq} of {root.label}"
+        )
     elif hung and lives.height >= 2 and lives["last"][0] < lives["last"][1]:
         rank, why = lives["rank"][0], f"rank {lives['rank'][0]}'s last Flight Recorder entry is the oldest"
     else:
@@ -406,12 +452,25 @@ def _locate(t: RunTables, fr: pl.DataFrame, hung: list[Stuck], rank: int, why: s
         pending = [m.entry for s in hung for m in s.members if m.rank == rank and m.doing == "waiting" and m.entry]
         if where == "a collective" and pending:
             where = f"a collective: {pending[0]['profiling_name']} #{pending[0]['collective_seq_id']} of process group {pending[0]['pg']}"
-        text = f"{stack['tool']} of rank {rank}" + (f" ({stack['thread_name']})" if stack["thread_name"] else "") + f": {frame_text(frame)}"
+        text = (
+            f"{stack['tool']} of rank {rank}"
+            + (f" ({stack['thread_name']})" if stack["thread_name"] else "")
+            + f": {frame_text(frame)}"
+        )
         return Stop(rank, why, where, frame, ({"file": stack["file"], "line": stack["line"], "text": text},), at)
     mine = [m.entry for s in hung for m in s.members if m.rank == rank and m.doing == "waiting" and m.entry]
     if mine:
         entry = mine[0]
         frame = call_site(entry["frames"])
         text = f"rank {rank} waits in {entry['profiling_name']} #{entry['collective_seq_id']} of process group {entry['pg']} at {frame_text(frame)}"
-        return Stop(rank, why, "a collective", frame, ({"file": entry["file"], "line": entry["line"], "text": text},), at)
-    return Stop(rank, why, "an unknown place: no dump, stack or traceback of it (killed, e.g. by the OOM killer, or crashed)", None, (), at)
+        return Stop(
+            rank, why, "a collective", frame, ({"file": entry["file"], "line": entry["line"], "text": text},), at
+        )
+    return Stop(
+        rank,
+        why,
+        "an unknown place: no dump, stack or traceback of it (killed, e.g. by the OOM killer, or crashed)",
+        None,
+        (),
+        at,
+    )

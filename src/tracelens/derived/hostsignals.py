@@ -14,7 +14,17 @@ import polars as pl
 from tracelens.prose import count
 from tracelens.tables import RunTables
 
-INCIDENT_KINDS = ("link_down", "link_up", "tx_timeout", "pcie_aer", "xid", "nic_error", "oom_kill", "soft_lockup", "hung_task")
+INCIDENT_KINDS = (
+    "link_down",
+    "link_up",
+    "tx_timeout",
+    "pcie_aer",
+    "xid",
+    "nic_error",
+    "oom_kill",
+    "soft_lockup",
+    "hung_task",
+)
 KIND_TEXT = {
     "link_down": "link down", "link_up": "link up", "tx_timeout": "NIC transmit timeout", "pcie_aer": "PCIe AER error",
     "xid": "GPU Xid error", "nic_error": "NIC firmware/health error", "oom_kill": "OOM kill", "soft_lockup": "CPU soft lockup",
@@ -51,17 +61,29 @@ class Utilisation:
 
 def utilisation(tables: RunTables, begin: datetime, end: datetime, hosts: list[str] | None = None) -> list[Utilisation]:
     """Per host with timed GPU samples in [begin, end]: mean utilisation inside and outside."""
-    samples = tables["gpu_samples"].filter(pl.col("ts").is_not_null(), pl.col("util_gpu").is_not_null(), pl.col("host").is_not_null())
+    samples = tables["gpu_samples"].filter(
+        pl.col("ts").is_not_null(), pl.col("util_gpu").is_not_null(), pl.col("host").is_not_null()
+    )
     if hosts:
         samples = samples.filter(pl.col("host").is_in(hosts))
     if samples.height == 0:
         return []
     inside = pl.col("ts").is_between(begin, end)  # samples are timed to the second: no margin
-    per_host = samples.group_by("host").agg(
-        inside=pl.col("util_gpu").filter(inside).mean(), outside=pl.col("util_gpu").filter(~inside).mean(),
-        samples=inside.sum(), gpus=pl.col("gpu").filter(inside).n_unique(),
-    ).filter(pl.col("samples") > 0).sort("host")
-    return [Utilisation(r["host"], r["inside"], r["outside"], r["samples"], r["gpus"]) for r in per_host.iter_rows(named=True)]
+    per_host = (
+        samples.group_by("host")
+        .agg(
+            inside=pl.col("util_gpu").filter(inside).mean(),
+            outside=pl.col("util_gpu").filter(~inside).mean(),
+            samples=inside.sum(),
+            gpus=pl.col("gpu").filter(inside).n_unique(),
+        )
+        .filter(pl.col("samples") > 0)
+        .sort("host")
+    )
+    return [
+        Utilisation(r["host"], r["inside"], r["outside"], r["samples"], r["gpus"])
+        for r in per_host.iter_rows(named=True)
+    ]
 
 
 def utilisation_phrase(tables: RunTables, begin: datetime, end: datetime, hosts: list[str] | None = None) -> str:
@@ -77,7 +99,9 @@ def port_rates(tables: RunTables) -> pl.DataFrame:
     """The Active ports of each host with their rate (Gb/s): the latest state per port."""
     ports = tables["ib_ports"].filter(pl.col("rate_gbps").is_not_null(), pl.col("host").is_not_null())
     return (
-        ports.sort("ts", nulls_last=False, maintain_order=True).group_by("host", "ca", "port").agg(pl.all().last())
+        ports.sort("ts", nulls_last=False, maintain_order=True)
+        .group_by("host", "ca", "port")
+        .agg(pl.all().last())
         .filter(pl.col("state").fill_null("Active") == "Active")
         .select("host", "ca", "port", "rate_gbps", "width", "link_layer", "file", "line")
         .sort("host", "ca", "port")
@@ -90,7 +114,12 @@ PHYSICAL = r"^(?:en|eth|ib|bond|p\d+p\d|mlx|hsn|roce)"  # names of NIC ports (no
 def latest_interfaces(tables: RunTables) -> pl.DataFrame:
     """Each host's interfaces as its latest listing shows them (loopback left out)."""
     rows = tables["interfaces"].filter(pl.col("mtu").is_not_null(), pl.col("ifname") != "lo")
-    return rows.sort("ts", nulls_last=False, maintain_order=True).group_by("host", "ifname").agg(pl.all().last()).sort("host", "ifname", nulls_last=True)
+    return (
+        rows.sort("ts", nulls_last=False, maintain_order=True)
+        .group_by("host", "ifname")
+        .agg(pl.all().last())
+        .sort("host", "ifname", nulls_last=True)
+    )
 
 
 def shared_links(tables: RunTables) -> pl.DataFrame:
@@ -102,35 +131,55 @@ def shared_links(tables: RunTables) -> pl.DataFrame:
     if rows.height == 0:
         return rows.with_columns(link=pl.lit(None, pl.String))
     nets = networks(tables).select("host", "ifname", pl.format("network {}", "network").alias("link"))
-    ends = rows.filter(pl.col("peer_ifindex").is_not_null(), pl.col("link_netns").is_not_null()).join(
-        rows.select("host", "ifindex", pl.col("ifname").alias("peer")), left_on=["link_netns", "peer_ifindex"], right_on=["host", "ifindex"]
-    ).select("host", "ifname", "peer", "link_netns")
+    ends = (
+        rows.filter(pl.col("peer_ifindex").is_not_null(), pl.col("link_netns").is_not_null())
+        .join(
+            rows.select("host", "ifindex", pl.col("ifname").alias("peer")),
+            left_on=["link_netns", "peer_ifindex"],
+            right_on=["host", "ifindex"],
+        )
+        .select("host", "ifname", "peer", "link_netns")
+    )
     here, there = pl.format("{}/{}", "host", "ifname"), pl.format("{}/{}", "link_netns", "peer")
     label = pl.format("veth pair {} - {}", pl.min_horizontal(here, there), pl.max_horizontal(here, there)).alias("link")
-    pairs = pl.concat([
-        ends.select("host", "ifname", label),
-        ends.select(pl.col("link_netns").alias("host"), pl.col("peer").alias("ifname"), label),
-    ])
-    bonds = rows.filter(pl.col("master").is_not_null()).select("host", "ifname", "master")
-    bonded = pl.concat([
-        bonds.select("host", "ifname", pl.format("bond {} on {}", "master", "host").alias("link")),
-        bonds.select("host", pl.col("master").alias("ifname"), pl.format("bond {} on {}", "master", "host").alias("link")).unique(),
-    ])
-    named = rows.filter(pl.col("ipv4").is_null(), pl.col("ifname").str.contains(PHYSICAL), pl.col("master").is_null()).select(
-        "host", "ifname", pl.format("{} on every host", "ifname").alias("link")
+    pairs = pl.concat(
+        [
+            ends.select("host", "ifname", label),
+            ends.select(pl.col("link_netns").alias("host"), pl.col("peer").alias("ifname"), label),
+        ]
     )
+    bonds = rows.filter(pl.col("master").is_not_null()).select("host", "ifname", "master")
+    bonded = pl.concat(
+        [
+            bonds.select("host", "ifname", pl.format("bond {} on {}", "master", "host").alias("link")),
+            bonds.select(
+                "host", pl.col("master").alias("ifname"), pl.format("bond {} on {}", "master", "host").alias("link")
+            ).unique(),
+        ]
+    )
+    named = rows.filter(
+        pl.col("ipv4").is_null(), pl.col("ifname").str.contains(PHYSICAL), pl.col("master").is_null()
+    ).select("host", "ifname", pl.format("{} on every host", "ifname").alias("link"))
     links = pl.concat([nets, pairs, bonded, named]).unique(maintain_order=True)
     return links.join(rows, on=["host", "ifname"], how="inner")
 
 
 def networks(tables: RunTables) -> pl.DataFrame:
     """Interfaces with an IPv4 address, their network (10.0.0.0/24) and MTU: the latest listing per host."""
-    rows = tables["interfaces"].filter(pl.col("ipv4").is_not_null(), pl.col("mtu").is_not_null(), pl.col("ifname") != "lo")
+    rows = tables["interfaces"].filter(
+        pl.col("ipv4").is_not_null(), pl.col("mtu").is_not_null(), pl.col("ifname") != "lo"
+    )
     if rows.height == 0:
         return rows.with_columns(network=pl.lit(None, pl.String))
-    latest = rows.sort("ts", nulls_last=False, maintain_order=True).group_by("host", "ifname", maintain_order=True).agg(pl.all().last())
+    latest = (
+        rows.sort("ts", nulls_last=False, maintain_order=True)
+        .group_by("host", "ifname", maintain_order=True)
+        .agg(pl.all().last())
+    )
     return latest.with_columns(
-        network=pl.col("ipv4").map_elements(lambda a: str(IPv4Interface(a).network) if "/" in a else None, return_dtype=pl.String)
+        network=pl.col("ipv4").map_elements(
+            lambda a: str(IPv4Interface(a).network) if "/" in a else None, return_dtype=pl.String
+        )
     ).filter(pl.col("network").is_not_null())
 
 
@@ -147,7 +196,8 @@ def gpu_lanes(samples: pl.DataFrame, points: int = 600) -> pl.DataFrame:
         return pl.DataFrame(schema={"host": pl.String, "ts": pl.Datetime("ns", "UTC"), "util": pl.Float64})
     span = (timed["ts"].max() - timed["ts"].min()).total_seconds()
     return (
-        timed.with_columns(pl.col("host").fill_null("?")).sort("ts")
+        timed.with_columns(pl.col("host").fill_null("?"))
+        .sort("ts")
         .group_by_dynamic("ts", every=f"{max(1, int(span / points))}s", group_by="host")
         .agg(util=pl.col("util_gpu").mean())
         .select("host", pl.col("ts").dt.convert_time_zone("UTC"), "util")
@@ -162,11 +212,35 @@ def _pci(address: pl.Expr) -> pl.Expr:
 def pci_owners(tables: RunTables) -> dict[tuple[str | None, str], str]:
     """(host, `3b:00`) -> what sits there: `GPU 2` (nvidia-smi's bus ids) or `NIC mlx5_core ens1f0` (the
     kernel's driver lines), so a PCIe error can say whether it hit a GPU or a NIC."""
-    gpus = tables["gpu_samples"].filter(pl.col("bus_id").is_not_null()).select(
-        "host", _pci(pl.col("bus_id")).alias("pci"), pl.format("GPU {}", pl.col("gpu").cast(pl.Int64)).alias("owner"))
-    nics = tables["kernel_events"].filter(pl.col("subsystem").is_in(["mlx5_core", "mlx4_core", "mlx4_en", "bnxt_en", "ice", "i40e", "ixgbe", "igb"]),
-                                          pl.col("device").is_not_null()).select(
-        "host", _pci(pl.col("device")).alias("pci"),
-        pl.format("NIC {}{}", "subsystem", pl.when(pl.col("netdev").is_not_null()).then(pl.format(" {}", "netdev")).otherwise(pl.lit(""))).alias("owner"))
-    both = pl.concat([gpus, nics]).filter(pl.col("pci").is_not_null()).sort("owner", descending=True).unique(["host", "pci"], keep="first")
+    gpus = (
+        tables["gpu_samples"]
+        .filter(pl.col("bus_id").is_not_null())
+        .select(
+            "host",
+            _pci(pl.col("bus_id")).alias("pci"),
+            pl.format("GPU {}", pl.col("gpu").cast(pl.Int64)).alias("owner"),
+        )
+    )
+    nics = (
+        tables["kernel_events"]
+        .filter(
+            pl.col("subsystem").is_in(["mlx5_core", "mlx4_core", "mlx4_en", "bnxt_en", "ice", "i40e", "ixgbe", "igb"]),
+            pl.col("device").is_not_null(),
+        )
+        .select(
+            "host",
+            _pci(pl.col("device")).alias("pci"),
+            pl.format(
+                "NIC {}{}",
+                "subsystem",
+                pl.when(pl.col("netdev").is_not_null()).then(pl.format(" {}", "netdev")).otherwise(pl.lit("")),
+            ).alias("owner"),
+        )
+    )
+    both = (
+        pl.concat([gpus, nics])
+        .filter(pl.col("pci").is_not_null())
+        .sort("owner", descending=True)
+        .unique(["host", "pci"], keep="first")
+    )
     return {(r["host"], r["pci"]): r["owner"] for r in both.iter_rows(named=True)}

@@ -40,14 +40,13 @@ def port_ranks(tables: RunTables) -> pl.DataFrame:
 def ranks_on(port_ranks: pl.DataFrame, host: str | None, ca: str | None, port: int | None) -> list[int]:
     """The ranks using one HCA port (a port NCCL names without a number matches any), from `port_ranks`."""
     ranks = port_ranks.filter(
-        pl.col("host").eq_missing(host) & pl.col("ca").eq_missing(ca) & (pl.col("port").is_null() | pl.col("port").eq_missing(port))
+        pl.col("host").eq_missing(host)
+        & pl.col("ca").eq_missing(ca)
+        & (pl.col("port").is_null() | pl.col("port").eq_missing(port))
     )
     return ranks["rank"].to_list()
 
 
 def nccl_devices(tables: RunTables) -> pl.DataFrame:
     """(host, ca) pairs NCCL reports using."""
-    return (
-        tables["nccl_net"].filter(pl.col("what") == "ib_device")
-        .select("host", pl.col("name").alias("ca")).unique()
-    )
+    return tables["nccl_net"].filter(pl.col("what") == "ib_device").select("host", pl.col("name").alias("ca")).unique()

@@ -59,7 +59,9 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
         .filter(pl.col("step").is_not_null())
         .sort([*STREAM, "step"], nulls_last=True)
         .with_columns(
-            pl.coalesce(pl.col("iter_ms"), timers, pl.when((covered > 0) & fine_ts).then(per_step_gap)).alias("time_ms"),
+            pl.coalesce(pl.col("iter_ms"), timers, pl.when((covered > 0) & fine_ts).then(per_step_gap)).alias(
+                "time_ms"
+            ),
             pl.when(pl.col("iter_ms").is_not_null())
             .then(pl.lit("iteration"))
             .when(timers.is_not_null())
@@ -68,7 +70,9 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
             .alias("basis"),
             pl.when(pl.col("iter_ms").is_null() & timers.is_null()).then(covered).otherwise(1.0).alias("steps_covered"),
             pl.sum_horizontal("bwd_allreduce_ms", "optimizer_allgather_ms").alias("comm_ms"),
-            (pl.col("fwd_ms") + pl.coalesce("bwd_inner_ms", pl.col("bwd_ms") - pl.col("bwd_allreduce_ms"))).alias("compute_ms"),
+            (pl.col("fwd_ms") + pl.coalesce("bwd_inner_ms", pl.col("bwd_ms") - pl.col("bwd_allreduce_ms"))).alias(
+                "compute_ms"
+            ),
         )
     )
     return _baseline(series, slow)
@@ -83,7 +87,12 @@ def _baseline(series: pl.DataFrame, limits: SlowSteps) -> pl.DataFrame:
     series = series.with_columns(base.alias("baseline_ms"))
     spread = (t - pl.col("baseline_ms")).abs().rolling_median(**window).over(STREAM) * 1.4826
     spread = pl.max_horizontal(spread, pl.col("baseline_ms") * MIN_SPREAD)
-    slow = timed & (pl.col("baseline_ms") > 0) & (pl.col("time_ms") > limits.slow_ratio * pl.col("baseline_ms")) & (pl.col("time_ms") - pl.col("baseline_ms") > limits.slow_sigmas * spread)
+    slow = (
+        timed
+        & (pl.col("baseline_ms") > 0)
+        & (pl.col("time_ms") > limits.slow_ratio * pl.col("baseline_ms"))
+        & (pl.col("time_ms") - pl.col("baseline_ms") > limits.slow_sigmas * spread)
+    )
     return series.with_columns(slow.fill_null(False).alias("slow"))
 
 
@@ -112,7 +121,11 @@ class Window:
 
     @property
     def label(self) -> str:
-        return f"step {self.first_step}" if self.first_step == self.last_step else f"steps {self.first_step}-{self.last_step}"
+        return (
+            f"step {self.first_step}"
+            if self.first_step == self.last_step
+            else f"steps {self.first_step}-{self.last_step}"
+        )
 
 
 def slow_windows(series: pl.DataFrame) -> list[Window]:
@@ -134,9 +147,12 @@ def sustained_windows(series: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> li
     The windows are measured against that quartile."""
     usual = pl.col("time_ms").filter(pl.int_range(pl.len()) >= WARMUP_ROWS).quantile(0.25).over(STREAM)
     marked = series.with_columns(baseline_ms=usual).with_columns(
-        slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS) & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
+        slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS)
+        & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
     )
-    return [w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= slow.sustained_steps]
+    return [
+        w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= slow.sustained_steps
+    ]
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:
@@ -232,14 +248,18 @@ def slow_episodes(steps: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Ep
     episodes = []
     for b, e, ws, run in merged:
         begin, end = _trimmed(wall, b, e, ws)
-        episodes.append(Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, _ordinary(wall, begin, end, ws)))
+        episodes.append(
+            Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, _ordinary(wall, begin, end, ws))
+        )
     return sorted(episodes, key=lambda ep: -ep.cost_s)
 
 
 def _worst_stream(wall: pl.DataFrame, windows: list[Window]) -> pl.DataFrame:
     """The wall step times (time_ms, start, ts) of the stream with the costliest window."""
     worst = max(windows, key=lambda w: w.cost_s)
-    stream = wall.filter(*(pl.col(c).eq_missing(v) for c, v in zip(STREAM, (worst.file, worst.host, worst.rank, worst.engine))))
+    stream = wall.filter(
+        *(pl.col(c).eq_missing(v) for c, v in zip(STREAM, (worst.file, worst.host, worst.rank, worst.engine)))
+    )
     stream = stream.filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
     took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
     return stream.with_columns(start=pl.col("ts") - took)
@@ -268,8 +288,10 @@ def _ordinary(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[
     as_slow = float((stretches >= level).mean())
     if as_slow < NOISE_SHARE:
         return ""
-    return (f"within the run's own variability: {as_slow:.0%} of the {rows}-step stretches outside it were as slow "
-            f"(median {level:.0f} ms per step)")
+    return (
+        f"within the run's own variability: {as_slow:.0%} of the {rows}-step stretches outside it were as slow "
+        f"(median {level:.0f} ms per step)"
+    )
 
 
 def _trimmed(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[Window]) -> tuple[datetime, datetime]:

@@ -61,7 +61,9 @@ class Signal:
     change: float | None = None  # a level's inside minus outside (ms per step)
     port: str | None = None  # `mlx5_1:1` for a counter signal
     locating: bool = False  # the signal belongs to one place (a port's own physical errors), not to both ends of a path
-    extent: tuple[datetime, datetime] | None = None  # for a count that rose: when its events ran dense (see dense_extent)
+    extent: tuple[datetime, datetime] | None = (
+        None  # for a count that rose: when its events ran dense (see dense_extent)
+    )
     evidence: tuple[dict, ...] = field(default=(), compare=False)  # file, line, frame, text, host
 
 
@@ -69,8 +71,13 @@ def measure(ctx: RunContext, series: pl.DataFrame, begin: datetime, end: datetim
     """Every signal of the run for the window [begin, end] (packet analysis, counter deltas and host
     names from the run's context, computed once for every window)."""
     names = ctx.host_names
-    return [*_packet_signals(ctx, names, begin, end), *_counter_signals(ctx, begin, end),
-            *_nccl_signals(ctx, begin, end), *_kernel_signals(ctx, series, begin, end), *step_signals(series, begin, end)]
+    return [
+        *_packet_signals(ctx, names, begin, end),
+        *_counter_signals(ctx, begin, end),
+        *_nccl_signals(ctx, begin, end),
+        *_kernel_signals(ctx, series, begin, end),
+        *step_signals(series, begin, end),
+    ]
 
 
 # -- counts ---------------------------------------------------------------------------------------
@@ -83,7 +90,11 @@ def _seconds(lo: datetime, hi: datetime) -> float:
 def _exposure(span: tuple[datetime, datetime], begin: datetime, end: datetime) -> tuple[float, float, float]:
     """Seconds of `span` before, inside and after the window."""
     first, last = span
-    return (_seconds(first, min(last, begin)), _seconds(max(first, begin), min(last, end)), _seconds(max(first, end), last))
+    return (
+        _seconds(first, min(last, begin)),
+        _seconds(max(first, begin), min(last, end)),
+        _seconds(max(first, end), last),
+    )
 
 
 def rate_text(count: int, seconds: float) -> str:
@@ -96,9 +107,19 @@ def rate_text(count: int, seconds: float) -> str:
     return f"{rate * 60:.2g}/min"
 
 
-def count_signal(source: str, cause: str | None, what: str, where: str, times: pl.Series, span: tuple[datetime, datetime],
-                 begin: datetime, end: datetime, hosts: tuple[str, ...] = (), evidence: tuple[dict, ...] = (),
-                 watched: pl.Series | None = None) -> Signal:
+def count_signal(
+    source: str,
+    cause: str | None,
+    what: str,
+    where: str,
+    times: pl.Series,
+    span: tuple[datetime, datetime],
+    begin: datetime,
+    end: datetime,
+    hosts: tuple[str, ...] = (),
+    evidence: tuple[dict, ...] = (),
+    watched: pl.Series | None = None,
+) -> Signal:
     """A count signal from event times (one event per time) and the span its source watched;
     `watched`: the times its source saw anything at all (a capture's packets), which say whether the
     events' stretch has edges the source could see (see blind_edge)."""
@@ -106,11 +127,17 @@ def count_signal(source: str, cause: str | None, what: str, where: str, times: p
     n_before = int((times < begin).sum())
     n_after = int((times > end).sum())
     n_in = times.len() - n_before - n_after
-    signal = _rate_signal(source, cause, what, where, (n_before, t_before), (n_in, t_in), (n_after, t_after), hosts, evidence)
+    signal = _rate_signal(
+        source, cause, what, where, (n_before, t_before), (n_in, t_in), (n_after, t_after), hosts, evidence
+    )
     if not signal.rose:
         return signal
     extent = dense_extent(times, begin, end)
-    if extent is not None and watched is not None and (blind_edge(watched, extent[0], -1) or blind_edge(watched, extent[1], 1)):
+    if (
+        extent is not None
+        and watched is not None
+        and (blind_edge(watched, extent[0], -1) or blind_edge(watched, extent[1], 1))
+    ):
         extent = None
     return replace(signal, extent=extent)
 
@@ -148,13 +175,17 @@ def dense_extent(times: pl.Series, begin: datetime, end: datetime) -> tuple[date
     if not usable.any():
         return None
     best = int(np.argmax(np.where(usable, gain, -np.inf)))
-    inside = near.filter(near.is_between(origin + timedelta(seconds=float(first[best])), origin + timedelta(seconds=float(last[best]))))
+    inside = near.filter(
+        near.is_between(origin + timedelta(seconds=float(first[best])), origin + timedelta(seconds=float(last[best])))
+    )
     if inside.len() < 2 or (inside.max() - inside.min()) / (inside.len() - 1) > SAMPLED_GAP:
         return None  # events this far apart (a dozen kernel records in minutes) place its edges no better than their spacing
     return inside.min(), inside.max()
 
 
-EDGE_LOOK = timedelta(seconds=5)  # how long before a stretch's first event (after its last) the source must have watched
+EDGE_LOOK = timedelta(
+    seconds=5
+)  # how long before a stretch's first event (after its last) the source must have watched
 
 
 def blind_edge(watched: pl.Series, edge: datetime, side: int) -> bool:
@@ -168,10 +199,23 @@ def blind_edge(watched: pl.Series, edge: datetime, side: int) -> bool:
     return bool(edges.diff().drop_nulls().max() >= SAMPLED_GAP)
 
 
-def _rate_signal(source: str, cause: str | None, what: str, where: str, before: tuple[int, float], inside: tuple[int, float],
-                 after: tuple[int, float], hosts: tuple[str, ...], evidence: tuple[dict, ...] = (), **extra) -> Signal:
+def _rate_signal(
+    source: str,
+    cause: str | None,
+    what: str,
+    where: str,
+    before: tuple[int, float],
+    inside: tuple[int, float],
+    after: tuple[int, float],
+    hosts: tuple[str, ...],
+    evidence: tuple[dict, ...] = (),
+    **extra,
+) -> Signal:
     test = RateComparison(inside[0], inside[1], before[0] + after[0], before[1] + after[1])
-    sides = [f"{rate_text(*before)} before" if before[1] > 0 else "", f"{rate_text(*after)} after" if after[1] > 0 else ""]
+    sides = [
+        f"{rate_text(*before)} before" if before[1] > 0 else "",
+        f"{rate_text(*after)} after" if after[1] > 0 else "",
+    ]
     outside = " and ".join(s for s in sides if s) or "nothing outside it to compare with"
     if not test.comparable:
         verdict = "cannot tell (no time outside the window)" if inside[1] > 0 else "not seen in the window"
@@ -181,7 +225,9 @@ def _rate_signal(source: str, cause: str | None, what: str, where: str, before: 
         verdict = "no rise"
     text = f"{where}: {what} {rate_text(*inside)} in the window ({inside[0]:,}) vs {outside}: {verdict}"
     ratio = test.rate_in / test.rate_out if test.rate_out else None
-    return Signal(source, cause, what, where, test.rose, test.comparable, text, hosts, ratio=ratio, evidence=evidence, **extra)
+    return Signal(
+        source, cause, what, where, test.rose, test.comparable, text, hosts, ratio=ratio, evidence=evidence, **extra
+    )
 
 
 def _rows(frame: pl.DataFrame, begin: datetime, end: datetime, time: str = "ts") -> tuple[dict, ...]:
@@ -196,8 +242,12 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
         return []
     pair = pl.concat_list(pl.col("src").replace(names), pl.col("dst").replace(names)).list.sort().list.join(" ↔ ")
     spans = packets.group_by(pl.col("file").cast(pl.String)).agg(first=pl.col("ts").min(), last=pl.col("ts").max())
-    flows = pl.concat([analysis.tcp.select("file", "src", "dst", proto=pl.lit("tcp")),
-                       analysis.qps.select("file", "src", "dst", proto=pl.lit("roce"))]).with_columns(pair=pair)
+    flows = pl.concat(
+        [
+            analysis.tcp.select("file", "src", "dst", proto=pl.lit("tcp")),
+            analysis.qps.select("file", "src", "dst", proto=pl.lit("roce")),
+        ]
+    ).with_columns(pair=pair)
     flows = flows.join(spans, on="file").group_by("proto", "pair").agg(pl.col("first").min(), pl.col("last").max())
     events = analysis.events.with_columns(pair=pair, text=pl.format("{}: {}", "kind", "flow"))
     signals = []
@@ -206,8 +256,21 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
         for what, cause, kinds in PACKET_SIGNALS[row["proto"]]:
             mine = events.filter(pl.col("pair") == row["pair"], pl.col("kind").is_in(kinds))
             rows = _rows(mine.select("file", "frame", "text", "ts"), begin, end)
-            signals.append(count_signal("packets", cause, what, row["pair"], mine["ts"], (row["first"], row["last"]),
-                                        begin, end, hosts, rows, watched=packets["ts"]))
+            signals.append(
+                count_signal(
+                    "packets",
+                    cause,
+                    what,
+                    row["pair"],
+                    mine["ts"],
+                    (row["first"], row["last"]),
+                    begin,
+                    end,
+                    hosts,
+                    rows,
+                    watched=packets["ts"],
+                )
+            )
     return signals
 
 
@@ -219,26 +282,62 @@ def _counter_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Si
         return []
     lo, hi = begin - COARSE, end + COARSE
     place = pl.format("{} {} port {}", "host", pl.coalesce("ca", "node"), "port")
-    side = pl.when(pl.col("end") <= lo).then(pl.lit("before")).when(pl.col("start") >= hi).then(pl.lit("after")).otherwise(pl.lit("inside"))
+    side = (
+        pl.when(pl.col("end") <= lo)
+        .then(pl.lit("before"))
+        .when(pl.col("start") >= hi)
+        .then(pl.lit("after"))
+        .otherwise(pl.lit("inside"))
+    )
     per_side = (
         moved.with_columns(place=place, side=side, n=pl.col("delta").fill_null(0))
         .with_columns(port_id=pl.format("{}:{}", pl.coalesce("ca", "node"), "port"))
         .group_by("host", "place", "port_id", "kind", "counter", "side")
-        .agg(pl.col("n").sum(), pl.col("interval_s").sum(), rows=pl.struct("file", "line", "host", text=pl.format("{}: {} (was {})", "counter", "after", "before")))
+        .agg(
+            pl.col("n").sum(),
+            pl.col("interval_s").sum(),
+            rows=pl.struct("file", "line", "host", text=pl.format("{}: {} (was {})", "counter", "after", "before")),
+        )
     )
     signals = []
     for (host, place, port, kind, counter), sides in per_side.sort("host", "place", "counter").group_by(
-            "host", "place", "port_id", "kind", "counter", maintain_order=True):
+        "host", "place", "port_id", "kind", "counter", maintain_order=True
+    ):
         got = {r["side"]: r for r in sides.iter_rows(named=True)}
-        part = {s: (int(got[s]["n"]), float(got[s]["interval_s"])) if s in got else (0, 0.0) for s in ("before", "inside", "after")}
+        part = {
+            s: (int(got[s]["n"]), float(got[s]["interval_s"])) if s in got else (0, 0.0)
+            for s in ("before", "inside", "after")
+        }
         rows = tuple(got["inside"]["rows"][:EVIDENCE_ROWS]) if "inside" in got else ()
-        signals.append(_rate_signal("counters", _COUNTER_CAUSE[kind], counter, place, part["before"], part["inside"], part["after"],
-                                    (host,), rows, port=port, locating=kind != "RDMA errors"))
+        signals.append(
+            _rate_signal(
+                "counters",
+                _COUNTER_CAUSE[kind],
+                counter,
+                place,
+                part["before"],
+                part["inside"],
+                part["after"],
+                (host,),
+                rows,
+                port=port,
+                locating=kind != "RDMA errors",
+            )
+        )
     still = deltas.select("host", "node", "port").unique().height
     if still:
-        signals.append(Signal("counters", None, "error and congestion counters", "every port", False, True,
-                              f"error and congestion counters of {count(still, 'port')}: "
-                              + ("no other counter moved during the run" if signals else "none moved during the run")))
+        signals.append(
+            Signal(
+                "counters",
+                None,
+                "error and congestion counters",
+                "every port",
+                False,
+                True,
+                f"error and congestion counters of {count(still, 'port')}: "
+                + ("no other counter moved during the run" if signals else "none moved during the run"),
+            )
+        )
     return signals
 
 
@@ -254,8 +353,20 @@ def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signa
         mine = errors.filter(pl.col("host") == row["host"])
         cause = "link" if mine["kind"].str.starts_with("ib_").any() else "failure"
         rows = _rows(mine.select("file", "line", "host", "ts", text="message"), begin - COARSE, end + COARSE)
-        signals.append(count_signal("NCCL", cause, "NCCL warnings and errors", row["host"], mine["ts"],
-                                    (row["first"], row["last"]), begin - COARSE, end + COARSE, (row["host"],), rows))
+        signals.append(
+            count_signal(
+                "NCCL",
+                cause,
+                "NCCL warnings and errors",
+                row["host"],
+                mine["ts"],
+                (row["first"], row["last"]),
+                begin - COARSE,
+                end + COARSE,
+                (row["host"],),
+                rows,
+            )
+        )
     return signals
 
 
@@ -271,11 +382,27 @@ def _kernel_signals(ctx: RunContext, series: pl.DataFrame, begin: datetime, end:
     for (host, cause), mine in events.sort("lo").group_by("host", "cause", maintain_order=True):
         kinds = listing(sorted(set(mine["what"].to_list())))
         rows = _rows(mine.select("file", "line", "host", "text", ts="lo"), begin - COARSE, end + COARSE)
-        signal = count_signal("kernel", cause, f"kernel records ({kinds})", host, mine["lo"], span, begin - COARSE, end + COARSE,
-                              (host,), rows)
+        signal = count_signal(
+            "kernel",
+            cause,
+            f"kernel records ({kinds})",
+            host,
+            mine["lo"],
+            span,
+            begin - COARSE,
+            end + COARSE,
+            (host,),
+            rows,
+        )
         inside = int(mine["lo"].is_between(begin - COARSE, end + COARSE).sum())
-        signals.append(replace(signal, text=f"{host}'s kernel logged {count(inside, 'record')} of {kinds} in the window; "
-                               + signal.text.split(": ", 1)[1], locating=True))
+        signals.append(
+            replace(
+                signal,
+                text=f"{host}'s kernel logged {count(inside, 'record')} of {kinds} in the window; "
+                + signal.text.split(": ", 1)[1],
+                locating=True,
+            )
+        )
     return signals
 
 
@@ -293,9 +420,13 @@ def step_levels(series: pl.DataFrame) -> pl.DataFrame:
     covered = (pl.col("step") - pl.col("step").shift().over(timing.STREAM)).cast(pl.Float64)
     timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
     fine = (pl.col("ts").dt.millisecond() != 0).any().over(timing.STREAM)
-    return series.with_columns(fwd_ms=pl.col("fwd_ms"), bwd_compute_ms=bwd_compute, optimizer_ms=optimizer).with_columns(
+    return series.with_columns(
+        fwd_ms=pl.col("fwd_ms"), bwd_compute_ms=bwd_compute, optimizer_ms=optimizer
+    ).with_columns(
         compute_total_ms=pl.sum_horizontal(list(COMPUTE_PHASES), ignore_nulls=True).replace(0.0, None),
-        between_ms=pl.when(fine & (covered == 1)).then((gap - pl.coalesce("iter_ms", timers).fill_null(0.0)).clip(lower_bound=0)),
+        between_ms=pl.when(fine & (covered == 1)).then(
+            (gap - pl.coalesce("iter_ms", timers).fill_null(0.0)).clip(lower_bound=0)
+        ),
     )
 
 
@@ -309,13 +440,24 @@ def _level(inside: pl.Series, outside: pl.Series, mean: bool = False) -> LevelCo
     med_out = outside.median() if outside.len() else None
     spread = float((outside - med_out).abs().median() * 1.4826) if med_out is not None else 0.0
     if mean:
-        return LevelComparison(inside.mean() if inside.len() else None, outside.mean() if outside.len() else None, spread,
-                               inside.len(), outside.len())
-    return LevelComparison(inside.median() if inside.len() else None, med_out, spread, inside.len(), outside.len(), MEDIAN_MIN_STEPS)
+        return LevelComparison(
+            inside.mean() if inside.len() else None,
+            outside.mean() if outside.len() else None,
+            spread,
+            inside.len(),
+            outside.len(),
+        )
+    return LevelComparison(
+        inside.median() if inside.len() else None, med_out, spread, inside.len(), outside.len(), MEDIAN_MIN_STEPS
+    )
 
 
-LEVELS = {"compute_total_ms": ("compute", "compute time"), "comm_ms": ("comm", "communication time"),
-          "between_ms": ("between", "time between steps outside the timers"), "time_ms": ("step", "step time")}
+LEVELS = {
+    "compute_total_ms": ("compute", "compute time"),
+    "comm_ms": ("comm", "communication time"),
+    "between_ms": ("between", "time between steps outside the timers"),
+    "time_ms": ("step", "step time"),
+}
 
 
 def level_extent(stream: pl.DataFrame, column: str, begin: datetime, end: datetime) -> tuple[datetime, datetime] | None:
@@ -325,7 +467,9 @@ def level_extent(stream: pl.DataFrame, column: str, begin: datetime, end: dateti
     change-point statistic: the run that best splits the steps into two levels, k (n - k) / n times
     the squared difference of the means). One 25 s pause between two steps is its own run; a
     minute of slower compute is its minute, without the busy machine's noise around it."""
-    near = stream.filter(pl.col("ts") >= begin - DENSE_REACH, pl.col("start") <= end + DENSE_REACH, pl.col(column).is_not_null())
+    near = stream.filter(
+        pl.col("ts") >= begin - DENSE_REACH, pl.col("start") <= end + DENSE_REACH, pl.col(column).is_not_null()
+    )
     n = near.height
     overlapping = ((near["ts"] >= begin) & (near["start"] <= end)).to_numpy().nonzero()[0]
     if n < 3 or overlapping.size == 0:
@@ -337,7 +481,9 @@ def level_extent(stream: pl.DataFrame, column: str, begin: datetime, end: dateti
     inner = sums[j + 1] - sums[i]
     with np.errstate(divide="ignore", invalid="ignore"):
         gap = inner / k - (sums[n] - inner) / (n - k)
-    score = np.where((k < n) & (gap > 0) & (i <= overlapping[-1]) & (j >= overlapping[0]), k * (n - k) / n * gap**2, -1.0)
+    score = np.where(
+        (k < n) & (gap > 0) & (i <= overlapping[-1]) & (j >= overlapping[0]), k * (n - k) / n * gap**2, -1.0
+    )
     best = int(np.argmax(score))
     if score[best] <= 0:
         return None
@@ -353,16 +499,21 @@ def _widened(values: np.ndarray, first: int, last: int) -> tuple[int, int]:
     rose above the steps around the run (LevelComparison's test, on the median of a few steps: its
     robust standard deviation shrinks by 1.25 / sqrt(EDGE_STEPS)). Contention that builds up over a
     few seconds (2x, then 5x) began when the 2x did."""
-    outside = np.concatenate([values[:first], values[last + 1:]])
+    outside = np.concatenate([values[:first], values[last + 1 :]])
     if outside.size < 3:
         return first, last
     level = float(np.median(outside))
     spread = float(np.median(np.abs(outside - level))) * 1.4826 * 1.2533 / np.sqrt(EDGE_STEPS)
+
     def rose(block: np.ndarray) -> bool:
-        return block.size == EDGE_STEPS and LevelComparison(float(np.median(block)), level, spread, EDGE_STEPS, outside.size).rose
-    while first > 0 and rose(values[max(first - EDGE_STEPS, 0):first]):
+        return (
+            block.size == EDGE_STEPS
+            and LevelComparison(float(np.median(block)), level, spread, EDGE_STEPS, outside.size).rose
+        )
+
+    while first > 0 and rose(values[max(first - EDGE_STEPS, 0) : first]):
         first -= 1
-    while last < values.size - 1 and rose(values[last + 1:last + 1 + EDGE_STEPS]):
+    while last < values.size - 1 and rose(values[last + 1 : last + 1 + EDGE_STEPS]):
         last += 1
     return first, last
 
@@ -382,15 +533,30 @@ def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[S
             ratio = level.ratio
             verdict = "rose" if level.rose else "no rise"
             how = f"{ratio:.2f}x" if ratio is not None else "n/a"
-            text = (f"{who}: {what} {level.inside:.0f} ms per step{' on average' if cause == 'between' else ''} in the window vs {level.outside:.0f} ms outside it "
-                    f"({how}): {verdict}")
+            text = (
+                f"{who}: {what} {level.inside:.0f} ms per step{' on average' if cause == 'between' else ''} in the window vs {level.outside:.0f} ms outside it "
+                f"({how}): {verdict}"
+            )
             if cause == "compute" and level.rose:
                 text += _phases(inside, outside)
             evidence = tuple(inside.select("file", "line", "host", text="message").head(2).to_dicts())
-            signals.append(Signal("steps", cause, what, who, level.rose, level.comparable, text, (host,) if host else (),
-                                  rank=rank if rank is not None and rank >= 0 else None, ratio=ratio,
-                                  change=level.inside - level.outside, evidence=evidence,
-                                  extent=level_extent(stream, column, begin, end) if level.rose else None))
+            signals.append(
+                Signal(
+                    "steps",
+                    cause,
+                    what,
+                    who,
+                    level.rose,
+                    level.comparable,
+                    text,
+                    (host,) if host else (),
+                    rank=rank if rank is not None and rank >= 0 else None,
+                    ratio=ratio,
+                    change=level.inside - level.outside,
+                    evidence=evidence,
+                    extent=level_extent(stream, column, begin, end) if level.rose else None,
+                )
+            )
         if (pace := _pace_signal(who, host, rank, inside["comm_ms"], outside["comm_ms"])) is not None:
             signals.append(pace)
     return signals
@@ -413,10 +579,22 @@ def _pace_signal(who: str, host: str | None, rank: int | None, inside: pl.Series
     floor, usual = float(inside.quantile(0.25)), float(outside.median())
     rose = floor >= PACE_RISE * usual
     verdict = "every transfer slowed" if rose else "no rise (only some steps' transfers slowed, if any)"
-    text = (f"{who}: communication time of the window's faster steps (lower quartile) {floor:.0f} ms vs {usual:.0f} ms "
-            f"per step outside it ({floor / usual:.2f}x): {verdict}")
-    return Signal("steps", "pace", "communication pace", who, rose, True, text, (host,) if host else (),
-                  rank=rank if rank is not None and rank >= 0 else None, ratio=floor / usual)
+    text = (
+        f"{who}: communication time of the window's faster steps (lower quartile) {floor:.0f} ms vs {usual:.0f} ms "
+        f"per step outside it ({floor / usual:.2f}x): {verdict}"
+    )
+    return Signal(
+        "steps",
+        "pace",
+        "communication pace",
+        who,
+        rose,
+        True,
+        text,
+        (host,) if host else (),
+        rank=rank if rank is not None and rank >= 0 else None,
+        ratio=floor / usual,
+    )
 
 
 def _phases(inside: pl.DataFrame, outside: pl.DataFrame) -> str:

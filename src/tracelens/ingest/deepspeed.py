@@ -90,7 +90,9 @@ def _envelope(text: pl.Series) -> pl.Series:
         found = lines.str.find(ENVELOPE_START)
         # str.find counts bytes and str.slice characters: lines with non-ASCII junk (tqdm bars) are cut again
         wide = found.is_not_null() & (lines.str.len_bytes() != lines.str.len_chars())
-        return _patched(lines.str.slice(found), wide, lambda w: lines.gather(w).str.replace(rf"^.*?({ENVELOPE_START})", "$1"))
+        return _patched(
+            lines.str.slice(found), wide, lambda w: lines.gather(w).str.replace(rf"^.*?({ENVELOPE_START})", "$1")
+        )
 
     return _patched(text.zip_with(at_start, _nulls(text)), ~at_start, search)
 
@@ -142,7 +144,13 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
             .cast(pl.Int64, strict=False)
             .fill_null(tag.str.extract(TAG_RANK, 1).cast(pl.Int64, strict=False))
             .fill_null(pl.lit(rank, pl.Int64)),
-            "prefix": _patched(prefix, others, lambda rows: envelope.gather(rows).str.contains(FOREIGN).replace_strict({True: "foreign", False: "deepspeed"})),
+            "prefix": _patched(
+                prefix,
+                others,
+                lambda rows: (
+                    envelope.gather(rows).str.contains(FOREIGN).replace_strict({True: "foreign", False: "deepspeed"})
+                ),
+            ),
             "body": byte_slice(message, rank_end + 2).zip_with(ranked, message).fill_null(rest),
         }
     )
@@ -154,15 +162,22 @@ NOISE = {"overflow", "chatter", "blank"}  # known, but nothing to keep: IGNORED
 
 # A line can be DeepSpeed's only if it has a logger envelope or starts (after a pdsh tag) like a kind
 # printed without one: a cheap test that spares the full reading of the NCCL and application lines.
-CANDIDATE = ENVELOPE_START + "|" + LAUNCHER_TAG + r"(?:\[Rank -?\d+\] )?(?:" + "|".join(
-    head.removeprefix("^") for head, printed_bare in HEADS.values() if printed_bare
-) + ")"
+CANDIDATE = (
+    ENVELOPE_START
+    + "|"
+    + LAUNCHER_TAG
+    + r"(?:\[Rank -?\d+\] )?(?:"
+    + "|".join(head.removeprefix("^") for head, printed_bare in HEADS.values() if printed_bare)
+    + ")"
+)
 
 
 def may_open_block(text: pl.Series) -> bool:
     """Whether a line may open a multi-line record (see BLOCKS): a chunk with one is read in full."""
     json_open = text.str.strip_chars_end().str.tail(1).is_in(["{", "["])
-    return (text.str.contains("configuration:", literal=True) | text.str.contains("Comm. Op", literal=True) | json_open).any()
+    return (
+        text.str.contains("configuration:", literal=True) | text.str.contains("Comm. Op", literal=True) | json_open
+    ).any()
 
 
 # Continuation lines (no prefix) of multi-line records: block -> (openers, line shapes -> kind)
@@ -170,7 +185,8 @@ _INDENTED = r"^(?:\s+\S|[}\]])"
 BLOCKS: dict[str, tuple[pl.Expr, dict[str, str]]] = {
     # the v0.1 echo (entries without a prefix) and JSON values (`  json = {` ... `}`)
     "indented": (
-        (pl.col("kind") == "config_header") | ((pl.col("kind") == "config_entry") & pl.col("body").str.contains(r"[{\[]\s*$")),
+        (pl.col("kind") == "config_header")
+        | ((pl.col("kind") == "config_entry") & pl.col("body").str.contains(r"[{\[]\s*$")),
         {"config_entry": HEADS["config_entry"][0], "json_line": _INDENTED},
     ),
     # log_summary(): op name lines and 20-character-cell rows, banners before the straggler table
@@ -245,12 +261,20 @@ def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
         return _timers(recs)
     groups = recs.with_columns(pl.col("body").str.extract_groups(HOT[kind]).alias("g")).unnest("g")
     body = pl.col("body")
-    rank = pl.coalesce(pl.col("rank0").cast(pl.Int64, strict=False), pl.col("rank")) if "rank0" in groups.columns else pl.col("rank")
+    rank = (
+        pl.coalesce(pl.col("rank0").cast(pl.Int64, strict=False), pl.col("rank"))
+        if "rank0" in groups.columns
+        else pl.col("rank")
+    )
     base = [pl.col("line"), pl.col("host"), pl.col("ts"), rank.alias("rank")]
     if kind != "comm_op":  # the text a step row shows as its evidence
         base.append(body)
     if kind == "progress":
-        fields = [pl.col("step").cast(pl.Int64, strict=False), pl.col("skipped").cast(pl.Int64, strict=False), _num("lr").alias("lr")]
+        fields = [
+            pl.col("step").cast(pl.Int64, strict=False),
+            pl.col("skipped").cast(pl.Int64, strict=False),
+            _num("lr").alias("lr"),
+        ]
     elif kind == "throughput":
         fields = [
             pl.coalesce("epoch", "epoch_v07").cast(pl.Int64, strict=False).alias("epoch"),
@@ -260,7 +284,11 @@ def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
             pl.coalesce(_num("avg"), _num("avg_v06")).alias("avg_samples_per_sec"),
         ]
     elif kind == "pipe_step":
-        fields = [pl.col("step").cast(pl.Int64, strict=False), (_num("iter_s") * 1000).alias("iter_ms"), _num("sps").alias("samples_per_sec")]
+        fields = [
+            pl.col("step").cast(pl.Int64, strict=False),
+            (_num("iter_s") * 1000).alias("iter_ms"),
+            _num("sps").alias("samples_per_sec"),
+        ]
     elif kind == "iteration":
         fields = [pl.col("step").cast(pl.Int64, strict=False)] + [
             body.str.extract(rf"\| *{_escape(label)}: *({N}) *(?:\||$)", 1).cast(pl.Float64, strict=False).alias(col)
@@ -301,10 +329,16 @@ def _timer_columns(body: pl.Series) -> dict[str, pl.Series]:
         .with_row_index("row")
         .explode("token")
     )
-    row, name, value = tokens["row"].gather_every(2), tokens["token"].gather_every(2), tokens["token"].gather_every(2, 1)
+    row, name, value = (
+        tokens["row"].gather_every(2),
+        tokens["token"].gather_every(2),
+        tokens["token"].gather_every(2, 1),
+    )
     column = name.replace_strict({n: timer_column(n) for n in name.unique()}, return_dtype=pl.String)
     value = value.cast(pl.Float64, strict=False)
-    return {col: _nulls(body, pl.Float64).scatter(row.filter(column == col), value.filter(column == col)) for col in TIMERS}
+    return {
+        col: _nulls(body, pl.Float64).scatter(row.filter(column == col), value.filter(column == col)) for col in TIMERS
+    }
 
 
 def _timer_role(body: pl.Expr) -> pl.Expr:
@@ -419,7 +453,9 @@ class DeepSpeedParser:
             # a run is a non-continuation line and the continuation lines after it; run 0 is
             # what continues from the previous chunk
             first = pl.col("opener").first().over("run")
-            runs = runs.with_columns(pl.when(pl.col("run") == 0).then(pl.lit(self._open[block])).otherwise(first).alias("block"))
+            runs = runs.with_columns(
+                pl.when(pl.col("run") == 0).then(pl.lit(self._open[block])).otherwise(first).alias("block")
+            )
             last = runs.row(-1, named=True) if runs.height else None
             self._open[block] = last["block"] if last and (last["cont"] or last["opener"] is not None) else None
             inside = pl.col("cont") & pl.col("block").is_not_null()

@@ -42,12 +42,19 @@ BODIES = "ds_step_bodies"  # the spilled (line, body) of step lines
 
 
 def tables(
-    source: InputFile, hot: dict[str, pl.DataFrame], cold: pl.DataFrame | None, parsed: dict, bodies: pl.LazyFrame | None = None
+    source: InputFile,
+    hot: dict[str, pl.DataFrame],
+    cold: pl.DataFrame | None,
+    parsed: dict,
+    bodies: pl.LazyFrame | None = None,
 ) -> dict[str, pl.DataFrame | pl.LazyFrame]:
     """The file's tables from its hot records (per kind) and grammar-read records. `bodies`: the
     (line, body) of the step lines when the hot records were kept without their text (spilled by
     a big file's parser); each step row's `message` is then joined from it lazily."""
-    provenance = [pl.lit(source.name).alias("file"), pl.col("ts").is_not_null().replace_strict({True: "exact", False: "none"}).alias("ts_quality")]
+    provenance = [
+        pl.lit(source.name).alias("file"),
+        pl.col("ts").is_not_null().replace_strict({True: "exact", False: "none"}).alias("ts_quality"),
+    ]
     out = {"steps": steps(hot), "comm_ops": comm_ops(hot.get("comm_op"), cold, parsed), "config": config(cold, parsed)}
     out = {name: frame.with_columns(provenance) for name, frame in out.items() if frame.height}
     if "steps" in out:
@@ -55,7 +62,9 @@ def tables(
         if bodies is None:
             bodies = pl.concat([part.select("line", "body") for part in hot.values() if "body" in part.columns]).lazy()
         text = bodies.rename({"line": "message_line", "body": "message"})
-        with_text = out["steps"].lazy().join(text, on="message_line", how="left", maintain_order="left").drop("message_line")
+        with_text = (
+            out["steps"].lazy().join(text, on="message_line", how="left", maintain_order="left").drop("message_line")
+        )
         out["steps"] = with_text if spilled else with_text.collect()
     return out
 
@@ -70,7 +79,12 @@ def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame:
     if not parts:
         return pl.DataFrame()
     rows = pl.concat(parts, how="diagonal_relaxed").sort("line")
-    for col, dtype in {"role": pl.String, "skipped_iterations": pl.Float64, "skipped": pl.Int64, "step": pl.Int64}.items():
+    for col, dtype in {
+        "role": pl.String,
+        "skipped_iterations": pl.Float64,
+        "skipped": pl.Int64,
+        "step": pl.Int64,
+    }.items():
         if col not in rows.columns:
             rows = rows.with_columns(pl.lit(None, dtype).alias(col))
     rows = rows.with_columns(pl.col("rank").fill_null(0).alias("rank_key"))
@@ -79,11 +93,17 @@ def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame:
     rows = _timer_steps(rows)
     # Megatron counts skipped iterations per logging interval; `skipped` is cumulative
     rows = rows.with_columns(
-        pl.coalesce("skipped", pl.col("skipped_iterations").cum_sum().over("host", "engine")).cast(pl.Int64, strict=False).alias("skipped")
+        pl.coalesce("skipped", pl.col("skipped_iterations").cum_sum().over("host", "engine"))
+        .cast(pl.Int64, strict=False)
+        .alias("skipped")
     )
     key = ["host", "rank_key", "engine", "step"]
     present = [c for c in STEP_COLUMNS if c in rows.columns]
-    by_priority = pl.when(pl.col("role") == "optimizer").then(9).otherwise(pl.col("source").replace_strict(MESSAGE_PRIORITY, return_dtype=pl.Int8))
+    by_priority = (
+        pl.when(pl.col("role") == "optimizer")
+        .then(9)
+        .otherwise(pl.col("source").replace_strict(MESSAGE_PRIORITY, return_dtype=pl.Int8))
+    )
     merged = rows.group_by(key, maintain_order=True).agg(
         pl.col("line").min(),
         pl.col("ts").drop_nulls().first(),
@@ -127,7 +147,11 @@ def _timer_steps(rows: pl.DataFrame) -> pl.DataFrame:
     counted = pl.col("_g").cum_sum().over(stream) + 1 - pl.col("_g")
     timer_step = pl.coalesce(forward, backward, counted)
     return rows.with_columns(
-        pl.when(pl.col("source") == "timers").then(timer_step).otherwise(pl.col("step")).cast(pl.Int64, strict=False).alias("step")
+        pl.when(pl.col("source") == "timers")
+        .then(timer_step)
+        .otherwise(pl.col("step"))
+        .cast(pl.Int64, strict=False)
+        .alias("step")
     ).drop("_p", "_g", "_sf", "_sb", "_last", "_next")
 
 
@@ -140,9 +164,19 @@ def comm_ops(verbose: pl.DataFrame | None, cold: pl.DataFrame | None, parsed: di
     if verbose is not None:
         parts.append(
             verbose.select(
-                "line", "host", "ts", "rank", "op", "caller", "msg_bytes",
-                pl.lit(1).alias("count"), pl.col("latency_ms").alias("total_ms"), pl.col("latency_ms").alias("avg_ms"),
-                "algbw_gbps", "busbw_gbps", pl.lit("op").alias("kind"),
+                "line",
+                "host",
+                "ts",
+                "rank",
+                "op",
+                "caller",
+                "msg_bytes",
+                pl.lit(1).alias("count"),
+                pl.col("latency_ms").alias("total_ms"),
+                pl.col("latency_ms").alias("avg_ms"),
+                "algbw_gbps",
+                "busbw_gbps",
+                pl.lit("op").alias("kind"),
             )  # fmt: skip
         )
     if cold is not None:
@@ -167,9 +201,19 @@ def _summary_rows(rows: pl.DataFrame, parsed: dict) -> list[dict]:
             row = {"line": r["line"], "host": r["host"], "ts": r["ts"], "op": op.get("op"), "caller": op.get("caller")}
             row |= {"msg_bytes": fields["msg_bytes"], "count": fields["count"], "total_ms": fields["c1"]}
             if tables[r["owner"]]:
-                row |= {"kind": "straggler", "straggler_total_ms": fields["c2"], "avg_ms": fields["c3"], "straggler_avg_ms": fields["c4"]}
+                row |= {
+                    "kind": "straggler",
+                    "straggler_total_ms": fields["c2"],
+                    "avg_ms": fields["c3"],
+                    "straggler_avg_ms": fields["c4"],
+                }
             else:
-                row |= {"kind": "summary", "avg_ms": fields["c2"], "algbw_gbps": fields["c3"], "busbw_gbps": fields["c4"]}
+                row |= {
+                    "kind": "summary",
+                    "avg_ms": fields["c2"],
+                    "algbw_gbps": fields["c3"],
+                    "busbw_gbps": fields["c4"],
+                }
             out.append(row)
     return out
 
@@ -190,7 +234,17 @@ def config(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
     pending: tuple[dict, str, list[str]] | None = None  # an entry whose JSON value continues
 
     def emit(r: dict, key: str, value, source: str, eng: int | None = None) -> None:
-        out.append({"line": r["line"], "host": r["host"], "ts": r["ts"], "engine": None if eng is None else str(eng), "key": key, "value": render(value), "source": source})
+        out.append(
+            {
+                "line": r["line"],
+                "host": r["host"],
+                "ts": r["ts"],
+                "engine": None if eng is None else str(eng),
+                "key": key,
+                "value": render(value),
+                "source": source,
+            }
+        )
 
     def close() -> None:
         r, key, text = pending

@@ -19,7 +19,12 @@ from tracelens.ingest.ds_assemble import flatten, render
 
 FORMAT = "ds_config"
 PRIORITY = 50  # before the text-log catch-all; JSON that names DeepSpeed's own sections
-MARKERS = (b'"zero_optimization"', b'"train_micro_batch_size_per_gpu"', b'"train_batch_size"', b'"gradient_accumulation_steps"')
+MARKERS = (
+    b'"zero_optimization"',
+    b'"train_micro_batch_size_per_gpu"',
+    b'"train_batch_size"',
+    b'"gradient_accumulation_steps"',
+)
 
 
 def sniff(head: bytes) -> bool:
@@ -33,7 +38,9 @@ def ingest(source: InputFile) -> IngestResult:
     try:
         settings = json.loads(text.lstrip("\ufeff"))
     except json.JSONDecodeError as exc:
-        result.account.errors.append(f"{source.name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+        result.account.errors.append(
+            f"{source.name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        )
         return result
     except RecursionError:
         result.account.errors.append(f"{source.name}: JSON nested too deeply to be a DeepSpeed config")
@@ -42,13 +49,17 @@ def ingest(source: InputFile) -> IngestResult:
         result.account.errors.append(f"{source.name}: not a DeepSpeed config (the JSON is not an object)")
         return result
     pairs = flatten(settings)
-    rows = [{"line": line, "key": key, "value": render(value)} for (key, value), line in zip(pairs, _key_lines(text, pairs))]
+    rows = [
+        {"line": line, "key": key, "value": render(value)} for (key, value), line in zip(pairs, _key_lines(text, pairs))
+    ]
     result.account.parsed = len(rows)
     result.account.ignored = result.account.lines - len(rows)
     result.add(
         "config",
         pl.DataFrame(rows, schema={"line": pl.Int64, "key": pl.String, "value": pl.String}).with_columns(
-            pl.lit(source.name).alias("file"), pl.lit("ds_config.json").alias("source"), pl.lit("none").alias("ts_quality")
+            pl.lit(source.name).alias("file"),
+            pl.lit("ds_config.json").alias("source"),
+            pl.lit("none").alias("ts_quality"),
         ),
     )
     return result

@@ -35,8 +35,25 @@ EXACT, FILENAME, MTIME = "exact", "filename", "mtime"
 
 # Zone names `date` prints that have one meaning; any other name is read as UTC wall time
 # (the offset between two dumps of one host, which is what deltas need, stays right).
-_ZONES = {"UTC": 0, "GMT": 0, "Z": 0, "EST": -5, "EDT": -4, "CST": -6, "CDT": -5, "MST": -7,
-          "MDT": -6, "PST": -8, "PDT": -7, "CET": 1, "CEST": 2, "EET": 2, "EEST": 3, "JST": 9, "KST": 9}
+_ZONES = {
+    "UTC": 0,
+    "GMT": 0,
+    "Z": 0,
+    "EST": -5,
+    "EDT": -4,
+    "CST": -6,
+    "CDT": -5,
+    "MST": -7,
+    "MDT": -6,
+    "PST": -8,
+    "PDT": -7,
+    "CET": 1,
+    "CEST": 2,
+    "EET": 2,
+    "EEST": 3,
+    "JST": 9,
+    "KST": 9,
+}
 _MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
 _DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
 _MON = r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -136,8 +153,14 @@ class DumpLine:
 
     def provenance(self, source: InputFile) -> dict[str, Any]:
         """The provenance columns every row of this line carries."""
-        return {"file": source.name, "line": self.number, "host": self.host, "ts": self.ts,
-                "ts_quality": self.ts_quality, "dump_ts": self.ts}
+        return {
+            "file": source.name,
+            "line": self.number,
+            "host": self.host,
+            "ts": self.ts,
+            "ts_quality": self.ts_quality,
+            "dump_ts": self.ts,
+        }
 
 
 class _Marks:
@@ -209,7 +232,7 @@ def read_dump(source: InputFile, parse_line: LineParser) -> tuple[list[DumpLine]
                 account.parsed += 1
             elif m := _COMMAND.search(text):
                 expect_host = m["tool"] == "hostname"
-                commands.add(number, text[m.start("tool"):])
+                commands.add(number, text[m.start("tool") :])
                 if prompt := _PROMPT_HOST.search(text[: m.start() + 1]):
                     hosts.add(number, prompt["host"])
                 account.ignored += 1

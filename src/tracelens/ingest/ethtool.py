@@ -42,10 +42,16 @@ def ingest(source: InputFile) -> IngestResult:
             continue
         netdev = _NETDEV.search(line.command or "")
         name, value = line.value
-        rows.append(line.provenance(source) | {
-            "node": netdev["dev"] if netdev else None, "counter": name, "value": value,
-            "source": FORMAT, "bits": 64,
-        })
+        rows.append(
+            line.provenance(source)
+            | {
+                "node": netdev["dev"] if netdev else None,
+                "counter": name,
+                "value": value,
+                "source": FORMAT,
+                "bits": 64,
+            }
+        )
     result = IngestResult(account=account)
     if rows:
         result.add("ib_counters", counter_frame(rows))

@@ -83,7 +83,9 @@ def ingest(source: InputFile) -> IngestResult:
     if len(listed) > MAX_ENTRIES:
         result.account.errors.append(f"{source.name}: {len(listed):,} entries, only the first {MAX_ENTRIES:,} are read")
     if rank is None:
-        result.account.errors.append(f"{source.name}: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank")
+        result.account.errors.append(
+            f"{source.name}: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank"
+        )
     frame = entry_frame(rows)
     result.add("fr_entries", frame)
     result.add("fr_groups", group_frame(dump, frame, rank, source.name))
@@ -250,7 +252,11 @@ def _bounded(value: Any, budget: list[int]) -> bool:
 def _sizes(value: Any) -> str | None:
     if value is None:
         return None
-    if type(value) is list and len(value) <= 64 and all(type(v) is list and len(v) <= 16 and all(type(x) is int for x in v) for v in value):
+    if (
+        type(value) is list
+        and len(value) <= 64
+        and all(type(v) is list and len(v) <= 16 and all(type(x) is int for x in v) for v in value)
+    ):
         return _COMPACT(value)  # the usual shape, [[4096, 8]]: small by construction
     if not _bounded(value, [_MAX_ITEMS]):
         return "(too large to show)"
@@ -271,7 +277,9 @@ def _frames(value: Any) -> list[dict]:
     frames = []
     for f in (value if isinstance(value, (list, tuple)) else [])[:MAX_FRAMES]:
         if isinstance(f, dict):
-            frames.append({"name": str(f.get("name", "")), "filename": str(f.get("filename", "")), "line": _int(f.get("line"))})
+            frames.append(
+                {"name": str(f.get("name", "")), "filename": str(f.get("filename", "")), "line": _int(f.get("line"))}
+            )
     return frames
 
 
@@ -298,7 +306,9 @@ def _status(entry: dict, seq: int | None, progress: dict | None) -> str:
     return state
 
 
-def entry_rows(entries: list, dump: dict, rank: int | None, file: str, encoding: str) -> tuple[list[dict], list[tuple[int, str]]]:
+def entry_rows(
+    entries: list, dump: dict, rank: int | None, file: str, encoding: str
+) -> tuple[list[dict], list[tuple[int, str]]]:
     """One row per entry, every version's keys mapped onto fr_entries; and (number, reason) of each
     entry that is not one or holds a value no column can hold (counted unrecognised, the rest read)."""
     status_of = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
@@ -346,10 +356,15 @@ def entry_frame(rows: list[dict]) -> pl.DataFrame:
     if not rows:
         return pl.DataFrame()  # a dump with no entries (or none readable) still names its groups
     frame_type = pl.List(pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64}))
-    frame = pl.DataFrame(rows, schema_overrides={"frames": frame_type, "duration_ms": pl.Float64, "time_created_ns": pl.Int64},
-                         infer_schema_length=None)
+    frame = pl.DataFrame(
+        rows,
+        schema_overrides={"frames": frame_type, "duration_ms": pl.Float64, "time_created_ns": pl.Int64},
+        infer_schema_length=None,
+    )
     created = pl.from_epoch(pl.col("time_created_ns"), time_unit="ns").dt.replace_time_zone("UTC")
-    return frame.with_columns(ts=created, ts_quality=pl.when(created.is_not_null()).then(pl.lit("exact")).otherwise(pl.lit("none")))
+    return frame.with_columns(
+        ts=created, ts_quality=pl.when(created.is_not_null()).then(pl.lit("exact")).otherwise(pl.lit("none"))
+    )
 
 
 def _ranks(value: Any) -> list[int] | None:
@@ -367,7 +382,9 @@ def group_frame(dump: dict, entries: pl.DataFrame, rank: int | None, file: str) 
     """One row per process group the dump knows (pg_config, pg_status or its entries)."""
     config = dump.get("pg_config") if isinstance(dump.get("pg_config"), dict) else {}
     status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
-    seen = entries.select("pg_id", "pg_name", "pg_desc").unique(maintain_order=True).to_dicts() if entries.height else []  # runs alike
+    seen = (
+        entries.select("pg_id", "pg_name", "pg_desc").unique(maintain_order=True).to_dicts() if entries.height else []
+    )  # runs alike
     groups: dict[str, dict] = {}
     for row in seen:
         key = row["pg_name"] or str(row["pg_id"])

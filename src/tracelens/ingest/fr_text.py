@@ -48,16 +48,24 @@ _BLOCK = re.compile(
     r"|Collective sequence number: (?P<c>\d+) has errors"
     r"|Collective (?P<d>\d+) at entry (?P<entry2>\d+) has errors)\s*$"
 )
-_FIELD = re.compile(r"^(?P<key>internal record id|group info|collective|missing ranks|input sizes|output sizes|world size|"
-                    r"expected ranks|collective state|error msg|total input numel|total output numel|collective stack trace):\s?(?P<value>.*)$")
+_FIELD = re.compile(
+    r"^(?P<key>internal record id|group info|collective|missing ranks|input sizes|output sizes|world size|"
+    r"expected ranks|collective state|error msg|total input numel|total output numel|collective stack trace):\s?(?P<value>.*)$"
+)
 _FRAME = re.compile(r"^\s*(?P<name>\S.*?) at (?P<file>.+?):(?P<line>\d+)\s*$")
-_CULPRIT = re.compile(r"Culprit rank (?P<rank>\d+); Error type: (?P<kind>\w+)(?:, (?P<detail>[^;]*?))?(?=, Culprit rank|$)")
-_FOUND = re.compile(r"found (?:collective type: '(?P<op>[^']*)'|input sizes: '(?P<inp>[^']*)'|output sizes: '(?P<out>[^']*)'|state: '(?P<state>[^']*)')")
+_CULPRIT = re.compile(
+    r"Culprit rank (?P<rank>\d+); Error type: (?P<kind>\w+)(?:, (?P<detail>[^;]*?))?(?=, Culprit rank|$)"
+)
+_FOUND = re.compile(
+    r"found (?:collective type: '(?P<op>[^']*)'|input sizes: '(?P<inp>[^']*)'|output sizes: '(?P<out>[^']*)'|state: '(?P<state>[^']*)')"
+)
 _HEADER = re.compile(r"^\s*Rank \d+(?:\s+Rank \d+)*\s*$")
 # 2.6+: an entry it cannot match because some ranks' dumps are missing (a killed or crashed rank)
 _NO_DUMP = re.compile(r"missed FR dumps from ranks \((?P<ranks>[^)]*)\)")
 _CELL = re.compile(r"^(?P<op>\w+)\((?P<args>.*)\)$")
-_ARG = re.compile(r"(?P<key>collective_seq_id \| p2p_seq_id|input_sizes|output_sizes|input_dtypes|output_dtypes|state|pg_name|pg_description|timestamp_created)=(?P<value>\[.*?\]\]?|[^,]*)(?=, |$)")
+_ARG = re.compile(
+    r"(?P<key>collective_seq_id \| p2p_seq_id|input_sizes|output_sizes|input_dtypes|output_dtypes|state|pg_name|pg_description|timestamp_created)=(?P<value>\[.*?\]\]?|[^,]*)(?=, |$)"
+)
 
 
 # What may stand before the analyzer's own text: a launcher tag (`[rank0]:`), or the root
@@ -68,9 +76,13 @@ _PREFIX = re.compile(r"^(?:\[[\w\s,.:-]*\]:\s?|(?:INFO|WARNING|ERROR|DEBUG|CRITI
 def sniff(head: bytes) -> bool:
     if b"ollective" not in head and b"missed FR dumps" not in head and b"input_sizes=" not in head:
         return False  # no block head, no missed-dump line, no listing: skip the line-by-line look
-    lines = [_PREFIX.sub("", line, count=1) for line in head[:65536].decode("utf-8", errors="replace").splitlines()[:2000]]
+    lines = [
+        _PREFIX.sub("", line, count=1) for line in head[:65536].decode("utf-8", errors="replace").splitlines()[:2000]
+    ]
     blocks = any(_BLOCK.match(line.strip()) or _NO_DUMP.search(line) for line in lines)
-    listing = any(re.match(r"\s*Rank 0\s+Rank 1", line) for line in lines) and any("input_sizes=" in line for line in lines)
+    listing = any(re.match(r"\s*Rank 0\s+Rank 1", line) for line in lines) and any(
+        "input_sizes=" in line for line in lines
+    )
     return blocks or listing
 
 
@@ -119,21 +131,52 @@ class _Reader:
                 continue
             row = dict(base, rank=rank)
             if rank in culprits:
-                found = {k: v for m in _FOUND.finditer(culprits[rank].group("detail") or "") for k, v in m.groupdict().items() if v}
-                row.update(op=found.get("op", op), input_sizes=found.get("inp", row["input_sizes"]),
-                           output_sizes=found.get("out", row["output_sizes"]), state=found.get("state", row["state"]),
-                           status=found.get("state", row["status"]), frames=[])  # the culprit's own call site is not printed
+                found = {
+                    k: v
+                    for m in _FOUND.finditer(culprits[rank].group("detail") or "")
+                    for k, v in m.groupdict().items()
+                    if v
+                }
+                row.update(
+                    op=found.get("op", op),
+                    input_sizes=found.get("inp", row["input_sizes"]),
+                    output_sizes=found.get("out", row["output_sizes"]),
+                    state=found.get("state", row["state"]),
+                    status=found.get("state", row["status"]),
+                    frames=[],
+                )  # the culprit's own call site is not printed
             self.entries.append(row)
         if expected:
-            self.groups.append({"file": self.source.name, "line": start, "host": None, "ts_quality": "none", "rank": None,
-                                "pg_id": base["pg_id"], "pg_name": base["pg_name"], "pg_desc": base["pg_desc"], "ranks": expected})
+            self.groups.append(
+                {
+                    "file": self.source.name,
+                    "line": start,
+                    "host": None,
+                    "ts_quality": "none",
+                    "rank": None,
+                    "pg_id": base["pg_id"],
+                    "pg_name": base["pg_name"],
+                    "pg_desc": base["pg_desc"],
+                    "ranks": expected,
+                }
+            )
 
     def no_dump(self, line: int, ranks: list[int]) -> None:
         """The analyzer could not match an entry: these ranks left no dump. A row per rank with
         status `no dump` and nothing else: what the hang rules read as a rank that stopped."""
         for rank in ranks:
-            self.entries.append({"file": self.source.name, "line": line, "host": None, "ts_quality": "none", "rank": rank,
-                                 "status": "no dump", "frames": [], "encoding": "analyzer text"})
+            self.entries.append(
+                {
+                    "file": self.source.name,
+                    "line": line,
+                    "host": None,
+                    "ts_quality": "none",
+                    "rank": rank,
+                    "status": "no dump",
+                    "frames": [],
+                    "encoding": "analyzer text",
+                }
+            )
 
     def listing(self, start: int, header: str, rows: list[tuple[int, str]], positions: list[tuple[int, int]]) -> None:
         ranks = [int(r) for r in re.findall(r"Rank (\d+)", header)]
@@ -175,8 +218,10 @@ def ingest(source: InputFile) -> IngestResult:
                     fields[f.group("key")] = f.group("value").strip()
                     in_trace = f.group("key") == "collective stack trace"
                 elif in_trace and (fr := _FRAME.match(body)):
-                    frames.append({"name": fr.group("name"), "filename": fr.group("file"), "line": int(fr.group("line"))})
-                elif (f := _FIELD.match(body.strip())):
+                    frames.append(
+                        {"name": fr.group("name"), "filename": fr.group("file"), "line": int(fr.group("line"))}
+                    )
+                elif f := _FIELD.match(body.strip()):
                     fields[f.group("key")] = f.group("value").strip()
                 else:
                     j += 1
@@ -192,9 +237,16 @@ def ingest(source: InputFile) -> IngestResult:
             parsed.add(i)
             i += 1
             continue
-        if _HEADER.match(text) and i + 1 < len(lines) and set(lines[i + 1][1].strip()) <= {"-", " "} and lines[i + 1][1].strip():
+        if (
+            _HEADER.match(text)
+            and i + 1 < len(lines)
+            and set(lines[i + 1][1].strip()) <= {"-", " "}
+            and lines[i + 1][1].strip()
+        ):
             positions = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[i + 1][1])]
-            positions = [(lo, positions[k + 1][0] if k + 1 < len(positions) else 1 << 30) for k, (lo, _) in enumerate(positions)]
+            positions = [
+                (lo, positions[k + 1][0] if k + 1 < len(positions) else 1 << 30) for k, (lo, _) in enumerate(positions)
+            ]
             j = i + 2
             while j < len(lines) and "(" in lines[j][1]:
                 j += 1
@@ -208,7 +260,13 @@ def ingest(source: InputFile) -> IngestResult:
     result.account.ignored = len(lines) - len(parsed)
     frame_type = pl.List(pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64}))
     if reader.entries:
-        result.add("fr_entries", pl.DataFrame(reader.entries, schema_overrides={"frames": frame_type}, infer_schema_length=None))
+        result.add(
+            "fr_entries",
+            pl.DataFrame(reader.entries, schema_overrides={"frames": frame_type}, infer_schema_length=None),
+        )
     if reader.groups:
-        result.add("fr_groups", pl.DataFrame(reader.groups, schema_overrides={"ranks": pl.List(pl.Int64)}, infer_schema_length=None))
+        result.add(
+            "fr_groups",
+            pl.DataFrame(reader.groups, schema_overrides={"ranks": pl.List(pl.Int64)}, infer_schema_length=None),
+        )
     return result

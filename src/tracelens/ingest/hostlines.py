@@ -43,7 +43,9 @@ def context(lines: pl.DataFrame) -> pl.DataFrame:
     candidates = lines.filter(~blank & ~prompt & text.str.contains(_CLOCKISH) & (text.str.len_chars() < 60))
     stamps = {n: parse_time(t) for n, t in candidates.select("line", "text").iter_rows()}
     stamps = {n: t for n, t in stamps.items() if t is not None}
-    stamp_col = pl.Series("stamp", [stamps.get(n) for n in lines["line"]], dtype=pl.Datetime("us", "UTC")) if stamps else None
+    stamp_col = (
+        pl.Series("stamp", [stamps.get(n) for n in lines["line"]], dtype=pl.Datetime("us", "UTC")) if stamps else None
+    )
     out = lines.with_columns(
         ctx=pl.when(blank | prompt).then(pl.lit(IGNORED, pl.UInt8)).when(host_line).then(pl.lit(PARSED, pl.UInt8)),
         prompt_host=pl.coalesce(text.str.extract(PROMPT, 1), text.str.extract(f"(?i){HOST_LINE}", 1)),
@@ -64,7 +66,9 @@ def account(lines: pl.DataFrame, status: pl.Series) -> Account:
     marker (dumps.py reads them the same way)."""
     acc = Account(lines=lines.height)
     comment = lines["text"].str.strip_chars_start().str.starts_with("#")
-    status = pl.select(pl.when(status.is_null() & comment).then(pl.lit(IGNORED, pl.UInt8)).otherwise(status)).to_series()
+    status = pl.select(
+        pl.when(status.is_null() & comment).then(pl.lit(IGNORED, pl.UInt8)).otherwise(status)
+    ).to_series()
     status = status.fill_null(UNRECOGNIZED)
     counts = dict(zip(*status.value_counts().to_dict(as_series=False).values()))
     acc.parsed = counts.get(PARSED, 0)
@@ -129,4 +133,8 @@ class TemplateGrammar:
         masked = pl.col("text").str.replace_all(r"\b\d+", "0").str.strip_chars()
         todo = lines.filter(pl.col("ctx").is_null()).select(masked.alias("template")).unique()
         table = todo.with_columns(kind=pl.col("template").map_elements(self.kind, return_dtype=pl.String))
-        return lines.with_columns(template=masked).join(table, on="template", how="left", maintain_order="left").drop("template")
+        return (
+            lines.with_columns(template=masked)
+            .join(table, on="template", how="left", maintain_order="left")
+            .drop("template")
+        )

@@ -28,18 +28,27 @@ _LINK = LineStart(rb"link \S+/\d+ \w+ \d+")
 
 # sysfs names of the IB PMA counters (drivers/infiniband/core/sysfs.c) -> perfquery names.
 SYSFS_NAMES = {
-    "symbol_error": "SymbolErrorCounter", "link_error_recovery": "LinkErrorRecoveryCounter",
-    "link_downed": "LinkDownedCounter", "port_rcv_errors": "PortRcvErrors",
+    "symbol_error": "SymbolErrorCounter",
+    "link_error_recovery": "LinkErrorRecoveryCounter",
+    "link_downed": "LinkDownedCounter",
+    "port_rcv_errors": "PortRcvErrors",
     "port_rcv_remote_physical_errors": "PortRcvRemotePhysicalErrors",
-    "port_rcv_switch_relay_errors": "PortRcvSwitchRelayErrors", "port_xmit_discards": "PortXmitDiscards",
+    "port_rcv_switch_relay_errors": "PortRcvSwitchRelayErrors",
+    "port_xmit_discards": "PortXmitDiscards",
     "port_xmit_constraint_errors": "PortXmitConstraintErrors",
     "port_rcv_constraint_errors": "PortRcvConstraintErrors",
     "local_link_integrity_errors": "LocalLinkIntegrityErrors",
-    "excessive_buffer_overrun_errors": "ExcessiveBufferOverrunErrors", "VL15_dropped": "VL15Dropped",
-    "port_xmit_data": "PortXmitData", "port_rcv_data": "PortRcvData", "port_xmit_packets": "PortXmitPkts",
-    "port_rcv_packets": "PortRcvPkts", "port_xmit_wait": "PortXmitWait",
-    "unicast_xmit_packets": "PortUnicastXmitPkts", "unicast_rcv_packets": "PortUnicastRcvPkts",
-    "multicast_xmit_packets": "PortMulticastXmitPkts", "multicast_rcv_packets": "PortMulticastRcvPkts",
+    "excessive_buffer_overrun_errors": "ExcessiveBufferOverrunErrors",
+    "VL15_dropped": "VL15Dropped",
+    "port_xmit_data": "PortXmitData",
+    "port_rcv_data": "PortRcvData",
+    "port_xmit_packets": "PortXmitPkts",
+    "port_rcv_packets": "PortRcvPkts",
+    "port_xmit_wait": "PortXmitWait",
+    "unicast_xmit_packets": "PortUnicastXmitPkts",
+    "unicast_rcv_packets": "PortUnicastRcvPkts",
+    "multicast_xmit_packets": "PortMulticastXmitPkts",
+    "multicast_rcv_packets": "PortMulticastRcvPkts",
 }
 
 
@@ -50,12 +59,29 @@ def parse_line(text: str) -> list[dict] | None:
         if m["dir"] == "counters":
             name, source = SYSFS_NAMES.get(name, name), "sysfs_counters"
             bits = 64 if name in EXTENDED_DATA else BASIC_BITS.get(name, 64)
-        return [{"ca": m["dev"], "port": int(m["port"]) if m["port"] else None, "counter": name,
-                 "value": int(m["value"]), "source": source, "bits": bits}]
+        return [
+            {
+                "ca": m["dev"],
+                "port": int(m["port"]) if m["port"] else None,
+                "counter": name,
+                "value": int(m["value"]),
+                "source": source,
+                "bits": bits,
+            }
+        ]
     if m := _RDMA.match(text):
         words = m["pairs"].split()
-        return [{"ca": m["dev"], "port": int(m["port"]), "counter": name, "value": int(value),
-                 "source": "hw_counters", "bits": 64} for name, value in zip(words[::2], words[1::2])]
+        return [
+            {
+                "ca": m["dev"],
+                "port": int(m["port"]),
+                "counter": name,
+                "value": int(value),
+                "source": "hw_counters",
+                "bits": 64,
+            }
+            for name, value in zip(words[::2], words[1::2])
+        ]
     return None
 
 

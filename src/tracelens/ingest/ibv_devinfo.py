@@ -98,8 +98,18 @@ def _gids(source: InputFile) -> pl.DataFrame:
             port = line.value.number
         elif isinstance(line.value, Gid):
             ipv4 = line.value.gid.removeprefix("::ffff:") if line.value.gid.startswith("::ffff:") else None
-            rows.append({**line.provenance(source), "ca": ca, "port": port, "index": line.value.index, "gid": line.value.gid,
-                         "ipv4": ipv4, "roce": line.value.roce, "source": FORMAT})
+            rows.append(
+                {
+                    **line.provenance(source),
+                    "ca": ca,
+                    "port": port,
+                    "index": line.value.index,
+                    "gid": line.value.gid,
+                    "ipv4": ipv4,
+                    "roce": line.value.roce,
+                    "source": FORMAT,
+                }
+            )
     return pl.DataFrame(rows, infer_schema_length=None).drop("dump_ts") if rows else pl.DataFrame()
 
 

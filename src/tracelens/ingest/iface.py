@@ -28,7 +28,9 @@ _SNIFF = LineStart(
     rb"\d+: [\w.@-]+: <[A-Z0-9_,-]*> mtu \d+|[\w.-]+: flags=\d+<[A-Z0-9_,-]*>\s+mtu \d+|[\w.-]+\s+Link encap:|"
     rb"DEV\s+PORT\s+INDEX\s+GID|link [\w-]+/\d+ state "
 )
-_IP_LINK = re.compile(r"^\s*(?P<index>\d+):\s+(?P<name>[^:\s]+?)(?:@(?:if(?P<peer>\d+)|[^:\s]+))?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
+_IP_LINK = re.compile(
+    r"^\s*(?P<index>\d+):\s+(?P<name>[^:\s]+?)(?:@(?:if(?P<peer>\d+)|[^:\s]+))?:\s+<(?P<flags>[^>]*)>(?P<rest>.*)$"
+)
 _IFC_HEAD = re.compile(r"^(?P<name>[^:\s]+):\s+flags=\d+<(?P<flags>[^>]*)>\s+mtu\s+(?P<mtu>\d+)")
 _IFC_OLD = re.compile(r"^(?P<name>\S+)\s+Link encap:(?P<encap>.+?)(?:\s+HWaddr\s+(?P<mac>\S+))?\s*$")
 _WORD_VALUE = re.compile(r"\b(mtu|master|state|minmtu|maxmtu)\s+(\S+)")
@@ -69,8 +71,17 @@ class _Listing:
         if not m:
             return False
         attrs = dict(_WORD_VALUE.findall(m["rest"]))
-        self.open(line, ifindex=int(m["index"]), ifname=m["name"], flags=m["flags"], mtu=_int(attrs.get("mtu")),
-                  master=attrs.get("master"), state=attrs.get("state"), source="ip", peer_ifindex=_int(m["peer"]))
+        self.open(
+            line,
+            ifindex=int(m["index"]),
+            ifname=m["name"],
+            flags=m["flags"],
+            mtu=_int(attrs.get("mtu")),
+            master=attrs.get("master"),
+            state=attrs.get("state"),
+            source="ip",
+            peer_ifindex=_int(m["peer"]),
+        )
 
     def _ip_linkaddr(self, line: dict, text: str):
         if self.current is None:
@@ -125,20 +136,29 @@ class _Listing:
         if not m:
             return False
         flags = m["flags"].split(",")
-        self.open(line, ifname=m["name"], flags=m["flags"], mtu=int(m["mtu"]), state=_ifconfig_state(flags), source="ifconfig")
+        self.open(
+            line, ifname=m["name"], flags=m["flags"], mtu=int(m["mtu"]), state=_ifconfig_state(flags), source="ifconfig"
+        )
 
     def _ifc_head_old(self, line: dict, text: str):
         m = _IFC_OLD.match(text)
         if not m:
             return False
-        self.open(line, ifname=m["name"], link_type=_LINK_TYPES.get(m["encap"].strip(), m["encap"].strip().lower()),
-                  mac=m["mac"], source="ifconfig")
+        self.open(
+            line,
+            ifname=m["name"],
+            link_type=_LINK_TYPES.get(m["encap"].strip(), m["encap"].strip().lower()),
+            mac=m["mac"],
+            source="ifconfig",
+        )
 
     def _ifc_flags_old(self, line: dict, text: str):
         if self.current is None:
             return False
         flags = text.split("MTU:")[0].split()
-        self.current.update(flags=",".join(flags), state=_ifconfig_state(flags), mtu=_int(re.search(r"MTU:(\d+)", text)[1]))
+        self.current.update(
+            flags=",".join(flags), state=_ifconfig_state(flags), mtu=_int(re.search(r"MTU:(\d+)", text)[1])
+        )
 
     def _ifc_inet(self, line: dict, text: str):
         if self.current is None:
@@ -170,17 +190,42 @@ class _Listing:
         version = next((c for c in cells if re.fullmatch(r"v[12]", c)), None)
         ipv4 = next((c for c in cells[4:] if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", c)), None)
         netdev = cells[-1].rstrip(".") if cells[-1] not in (version, ipv4) else None
-        self.gids.append({"line": line["line"], "stamp": line["stamp"], "prompt_host": line["prompt_host"], "ca": cells[0],
-                          "port": int(cells[1]), "index": int(cells[2]), "gid": cells[3], "ipv4": ipv4,
-                          "roce": version, "netdev": netdev, "source": "show_gids"})
+        self.gids.append(
+            {
+                "line": line["line"],
+                "stamp": line["stamp"],
+                "prompt_host": line["prompt_host"],
+                "ca": cells[0],
+                "port": int(cells[1]),
+                "index": int(cells[2]),
+                "gid": cells[3],
+                "ipv4": ipv4,
+                "roce": version,
+                "netdev": netdev,
+                "source": "show_gids",
+            }
+        )
 
     def _rdma_link(self, line: dict, text: str):
-        m = re.match(r"\s*link (?P<ca>[\w-]+)/(?P<port>\d+) state (?P<state>\S+)(?: physical_state (?P<phys>\S+))?(?: netdev (?P<nd>\S+))?", text)
+        m = re.match(
+            r"\s*link (?P<ca>[\w-]+)/(?P<port>\d+) state (?P<state>\S+)(?: physical_state (?P<phys>\S+))?(?: netdev (?P<nd>\S+))?",
+            text,
+        )
         if not m:
             return False
-        self.ports.append({"line": line["line"], "stamp": line["stamp"], "prompt_host": line["prompt_host"], "ca": m["ca"],
-                           "port": int(m["port"]), "state": read_state(m["state"]), "phys_state": read_phys_state(m["phys"] or ""),
-                           "netdev": m["nd"], "source": "rdma_link"})
+        self.ports.append(
+            {
+                "line": line["line"],
+                "stamp": line["stamp"],
+                "prompt_host": line["prompt_host"],
+                "ca": m["ca"],
+                "port": int(m["port"]),
+                "state": read_state(m["state"]),
+                "phys_state": read_phys_state(m["phys"] or ""),
+                "netdev": m["nd"],
+                "source": "rdma_link",
+            }
+        )
 
 
 def _ifconfig_state(flags: list[str]) -> str:
@@ -203,10 +248,14 @@ def ingest(source: InputFile) -> IngestResult:
         if not listing.feed(line):
             failed.add(line["line"])
     status = lines.select(
-        pl.when(pl.col("ctx").is_not_null()).then(pl.col("ctx"))
-        .when(pl.col("line").is_in(list(failed))).then(pl.lit(None, pl.UInt8))
-        .when(pl.col("kind").is_in(["gids_head", "gids_sep", "ifc_warning"])).then(pl.lit(IGNORED, pl.UInt8))
-        .when(pl.col("kind").is_not_null()).then(pl.lit(PARSED, pl.UInt8))
+        pl.when(pl.col("ctx").is_not_null())
+        .then(pl.col("ctx"))
+        .when(pl.col("line").is_in(list(failed)))
+        .then(pl.lit(None, pl.UInt8))
+        .when(pl.col("kind").is_in(["gids_head", "gids_sep", "ifc_warning"]))
+        .then(pl.lit(IGNORED, pl.UInt8))
+        .when(pl.col("kind").is_not_null())
+        .then(pl.lit(PARSED, pl.UInt8))
     ).to_series()
     result = IngestResult(account=account(lines, status))
     for table, rows in (("interfaces", listing.rows), ("gids", listing.gids), ("ib_ports", listing.ports)):

@@ -42,28 +42,69 @@ _SNIFF = LineStart(
     rb"(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
     rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: |-- (?:Logs begin|Journal begins|Boot [0-9a-f]))"
 )
-_JOURNAL_BANNER = r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot) .*--?\s*$|^-- No entries --$"
+_JOURNAL_BANNER = (
+    r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot) .*--?\s*$|^-- No entries --$"
+)
 
-_DEVICE_TAG = r"^(?P<sub>[\w-]+)(?: (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]))?(?: (?P<nd>[\w.@-]+))?:"
+_DEVICE_TAG = (
+    r"^(?P<sub>[\w-]+)(?: (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]))?(?: (?P<nd>[\w.@-]+))?:"
+)
 
 # (kind, pattern on the message body); the first that matches wins, as in the grammar.
 KINDS = [
     ("xid", r"^NVRM: Xid \("),
     ("tx_timeout", r"NETDEV WATCHDOG:|^[\w-]+(?: \S+)*: TX timeout"),
-    ("link_down", r"(?i)(?:^|[: ])(?:NIC )?Link(?: is)? Down\b|\blost carrier\b|Port module event: module \d+, Cable unplugged"),
-    ("link_up", r"(?i)(?:^|[: ])(?:NIC )?Link(?: is)? Up\b|Port module event: module \d+, Cable plugged|link becomes ready"),
+    (
+        "link_down",
+        r"(?i)(?:^|[: ])(?:NIC )?Link(?: is)? Down\b|\blost carrier\b|Port module event: module \d+, Cable unplugged",
+    ),
+    (
+        "link_up",
+        r"(?i)(?:^|[: ])(?:NIC )?Link(?: is)? Up\b|Port module event: module \d+, Cable plugged|link becomes ready",
+    ),
     ("pcie_aer", r"AER: (?:Multiple )?(?:Corrected|Uncorrected(?: \((?:Non-)?Fatal\))?) error received:"),
     ("pcie_aer_detail", r"^[\w-]+ [0-9a-fA-F:.]+:\s+(?:PCIe Bus Error:|device \[|\[\s*\d+\]|AER:)"),
     ("oom_kill", r"Out of memory(?: \(oom_kill_allocating_task\))?: Kill(?:ed)? process"),
     ("oom_detail", r"^oom-kill:|^oom_reaper:|^\S+ invoked oom-killer:"),
     ("soft_lockup", r"^(?:watchdog: )?BUG: soft lockup"),
     ("hung_task", r"^INFO: task "),
-    ("nic_error", r"(?i)^[\w-]+ [0-9a-fA-F:.]+.*(?:health compromised|FW fatal|firmware fatal|fatal error|PCI channel offline|command timeout)"),
+    (
+        "nic_error",
+        r"(?i)^[\w-]+ [0-9a-fA-F:.]+.*(?:health compromised|FW fatal|firmware fatal|fatal error|PCI channel offline|command timeout)",
+    ),
 ]
 
 # Drivers whose other records stay in the table: they name the NIC or GPU at a PCI address.
-NOTED = ["mlx5_core", "mlx4_core", "mlx4_en", "mlx5_ib", "bnxt_en", "ice", "i40e", "ixgbe", "igb", "NVRM", "nvidia", "pcieport"]
-COLUMNS = ["file", "line", "host", "ts", "ts_quality", "zoned", "uptime_s", "kind", "subsystem", "device", "netdev", "xid", "detail", "message"]
+NOTED = [
+    "mlx5_core",
+    "mlx4_core",
+    "mlx4_en",
+    "mlx5_ib",
+    "bnxt_en",
+    "ice",
+    "i40e",
+    "ixgbe",
+    "igb",
+    "NVRM",
+    "nvidia",
+    "pcieport",
+]
+COLUMNS = [
+    "file",
+    "line",
+    "host",
+    "ts",
+    "ts_quality",
+    "zoned",
+    "uptime_s",
+    "kind",
+    "subsystem",
+    "device",
+    "netdev",
+    "xid",
+    "detail",
+    "message",
+]
 
 # NVIDIA's Xid catalog: what each error means (docs.nvidia.com/deploy/xid-errors).
 XID_MEANINGS = {
@@ -108,26 +149,46 @@ def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
     spaced = lambda c: pl.col(c).str.replace_all(r"\s+", " ")  # noqa: E731
     iso = pl.col("iso").str.replace(",", ".").str.replace(r"([+-]\d\d)(\d\d)$", "$1:$2")
     iso_zoned = iso.str.contains(r"(?:[+-]\d\d:\d\d|Z)$")
-    iso_ts = pl.when(iso_zoned).then(iso.str.to_datetime(time_zone="UTC", strict=False, time_unit="ns")).otherwise(
-        iso.str.to_datetime(strict=False, time_unit="ns").dt.replace_time_zone("UTC")
+    iso_ts = (
+        pl.when(iso_zoned)
+        .then(iso.str.to_datetime(time_zone="UTC", strict=False, time_unit="ns"))
+        .otherwise(iso.str.to_datetime(strict=False, time_unit="ns").dt.replace_time_zone("UTC"))
     )
-    ctime = spaced("ctime").str.to_datetime("%a %b %d %H:%M:%S %Y", strict=False, time_unit="ns").dt.replace_time_zone("UTC")
-    stime = (pl.lit(f"{year} ") + spaced("stime")).str.to_datetime("%Y %b %d %H:%M:%S", strict=False, time_unit="ns").dt.replace_time_zone("UTC")
-    stime = stime + pl.duration(microseconds=pl.col("sfrac").str.pad_end(6, "0").str.slice(0, 6).cast(pl.Int64, strict=False).fill_null(0))
+    ctime = (
+        spaced("ctime")
+        .str.to_datetime("%a %b %d %H:%M:%S %Y", strict=False, time_unit="ns")
+        .dt.replace_time_zone("UTC")
+    )
+    stime = (
+        (pl.lit(f"{year} ") + spaced("stime"))
+        .str.to_datetime("%Y %b %d %H:%M:%S", strict=False, time_unit="ns")
+        .dt.replace_time_zone("UTC")
+    )
+    stime = stime + pl.duration(
+        microseconds=pl.col("sfrac").str.pad_end(6, "0").str.slice(0, 6).cast(pl.Int64, strict=False).fill_null(0)
+    )
     tag = pl.col("body").str.extract_groups(_DEVICE_TAG)
     xid = pl.col("body").str.extract(r"^NVRM: Xid \((?:PCI:)?([^)]*)\): (\d+)", 2).cast(pl.Int64, strict=False)
     recs = recs.with_columns(
         kind=classify(pl.col("body")),
         ts=pl.coalesce(ctime, iso_ts, stime),
         printed_zone=pl.col("iso").is_not_null() & iso_zoned,
-        uptime_s=pl.coalesce(pl.col("up").cast(pl.Float64, strict=False), pl.col("kus").cast(pl.Float64, strict=False) / 1e6),
+        uptime_s=pl.coalesce(
+            pl.col("up").cast(pl.Float64, strict=False), pl.col("kus").cast(pl.Float64, strict=False) / 1e6
+        ),
         syslog_host=pl.coalesce("isohost", pl.when(pl.col("tag").is_not_null()).then(pl.col("shost"))),
-        t=tag, xid=xid,
+        t=tag,
+        xid=xid,
         message=pl.col("body"),
     ).with_columns(
-        subsystem=pl.when(pl.col("body").str.starts_with("NVRM:")).then(pl.lit("NVRM")).otherwise(pl.col("t").struct.field("sub")),
-        device=pl.coalesce(pl.col("body").str.extract(r"^NVRM: Xid \((?:PCI:)?([^)]*)\)", 1), pl.col("t").struct.field("pci"),
-                           pl.col("body").str.extract(r"error received: (\S+)", 1)),
+        subsystem=pl.when(pl.col("body").str.starts_with("NVRM:"))
+        .then(pl.lit("NVRM"))
+        .otherwise(pl.col("t").struct.field("sub")),
+        device=pl.coalesce(
+            pl.col("body").str.extract(r"^NVRM: Xid \((?:PCI:)?([^)]*)\)", 1),
+            pl.col("t").struct.field("pci"),
+            pl.col("body").str.extract(r"error received: (\S+)", 1),
+        ),
         netdev=pl.coalesce(
             pl.col("body").str.extract(r"NETDEV WATCHDOG: (\S+) \(", 1),
             pl.col("body").str.extract(r"ADDRCONF\(NETDEV_CHANGE\): ([^:\s]+):", 1),
@@ -140,14 +201,22 @@ def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
 
 def _detail() -> pl.Expr:
     body, kind = pl.col("body"), pl.col("kind")
-    meaning = pl.col("xid").replace_strict(XID_MEANINGS, default="unknown Xid (see NVIDIA's Xid catalog)", return_dtype=pl.String)
+    meaning = pl.col("xid").replace_strict(
+        XID_MEANINGS, default="unknown Xid (see NVIDIA's Xid catalog)", return_dtype=pl.String
+    )
     return (
-        pl.when(kind == "xid").then(pl.format("Xid {}: {}", "xid", meaning))
-        .when(kind == "pcie_aer").then(body.str.extract(r"AER: (.+?) error received", 1))
-        .when(kind == "oom_kill").then(body.str.extract(r"Kill(?:ed)? process (\d+ \([^)]*\))", 1))
-        .when(kind == "tx_timeout").then(body.str.extract(r"(transmit queue \d+ timed out(?: \d+ ms)?|TX timeout.*)", 1))
-        .when(kind == "soft_lockup").then(body.str.extract(r"(CPU#\d+ stuck for \d+s!.*)", 1))
-        .when(kind == "hung_task").then(body.str.extract(r"INFO: task (\S+ blocked for more than \d+ seconds)", 1))
+        pl.when(kind == "xid")
+        .then(pl.format("Xid {}: {}", "xid", meaning))
+        .when(kind == "pcie_aer")
+        .then(body.str.extract(r"AER: (.+?) error received", 1))
+        .when(kind == "oom_kill")
+        .then(body.str.extract(r"Kill(?:ed)? process (\d+ \([^)]*\))", 1))
+        .when(kind == "tx_timeout")
+        .then(body.str.extract(r"(transmit queue \d+ timed out(?: \d+ ms)?|TX timeout.*)", 1))
+        .when(kind == "soft_lockup")
+        .then(body.str.extract(r"(CPU#\d+ stuck for \d+s!.*)", 1))
+        .when(kind == "hung_task")
+        .then(body.str.extract(r"INFO: task (\S+ blocked for more than \d+ seconds)", 1))
     )
 
 
@@ -160,13 +229,17 @@ def _chunk(source: InputFile, chunk: pl.DataFrame, year: int, after_record: bool
     seen = is_record.shift(1).fill_null(after_record).cum_max()
     continuation = pl.col("text").str.contains(r"^\s+\S") & seen  # indented under some record
     status = lines.select(
-        pl.when(pl.col("ctx").is_not_null()).then(pl.col("ctx"))
-        .when(is_record).then(pl.lit(PARSED, pl.UInt8))
-        .when(banner | continuation).then(pl.lit(IGNORED, pl.UInt8))
+        pl.when(pl.col("ctx").is_not_null())
+        .then(pl.col("ctx"))
+        .when(is_record)
+        .then(pl.lit(PARSED, pl.UInt8))
+        .when(banner | continuation)
+        .then(pl.lit(IGNORED, pl.UInt8))
     ).to_series()
     kept = recs.filter((pl.col("kind") != "other") | pl.col("subsystem").is_in(NOTED))
     frame = provenance(source, kept, pl.col("ts")).with_columns(
-        host=pl.coalesce("syslog_host", "host"), zoned=pl.col("printed_zone").fill_null(False),
+        host=pl.coalesce("syslog_host", "host"),
+        zoned=pl.col("printed_zone").fill_null(False),
     )
     return frame.select(COLUMNS), account(lines, status)
 

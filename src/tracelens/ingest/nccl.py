@@ -94,7 +94,9 @@ class _Grammar:
         table = self.lark.parser.parser.parser.parse_table
         patterns = {t.name: t.pattern.to_regexp() for t in self.lark.terminals}
         self.first = {
-            kind: re.compile("|".join(f"(?:{patterns[t]})" for t in table.states[table.start_states[kind]] if t in patterns))
+            kind: re.compile(
+                "|".join(f"(?:{patterns[t]})" for t in table.states[table.start_states[kind]] if t in patterns)
+            )
             for kind in self.kinds
         }
 
@@ -147,7 +149,9 @@ _HEX = r"[0-9a-fA-F]+"
 _VIA = r"(?P<via>(?:NET|COLLNET)/[^/]+/\S+|(?:P2P|SHM|NET|COLLNET|direct shared memory)\S*(?: pointer\S*| device)?)"
 _COMM = (
     r"^(?:\[Rank \d+\] )?(?:nccl\w+ )?comm (?P<comm_id>0x" + _HEX + r"|\(nil\)) rank (?P<rank>\d+) "
-    r"nranks (?P<nranks>\d+) cudaDev (?P<comm_cuda_dev>\d+)(?: nvmlDev (?P<nvml_dev>\d+))?(?: busId (?P<bus_id>" + _HEX + r"))?"
+    r"nranks (?P<nranks>\d+) cudaDev (?P<comm_cuda_dev>\d+)(?: nvmlDev (?P<nvml_dev>\d+))?(?: busId (?P<bus_id>"
+    + _HEX
+    + r"))?"
 )
 _COMM_HASH = r"(?: commId (?P<comm_hash>0x" + _HEX + r"))?"
 _SPLIT = r"(?: parent \S+(?: splitCount \d+)? color -?\d+ key -?\d+)?"  # ncclCommSplit, before or after commId
@@ -165,14 +169,17 @@ VECTOR_KINDS: list[tuple[str, list[str], str]] = [
     (
         "channel_conn",
         [" via "],
-        r"^(?:Channel|Ring) (?P<channel>\d+)(?:/(?P<conn>\d+))? : (?P<src_rank>\d+)(?:\[(?P<src_dev>" + _HEX + r")\])? -> "
+        r"^(?:Channel|Ring) (?P<channel>\d+)(?:/(?P<conn>\d+))? : (?P<src_rank>\d+)(?:\[(?P<src_dev>"
+        + _HEX
+        + r")\])? -> "
         r"(?P<dst_rank>\d+)(?:\[(?P<dst_dev>" + _HEX + r")\])?(?: \[(?P<direction>send|receive)\])? via " + _VIA + "$",
     ),
     (
         "channel_conn",
         [" via COLLNET"],
         r"^(?:CollNet|Coll) (?P<channel>\d+)(?:/(?P<conn>\d+))? : (?P<src_rank>\d+)(?: \[(?P<direction>send|receive)\])? via "
-        + _VIA + "$",
+        + _VIA
+        + "$",
     ),
     (
         "error_propagation",
@@ -191,12 +198,25 @@ VECTOR_KINDS: list[tuple[str, list[str], str]] = [
     ("init_timings", ["Init timings"], r"^Init timings(?: -)? \w*:? ?rank \d+ nranks \d+ total [\d.]+ \([^)]*\)$"),
     (
         "proxy_trace",
-        ["New proxy", "proxyProgressAsync", "Received and initiated", "ncclPollProxyResponse", "resp.opId", "Connected to proxy"],
+        [
+            "New proxy",
+            "proxyProgressAsync",
+            "Received and initiated",
+            "ncclPollProxyResponse",
+            "resp.opId",
+            "Connected to proxy",
+        ],
         r"^(?:New proxy (?:send|recv) connection \d+ from local rank \d+, transport \d+"
         r"|proxyProgressAsync opId=" + _PTR + r" op\.type=\d+ op\.reqBuff=" + _PTR + r" op\.respSize=\d+ done"
-        r"|Received and initiated operation=\w+ res=\d+|ncclPollProxyResponse Received new opId=" + _PTR
-        + r"|resp\.opId=" + _PTR + r" matches expected opId=" + _PTR
-        + r"|Connected to proxy localRank \d+ -> connection " + _PTR + r")$",
+        r"|Received and initiated operation=\w+ res=\d+|ncclPollProxyResponse Received new opId="
+        + _PTR
+        + r"|resp\.opId="
+        + _PTR
+        + r" matches expected opId="
+        + _PTR
+        + r"|Connected to proxy localRank \d+ -> connection "
+        + _PTR
+        + r")$",
     ),
 ]
 # Kinds that only feed nccl_events: their fields are not extracted on the hot path.
@@ -289,7 +309,11 @@ def _split_prefix(records: pl.LazyFrame) -> pl.LazyFrame:
     else a launcher's that carries a full date. Times are taken as printed, as UTC."""
     prefix = pl.col("prefix")
     nccl_ts = prefix.str.extract(_NCCL_TS)
-    ts_text = pl.coalesce(nccl_ts, prefix.str.extract(_WRAPPER_TS)).str.replace_all(r"[T_]", " ").str.replace(",", ".", literal=True)
+    ts_text = (
+        pl.coalesce(nccl_ts, prefix.str.extract(_WRAPPER_TS))
+        .str.replace_all(r"[T_]", " ")
+        .str.replace(",", ".", literal=True)
+    )
     ts_text = pl.when(ts_text.str.len_chars() == 16).then(ts_text + ":00").otherwise(ts_text)  # minutes only
     ts_text = within_datetime_range(ts_text)
     return records.with_columns(
@@ -312,7 +336,9 @@ def _with_head(records: pl.LazyFrame) -> pl.LazyFrame:
         tid=pl.col("tid").cast(pl.Int64, strict=False),
         cuda_dev=pl.col("dev").cast(pl.Int32, strict=False),
         # a pid, tid or device out of range (a 20-digit pid): the record is counted unrecognised, not the file lost
-        bad_number=pl.any_horizontal(pl.col(f).is_not_null() & pl.col(f).cast(t, strict=False).is_null() for f, t in numbers.items()),
+        bad_number=pl.any_horizontal(
+            pl.col(f).is_not_null() & pl.col(f).cast(t, strict=False).is_null() for f, t in numbers.items()
+        ),
     ).drop("dev")
     return records.join(_split_prefix(heads), on="head", how="left", maintain_order="left")
 
@@ -340,35 +366,47 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
         marked = pl.concat([marked.filter(~glued), marked.filter(glued).with_columns(parts)]).sort("idx")
     marked = _with_head(marked.lazy()).filter(pl.col("host").is_not_null() | pl.col("cuda_dev").is_not_null())
     old = (
-        unmarked
-        .with_columns(pos=text.str.find(_OLD_MARK))
+        unmarked.with_columns(pos=text.str.find(_OLD_MARK))
         .filter(pos.is_not_null())
         .with_columns(level=pl.lit("INFO"), head=_bytes(0, pos + 2), msg=_bytes(pos + 7))
     )
     old = _with_head(old).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
     parts = text.str.extract_groups(_OLD_WARN)
     old_warn = (
-        unmarked
-        .filter(text.str.contains(" WARN ", literal=True))
+        unmarked.filter(text.str.contains(" WARN ", literal=True))
         .with_columns(parts=parts)
         .filter(pl.col("parts").struct.field("msg").is_not_null())
-        .select("idx", "text", level=pl.lit("WARN"), head=pl.col("parts").struct.field("head"), msg=pl.col("parts").struct.field("msg"))
+        .select(
+            "idx",
+            "text",
+            level=pl.lit("WARN"),
+            head=pl.col("parts").struct.field("head"),
+            msg=pl.col("parts").struct.field("msg"),
+        )
     )
     old_warn = _with_head(old_warn).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
-    return pl.concat([marked.select(RECORD_COLUMNS), old.select(RECORD_COLUMNS), old_warn.select(RECORD_COLUMNS)]).collect()
+    return pl.concat(
+        [marked.select(RECORD_COLUMNS), old.select(RECORD_COLUMNS), old_warn.select(RECORD_COLUMNS)]
+    ).collect()
 
 
 def _quoted_errors(lines: pl.LazyFrame) -> pl.LazyFrame:
     """Bodies of the NCCL WARNs PyTorch quotes after `Last error:`, each at the line that holds it
     (columns idx, prefix, msg). A quote on the next line loses the launcher prefix of the `Last error:` line."""
     text, prefix = pl.col("text"), pl.col("prefix")
-    marks = lines.filter(text.str.contains("Last error:", literal=True)).select("idx", parts=text.str.extract_groups(_LAST_ERROR))
+    marks = lines.filter(text.str.contains("Last error:", literal=True)).select(
+        "idx", parts=text.str.extract_groups(_LAST_ERROR)
+    )
     marks = marks.unnest("parts")
     next_line = (
         marks.filter(pl.col("msg") == "")
         .select(pl.col("idx") + 1, "prefix")
         .join(lines, on="idx")
-        .select("idx", prefix=pl.when(text.str.starts_with(prefix)).then(prefix).otherwise(pl.lit("")), msg=text.str.strip_prefix(prefix))
+        .select(
+            "idx",
+            prefix=pl.when(text.str.starts_with(prefix)).then(prefix).otherwise(pl.lit("")),
+            msg=text.str.strip_prefix(prefix),
+        )
     )
     quotes = pl.concat([marks.filter(pl.col("msg") != ""), next_line]).with_columns(pl.col("msg").str.strip_chars_end())
     return quotes.filter(pl.col("msg").str.strip_chars_start() != "")
@@ -377,15 +415,22 @@ def _quoted_errors(lines: pl.LazyFrame) -> pl.LazyFrame:
 def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
     """PyTorch ProcessGroupNCCL records, PyTorch's NCCL errors and the WARNs they quote, and bare `NCCL version` lines."""
     text = pl.col("text")
-    none = {c: pl.lit(None, dtype=t) for c, t in (("host", pl.String), ("pid", pl.Int64), ("tid", pl.Int64), ("cuda_dev", pl.Int32))}
+    none = {
+        c: pl.lit(None, dtype=t)
+        for c, t in (("host", pl.String), ("pid", pl.Int64), ("tid", pl.Int64), ("cuda_dev", pl.Int32))
+    }
     none["bad_number"] = pl.lit(False)
 
     def records(pattern: str, level: pl.Expr, clock: pl.Expr = pl.lit(None, pl.String)) -> pl.LazyFrame:
         parts = text.str.extract_groups(pattern)
         found = rest.with_columns(parts=parts).filter(pl.col("parts").struct.field("msg").is_not_null())
         return found.select(
-            "idx", prefix=pl.col("parts").struct.field("prefix"), msg=pl.col("parts").struct.field("msg"), level=level,
-            clock=clock, **none,
+            "idx",
+            prefix=pl.col("parts").struct.field("prefix"),
+            msg=pl.col("parts").struct.field("msg"),
+            level=level,
+            clock=clock,
+            **none,
         )
 
     sev = pl.col("parts").struct.field("sev").replace_strict(_SEVERITY, default="ERROR")
@@ -395,13 +440,34 @@ def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
     wrapped = [records(pattern, pl.lit("ERROR")) for pattern in (_CPP_WRAPPED, _TERMINATE, _CUDA_ERROR)]
     pdsh_host = pl.col("prefix").str.extract(_PDSH_HOST)
     warns = quoted.with_columns(level=pl.lit("WARN"), clock=pl.lit(None, pl.String), **none)
-    found = pl.concat([warns, c10, error, *wrapped, version], how="diagonal").unique("idx", keep="first", maintain_order=True)
+    found = pl.concat([warns, c10, error, *wrapped, version], how="diagonal").unique(
+        "idx", keep="first", maintain_order=True
+    )
     return _split_prefix(found.with_columns(host=pdsh_host)).select(*RECORD_COLUMNS, "clock")
 
 
 # Literals one of which every line with a record holds (a cheap filter before the regexes).
-CANDIDATE_MARKS = ["NCCL", "] INFO ", " WARN ", "nccl", "what():", "terminate called", "Error: CUDA", "Watchdog", "watchdog"]
-OTHER_MARKS = ["ProcessGroupNCCL", "NCCLUtils", "Error: ", "ncclInvalid", "NCCL version ", "what():", "terminate called", "Exception: "]
+CANDIDATE_MARKS = [
+    "NCCL",
+    "] INFO ",
+    " WARN ",
+    "nccl",
+    "what():",
+    "terminate called",
+    "Error: CUDA",
+    "Watchdog",
+    "watchdog",
+]
+OTHER_MARKS = [
+    "ProcessGroupNCCL",
+    "NCCLUtils",
+    "Error: ",
+    "ncclInvalid",
+    "NCCL version ",
+    "what():",
+    "terminate called",
+    "Exception: ",
+]
 
 
 def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
@@ -444,7 +510,9 @@ class NcclParser:
         self._spill = spill  # where each chunk's table rows go, when set; else records are kept until `finish`
         self._records: list[pl.DataFrame] = []  # one row per record: envelope, kind, body
         self._vector_fields: list[pl.DataFrame] = []  # fields of regex-matched bodies, by line
-        self._versions = pl.DataFrame(schema={"in_file": pl.Int64, "host": pl.String, "pid": pl.Int64, "version": pl.String})  # seen so far
+        self._versions = pl.DataFrame(
+            schema={"in_file": pl.Int64, "host": pl.String, "pid": pl.Int64, "version": pl.String}
+        )  # seen so far
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
         return self.absorb(self.parse(chunk))
@@ -474,7 +542,9 @@ class NcclParser:
         status = pl.zeros(chunk.height, dtype=pl.UInt8, eager=True)
         records, continued = self._join_continuations(records, texts)
         recognized = records["kind"] != UNKNOWN
-        status = status.scatter(records["idx"], recognized.cast(pl.UInt8, strict=False) * (PARSED - UNRECOGNIZED) + UNRECOGNIZED)
+        status = status.scatter(
+            records["idx"], recognized.cast(pl.UInt8, strict=False) * (PARSED - UNRECOGNIZED) + UNRECOGNIZED
+        )
         if continued:
             status = status.scatter(continued, PARSED)
         blank = _warn_blank_lines(records, texts)
@@ -497,12 +567,16 @@ class NcclParser:
         kinds, by_template = self._templates.classify(rest["msg"])
         if rest.height:
             records = records.with_columns(records["kind"].scatter(rest["row"], kinds))
-        fields = pl.concat([fields, by_template.with_columns(row=rest["row"].gather(by_template["row"]))], how="diagonal")
+        fields = pl.concat(
+            [fields, by_template.with_columns(row=rest["row"].gather(by_template["row"]))], how="diagonal"
+        )
         left = records["kind"].is_null().arg_true()  # usually none: then no join over every record
         if left.len():
             msgs = records["msg"].gather(left)
             lark_kinds = {body: self._lark(body)[0] for body in msgs.unique().to_list()}
-            records = records.with_columns(records["kind"].scatter(left, msgs.replace_strict(lark_kinds, return_dtype=pl.String)))
+            records = records.with_columns(
+                records["kind"].scatter(left, msgs.replace_strict(lark_kinds, return_dtype=pl.String))
+            )
         return records, fields
 
     def _join_continuations(self, records: pl.DataFrame, texts: pl.Series) -> tuple[pl.DataFrame, list[int]]:
@@ -547,9 +621,13 @@ class NcclParser:
         fields by line; communicators take their process's NCCL version from any record so far."""
         quality = pl.when(pl.col("ts").is_not_null()).then(pl.lit("exact")).otherwise(pl.lit("none"))
         records = records.with_columns(file=pl.lit(self.source.name), ts_quality=quality)
-        detail = records.filter(~pl.col("kind").is_in([*EVENTS_ONLY, UNKNOWN]) | pl.col("level").is_in(["WARN", "ABORT"]))
+        detail = records.filter(
+            ~pl.col("kind").is_in([*EVENTS_ONLY, UNKNOWN]) | pl.col("level").is_in(["WARN", "ABORT"])
+        )
         detail = _with_fields(detail.join(fields, on="line", how="left", maintain_order="left"), self._parsed)
-        versions = detail.filter(pl.col("kind") == "version").select(file_of(pl.col("line")).alias("in_file"), "host", "pid", version="nccl_version")
+        versions = detail.filter(pl.col("kind") == "version").select(
+            file_of(pl.col("line")).alias("in_file"), "host", "pid", version="nccl_version"
+        )
         self._versions = pl.concat([self._versions, versions], how="vertical_relaxed")
         tables = {"nccl_events": _events(records), "nccl_comms": _comms(detail, self._versions)}
         return tables | {name: build(detail) for name, build in DETAIL_TABLES.items()}
@@ -558,7 +636,9 @@ class NcclParser:
         if self._spill is not None:
             tables = self._spill.scans()
         elif self._records:
-            tables = self._tables(pl.concat(self._records, rechunk=False), pl.concat(self._vector_fields, how="diagonal"))
+            tables = self._tables(
+                pl.concat(self._records, rechunk=False), pl.concat(self._vector_fields, how="diagonal")
+            )
         else:
             return
         for name, frame in tables.items():
@@ -567,9 +647,7 @@ class NcclParser:
 
 def _warn_blank_lines(records: pl.DataFrame, texts: pl.Series) -> pl.Series:
     """Indexes of the blank or prefix-only lines NCCL writes before each WARN (its leading '\\n')."""
-    warns = records.filter((pl.col("level") == "WARN") & (pl.col("idx") > 0)).select(
-        "prefix", before=pl.col("idx") - 1
-    )
+    warns = records.filter((pl.col("level") == "WARN") & (pl.col("idx") > 0)).select("prefix", before=pl.col("idx") - 1)
     warns = warns.join(records.select(before="idx"), on="before", how="anti")
     previous = texts.gather(warns["before"]).str.strip_chars()
     blank = (previous == "") | (previous == warns["prefix"].str.strip_chars())
@@ -583,7 +661,9 @@ def _with_fields(records: pl.DataFrame, parsed: dict[str, tuple[str, dict]]) -> 
         facts = pl.from_dicts(rows, infer_schema_length=None)
         shared = [c for c in facts.columns if c in records.columns and c != "msg"]
         records = records.join(facts, on="msg", how="left", suffix="_lark", maintain_order="left")
-        records = records.with_columns(pl.coalesce(c, f"{c}_lark").alias(c) for c in shared).drop(f"{c}_lark" for c in shared)
+        records = records.with_columns(pl.coalesce(c, f"{c}_lark").alias(c) for c in shared).drop(
+            f"{c}_lark" for c in shared
+        )
     missing = [f for f in sorted(FIELDS) if f not in records.columns]
     return records.with_columns(
         pl.lit(None, dtype=pl.List(pl.String) if f in LIST_FIELDS else pl.String).alias(f) for f in missing
@@ -635,7 +715,9 @@ COMM_EVENTS = {"START": "init_start", "COMPLETE": "init_complete", "Destroy": "d
 
 
 def _events(records: pl.DataFrame) -> pl.DataFrame:
-    return records.select(*PROVENANCE, "pid", "tid", "cuda_dev", "level", "kind", "prefix", "clock", message=pl.col("msg"))
+    return records.select(
+        *PROVENANCE, "pid", "tid", "cuda_dev", "level", "kind", "prefix", "clock", message=pl.col("msg")
+    )
 
 
 def _channels(records: pl.DataFrame) -> pl.DataFrame:
@@ -664,7 +746,11 @@ def _comms(records: pl.DataFrame, versions: pl.DataFrame) -> pl.DataFrame:
     name their process's version, or without a pid their file's (a batch of small files holds many:
     `in_file` is lines.file_of their line)."""
     per_process = versions.filter(pl.col("pid").is_not_null()).unique(["in_file", "host", "pid"], keep="first")
-    per_file = versions.filter(pl.col("pid").is_null()).unique("in_file", keep="first").select("in_file", file_version="version")
+    per_file = (
+        versions.filter(pl.col("pid").is_null())
+        .unique("in_file", keep="first")
+        .select("in_file", file_version="version")
+    )
     comms = records.filter(pl.col("kind").is_in(["comm_init", "comm_teardown", "comm_info", "comm_rank"]))
     comms = comms.with_columns(in_file=file_of(pl.col("line")))
     comms = comms.join(per_process, on=["in_file", "host", "pid"], how="left", nulls_equal=False, maintain_order="left")
@@ -689,7 +775,11 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
     ])  # fmt: skip
     iface = pl.col("iface").str.extract_groups(r"^(?P<name>[^:]+):(?P<address>.*)<\d+>$")
     dev = pl.col("dev").str.extract_groups(r"^(?P<name>[^:]+)(?::[^:]+)?:(?P<port>\d+)/(?P<link_layer>[A-Za-z]+)")
-    missing = {"ib_no_device": "no_device", "libibverbs_missing": "no_libibverbs", "ib_no_ip_interface": "no_ip_interface"}
+    missing = {
+        "ib_no_device": "no_device",
+        "libibverbs_missing": "no_libibverbs",
+        "ib_no_ip_interface": "no_ip_interface",
+    }
     plugin = pl.coalesce("plugin_name", pl.when(pl.col("internal_plugin").is_not_null()).then(pl.lit("internal")))
     parts = [
         records.filter(kind == "network").select(*base, what=pl.lit("network"), name="net_name"),
@@ -711,17 +801,26 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
 def _env(records: pl.DataFrame) -> pl.DataFrame:
     value = pl.col("env_value")
     return records.filter(pl.col("kind").is_in(["env_set", "env_ib_hca"])).select(
-        *PROVENANCE, "pid", name="env_name", value=pl.when(value.str.contains(r"^-?\d+\.$")).then(value.str.strip_suffix(".")).otherwise(value)
+        *PROVENANCE,
+        "pid",
+        name="env_name",
+        value=pl.when(value.str.contains(r"^-?\d+\.$")).then(value.str.strip_suffix(".")).otherwise(value),
     )
 
 
 def _errors(records: pl.DataFrame) -> pl.DataFrame:
     kind = pl.col("kind")
     errors = records.filter(pl.col("level").is_in(["WARN", "ABORT"]) | kind.is_in(PYTORCH_ERRORS))
-    terminated = pl.when(pl.col("ran_ms").is_not_null()).then(pl.lit("watchdog_timeout")).otherwise(pl.lit("watchdog_exception"))
+    terminated = (
+        pl.when(pl.col("ran_ms").is_not_null()).then(pl.lit("watchdog_timeout")).otherwise(pl.lit("watchdog_exception"))
+    )
     status = pl.col("status").cast(pl.Int32, strict=False)
     status_name = pl.when(kind == "ib_completion").then(
-        pl.coalesce("status_sym", pl.lit("IBV_WC_") + status.replace_strict(dict(enumerate(IBV_WC_STATUS)), default=None, return_dtype=pl.String))
+        pl.coalesce(
+            "status_sym",
+            pl.lit("IBV_WC_")
+            + status.replace_strict(dict(enumerate(IBV_WC_STATUS)), default=None, return_dtype=pl.String),
+        )
     )
     return errors.select(
         *PROVENANCE, "pid", "tid",

@@ -24,7 +24,10 @@ _HEADER = PREFIX + (
     r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:size|\(B\)|out-of-place)\b| Out of bounds values| Avg bus bandwidth"
     r"| nccl-tests version| Collective test (?:starting|concluded)| Rank lists? (?:trimmed|shortened)|\s+\.\.\.)"
 )
-_RANK = PREFIX + r"#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(?P<gpu>.*?)\s*$"
+_RANK = (
+    PREFIX
+    + r"#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(?P<gpu>.*?)\s*$"
+)
 _AVG = PREFIX + r"# Avg bus bandwidth\s*:\s*(?P<avg>[\d.]+)"
 _TEST = r"\b(?P<test>[a-z_]+_perf)\b"
 _ROWLIKE = PREFIX + r"\s*\d+\s+\d+\s+(?:float|half|double|bfloat16|bf16|fp8\w*|f8\w*|u?int(?:8|32|64)?)\s"
@@ -33,8 +36,29 @@ _CANDIDATE = PREFIX + r"\s*[#\d]"
 # Every line the parser may claim matches one of these: a file without one is none of its business.
 CANDIDATES = [_HEADER, _ROW]
 
-COLUMNS_NEW = ["redop", "root", "time_out", "algbw_out", "busbw_out", "wrong_out", "time_in", "algbw_in", "busbw_in", "wrong_in"]
-COLUMNS_OLD = ["redop", "time_out", "algbw_out", "busbw_out", "wrong_out", "time_in", "algbw_in", "busbw_in", "wrong_in"]
+COLUMNS_NEW = [
+    "redop",
+    "root",
+    "time_out",
+    "algbw_out",
+    "busbw_out",
+    "wrong_out",
+    "time_in",
+    "algbw_in",
+    "busbw_in",
+    "wrong_in",
+]
+COLUMNS_OLD = [
+    "redop",
+    "time_out",
+    "algbw_out",
+    "busbw_out",
+    "wrong_out",
+    "time_in",
+    "algbw_in",
+    "busbw_in",
+    "wrong_in",
+]
 COLUMNS_NO_REDOP = COLUMNS_OLD[1:]
 
 
@@ -76,12 +100,20 @@ class NcclTestsParser:
             return pl.Series(chunk.height * [NOT_MINE], dtype=pl.UInt8)
         found = found.with_columns(run=pl.col("starts").cum_sum() + self.run)
         self.run = int(found["run"].max())
-        rows = found.filter(pl.col("size").is_not_null() | pl.col("avg").is_not_null() | pl.col("rank").struct.field("rank").is_not_null()
-                            | pl.col("test").is_not_null() | pl.col("old").is_not_null())
+        rows = found.filter(
+            pl.col("size").is_not_null()
+            | pl.col("avg").is_not_null()
+            | pl.col("rank").struct.field("rank").is_not_null()
+            | pl.col("test").is_not_null()
+            | pl.col("old").is_not_null()
+        )
         self.parts.append(rows)
         bad = chunk["text"].str.contains(_ROWLIKE) & found["size"].is_null()
         return pl.select(
-            pl.when(pl.lit(bad)).then(pl.lit(UNRECOGNIZED, pl.UInt8)).when(pl.lit(claimed)).then(pl.lit(PARSED, pl.UInt8))
+            pl.when(pl.lit(bad))
+            .then(pl.lit(UNRECOGNIZED, pl.UInt8))
+            .when(pl.lit(claimed))
+            .then(pl.lit(PARSED, pl.UInt8))
             .otherwise(pl.lit(NOT_MINE, pl.UInt8))
         ).to_series()
 
@@ -92,23 +124,62 @@ class NcclTestsParser:
             test=pl.col("test").forward_fill().backward_fill(),
             old=pl.col("old").forward_fill().fill_null(False),
         )
-        ranks = lines.filter(pl.col("rank").struct.field("rank").is_not_null()).group_by("run").agg(
-            nranks=pl.col("rank").struct.field("rank").n_unique(),
-            rank_hosts=pl.col("rank").struct.field("host").unique(maintain_order=True).str.join(","),
-            ranks_per_host=pl.col("rank").struct.field("host").value_counts().struct.field("count").max(),
-            gpu_name=pl.col("rank").struct.field("gpu").first(),
+        ranks = (
+            lines.filter(pl.col("rank").struct.field("rank").is_not_null())
+            .group_by("run")
+            .agg(
+                nranks=pl.col("rank").struct.field("rank").n_unique(),
+                rank_hosts=pl.col("rank").struct.field("host").unique(maintain_order=True).str.join(","),
+                ranks_per_host=pl.col("rank").struct.field("host").value_counts().struct.field("count").max(),
+                gpu_name=pl.col("rank").struct.field("gpu").first(),
+            )
         )
-        frames = [_rows(lines.filter(pl.col("size").is_not_null())), _averages(lines.filter(pl.col("avg").is_not_null()))]
-        table = pl.concat([f for f in frames if f.height], how="diagonal_relaxed") if any(f.height for f in frames) else None
+        frames = [
+            _rows(lines.filter(pl.col("size").is_not_null())),
+            _averages(lines.filter(pl.col("avg").is_not_null())),
+        ]
+        table = (
+            pl.concat([f for f in frames if f.height], how="diagonal_relaxed")
+            if any(f.height for f in frames)
+            else None
+        )
         if table is None:
             return
         table = table.join(ranks, on="run", how="left").with_columns(
-            file=pl.lit(self.source.name), host=pl.lit(None, pl.String), ts=pl.lit(None, pl.Datetime("ns", "UTC")), ts_quality=pl.lit("none")
+            file=pl.lit(self.source.name),
+            host=pl.lit(None, pl.String),
+            ts=pl.lit(None, pl.Datetime("ns", "UTC")),
+            ts_quality=pl.lit("none"),
         )
-        result.add("nccl_tests", table.select(
-            "file", "line", "host", "ts", "ts_quality", "test", "kind", "size_bytes", "count", "dtype", "redop", "root",
-            "placement", "time_us", "algbw_gbs", "busbw_gbs", "wrong", "error", "nranks", "rank_hosts", "ranks_per_host", "gpu_name", "run", "prefix",
-        ))
+        result.add(
+            "nccl_tests",
+            table.select(
+                "file",
+                "line",
+                "host",
+                "ts",
+                "ts_quality",
+                "test",
+                "kind",
+                "size_bytes",
+                "count",
+                "dtype",
+                "redop",
+                "root",
+                "placement",
+                "time_us",
+                "algbw_gbs",
+                "busbw_gbs",
+                "wrong",
+                "error",
+                "nranks",
+                "rank_hosts",
+                "ranks_per_host",
+                "gpu_name",
+                "run",
+                "prefix",
+            ),
+        )
 
 
 def _rows(rows: pl.DataFrame) -> pl.DataFrame:
@@ -124,21 +195,37 @@ def _rows(rows: pl.DataFrame) -> pl.DataFrame:
         cells = mine.with_columns([pl.col("cells").list.get(i).alias(n) for i, n in enumerate(names)])
         for place in ("out", "in"):
             flag = pl.col(f"wrong_{place}")
-            frames.append(cells.select(
-                "line", "test", "run", pl.col("prefix").replace("", None),
-                pl.lit("row").alias("kind"), pl.col("size").cast(pl.Int64).alias("size_bytes"), pl.col("count").cast(pl.Int64),
-                "dtype", (pl.col("redop") if "redop" in names else pl.lit(None, pl.String)).alias("redop"),
-                (pl.col("root").cast(pl.Int64, strict=False) if "root" in names else pl.lit(None, pl.Int64)).alias("root"),
-                pl.lit(place).alias("placement"),
-                pl.col(f"time_{place}").cast(pl.Float64, strict=False).alias("time_us"),
-                pl.col(f"algbw_{place}").cast(pl.Float64, strict=False).alias("algbw_gbs"),
-                pl.col(f"busbw_{place}").cast(pl.Float64, strict=False).alias("busbw_gbs"),
-                pl.when(~pl.col("old")).then(flag.cast(pl.Int64, strict=False)).alias("wrong"),
-                pl.when(pl.col("old")).then(flag.cast(pl.Float64, strict=False)).alias("error"),
-            ))
+            frames.append(
+                cells.select(
+                    "line",
+                    "test",
+                    "run",
+                    pl.col("prefix").replace("", None),
+                    pl.lit("row").alias("kind"),
+                    pl.col("size").cast(pl.Int64).alias("size_bytes"),
+                    pl.col("count").cast(pl.Int64),
+                    "dtype",
+                    (pl.col("redop") if "redop" in names else pl.lit(None, pl.String)).alias("redop"),
+                    (pl.col("root").cast(pl.Int64, strict=False) if "root" in names else pl.lit(None, pl.Int64)).alias(
+                        "root"
+                    ),
+                    pl.lit(place).alias("placement"),
+                    pl.col(f"time_{place}").cast(pl.Float64, strict=False).alias("time_us"),
+                    pl.col(f"algbw_{place}").cast(pl.Float64, strict=False).alias("algbw_gbs"),
+                    pl.col(f"busbw_{place}").cast(pl.Float64, strict=False).alias("busbw_gbs"),
+                    pl.when(~pl.col("old")).then(flag.cast(pl.Int64, strict=False)).alias("wrong"),
+                    pl.when(pl.col("old")).then(flag.cast(pl.Float64, strict=False)).alias("error"),
+                )
+            )
     return pl.concat(frames) if frames else pl.DataFrame()
 
 
 def _averages(rows: pl.DataFrame) -> pl.DataFrame:
-    return rows.select("line", "test", "run", pl.col("pfx").replace("", None).alias("prefix"), pl.lit("average").alias("kind"),
-                       pl.col("avg").alias("busbw_gbs"))
+    return rows.select(
+        "line",
+        "test",
+        "run",
+        pl.col("pfx").replace("", None).alias("prefix"),
+        pl.lit("average").alias("kind"),
+        pl.col("avg").alias("busbw_gbs"),
+    )

@@ -38,7 +38,17 @@ _SNIFF = LineStart(
 )
 
 ROW_KINDS = {"csv_row", "dmon_row", "dcgmi_row", "gpu_head", "gpu_stats"}
-KNOWN_KINDS = {"banner", "gpu_extra", "process", "mig_row", "no_process", "csv_header", "dmon_header", "dcgmi_header", "failure"}
+KNOWN_KINDS = {
+    "banner",
+    "gpu_extra",
+    "process",
+    "mig_row",
+    "no_process",
+    "csv_header",
+    "dmon_header",
+    "dcgmi_header",
+    "failure",
+}
 DECOR_KINDS = {"border", "label", "dmon_units", "dcgmi_units"}
 
 # --query-gpu field -> gpu_samples column
@@ -50,24 +60,51 @@ CSV_FIELDS = {
     "clocks.sm": "sm_clock_mhz", "clocks.current.memory": "mem_clock_mhz", "clocks.mem": "mem_clock_mhz",
     "pstate": "pstate", "clocks_throttle_reasons.active": "throttle", "clocks_event_reasons.active": "throttle",
 }  # fmt: skip
-DMON_FIELDS = {"gpu": "gpu", "pwr": "power_w", "gtemp": "temp_c", "sm": "util_gpu", "mem": "util_mem",
-               "mclk": "mem_clock_mhz", "pclk": "sm_clock_mhz", "fb": "mem_used_mib"}
+DMON_FIELDS = {
+    "gpu": "gpu",
+    "pwr": "power_w",
+    "gtemp": "temp_c",
+    "sm": "util_gpu",
+    "mem": "util_mem",
+    "mclk": "mem_clock_mhz",
+    "pclk": "sm_clock_mhz",
+    "fb": "mem_used_mib",
+}
 # dcgmi dmon short names; activity ratios (0..1) are scaled to percent
-DCGMI_FIELDS = {"GPUTL": "util_gpu", "MCUTL": "util_mem", "POWER": "power_w", "GTEMP": "temp_c", "SMCLK": "sm_clock_mhz",
-                "MMCLK": "mem_clock_mhz", "FBUSD": "mem_used_mib", "FBTTL": "mem_total_mib", "XIDER": "xid"}
+DCGMI_FIELDS = {
+    "GPUTL": "util_gpu",
+    "MCUTL": "util_mem",
+    "POWER": "power_w",
+    "GTEMP": "temp_c",
+    "SMCLK": "sm_clock_mhz",
+    "MMCLK": "mem_clock_mhz",
+    "FBUSD": "mem_used_mib",
+    "FBTTL": "mem_total_mib",
+    "XIDER": "xid",
+}
 DCGMI_RATIOS = {"GRACT": "util_gpu", "SMACT": "util_gpu"}
 TEXT_COLUMNS = {"bus_id", "name", "pstate", "throttle"}
 
 # clocks_throttle_reasons.active bits (nvml.h nvmlClocksThrottleReason*)
-THROTTLE_BITS = {0x1: "GpuIdle", 0x2: "ApplicationsClocksSetting", 0x4: "SwPowerCap", 0x8: "HwSlowdown",
-                 0x10: "SyncBoost", 0x20: "SwThermalSlowdown", 0x40: "HwThermalSlowdown",
-                 0x80: "HwPowerBrakeSlowdown", 0x100: "DisplayClockSetting"}
+THROTTLE_BITS = {
+    0x1: "GpuIdle",
+    0x2: "ApplicationsClocksSetting",
+    0x4: "SwPowerCap",
+    0x8: "HwSlowdown",
+    0x10: "SyncBoost",
+    0x20: "SwThermalSlowdown",
+    0x40: "HwThermalSlowdown",
+    0x80: "HwPowerBrakeSlowdown",
+    0x100: "DisplayClockSetting",
+}
 
 _NUMBER = r"^\s*\[?(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)\]?\s*(?:%|W|MHz|MiB|C)?\s*$"
 _HEAD = r"^\|\s*(?P<gpu>\d+)\s+(?P<name>.+?)\s+(?:On|Off)\s*\|\s*(?P<bus_id>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)"
-_STATS = (r"^\|\s*\S+\s+(?P<temp_c>\d+|N/A|ERR!)C?\s+(?P<pstate>P\d+|N/A|ERR!)\s+(?P<power_w>[\d.]+|N/A|ERR!)W?\s*/\s*"
-          r"(?P<power_cap_w>[\d.]+|N/A|ERR!)W?\s*\|\s*(?P<mem_used_mib>\d+|N/A)(?:MiB)?\s*/\s*(?P<mem_total_mib>\d+|N/A)(?:MiB)?\s*\|"
-          r"\s*(?P<util_gpu>\d+|N/A|ERR!)%?")
+_STATS = (
+    r"^\|\s*\S+\s+(?P<temp_c>\d+|N/A|ERR!)C?\s+(?P<pstate>P\d+|N/A|ERR!)\s+(?P<power_w>[\d.]+|N/A|ERR!)W?\s*/\s*"
+    r"(?P<power_cap_w>[\d.]+|N/A|ERR!)W?\s*\|\s*(?P<mem_used_mib>\d+|N/A)(?:MiB)?\s*/\s*(?P<mem_total_mib>\d+|N/A)(?:MiB)?\s*\|"
+    r"\s*(?P<util_gpu>\d+|N/A|ERR!)%?"
+)
 
 
 GRAMMAR = TemplateGrammar("nvsmi")
@@ -111,7 +148,9 @@ def _header_blocks(lines: pl.DataFrame, header_kind: str, fields: pl.Expr | None
 def _csv(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """--query-gpu rows; returns the rows and the lines whose row did not fit its header."""
     command = pl.col("text").str.extract(r"--query-gpu[= ](\S+)", 1).str.replace_all(",", ", ")
-    blocks = _header_blocks(lines.with_columns(cmd=pl.when(pl.col("ctx").is_not_null()).then(command)), "csv_header", pl.col("cmd"))
+    blocks = _header_blocks(
+        lines.with_columns(cmd=pl.when(pl.col("ctx").is_not_null()).then(command)), "csv_header", pl.col("cmd")
+    )
     rows = blocks.filter(pl.col("kind") == "csv_row", pl.col("block").is_not_null())
     frames, bad = [], []
     for header in rows["block"].unique(maintain_order=True).to_list():
@@ -148,7 +187,9 @@ def _dmon(lines: pl.DataFrame, file_day: datetime) -> tuple[pl.DataFrame, pl.Ser
         cells = {name: pl.col("parts").list.get(i) for i, name in enumerate(names)}
         typed = _typed(mine, {DMON_FIELDS[n]: cells[n] for n in names if n in DMON_FIELDS})
         if "Date" in cells and "Time" in cells:
-            typed = typed.with_columns(ts=local_time(pl.concat_str([cells["Date"], cells["Time"]], separator=" "), "%Y%m%d %H:%M:%S"))
+            typed = typed.with_columns(
+                ts=local_time(pl.concat_str([cells["Date"], cells["Time"]], separator=" "), "%Y%m%d %H:%M:%S")
+            )
         elif "Time" in cells:
             typed = _on_day(typed, cells["Time"], file_day)
         frames.append(typed.with_columns(source=pl.lit("dmon")))
@@ -160,10 +201,16 @@ def _on_day(frame: pl.DataFrame, clock: pl.Expr, file_day: datetime) -> pl.DataF
     """`-o T` prints a time of day only: the date is the `date` line's, else the file's, and a
     time earlier than the one before it is on the next day."""
     day = pl.coalesce(pl.col("stamp").dt.date(), pl.lit(file_day.date()))
-    at = (day.cast(pl.String) + " " + clock).str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="ns").dt.replace_time_zone("UTC")
+    at = (
+        (day.cast(pl.String) + " " + clock)
+        .str.to_datetime("%Y-%m-%d %H:%M:%S", strict=False, time_unit="ns")
+        .dt.replace_time_zone("UTC")
+    )
     frame = frame.with_columns(_at=at)
     wrapped = (frame["_at"].diff() < pl.duration(hours=-12)).fill_null(False).cum_sum()
-    return frame.with_columns(ts=pl.col("_at") + pl.duration(days=wrapped), inferred_day=pl.col("stamp").is_null()).drop("_at")
+    return frame.with_columns(
+        ts=pl.col("_at") + pl.duration(days=wrapped), inferred_day=pl.col("stamp").is_null()
+    ).drop("_at")
 
 
 def _dcgmi(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
@@ -190,14 +237,19 @@ def _dcgmi(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 def _table(lines: pl.DataFrame) -> pl.DataFrame:
     """The plain table: a GPU's head row names it, the row under it holds its numbers."""
     head = pl.col("text").str.extract_groups(_HEAD)
-    named = lines.filter(pl.col("kind").is_in(["gpu_head", "gpu_stats"])).with_columns(
-        head=pl.when(pl.col("kind") == "gpu_head").then(head)
-    ).with_columns(pl.col("head").forward_fill())
+    named = (
+        lines.filter(pl.col("kind").is_in(["gpu_head", "gpu_stats"]))
+        .with_columns(head=pl.when(pl.col("kind") == "gpu_head").then(head))
+        .with_columns(pl.col("head").forward_fill())
+    )
     stats = named.filter(pl.col("kind") == "gpu_stats")
     if stats.height == 0:
         return pl.DataFrame()
     groups = stats.with_columns(s=pl.col("text").str.extract_groups(_STATS)).unnest("s")
-    values = {c: pl.col(c) for c in ("temp_c", "pstate", "power_w", "power_cap_w", "mem_used_mib", "mem_total_mib", "util_gpu")}
+    values = {
+        c: pl.col(c)
+        for c in ("temp_c", "pstate", "power_w", "power_cap_w", "mem_used_mib", "mem_total_mib", "util_gpu")
+    }
     typed = _typed(groups, values).with_columns(
         gpu=pl.col("head").struct.field("gpu").cast(pl.Int32, strict=False),
         name=pl.col("head").struct.field("name").str.strip_chars(),
@@ -217,10 +269,14 @@ def ingest(source: InputFile) -> IngestResult:
     bad = pl.concat([bad_csv, bad_dmon, bad_dcgmi])
     kind = pl.col("kind")
     status = lines.select(
-        pl.when(pl.col("ctx").is_not_null()).then(pl.col("ctx"))
-        .when(pl.col("line").is_in(bad.implode())).then(pl.lit(None, pl.UInt8))
-        .when(kind.is_in(list(ROW_KINDS | KNOWN_KINDS))).then(pl.lit(PARSED, pl.UInt8))
-        .when(kind.is_in(list(DECOR_KINDS))).then(pl.lit(IGNORED, pl.UInt8))
+        pl.when(pl.col("ctx").is_not_null())
+        .then(pl.col("ctx"))
+        .when(pl.col("line").is_in(bad.implode()))
+        .then(pl.lit(None, pl.UInt8))
+        .when(kind.is_in(list(ROW_KINDS | KNOWN_KINDS)))
+        .then(pl.lit(PARSED, pl.UInt8))
+        .when(kind.is_in(list(DECOR_KINDS)))
+        .then(pl.lit(IGNORED, pl.UInt8))
     ).to_series()
     result = IngestResult(account=account(lines, status))
     samples = _concat([f for f in (csv, dmon, dcgmi, table) if f.height])
@@ -228,7 +284,30 @@ def ingest(source: InputFile) -> IngestResult:
         when = pl.col("ts") if "ts" in samples.columns else None
         frame = provenance(source, samples, when)
         if "inferred_day" in frame.columns:
-            frame = frame.with_columns(ts_quality=pl.when(pl.col("inferred_day") & pl.col("ts").is_not_null()).then(pl.lit("inferred")).otherwise("ts_quality"))
-        keep = [c for c in frame.columns if c not in {"text", "ctx", "kind", "stamp", "is_date", "prompt_host", "block", "cells", "parts", "cmd", "_", "inferred_day", "head"}]
+            frame = frame.with_columns(
+                ts_quality=pl.when(pl.col("inferred_day") & pl.col("ts").is_not_null())
+                .then(pl.lit("inferred"))
+                .otherwise("ts_quality")
+            )
+        keep = [
+            c
+            for c in frame.columns
+            if c
+            not in {
+                "text",
+                "ctx",
+                "kind",
+                "stamp",
+                "is_date",
+                "prompt_host",
+                "block",
+                "cells",
+                "parts",
+                "cmd",
+                "_",
+                "inferred_day",
+                "head",
+            }
+        ]
         result.add("gpu_samples", frame.select(keep))
     return result

@@ -16,7 +16,16 @@ _LINK = r"\[([^\]\n]*)\]\((?:https?|mailto|ftp):[^)\s]*\)"
 _AUTOLINK = r"<((?:https?|mailto):[^>\s]*)>"
 _ESCAPED = r"\\([_*\[\]<>`#|~\\])"
 # entities HTML views use for log text; &amp; last, so `&amp;lt;` becomes `&lt;` as it was written
-_ENTITIES = {"&lt;": "<", "&gt;": ">", "&quot;": '"', "&#39;": "'", "&#x27;": "'", "&#34;": '"', "&nbsp;": " ", "&amp;": "&"}
+_ENTITIES = {
+    "&lt;": "<",
+    "&gt;": ">",
+    "&quot;": '"',
+    "&#39;": "'",
+    "&#x27;": "'",
+    "&#34;": '"',
+    "&nbsp;": " ",
+    "&amp;": "&",
+}
 _MARKS = ["](", "&", "\\"]
 
 

@@ -71,9 +71,13 @@ def ingest(source: InputFile) -> IngestResult:
             mapped.madvise(mmap.MADV_DONTNEED, 0, int(rec.offset[0]) // mmap.PAGESIZE * mmap.PAGESIZE)
     account.errors.extend(f"{source.name}: {note}" for note in reader.notes)
     for linktype in sorted(reader.linktypes - set(LINKTYPE_NAMES)):
-        account.errors.append(f"{source.name}: link type {linktype} is not one tracelens decodes; its packets were skipped")
+        account.errors.append(
+            f"{source.name}: link type {linktype} is not one tracelens decodes; its packets were skipped"
+        )
     if frames:
-        result.add("packets", pl.concat(frames))  # in chunks: read it by selecting columns first (an eager group_by copies every column)
+        result.add(
+            "packets", pl.concat(frames)
+        )  # in chunks: read it by selecting columns first (an eager group_by copies every column)
     _give_back_freed_memory()
     return result
 

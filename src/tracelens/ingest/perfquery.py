@@ -24,24 +24,54 @@ _SNIFF = LineStart(rb"# Port (?:extended )?counters: |# Port\w+ counters: |\w+:\
 
 # Basic PortCounters widths (libibmad fields.c); the extended data counters are 64-bit.
 BASIC_BITS = {
-    "SymbolErrorCounter": 16, "LinkErrorRecoveryCounter": 8, "LinkDownedCounter": 8, "PortRcvErrors": 16,
-    "PortRcvRemotePhysicalErrors": 16, "PortRcvSwitchRelayErrors": 16, "PortXmitDiscards": 16,
-    "PortXmitConstraintErrors": 8, "PortRcvConstraintErrors": 8, "LocalLinkIntegrityErrors": 4,
-    "ExcessiveBufferOverrunErrors": 4, "VL15Dropped": 16, "PortXmitData": 32, "PortRcvData": 32,
-    "PortXmitPkts": 32, "PortRcvPkts": 32, "PortXmitWait": 32, "QP1Dropped": 16,
+    "SymbolErrorCounter": 16,
+    "LinkErrorRecoveryCounter": 8,
+    "LinkDownedCounter": 8,
+    "PortRcvErrors": 16,
+    "PortRcvRemotePhysicalErrors": 16,
+    "PortRcvSwitchRelayErrors": 16,
+    "PortXmitDiscards": 16,
+    "PortXmitConstraintErrors": 8,
+    "PortRcvConstraintErrors": 8,
+    "LocalLinkIntegrityErrors": 4,
+    "ExcessiveBufferOverrunErrors": 4,
+    "VL15Dropped": 16,
+    "PortXmitData": 32,
+    "PortRcvData": 32,
+    "PortXmitPkts": 32,
+    "PortRcvPkts": 32,
+    "PortXmitWait": 32,
+    "QP1Dropped": 16,
 }
 DETAIL_BITS = 16  # -E, -D ... detail counters
-EXTENDED_DATA = {"PortXmitData", "PortRcvData", "PortXmitPkts", "PortRcvPkts", "PortUnicastXmitPkts",
-                 "PortUnicastRcvPkts", "PortMulticastXmitPkts", "PortMulticastRcvPkts"}
+EXTENDED_DATA = {
+    "PortXmitData",
+    "PortRcvData",
+    "PortXmitPkts",
+    "PortRcvPkts",
+    "PortUnicastXmitPkts",
+    "PortUnicastRcvPkts",
+    "PortMulticastXmitPkts",
+    "PortMulticastRcvPkts",
+}
 # Names older scripts and OFED 1.x perfquery printed.
 ALIASES = {
-    "SymbolErrors": "SymbolErrorCounter", "LinkRecovers": "LinkErrorRecoveryCounter",
-    "LinkDowned": "LinkDownedCounter", "RcvErrors": "PortRcvErrors",
-    "RcvRemotePhysErrors": "PortRcvRemotePhysicalErrors", "RcvSwRelayErrors": "PortRcvSwitchRelayErrors",
-    "XmtDiscards": "PortXmitDiscards", "XmtConstraintErrors": "PortXmitConstraintErrors",
-    "RcvConstraintErrors": "PortRcvConstraintErrors", "LinkIntegrityErrors": "LocalLinkIntegrityErrors",
-    "ExcBufOverrunErrors": "ExcessiveBufferOverrunErrors", "XmtData": "PortXmitData", "RcvData": "PortRcvData",
-    "XmtPkts": "PortXmitPkts", "RcvPkts": "PortRcvPkts", "XmtWait": "PortXmitWait",
+    "SymbolErrors": "SymbolErrorCounter",
+    "LinkRecovers": "LinkErrorRecoveryCounter",
+    "LinkDowned": "LinkDownedCounter",
+    "RcvErrors": "PortRcvErrors",
+    "RcvRemotePhysErrors": "PortRcvRemotePhysicalErrors",
+    "RcvSwRelayErrors": "PortRcvSwitchRelayErrors",
+    "XmtDiscards": "PortXmitDiscards",
+    "XmtConstraintErrors": "PortXmitConstraintErrors",
+    "RcvConstraintErrors": "PortRcvConstraintErrors",
+    "LinkIntegrityErrors": "LocalLinkIntegrityErrors",
+    "ExcBufOverrunErrors": "ExcessiveBufferOverrunErrors",
+    "XmtData": "PortXmitData",
+    "RcvData": "PortRcvData",
+    "XmtPkts": "PortXmitPkts",
+    "RcvPkts": "PortRcvPkts",
+    "XmtWait": "PortXmitWait",
 }
 SELECTORS = {"PortSelect", "CounterSelect", "CounterSelect2"}  # not counters
 CAP_XMIT_WAIT = 0x1000  # without it perfquery prints PortXmitWait as 0, whatever happened
@@ -99,7 +129,8 @@ def _headerless_kind(fields: list[Field]) -> str:
     if names and not any(n in BASIC_BITS or n in EXTENDED_DATA for n in names):
         return "perfquery_detail"
     if "PortUnicastXmitPkts" in names or (
-        "PortXmitData" in names and "SymbolErrorCounter" in names
+        "PortXmitData" in names
+        and "SymbolErrorCounter" in names
         and names.index("PortXmitData") < names.index("SymbolErrorCounter")
     ):
         return "perfquery_x"
@@ -132,17 +163,29 @@ def _block_rows(source: InputFile, block: list[DumpLine]) -> list[dict]:
             continue
         if name == "PortXmitWait" and head.cap_mask is not None and not head.cap_mask & CAP_XMIT_WAIT:
             continue  # not supported by this port: the printed 0 means nothing
-        rows.append(line.provenance(source) | {
-            "node": head.node, "lid": int(lid[1]) if lid else None, "port": head.port, "counter": name,
-            "value": value, "source": head.kind, "bits": _bits(head, name),
-        })
+        rows.append(
+            line.provenance(source)
+            | {
+                "node": head.node,
+                "lid": int(lid[1]) if lid else None,
+                "port": head.port,
+                "counter": name,
+                "value": value,
+                "source": head.kind,
+                "bits": _bits(head, name),
+            }
+        )
     return rows
 
 
 def ingest(source: InputFile) -> IngestResult:
     lines, account = read_dump(source, LINES)
     result = IngestResult(account=account)
-    rows = [row for block in blocks(lines, lambda line: isinstance(line.value, Header)) for row in _block_rows(source, block)]
+    rows = [
+        row
+        for block in blocks(lines, lambda line: isinstance(line.value, Header))
+        for row in _block_rows(source, block)
+    ]
     if rows:
         result.add("ib_counters", counter_frame(rows))
     return result

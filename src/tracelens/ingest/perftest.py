@@ -31,12 +31,21 @@ FORMAT = "perftest"
 PRIORITY = 93
 
 GRAMMAR = TemplateGrammar("perftest")
-_SNIFF = re.compile(rb"(?:RDMA_Write|RDMA_Read|Send|Atomic\w*|Write|Read) (?:BW|Latency|Lat) Test|#bytes\s+#iterations\s+(?:BW peak|t_min)")
+_SNIFF = re.compile(
+    rb"(?:RDMA_Write|RDMA_Read|Send|Atomic\w*|Write|Read) (?:BW|Latency|Lat) Test|#bytes\s+#iterations\s+(?:BW peak|t_min)"
+)
 _WRAPPER = r"^(?P<wts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+\s+L\d+\s+\w+\| ?(?P<stdout>\[std(?:out|err)\] ?)?"
 _ATTRS = {"Device": "device", "Link type": "link_type", "Mtu": "mtu", "GID index": "gid_index"}
 BW_COLUMNS = ["bytes", "iterations", "bw_peak", "bw_avg", "msg_rate_mpps"]
-LAT_NAMES = {"t_min": "lat_min_us", "t_max": "lat_max_us", "t_typical": "lat_typical_us", "t_avg": "lat_avg_us",
-             "t_stdev": "lat_stdev_us", "99%": "lat_p99_us", "99.9%": "lat_p999_us"}
+LAT_NAMES = {
+    "t_min": "lat_min_us",
+    "t_max": "lat_max_us",
+    "t_typical": "lat_typical_us",
+    "t_avg": "lat_avg_us",
+    "t_stdev": "lat_stdev_us",
+    "99%": "lat_p99_us",
+    "99.9%": "lat_p999_us",
+}
 LAT_COLUMNS = list(LAT_NAMES.values())
 
 
@@ -45,7 +54,11 @@ def sniff(head: bytes) -> bool:
 
 
 def _attribute(text: pl.Expr, key: str) -> pl.Expr:
-    return text.str.strip_chars().str.extract(rf"(?:^|\t|\s{{2,}}){re.escape(key)}\s*:\s*([^\t]+?)(?:\t|\s{{3,}}|$)", 1).str.strip_chars()
+    return (
+        text.str.strip_chars()
+        .str.extract(rf"(?:^|\t|\s{{2,}}){re.escape(key)}\s*:\s*([^\t]+?)(?:\t|\s{{3,}}|$)", 1)
+        .str.strip_chars()
+    )
 
 
 def _columns(header: str) -> list[str]:
@@ -53,7 +66,11 @@ def _columns(header: str) -> list[str]:
     perftest version prints (t_min ... 99.9% percentile; older versions stop at t_typical)."""
     if "BW" in header:
         return BW_COLUMNS
-    return ["bytes", "iterations", *(LAT_NAMES[m] for m in re.findall(r"(t_\w+?)\[usec\]|(\d+(?:\.\d+)?%) percentile", header) for m in m if m)]
+    return [
+        "bytes",
+        "iterations",
+        *(LAT_NAMES[m] for m in re.findall(r"(t_\w+?)\[usec\]|(\d+(?:\.\d+)?%) percentile", header) for m in m if m),
+    ]
 
 
 def ingest(source: InputFile) -> IngestResult:
@@ -61,7 +78,9 @@ def ingest(source: InputFile) -> IngestResult:
     wrapped = raw.with_columns(w=pl.col("text").str.extract_groups(_WRAPPER)).unnest("w")
     runner_only = pl.col("wts").is_not_null() & pl.col("stdout").is_null()
     lines = wrapped.with_columns(text=pl.col("text").str.replace(_WRAPPER, "")).select("line", "text", "wts", "stdout")
-    lines = GRAMMAR.kinds(context(lines).with_columns(ctx=pl.when(runner_only).then(pl.lit(IGNORED, pl.UInt8)).otherwise("ctx")))
+    lines = GRAMMAR.kinds(
+        context(lines).with_columns(ctx=pl.when(runner_only).then(pl.lit(IGNORED, pl.UInt8)).otherwise("ctx"))
+    )
     text, kind = pl.col("text"), pl.col("kind")
     header_kinds = ["title", "bw_header", "lat_header"]
     lines = lines.with_columns(
@@ -80,16 +99,27 @@ def ingest(source: InputFile) -> IngestResult:
         names = _columns(table)
         rows = lines.filter(kind == "row", pl.col("table") == table, cells.list.len() == len(names))
         if rows.height:
-            frames.append(rows.with_columns(
-                [cells.list.get(i).cast(pl.Int64 if n in ("bytes", "iterations") else pl.Float64, strict=False).alias(n) for i, n in enumerate(names)]
-            ))
+            frames.append(
+                rows.with_columns(
+                    [
+                        cells.list.get(i)
+                        .cast(pl.Int64 if n in ("bytes", "iterations") else pl.Float64, strict=False)
+                        .alias(n)
+                        for i, n in enumerate(names)
+                    ]
+                )
+            )
     rows = pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
     fitted = rows["line"] if rows.height else pl.Series([], dtype=pl.Int64)
     status = lines.select(
-        pl.when(pl.col("ctx").is_not_null()).then(pl.col("ctx"))
-        .when(kind == "row").then(pl.when(pl.col("line").is_in(fitted.implode())).then(pl.lit(PARSED, pl.UInt8)))
-        .when(kind == "rule").then(pl.lit(IGNORED, pl.UInt8))
-        .when(kind.is_not_null()).then(pl.lit(PARSED, pl.UInt8))
+        pl.when(pl.col("ctx").is_not_null())
+        .then(pl.col("ctx"))
+        .when(kind == "row")
+        .then(pl.when(pl.col("line").is_in(fitted.implode())).then(pl.lit(PARSED, pl.UInt8)))
+        .when(kind == "rule")
+        .then(pl.lit(IGNORED, pl.UInt8))
+        .when(kind.is_not_null())
+        .then(pl.lit(PARSED, pl.UInt8))
     ).to_series()
     result = IngestResult(account=account(lines, status))
     if rows.height:
@@ -97,7 +127,20 @@ def ingest(source: InputFile) -> IngestResult:
             mtu=pl.col("mtu").str.extract(r"(\d+)", 1).cast(pl.Int32, strict=False),
             gid_index=pl.col("gid_index").cast(pl.Int32, strict=False),
         )
-        keep = ["file", "line", "host", "ts", "ts_quality", "test", "device", "link_type", "mtu", "gid_index", "bw_unit", "run",
-                *[c for c in BW_COLUMNS + LAT_COLUMNS if c in frame.columns]]
+        keep = [
+            "file",
+            "line",
+            "host",
+            "ts",
+            "ts_quality",
+            "test",
+            "device",
+            "link_type",
+            "mtu",
+            "gid_index",
+            "bw_unit",
+            "run",
+            *[c for c in BW_COLUMNS + LAT_COLUMNS if c in frame.columns],
+        ]
         result.add("perftest", frame.select(keep))
     return result

@@ -23,11 +23,24 @@ from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.dumps import DumpLine, LineParser, read_dump
 
 STATES = {1: "Down", 2: "Initializing", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
-PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining", 5: "LinkUp",
-               6: "LinkErrorRecovery", 7: "PhyTest"}
+PHYS_STATES = {
+    1: "Sleep",
+    2: "Polling",
+    3: "Disabled",
+    4: "PortConfigurationTraining",
+    5: "LinkUp",
+    6: "LinkErrorRecovery",
+    7: "PhyTest",
+}
 _NAMES = {re.sub(r"[^a-z]", "", name.lower()): name for name in [*STATES.values(), *PHYS_STATES.values()]}
-_NAMES |= {"init": "Initializing", "portdown": "Down", "portinit": "Initializing", "portarmed": "Armed",
-           "portactive": "Active", "portactivedefer": "ActiveDefer"}
+_NAMES |= {
+    "init": "Initializing",
+    "portdown": "Down",
+    "portinit": "Initializing",
+    "portarmed": "Armed",
+    "portactive": "Active",
+    "portactivedefer": "ActiveDefer",
+}
 
 
 @dataclass(frozen=True)
@@ -129,8 +142,13 @@ class _PortRows:
 DEVICE_COLUMNS = {"ca_type", "node_guid"}
 
 
-def ingest_port_dump(source: InputFile, parse_line: LineParser, tool: str, columns: Columns,
-                     finish: Callable[[dict[str, Any]], None] | None = None) -> IngestResult:
+def ingest_port_dump(
+    source: InputFile,
+    parse_line: LineParser,
+    tool: str,
+    columns: Columns,
+    finish: Callable[[dict[str, Any]], None] | None = None,
+) -> IngestResult:
     """Read a port-status dump into ib_ports rows; `finish` may complete each row (e.g. its rate)."""
     lines, account = read_dump(source, parse_line)
     builder = _PortRows(source, tool, columns)

@@ -40,7 +40,9 @@ _PYTHON = re.compile(r"^Python v\d")
 _SPY_THREAD = re.compile(r"^Thread (?P<tid>0x[0-9A-Fa-f]+|\d+) \((?P<state>[a-z+]+)\)(?::\s*\"(?P<name>.*)\")?\s*$")
 _SPY_FRAME = re.compile(r"^(?:\t ?| {4})(?P<name>\S.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)\s*$")
 _RAY = re.compile(r"^Stack dump for (?P<ps>\S+\s+(?P<pid>\d+).*)$")
-_FAULT_THREAD = re.compile(r"^(?:(?:Current thread|Thread) (?P<tid>0x[0-9A-Fa-f]+)|Stack) \(most recent call first\):\s*$")
+_FAULT_THREAD = re.compile(
+    r"^(?:(?:Current thread|Thread) (?P<tid>0x[0-9A-Fa-f]+)|Stack) \(most recent call first\):\s*$"
+)
 _FAULT_FRAME = re.compile(r"^\s+File \"(?P<file>[^\"]*)\", line (?P<line>\d+) in (?P<name>.+?)\s*$")
 _TB_HEAD = re.compile(r"^Traceback \(most recent call last\):\s*$")
 _TB_FRAME = re.compile(r"^\s+File \"(?P<file>[^\"]*)\", line (?P<line>\d+), in (?P<name>.+?)\s*$")
@@ -96,9 +98,11 @@ class StackParser:
     def _line(self, line: int, raw: str) -> bool:
         """Read one candidate line; True when it belongs to a stack."""
         tag = _TAG_RE.match(raw)
-        text = raw[tag.end():] if tag else raw
+        text = raw[tag.end() :] if tag else raw
         rank = int(tag.group("tag")) if tag and tag.group("tag") else self.file_rank
-        block = self.open if self.open and line <= self.open.last + (3 if self.open.tool == "traceback" else 1) else None
+        block = (
+            self.open if self.open and line <= self.open.last + (3 if self.open.tool == "traceback" else 1) else None
+        )
         if block is None:
             self.open = None
         if m := _PROCESS.match(text):
@@ -110,7 +114,14 @@ class StackParser:
             self.process = (int(m.group("pid")), m.group("ps").strip())
             return True
         if m := _SPY_THREAD.match(text):
-            tool = "ray stack" if self.process[1] and not self.process[1].startswith("/") and m.group("tid").startswith("0x") and m.group("name") is None else "py-spy"
+            tool = (
+                "ray stack"
+                if self.process[1]
+                and not self.process[1].startswith("/")
+                and m.group("tid").startswith("0x")
+                and m.group("name") is None
+                else "py-spy"
+            )
             self._open(_Block(tool, line, line, rank, *self.process, m.group("tid"), m.group("name"), m.group("state")))
             return True
         if m := _FAULT_THREAD.match(text):
@@ -127,11 +138,17 @@ class StackParser:
         if block.tool in ("py-spy", "ray stack") and (m := _SPY_FRAME.match(text)):
             file, number = m.group("file"), m.group("line")
             native = number is None and bool(_NATIVE_FILE.search(file))
-            block.frames.append({"name": m.group("name"), "filename": file, "line": int(number) if number else None, "native": native})
+            block.frames.append(
+                {"name": m.group("name"), "filename": file, "line": int(number) if number else None, "native": native}
+            )
         elif block.tool == "faulthandler" and (m := _FAULT_FRAME.match(text)):
-            block.frames.append({"name": m.group("name"), "filename": m.group("file"), "line": int(m.group("line")), "native": False})
+            block.frames.append(
+                {"name": m.group("name"), "filename": m.group("file"), "line": int(m.group("line")), "native": False}
+            )
         elif block.tool == "traceback" and (m := _TB_FRAME.match(text)):
-            block.frames.append({"name": m.group("name"), "filename": m.group("file"), "line": int(m.group("line")), "native": False})
+            block.frames.append(
+                {"name": m.group("name"), "filename": m.group("file"), "line": int(m.group("line")), "native": False}
+            )
         elif block.tool == "abort" and (m := _WHAT.match(text)):
             block.exception = f"{block.exception}: {m.group('msg').strip()}"
             self.open = None

@@ -127,7 +127,9 @@ class TemplateParser:
 
     def __init__(self, parse: ParseRecipes) -> None:
         self._parse = parse
-        self.templates: dict[str, Template | None] = {}  # template -> what its representative parsed to; None: untemplatable
+        self.templates: dict[
+            str, Template | None
+        ] = {}  # template -> what its representative parsed to; None: untemplatable
 
     def learn(self, body: str) -> Template | None:
         """Parse a template's representative body; None if the grammar tells its values apart.
@@ -170,8 +172,12 @@ class TemplateParser:
         """The kind of each body (null where a template could not tell: the caller asks the grammar), and
         the fields of the bodies that have some (column `row` = position in `bodies`, one column per field)."""
         body = pl.col("body")
-        frame = pl.DataFrame({"body": bodies}).with_row_index("row").with_columns(
-            template=pl.when(body.str.contains(MARK, literal=True)).then(None).otherwise(pl.lit(masked(bodies)))
+        frame = (
+            pl.DataFrame({"body": bodies})
+            .with_row_index("row")
+            .with_columns(
+                template=pl.when(body.str.contains(MARK, literal=True)).then(None).otherwise(pl.lit(masked(bodies)))
+            )
         )
         firsts = frame.filter(pl.col("template").is_not_null()).unique("template", keep="first", maintain_order=True)
         for template, first in zip(firsts["template"].to_list(), firsts["body"].to_list()):
@@ -187,7 +193,9 @@ class TemplateParser:
         if fixed:
             frame = frame.with_columns(kind=pl.when(_fixed_differ(frame, fixed)).then(None).otherwise(pl.col("kind")))
         with_fields = [t for t, learned in known.items() if learned and learned.fields]
-        return frame["kind"], self._fields(frame.filter(pl.col("template").is_in(with_fields) & pl.col("kind").is_not_null()))
+        return frame["kind"], self._fields(
+            frame.filter(pl.col("template").is_in(with_fields) & pl.col("kind").is_not_null())
+        )
 
     def _fields(self, frame: pl.DataFrame) -> pl.DataFrame:
         """Each body's fields from its template's recipes and its own tokens, one template at a time."""
@@ -214,10 +222,13 @@ def masked(bodies: pl.Series) -> pl.Series:
 
 def _fixed_differ(frame: pl.DataFrame, fixed: dict[str, dict[int, str]]) -> pl.Expr:
     """Rows of a template with fixed tokens whose text differs there (`P3P` where the template learned `P2P`)."""
-    rows = frame.filter(pl.col("template").is_in(list(fixed))).with_columns(tokens=pl.col("body").str.extract_all(TOKEN))
+    rows = frame.filter(pl.col("template").is_in(list(fixed))).with_columns(
+        tokens=pl.col("body").str.extract_all(TOKEN)
+    )
     differ = [
-        rows.filter(pl.col("template") == template)
-        .filter(~pl.all_horizontal(pl.col("tokens").list.get(i, null_on_oob=True) == text for i, text in where.items()))["row"]
+        rows.filter(pl.col("template") == template).filter(
+            ~pl.all_horizontal(pl.col("tokens").list.get(i, null_on_oob=True) == text for i, text in where.items())
+        )["row"]
         for template, where in fixed.items()
     ]
     return pl.col("row").is_in(pl.concat(differ).implode())

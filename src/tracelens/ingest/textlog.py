@@ -51,10 +51,15 @@ def sniff(head: bytes) -> bool:
     return looks_like_text(head)
 
 
-def ingest(source: InputFile, jobs: int = 1, chunk_bytes: int = CHUNK_BYTES, workers: Executor | None = None) -> IngestResult:
+def ingest(
+    source: InputFile, jobs: int = 1, chunk_bytes: int = CHUNK_BYTES, workers: Executor | None = None
+) -> IngestResult:
     """Read the file's lines once for every line parser; past two chunks, with `jobs` > 1, the NCCL
     records of `jobs` chunks are parsed at once, in threads (or on `workers`: Ray tasks)."""
-    parsers = [cls(source, _spill(source, chunk_bytes)) if getattr(cls, "SPILLS", False) else cls(source) for cls in LINE_PARSERS]
+    parsers = [
+        cls(source, _spill(source, chunk_bytes)) if getattr(cls, "SPILLS", False) else cls(source)
+        for cls in LINE_PARSERS
+    ]
     account = Account()
     if jobs > 1 and source.size > 2 * chunk_bytes:
         if workers is not None:

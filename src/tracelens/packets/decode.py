@@ -109,8 +109,10 @@ class _Chunk:
         self.values: dict[str, np.ndarray] = {}
         self.valid: dict[str, np.ndarray] = {}
         self.proto = np.full(self.n, -1, np.int64)
-        self.addr = {side: (np.zeros(self.n, np.int8), np.zeros(self.n, np.uint64), np.zeros(self.n, np.uint64))
-                     for side in ("src", "dst")}
+        self.addr = {
+            side: (np.zeros(self.n, np.int8), np.zeros(self.n, np.uint64), np.zeros(self.n, np.uint64))
+            for side in ("src", "dst")
+        }
 
     def read(self, rows: np.ndarray, at: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Fields of `width` bytes at `at` in frames `rows`; not valid where past the captured end."""
@@ -185,7 +187,9 @@ def _link(chunk: _Chunk) -> tuple[np.ndarray, np.ndarray]:
         elif lt in RAW_IP:
             version, valid = chunk.read(rows, start, 1)
             at = start
-            kind = np.select([valid & (version >> 4 == 4), valid & (version >> 4 == 6)], [ETH_IPV4, ETH_IPV6], NO_NETWORK)
+            kind = np.select(
+                [valid & (version >> 4 == 4), valid & (version >> 4 == 6)], [ETH_IPV4, ETH_IPV6], NO_NETWORK
+            )
         elif lt == INFINIBAND:
             at, kind = start, np.full(len(rows), IB_LRH)
         elif lt == ERF:

@@ -149,7 +149,9 @@ class CaptureReader:
                 continue
             if caplen > MAX_CAPLEN:
                 kept = frames + len(starts)
-                swapped = int.from_bytes(raw[pos + 8 : pos + 12], "big" if caplen_at.__self__.format[0] == "<" else "little")
+                swapped = int.from_bytes(
+                    raw[pos + 8 : pos + 12], "big" if caplen_at.__self__.format[0] == "<" else "little"
+                )
                 why = (
                     "the file header's byte order does not match its records' (the header says "
                     f"{'little' if caplen_at.__self__.format[0] == '<' else 'big'}-endian; the records read as the other), "

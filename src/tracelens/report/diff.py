@@ -30,7 +30,13 @@ def _chart(good: Pace, bad: Pace):
     top = max(good.per_step["time_ms"].max() or 0.0, bad.per_step["time_ms"].max() or 0.0)
     panel = fig.panel(180, "step time (ms)", y_range=(0.0, float(top) or 1.0))
     for label, pace, colour in (("good run", good, "#2e7d32"), ("slow run", bad, "#b3261e")):
-        svg.line(panel, pace.per_step["step"].cast(pl.Float64).to_list(), pace.per_step["time_ms"].to_list(), colour, label=label)
+        svg.line(
+            panel,
+            pace.per_step["step"].cast(pl.Float64).to_list(),
+            pace.per_step["time_ms"].to_list(),
+            colour,
+            label=label,
+        )
     return svg.render(fig)
 
 
@@ -58,8 +64,15 @@ def context(comparison: Comparison) -> dict:
         "bad": comparison.bad,
         "steps": steps,
         "changes": [
-            {"area": c.area, "what": c.what, "good": c.good, "bad": c.bad, "where": c.where, "detail": c.detail,
-             "explains": f"{c.explains_ms:+,.0f} ms" if c.explains_ms is not None else ""}
+            {
+                "area": c.area,
+                "what": c.what,
+                "good": c.good,
+                "bad": c.bad,
+                "where": c.where,
+                "detail": c.detail,
+                "explains": f"{c.explains_ms:+,.0f} ms" if c.explains_ms is not None else "",
+            }
             for c in comparison.changes
         ],  # fmt: skip
         "unchanged": comparison.unchanged,
@@ -70,11 +83,15 @@ def context(comparison: Comparison) -> dict:
 
 def render(comparison: Comparison) -> str:
     """The diff page as one self-contained HTML string."""
-    return environment().get_template("diff.html.j2").render(
-        csp=CSP,
-        css=(data_dir("reports") / "report.css").read_text(encoding="utf-8"),
-        version=__version__,
-        ctx=context(comparison),
+    return (
+        environment()
+        .get_template("diff.html.j2")
+        .render(
+            csp=CSP,
+            css=(data_dir("reports") / "report.css").read_text(encoding="utf-8"),
+            version=__version__,
+            ctx=context(comparison),
+        )
     )
 
 

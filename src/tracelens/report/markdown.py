@@ -49,6 +49,7 @@ def inline_with_code(text: str) -> str:
     parts = str(text).split("`")
     if len(parts) % 2 == 0 or "``" in str(text):  # unpaired or doubled backticks: no code spans at all
         return inline(text)
+
     def outside(p: str) -> str:
         return (" " if p[:1].isspace() else "") + inline(p) + (" " if p[-1:].isspace() and p.strip() else "")
 
@@ -66,7 +67,9 @@ def code_block(lines: list[str]) -> str:
 def _verdict(analysis: Analysis) -> list[str]:
     v = verdict(analysis)
     out = [f"## tracelens: {v.severity.upper()}: {inline(v.headline)}", ""]
-    facts = [f"**When:** {inline(w)}" for w in [when_and_cost(v)] if w] + [f"**Where:** {inline(v.where)}" for _ in [0] if v.where]
+    facts = [f"**When:** {inline(w)}" for w in [when_and_cost(v)] if w] + [
+        f"**Where:** {inline(v.where)}" for _ in [0] if v.where
+    ]
     if facts:
         out += [" · ".join(facts), ""]
     for title, items in (("Because", v.because), ("Against", v.against), ("Not available", v.not_available)):
@@ -83,8 +86,10 @@ def _findings(findings: list[Finding]) -> list[str]:
     if not findings:
         return []
     out = ["### Findings", "", "| # | Severity | Rule | Finding | Where |", "|---:|---|---|---|---|"]
-    out += [f"| {i} | {f.severity.label} | {f.rule_id} | {inline(f.title)} | {inline(f.scope)} |"
-            for i, f in enumerate(findings[:MAX_FINDINGS], start=1)]
+    out += [
+        f"| {i} | {f.severity.label} | {f.rule_id} | {inline(f.title)} | {inline(f.scope)} |"
+        for i, f in enumerate(findings[:MAX_FINDINGS], start=1)
+    ]
     if len(findings) > MAX_FINDINGS:
         out += ["", f"… and {count(len(findings) - MAX_FINDINGS, 'more finding')} in the HTML report."]
     out.append("")
@@ -94,16 +99,28 @@ def _findings(findings: list[Finding]) -> list[str]:
     for f in quoted:
         lines = [f"{e.location}  {e.text}" for e in f.evidence[:EVIDENCE_LINES]]
         more = f.evidence_total - len(lines)
-        out += [f"**{f.rule_id}** {inline(f.title)}" + (f" ({count(more, 'more line')} in the report)" if more > 0 else ""),
-                "", code_block(lines), ""]
+        out += [
+            f"**{f.rule_id}** {inline(f.title)}" + (f" ({count(more, 'more line')} in the report)" if more > 0 else ""),
+            "",
+            code_block(lines),
+            "",
+        ]
     return out
 
 
 def _inputs(analysis: Analysis) -> list[str]:
     rows = analysis.tables["inputs"].sort("file").to_dicts()
-    out = ["### Inputs read", "", "| File | Format | Host | Read | Parsed | Unrecognised |", "|---|---|---|---:|---:|---:|"]
-    out += [f"| {inline(r['file'])} | {inline(r['format'])} | {inline(r['host'] or '')} | {r['lines'] or 0:,} | "
-            f"{r['parsed'] or 0:,} | {r['unrecognized'] or 0:,} |" for r in rows[:MAX_INPUTS]]
+    out = [
+        "### Inputs read",
+        "",
+        "| File | Format | Host | Read | Parsed | Unrecognised |",
+        "|---|---|---|---:|---:|---:|",
+    ]
+    out += [
+        f"| {inline(r['file'])} | {inline(r['format'])} | {inline(r['host'] or '')} | {r['lines'] or 0:,} | "
+        f"{r['parsed'] or 0:,} | {r['unrecognized'] or 0:,} |"
+        for r in rows[:MAX_INPUTS]
+    ]
     if len(rows) > MAX_INPUTS:
         out += ["", f"… and {count(len(rows) - MAX_INPUTS, 'more file')} (all of them in the HTML report)."]
     return [*out, ""]

@@ -75,8 +75,10 @@ def verdict(analysis: Analysis) -> RunVerdict:
 def when_and_cost(v: RunVerdict) -> str:
     """'2024-12-06 18:31:30 to 18:34:30 UTC, 2.2 min lost' (either part may be missing)."""
     instant = v.window and v.window[0].replace(microsecond=0) == v.window[1].replace(microsecond=0)
-    parts = [(clock(v.window[0]) if instant else span(*v.window)) if v.window else "",
-             f"{duration(v.cost_seconds)} lost" if v.cost_seconds else ""]
+    parts = [
+        (clock(v.window[0]) if instant else span(*v.window)) if v.window else "",
+        f"{duration(v.cost_seconds)} lost" if v.cost_seconds else "",
+    ]
     return ", ".join(p for p in parts if p)
 
 

@@ -66,8 +66,14 @@ class Scale:
                 step = _nice_step(span, target)
             fmt = "%H:%M:%S" if step < 60 or span < 60 else "%H:%M"
             first = math.ceil(self.lo / step) * step
-            return [(t, datetime.fromtimestamp(t, timezone.utc).strftime(fmt) + (f".{int(round(t % 1 * 1000)):03d}" if step < 1 else ""))
-                    for t in _frange(first, self.hi, step)]
+            return [
+                (
+                    t,
+                    datetime.fromtimestamp(t, timezone.utc).strftime(fmt)
+                    + (f".{int(round(t % 1 * 1000)):03d}" if step < 1 else ""),
+                )
+                for t in _frange(first, self.hi, step)
+            ]
         step = _nice_step(span, target)
         first = math.ceil(self.lo / step) * step
         return [(t, _number_label(round(t, 10))) for t in _frange(first, self.hi, step)]
@@ -105,7 +111,9 @@ class Figure:
     def x(self) -> Scale:
         return Scale(self.x_lo, self.x_hi, LEFT, self.width - RIGHT, time=self.time)
 
-    def panel(self, height: int, y_title: str = "", lanes: list[str] | None = None, y_range: tuple[float, float] | None = None) -> Panel:
+    def panel(
+        self, height: int, y_title: str = "", lanes: list[str] | None = None, y_range: tuple[float, float] | None = None
+    ) -> Panel:
         p = Panel(height, y_title, lanes, y_range)
         self.panels.append(p)
         return p
@@ -125,9 +133,17 @@ def _lane_y(panel: Panel, top: float, lane: str) -> float:
 # -- marks: each adds a drawing function to its panel, called with the scales at render time ----
 
 
-def line(panel: Panel, xs: list[float], ys: list[float | None], colour: str, label: str = "", dash: bool = False,
-         points: bool = False) -> None:
+def line(
+    panel: Panel,
+    xs: list[float],
+    ys: list[float | None],
+    colour: str,
+    label: str = "",
+    dash: bool = False,
+    points: bool = False,
+) -> None:
     """A polyline; gaps (None) break it; `points` marks each value with a dot."""
+
     def draw(x: Scale, y: Scale, top: float, p: Panel) -> str:
         runs, current = [], []
         for xv, yv in zip(xs, ys):
@@ -139,8 +155,12 @@ def line(panel: Panel, xs: list[float], ys: list[float | None], colour: str, lab
         runs.append(current)
         extra = ' stroke-dasharray="4 3"' if dash else ""
         dots = [xy.split(",") for r in runs for xy in r] if points else []
-        return ("".join(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{extra} points="{" ".join(r)}"/>' for r in runs if r)
-                + "".join(f'<circle cx="{a}" cy="{b}" r="3" fill="{colour}"/>' for a, b in dots))
+        return "".join(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="1.5"{extra} points="{" ".join(r)}"/>'
+            for r in runs
+            if r
+        ) + "".join(f'<circle cx="{a}" cy="{b}" r="3" fill="{colour}"/>' for a, b in dots)
+
     panel.marks.append(draw)
     if label:
         panel.legend[label] = colour
@@ -148,62 +168,93 @@ def line(panel: Panel, xs: list[float], ys: list[float | None], colour: str, lab
 
 def stacked_areas(panel: Panel, xs: list[float], layers: dict[str, list[float | None]]) -> None:
     """Areas stacked from zero in the order given (first at the bottom), each in the palette's next colour."""
+
     def draw(x: Scale, y: Scale, top: float, p: Panel) -> str:
         base = [0.0] * len(xs)
         out = []
         for i, (name, values) in enumerate(layers.items()):
             upper = [b + (v or 0.0) for b, v in zip(base, values)]
-            pts = [f"{x(a):.1f},{y(u):.1f}" for a, u in zip(xs, upper)] + [f"{x(a):.1f},{y(b):.1f}" for a, b in reversed(list(zip(xs, base)))]
-            out.append(f'<polygon fill="{PALETTE[i % len(PALETTE)]}" fill-opacity="0.85" points="{" ".join(pts)}"><title>{escape(name)}</title></polygon>')
+            pts = [f"{x(a):.1f},{y(u):.1f}" for a, u in zip(xs, upper)] + [
+                f"{x(a):.1f},{y(b):.1f}" for a, b in reversed(list(zip(xs, base)))
+            ]
+            out.append(
+                f'<polygon fill="{PALETTE[i % len(PALETTE)]}" fill-opacity="0.85" points="{" ".join(pts)}"><title>{escape(name)}</title></polygon>'
+            )
             base = upper
         return "".join(out)
+
     panel.marks.append(draw)
     for i, name in enumerate(layers):
         panel.legend[name] = PALETTE[i % len(PALETTE)]
 
 
-def bars(panel: Panel, xs: list[float], ys: list[float], colour: str, label: str = "", width_x: float = 0.0, bottoms: list[float] | None = None) -> None:
+def bars(
+    panel: Panel,
+    xs: list[float],
+    ys: list[float],
+    colour: str,
+    label: str = "",
+    width_x: float = 0.0,
+    bottoms: list[float] | None = None,
+) -> None:
     """Vertical bars at xs (width in x units, at least 1.5 px), optionally stacked on `bottoms`."""
+
     def draw(x: Scale, y: Scale, top: float, p: Panel) -> str:
         w = max(1.5, abs(x(width_x) - x(0)) if width_x else 1.5)
         low = bottoms or [0.0] * len(xs)
         return "".join(
             f'<rect x="{x(a) - w / 2:.1f}" y="{y(b + v):.1f}" width="{w:.1f}" height="{max(y(b) - y(b + v), 0.5):.1f}" fill="{colour}"/>'
-            for a, v, b in zip(xs, ys, low))
+            for a, v, b in zip(xs, ys, low)
+        )
+
     panel.marks.append(draw)
     if label:
         panel.legend[label] = colour
 
 
-def ticks(panel: Panel, xs: list[float], lanes: list[str], colours: list[str], sizes: list[float] | None = None) -> None:
+def ticks(
+    panel: Panel, xs: list[float], lanes: list[str], colours: list[str], sizes: list[float] | None = None
+) -> None:
     """A short vertical tick per event in its lane (taller for bigger counts, `sizes` in 0..1)."""
+
     def draw(x: Scale, y: Scale | None, top: float, p: Panel) -> str:
         half = [4 + 5 * (s or 0) for s in (sizes or [0.0] * len(xs))]
         return "".join(
             f'<line x1="{x(a):.1f}" x2="{x(a):.1f}" y1="{_lane_y(p, top, lane) - h:.1f}" y2="{_lane_y(p, top, lane) + h:.1f}" stroke="{c}" stroke-width="2"/>'
-            for a, lane, c, h in zip(xs, lanes, colours, half))
+            for a, lane, c, h in zip(xs, lanes, colours, half)
+        )
+
     panel.marks.append(draw)
 
 
 def intervals(panel: Panel, starts: list[float], ends: list[float], lanes: list[str], colours: list[str]) -> None:
     """A bar over [start, end] in its lane (a counter that rose between two dumps)."""
+
     def draw(x: Scale, y: Scale | None, top: float, p: Panel) -> str:
         return "".join(
             f'<rect x="{x(a):.1f}" y="{_lane_y(p, top, lane) - 5:.1f}" width="{max(x(b) - x(a), 2):.1f}" height="10" fill="{c}" fill-opacity="0.5"/>'
-            for a, b, lane, c in zip(starts, ends, lanes, colours))
+            for a, b, lane, c in zip(starts, ends, lanes, colours)
+        )
+
     panel.marks.append(draw)
 
 
 def bands(panel: Panel, spans: list[tuple[float, float, str]], colour: str = "#b3261e") -> None:
     """Shaded x ranges (slow windows), each labelled at its top left, labels staggered in rows."""
+
     def draw(x: Scale, y: Scale | None, top: float, p: Panel) -> str:
         out = []
         for row, (a, b, label) in enumerate(sorted(spans)):
             left, right = max(x(a), LEFT), min(x(b), x.end)
-            out.append(f'<rect x="{left:.1f}" y="{top:.1f}" width="{max(right - left, 2):.1f}" height="{p.height}" fill="{colour}" fill-opacity="0.12"/>')
+            out.append(
+                f'<rect x="{left:.1f}" y="{top:.1f}" width="{max(right - left, 2):.1f}" height="{p.height}" fill="{colour}" fill-opacity="0.12"/>'
+            )
             if label:
-                out.append(f'<text x="{left + 2:.1f}" y="{top + 11 + 12 * (row % 4):.1f}" {FONT} fill="{colour}">{escape(label)}</text>')
+                out.append(
+                    f'<text x="{left + 2:.1f}" y="{top + 11 + 12 * (row % 4):.1f}" {FONT} fill="{colour}">{escape(label)}</text>'
+                )
         return "".join(out)
+
     panel.marks.insert(0, draw)  # under the data
 
 
@@ -219,8 +270,10 @@ def _legend(entries: dict[str, str], top: float, width: int) -> tuple[str, float
         if x + w > width - RIGHT and x > LEFT:
             x, row = LEFT, row + 1
         ty = top + 12 + 16 * row
-        out.append(f'<rect x="{x:.0f}" y="{ty - 8:.0f}" width="12" height="8" fill="{colour}"/>'
-                   f'<text x="{x + 16:.0f}" y="{ty:.0f}" {FONT}>{escape(text)}</text>')
+        out.append(
+            f'<rect x="{x:.0f}" y="{ty - 8:.0f}" width="12" height="8" fill="{colour}"/>'
+            f'<text x="{x + 16:.0f}" y="{ty:.0f}" {FONT}>{escape(text)}</text>'
+        )
         x += w
     return "".join(out), (16 * (row + 1) + 6 if entries else 0)
 
@@ -234,32 +287,48 @@ def render(fig: Figure) -> Markup:
         top += 20
     for p in fig.panels:
         y = _y(p, top)
-        parts.append(f'<rect x="{LEFT}" y="{top}" width="{fig.width - LEFT - RIGHT}" height="{p.height}" fill="none" stroke="#ddd"/>')
+        parts.append(
+            f'<rect x="{LEFT}" y="{top}" width="{fig.width - LEFT - RIGHT}" height="{p.height}" fill="none" stroke="#ddd"/>'
+        )
         if p.lanes is not None:
             step = p.height / max(len(p.lanes), 1)
             for i, lane in enumerate(p.lanes):
-                parts.append(f'<text x="{LEFT - 6}" y="{top + step * (i + 0.5) + 4:.1f}" {FONT} text-anchor="end">{escape(lane)}</text>')
+                parts.append(
+                    f'<text x="{LEFT - 6}" y="{top + step * (i + 0.5) + 4:.1f}" {FONT} text-anchor="end">{escape(lane)}</text>'
+                )
                 if i:
-                    parts.append(f'<line x1="{LEFT}" x2="{fig.width - RIGHT}" y1="{top + step * i:.1f}" y2="{top + step * i:.1f}" stroke="#eee"/>')
+                    parts.append(
+                        f'<line x1="{LEFT}" x2="{fig.width - RIGHT}" y1="{top + step * i:.1f}" y2="{top + step * i:.1f}" stroke="#eee"/>'
+                    )
         else:
             for value, label in y.ticks(4):
-                parts.append(f'<line x1="{LEFT - 4}" x2="{fig.width - RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="#eee"/>'
-                             f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" {FONT} text-anchor="end">{escape(label)}</text>')
+                parts.append(
+                    f'<line x1="{LEFT - 4}" x2="{fig.width - RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="#eee"/>'
+                    f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" {FONT} text-anchor="end">{escape(label)}</text>'
+                )
             if p.y_title:
                 mid = top + p.height / 2
-                parts.append(f'<text transform="translate({LEFT - 58},{mid:.0f}) rotate(-90)" {FONT} text-anchor="middle">{escape(p.y_title)}</text>')
+                parts.append(
+                    f'<text transform="translate({LEFT - 58},{mid:.0f}) rotate(-90)" {FONT} text-anchor="middle">{escape(p.y_title)}</text>'
+                )
         parts.extend(draw(x, y, top, p) for draw in p.marks)
         top += p.height
         legend, used = _legend(p.legend, top, fig.width)
         parts.append(legend)
         top += used + 4
     for value, label in x.ticks(8):
-        parts.append(f'<line x1="{x(value):.1f}" x2="{x(value):.1f}" y1="{top}" y2="{top + 4}" stroke="#888"/>'
-                     f'<text x="{x(value):.1f}" y="{top + 16}" {FONT} text-anchor="middle">{escape(label)}</text>')
-    parts.append(f'<text x="{(LEFT + fig.width - RIGHT) / 2:.0f}" y="{top + 30}" {FONT} text-anchor="middle">{escape(fig.x_title)}</text>')
+        parts.append(
+            f'<line x1="{x(value):.1f}" x2="{x(value):.1f}" y1="{top}" y2="{top + 4}" stroke="#888"/>'
+            f'<text x="{x(value):.1f}" y="{top + 16}" {FONT} text-anchor="middle">{escape(label)}</text>'
+        )
+    parts.append(
+        f'<text x="{(LEFT + fig.width - RIGHT) / 2:.0f}" y="{top + 30}" {FONT} text-anchor="middle">{escape(fig.x_title)}</text>'
+    )
     height = top + AXIS_H + 4
-    return Markup(f'<svg viewBox="0 0 {fig.width} {height:.0f}" width="{fig.width}" '
-                  f'height="{height:.0f}" role="img" aria-label="{escape(fig.title or fig.x_title)}">{"".join(parts)}</svg>')
+    return Markup(
+        f'<svg viewBox="0 0 {fig.width} {height:.0f}" width="{fig.width}" '
+        f'height="{height:.0f}" role="img" aria-label="{escape(fig.title or fig.x_title)}">{"".join(parts)}</svg>'
+    )
 
 
 def epoch_seconds(values: list[datetime | None]) -> list[float | None]:

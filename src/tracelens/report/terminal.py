@@ -45,7 +45,11 @@ def _print_verdict(console: Console, v: RunVerdict, verbose: bool) -> None:
     if when := when_and_cost(v):
         console.print(f"  {escape(when)}", highlight=False)
     r = v
-    shown = [("because", b) for b in r.because] + [("against", b) for b in r.against] + [("missing", b) for b in r.not_available]
+    shown = (
+        [("because", b) for b in r.because]
+        + [("against", b) for b in r.against]
+        + [("missing", b) for b in r.not_available]
+    )
     if not verbose:
         shown = [("because", b) for b in r.because[:2]] + [("against", b) for b in r.against[:1]]
     for label, text in shown + ([("fix", v.fix)] if v.fix else []):
@@ -62,7 +66,11 @@ def _finding_line(console: Console, f: Finding) -> None:
 def _print_details(console: Console, f: Finding) -> None:
     """`-v`: what the report says of a finding, as plain indented text."""
     if f.verdict:
-        for label, items in (("because", f.verdict.because), ("against", f.verdict.against), ("missing", f.verdict.not_available)):
+        for label, items in (
+            ("because", f.verdict.because),
+            ("against", f.verdict.against),
+            ("missing", f.verdict.not_available),
+        ):
             for item in items:
                 console.print(f"      {label:<8} {escape(item)}", highlight=False)
     else:
@@ -72,7 +80,9 @@ def _print_details(console: Console, f: Finding) -> None:
     for e in f.evidence[:VERBOSE_EVIDENCE]:
         console.print(f"      [dim]{escape(e.location)}[/]  {escape(_clip(e.text, 300))}", highlight=False)
     if f.evidence_total > VERBOSE_EVIDENCE:
-        console.print(f"      … {count(f.evidence_total - VERBOSE_EVIDENCE, 'more evidence line')} in the report", highlight=False)
+        console.print(
+            f"      … {count(f.evidence_total - VERBOSE_EVIDENCE, 'more evidence line')} in the report", highlight=False
+        )
 
 
 def _print_inputs(console: Console, analysis: Analysis) -> None:
@@ -83,10 +93,16 @@ def _print_inputs(console: Console, analysis: Analysis) -> None:
         f"{totals['parsed']:,} parsed, {totals['unrecognized']:,} unrecognised.",
         highlight=False,
     )
-    said = [("red", "error", e) for row in inputs.filter(inputs["errors"].list.len() > 0).iter_rows(named=True) for e in row["errors"]]
+    said = [
+        ("red", "error", e)
+        for row in inputs.filter(inputs["errors"].list.len() > 0).iter_rows(named=True)
+        for e in row["errors"]
+    ]
     said += [("yellow", "note", n) for n in analysis.notes]
     for style, label, text in said[:MAX_NOTES]:
-        console.print(f"[{style}]{label}:[/] {escape(_clip(text, 2 * console.width - len(label) - 4))}", highlight=False)
+        console.print(
+            f"[{style}]{label}:[/] {escape(_clip(text, 2 * console.width - len(label) - 4))}", highlight=False
+        )
     if len(said) > MAX_NOTES:
         console.print(f"… {count(len(said) - MAX_NOTES, 'more note')} in the report.", highlight=False)
 
@@ -97,8 +113,12 @@ def print_summary(console: Console, analysis: Analysis, written: list[tuple[str,
     _print_verdict(console, v, verbose)
     if analysis.findings:
         by = {s: sum(f.severity == s for f in analysis.findings) for s in sorted(Severity, reverse=True)}
-        console.print(f"\n{count(len(analysis.findings), 'finding')} ("
-                      + ", ".join(f"{n} {s.label}" for s, n in by.items() if n) + "):", highlight=False)
+        console.print(
+            f"\n{count(len(analysis.findings), 'finding')} ("
+            + ", ".join(f"{n} {s.label}" for s, n in by.items() if n)
+            + "):",
+            highlight=False,
+        )
         for f in analysis.findings:
             _finding_line(console, f)
             if verbose:

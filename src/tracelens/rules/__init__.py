@@ -69,7 +69,9 @@ class Rule:
         overrides = overrides or {}
         return {s.name: overrides.get(s.name, s.default) for s in self.settings}
 
-    def run(self, ctx: RunContext, settings: Mapping[str, Any] | None = None, severity: Severity | None = None) -> list[Finding]:
+    def run(
+        self, ctx: RunContext, settings: Mapping[str, Any] | None = None, severity: Severity | None = None
+    ) -> list[Finding]:
         """The rule's findings, stamped with its id (and `severity`, when a config sets one), the
         documented fix where the rule gave none."""
         findings = list(self.func(ctx, **self.values(settings)))
@@ -115,8 +117,10 @@ def _declared(rule_id: str, func: RuleFunc, described: Mapping[str, Setting]) ->
     """The rule's settings: its keyword-only parameters, each described in the decorator."""
     params = {p.name: p for p in inspect.signature(func).parameters.values() if p.kind is p.KEYWORD_ONLY}
     if set(params) != set(described) or any(p.default is p.empty for p in params.values()):
-        raise ValueError(f"rule {rule_id}: keyword-only parameters with defaults {sorted(params)} "
-                         f"must match the settings described {sorted(described)}")
+        raise ValueError(
+            f"rule {rule_id}: keyword-only parameters with defaults {sorted(params)} "
+            f"must match the settings described {sorted(described)}"
+        )
     return tuple(replace(described[n], name=n, default=params[n].default) for n in params)
 
 

@@ -33,7 +33,12 @@ from tracelens.derived.events import CAUSES
 from tracelens.derived.window_signals import Signal
 from tracelens.findings import Verdict
 
-NAMES = {**CAUSES, "congestion": "congestion or a bandwidth limit (the path carried less than the job sent)", "contention": "CPU or GPU contention on every rank", "input": "an input pipeline or checkpoint stall (the time between steps: data loader, checkpoint or evaluation)"}
+NAMES = {
+    **CAUSES,
+    "congestion": "congestion or a bandwidth limit (the path carried less than the job sent)",
+    "contention": "CPU or GPU contention on every rank",
+    "input": "an input pipeline or checkpoint stall (the time between steps: data loader, checkpoint or evaluation)",
+}
 NETWORK = ("link", "congestion", "receiver", "failure")
 FIXES = {
     "link": "Find the loss on the named path: `ethtool -S <iface>` drops and errors, `ip -s link`, `nstat -az | grep -i retrans` "
@@ -55,8 +60,10 @@ FIXES = {
     "`prefetch_factor`), data on local disk, asynchronous checkpointing or a longer checkpoint interval.",
     "socket": "See TL101/TL412: make the HCAs visible to NCCL again.",
 }
-COLLECT_TIMERS = ("per-rank step timers on every rank (DeepSpeed `wall_clock_breakdown: true` and `steps_per_print: 1`, "
-                  "logged by every rank, not rank 0 only)")
+COLLECT_TIMERS = (
+    "per-rank step timers on every rank (DeepSpeed `wall_clock_breakdown: true` and `steps_per_print: 1`, "
+    "logged by every rank, not rank 0 only)"
+)
 
 
 @dataclass
@@ -76,8 +83,10 @@ def candidates(signals: list[Signal]) -> list[Candidate]:
         for c in found:
             if c.cause in NETWORK:  # compute rose: the network is at most an effect
                 c.score = min(c.score, 0.9)
-                c.because.append("the compute time of some rank rose in the same window, which no network problem "
-                                 "causes: these network signals may be an effect of the slow rank")
+                c.because.append(
+                    "the compute time of some rank rose in the same window, which no network problem "
+                    "causes: these network signals may be an effect of the slow rank"
+                )
     return sorted(found, key=lambda c: -c.score)
 
 
@@ -97,32 +106,60 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
     if leaders and waiting and max(s.ratio or 0 for s in leaders) >= max(s.ratio or 0 for s in waiting):
         # every rank computed slower (the busy host takes CPU from its neighbours too), but some waited for the others
         waited = [s for s in comm if s.rose]
-        found.append(Candidate(
-            "straggler", 3.0,
-            [s.text for s in leaders] + [f"{s.text} (it waited)" for s in waited][:3]
-            + [f"{s.text}, less than the straggler's" for s in waiting][:3],
-            sorted({h for s in leaders for h in s.hosts}), sorted({s.rank for s in leaders if s.rank is not None}), [],
-        ))
+        found.append(
+            Candidate(
+                "straggler",
+                3.0,
+                [s.text for s in leaders]
+                + [f"{s.text} (it waited)" for s in waited][:3]
+                + [f"{s.text}, less than the straggler's" for s in waiting][:3],
+                sorted({h for s in leaders for h in s.hosts}),
+                sorted({s.rank for s in leaders if s.rank is not None}),
+                [],
+            )
+        )
     elif rose and flat:
         waited = [s for s in comm + step if s.rose and s.where in {f.where for f in flat}]
-        found.append(Candidate(
-            "straggler", 2.0 + (1.0 if waited else 0.0),
-            [s.text for s in rose] + [s.text for s in flat][:3] + [f"{s.text} (it waited)" for s in waited][:3],
-            sorted({h for s in rose for h in s.hosts}), sorted({s.rank for s in rose if s.rank is not None}), [],
-        ))
+        found.append(
+            Candidate(
+                "straggler",
+                2.0 + (1.0 if waited else 0.0),
+                [s.text for s in rose] + [s.text for s in flat][:3] + [f"{s.text} (it waited)" for s in waited][:3],
+                sorted({h for s in rose for h in s.hosts}),
+                sorted({s.rank for s in rose if s.rank is not None}),
+                [],
+            )
+        )
     elif rose and len(rose) >= 2:
-        found.append(Candidate("contention", 2.0, [s.text for s in rose][:6], sorted({h for s in rose for h in s.hosts}), [], []))
+        found.append(
+            Candidate("contention", 2.0, [s.text for s in rose][:6], sorted({h for s in rose for h in s.hosts}), [], [])
+        )
     elif rose:  # one rank logs compute timers: straggler or everyone, cannot tell; named as the rank's own slowdown
-        found.append(Candidate("straggler", 1.0, [s.text for s in rose], sorted({h for s in rose for h in s.hosts}),
-                               sorted({s.rank for s in rose if s.rank is not None}), []))
+        found.append(
+            Candidate(
+                "straggler",
+                1.0,
+                [s.text for s in rose],
+                sorted({h for s in rose for h in s.hosts}),
+                sorted({s.rank for s in rose if s.rank is not None}),
+                [],
+            )
+        )
     stalled = [s for s in between if s.rose]
     # a lossy or congested network stalls the collectives outside the timers too: the input side only when it stayed flat
     network_rose = any(s.rose and s.source != "steps" and s.cause in NETWORK for s in signals)
     work_flat = not rose and not any(s.rose for s in comm) and not network_rose
     if stalled and work_flat and len(stalled) * 2 > len(between):
-        found.append(Candidate("input", 1.0 + (1.0 if len(stalled) == len(between) and len(between) >= 2 else 0.5),
-                               [s.text for s in stalled][:4] + [s.text for s in compute + comm][:4],
-                               sorted({h for s in stalled for h in s.hosts}), [], []))
+        found.append(
+            Candidate(
+                "input",
+                1.0 + (1.0 if len(stalled) == len(between) and len(between) >= 2 else 0.5),
+                [s.text for s in stalled][:4] + [s.text for s in compute + comm][:4],
+                sorted({h for s in stalled for h in s.hosts}),
+                [],
+                [],
+            )
+        )
     return found
 
 
@@ -135,8 +172,10 @@ def _network_causes(signals: list[Signal]) -> list[Candidate]:
     if paced and not any(s.locating for s in rose_by["link"]):
         # every rank's every transfer slowed to a steady pace, and no port's own errors rose: the
         # drops are a ceiling's (a rate limiter's or a full queue's tail drops), not a lossy link's
-        rose_by["congestion"] += [replace(s, text=f"{s.text} (tail drops at the ceiling: every transfer slowed with them)")
-                                  for s in rose_by["link"]]
+        rose_by["congestion"] += [
+            replace(s, text=f"{s.text} (tail drops at the ceiling: every transfer slowed with them)")
+            for s in rose_by["link"]
+        ]
         rose_by["link"] = []
     found = []
     for cause in NETWORK:
@@ -147,7 +186,11 @@ def _network_causes(signals: list[Signal]) -> list[Candidate]:
         score = len({s.source for s in rose}) + (0.5 if comm_rose and compute_flat else 0.0) + (1.0 if steady else 0.0)
         located = [s for s in rose if s.locating]
         hosts = sorted({h for s in (located or rose) for h in s.hosts})
-        because = ([s.text for s in pace] if steady else []) + [s.text for s in rose][:6] + ([s.text for s in comm_rose][:2] if compute_flat else [])
+        because = (
+            ([s.text for s in pace] if steady else [])
+            + [s.text for s in rose][:6]
+            + ([s.text for s in comm_rose][:2] if compute_flat else [])
+        )
         found.append(Candidate(cause, score, because, hosts, [], sorted({s.port for s in located if s.port})))
     return found
 
@@ -158,7 +201,12 @@ def against(signals: list[Signal], named: str | None, where: Set[str] = frozense
     theirs: they rule those places out (a port's usual few errors all run long)."""
     out = []
     for s in signals:
-        if s.rose or not s.comparable or (s.cause == named and s.where in where) or (s.source == "steps" and s.cause == "step"):
+        if (
+            s.rose
+            or not s.comparable
+            or (s.cause == named and s.where in where)
+            or (s.source == "steps" and s.cause == "step")
+        ):
             continue
         if s.cause == named and not s.locating:
             continue
@@ -171,11 +219,18 @@ def verdict(signals: list[Signal], label: str, missing: list[str]) -> tuple[Verd
     found = candidates(signals)
     not_available = list(missing)
     if not _by(signals, "compute"):
-        not_available.append(f"no per-rank compute timers: a straggler cannot be told from a network problem; collect {COLLECT_TIMERS}")
-    elif len({s.where for s in _by(signals, "compute")}) == 1 and len({s.where for s in signals if s.source == "steps"}) >= 1:
+        not_available.append(
+            f"no per-rank compute timers: a straggler cannot be told from a network problem; collect {COLLECT_TIMERS}"
+        )
+    elif (
+        len({s.where for s in _by(signals, "compute")}) == 1
+        and len({s.where for s in signals if s.source == "steps"}) >= 1
+    ):
         only = _by(signals, "compute")[0].where
-        not_available.append(f"compute timers from {only} only: whether the other ranks were slow too (contention on every "
-                             f"rank) or waited for it (a straggler) cannot be told apart; collect {COLLECT_TIMERS}")
+        not_available.append(
+            f"compute timers from {only} only: whether the other ranks were slow too (contention on every "
+            f"rank) or waited for it (a straggler) cannot be told apart; collect {COLLECT_TIMERS}"
+        )
     best = found[0] if found and found[0].score >= 1.0 else None
     if best is None:
         collect = "; ".join(missing) if missing else COLLECT_TIMERS
@@ -184,11 +239,22 @@ def verdict(signals: list[Signal], label: str, missing: list[str]) -> tuple[Verd
     confidence = "high" if best.score >= 2.0 and (len(found) < 2 or found[1].score < best.score) else "medium"
     where = " and ".join(best.hosts) if best.hosts else "the run"
     if best.ranks:
-        where = f"rank {', '.join(map(str, best.ranks))} on {where}" if best.hosts else f"rank {', '.join(map(str, best.ranks))}"
+        where = (
+            f"rank {', '.join(map(str, best.ranks))} on {where}"
+            if best.hosts
+            else f"rank {', '.join(map(str, best.ranks))}"
+        )
     if best.ports:
         where += " (" + ", ".join(f"{p.rpartition(':')[0]} port {p.rpartition(':')[2]}" for p in best.ports) + ")"
     head = f"Slow {label}: {NAMES[best.cause]} on {where}, confidence {confidence}"
     others = [f"also considered: {NAMES[c.cause]} (score {c.score:.1f}): {c.because[0]}" for c in found[1:3]]
     rose_at = {s.where for s in signals if s.rose and s.cause == best.cause}
-    return Verdict(best.cause, confidence, head, best.because, others + against(signals, best.cause, rose_at), not_available,
-                   FIXES.get(best.cause, "")), best
+    return Verdict(
+        best.cause,
+        confidence,
+        head,
+        best.because,
+        others + against(signals, best.cause, rose_at),
+        not_available,
+        FIXES.get(best.cause, ""),
+    ), best

@@ -25,7 +25,11 @@ SMALL_BUCKET = DEFAULT_BUCKET // 10
 
 def _settings(ctx: RunContext, *keys: str) -> pl.DataFrame:
     """The DeepSpeed config rows for `keys`, in file order."""
-    return ctx["config"].filter(pl.col("key").is_in(list(keys)) & (pl.col("source") != "launcher_env")).sort("file", "line")
+    return (
+        ctx["config"]
+        .filter(pl.col("key").is_in(list(keys)) & (pl.col("source") != "launcher_env"))
+        .sort("file", "line")
+    )
 
 
 def _flag(value: str | None) -> bool | None:
@@ -42,7 +46,10 @@ def _number(value: str | None) -> float | None:
 
 
 def _evidence(rows: pl.DataFrame) -> list[Evidence]:
-    return [Evidence(file=r["file"], line=r["line"], text=f"{r['key']} = {r['value']}", host=r["host"]) for r in rows.iter_rows(named=True)]
+    return [
+        Evidence(file=r["file"], line=r["line"], text=f"{r['key']} = {r['value']}", host=r["host"])
+        for r in rows.iter_rows(named=True)
+    ]
 
 
 def _zero_stages(ctx: RunContext) -> set[int]:
@@ -68,7 +75,9 @@ def overlap_comm_off(ctx: RunContext) -> Iterator[Finding]:
     stages = _zero_stages(ctx)
     if not stages or max(stages) < 1:
         return
-    off = _settings(ctx, f"{ZERO}.overlap_comm").filter(pl.col("value").map_elements(_flag, return_dtype=pl.Boolean).not_())
+    off = _settings(ctx, f"{ZERO}.overlap_comm").filter(
+        pl.col("value").map_elements(_flag, return_dtype=pl.Boolean).not_()
+    )
     if off.height:
         yield Finding(
             severity=Severity.WARNING,
@@ -80,9 +89,17 @@ def overlap_comm_off(ctx: RunContext) -> Iterator[Finding]:
         )
 
 
-@rule("TL502", "small-comm-bucket", Severity.WARNING, needs=("config",), settings={
-    "small_bucket": Setting("bytes", "A reduce or all-gather bucket below this size is reported (DeepSpeed's default is 500,000,000)."),
-})
+@rule(
+    "TL502",
+    "small-comm-bucket",
+    Severity.WARNING,
+    needs=("config",),
+    settings={
+        "small_bucket": Setting(
+            "bytes", "A reduce or all-gather bucket below this size is reported (DeepSpeed's default is 500,000,000)."
+        ),
+    },
+)
 def small_comm_bucket(ctx: RunContext, *, small_bucket: int = SMALL_BUCKET) -> Iterator[Finding]:
     """
     What it finds: a ZeRO `reduce_bucket_size` or `allgather_bucket_size` more than ten times
@@ -127,7 +144,11 @@ def cpu_offload(ctx: RunContext) -> Iterator[Finding]:
     across more GPUs, or offload only the optimizer.
     """
     rows = _settings(
-        ctx, f"{ZERO}.offload_optimizer.device", f"{ZERO}.offload_param.device", f"{ZERO}.cpu_offload", f"{ZERO}.cpu_offload_param"
+        ctx,
+        f"{ZERO}.offload_optimizer.device",
+        f"{ZERO}.offload_param.device",
+        f"{ZERO}.cpu_offload",
+        f"{ZERO}.cpu_offload_param",
     )
     device = pl.col("value").str.to_lowercase().str.strip_chars("'\" ")
     offloaded = rows.filter(device.is_in(["cpu", "nvme", "true", "offloaddeviceenum.cpu", "offloaddeviceenum.nvme"]))
@@ -141,9 +162,18 @@ def cpu_offload(ctx: RunContext) -> Iterator[Finding]:
         )
 
 
-@rule("TL504", "no-grad-accumulation-comm-bound", Severity.WARNING, needs=("config", "steps"), settings={
-    "comm_bound_share": Setting("share of the step", "All-reduce + all-gather time at or above this share makes the run communication-bound."),
-})
+@rule(
+    "TL504",
+    "no-grad-accumulation-comm-bound",
+    Severity.WARNING,
+    needs=("config", "steps"),
+    settings={
+        "comm_bound_share": Setting(
+            "share of the step",
+            "All-reduce + all-gather time at or above this share makes the run communication-bound.",
+        ),
+    },
+)
 def no_grad_accumulation(ctx: RunContext, *, comm_bound_share: float = COMM_BOUND_SHARE) -> Iterator[Finding]:
     """
     What it finds: `gradient_accumulation_steps` of 1 in a run whose steps are

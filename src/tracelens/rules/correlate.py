@@ -40,7 +40,9 @@ from tracelens.timeline import LOG_TABLES
 
 MARGIN = timedelta(seconds=5)  # events this close to a window still belong to it (log and dump times are coarse)
 MAX_REASONS = 6
-EVIDENCE_SPAN_SHARE = 0.25  # the cause's dense events give the window when they span this share of the slow steps' window
+EVIDENCE_SPAN_SHARE = (
+    0.25  # the cause's dense events give the window when they span this share of the slow steps' window
+)
 
 COLLECT = {
     "NCCL": "NCCL lines with times (NCCL 2.26+: NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET "
@@ -85,11 +87,14 @@ def cause_fix(cause: str, hosts: list[str], ports: list[str]) -> str:
     """The named cause's fix, with the hosts and ports found (`tracelens rules TL410` has them all)."""
     ca = ports[0].split(":")[0] if ports else "<hca>"
     where = some(hosts, 8) + (f" ({listing(ports)})" if ports else "")
-    return FIXES.get(cause, "").format(where=where, hosts=some(hosts, 8), ca=ca, port=listing([port_text(p) for p in ports]) or "the port")
+    return FIXES.get(cause, "").format(
+        where=where, hosts=some(hosts, 8), ca=ca, port=listing([port_text(p) for p in ports]) or "the port"
+    )
 
 
 def _missing(t: RunTables, begin: datetime, end: datetime) -> list[str]:
     """The sources that have nothing timed in [begin, end]: what to collect next time."""
+
     def covers(lo: pl.Series, hi: pl.Series) -> bool:
         return bool(lo.len()) and (hi.max() >= begin - MARGIN) and (lo.min() <= end + MARGIN)
 
@@ -104,21 +109,32 @@ def _span(begin: datetime, end: datetime) -> str:
 
 
 # the step levels that are a cause's own evidence (a straggler's: its own ranks' compute time)
-CAUSE_LEVELS = {"straggler": ("compute",), "contention": ("compute",), "input": ("between",),
-                **{cause: ("comm",) for cause in NETWORK}}
+CAUSE_LEVELS = {
+    "straggler": ("compute",),
+    "contention": ("compute",),
+    "input": ("between",),
+    **{cause: ("comm",) for cause in NETWORK},
+}
 
 
-def _evidence_window(signals: list, best: Candidate, begin: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+def _evidence_window(
+    signals: list, best: Candidate, begin: datetime, end: datetime
+) -> tuple[datetime, datetime] | None:
     """When the named cause's own evidence ran high: its events (retransmissions, NAKs, NCCL warnings)
     dense, or its own step levels (a straggler's compute time, the time between steps) raised. That
     is the window the verdict gives, rather than the slow steps' blurred edges."""
+
     def own(s) -> bool:
         if s.source == "steps":
             return s.cause in CAUSE_LEVELS.get(best.cause, ()) and (best.cause != "straggler" or s.rank in best.ranks)
         return s.cause == best.cause
+
     # a stretch of events this short next to the slow steps (a few bursts) does not say when the cause began or ended
-    extents = [s.extent for s in signals if s.rose and s.extent and own(s)
-               and s.extent[1] - s.extent[0] >= EVIDENCE_SPAN_SHARE * (end - begin)]
+    extents = [
+        s.extent
+        for s in signals
+        if s.rose and s.extent and own(s) and s.extent[1] - s.extent[0] >= EVIDENCE_SPAN_SHARE * (end - begin)
+    ]
     if not extents:
         return None
     # where several logs or places show it, the edges most of them agree on: one rank's noise next
@@ -128,7 +144,9 @@ def _evidence_window(signals: list, best: Candidate, begin: datetime, end: datet
 
 def _label(series: pl.DataFrame, w: timing.Window, begin: datetime, end: datetime) -> str:
     """`steps 254-324 (03:47:05 to 03:47:49 UTC)`: the steps of the worst log that ran in [begin, end]."""
-    mine = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank, pl.col("ts") > begin, pl.col("ts") <= end)["step"]
+    mine = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank, pl.col("ts") > begin, pl.col("ts") <= end)[
+        "step"
+    ]
     if mine.len() == 0:
         return f"{w.label} ({prose_span(begin, end)})"
     steps = f"step {mine.min()}" if mine.min() == mine.max() else f"steps {mine.min()}-{mine.max()}"
@@ -207,9 +225,13 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
     cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
     slow = f"{w.label.capitalize()} took {w.ratio:.1f}x the usual {number(w.baseline_ms, 'ms')} per step, {seen}; they cost {cost}."
     reasons = diagnosis.because[:MAX_REASONS] if best else diagnosis.against[:MAX_REASONS]
-    summary = f"{diagnosis.headline}. {slow} " + ("Because: " if best else "Checked and normal: ") + "; ".join(reasons) + "."
+    summary = (
+        f"{diagnosis.headline}. {slow} " + ("Because: " if best else "Checked and normal: ") + "; ".join(reasons) + "."
+    )
     hosts = best.hosts if best else []
-    if gpu := utilisation_phrase(t, episode.begin, episode.end, hosts):  # the host evidence, when nvidia-smi/DCGM sampled it
+    if gpu := utilisation_phrase(
+        t, episode.begin, episode.end, hosts
+    ):  # the host evidence, when nvidia-smi/DCGM sampled it
         summary += f" {gpu}."
     if best and best.cause in FIXES:
         diagnosis.fix = cause_fix(best.cause, hosts, best.ports)
@@ -223,7 +245,8 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
     return Finding(
         # a window nothing explains is told (TL401 warns of its slow steps), not blamed on anything
         severity=(Severity.CRITICAL if diagnosis.confidence == "high" and episode.share >= 0.2 else Severity.WARNING)
-        if best and not startup else Severity.INFO,
+        if best and not startup
+        else Severity.INFO,
         title=diagnosis.headline,
         summary=summary,
         fix=diagnosis.fix,
@@ -244,10 +267,17 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
 def last_signs_of_life(t: RunTables) -> pl.DataFrame:
     """Per rank (host, rank): its last step and the time of its last step-timer line."""
     steps = t["steps"].filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
-    return steps.group_by("host", "rank").agg(
-        last_step=pl.col("step").max(), last_ts=pl.col("ts").max(), line=pl.col("line").sort_by("ts").last(),
-        file=pl.col("file").sort_by("ts").last(), text=pl.col("message").sort_by("ts").last(),
-    ).sort("last_ts", "rank", "host")
+    return (
+        steps.group_by("host", "rank")
+        .agg(
+            last_step=pl.col("step").max(),
+            last_ts=pl.col("ts").max(),
+            line=pl.col("line").sort_by("ts").last(),
+            file=pl.col("file").sort_by("ts").last(),
+            text=pl.col("message").sort_by("ts").last(),
+        )
+        .sort("last_ts", "rank", "host")
+    )
 
 
 def _silent_ranks(t: RunTables, reporters: set[int]) -> list[int]:
@@ -276,10 +306,19 @@ def log_gaps(t: RunTables, silent_s: float, silent_factor: float) -> pl.DataFram
     )
 
 
-@rule("TL411", "stall-or-hang", Severity.CRITICAL, kind="root cause", needs=("nccl_errors|nccl_events|steps",), settings={
-    "silent_s": Setting("seconds", "A host whose every log is silent this long ..."),
-    "silent_factor": Setting("times the host's usual interval between lines", "... and this many times its usual interval has stalled."),
-})
+@rule(
+    "TL411",
+    "stall-or-hang",
+    Severity.CRITICAL,
+    kind="root cause",
+    needs=("nccl_errors|nccl_events|steps",),
+    settings={
+        "silent_s": Setting("seconds", "A host whose every log is silent this long ..."),
+        "silent_factor": Setting(
+            "times the host's usual interval between lines", "... and this many times its usual interval has stalled."
+        ),
+    },
+)
 def stall_or_hang(t: RunTables, *, silent_s: float = 120.0, silent_factor: float = 20.0) -> Iterator[Finding]:
     """
     What it finds: the job stopped making progress: a PyTorch watchdog timed out on a
@@ -306,10 +345,18 @@ def stall_or_hang(t: RunTables, *, silent_s: float = 120.0, silent_factor: float
     )
     covered: list[tuple[datetime, datetime]] = []
     if watchdog.height:
-        started = pl.col("ts") - pl.duration(milliseconds=pl.coalesce("ran_ms", "timeout_ms").fill_null(0), time_unit="ns")
-        hangs = watchdog.with_columns(started=started).group_by(pl.col("op_type").fill_null("collective"), "seq", maintain_order=True).agg(
-            begin=pl.col("started").min(), end=pl.col("ts").max(), ranks=pl.col("rank").drop_nulls().unique(maintain_order=True),
-            rows=pl.struct("file", "line", "host", "message"),
+        started = pl.col("ts") - pl.duration(
+            milliseconds=pl.coalesce("ran_ms", "timeout_ms").fill_null(0), time_unit="ns"
+        )
+        hangs = (
+            watchdog.with_columns(started=started)
+            .group_by(pl.col("op_type").fill_null("collective"), "seq", maintain_order=True)
+            .agg(
+                begin=pl.col("started").min(),
+                end=pl.col("ts").max(),
+                ranks=pl.col("rank").drop_nulls().unique(maintain_order=True),
+                rows=pl.struct("file", "line", "host", "message"),
+            )
         )
         for hang in hangs.sort("begin", maintain_order=True).iter_rows(named=True):
             covered.append((hang["begin"], hang["end"]))
@@ -329,8 +376,10 @@ def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
     silent = _silent_ranks(t, reporters)
     if silent:
         one = len(silent) == 1
-        return silent, (f"{'rank' if one else 'ranks'} {listing([str(r) for r in silent])} never reported it: "
-                        f"{'it was' if one else 'they were'} not in the collective")
+        return silent, (
+            f"{'rank' if one else 'ranks'} {listing([str(r) for r in silent])} never reported it: "
+            f"{'it was' if one else 'they were'} not in the collective"
+        )
     lives = last_signs_of_life(t)
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
@@ -341,26 +390,40 @@ def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
 def _hang_finding(t: RunTables, hang: dict) -> Finding:
     ranks, why = _stopped_first(t, set(hang["ranks"]))
     hosts = _host_of_rank(t, ranks) if ranks else sorted({r["host"] for r in hang["rows"] if r["host"]})
-    before = t.network_events.filter(pl.col("cause") != "stall", pl.col("lo") <= hang["end"], pl.col("lo") >= hang["begin"] - timedelta(minutes=5))
+    before = t.network_events.filter(
+        pl.col("cause") != "stall", pl.col("lo") <= hang["end"], pl.col("lo") >= hang["begin"] - timedelta(minutes=5)
+    )
     sources = {"NCCL"} | set(before["source"].unique().to_list()) | ({"steps"} if "last step" in why else set())
     network = ""
     if before.height:
         counts = before.group_by("source", "what", "host").agg(pl.col("count").sum())
         counts = counts.sort("count", "what", "source", "host", descending=[True, False, False, False]).head(3)
-        network = " Before it: " + "; ".join(f"{r['count']:,} {r['what']} ({r['source']}, {r['host']})" for r in counts.iter_rows(named=True)) + "."
+        network = (
+            " Before it: "
+            + "; ".join(
+                f"{r['count']:,} {r['what']} ({r['source']}, {r['host']})" for r in counts.iter_rows(named=True)
+            )
+            + "."
+        )
     lost = (hang["end"] - hang["begin"]).total_seconds()
     what = f"{hang['op_type']} SeqNum={hang['seq']}" if hang["seq"] is not None else hang["op_type"]
     lives = last_signs_of_life(t)
     rank_lines = lives.filter(pl.col("rank").is_in(ranks)).to_dicts() if ranks else []
     return Finding(
         severity=Severity.CRITICAL,
-        title=f"Hang: {what} never completed" + (f"; rank {', '.join(map(str, ranks))} on {', '.join(hosts)} stopped first" if ranks else ""),
+        title=f"Hang: {what} never completed"
+        + (f"; rank {', '.join(map(str, ranks))} on {', '.join(hosts)} stopped first" if ranks else ""),
         summary=f"{what} started at {hang['begin']:%H:%M:%S} UTC and {count(len(hang['ranks']), 'rank')} waited for it until their "
         f"watchdogs fired at {hang['end']:%H:%M:%S}: {why}. The job stood still for {duration(lost)}.{network}"
-        + ("" if rank_lines or not ranks else f" Not in the evidence: what rank {ranks[0]} was doing; collect next time: "
-           "PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "
-           f"{COLLECT['steps']}."),
-        evidence=row_evidence(rank_lines, 3) + [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in hang["rows"]],
+        + (
+            ""
+            if rank_lines or not ranks
+            else f" Not in the evidence: what rank {ranks[0]} was doing; collect next time: "
+            "PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "
+            f"{COLLECT['steps']}."
+        ),
+        evidence=row_evidence(rank_lines, 3)
+        + [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in hang["rows"]],
         hosts=hosts,
         ranks=ranks,
         window=(hang["begin"], hang["end"]),
@@ -372,7 +435,9 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
 def _gap_finding(t: RunTables, gap: dict, gaps: pl.DataFrame) -> Finding:
     everyone = gaps.filter(pl.col("begin") <= gap["end"], pl.col("end") >= gap["begin"])
     hosts_silent = sorted(set(everyone["host"].to_list()))
-    all_hosts = sorted(set(pl.concat([t[n].select("host") for n in ("nccl_events", "steps")])["host"].drop_nulls().to_list()))
+    all_hosts = sorted(
+        set(pl.concat([t[n].select("host") for n in ("nccl_events", "steps")])["host"].drop_nulls().to_list())
+    )
     scope = "every host" if hosts_silent == all_hosts and len(all_hosts) > 1 else ", ".join(hosts_silent)
     return Finding(
         severity=Severity.WARNING,
@@ -390,11 +455,21 @@ def _gap_finding(t: RunTables, gap: dict, gaps: pl.DataFrame) -> Finding:
 # -- transport fallback cost ----------------------------------------------------------------------
 
 
-@rule("TL412", "socket-fallback-cost", Severity.WARNING, kind="root cause", needs=("steps", "nccl_net|nccl_channels"), settings={
-    "slower_ratio": Setting("times the steps before", "Steps on sockets at least this much slower than the same job's steps "
-                            "before the fallback have a cost worth a finding."),
-    "min_steps": Setting("steps", "Fewer steps on either side of the fallback are too few to compare."),
-})
+@rule(
+    "TL412",
+    "socket-fallback-cost",
+    Severity.WARNING,
+    kind="root cause",
+    needs=("steps", "nccl_net|nccl_channels"),
+    settings={
+        "slower_ratio": Setting(
+            "times the steps before",
+            "Steps on sockets at least this much slower than the same job's steps "
+            "before the fallback have a cost worth a finding.",
+        ),
+        "min_steps": Setting("steps", "Fewer steps on either side of the fallback are too few to compare."),
+    },
+)
 def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: int = 5) -> Iterator[Finding]:
     """
     What it finds: the time a fall back to NCCL's TCP socket transport cost, measured: the
@@ -423,15 +498,19 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
     usual, slow = before["time_ms"].median(), after["time_ms"].median()
     if slow < slower_ratio * usual:
         return
-    lost_rows = after.group_by("step", maintain_order=True).agg(pl.col("time_ms").median(), pl.col("steps_covered").first().fill_null(1.0))
+    lost_rows = after.group_by("step", maintain_order=True).agg(
+        pl.col("time_ms").median(), pl.col("steps_covered").first().fill_null(1.0)
+    )
     lost = float(((lost_rows["time_ms"] - usual).clip(lower_bound=0) * lost_rows["steps_covered"]).sum() / 1000)
     total = timing.run_time_s(series) or 1.0
     hosts = sorted(set(socket["host"].drop_nulls().to_list()))
     start, end = after.select((pl.col("ts") - took).min()).item(), after["ts"].max()
     title = f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration(lost)}"
-    fix = (f"On {listing(hosts)}: `ibv_devinfo` must list the HCA ports as PORT_ACTIVE (rdma-core in the container, "
-           f"`/dev/infiniband` passed through), and NCCL_IB_DISABLE / NCCL_NET=Socket must be unset; else drain "
-           f"{listing(hosts)} and relaunch without {'it' if len(hosts) == 1 else 'them'}.")
+    fix = (
+        f"On {listing(hosts)}: `ibv_devinfo` must list the HCA ports as PORT_ACTIVE (rdma-core in the container, "
+        f"`/dev/infiniband` passed through), and NCCL_IB_DISABLE / NCCL_NET=Socket must be unset; else drain "
+        f"{listing(hosts)} and relaunch without {'it' if len(hosts) == 1 else 'them'}."
+    )
     because = [
         f"NCCL log: {listing(hosts)} chose NET/Socket from {socket['lo'].min():%H:%M:%S} UTC "
         f"({count(socket.height, 'line')}, first in {socket.sort('lo', maintain_order=True)['file'][0]}).",

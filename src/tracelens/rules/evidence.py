@@ -46,10 +46,15 @@ def time_window(rows: pl.DataFrame) -> tuple[datetime, datetime] | None:
 def step_evidence(ctx: RunContext, file: str, lines) -> list[Evidence]:
     """Evidence for the `steps` rows at `lines` of `file`: the step, timer and throughput lines."""
     rows = ctx["steps"].filter((pl.col("file") == file) & pl.col("line").is_in(list(lines))).sort("line")
-    return [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in rows.iter_rows(named=True)]
+    return [
+        Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"])
+        for r in rows.iter_rows(named=True)
+    ]
 
 
 def row_evidence(rows, limit: int) -> list[Evidence]:
     """Evidence for the first `limit` rows a window signal kept (dicts with file, line or frame, text, host)."""
-    return [Evidence(file=r["file"], line=r.get("line"), frame=r.get("frame"), text=r.get("text") or "", host=r.get("host"))
-            for r in list(rows)[:limit]]
+    return [
+        Evidence(file=r["file"], line=r.get("line"), frame=r.get("frame"), text=r.get("text") or "", host=r.get("host"))
+        for r in list(rows)[:limit]
+    ]

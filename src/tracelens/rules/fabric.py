@@ -44,8 +44,12 @@ def _in_run(rows: pl.DataFrame) -> pl.DataFrame:
 
 def _evidence(rows: pl.DataFrame) -> list[Evidence]:
     return [
-        Evidence(file=r["file"], line=r["line"], host=r["host"],
-                 text=f"{r['counter']}: {r['after']}" + (f" (was {r['before']})" if r["before"] is not None else ""))
+        Evidence(
+            file=r["file"],
+            line=r["line"],
+            host=r["host"],
+            text=f"{r['counter']}: {r['after']}" + (f" (was {r['before']})" if r["before"] is not None else ""),
+        )
         for r in rows.sort("file", "line").iter_rows(named=True)
     ]
 
@@ -57,11 +61,14 @@ def _port_findings(
     moves = movements(rows)
     for (host, node, ca, port), group in rows.group_by(PORT_KEY, maintain_order=True):
         in_run = _in_run(group)
-        mine = moves.filter(pl.all_horizontal(pl.col(c).eq_missing(v) for c, v in zip(PORT_KEY, (host, node, ca, port))))
+        mine = moves.filter(
+            pl.all_horizontal(pl.col(c).eq_missing(v) for c, v in zip(PORT_KEY, (host, node, ca, port)))
+        )
         phrases = [f"{m['counter']} {describe(m)}" for m in mine.iter_rows(named=True)]
         window = (in_run["start"].min(), in_run["end"].max()) if in_run.height else None
         when = (
-            f" {during(*window)}" if window
+            f" {during(*window)}"
+            if window
             else " (one dump: not tied to the run; dump before and after the run to measure it)"
         )
         yield Finding(
@@ -98,7 +105,9 @@ def physical_errors(ctx: RunContext) -> Iterator[Finding]:
     the node from the scheduler until the counters stay at zero.
     """
     yield from _port_findings(
-        ctx, _rising(ctx.counter_deltas, PHYSICAL), "Physical-layer errors on a port",
+        ctx,
+        _rising(ctx.counter_deltas, PHYSICAL),
+        "Physical-layer errors on a port",
         lambda rows: Severity.WARNING,
     )
 
@@ -127,16 +136,30 @@ def link_down(ctx: RunContext) -> Iterator[Finding]:
 
 def _congestion_severity(rows: pl.DataFrame, wait_warns: float) -> Severity:
     dropped = rows.filter(pl.col("counter").str.contains(DISCARDS)).height > 0
-    blocked = rows.filter(
-        pl.col("counter").str.contains(WAIT) & ((pl.col("stall_share") >= wait_warns) | (pl.col("status") == "saturated"))
-    ).height > 0
+    blocked = (
+        rows.filter(
+            pl.col("counter").str.contains(WAIT)
+            & ((pl.col("stall_share") >= wait_warns) | (pl.col("status") == "saturated"))
+        ).height
+        > 0
+    )
     return Severity.WARNING if dropped or blocked else Severity.INFO
 
 
-@rule("TL203", "port-discards-congestion", Severity.WARNING, needs=("ib_counters",), settings={
-    "wait_noted": Setting("share of the interval", "PortXmitWait or pause time below this share of an interval is normal."),
-    "wait_warns": Setting("share of the interval", "Blocked time at or above this share makes the finding a warning."),
-})
+@rule(
+    "TL203",
+    "port-discards-congestion",
+    Severity.WARNING,
+    needs=("ib_counters",),
+    settings={
+        "wait_noted": Setting(
+            "share of the interval", "PortXmitWait or pause time below this share of an interval is normal."
+        ),
+        "wait_warns": Setting(
+            "share of the interval", "Blocked time at or above this share makes the finding a warning."
+        ),
+    },
+)
 def discards_congestion(ctx: RunContext, *, wait_noted: float = 0.01, wait_warns: float = 0.05) -> Iterator[Finding]:
     """
     What it finds: drops and congestion on a port: PortXmitDiscards and the mlx5 discard
@@ -162,7 +185,9 @@ def discards_congestion(ctx: RunContext, *, wait_noted: float = 0.01, wait_warns
     waits = pl.col("counter").str.contains(WAIT)
     noted = (pl.col("start").is_null()) | (pl.col("status") == "saturated") | (pl.col("stall_share") >= wait_noted)
     rows = rows.filter(~waits | noted)
-    yield from _port_findings(ctx, rows, "Drops or congestion on a port", lambda rows: _congestion_severity(rows, wait_warns))
+    yield from _port_findings(
+        ctx, rows, "Drops or congestion on a port", lambda rows: _congestion_severity(rows, wait_warns)
+    )
 
 
 @rule("TL204", "rdma-retransmissions", Severity.WARNING, needs=("ib_counters",))
@@ -184,7 +209,9 @@ def rdma_retransmissions(ctx: RunContext) -> Iterator[Finding]:
     at its default (do not raise it to hide loss) and `NCCL_IB_RETRY_CNT` at 7.
     """
     yield from _port_findings(
-        ctx, _rising(ctx.counter_deltas, RDMA_ERRORS), "RDMA retransmissions on a port",
+        ctx,
+        _rising(ctx.counter_deltas, RDMA_ERRORS),
+        "RDMA retransmissions on a port",
         lambda rows: Severity.WARNING,
     )
 
@@ -199,10 +226,20 @@ def _below_peers(ports: pl.DataFrame, column: pl.Expr, name: str, unit: str = ""
     """A text for ports whose `column` is below the most common value among active ports of the same link layer."""
     active = ports.filter(pl.col("state") == "Active").with_columns(_v=column).drop_nulls("_v")
     norms = active.group_by("link_layer").agg(_norm=pl.col("_v").mode().max(), _n=pl.len())
-    return ports.with_columns(_v=column).join(norms, on="link_layer", how="left", nulls_equal=True).select(
-        pl.when((pl.col("_n") > 1) & (pl.col("_v") < pl.col("_norm")))
-        .then(pl.format(f"{name} {{}}{unit} where the other ports have {{}}{unit}", _number(pl.col("_v")), _number(pl.col("_norm"))))
-    ).to_series()
+    return (
+        ports.with_columns(_v=column)
+        .join(norms, on="link_layer", how="left", nulls_equal=True)
+        .select(
+            pl.when((pl.col("_n") > 1) & (pl.col("_v") < pl.col("_norm"))).then(
+                pl.format(
+                    f"{name} {{}}{unit} where the other ports have {{}}{unit}",
+                    _number(pl.col("_v")),
+                    _number(pl.col("_norm")),
+                )
+            )
+        )
+        .to_series()
+    )
 
 
 @rule("TL205", "port-degraded", Severity.WARNING, needs=("ib_ports",))
@@ -227,17 +264,19 @@ def port_degraded(ctx: RunContext) -> Iterator[Finding]:
     if ports.height == 0:
         return
     width = pl.col("width").str.extract(r"(\d+)").cast(pl.Int32)
-    problems = pl.DataFrame({
-        "state": ports.select(
-            pl.when(pl.col("state").is_not_null() & (pl.col("state") != "Active"))
-            .then(pl.format("state {}", pl.col("state")))
-            .when(pl.col("phys_state").is_not_null() & (pl.col("phys_state") != "LinkUp"))
-            .then(pl.format("physical state {}", pl.col("phys_state")))
-        ).to_series(),
-        "rate": _below_peers(ports, pl.col("rate_gbps"), "rate", " Gb/s"),
-        "width": _below_peers(ports, width, "width", "X"),
-        "mtu": _below_peers(ports, pl.col("active_mtu"), "active_mtu"),
-    })
+    problems = pl.DataFrame(
+        {
+            "state": ports.select(
+                pl.when(pl.col("state").is_not_null() & (pl.col("state") != "Active"))
+                .then(pl.format("state {}", pl.col("state")))
+                .when(pl.col("phys_state").is_not_null() & (pl.col("phys_state") != "LinkUp"))
+                .then(pl.format("physical state {}", pl.col("phys_state")))
+            ).to_series(),
+            "rate": _below_peers(ports, pl.col("rate_gbps"), "rate", " Gb/s"),
+            "width": _below_peers(ports, width, "width", "X"),
+            "mtu": _below_peers(ports, pl.col("active_mtu"), "active_mtu"),
+        }
+    )
     used = nccl_devices(ctx)
     for port, issues in zip(ports.iter_rows(named=True), problems.iter_rows()):
         found = [i for i in issues if i]
@@ -251,8 +290,14 @@ def port_degraded(ctx: RunContext) -> Iterator[Finding]:
             title="Port down or running below its peers",
             summary=f"{port_label(port['host'], None, port['ca'], port['port'])}: {'; '.join(found)}"
             + (" (NCCL does not use it)." if unused else "."),
-            evidence=[Evidence(file=port["file"], line=port["line"], host=port["host"],
-                               text=f"{port['ca']} port {port['port']}: {port['state']}, {port['rate_gbps']} Gb/s")],
+            evidence=[
+                Evidence(
+                    file=port["file"],
+                    line=port["line"],
+                    host=port["host"],
+                    text=f"{port['ca']} port {port['port']}: {port['state']}, {port['rate_gbps']} Gb/s",
+                )
+            ],
             hosts=[port["host"]] if port["host"] else [],
             ranks=ranks_on(ctx.port_ranks, port["host"], port["ca"], port["port"]),
         )
@@ -262,10 +307,18 @@ PRIO_BYTES = r"^[rt]x_prio(\d)_bytes$"
 PRIO_PAUSE = r"^[rt]x_prio[1-7]_pause$"
 
 
-@rule("TL206", "roce-priority-zero", Severity.WARNING, needs=("ib_counters",), settings={
-    "zero_share": Setting("share of the NIC's bytes", "A NIC with at least this share of its per-priority bytes on "
-                          "priority 0 carries its RoCE traffic there."),
-})
+@rule(
+    "TL206",
+    "roce-priority-zero",
+    Severity.WARNING,
+    needs=("ib_counters",),
+    settings={
+        "zero_share": Setting(
+            "share of the NIC's bytes",
+            "A NIC with at least this share of its per-priority bytes on priority 0 carries its RoCE traffic there.",
+        ),
+    },
+)
 def roce_priority(ctx: RunContext, *, zero_share: float = 0.99) -> Iterator[Finding]:
     """
     What it finds: a RoCE NIC (ethtool -S per-priority counters) whose traffic is all on
@@ -294,18 +347,29 @@ def roce_priority(ctx: RunContext, *, zero_share: float = 0.99) -> Iterator[Find
     others = prio.filter((pl.col("prio") > 0) & (pl.col("delta") > 0)).select(*nic, "counter", "file", "line")
     paused = _rising(deltas, PRIO_PAUSE).select(*nic, "counter", "file", "line")
     lossless = pl.concat([others, paused])
-    for nic_row in shares.filter((pl.col("total") > 0) & (pl.col("on_zero") >= pl.col("total") * zero_share)).iter_rows(named=True):
-        elsewhere = lossless.filter(~(pl.col("host").eq_missing(nic_row["host"]) & pl.col("node").eq_missing(nic_row["node"])))
+    for nic_row in shares.filter((pl.col("total") > 0) & (pl.col("on_zero") >= pl.col("total") * zero_share)).iter_rows(
+        named=True
+    ):
+        elsewhere = lossless.filter(
+            ~(pl.col("host").eq_missing(nic_row["host"]) & pl.col("node").eq_missing(nic_row["node"]))
+        )
         if elsewhere.height == 0:
             continue
-        mine = prio.filter(pl.col("host").eq_missing(nic_row["host"]) & pl.col("node").eq_missing(nic_row["node"]) & (pl.col("prio") == 0))
+        mine = prio.filter(
+            pl.col("host").eq_missing(nic_row["host"])
+            & pl.col("node").eq_missing(nic_row["node"])
+            & (pl.col("prio") == 0)
+        )
         yield Finding(
             severity=Severity.WARNING,
             title="RoCE traffic on priority 0 while the fabric has a lossless priority",
             summary=f"{port_label(nic_row['host'], nic_row['node'], None, None) or 'a NIC'}: "
             f"{nic_row['on_zero'] / nic_row['total']:.0%} of {nic_row['total']} bytes on priority 0, while "
             f"{elsewhere['counter'][0]} moves on {port_label(elsewhere['host'][0], elsewhere['node'][0], None, None) or 'another NIC'}.",
-            evidence=_evidence(mine) + [Evidence(file=r["file"], line=r["line"], text=r["counter"], host=r["host"])
-                                        for r in elsewhere.head(3).iter_rows(named=True)],
+            evidence=_evidence(mine)
+            + [
+                Evidence(file=r["file"], line=r["line"], text=r["counter"], host=r["host"])
+                for r in elsewhere.head(3).iter_rows(named=True)
+            ],
             hosts=[nic_row["host"]] if nic_row["host"] else [],
         )

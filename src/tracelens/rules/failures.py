@@ -64,7 +64,11 @@ def ib_completion_errors(ctx: RunContext) -> Iterator[Finding]:
             title="InfiniBand completion errors",
             summary=f"{count(rows.height, 'IB completion error')} on {host or 'an unnamed host'}{peer_text}: "
             f"{_count_list(rows, 'status_label')}."
-            + (f" First non-flush error: {root['status_label'][0]}." if root.height and root.height < rows.height else ""),
+            + (
+                f" First non-flush error: {root['status_label'][0]}."
+                if root.height and root.height < rows.height
+                else ""
+            ),
             evidence=evidence(rows),
             hosts=[host] if host else [],
             ranks=ranks_of(ctx, rows),
@@ -182,8 +186,13 @@ def _per_kind(ctx: RunContext, kinds: dict[str, str], title, note: str) -> Itera
 def _critical(ctx: RunContext, title: str, summary: str, group: pl.DataFrame, hosts: list[str]) -> Finding:
     """A critical finding whose evidence, ranks and time window are those of `group`'s lines."""
     return Finding(
-        severity=Severity.CRITICAL, title=title, summary=summary, evidence=evidence(group),
-        hosts=hosts, ranks=ranks_of(ctx, group), window=time_window(group),
+        severity=Severity.CRITICAL,
+        title=title,
+        summary=summary,
+        evidence=evidence(group),
+        hosts=hosts,
+        ranks=ranks_of(ctx, group),
+        window=time_window(group),
     )
 
 

@@ -20,8 +20,10 @@ from tracelens.rules import Setting, rule
 
 def _entry_text(e: dict) -> str:
     when = f", enqueued {e['ts']:%H:%M:%S.%f}"[:-3] + " UTC" if e.get("ts") else ""
-    return (f"rank {e['rank']}: {e.get('profiling_name') or e.get('op')} #{e.get('collective_seq_id')} of process group "
-            f"{e['pg']} {e.get('status')}, sizes {e.get('input_sizes')}{when}, at {hangs.frame_text(hangs.call_site(e.get('frames')))}")
+    return (
+        f"rank {e['rank']}: {e.get('profiling_name') or e.get('op')} #{e.get('collective_seq_id')} of process group "
+        f"{e['pg']} {e.get('status')}, sizes {e.get('input_sizes')}{when}, at {hangs.frame_text(hangs.call_site(e.get('frames')))}"
+    )
 
 
 def _evidence(e: dict) -> Evidence:
@@ -65,21 +67,32 @@ def hung_collective(ctx: RunContext) -> Iterator[Finding]:
     failed = root.ranks("failed")
     site = hangs.call_site(waiting[0]["frames"]) if waiting else None
     what = f"{root.op or 'collective'} #{root.seq} of {root.label}"
-    parts = [f"{what} (sizes {root.sizes}) was enqueued by {hangs.who([e['rank'] for e in waiting])}"
-             + (f" from {hangs.frame_text(site)}" if site else "")
-             + (f" at {root.since:%H:%M:%S} UTC" if root.since else "") + " and never completed on all its ranks"]
+    parts = [
+        f"{what} (sizes {root.sizes}) was enqueued by {hangs.who([e['rank'] for e in waiting])}"
+        + (f" from {hangs.frame_text(site)}" if site else "")
+        + (f" at {root.since:%H:%M:%S} UTC" if root.since else "")
+        + " and never completed on all its ranks"
+    ]
     if failed:
         parts.append(f"it raised on {hangs.who(failed)} (the tracebacks in the logs)")
     if never:
         last = [f"rank {m.rank} at #{m.entry['collective_seq_id']}" for m in never if m.entry]
-        parts.append(f"{hangs.who([m.rank for m in never])} never started it" + (f" (last entry in the group: {', '.join(last[:4])})" if last else ""))
+        parts.append(
+            f"{hangs.who([m.rank for m in never])} never started it"
+            + (f" (last entry in the group: {', '.join(last[:4])})" if last else "")
+        )
     if gone:
         parts.append(f"{hangs.who(gone)} left no Flight Recorder dump (dead, or the dump was not collected)")
     also = ""
     if rest:
-        also = " Also stuck, as a consequence: " + "; ".join(
-            f"#{s.seq} of {s.label}, where {hangs.who(s.ranks('waiting'))} {'waits' if len(s.ranks('waiting')) == 1 else 'wait'}"
-            for s in rest[:3]) + "."
+        also = (
+            " Also stuck, as a consequence: "
+            + "; ".join(
+                f"#{s.seq} of {s.label}, where {hangs.who(s.ranks('waiting'))} {'waits' if len(s.ranks('waiting')) == 1 else 'wait'}"
+                for s in rest[:3]
+            )
+            + "."
+        )
     culprits = root.culprits
     yield Finding(
         severity=Severity.CRITICAL,
@@ -115,13 +128,17 @@ def collective_desync(ctx: RunContext) -> Iterator[Finding]:
         column = {"op": "op", "input sizes": "input_sizes", "dtypes": "input_dtypes"}[d.what]
         odd_ranks = [o["rank"] for o in d.odd]
         usual_site, odd_site = hangs.call_site(d.usual.get("frames")), hangs.call_site(d.odd[0].get("frames"))
-        label = f"process group {d.pg}" + (f" ({d.pg_desc})" if d.pg_desc and d.pg_desc not in ("undefined", d.pg) else "")
+        label = f"process group {d.pg}" + (
+            f" ({d.pg_desc})" if d.pg_desc and d.pg_desc not in ("undefined", d.pg) else ""
+        )
         yield Finding(
             severity=Severity.CRITICAL,
             title=f"Desync at #{d.seq} of {label}: {hangs.who(odd_ranks)} issued another {d.what}",
-            summary=(f"At sequence id {d.seq} of {label}, {hangs.who(odd_ranks)} issued {d.odd[0].get('op')} with "
-                     f"{d.what} {d.odd[0].get(column)} from {hangs.frame_text(odd_site)}, where rank {d.usual['rank']} (and the "
-                     f"others) issued {d.usual.get('op')} with {d.what} {d.usual.get(column)} from {hangs.frame_text(usual_site)}."),
+            summary=(
+                f"At sequence id {d.seq} of {label}, {hangs.who(odd_ranks)} issued {d.odd[0].get('op')} with "
+                f"{d.what} {d.odd[0].get(column)} from {hangs.frame_text(odd_site)}, where rank {d.usual['rank']} (and the "
+                f"others) issued {d.usual.get('op')} with {d.what} {d.usual.get(column)} from {hangs.frame_text(usual_site)}."
+            ),
             evidence=[_evidence(o) for o in d.odd[:4]] + [_evidence(d.usual)],
             hosts=_hosts(list(d.odd)),
             ranks=odd_ranks,
@@ -167,10 +184,16 @@ def first_rank_stopped(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
-@rule("TL423", "hang-network-context", Severity.WARNING, needs=("fr_entries",), settings={
-    "before_s": Setting("seconds", "Network events this long before the first rank stopped belong to the hang ..."),
-    "after_s": Setting("seconds", "... and those this soon after it (times of different sources are that loose)."),
-})
+@rule(
+    "TL423",
+    "hang-network-context",
+    Severity.WARNING,
+    needs=("fr_entries",),
+    settings={
+        "before_s": Setting("seconds", "Network events this long before the first rank stopped belong to the hang ..."),
+        "after_s": Setting("seconds", "... and those this soon after it (times of different sources are that loose)."),
+    },
+)
 def hang_network_context(ctx: RunContext, *, before_s: float = 60.0, after_s: float = 10.0) -> Iterator[Finding]:
     """
     What it finds: NCCL errors, port counter rises and packet evidence (retransmissions,
@@ -189,19 +212,29 @@ def hang_network_context(ctx: RunContext, *, before_s: float = 60.0, after_s: fl
     if stop is None or stop.at is None:
         return
     around = timedelta(seconds=before_s)
-    events = ctx.network_events.filter(pl.col("cause") != "stall", pl.col("lo") <= stop.at + timedelta(seconds=after_s),
-                                      pl.coalesce("hi", "lo") >= stop.at - around)
+    events = ctx.network_events.filter(
+        pl.col("cause") != "stall",
+        pl.col("lo") <= stop.at + timedelta(seconds=after_s),
+        pl.coalesce("hi", "lo") >= stop.at - around,
+    )
     if events.height == 0:
         return
     kinds = events.group_by("source", "what", "host").agg(pl.col("count").sum(), pl.col("lo").min())
-    kinds = kinds.sort("count", "what", "source", "host", descending=[True, False, False, False], nulls_last=True)  # equal counts by name
-    said = "; ".join(f"{r['count']:,} {r['what']} ({r['source']}, {r['host'] or 'host not named'}, from {r['lo']:%H:%M:%S})"
-                     for r in kinds.head(4).iter_rows(named=True))
+    kinds = kinds.sort(
+        "count", "what", "source", "host", descending=[True, False, False, False], nulls_last=True
+    )  # equal counts by name
+    said = "; ".join(
+        f"{r['count']:,} {r['what']} ({r['source']}, {r['host'] or 'host not named'}, from {r['lo']:%H:%M:%S})"
+        for r in kinds.head(4).iter_rows(named=True)
+    )
     yield Finding(
         severity=Severity.WARNING,
         title=f"Network events in the {'minute' if before_s == 60 else f'{before_s:g} s'} before rank {stop.rank} stopped",
         summary=f"Rank {stop.rank} stopped first at {stop.at:%H:%M:%S} UTC; in the {before_s:g} s before: {said}.",
-        evidence=[Evidence(file=r["file"], line=r["line"], text=r["text"] or "", host=r["host"]) for r in events.head(6).iter_rows(named=True)],
+        evidence=[
+            Evidence(file=r["file"], line=r["line"], text=r["text"] or "", host=r["host"])
+            for r in events.head(6).iter_rows(named=True)
+        ],
         hosts=sorted(set(events["host"].drop_nulls().to_list())),
         ranks=[stop.rank],
         window=(stop.at - around, stop.at),

@@ -30,29 +30,64 @@ CRITICAL_XIDS = {48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148,
 MAX_EVIDENCE = 8
 # Without the hosts' port dumps: the NIC each GPU of such a node usually has (one per GPU,
 # e.g. DGX/HGX A100 with HDR 200 Gb/s, H100 with NDR 400 Gb/s), Gb/s.
-USUAL_NIC_PER_GPU = {"GB200": 800.0, "B200": 400.0, "H200": 400.0, "H100": 400.0, "H800": 400.0, "A100": 200.0,
-                     "A800": 200.0, "V100": 100.0}
+USUAL_NIC_PER_GPU = {
+    "GB200": 800.0,
+    "B200": 400.0,
+    "H200": 400.0,
+    "H100": 400.0,
+    "H800": 400.0,
+    "A100": 200.0,
+    "A800": 200.0,
+    "V100": 100.0,
+}
 
 
 def _evidence(rows: pl.DataFrame, text: str = "message") -> list[Evidence]:
-    return [Evidence(file=r["file"], line=r["line"], text=str(r.get(text) or ""), host=r.get("host"))
-            for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)]
+    return [
+        Evidence(file=r["file"], line=r["line"], text=str(r.get(text) or ""), host=r.get("host"))
+        for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)
+    ]
 
 
 def _samples_evidence(t: RunTables, hosts: list[str], begin, end) -> list[Evidence]:
-    rows = t["gpu_samples"].filter(pl.col("host").is_in(hosts), pl.col("ts").is_between(begin - MARGIN, end + MARGIN)).sort("ts")
-    return [Evidence(file=r["file"], line=r["line"], host=r["host"],
-                     text=f"GPU {r['gpu']} at {r['util_gpu']:.0f}% ({r['source']}, {r['ts']:%H:%M:%S})")
-            for r in rows.head(3).iter_rows(named=True) if r["util_gpu"] is not None]
+    rows = (
+        t["gpu_samples"]
+        .filter(pl.col("host").is_in(hosts), pl.col("ts").is_between(begin - MARGIN, end + MARGIN))
+        .sort("ts")
+    )
+    return [
+        Evidence(
+            file=r["file"],
+            line=r["line"],
+            host=r["host"],
+            text=f"GPU {r['gpu']} at {r['util_gpu']:.0f}% ({r['source']}, {r['ts']:%H:%M:%S})",
+        )
+        for r in rows.head(3).iter_rows(named=True)
+        if r["util_gpu"] is not None
+    ]
 
 
-@rule("TL601", "gpu-utilisation-in-slow-window", Severity.WARNING, needs=("steps", "gpu_samples"), settings={
-    "busy_util": Setting("% GPU utilisation", "GPUs at or above this utilisation through a slow window (and not fallen "
-                         "below their own level) were busy: the window was compute bound."),
-    "drop_ratio": Setting("times the hosts' own level", "Utilisation in a slow window at this multiple or less of the "
-                          "host's level outside it (when that is 50% or more) has fallen: the GPUs waited."),
-})
-def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0, drop_ratio: float = DROP_RATIO) -> Iterator[Finding]:
+@rule(
+    "TL601",
+    "gpu-utilisation-in-slow-window",
+    Severity.WARNING,
+    needs=("steps", "gpu_samples"),
+    settings={
+        "busy_util": Setting(
+            "% GPU utilisation",
+            "GPUs at or above this utilisation through a slow window (and not fallen "
+            "below their own level) were busy: the window was compute bound.",
+        ),
+        "drop_ratio": Setting(
+            "times the hosts' own level",
+            "Utilisation in a slow window at this multiple or less of the "
+            "host's level outside it (when that is 50% or more) has fallen: the GPUs waited.",
+        ),
+    },
+)
+def gpu_utilisation_in_slow_window(
+    t: RunTables, *, busy_util: float = 80.0, drop_ratio: float = DROP_RATIO
+) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports), the GPU
     utilisation that nvidia-smi, dmon or DCGM sampled in it against the same hosts' own level
@@ -88,19 +123,25 @@ def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0, dro
         span = f"{ep.begin:%H:%M:%S} to {ep.end:%H:%M:%S} UTC"
         if dropped and window.height:
             causes = window.group_by("cause", "host").agg(pl.col("count").sum())
-            causes = causes.sort("count", "cause", "host", descending=[True, False, False], nulls_last=True)  # ties by name
+            causes = causes.sort(
+                "count", "cause", "host", descending=[True, False, False], nulls_last=True
+            )  # ties by name
             top = causes.row(0, named=True)
             hosts = [u.host for u in dropped]
             yield Finding(
-                severity=Severity.WARNING, score=0.0,
+                severity=Severity.WARNING,
+                score=0.0,
                 title=f"GPUs idle while waiting on the network from {span}",
                 summary=f"While steps were slow ({span}) GPU utilisation fell: {numbers}. In the same window "
                 f"{count(window.height, 'network event')} {'points' if window.height == 1 else 'point'} at {CAUSES.get(top['cause'], top['cause'])} on {top['host']}: "
                 "the GPUs waited on the network.",
-                evidence=_samples_evidence(t, hosts, ep.begin, ep.end) + [
+                evidence=_samples_evidence(t, hosts, ep.begin, ep.end)
+                + [
                     Evidence(file=r["file"], line=r["line"], frame=r["frame"], text=r["text"] or "", host=r["host"])
-                    for r in window.head(3).iter_rows(named=True)],
-                hosts=hosts, window=(ep.begin, ep.end),
+                    for r in window.head(3).iter_rows(named=True)
+                ],
+                hosts=hosts,
+                window=(ep.begin, ep.end),
             )
         elif all(u.inside >= busy_util and not u.fell(drop_ratio) for u in found):
             yield Finding(
@@ -109,7 +150,8 @@ def gpu_utilisation_in_slow_window(t: RunTables, *, busy_util: float = 80.0, dro
                 summary=f"While steps were slow ({span}) the GPUs stayed busy: {numbers}. "
                 f"{'No network event falls in the window: ' if window.height == 0 else ''}the slowdown is in the GPUs' own work, not in waiting on the network.",
                 evidence=_samples_evidence(t, [u.host for u in found], ep.begin, ep.end),
-                hosts=[u.host for u in found], window=(ep.begin, ep.end),
+                hosts=[u.host for u in found],
+                window=(ep.begin, ep.end),
             )
 
 
@@ -139,14 +181,23 @@ def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
         if len(ends) < 2 or group["mtu"].n_unique() < 2 or ends <= flagged:
             continue
         flagged |= ends
-        per = ", ".join(f"{r['host']} {r['ifname']} {r['mtu']}" for r in group.sort("host", "ifname").iter_rows(named=True))
+        per = ", ".join(
+            f"{r['host']} {r['ifname']} {r['mtu']}" for r in group.sort("host", "ifname").iter_rows(named=True)
+        )
         yield Finding(
             severity=Severity.WARNING,
             title=f"MTU mismatch on {link}: {', '.join(map(str, sorted(group['mtu'].unique().to_list())))}",
             summary=f"The interfaces of {link} use different MTUs: {per}. Frames larger than the smallest MTU are "
             "dropped or fragmented between them.",
-            evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ifname']}: mtu {r['mtu']}" + (f" ({r['ipv4']})" if r["ipv4"] else ""))
-                      for r in group.iter_rows(named=True)],
+            evidence=[
+                Evidence(
+                    file=r["file"],
+                    line=r["line"],
+                    host=r["host"],
+                    text=f"{r['ifname']}: mtu {r['mtu']}" + (f" ({r['ipv4']})" if r["ipv4"] else ""),
+                )
+                for r in group.iter_rows(named=True)
+            ],
             hosts=group["host"].unique().to_list(),
             ports=sorted(set(group["ifname"].to_list())),
         )
@@ -168,13 +219,28 @@ def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
     does), then check `ibv_devinfo | grep active_mtu`. On InfiniBand the subnet manager's
     partition MTU sets it (`mtu=5` for 4096 in partitions.conf).
     """
-    ports = t["ib_ports"].filter(pl.col("active_mtu").is_not_null(), pl.col("max_mtu").is_not_null(),
-                                 pl.col("active_mtu") < pl.col("max_mtu"), pl.col("state").fill_null("Active") == "Active")
+    ports = t["ib_ports"].filter(
+        pl.col("active_mtu").is_not_null(),
+        pl.col("max_mtu").is_not_null(),
+        pl.col("active_mtu") < pl.col("max_mtu"),
+        pl.col("state").fill_null("Active") == "Active",
+    )
     if ports.height == 0:
         return
-    netdevs = t["ib_ports"].filter(pl.col("netdev").is_not_null()).select("host", "ca", "port", "netdev").unique(["host", "ca", "port"])
-    mtus = t["interfaces"].select("host", pl.col("ifname").alias("netdev"), "mtu").unique(["host", "netdev"], keep="last")
-    rows = ports.drop("netdev").join(netdevs, on=["host", "ca", "port"], how="left").join(mtus, on=["host", "netdev"], how="left")
+    netdevs = (
+        t["ib_ports"]
+        .filter(pl.col("netdev").is_not_null())
+        .select("host", "ca", "port", "netdev")
+        .unique(["host", "ca", "port"])
+    )
+    mtus = (
+        t["interfaces"].select("host", pl.col("ifname").alias("netdev"), "mtu").unique(["host", "netdev"], keep="last")
+    )
+    rows = (
+        ports.drop("netdev")
+        .join(netdevs, on=["host", "ca", "port"], how="left")
+        .join(mtus, on=["host", "netdev"], how="left")
+    )
     for r in rows.sort("host", "ca", "port").iter_rows(named=True):
         via = f" (its netdev {r['netdev']} has MTU {r['mtu']})" if r["netdev"] and r["mtu"] else ""
         yield Finding(
@@ -182,14 +248,28 @@ def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
             title=f"{r['host'] or ''} {r['ca']} port {r['port']}: active MTU {r['active_mtu']} below the {r['max_mtu']} it supports".strip(),
             summary=f"{r['ca']} port {r['port']} ({r['link_layer'] or 'link layer unknown'}) runs RDMA at MTU {r['active_mtu']} "
             f"although the port supports {r['max_mtu']}{via}: {r['max_mtu'] // r['active_mtu']}x the packets for the same data.",
-            evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"active_mtu {r['active_mtu']}, max_mtu {r['max_mtu']}")],
-            hosts=[r["host"]], ports=[f"{r['ca']}:{r['port']}"],
+            evidence=[
+                Evidence(
+                    file=r["file"],
+                    line=r["line"],
+                    host=r["host"],
+                    text=f"active_mtu {r['active_mtu']}, max_mtu {r['max_mtu']}",
+                )
+            ],
+            hosts=[r["host"]],
+            ports=[f"{r['ca']}:{r['port']}"],
         )
 
 
-@rule("TL604", "socket-interface-without-jumbo-frames", Severity.INFO, needs=("nccl_net|nccl_channels", "interfaces"), settings={
-    "jumbo_mtu": Setting("bytes", "An NCCL socket interface with an MTU below this has no jumbo frames."),
-})
+@rule(
+    "TL604",
+    "socket-interface-without-jumbo-frames",
+    Severity.INFO,
+    needs=("nccl_net|nccl_channels", "interfaces"),
+    settings={
+        "jumbo_mtu": Setting("bytes", "An NCCL socket interface with an MTU below this has no jumbo frames."),
+    },
+)
 def socket_interface_without_jumbo_frames(t: RunTables, *, jumbo_mtu: int = 9000) -> Iterator[Finding]:
     """
     What it finds: a host whose NCCL traffic goes over the socket transport (`NET/Socket`)
@@ -205,11 +285,19 @@ def socket_interface_without_jumbo_frames(t: RunTables, *, jumbo_mtu: int = 9000
     to the fast interface.
     """
     net = t["nccl_net"]
-    socket_hosts = set(net.filter((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket"))["host"].drop_nulls().to_list())
-    socket_hosts |= set(t["nccl_channels"].filter(pl.col("net").str.to_lowercase() == "socket")["host"].drop_nulls().to_list())
+    socket_hosts = set(
+        net.filter((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket"))["host"]
+        .drop_nulls()
+        .to_list()
+    )
+    socket_hosts |= set(
+        t["nccl_channels"].filter(pl.col("net").str.to_lowercase() == "socket")["host"].drop_nulls().to_list()
+    )
     if not socket_hosts:
         return
-    named = net.filter(pl.col("what").is_in(["socket_if", "bootstrap_if", "oob_if"]), pl.col("host").is_in(list(socket_hosts)))
+    named = net.filter(
+        pl.col("what").is_in(["socket_if", "bootstrap_if", "oob_if"]), pl.col("host").is_in(list(socket_hosts))
+    )
     named = named.select("host", pl.col("name").alias("ifname")).unique()
     listed = t["interfaces"].filter(pl.col("mtu").is_not_null()).unique(["host", "ifname"], keep="last")
     small = listed.join(named, on=["host", "ifname"], how="inner").filter(pl.col("mtu") < jumbo_mtu)
@@ -220,7 +308,8 @@ def socket_interface_without_jumbo_frames(t: RunTables, *, jumbo_mtu: int = 9000
             summary=f"{r['host']} carries NCCL traffic over TCP sockets on {r['ifname']}, whose MTU is {r['mtu']}: "
             f"{jumbo_mtu // r['mtu']}x the packets of jumbo frames for the same data.",
             evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ifname']}: mtu {r['mtu']}")],
-            hosts=[r["host"]], ports=[r["ifname"]],
+            hosts=[r["host"]],
+            ports=[r["ifname"]],
         )
 
 
@@ -259,29 +348,60 @@ def kernel_events(t: RunTables) -> Iterator[Finding]:
     for begin, end in windows:
         in_window = in_window | pl.col("ts").is_between(begin - MARGIN, end + MARGIN)
     events = events.with_columns(in_window=in_window.fill_null(False))
-    keep = (pl.col("kind") != "link_up") & ((pl.col("kind") != "pcie_aer") | ~pl.col("detail").fill_null("").str.contains("Corrected") | pl.col("in_window"))
+    keep = (pl.col("kind") != "link_up") & (
+        (pl.col("kind") != "pcie_aer") | ~pl.col("detail").fill_null("").str.contains("Corrected") | pl.col("in_window")
+    )
     for key, group in events.filter(keep).group_by("host", "kind", maintain_order=True):
         host, kind = key
         group = group.sort("line")
         times = group["ts"].drop_nulls()
-        when = (f" from {times.min():%Y-%m-%d %H:%M:%S} to {times.max():%H:%M:%S} UTC" if times.len() > 1
-                else f" at {times.min():%Y-%m-%d %H:%M:%S} UTC" if times.len() else "")
-        devices = ", ".join(sorted({_device_text(owners, host, d) for d in group["device"].drop_nulls().to_list()}
-                                   | set(group["netdev"].drop_nulls().to_list())))
+        when = (
+            f" from {times.min():%Y-%m-%d %H:%M:%S} to {times.max():%H:%M:%S} UTC"
+            if times.len() > 1
+            else f" at {times.min():%Y-%m-%d %H:%M:%S} UTC"
+            if times.len()
+            else ""
+        )
+        devices = ", ".join(
+            sorted(
+                {_device_text(owners, host, d) for d in group["device"].drop_nulls().to_list()}
+                | set(group["netdev"].drop_nulls().to_list())
+            )
+        )
         details = sorted({d for d in group["detail"].drop_nulls().to_list()})
-        flapped = kind == "link_down" and events.filter(pl.col("host").eq_missing(host), pl.col("kind") == "link_up").height > 0
+        flapped = (
+            kind == "link_down"
+            and events.filter(pl.col("host").eq_missing(host), pl.col("kind") == "link_up").height > 0
+        )
         slow = int(group["in_window"].sum())
         xids = set(group["xid"].drop_nulls().to_list())
-        severity = Severity.CRITICAL if (xids & CRITICAL_XIDS) or kind in ("nic_error", "oom_kill") or slow else Severity.WARNING
-        what = f"{'link flap' if group.height == 1 else 'link flaps'} (down, then up again)" if flapped else KIND_TEXT[kind]
-        summary = (f"{host or 'A host'} logged {group.height} {what}{when}" + (f" on {devices}" if devices else "")
-                   + (f": {'; '.join(details[:4])}" if details else "") + ".")
+        severity = (
+            Severity.CRITICAL
+            if (xids & CRITICAL_XIDS) or kind in ("nic_error", "oom_kill") or slow
+            else Severity.WARNING
+        )
+        what = (
+            f"{'link flap' if group.height == 1 else 'link flaps'} (down, then up again)"
+            if flapped
+            else KIND_TEXT[kind]
+        )
+        summary = (
+            f"{host or 'A host'} logged {group.height} {what}{when}"
+            + (f" on {devices}" if devices else "")
+            + (f": {'; '.join(details[:4])}" if details else "")
+            + "."
+        )
         if slow:
-            summary += (" It falls" if group.height == 1 else f" {slow} of them {'falls' if slow == 1 else 'fall'}") + " in a slow window of the steps."
+            summary += (
+                " It falls" if group.height == 1 else f" {slow} of them {'falls' if slow == 1 else 'fall'}"
+            ) + " in a slow window of the steps."
         yield Finding(
             severity=severity,
-            title=f"{host or 'host'}: {group.height} {what}" + (f" ({details[0]})" if kind == "xid" and details else ""),
-            summary=summary, evidence=_evidence(group), hosts=[host] if host else [],
+            title=f"{host or 'host'}: {group.height} {what}"
+            + (f" ({details[0]})" if kind == "xid" and details else ""),
+            summary=summary,
+            evidence=_evidence(group),
+            hosts=[host] if host else [],
             window=(times.min(), times.max()) if times.len() else None,
             ports=sorted(set(group["netdev"].drop_nulls().to_list())),
         )
@@ -301,13 +421,25 @@ def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
         return None
     per_host = mine.group_by("host").agg(pl.col("rate_gbps").sum(), pl.len().alias("ports")).sort("rate_gbps")
     low = per_host.row(0, named=True)
-    return low["rate_gbps"], f"{low['host']}'s {count(low['ports'], 'Active port')} {'gives' if low['ports'] == 1 else 'give'} {low['rate_gbps']:g} Gb/s"
+    return (
+        low["rate_gbps"],
+        f"{low['host']}'s {count(low['ports'], 'Active port')} {'gives' if low['ports'] == 1 else 'give'} {low['rate_gbps']:g} Gb/s",
+    )
 
 
-@rule("TL606", "nccl-tests-below-link", Severity.WARNING, needs=("nccl_tests",), settings={
-    "busbw_share": Setting("share of the link bandwidth", "Bus bandwidth at the largest size below this share of the "
-                           "hosts' link bandwidth is far below it (a healthy fabric gives 0.8 to 0.95)."),
-})
+@rule(
+    "TL606",
+    "nccl-tests-below-link",
+    Severity.WARNING,
+    needs=("nccl_tests",),
+    settings={
+        "busbw_share": Setting(
+            "share of the link bandwidth",
+            "Bus bandwidth at the largest size below this share of the "
+            "hosts' link bandwidth is far below it (a healthy fabric gives 0.8 to 0.95).",
+        ),
+    },
+)
 def nccl_tests_below_link(t: RunTables, *, busbw_share: float = 0.6) -> Iterator[Finding]:
     """
     What it finds: nccl-tests runs (`all_reduce_perf` and the other `*_perf`) across hosts
@@ -336,9 +468,12 @@ def nccl_tests_below_link(t: RunTables, *, busbw_share: float = 0.6) -> Iterator
         wrong = run.filter(pl.col("wrong").fill_null(0) > 0)
         if wrong.height:
             yield _benchmark_finding(
-                Severity.CRITICAL, f"{name}: {count(wrong.height, 'result')} with #wrong > 0",
+                Severity.CRITICAL,
+                f"{name}: {count(wrong.height, 'result')} with #wrong > 0",
                 f"{name} in {key[0]} found wrong results at {count(wrong.height, 'size')} (up to {wrong['wrong'].max()} wrong "
-                "elements): the data the collective moved was corrupted.", wrong, hosts,
+                "elements): the data the collective moved was corrupted.",
+                wrong,
+                hosts,
             )
         if len(hosts) < 2:
             continue
@@ -352,9 +487,12 @@ def nccl_tests_below_link(t: RunTables, *, busbw_share: float = 0.6) -> Iterator
             continue
         size = int(largest["size_bytes"][0])
         yield _benchmark_finding(
-            Severity.WARNING, f"{name}: bus bandwidth {busbw:g} GB/s, {busbw / link_gbs:.0%} of the link",
+            Severity.WARNING,
+            f"{name}: bus bandwidth {busbw:g} GB/s, {busbw / link_gbs:.0%} of the link",
             f"{name} across {len(hosts)} hosts reached {busbw:g} GB/s bus bandwidth at {size:,} bytes, {busbw / link_gbs:.0%} "
-            f"of the {link_gbs:g} GB/s the links give ({rate[1]}); a healthy fabric gives 80-95%.", largest, hosts,
+            f"of the {link_gbs:g} GB/s the links give ({rate[1]}); a healthy fabric gives 80-95%.",
+            largest,
+            hosts,
         )
 
 
@@ -365,8 +503,10 @@ def _usual_rate(run: pl.DataFrame) -> tuple[float, str] | None:
     if not model or not per_host:
         return None
     gbps = USUAL_NIC_PER_GPU[model] * per_host
-    return gbps, (f"assumed: {count(per_host, model + ' GPU')} per host with one {USUAL_NIC_PER_GPU[model]:g} Gb/s NIC each, "
-                  "as such nodes usually have; the hosts' ibstat or ibv_devinfo would say")
+    return gbps, (
+        f"assumed: {count(per_host, model + ' GPU')} per host with one {USUAL_NIC_PER_GPU[model]:g} Gb/s NIC each, "
+        "as such nodes usually have; the hosts' ibstat or ibv_devinfo would say"
+    )
 
 
 def _benchmark_finding(severity: Severity, title: str, summary: str, rows: pl.DataFrame, hosts: list[str]) -> Finding:
@@ -374,15 +514,30 @@ def _benchmark_finding(severity: Severity, title: str, summary: str, rows: pl.Da
 
 
 def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
-    return [Evidence(file=r["file"], line=r["line"], host=r["host"],
-                     text=f"{r['size_bytes']} bytes {r['placement']}-of-place: busbw {r['busbw_gbs']} GB/s, #wrong {r['wrong']}")
-            for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)]
+    return [
+        Evidence(
+            file=r["file"],
+            line=r["line"],
+            host=r["host"],
+            text=f"{r['size_bytes']} bytes {r['placement']}-of-place: busbw {r['busbw_gbs']} GB/s, #wrong {r['wrong']}",
+        )
+        for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)
+    ]
 
 
-@rule("TL607", "perftest-below-line-rate", Severity.WARNING, needs=("perftest",), settings={
-    "line_share": Setting("share of the line rate", "Average bandwidth at the largest size below this share of the port's "
-                          "line rate is far below it (a healthy link gives 0.9 or more)."),
-})
+@rule(
+    "TL607",
+    "perftest-below-line-rate",
+    Severity.WARNING,
+    needs=("perftest",),
+    settings={
+        "line_share": Setting(
+            "share of the line rate",
+            "Average bandwidth at the largest size below this share of the port's "
+            "line rate is far below it (a healthy link gives 0.9 or more).",
+        ),
+    },
+)
 def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Iterator[Finding]:
     """
     What it finds: perftest bandwidth runs (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`) whose
@@ -422,9 +577,16 @@ def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Itera
             summary=f"{largest['test']} on {host or 'a host'} {device or ''} averaged {largest['bw_avg']:g} {largest['bw_unit']} "
             f"({gbps:.1f} Gb/s) at {largest['bytes']:,} bytes: {gbps / line:.0%} of the port's {line:g} Gb/s; "
             "a healthy link gives 90% or more.",
-            evidence=[Evidence(file=largest["file"], line=largest["line"], host=host,
-                               text=f"{largest['bytes']} bytes: BW average {largest['bw_avg']} {largest['bw_unit']}")],
-            hosts=[host] if host else [], ports=[device] if device else [],
+            evidence=[
+                Evidence(
+                    file=largest["file"],
+                    line=largest["line"],
+                    host=host,
+                    text=f"{largest['bytes']} bytes: BW average {largest['bw_avg']} {largest['bw_unit']}",
+                )
+            ],
+            hosts=[host] if host else [],
+            ports=[device] if device else [],
         )
 
 
@@ -458,14 +620,26 @@ def roce_gid_index(t: RunTables) -> Iterator[Finding]:
         good = at.filter(pl.col("roce") == "v2", ~pl.col("gid").str.to_lowercase().str.starts_with("fe80"))
         if good.height:
             continue
-        have = (f"index {index} is {at['roce'][0]} {at['gid'][0]}" if at.height else f"there is no GID at index {index}")
-        better = (f"; its RoCE v2 IPv4 GID is at index {', '.join(map(str, sorted(set(v2['index'].to_list()))))}" if v2.height else "")
+        have = f"index {index} is {at['roce'][0]} {at['gid'][0]}" if at.height else f"there is no GID at index {index}"
+        better = (
+            f"; its RoCE v2 IPv4 GID is at index {', '.join(map(str, sorted(set(v2['index'].to_list()))))}"
+            if v2.height
+            else ""
+        )
         yield Finding(
             severity=Severity.WARNING,
             title=f"{host or 'A host'}: NCCL_IB_GID_INDEX={index} is not a RoCE v2 IPv4 GID there",
             summary=f"NCCL uses GID index {index}, but on {host or 'this host'} {have}{better}.",
-            evidence=_evidence(t.tables.with_text(env_rows.head(1)), "message") + [
-                Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ca']} port {r['port']} GID[{r['index']}] {r['gid']} {r['roce']} {r['netdev'] or ''}".strip())
-                for r in (at if at.height else v2).head(4).iter_rows(named=True)],
-            hosts=[host] if host else [], ports=sorted({f"{r['ca']}:{r['port']}" for r in table.iter_rows(named=True)}),
+            evidence=_evidence(t.tables.with_text(env_rows.head(1)), "message")
+            + [
+                Evidence(
+                    file=r["file"],
+                    line=r["line"],
+                    host=r["host"],
+                    text=f"{r['ca']} port {r['port']} GID[{r['index']}] {r['gid']} {r['roce']} {r['netdev'] or ''}".strip(),
+                )
+                for r in (at if at.height else v2).head(4).iter_rows(named=True)
+            ],
+            hosts=[host] if host else [],
+            ports=sorted({f"{r['ca']}:{r['port']}" for r in table.iter_rows(named=True)}),
         )

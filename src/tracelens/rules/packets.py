@@ -15,9 +15,7 @@ from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import time_window
 
 
-def _finding(
-    ctx: RunContext, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]
-) -> Finding:
+def _finding(ctx: RunContext, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]) -> Finding:
     """A finding about `addresses` ({} in `summary` become `host (ip)`), its window and evidence from `events`."""
     names = ctx.host_names
     window = time_window(events)
@@ -49,10 +47,19 @@ def _qps_above(ctx: RunContext, share: float, *counts: str) -> Iterator[tuple[Pa
         yield analysis, qp
 
 
-@rule("TL301", "roce-packet-loss", Severity.WARNING, needs=("packets",), settings={
-    "loss_share": Setting("share of a QP's data packets", "NAKs and PSN gaps above this share of a QP's packets are loss; "
-                          "RoCE is meant to be lossless, so one in 1000 is already a problem."),
-})
+@rule(
+    "TL301",
+    "roce-packet-loss",
+    Severity.WARNING,
+    needs=("packets",),
+    settings={
+        "loss_share": Setting(
+            "share of a QP's data packets",
+            "NAKs and PSN gaps above this share of a QP's packets are loss; "
+            "RoCE is meant to be lossless, so one in 1000 is already a problem.",
+        ),
+    },
+)
 def roce_loss(ctx: RunContext, *, loss_share: float = 0.001) -> Iterator[Finding]:
     """
     What it finds: RoCE QPs in a packet capture that lose packets: NAKs with syndrome 0x60
@@ -73,7 +80,8 @@ def roce_loss(ctx: RunContext, *, loss_share: float = 0.001) -> Iterator[Finding
     for analysis, qp in _qps_above(ctx, loss_share, "naks_seq", "psn_gaps"):
         delay = f", {qp['nak_to_resend_ms']:.3f} ms from NAK to resend" if qp["nak_to_resend_ms"] is not None else ""
         yield _finding(
-            ctx, "RoCE packet loss",
+            ctx,
+            "RoCE packet loss",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['naks_seq'], 'NAK')} with PSN sequence error and "
             f"{count(qp['missing_psns'], 'missing PSN')} in {count(qp['packets'], 'packet')}; {count(qp['retransmitted'], 'packet')} "
             f"({number(qp['retransmitted_bytes'], 'payload bytes')}) resent{delay}",
@@ -100,7 +108,8 @@ def roce_rnr(ctx: RunContext) -> Iterator[Finding]:
     """
     for analysis, qp in _qps_above(ctx, 0, "rnr_naks"):
         yield _finding(
-            ctx, "RoCE receiver not ready (RNR NAKs)",
+            ctx,
+            "RoCE receiver not ready (RNR NAKs)",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['rnr_naks'], 'RNR NAK')} from the receiving side in "
             f"{count(qp['packets'], 'packet')}",
             _events(analysis, qp["flow"], "RNR NAK"),
@@ -108,10 +117,18 @@ def roce_rnr(ctx: RunContext) -> Iterator[Finding]:
         )
 
 
-@rule("TL303", "roce-congestion", Severity.WARNING, needs=("packets",), settings={
-    "marked_share": Setting("share of a QP's data packets", "CNPs and ECN-CE marks above this share of a QP's packets are "
-                            "DCQCN throttling more than now and then."),
-})
+@rule(
+    "TL303",
+    "roce-congestion",
+    Severity.WARNING,
+    needs=("packets",),
+    settings={
+        "marked_share": Setting(
+            "share of a QP's data packets",
+            "CNPs and ECN-CE marks above this share of a QP's packets are DCQCN throttling more than now and then.",
+        ),
+    },
+)
 def roce_congestion(ctx: RunContext, *, marked_share: float = 0.01) -> Iterator[Finding]:
     """
     What it finds: congestion notifications on a RoCE QP in a packet capture: data packets
@@ -131,7 +148,8 @@ def roce_congestion(ctx: RunContext, *, marked_share: float = 0.01) -> Iterator[
     """
     for analysis, qp in _qps_above(ctx, marked_share, "cnps", "ce_marked"):
         yield _finding(
-            ctx, "RoCE congestion (ECN-CE marks, CNPs)",
+            ctx,
+            "RoCE congestion (ECN-CE marks, CNPs)",
             f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {qp['ce_marked']} of {qp['packets']} data packets "
             f"ECN-CE marked ({qp['ce_share']:.1%}) and {count(qp['cnps'], 'CNP')} sent back to throttle the sender",
             _events(analysis, qp["flow"], "ECN-CE", "CNP"),
@@ -139,13 +157,26 @@ def roce_congestion(ctx: RunContext, *, marked_share: float = 0.01) -> Iterator[
         )
 
 
-@rule("TL304", "tcp-retransmissions", Severity.WARNING, needs=("packets",), settings={
-    "loss_share": Setting("share of data segments", "Loss-driven retransmissions at or above this share of a host pair's "
-                          "segments are a warning (where TCP's throughput bound halves on a training link)."),
-    "critical_share": Setting("share of data segments", "At or above this share the finding is critical."),
-    "min_losses": Setting("retransmissions", "Fewer loss-driven retransmissions between two hosts say nothing about a rate."),
-})
-def tcp_retransmissions(ctx: RunContext, *, loss_share: float = 0.001, critical_share: float = 0.01, min_losses: int = 3) -> Iterator[Finding]:
+@rule(
+    "TL304",
+    "tcp-retransmissions",
+    Severity.WARNING,
+    needs=("packets",),
+    settings={
+        "loss_share": Setting(
+            "share of data segments",
+            "Loss-driven retransmissions at or above this share of a host pair's "
+            "segments are a warning (where TCP's throughput bound halves on a training link).",
+        ),
+        "critical_share": Setting("share of data segments", "At or above this share the finding is critical."),
+        "min_losses": Setting(
+            "retransmissions", "Fewer loss-driven retransmissions between two hosts say nothing about a rate."
+        ),
+    },
+)
+def tcp_retransmissions(
+    ctx: RunContext, *, loss_share: float = 0.001, critical_share: float = 0.01, min_losses: int = 3
+) -> Iterator[Finding]:
     """
     What it finds: TCP segments lost between two hosts (all their connections together: NCCL's
     socket transport and gloo open several per peer), measured by the loss-driven
@@ -173,20 +204,33 @@ def tcp_retransmissions(ctx: RunContext, *, loss_share: float = 0.001, critical_
     analysis = ctx.packets
     if analysis is None:
         return
-    counts = ["segments", "retransmissions", "loss_retransmissions", "tail_probes", "spurious_retransmissions",
-              "fast_retransmissions", "retransmitted_bytes", "zero_windows"]
+    counts = [
+        "segments",
+        "retransmissions",
+        "loss_retransmissions",
+        "tail_probes",
+        "spurious_retransmissions",
+        "fast_retransmissions",
+        "retransmitted_bytes",
+        "zero_windows",
+    ]
     pairs = (
         analysis.tcp.group_by("src", "dst")
         .agg(pl.col(counts).sum(), flows=pl.col("flow"))
-        .filter(pl.col("loss_retransmissions") >= min_losses,
-                pl.col("loss_retransmissions") >= loss_share * pl.col("segments"))
+        .filter(
+            pl.col("loss_retransmissions") >= min_losses,
+            pl.col("loss_retransmissions") >= loss_share * pl.col("segments"),
+        )
         .sort("loss_retransmissions", "src", "dst", descending=[True, False, False])  # equal losses by address
     )
     for pair in pairs.iter_rows(named=True):
-        events = analysis.events.filter(pl.col("flow").is_in(pair["flows"]), pl.col("kind").is_in([TCP_LOSS, "zero window"]))
+        events = analysis.events.filter(
+            pl.col("flow").is_in(pair["flows"]), pl.col("kind").is_in([TCP_LOSS, "zero window"])
+        )
         share = pair["loss_retransmissions"] / pair["segments"]
         finding = _finding(
-            ctx, "TCP segments lost",
+            ctx,
+            "TCP segments lost",
             f"{{}} to {{}}: {pair['retransmissions']} of {pair['segments']} data segments retransmitted "
             f"({pair['retransmissions'] / pair['segments']:.1%}, as tshark counts them), {number(pair['loss_retransmissions'])} "
             f"of them after a loss ({share:.2%}, {pair['fast_retransmissions']} fast); not counted as loss: "
@@ -225,7 +269,9 @@ def capture_duplicates(ctx: RunContext) -> Iterator[Finding]:
             title="Duplicate frames in the capture",
             summary=f"{file}: {frames.height} of {total} frames are capture duplicates (same IP id and bytes "
             "as the frame before, < 0.5 ms apart), not retransmissions.",
-            evidence=[Evidence(file=file, frame=r["frame"], text=f"duplicate of the previous frame of {r['flow']}")
-                      for r in frames.iter_rows(named=True)],
+            evidence=[
+                Evidence(file=file, frame=r["frame"], text=f"duplicate of the previous frame of {r['flow']}")
+                for r in frames.iter_rows(named=True)
+            ],
             window=time_window(frames),
         )

@@ -27,12 +27,26 @@ def _basis_note(basis: str) -> str:
     }[basis]
 
 
-@rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",), settings={
-    "long_window_rows": Setting("logged steps", "Slow windows of fewer logged steps are isolated spikes, reported together in one finding."),
-    "critical_share": Setting("share of the run's step time", "A slow stretch that cost at least this share of the run is critical."),
-    "spikes_warn_share": Setting("share of the run's step time", "Isolated spikes warn when together they cost at least "
-                                 "this share of the run (less is a busy machine's noise, told at info)."),
-})
+@rule(
+    "TL401",
+    "step-time-spikes",
+    Severity.WARNING,
+    kind="symptom",
+    needs=("steps",),
+    settings={
+        "long_window_rows": Setting(
+            "logged steps", "Slow windows of fewer logged steps are isolated spikes, reported together in one finding."
+        ),
+        "critical_share": Setting(
+            "share of the run's step time", "A slow stretch that cost at least this share of the run is critical."
+        ),
+        "spikes_warn_share": Setting(
+            "share of the run's step time",
+            "Isolated spikes warn when together they cost at least "
+            "this share of the run (less is a busy machine's noise, told at info).",
+        ),
+    },
+)
 def step_time_spikes(
     t: RunTables, *, long_window_rows: int = 3, critical_share: float = 0.2, spikes_warn_share: float = 0.15
 ) -> Iterator[Finding]:
@@ -93,7 +107,9 @@ def step_time_spikes(
         yield Finding(
             # between progress lines a spike may as well be an evaluation or a checkpoint; single slow
             # steps that cost less than spikes_warn_share are a busy machine's noise
-            severity=Severity.WARNING if worst.basis != "timestamps" and cost >= spikes_warn_share * total else Severity.INFO,
+            severity=Severity.WARNING
+            if worst.basis != "timestamps" and cost >= spikes_warn_share * total
+            else Severity.INFO,
             title=f"{count(len(spikes), 'isolated step-time spike')}",
             summary=f"{count(len(spikes), 'single slow step')} or pairs, up to {worst.peak_ms:.0f} ms against a usual "
             f"{worst.baseline_ms:.0f} ms ({worst.label}), {_basis_note(worst.basis)}; together they cost "
@@ -104,12 +120,24 @@ def step_time_spikes(
         )
 
 
-@rule("TL402", "comm-bound-steps", Severity.WARNING, kind="symptom", needs=("steps",), settings={
-    "comm_bound_share": Setting("share of the step", "All-reduce + all-gather time at or above this median share of the "
-                                "steps makes them communication-bound."),
-    "comm_surge": Setting("times the usual", "Communication time in a slow stretch at this multiple of its usual or more, "
-                          "with no rank's compute rising above its own baseline, is a surge."),
-})
+@rule(
+    "TL402",
+    "comm-bound-steps",
+    Severity.WARNING,
+    kind="symptom",
+    needs=("steps",),
+    settings={
+        "comm_bound_share": Setting(
+            "share of the step",
+            "All-reduce + all-gather time at or above this median share of the steps makes them communication-bound.",
+        ),
+        "comm_surge": Setting(
+            "times the usual",
+            "Communication time in a slow stretch at this multiple of its usual or more, "
+            "with no rank's compute rising above its own baseline, is a surge.",
+        ),
+    },
+)
 def comm_bound_steps(
     t: RunTables, *, comm_bound_share: float = COMM_BOUND_SHARE, comm_surge: float = 2.0
 ) -> Iterator[Finding]:
@@ -144,7 +172,9 @@ def comm_bound_steps(
         signals = step_signals(series, ep.begin, ep.end)
         surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= comm_surge]
         comm_ms = max((s.change or 0.0 for s in surged), default=0.0)
-        if not surged or any(s.rose and (s.cause == "compute" or s.cause == "between" and (s.change or 0.0) > comm_ms) for s in signals):
+        if not surged or any(
+            s.rose and (s.cause == "compute" or s.cause == "between" and (s.change or 0.0) > comm_ms) for s in signals
+        ):
             continue  # some rank computed longer (a straggler: the others waited) or stalled longer between steps
         compute = max((s.ratio for s in signals if s.cause == "compute" and s.ratio), default=1.0)
         w, top = ep.worst, max(surged, key=lambda s: s.ratio or 0.0)
@@ -175,11 +205,22 @@ def comm_bound_steps(
             )
 
 
-@rule("TL403", "throughput-drop", Severity.WARNING, kind="symptom", needs=("steps",), settings={
-    "drop_share": Setting("share of the steady samples/s", "A rolling median this far below the early steady state, for a "
-                          "third of the run or more, is a drop."),
-    "min_reports": Setting("throughput reports", "Streams with fewer reports after warm-up are too short to judge."),
-})
+@rule(
+    "TL403",
+    "throughput-drop",
+    Severity.WARNING,
+    kind="symptom",
+    needs=("steps",),
+    settings={
+        "drop_share": Setting(
+            "share of the steady samples/s",
+            "A rolling median this far below the early steady state, for a third of the run or more, is a drop.",
+        ),
+        "min_reports": Setting(
+            "throughput reports", "Streams with fewer reports after warm-up are too short to judge."
+        ),
+    },
+)
 def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int = 12) -> Iterator[Finding]:
     """
     What it finds: samples/sec (DeepSpeed's ThroughputTimer, Megatron or the pipeline engine)
@@ -229,14 +270,29 @@ def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int 
         )
 
 
-@rule("TL404", "stragglers", Severity.WARNING, needs=("steps|comm_ops",), settings={
-    "slower_ratio": Setting("times the peers' compute time", "A rank at this multiple of the usual forward+backward time "
-                            "or more is slow on that step ..."),
-    "slow_share": Setting("share of the steps", "... and a straggler when it is slow on at least this share of them."),
-    "wait_share": Setting("share of the collective time", "Comms-logger time waiting for the slowest rank at or above this "
-                          "share of the collective time is a straggler."),
-})
-def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5) -> Iterator[Finding]:
+@rule(
+    "TL404",
+    "stragglers",
+    Severity.WARNING,
+    needs=("steps|comm_ops",),
+    settings={
+        "slower_ratio": Setting(
+            "times the peers' compute time",
+            "A rank at this multiple of the usual forward+backward time or more is slow on that step ...",
+        ),
+        "slow_share": Setting(
+            "share of the steps", "... and a straggler when it is slow on at least this share of them."
+        ),
+        "wait_share": Setting(
+            "share of the collective time",
+            "Comms-logger time waiting for the slowest rank at or above this "
+            "share of the collective time is a straggler.",
+        ),
+    },
+)
+def stragglers(
+    t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5
+) -> Iterator[Finding]:
     """
     What it finds: one rank consistently slower than its peers, where per-rank timings exist:
     wall_clock_breakdown timer lines from every rank (compute time forward + backward without
@@ -263,15 +319,22 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
         # (so a whole slow host does not drag the median up to meet it), else all ranks' median.
         host_median = pl.col("compute_ms").median().over([*step_key, "host"])
         several_hosts = pl.col("host").n_unique().over(step_key) >= 2
-        usual = pl.when(several_hosts).then(pl.col("host_median").min().over(step_key)).otherwise(
-            pl.col("compute_ms").median().over(step_key)
+        usual = (
+            pl.when(several_hosts)
+            .then(pl.col("host_median").min().over(step_key))
+            .otherwise(pl.col("compute_ms").median().over(step_key))
         )
         per_rank = (
             peers.with_columns(host_median.alias("host_median"))
             .with_columns((pl.col("compute_ms") / usual).alias("ratio"))
             .group_by("host", "rank", "engine")
-            .agg(pl.col("ratio").median(), (pl.col("ratio") >= slower_ratio).mean().alias("share"),
-                 pl.struct("file", "line").head(2).alias("where"), first=pl.col("ts").min(), last=pl.col("ts").max())
+            .agg(
+                pl.col("ratio").median(),
+                (pl.col("ratio") >= slower_ratio).mean().alias("share"),
+                pl.struct("file", "line").head(2).alias("where"),
+                first=pl.col("ts").min(),
+                last=pl.col("ts").max(),
+            )
         )
         slow = per_rank.filter((pl.col("ratio") >= slower_ratio) & (pl.col("share") >= slow_share))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
@@ -301,5 +364,8 @@ def stragglers(t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 
                 title="Collectives mostly wait for a straggler",
                 summary=f"The comms logger's straggler breakdown shows {wait:.0f} ms of {comm:.0f} ms collective time "
                 f"({wait / comm:.0%}) spent waiting for the slowest rank to arrive, not moving data.",
-                evidence=[Evidence(file=file, line=r["line"], text=f"{r['op']} {r['msg_bytes']} B") for r in table.iter_rows(named=True)],
+                evidence=[
+                    Evidence(file=file, line=r["line"], text=f"{r['op']} {r['msg_bytes']} B")
+                    for r in table.iter_rows(named=True)
+                ],
             )

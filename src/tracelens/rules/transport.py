@@ -47,7 +47,12 @@ def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
     config = ctx["config"]
     if config.height:
         env = pl.concat(
-            [env, config.select("file", "line", "host", pl.lit(None, pl.Int64).alias("pid"), pl.col("key").alias("name"), "value")]
+            [
+                env,
+                config.select(
+                    "file", "line", "host", pl.lit(None, pl.Int64).alias("pid"), pl.col("key").alias("name"), "value"
+                ),
+            ]
         )
     value = pl.col("value").str.strip_chars().str.strip_chars(".").str.to_lowercase()
     return env.filter(
@@ -96,7 +101,11 @@ def socket_transport(ctx: RunContext) -> Iterator[Finding]:
         severity, why = Severity.INFO, "but the job is on one node, so no traffic crosses the network"
     else:
         severity, why = Severity.WARNING, "(the logs do not show whether traffic crossed nodes)"
-    detail = f"{count(socket_channels.height, 'channel connection')} via NET/Socket" if socket_channels.height else "NCCL chose the socket network"
+    detail = (
+        f"{count(socket_channels.height, 'channel connection')} via NET/Socket"
+        if socket_channels.height
+        else "NCCL chose the socket network"
+    )
     yield Finding(
         severity=severity,
         title="NCCL fell back to TCP sockets",
@@ -151,10 +160,16 @@ def mixed_transports(ctx: RunContext) -> Iterator[Finding]:
     container, a different image, `NCCL_IB_DISABLE` set only there, HCAs down in `ibstat`), make
     all nodes identical, and pin `NCCL_IB_HCA` so every rank selects the same kind of device.
     """
-    net = ctx["nccl_net"].filter(pl.col("what") == "network").select("file", "line", "host", "pid", pl.col("name").alias("net"))
+    net = (
+        ctx["nccl_net"]
+        .filter(pl.col("what") == "network")
+        .select("file", "line", "host", "pid", pl.col("name").alias("net"))
+    )
     channels = ctx["nccl_channels"].filter(pl.col("transport") == "NET").select("file", "line", "host", "pid", "net")
     used = pl.concat([net, channels]).drop_nulls("net").with_columns(socket=_is_socket())
-    per_process = used.group_by("host", "pid", maintain_order=True).agg(pl.col("socket").any().alias("socket"), pl.col("socket").all().alias("only_socket"))
+    per_process = used.group_by("host", "pid", maintain_order=True).agg(
+        pl.col("socket").any().alias("socket"), pl.col("socket").all().alias("only_socket")
+    )
     socket_procs = per_process.filter(pl.col("only_socket"))
     other_procs = per_process.filter(~pl.col("socket"))
     if socket_procs.height == 0 or other_procs.height == 0:
@@ -204,7 +219,13 @@ def gdr_not_used(ctx: RunContext) -> Iterator[Finding]:
     if gdr_env.height:
         settings = sorted({f"{r['name']}={r['value']}" for r in gdr_env.iter_rows(named=True)})
         cause = f" ({', '.join(settings)} is set)"
-    rows = pl.concat([no_gdr.select("file", "line", "host", "pid"), disabled.select("file", "line", "host", "pid"), gdr_env.select("file", "line", "host", "pid")])
+    rows = pl.concat(
+        [
+            no_gdr.select("file", "line", "host", "pid"),
+            disabled.select("file", "line", "host", "pid"),
+            gdr_env.select("file", "line", "host", "pid"),
+        ]
+    )
     yield Finding(
         severity=Severity.WARNING,
         title="GPUDirect RDMA not used",
@@ -215,7 +236,9 @@ def gdr_not_used(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
-_VIRTUAL_IF = re.compile(r"^(lo|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel\.\d+|cali\w+|tun\d*|tap\d*|ip6tnl\d*|vxlan\w*|kube-\w+)$")
+_VIRTUAL_IF = re.compile(
+    r"^(lo|docker\d*|virbr\d*|veth\w*|br-\w+|cni\d*|flannel\.\d+|cali\w+|tun\d*|tap\d*|ip6tnl\d*|vxlan\w*|kube-\w+)$"
+)
 _LINK_LOCAL = re.compile(r"^(fe80:|169\.254\.|127\.|::1$)", re.IGNORECASE)
 
 
@@ -236,14 +259,19 @@ def suspect_interface(ctx: RunContext) -> Iterator[Finding]:
     """
     net = ctx["nccl_net"].filter(pl.col("what").is_in(["bootstrap_if", "oob_if", "socket_if"]))
     # Bootstrap lines of NCCL 2.4-2.9 list every interface; NCCL uses the first one.
-    first_bootstrap = net.filter(pl.col("what") == "bootstrap_if").sort("file", "line").unique(["file", "line"], keep="first")
+    first_bootstrap = (
+        net.filter(pl.col("what") == "bootstrap_if").sort("file", "line").unique(["file", "line"], keep="first")
+    )
     used = pl.concat([first_bootstrap, net.filter(pl.col("what") != "bootstrap_if")])
     suspect = used.filter(
-        pl.col("name").str.contains(_VIRTUAL_IF.pattern) | pl.col("address").fill_null("").str.contains(_LINK_LOCAL.pattern)
+        pl.col("name").str.contains(_VIRTUAL_IF.pattern)
+        | pl.col("address").fill_null("").str.contains(_LINK_LOCAL.pattern)
     )
     if suspect.height == 0:
         return
-    choices = sorted({f"{r['what'].removesuffix('_if')} {r['name']}:{r['address']}" for r in suspect.iter_rows(named=True)})
+    choices = sorted(
+        {f"{r['what'].removesuffix('_if')} {r['name']}:{r['address']}" for r in suspect.iter_rows(named=True)}
+    )
     loopback_multi = suspect.filter(pl.col("name") == "lo").height > 0 and _multi_node(ctx)
     yield Finding(
         severity=Severity.CRITICAL if loopback_multi else Severity.WARNING,
@@ -284,7 +312,9 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
     if versions["version"].n_unique() > 1:
         first = versions.sort("file", "line").unique(["version", "host"], keep="first")
         per_version = first.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort("version")
-        described = "; ".join(f"{r['version']} on {', '.join(r['host']) or 'unnamed host'}" for r in per_version.iter_rows(named=True))
+        described = "; ".join(
+            f"{r['version']} on {', '.join(r['host']) or 'unnamed host'}" for r in per_version.iter_rows(named=True)
+        )
         yield Finding(
             severity=Severity.CRITICAL,
             title="NCCL versions differ across the run",
@@ -304,7 +334,12 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
     if skewed.height == 0:
         return
     names = skewed["name"].to_list()
-    rows = env.filter(pl.col("name").is_in(names)).with_columns(v=value).sort("file", "line").unique(["name", "v", "host"], keep="first")
+    rows = (
+        env.filter(pl.col("name").is_in(names))
+        .with_columns(v=value)
+        .sort("file", "line")
+        .unique(["name", "v", "host"], keep="first")
+    )
     described = "; ".join(f"{r['name']} = {' / '.join(r['values'])}" for r in skewed.iter_rows(named=True))
     yield Finding(
         severity=Severity.WARNING,

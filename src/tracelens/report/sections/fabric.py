@@ -30,7 +30,9 @@ def _with_ident(frame: pl.DataFrame) -> pl.DataFrame:
 def _chart(deltas: pl.DataFrame):
     """Error and blocked-time rates per port and interval, or None when no port was dumped twice."""
     points = deltas.filter(
-        pl.col("start").is_not_null() & pl.col("rate_per_s").is_not_null() & (pl.col("delta") > 0)
+        pl.col("start").is_not_null()
+        & pl.col("rate_per_s").is_not_null()
+        & (pl.col("delta") > 0)
         & ~kind_of(pl.col("counter")).is_in(["traffic", "other"])
     )
     if points.height == 0:
@@ -42,8 +44,14 @@ def _chart(deltas: pl.DataFrame):
         pl.format("{} {}", labels, "counter").alias("series"),
     ).sort("time")
     lo, hi = svg.epoch_seconds([data["time"].min(), data["time"].max()])
-    fig = svg.Figure(lo - 30, hi + 30, "dump time (UTC)", time=True, width=640 + svg.LEFT,
-                     title="Error and wait counters per second, per interval between dumps")
+    fig = svg.Figure(
+        lo - 30,
+        hi + 30,
+        "dump time (UTC)",
+        time=True,
+        width=640 + svg.LEFT,
+        title="Error and wait counters per second, per interval between dumps",
+    )
     panel = fig.panel(220, "per second", y_range=(0.0, float(data["per_second"].max())))
     for n, (series, rows) in enumerate(data.group_by("series", maintain_order=True)):
         colour = svg.PALETTE[n % len(svg.PALETTE)]
@@ -62,7 +70,9 @@ def _port_row(key: dict, state: dict, moves: pl.DataFrame) -> dict:
         "rate": f"{state['rate_gbps']:g} Gb/s" if state.get("rate_gbps") else "",
         "link": " ".join(str(v) for v in (state.get("width"), state.get("link_layer")) if v),
         "mtu": state.get("active_mtu") or "",
-        "counters": [{"kind": m["kind"], "counter": m["counter"], "change": describe(m)} for m in moves.iter_rows(named=True)],
+        "counters": [
+            {"kind": m["kind"], "counter": m["counter"], "change": describe(m)} for m in moves.iter_rows(named=True)
+        ],
         "worst": int(moves["rank"].min()) if moves.height else 99,
     }
 

@@ -25,33 +25,52 @@ MAX_RANKS = 64
 def _cell(row: dict | None, stuck_seq: int | None) -> dict:
     if row is None:
         missing = stuck_seq is not None
-        return {"status": "never" if missing else "none", "text": "—", "title": "no entry: the rank never enqueued it" if missing else "no entry"}
+        return {
+            "status": "never" if missing else "none",
+            "text": "—",
+            "title": "no entry: the rank never enqueued it" if missing else "no entry",
+        }
     status = row["status"] or "scheduled"
     css = {"completed": "completed", "failed": "failed"}.get(status, "waiting")
     site = hangs.frame_text(hangs.call_site(row["frames"]))
-    return {"status": css, "text": f"{row['op'] or '?'} {status}", "title": f"{row['profiling_name']} sizes {row['input_sizes']} at {site}"}
+    return {
+        "status": css,
+        "text": f"{row['op'] or '?'} {status}",
+        "title": f"{row['profiling_name']} sizes {row['input_sizes']} at {site}",
+    }
 
 
-def _lane_rows(group: pl.DataFrame, ranks: list[int], seqs: list[int], stuck: hangs.Stuck | None, no_dump: set[int]) -> list[dict]:
+def _lane_rows(
+    group: pl.DataFrame, ranks: list[int], seqs: list[int], stuck: hangs.Stuck | None, no_dump: set[int]
+) -> list[dict]:
     by_key = {(r["rank"], r["collective_seq_id"]): r for r in group.iter_rows(named=True)}
     doing = {m.rank: m.doing for m in stuck.members} if stuck else {}
     rows = []
     for rank in ranks[:MAX_RANKS]:
         if rank in no_dump:
-            cells = [{"status": "nodump", "text": "no dump", "title": "this rank left no Flight Recorder dump"} for _ in seqs]
+            cells = [
+                {"status": "nodump", "text": "no dump", "title": "this rank left no Flight Recorder dump"} for _ in seqs
+            ]
         else:
             cells = []
             for seq in seqs:
                 row = by_key.get((rank, seq))
-                cells.append(_cell(row, stuck.seq if stuck and seq == stuck.seq else None) if row or (stuck and seq <= stuck.seq) else
-                             {"status": "none", "text": "", "title": ""})
+                cells.append(
+                    _cell(row, stuck.seq if stuck and seq == stuck.seq else None)
+                    if row or (stuck and seq <= stuck.seq)
+                    else {"status": "none", "text": "", "title": ""}
+                )
         rows.append({"rank": rank, "doing": doing.get(rank, ""), "cells": cells})
     return rows
 
 
 def _lanes(ctx: RunContext, fr: pl.DataFrame) -> list[dict]:
-    colls = fr.filter(~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null())
-    stuck = {s.pg: s for s in ctx.stuck_collectives if s.op not in ("send", "recv")}  # p2p hangs are TL420's text, not lanes
+    colls = fr.filter(
+        ~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null()
+    )
+    stuck = {
+        s.pg: s for s in ctx.stuck_collectives if s.op not in ("send", "recv")
+    }  # p2p hangs are TL420's text, not lanes
     groups = set(colls["pg"].drop_nulls().to_list())
     order = [pg for pg in stuck if pg in groups] + sorted(groups - set(stuck))
     lanes = []
@@ -66,10 +85,16 @@ def _lanes(ctx: RunContext, fr: pl.DataFrame) -> list[dict]:
         ranks = sorted({m.rank for m in s.members} if s else set(group["rank"].to_list()))
         no_dump = set(s.ranks("no dump")) if s else set()
         desc = group["pg_desc"].drop_nulls()
-        lanes.append({
-            "pg": pg, "desc": desc[0] if desc.len() else "", "seqs": seqs, "diverge": s.seq if s else None,
-            "rows": _lane_rows(group, ranks, seqs, s, no_dump), "stuck": s is not None,
-        })
+        lanes.append(
+            {
+                "pg": pg,
+                "desc": desc[0] if desc.len() else "",
+                "seqs": seqs,
+                "diverge": s.seq if s else None,
+                "rows": _lane_rows(group, ranks, seqs, s, no_dump),
+                "stuck": s is not None,
+            }
+        )
     return lanes
 
 
@@ -78,10 +103,20 @@ def _where(t: RunContext) -> list[dict]:
     stacks = hangs.stacks(t).filter(pl.col("rank").is_not_null())
     rows = []
     for rank in sorted(set(stacks["rank"].to_list())):
-        mine = stacks.filter(pl.col("rank") == rank).sort(pl.col("exception").is_not_null(), pl.col("frames").list.len(), descending=True)
+        mine = stacks.filter(pl.col("rank") == rank).sort(
+            pl.col("exception").is_not_null(), pl.col("frames").list.len(), descending=True
+        )
         top = mine.row(0, named=True)
-        rows.append({"rank": rank, "tool": top["tool"], "where": hangs.where_kind(top["frames"], top["exception"]),
-                     "frame": hangs.frame_text(hangs.call_site(top["frames"])), "file": top["file"], "line": top["line"]})
+        rows.append(
+            {
+                "rank": rank,
+                "tool": top["tool"],
+                "where": hangs.where_kind(top["frames"], top["exception"]),
+                "frame": hangs.frame_text(hangs.call_site(top["frames"])),
+                "file": top["file"],
+                "line": top["line"],
+            }
+        )
     return rows
 
 
@@ -94,7 +129,9 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     return {
         "lanes": _lanes(ctx, fr),
         "where": _where(ctx),
-        "stop": None if stop is None else {"rank": stop.rank, "why": stop.why, "where": stop.where, "frame": hangs.frame_text(stop.frame)},
+        "stop": None
+        if stop is None
+        else {"rank": stop.rank, "why": stop.why, "where": stop.where, "frame": hangs.frame_text(stop.frame)},
         "dumps": fr.select("file").unique().height,
         "encodings": sorted(set(fr["encoding"].drop_nulls().to_list())),
     }

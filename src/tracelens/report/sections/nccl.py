@@ -35,23 +35,31 @@ def _on_host(frame: pl.DataFrame, host: str | None) -> pl.DataFrame:
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """NCCL facts per host; None when no NCCL line was read."""
     t = ctx.tables
-    events, comms, channels, net, env = (t[n] for n in ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env"))
+    events, comms, channels, net, env = (
+        t[n] for n in ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env")
+    )
     if events.height == 0:
         return None
     hosts = []
     for host in _sorted_unique(events, "host") or [None]:
         h_events, h_net = _on_host(events, host), _on_host(net, host)
-        versions = h_events.filter(pl.col("kind") == "version")["message"].str.extract(r"(\d+\.\d+\.\d+\S*)").drop_nulls()
+        versions = (
+            h_events.filter(pl.col("kind") == "version")["message"].str.extract(r"(\d+\.\d+\.\d+\S*)").drop_nulls()
+        )
         transports = (
             _on_host(channels, host)
             .group_by("transport", "net", "gdr")
             .len()
-            .sort("len", "transport", "net", "gdr", descending=[True, False, False, False], nulls_last=True)  # ties by name
+            .sort(
+                "len", "transport", "net", "gdr", descending=[True, False, False, False], nulls_last=True
+            )  # ties by name
             .rows(named=True)
         )
         interfaces = (
             h_net.filter(pl.col("what").is_in(list(_INTERFACE_ROLES)))
-            .select(pl.format("{} {} ({})", pl.col("what").replace_strict(_INTERFACE_ROLES), "name", "address").alias("x"))["x"]
+            .select(
+                pl.format("{} {} ({})", pl.col("what").replace_strict(_INTERFACE_ROLES), "name", "address").alias("x")
+            )["x"]
             .unique(maintain_order=True)
             .to_list()
         )
@@ -75,7 +83,11 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
                     {"transport": r["transport"], "net": r["net"], "gdr": _gdr_label(r["gdr"]), "n": r["len"]}
                     for r in transports
                 ],
-                "settings": _on_host(env, host).unique(["name", "value"]).sort("name").select("name", "value").rows(named=True),
+                "settings": _on_host(env, host)
+                .unique(["name", "value"])
+                .sort("name")
+                .select("name", "value")
+                .rows(named=True),
             }
         )
     return {"hosts": hosts}

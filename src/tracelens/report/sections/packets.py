@@ -17,8 +17,16 @@ ORDER = 60
 TITLE = "Packet captures"
 TEMPLATE = "sections/packets.html.j2"
 MAX_ROWS = 50  # flows listed; the rest are counted
-TIMELINE_KINDS = ("NAK (PSN sequence error)", "NAK (other)", "RNR NAK", "CNP", "RoCE retransmission",
-                  "TCP retransmission", "PSN gap", "zero window")
+TIMELINE_KINDS = (
+    "NAK (PSN sequence error)",
+    "NAK (other)",
+    "RNR NAK",
+    "CNP",
+    "RoCE retransmission",
+    "TCP retransmission",
+    "PSN gap",
+    "zero window",
+)
 
 
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
@@ -31,8 +39,11 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     qps = result.qps.with_columns(named)
     tcp = result.tcp.with_columns(named).filter(pl.col("segments") > 0)
     return {
-        "captures": packets.select("file", "ts").group_by("file").agg(frames=pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
-        .sort("file").rows(named=True),
+        "captures": packets.select("file", "ts")
+        .group_by("file")
+        .agg(frames=pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
+        .sort("file")
+        .rows(named=True),
         "qps": qps.head(MAX_ROWS).rows(named=True),
         "qps_more": max(qps.height - MAX_ROWS, 0),
         "tcp": tcp.head(MAX_ROWS).rows(named=True),
@@ -63,6 +74,13 @@ def _timeline(events: pl.DataFrame):
     stacked = binned.with_columns(below=pl.col("len").cum_sum().over("ts") - pl.col("len"))
     for n, kind in enumerate(k for k in TIMELINE_KINDS if k in set(binned["kind"].to_list())):
         rows = stacked.filter(pl.col("kind") == kind)
-        svg.bars(panel, [x + step_s / 2 for x in svg.epoch_seconds(rows["ts"].to_list())], rows["len"].cast(pl.Float64).to_list(),
-                 svg.PALETTE[n % len(svg.PALETTE)], label=kind, width_x=step_s, bottoms=rows["below"].cast(pl.Float64).to_list())
+        svg.bars(
+            panel,
+            [x + step_s / 2 for x in svg.epoch_seconds(rows["ts"].to_list())],
+            rows["len"].cast(pl.Float64).to_list(),
+            svg.PALETTE[n % len(svg.PALETTE)],
+            label=kind,
+            width_x=step_s,
+            bottoms=rows["below"].cast(pl.Float64).to_list(),
+        )
     return svg.render(fig)

@@ -53,7 +53,9 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
         mine = [w for w in windows if (w.file, w.host, w.rank, w.engine) == key]
         charts.append({"title": _stream_label(*key), **_charts(stream, mine)})
     return {
-        "streams": [r | {"label": _stream_label(r["file"], r["host"], r["rank"], r["engine"])} for r in streams.to_dicts()],
+        "streams": [
+            r | {"label": _stream_label(r["file"], r["host"], r["rank"], r["engine"])} for r in streams.to_dicts()
+        ],
         "charts": charts,
         "windows": [_window_row(w) for w in windows[:MAX_WINDOWS]],
         "more_windows": max(len(windows) - MAX_WINDOWS, 0),
@@ -84,11 +86,20 @@ def _binned(stream: pl.DataFrame, columns: dict[str, pl.Expr]) -> pl.DataFrame:
     """One point per step, or per bin of steps (mean) when there are too many to draw."""
     size = max(1, -(-stream.height // MAX_POINTS))
     rows = stream.with_row_index("i").with_columns(**columns)
-    return rows.group_by(pl.col("i") // size).agg(pl.col("step").min(), *(pl.col(c).mean() for c in columns)).sort("step")
+    return (
+        rows.group_by(pl.col("i") // size).agg(pl.col("step").min(), *(pl.col(c).mean() for c in columns)).sort("step")
+    )
 
 
 def _charts(stream: pl.DataFrame, windows: list[timing.Window]) -> dict:
-    timed = _binned(stream, {"step time (ms)": pl.col("time_ms"), "usual (ms)": pl.col("baseline_ms"), "samples/sec": pl.col("samples_per_sec")})
+    timed = _binned(
+        stream,
+        {
+            "step time (ms)": pl.col("time_ms"),
+            "usual (ms)": pl.col("baseline_ms"),
+            "samples/sec": pl.col("samples_per_sec"),
+        },
+    )
     xs = timed["step"].cast(pl.Float64).to_list()
     shades = [(float(w.first_step), float(w.last_step), "") for w in windows]
     fig = svg.Figure(min(xs), max(xs), "step", width=WIDTH)
@@ -105,7 +116,11 @@ def _charts(stream: pl.DataFrame, windows: list[timing.Window]) -> dict:
     if phases.height:
         binned = _binned(phases, PHASES)
         pxs = binned["step"].cast(pl.Float64).to_list()
-        layers = {name: [max(v or 0.0, 0.0) for v in binned[name].to_list()] for name in PHASES if binned[name].null_count() < binned.height}
+        layers = {
+            name: [max(v or 0.0, 0.0) for v in binned[name].to_list()]
+            for name in PHASES
+            if binned[name].null_count() < binned.height
+        }
         total = max((sum(vals) for vals in zip(*layers.values())), default=1.0)
         stacked = svg.Figure(min(pxs), max(pxs), "step", width=WIDTH)
         panel = stacked.panel(220, "ms per step", y_range=(0.0, float(total)))

@@ -31,8 +31,15 @@ SHADED = {"TL401", "TL404"}  # besides the correlation findings (score > 0): the
 MAX_SHADES = 8
 LANE_PX = 22
 MAX_HOST_LANES = 16  # hosts given their own lanes (those the findings name); the rest share one lane
-CAUSE_COLOURS = {"link": "#b3261e", "congestion": "#e37400", "socket": "#6a1b9a", "receiver": "#00796b",
-                 "failure": "#5f6368", "stall": "#000000", "straggler": "#1565c0"}
+CAUSE_COLOURS = {
+    "link": "#b3261e",
+    "congestion": "#e37400",
+    "socket": "#6a1b9a",
+    "receiver": "#00796b",
+    "failure": "#5f6368",
+    "stall": "#000000",
+    "straggler": "#1565c0",
+}
 
 
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
@@ -54,8 +61,13 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
 def _window_row(index: int, finding) -> dict:
     start, end = finding.window
     return {
-        "index": index, "rule": finding.rule_id, "severity": finding.severity.label, "title": finding.title,
-        "start": f"{start:%Y-%m-%d %H:%M:%S}", "end": f"{end:%H:%M:%S}", "seconds": (end - start).total_seconds(),
+        "index": index,
+        "rule": finding.rule_id,
+        "severity": finding.severity.label,
+        "title": finding.title,
+        "start": f"{start:%Y-%m-%d %H:%M:%S}",
+        "end": f"{end:%H:%M:%S}",
+        "seconds": (end - start).total_seconds(),
         "where": ", ".join(finding.hosts + finding.ports),
     }
 
@@ -67,19 +79,34 @@ def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list, gpus: pl.D
     times += [t for _, f in windows for t in f.window] + ([gpus["ts"].min(), gpus["ts"].max()] if gpus.height else [])
     lo, hi = svg.epoch_seconds([min(times), max(times)])
     fig = svg.Figure(lo, hi, "time (UTC)", width=WIDTH, time=True)
-    shades = [(f.window[0].timestamp(), f.window[1].timestamp(), f"#{i} {f.rule_id}")
-              for i, f in windows if f.score > 0 or f.rule_id in SHADED][:MAX_SHADES]
+    shades = [
+        (f.window[0].timestamp(), f.window[1].timestamp(), f"#{i} {f.rule_id}")
+        for i, f in windows
+        if f.score > 0 or f.rule_id in SHADED
+    ][:MAX_SHADES]
     if series.height:
         steps = _binned_steps(series)
         top = fig.panel(180, "ms per step", y_range=(0.0, float(steps["ms"].max() or 1.0)))
         svg.bands(top, shades)
         for n, (stream, rows) in enumerate(steps.group_by("stream", maintain_order=True)):
-            svg.line(top, svg.epoch_seconds(rows["ts"].to_list()), rows["ms"].to_list(), svg.PALETTE[n % len(svg.PALETTE)], label=stream[0])
+            svg.line(
+                top,
+                svg.epoch_seconds(rows["ts"].to_list()),
+                rows["ms"].to_list(),
+                svg.PALETTE[n % len(svg.PALETTE)],
+                label=stream[0],
+            )
     if gpus.height:
         util = fig.panel(90, "GPU util. %", y_range=(0.0, 100.0))
         svg.bands(util, [(a, b, "") for a, b, _ in shades])
         for n, (host, rows) in enumerate(_gpu_series(gpus, affected).group_by("host", maintain_order=True)):
-            svg.line(util, svg.epoch_seconds(rows["ts"].to_list()), rows["util"].to_list(), svg.PALETTE[n % len(svg.PALETTE)], label=host[0])
+            svg.line(
+                util,
+                svg.epoch_seconds(rows["ts"].to_list()),
+                rows["util"].to_list(),
+                svg.PALETTE[n % len(svg.PALETTE)],
+                label=host[0],
+            )
     if events.height:
         lanes = _lanes(events, affected)
         order = _lane_order(lanes, affected)
@@ -88,12 +115,23 @@ def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list, gpus: pl.D
         counters = lanes.filter(pl.col("source") == "counters")
         colour = pl.col("cause").replace_strict(CAUSE_COLOURS, default="#5f6368")
         counters = counters.with_columns(colour=colour)
-        svg.intervals(panel, svg.epoch_seconds(counters["lo"].to_list()), svg.epoch_seconds(counters["hi"].to_list()),
-                      counters["lane"].to_list(), counters["colour"].to_list())
-        instant = lanes.filter(pl.col("source") != "counters").with_columns(colour=colour,
-                                                                             size=(pl.col("count").log10() / 3).clip(0, 1))
-        svg.ticks(panel, svg.epoch_seconds(instant["lo"].to_list()), instant["lane"].to_list(), instant["colour"].to_list(),
-                  instant["size"].to_list())
+        svg.intervals(
+            panel,
+            svg.epoch_seconds(counters["lo"].to_list()),
+            svg.epoch_seconds(counters["hi"].to_list()),
+            counters["lane"].to_list(),
+            counters["colour"].to_list(),
+        )
+        instant = lanes.filter(pl.col("source") != "counters").with_columns(
+            colour=colour, size=(pl.col("count").log10() / 3).clip(0, 1)
+        )
+        svg.ticks(
+            panel,
+            svg.epoch_seconds(instant["lo"].to_list()),
+            instant["lane"].to_list(),
+            instant["colour"].to_list(),
+            instant["size"].to_list(),
+        )
         panel.legend.update({CAUSES[c]: CAUSE_COLOURS[c] for c in CAUSE_COLOURS if c in set(lanes["cause"].to_list())})
     if not fig.panels:
         svg.bands(fig.panel(40), shades)
@@ -108,14 +146,22 @@ def _gpu_series(gpus: pl.DataFrame, affected: set[str]) -> pl.DataFrame:
         return gpus.sort("host", "ts")
     shown = [h for h in hosts if h in affected][: MAX_HOST_LANES // 2]
     rest = gpus.filter(~pl.col("host").is_in(shown))
-    folded = rest.group_by("ts").agg(pl.col("util").mean()).with_columns(host=pl.lit(f"mean of {len(hosts) - len(shown)} other hosts"))
-    return pl.concat([gpus.filter(pl.col("host").is_in(shown)).sort("host", "ts"), folded.select("host", "ts", "util").sort("ts")])
+    folded = (
+        rest.group_by("ts")
+        .agg(pl.col("util").mean())
+        .with_columns(host=pl.lit(f"mean of {len(hosts) - len(shown)} other hosts"))
+    )
+    return pl.concat(
+        [gpus.filter(pl.col("host").is_in(shown)).sort("host", "ts"), folded.select("host", "ts", "util").sort("ts")]
+    )
 
 
 def _binned_steps(series: pl.DataFrame) -> pl.DataFrame:
     """Step time over time per stream (the streams with most steps), averaged over bins of steps when long."""
     counts = series.group_by(timing.STREAM).len()  # equal lengths: the stream's names decide which are kept
-    counts = counts.sort("len", *timing.STREAM, descending=[True, *[False] * len(timing.STREAM)], nulls_last=True).head(MAX_STREAMS)
+    counts = counts.sort("len", *timing.STREAM, descending=[True, *[False] * len(timing.STREAM)], nulls_last=True).head(
+        MAX_STREAMS
+    )
     chosen = series.join(counts.select(timing.STREAM), on=timing.STREAM, how="semi", nulls_equal=True)
     label = pl.format("{} rank {}", pl.col("host").fill_null("?"), pl.col("rank"))
     size = max(1, -(-counts["len"].max() // MAX_POINTS))
