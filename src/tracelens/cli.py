@@ -453,8 +453,7 @@ def _catalogue() -> list[tuple[str, ...]]:
 
 
 def rules_markdown() -> str:
-    """The catalogue as the Markdown table README.md carries, generated from the registry so that it
-    follows the rules (a test keeps README.md equal to it)."""
+    """The catalogue as a Markdown table (for a wiki or a ticket), generated from the registry."""
     rows = ["| " + " | ".join(c.lower() for c in CATALOGUE_COLUMNS) + " |", "|---" * len(CATALOGUE_COLUMNS) + "|"]
     rows += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in _catalogue()]
     return "\n".join(rows) + "\n"
@@ -463,9 +462,7 @@ def rules_markdown() -> str:
 @app.command("rules")
 def rules_cmd(
     rule_id: Annotated[str | None, typer.Argument(help="A rule id, e.g. TL101, to show its documentation.")] = None,
-    markdown: Annotated[
-        bool, typer.Option("--markdown", help="Print the catalogue as the Markdown table of README.md.")
-    ] = False,
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the catalogue as a Markdown table.")] = False,
 ) -> None:
     """Print the rule catalogue, or one rule's documentation."""
     console = Console()
