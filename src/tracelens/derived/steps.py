@@ -197,6 +197,9 @@ def run_time_s(series: pl.DataFrame) -> float:
 # -- slow episodes: one per slow stretch of the job, whatever the number of logs that saw it ------
 
 MIN_COST_SHARE = 0.01  # of the run's step time: a window that cost less is not worth a finding
+MAX_WINDOWS = 10  # the costliest stretches get a finding each (TL401, TL410); the rest are counted
+MARGIN = timedelta(seconds=5)  # events this close to a window still belong to it (log and dump times are coarse)
+COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share: the all-reduce's median share of a step
 EPISODE_MARGIN_S = 5.0  # windows of different streams this close belong to one stretch
 NOISE_SHARE = 0.05  # a stretch stands out when fewer than this share of equally long stretches outside it are as slow
 MIN_BEFORE_ROWS = 10  # a stretch with fewer steady steps before it is the run's start-up

@@ -13,10 +13,10 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.derived import RunContext
+from tracelens.derived.steps import COMM_BOUND_SHARE
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
-from tracelens.rules.steps import COMM_BOUND_SHARE
 
 ZERO = "zero_optimization"
 DEFAULT_BUCKET = 500_000_000  # DeepSpeed's reduce_bucket_size / allgather_bucket_size default

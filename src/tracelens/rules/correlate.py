@@ -25,8 +25,8 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from tracelens.derived import steps as timing
-from tracelens.derived.hangs import first_stopped
 from tracelens.derived.hostsignals import utilisation_phrase
+from tracelens.derived.steps import MARGIN
 from tracelens.derived.window_signals import measure
 from tracelens.findings import Evidence, Finding, Severity, Verdict
 from tracelens.prose import count, duration, listing, number, some
@@ -34,11 +34,9 @@ from tracelens.prose import span as prose_span
 from tracelens.rules import Setting, rule
 from tracelens.rules.causes import NETWORK, Candidate, verdict
 from tracelens.rules.evidence import row_evidence, step_evidence
-from tracelens.rules.steps import MAX_WINDOWS
 from tracelens.tables import RunTables
 from tracelens.timeline import LOG_TABLES
 
-MARGIN = timedelta(seconds=5)  # events this close to a window still belong to it (log and dump times are coarse)
 MAX_REASONS = 6
 EVIDENCE_SPAN_SHARE = (
     0.25  # the cause's dense events give the window when they span this share of the slow steps' window
@@ -196,7 +194,7 @@ def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
     if not episodes:
         return
     series = t.step_series
-    for episode in episodes[:MAX_WINDOWS]:
+    for episode in episodes[: timing.MAX_WINDOWS]:
         if _socket_switch(t, episode):
             continue  # TL412 measures it against the job's steps on IB
         yield _window_finding(t, series, episode)
@@ -370,7 +368,7 @@ def stall_or_hang(t: RunTables, *, silent_s: float = 120.0, silent_factor: float
 
 
 def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
-    stop = first_stopped(t)  # the Flight Recorder dumps and stack dumps, when the run has them
+    stop = t.first_stopped  # the Flight Recorder dumps and stack dumps, when the run has them
     if stop is not None:
         return [stop.rank], f"the Flight Recorder dumps show that {stop.why}; it was in {stop.where}"
     silent = _silent_ranks(t, reporters)
@@ -502,7 +500,7 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
         pl.col("time_ms").median(), pl.col("steps_covered").first().fill_null(1.0)
     )
     lost = float(((lost_rows["time_ms"] - usual).clip(lower_bound=0) * lost_rows["steps_covered"]).sum() / 1000)
-    total = timing.run_time_s(series) or 1.0
+    total = t.run_time_s or 1.0
     hosts = sorted(set(socket["host"].drop_nulls().to_list()))
     start, end = after.select((pl.col("ts") - took).min()).item(), after["ts"].max()
     title = f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration(lost)}"

@@ -20,10 +20,10 @@ from tracelens.derived.hostsignals import (
     shared_links,
     utilisation,
 )
+from tracelens.derived.steps import MARGIN
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
-from tracelens.rules.correlate import MARGIN
 from tracelens.tables import RunTables
 
 CRITICAL_XIDS = {48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154}

@@ -14,10 +14,6 @@ from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import row_evidence, step_evidence
 from tracelens.tables import RunTables
 
-MAX_WINDOWS = 10  # findings for the costliest windows; the rest are counted in the last one
-MIN_COST_SHARE = timing.MIN_COST_SHARE
-COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share
-
 
 def _basis_note(basis: str) -> str:
     return {
@@ -78,12 +74,12 @@ def step_time_spikes(
     default rather than raising it. If the windows line up with evaluation or checkpoints,
     make those asynchronous or less frequent.
     """
-    series, windows = t.step_series, t.slow_windows
-    total = timing.run_time_s(series) or 1.0
+    windows = t.slow_windows
+    total = t.run_time_s or 1.0
     # one finding per slow stretch of the job, however many logs saw it (steps.slow_episodes)
     long = [ep for ep in t.slow_episodes if ep.worst.rows >= long_window_rows]
     spikes = [w for w in windows if w.rows < long_window_rows]
-    for ep in long[:MAX_WINDOWS]:
+    for ep in long[: timing.MAX_WINDOWS]:
         w = ep.worst
         seen = f"seen in the logs of {ep.streams} ranks" if ep.streams > 1 else f"engine {w.engine}"
         loud = Severity.CRITICAL if ep.share >= critical_share else Severity.WARNING
@@ -102,7 +98,7 @@ def step_time_spikes(
             window=(ep.begin, ep.end),
         )
     cost = sum(w.cost_s for w in spikes)
-    if spikes and cost >= MIN_COST_SHARE * total:
+    if spikes and cost >= timing.MIN_COST_SHARE * total:
         worst = max(spikes, key=lambda w: w.peak_ms)
         yield Finding(
             # between progress lines a spike may as well be an evaluation or a checkpoint; single slow
@@ -139,7 +135,7 @@ def step_time_spikes(
     },
 )
 def comm_bound_steps(
-    t: RunTables, *, comm_bound_share: float = COMM_BOUND_SHARE, comm_surge: float = 2.0
+    t: RunTables, *, comm_bound_share: float = timing.COMM_BOUND_SHARE, comm_surge: float = 2.0
 ) -> Iterator[Finding]:
     """
     What it finds: steps where gradient communication takes a large share of the step, from
