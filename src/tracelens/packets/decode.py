@@ -428,7 +428,8 @@ def _table(chunk: _Chunk) -> pa.Table:
     for name, kind in INT_COLUMNS.items():
         if name in chunk.values:
             values = chunk.values[name]
-            limits = np.iinfo(kind.to_pandas_dtype())
+            # the numpy type by name: DataType.to_pandas_dtype imports pandas before pyarrow 26
+            limits = np.iinfo(f"{'int' if pa.types.is_signed_integer(kind) else 'uint'}{kind.bit_width}")
             fits = (values >= limits.min) & (values <= limits.max)  # a damaged header's value: null, not a lost capture
             columns[name] = pa.array(np.where(fits, values, 0), mask=~(chunk.valid[name] & fits)).cast(kind)
     for name in BOOL_COLUMNS:
