@@ -9,10 +9,16 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
+from synth import pcap as synth_pcap
 from tests.conftest import FIXTURES
 from tracelens.cli import app
 from tracelens.config import ConfigError, load
+from tracelens.derived import RunContext
+from tracelens.derived.baseline import Baseline
+from tracelens.ingest import InputFile, pcap
 from tracelens.report.markdown import inline
+from tracelens.rules import all_rules
+from tracelens.tables import RunTables
 
 runner = CliRunner()
 ZERO_OFF = "ds-overlap-comm-off"  # fires TL501 only; its config echo has buckets of DeepSpeed's default size
@@ -93,7 +99,21 @@ def test_a_typo_in_a_key_is_a_one_line_usage_error_naming_the_file_and_key(run, 
 @pytest.mark.parametrize(
     ("text", "says"),
     [
-        ('selct = ["TL1"]', "selct: unknown key (known: select, ignore, tz, severity, rules, steps, hosts)"),
+        (
+            'selct = ["TL1"]',
+            "selct: unknown key (known: select, ignore, tz, severity, rules, steps, baseline, packets, hosts)",
+        ),
+        (
+            "[baseline]\nrse = 2",
+            "baseline.rse: unknown setting (the settings of baseline: confidence, rise, level_rise, level_sigmas)",
+        ),
+        ("[baseline]\nconfidence = 1", "baseline.confidence: 1 is not below 1"),
+        ('[packets]\nduplicate_ms = "fast"', "packets.duplicate_ms: 'fast' is not a number like the default 0.5"),
+        (
+            '[rules.TL605]\ncritical_xids = ["79"]',
+            "rules.TL605.critical_xids: ['79'] is not a list of whole numbers of 0 or more, like [48, 74, 79,",
+        ),
+        ("[rules.TL605]\ncritical_xids = 79", "rules.TL605.critical_xids: 79 is not a list of whole numbers"),
         ('[severity]\nTL999 = "info"', "severity.TL999: unknown rule"),
         ('[severity]\nTL501 = "urgent"', "severity.TL501: 'urgent' is not info, warning or critical"),
         (
@@ -218,5 +238,60 @@ def test_steps_table_sets_what_makes_a_step_slow_for_every_rule(tmp_path, monkey
     assert result.exit_code == 2
     assert result.stderr.strip() == (
         f"error: {run / 'tracelens.toml'}: steps.slow_sigma: unknown setting "
-        "(the settings of steps: slow_ratio, slow_sigmas, sustained_ratio, sustained_steps)"
+        "(the settings of steps: slow_ratio, slow_sigmas, sustained_ratio, sustained_steps, min_cost_share)"
     )
+
+
+def test_baseline_table_sets_when_a_window_signal_rose_for_every_rule_that_judges_one(tmp_path, monkeypatch):
+    """scenario-flaky-link: the NAKs and retransmissions of node02's mlx5_1 rise in the slow window
+    (TL410 names the link) and the all-reduce time surges (TL402). Asked for a rise of 1000x, no count
+    rose: the verdict is undetermined; asked for a level 1000x its usual, the surge is no surge."""
+    monkeypatch.chdir(tmp_path)
+    run = tmp_path / "run"
+    shutil.copytree(FIXTURES / "scenario-flaky-link", run)
+
+    def window_findings() -> dict[str, list[dict]]:
+        report = analyse(run, tmp_path, "--select", "TL402,TL410")
+        return {r: [f for f in report["findings"] if f["rule_id"] == r] for r in ("TL402", "TL410")}
+
+    default = window_findings()
+    (verdict,) = default["TL410"]
+    assert verdict["verdict"]["cause"] == "link" and verdict["severity"] == "critical" and default["TL402"]
+    (run / "tracelens.toml").write_text("[baseline]\nrise = 1000\n")
+    (verdict,) = window_findings()["TL410"]
+    assert verdict["verdict"]["cause"] is None and verdict["severity"] == "info"
+    assert "cause undetermined" in verdict["title"]
+    (run / "tracelens.toml").write_text("[baseline]\nlevel_rise = 1000\n")
+    assert window_findings()["TL402"] == []
+
+
+def test_packets_table_sets_the_duplicate_window_of_the_capture_analysis(tmp_path):
+    """A mirrored capture (every frame twice, microseconds apart): TL305 by default; with a duplicate
+    window of 0 ms no frame is a duplicate, and TL305 has nothing to say."""
+    frames = synth_pcap.tcp_stream(mirrored=True)
+    path = synth_pcap.write(tmp_path / "capture.pcap", frames)
+    tables = RunTables()
+    tables.add("packets", pcap.ingest(InputFile(path, path.name, "pcap")).tables["packets"])
+    (tmp_path / "tracelens.toml").write_text("[packets]\nduplicate_ms = 0\n")
+    config = load(tmp_path / "tracelens.toml")
+    assert config.shared.packets.duplicate_ms == 0.0 and config.shared.baseline == Baseline()
+    (tl305,) = [r for r in all_rules() if r.id == "TL305"]
+    assert tl305.run(RunContext(tables))[0].summary.startswith("capture.pcap: 201 of 604 frames are capture duplicates")
+    assert tl305.run(RunContext(tables, config.shared)) == []
+
+
+def test_rules_command_shows_the_shared_tables_a_rule_reads():
+    def shown(rule_id: str) -> list[str]:
+        return runner.invoke(app, ["rules", rule_id], env={"COLUMNS": "400"}).stdout.splitlines()
+
+    tl410 = shown("TL410")
+    assert (
+        "Baseline test (in a tracelens.toml: [baseline], for every rule that judges a slow window against the rest of the run)"
+        in tl410
+    )
+    assert any(line.startswith("- rise = 1.5 (times the rate outside the window): ") for line in tl410)
+    assert any(line.startswith("- min_cost_share = 0.01 (share of the run's step time): ") for line in tl410)
+    tl305 = shown("TL305")
+    assert any(line.startswith("- duplicate_ms = 0.5 (milliseconds): ") for line in tl305)
+    assert not any("[baseline]" in line or "[steps]" in line for line in tl305)
+    assert any(line.startswith("- critical_xids = [48, 74, 79, ") for line in shown("TL605"))

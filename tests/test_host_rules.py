@@ -108,6 +108,9 @@ def test_tl605_link_flap_in_the_slow_window_and_an_xid():
     assert (
         "Xid 79: GPU has fallen off the bus" in found["node01"].title and found["node01"].severity.label == "critical"
     )
+    # a site that keeps Xid 79 off its critical list ([rules.TL605] critical_xids): a warning
+    found = {f.hosts[0]: f for f in fire(t, "TL605", critical_xids=(48, 94, 95))}
+    assert found["node01"].severity.label == "warning" and found["node02"].severity.label == "critical"
 
 
 def test_tl605_quiet_on_a_corrected_aer_trickle_outside_slow_windows():

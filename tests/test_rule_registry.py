@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 from tests.helpers import tables_from
 from tracelens.cli import app
 from tracelens.config import load
-from tracelens.derived import RunContext
-from tracelens.derived.steps import SlowSteps
+from tracelens.derived import RunContext, Shared
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
 from tracelens.rules import KINDS, all_rules
@@ -95,7 +94,7 @@ def test_the_readme_config_example_is_a_valid_config(tmp_path):
     (tmp_path / "tracelens.toml").write_text(example)
     config = load(tmp_path / "tracelens.toml")
     assert config.settings == {"TL203": {"wait_warns": 0.10}} and config.hosts == {"ip-10-0-0-1": "node01"}
-    assert config.slow_steps == SlowSteps()  # the example gives the defaults
+    assert config.shared == Shared()  # the example gives the defaults of [steps], [baseline] and [packets]
 
 
 def test_rules_command_shows_a_rules_kind_needs_and_settings():

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from multiprocessing import get_context
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -281,7 +282,8 @@ def aligned_run(
         read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
         if not lazy:
             read.load()
-        tables, timeline = align(rename_hosts(read, config.hosts), tz or config.tz, capture_events=event_times)
+        events = partial(event_times, windows=config.shared.packets)  # the capture's NAKs, resends ... as analysed
+        tables, timeline = align(rename_hosts(read, config.hosts), tz or config.tz, capture_events=events)
         if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
             timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
         yield tables, timeline, notes
@@ -301,7 +303,7 @@ def analyze(
     select and ignore given here win over the file's)."""
     config = config or Config()
     tables, timeline, notes = read_run(target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config)
-    context = RunContext(tables, config.slow_steps)
+    context = RunContext(tables, config.shared)
     rules = select_rules(select or config.select, ignore or config.ignore)
     findings, not_run = run_rules(context, rules, config)
     return Analysis(

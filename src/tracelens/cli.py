@@ -491,18 +491,17 @@ def rules_cmd(
     needs = [" or ".join(f"{name} ({INPUTS[name]})" for name in need.split("|")) for need in r.needs]
     console.print("[bold]Needs[/]\n" + "\n".join(f"- {escape(n)}" for n in needs) + "\n", highlight=False)
     _print_settings(console, f"Settings (in a tracelens.toml: [rules.{r.id}])", r.settings)
-    if any("steps" in need.split("|") for need in r.needs):
-        _print_settings(
-            console,
-            "\nSlow steps (in a tracelens.toml: [steps], for every rule that reads steps)",
-            config_file.STEP_SETTINGS,
-        )
+    for name in r.shared:
+        section = config_file.SECTIONS[name]
+        title = f"\n{section.title} (in a tracelens.toml: [{name}], for every rule that {section.readers})"
+        _print_settings(console, title, section.settings)
 
 
 def _print_settings(console: Console, title: str, settings: tuple) -> None:
     console.print(f"[bold]{escape(title)}[/]" + ("" if settings else "\nnone"), highlight=False)
     for s in settings:
-        console.print(f"- {s.name} = {s.default!r} ({escape(s.unit)}): {escape(s.help)}", highlight=False)
+        default = list(s.default) if isinstance(s.default, tuple) else s.default  # as TOML writes a list
+        console.print(f"- {s.name} = {default!r} ({escape(s.unit)}): {escape(s.help)}", highlight=False)
 
 
 if __name__ == "__main__":

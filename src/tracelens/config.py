@@ -12,8 +12,12 @@ in both (in pyproject.toml under `tool.tracelens`):
     [rules.TL203]
     wait_warns = 0.10                # a setting `tracelens rules TL203` lists
     [steps]
-    slow_ratio = 2.0                 # what makes a step slow, for every rule and the report (STEP_SETTINGS)
+    slow_ratio = 2.0                 # what makes a step slow, for every rule and the report (SECTIONS)
     sustained_ratio = 1.5
+    [baseline]
+    rise = 2.0                       # when a signal rose in a slow window (TL402, TL410)
+    [packets]
+    duplicate_ms = 0.1               # the capture analysis's windows (TL3xx, TL410, TL411, TL423)
     [hosts]
     "ip-10-0-0-1" = "node01"         # a host name as the inputs give it = the name to report
 
@@ -25,13 +29,14 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import polars as pl
 
+from tracelens.derived import SHARED, Shared
 from tracelens.derived.steps import SlowSteps
 from tracelens.findings import Severity
 from tracelens.rules import Rule, Setting, all_rules
@@ -43,37 +48,114 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 FILE_NAME = "tracelens.toml"
-KEYS = ("select", "ignore", "tz", "severity", "rules", "steps", "hosts")
-# The [steps] table: what makes a step slow, for every rule and report section that reads slow steps.
-STEP_SETTINGS = (
-    Setting(
-        "times the usual step time",
-        "A step slower than this multiple of its log's rolling median step time ...",
-        "slow_ratio",
-        SlowSteps.slow_ratio,
+KEYS = ("select", "ignore", "tz", "severity", "rules", *SHARED, "hosts")
+
+
+@dataclass(frozen=True)
+class Section:
+    """A shared settings table ([steps], [baseline], [packets]): its settings (the defaults are
+    those of the RunContext's Shared), a title, and which rules read it (for `tracelens rules ID`)."""
+
+    title: str
+    readers: str
+    settings: tuple[Setting, ...]
+
+
+def _section(name: str, title: str, readers: str, described: dict[str, tuple[str, str]], **bounds: float) -> Section:
+    """The Section of Shared's field `name`: every field of its dataclass, described (unit, sentence)."""
+    defaults = getattr(Shared(), name)
+    names = [f.name for f in fields(defaults)]
+    if set(names) != set(described):
+        raise ValueError(f"[{name}]: settings {names} must all be described, no more ({sorted(described)})")
+    settings = tuple(Setting(*described[n], n, getattr(defaults, n), bounds.get(n)) for n in names)
+    return Section(title, readers, settings)
+
+
+# The settings of results several rules share: each is one table of the config file, validated like
+# a rule's settings, and read from the RunContext (ctx.shared) by every rule and report section.
+SECTIONS = {
+    "steps": _section(
+        "steps",
+        "Slow steps",
+        "reads steps",
+        {
+            "slow_ratio": (
+                "times the usual step time",
+                "A step slower than this multiple of its log's rolling median step time ...",
+            ),
+            "slow_sigmas": (
+                "robust standard deviations",
+                "... and this many robust standard deviations above it is slow "
+                "(TL401 reports its windows; TL402, TL410, TL601 and the report read them).",
+            ),
+            "sustained_ratio": (
+                "times the log's fast quartile",
+                "A stretch the rolling median absorbs is slow where its steps are slower "
+                "than this multiple of the log's fast quartile ...",
+            ),
+            "sustained_steps": ("logged steps", "... for at least this many logged steps in a row."),
+            "min_cost_share": (
+                "share of the run's step time",
+                "A slow stretch, or TL401's isolated spikes together, costing less than this is not reported.",
+            ),
+        },
     ),
-    Setting(
-        "robust standard deviations",
-        "... and this many robust standard deviations above it is slow "
-        "(TL401 reports its windows; TL402, TL410, TL601 and the report read them).",
-        "slow_sigmas",
-        SlowSteps.slow_sigmas,
+    "baseline": _section(
+        "baseline",
+        "Baseline test",
+        "judges a slow window against the rest of the run",
+        {
+            "confidence": (
+                "probability",
+                "The confidence of the lower bound of a count's rate in a slow window over its rate "
+                "in the rest of the run (retransmissions, NAKs, counter rises, NCCL warnings) ...",
+            ),
+            "rise": (
+                "times the rate outside the window",
+                "... and a count rose in the window when that bound is at least this multiple.",
+            ),
+            "level_rise": (
+                "times the level outside the window",
+                "A rank's per-step time (compute, communication, between steps) rose when its median "
+                "in the window is at least this multiple of its median outside ...",
+            ),
+            "level_sigmas": (
+                "robust standard deviations",
+                "... and at least this many robust standard deviations of the steps outside above it.",
+            ),
+        },
+        confidence=1.0,
     ),
-    Setting(
-        "times the log's fast quartile",
-        "A stretch the rolling median absorbs is slow where its steps are slower "
-        "than this multiple of the log's fast quartile ...",
-        "sustained_ratio",
-        SlowSteps.sustained_ratio,
+    "packets": _section(
+        "packets",
+        "Packet windows",
+        "reads packets",
+        {
+            "duplicate_ms": (
+                "milliseconds",
+                "A frame with the IP id and transport bytes of the previous frame in its direction, "
+                "this soon after it, is the same packet captured twice (TL305), not a retransmission.",
+            ),
+            "out_of_order_ms": (
+                "milliseconds",
+                "A TCP segment below the highest sequence sent, this soon after it, is out of order rather "
+                "than retransmitted, where the capture lacks the handshake that gives the round-trip time.",
+            ),
+            "fast_retransmission_ms": (
+                "milliseconds",
+                "A resend this soon after the receiver's duplicate ACKs is a fast retransmission.",
+            ),
+        },
     ),
-    Setting(
-        "logged steps",
-        "... for at least this many logged steps in a row.",
-        "sustained_steps",
-        SlowSteps.sustained_steps,
-    ),
-)
-TYPE_NAMES = {float: "a number", int: "a whole number", bool: "true or false", str: "a string"}
+}
+assert tuple(SECTIONS) == SHARED
+TYPE_NAMES = {
+    float: "a number",
+    int: "a whole number",
+    bool: "true or false",
+    str: "a string",
+    tuple: "a list of whole numbers",
+}
 
 
 class ConfigError(ValueError):
@@ -91,7 +173,12 @@ class Config:
     severity: dict[str, Severity] = field(default_factory=dict)
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # rule id -> setting -> value
     hosts: dict[str, str] = field(default_factory=dict)
-    slow_steps: SlowSteps = SlowSteps()
+    shared: Shared = Shared()  # the [steps], [baseline] and [packets] tables
+
+    @property
+    def slow_steps(self) -> SlowSteps:
+        """What makes a step slow (the [steps] table)."""
+        return self.shared.steps
 
     @property
     def label(self) -> str:
@@ -196,14 +283,22 @@ def _parse(path: Path, data: dict[str, Any], prefix: str) -> Config:
         settings[rule_id] = _values(
             rule_id, rules[rule_id].settings, values, lambda key, why, r=rule_id: fail(f"rules.{r}{key}", why)
         )
-    slow_steps = SlowSteps(
-        **_values("steps", STEP_SETTINGS, _table(data, "steps", fail), lambda key, why: fail(f"steps{key}", why))
+    shared = Shared(
+        **{
+            name: replace(
+                getattr(Shared(), name),
+                **_values(
+                    name, section.settings, _table(data, name, fail), lambda k, why, n=name: fail(f"{n}{k}", why)
+                ),
+            )
+            for name, section in SECTIONS.items()
+        }
     )
     hosts = _table(data, "hosts", fail)
     for name, alias in hosts.items():
         if not isinstance(alias, str) or not alias.strip():
             raise fail(f"hosts.{name}", f"{alias!r} is not a host name (a string)")
-    return Config(path, select, ignore, tz, severity, settings, dict(hosts), slow_steps)
+    return Config(path, select, ignore, tz, severity, settings, dict(hosts), shared)
 
 
 def _table(data: dict[str, Any], key: str, fail) -> dict[str, Any]:
@@ -228,13 +323,19 @@ def _values(owner: str, settings: tuple[Setting, ...], values: Any, fail) -> dic
     if not isinstance(values, dict):
         raise fail("", "must be a table of settings")
     known = {s.name: s for s in settings}
-    out = {}
+    out: dict[str, Any] = {}
     for name, value in values.items():
         if name not in known:
             names = ", ".join(known) or "none"
             raise fail(f".{name}", f"unknown setting (the settings of {owner}: {names})")
         default = known[name].default
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if isinstance(default, tuple):  # a list of whole numbers (TL605's Xids)
+            whole = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            if not whole or any(v < 0 for v in value):
+                raise fail(f".{name}", f"{value!r} is not a list of whole numbers of 0 or more, like {list(default)}")
+            out[name] = tuple(value)
+            continue
         if isinstance(default, bool) or not isinstance(default, (int, float)):
             ok = type(value) is type(default)
         else:
@@ -245,5 +346,8 @@ def _values(owner: str, settings: tuple[Setting, ...], values: Any, fail) -> dic
             )
         if number and not 0 <= value < math.inf:  # every threshold is a count, share, ratio or size
             raise fail(f".{name}", f"{value!r} is not a finite number of 0 or more")
+        below = known[name].below
+        if below is not None and value >= below:
+            raise fail(f".{name}", f"{value!r} is not below {below:g}")
         out[name] = float(value) if isinstance(default, float) else value
     return out

@@ -8,8 +8,8 @@ How a rule uses it (tracelens.rules): a rule is a function of the context, regis
 `@rule`, which declares what the rule needs and its settings::
 
     @rule("TL401", "step-time-spikes", Severity.WARNING, kind="symptom", needs=("steps",),
-          settings={"min_cost_share": Setting("share of the run's step time", "Windows costing less are not reported.")})
-    def step_time_spikes(ctx: RunContext, *, min_cost_share: float = 0.01) -> Iterator[Finding]:
+          settings={"critical_share": Setting("share of the run's step time", "A stretch costing more is critical.")})
+    def step_time_spikes(ctx: RunContext, *, critical_share: float = 0.2) -> Iterator[Finding]:
         windows = ctx.slow_windows          # computed once for every rule and section that asks
         rows = ctx["steps"]                 # an aligned table, same as ctx.tables["steps"]
         yield Finding(Severity.WARNING, "title", "summary with numbers")   # no rule_id: Rule.run stamps it
@@ -18,8 +18,14 @@ How a rule uses it (tracelens.rules): a rule is a function of the context, regis
   and the report and JSON say which input would let it run (tracelens.tables.INPUTS).
 - `kind` is "symptom" (how much time went where), "cause" or "root cause" (joins sources).
 - Settings are the function's keyword-only parameters: the default lives in the signature,
-  the unit and one sentence in the decorator. A config file (`[rules.TL401] min_cost_share
-  = 0.05`) overrides them; `tracelens rules TL401` lists them.
+  the unit and one sentence in the decorator. A config file (`[rules.TL401] critical_share
+  = 0.3`) overrides them; `tracelens rules TL401` lists them.
+- `reads` names the shared settings (Shared below: [steps], [baseline], [packets]) the rule's
+  derived results depend on, so that `tracelens rules ID` lists them too.
+
+Settings that shape a result several rules share are not one rule's: they are the RunContext's
+`shared` (a config file's [steps], [baseline] and [packets] tables), each a frozen dataclass of
+the module that computes the result, so every rule and report section sees the same result.
 
 A report section (tracelens.report.sections) is a module with `context(ctx, analysis)`:
 it reads derived results from `ctx` and the findings from `analysis`.
@@ -30,20 +36,38 @@ package from the tables and other properties (never a module-level cache).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 import polars as pl
 
 from tracelens.derived import counters, events, flows, hangs, hosts, ports, steps
+from tracelens.derived.baseline import Baseline
+from tracelens.derived.flows import PacketWindows
+from tracelens.derived.steps import SlowSteps
 from tracelens.tables import RunTables
+
+
+@dataclass(frozen=True)
+class Shared:
+    """The settings of results several rules share, one config table each (the field's name)."""
+
+    steps: SlowSteps = SlowSteps()  # what makes a step slow
+    baseline: Baseline = Baseline()  # when a window's signal rose above the run's own level
+    packets: PacketWindows = PacketWindows()  # the capture analysis's time windows
+
+
+SHARED = tuple(f.name for f in fields(Shared))
 
 
 class RunContext:
     """The aligned tables of one run and the results derived from them, each computed once."""
 
-    def __init__(self, tables: RunTables, slow_steps: steps.SlowSteps | None = None) -> None:
+    def __init__(self, tables: RunTables, shared: Shared | None = None) -> None:
         self.tables = tables
-        self.slow_steps = slow_steps or steps.SlowSteps()  # what makes a step slow (a config's [steps])
+        self.shared = shared or Shared()
+        self.slow_steps = self.shared.steps  # what makes a step slow (a config's [steps])
+        self.baseline = self.shared.baseline  # when a window's signal rose (a config's [baseline])
 
     def __getitem__(self, name: str) -> pl.DataFrame:
         """Table `name`, aligned (a shortcut for `ctx.tables[name]`)."""
@@ -99,7 +123,7 @@ class RunContext:
     def packets(self) -> flows.PacketAnalysis | None:
         """Per-QP, per-flow and per-event analysis of the captures; None without packets."""
         packets = self.tables["packets"]
-        return flows.analyze(packets) if packets.height else None
+        return flows.analyze(packets, windows=self.shared.packets) if packets.height else None
 
     @cached_property
     def host_names(self) -> dict[str, str]:

@@ -7,15 +7,18 @@ for two Poisson rates: given n = x + y events, x is Binomial(n, pi) with pi = R 
 t_out), where R is the ratio of the window's rate to the baseline's. The one-sided 95% lower
 confidence bound of R comes from the mid-p binomial tail (Lancaster's mid-p: the exact test
 made less conservative by counting half the probability of the observed count). A count *rose*
-when that bound is at least RISE: the window's rate is, with 95% confidence, at least 1.5x the
+when that bound is at least `rise`: the window's rate is, with 95% confidence, at least 1.5x the
 baseline's. So 3 events in a minute against none in the ten minutes before rise (bound 7.8x),
 while 300 against 280 in the same time do not (bound 0.93x), and 3 against none over equal
 times do not either (bound 1.2x).
 
 Levels (per-step compute or communication time of one rank): the median inside against the
-median outside; a level rose when the ratio is at least LEVEL_RISE and the difference is at
-least LEVEL_SIGMAS robust standard deviations (1.4826 x the median absolute deviation) of the
+median outside; a level rose when the ratio is at least `level_rise` and the difference is at
+least `level_sigmas` robust standard deviations (1.4826 x the median absolute deviation) of the
 steps outside, so that a noisy timer does not rise on noise.
+
+The four thresholds are a Baseline (a config file's [baseline] table, the RunContext's
+`baseline`): every window signal TL402 and TL410 judge is judged by the same test.
 """
 
 from __future__ import annotations
@@ -25,11 +28,17 @@ from dataclasses import dataclass
 
 from tracelens.stats import binomial_pmf, binomial_sf
 
-CONFIDENCE = 0.95
-RISE = 1.5  # the window's rate must be at least this multiple of the baseline's (lower bound)
-LEVEL_RISE = 1.3  # a per-step time this much above its level outside the window ...
-LEVEL_SIGMAS = 3.0  # ... and this many robust standard deviations above it
 EXACT_MAX = 20_000  # more events than this: the normal approximation of log R is exact enough
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """When a signal rose above the run's own level outside the window (a config's [baseline])."""
+
+    confidence: float = 0.95  # of the lower bound of a count's rate ratio
+    rise: float = 1.5  # the window's rate must be at least this multiple of the baseline's (lower bound)
+    level_rise: float = 1.3  # a per-step time this much above its level outside the window ...
+    level_sigmas: float = 3.0  # ... and this many robust standard deviations above it
 
 
 @dataclass(frozen=True)
@@ -40,6 +49,7 @@ class RateComparison:
     inside_s: float
     outside: int
     outside_s: float
+    limits: Baseline = Baseline()
 
     @property
     def rate_in(self) -> float:
@@ -51,9 +61,9 @@ class RateComparison:
 
     @property
     def ratio_lower(self) -> float:
-        """The one-sided 95% lower bound of rate_in / rate_out (inf when nothing is outside and
-        the bound is unbounded; 0 when nothing is inside)."""
-        return rate_ratio_lower(self.inside, self.inside_s, self.outside, self.outside_s)
+        """The one-sided lower confidence bound (95% by default) of rate_in / rate_out (inf when
+        nothing is outside and the bound is unbounded; 0 when nothing is inside)."""
+        return rate_ratio_lower(self.inside, self.inside_s, self.outside, self.outside_s, self.limits.confidence)
 
     @property
     def comparable(self) -> bool:
@@ -62,10 +72,10 @@ class RateComparison:
 
     @property
     def rose(self) -> bool:
-        return self.comparable and self.inside > 0 and self.ratio_lower >= RISE
+        return self.comparable and self.inside > 0 and self.ratio_lower >= self.limits.rise
 
 
-def rate_ratio_lower(x: int, t_in: float, y: int, t_out: float, confidence: float = CONFIDENCE) -> float:
+def rate_ratio_lower(x: int, t_in: float, y: int, t_out: float, confidence: float = Baseline.confidence) -> float:
     """Lower confidence bound of the rate ratio (x / t_in) / (y / t_out), mid-p exact (see the module doc)."""
     if x <= 0 or t_in <= 0 or t_out <= 0:
         return 0.0
@@ -118,6 +128,7 @@ class LevelComparison:
     steps_in: int
     steps_out: int
     min_in: int = 1  # steps inside it takes to compare (a median of one or two steps is no level; one pause is a mean)
+    limits: Baseline = Baseline()
 
     @property
     def ratio(self) -> float | None:
@@ -137,4 +148,4 @@ class LevelComparison:
         ratio, inside, outside = self.ratio, self.inside, self.outside
         if not self.comparable or ratio is None or inside is None or outside is None:
             return False
-        return ratio >= LEVEL_RISE and inside - outside >= LEVEL_SIGMAS * self.spread
+        return ratio >= self.limits.level_rise and inside - outside >= self.limits.level_sigmas * self.spread

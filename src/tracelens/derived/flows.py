@@ -6,7 +6,7 @@ the report section pay for it once.
 
 Capture duplicates come first: a frame whose previous frame in the same
 direction has the same IP id and the same transport bytes (digest), less than
-DUP_WINDOW_NS before it, is the same packet captured twice (a mirror port, two
+PacketWindows.duplicate_ms before it, is the same packet captured twice (a mirror port, two
 capture points), not a retransmission. Duplicates are counted, then left out.
 
 RoCE (RC), per connection: the data direction (src = requester, dst = responder,
@@ -42,9 +42,19 @@ from dataclasses import dataclass
 
 import polars as pl
 
-DUP_WINDOW_NS = 500_000  # a fraction of a millisecond: the same frame seen twice
-OOO_WINDOW_NS = 3_000_000  # Wireshark's out-of-order window when the handshake RTT is unknown
-FAST_RETX_WINDOW_NS = 20_000_000  # a fast retransmission follows the dup ACKs within this
+
+@dataclass(frozen=True)
+class PacketWindows:
+    """The time windows of the capture analysis (a config's [packets]), in milliseconds."""
+
+    duplicate_ms: float = 0.5  # a fraction of a millisecond: the same frame seen twice
+    out_of_order_ms: float = 3.0  # Wireshark's out-of-order window when the handshake RTT is unknown
+    fast_retransmission_ms: float = 20.0  # a fast retransmission follows the dup ACKs within this
+
+    def ns(self, name: str) -> int:
+        """The window `name` (duplicate_ms ...) in whole nanoseconds, as capture times are."""
+        return round(getattr(self, name) * 1_000_000)
+
 
 CNP_OPCODES = (0x80, 0x81)  # 0x81 in the spec and on the wire; tshark 4.0 labels 0x80 "CNP"
 ACK_OPCODES = (0x11, 0x12)  # RC Acknowledge, Atomic Acknowledge (they carry the AETH)
@@ -73,7 +83,9 @@ TCP_LOSS, TCP_PROBE, TCP_SPURIOUS = "TCP retransmission", "TCP tail-loss probe",
 BUCKET_PACKETS = 250_000  # packets analysed at once (about 700 bytes each at the peak): memory follows a bucket
 
 
-def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> PacketAnalysis:
+def analyze(
+    packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS, windows: PacketWindows = PacketWindows()
+) -> PacketAnalysis:
     """The per-QP, per-flow and per-event analysis of `packets`, host pair by host pair.
 
     Everything here is per connection, so the packets between one pair of hosts in one capture
@@ -84,11 +96,11 @@ def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> Pack
     """
     buckets = max(1, -(-packets.height // bucket_packets))
     if buckets == 1:
-        parts = [_analyze(packets)]
+        parts = [_analyze(packets, windows)]
     else:
         pair = (pl.col("file").hash() + (pl.col("src").hash() ^ pl.col("dst").hash())) % buckets
         which = packets.select(pair).to_series()
-        parts = [_analyze(packets.filter(which == b)) for b in range(buckets)]
+        parts = [_analyze(packets.filter(which == b), windows) for b in range(buckets)]
     text = pl.col(pl.Categorical).cast(
         pl.String
     )  # a capture's text columns are categorical; results join with other tables
@@ -100,26 +112,28 @@ def analyze(packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS) -> Pack
     return result
 
 
-def _analyze(packets: pl.DataFrame) -> PacketAnalysis:
-    frames = _with_duplicates(packets.sort("file", "frame").with_row_index("order"))
+def _analyze(packets: pl.DataFrame, windows: PacketWindows) -> PacketAnalysis:
+    frames = _with_duplicates(packets.sort("file", "frame").with_row_index("order"), windows)
     roce_qps, roce_events = _roce(frames.filter(pl.col("proto") == "roce", ~pl.col("duplicate")))
-    tcp_flows, tcp_events = _tcp(frames.filter(pl.col("proto") == "tcp", ~pl.col("duplicate")))
+    tcp_flows, tcp_events = _tcp(frames.filter(pl.col("proto") == "tcp", ~pl.col("duplicate")), windows)
     dups = _event(frames.filter(pl.col("duplicate")), "capture duplicate", _direction_label())
     return PacketAnalysis(roce_qps, tcp_flows, pl.concat([roce_events, tcp_events, dups]))
 
 
-def event_times(packets: pl.DataFrame) -> pl.Series:
+def event_times(packets: pl.DataFrame, windows: PacketWindows = PacketWindows()) -> pl.Series:
     """The times of every event of the capture but its duplicates (a NAK, a retransmission ...): what
     the timeline lines NCCL errors up with to tell apart zone shifts (timeline.align's capture_events)."""
-    return analyze(packets).events.filter(pl.col("kind") != "capture duplicate")["ts"]
+    return analyze(packets, windows=windows).events.filter(pl.col("kind") != "capture duplicate")["ts"]
 
 
-def _with_duplicates(frames: pl.DataFrame) -> pl.DataFrame:
+def _with_duplicates(frames: pl.DataFrame, windows: PacketWindows) -> pl.DataFrame:
     same_as_previous = pl.all_horizontal(
         (pl.col(c).fill_null(-1) == pl.col(c).fill_null(-1).shift(1)).over("proto", *DIRECTION)
         for c in ("ip_id", "digest")
     )
-    soon = (pl.col("ts") - pl.col("ts").shift(1)).over("proto", *DIRECTION) < pl.duration(nanoseconds=DUP_WINDOW_NS)
+    soon = (pl.col("ts") - pl.col("ts").shift(1)).over("proto", *DIRECTION) < pl.duration(
+        nanoseconds=windows.ns("duplicate_ms")
+    )
     # CNPs carry no sequence number: a NIC's CNPs to one QP are identical by design
     cnp = pl.col("opcode").is_in(CNP_OPCODES).fill_null(False)
     return frames.with_columns(
@@ -276,7 +290,7 @@ def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame) -> pl.DataFrame:
 # -- TCP ----------------------------------------------------------------------------------------
 
 
-def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _tcp(frames: pl.DataFrame, windows: PacketWindows) -> tuple[pl.DataFrame, pl.DataFrame]:
     flags = pl.col("flags")
     seglen = pl.col("payload").fill_null(0) + (flags & SYN > 0).cast(pl.Int64) + (flags & FIN > 0).cast(pl.Int64)
     control = flags & (SYN | FIN | RST) > 0
@@ -291,7 +305,7 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         nextseq_ts=pl.when(advanced).then(pl.col("ts")).forward_fill().shift(1).over(DIRECTION),
         keepalive=keepalive.fill_null(False),
     )
-    segments = _with_reverse_state(segments)
+    segments = _with_reverse_state(segments, windows.ns("out_of_order_ms"))
     # Wireshark's duplicate ACK: no data, the same window and ack as the direction's previous segment,
     # at the next sequence number, and not the answer to a keep-alive; the count restarts when the ack moves
     dup_ack = (
@@ -318,7 +332,7 @@ def _tcp(frames: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         pl.col("candidate")
         & (pl.col("rev_dup_acks") >= 2)
         & (pl.col("rev_ack") == pl.col("seq"))
-        & ((pl.col("ts") - pl.col("rev_ts")).dt.total_nanoseconds() < FAST_RETX_WINDOW_NS)
+        & ((pl.col("ts") - pl.col("rev_ts")).dt.total_nanoseconds() < windows.ns("fast_retransmission_ms"))
     ).fill_null(False)
     soon = (pl.col("ts") - pl.col("nextseq_ts")).dt.total_nanoseconds() < pl.col("ooo_window")
     out_of_order = (pl.col("candidate") & ~fast & soon & (pl.col("nextseq") != end)).fill_null(False)
@@ -414,9 +428,10 @@ def _as_before(column: str) -> pl.Expr:
     return pl.col(column) == pl.col(column).shift(1).over(DIRECTION)
 
 
-def _with_reverse_state(segments: pl.DataFrame) -> pl.DataFrame:
+def _with_reverse_state(segments: pl.DataFrame, ooo_window_ns: int) -> pl.DataFrame:
     """Add the other direction's last segment before each segment (its order, ack, time, whether it was
-    a keep-alive) and the connection's out-of-order window (its handshake RTT when the handshake was captured)."""
+    a keep-alive) and the connection's out-of-order window (its handshake RTT when the handshake was
+    captured, else `ooo_window_ns`)."""
     reverse = segments.select(
         "file",
         "order",
@@ -442,5 +457,5 @@ def _with_reverse_state(segments: pl.DataFrame) -> pl.DataFrame:
         [rtt, rtt.select("file", "rtt", src="dst", sport="dport", dst="src", dport="sport")], how="diagonal"
     )
     return segments.join(both_ways, on=DIRECTION, how="left", maintain_order="left").with_columns(
-        ooo_window=pl.col("rtt").fill_null(OOO_WINDOW_NS), rev_keepalive=pl.col("rev_keepalive").fill_null(False)
+        ooo_window=pl.col("rtt").fill_null(ooo_window_ns), rev_keepalive=pl.col("rev_keepalive").fill_null(False)
     )

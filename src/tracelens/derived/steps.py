@@ -33,12 +33,14 @@ class SlowSteps:
     """What makes a step slow (a config's [steps] table): more than `slow_ratio` times the rolling
     median of its log's step time and more than `slow_sigmas` robust standard deviations above it;
     or, in a stretch of `sustained_steps` logged steps or more that the rolling median absorbs, more
-    than `sustained_ratio` times the log's fast quartile."""
+    than `sustained_ratio` times the log's fast quartile. A stretch that cost less than
+    `min_cost_share` of the run's step time is not worth a finding."""
 
     slow_ratio: float = 1.5
     slow_sigmas: float = 6.0
     sustained_ratio: float = 1.25
     sustained_steps: int = 10
+    min_cost_share: float = 0.01
 
 
 def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowSteps()) -> pl.DataFrame:
@@ -196,7 +198,6 @@ def run_time_s(series: pl.DataFrame) -> float:
 
 # -- slow episodes: one per slow stretch of the job, whatever the number of logs that saw it ------
 
-MIN_COST_SHARE = 0.01  # of the run's step time: a window that cost less is not worth a finding
 MAX_WINDOWS = 10  # the costliest stretches get a finding each (TL401, TL410); the rest are counted
 MARGIN = timedelta(seconds=5)  # events this close to a window still belong to it (log and dump times are coarse)
 COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share: the all-reduce's median share of a step
@@ -231,14 +232,14 @@ class Episode:
 
 
 def slow_episodes(steps: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Episode]:
-    """The run's slow stretches that cost at least MIN_COST_SHARE of its step time, costliest first;
+    """The run's slow stretches that cost at least `slow.min_cost_share` of its step time, costliest first;
     windows seen by several logs, by timers or by timestamps, are one episode."""
     found = []
     wall = step_series(steps, wall=True, slow=slow)
     for series in (step_series(steps, slow=slow), wall):
         total = run_time_s(series) or 1.0
         for w in slow_windows(series) + sustained_windows(series, slow):
-            if w.start is not None and w.cost_s >= MIN_COST_SHARE * total:
+            if w.start is not None and w.cost_s >= slow.min_cost_share * total:
                 found.append((_first_step_start(series, w), w, total))
     merged: list[tuple[datetime, datetime, list[Window], float]] = []
     margin = timedelta(seconds=EPISODE_MARGIN_S)

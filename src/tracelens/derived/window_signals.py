@@ -26,7 +26,7 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
-from tracelens.derived.baseline import LevelComparison, RateComparison
+from tracelens.derived.baseline import Baseline, LevelComparison, RateComparison
 from tracelens.derived.counters import kind_of
 from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
 from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
@@ -76,7 +76,7 @@ def measure(ctx: RunContext, series: pl.DataFrame, begin: datetime, end: datetim
         *_counter_signals(ctx, begin, end),
         *_nccl_signals(ctx, begin, end),
         *_kernel_signals(ctx, series, begin, end),
-        *step_signals(series, begin, end),
+        *step_signals(series, begin, end, ctx.baseline),
     ]
 
 
@@ -119,6 +119,7 @@ def count_signal(
     hosts: tuple[str, ...] = (),
     evidence: tuple[dict, ...] = (),
     watched: pl.Series | None = None,
+    limits: Baseline = Baseline(),
 ) -> Signal:
     """A count signal from event times (one event per time) and the span its source watched;
     `watched`: the times its source saw anything at all (a capture's packets), which say whether the
@@ -128,7 +129,7 @@ def count_signal(
     n_after = int((times > end).sum())
     n_in = times.len() - n_before - n_after
     signal = _rate_signal(
-        source, cause, what, where, (n_before, t_before), (n_in, t_in), (n_after, t_after), hosts, evidence
+        source, cause, what, where, (n_before, t_before), (n_in, t_in), (n_after, t_after), hosts, evidence, limits
     )
     if not signal.rose:
         return signal
@@ -209,9 +210,10 @@ def _rate_signal(
     after: tuple[int, float],
     hosts: tuple[str, ...],
     evidence: tuple[dict, ...] = (),
+    limits: Baseline = Baseline(),
     **extra,
 ) -> Signal:
-    test = RateComparison(inside[0], inside[1], before[0] + after[0], before[1] + after[1])
+    test = RateComparison(inside[0], inside[1], before[0] + after[0], before[1] + after[1], limits)
     sides = [
         f"{rate_text(*before)} before" if before[1] > 0 else "",
         f"{rate_text(*after)} after" if after[1] > 0 else "",
@@ -220,7 +222,7 @@ def _rate_signal(
     if not test.comparable:
         verdict = "cannot tell (no time outside the window)" if inside[1] > 0 else "not seen in the window"
     elif test.rose:
-        verdict = f"rose (at least {test.ratio_lower:.3g}x, 95% confidence)"
+        verdict = f"rose (at least {test.ratio_lower:.3g}x, {limits.confidence:.0%} confidence)"
     else:
         verdict = "no rise"
     text = f"{where}: {what} {rate_text(*inside)} in the window ({inside[0]:,}) vs {outside}: {verdict}"
@@ -269,6 +271,7 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
                     hosts,
                     rows,
                     watched=packets["ts"],
+                    limits=ctx.baseline,
                 )
             )
     return signals
@@ -320,6 +323,7 @@ def _counter_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Si
                 part["after"],
                 (host,),
                 rows,
+                ctx.baseline,
                 port=port,
                 locating=kind != "RDMA errors",
             )
@@ -365,6 +369,7 @@ def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signa
                 end + COARSE,
                 (row["host"],),
                 rows,
+                limits=ctx.baseline,
             )
         )
     return signals
@@ -393,6 +398,7 @@ def _kernel_signals(ctx: RunContext, series: pl.DataFrame, begin: datetime, end:
             end + COARSE,
             (host,),
             rows,
+            limits=ctx.baseline,
         )
         inside = int(mine["lo"].is_between(begin - COARSE, end + COARSE).sum())
         signals.append(
@@ -433,7 +439,7 @@ def step_levels(series: pl.DataFrame) -> pl.DataFrame:
 MEDIAN_MIN_STEPS = 3  # a window's median level needs this many steps in it
 
 
-def _level(inside: pl.Series, outside: pl.Series, mean: bool = False) -> LevelComparison:
+def _level(inside: pl.Series, outside: pl.Series, limits: Baseline, mean: bool = False) -> LevelComparison:
     """Medians inside and outside; `mean`: the mean inside against the mean outside, for a time where
     one long stretch matters in full (a 25 s checkpoint pause between two steps)."""
     inside, outside = inside.drop_nulls(), outside.drop_nulls()
@@ -446,9 +452,16 @@ def _level(inside: pl.Series, outside: pl.Series, mean: bool = False) -> LevelCo
             spread,
             inside.len(),
             outside.len(),
+            limits=limits,
         )
     return LevelComparison(
-        inside.median() if inside.len() else None, med_out, spread, inside.len(), outside.len(), MEDIAN_MIN_STEPS
+        inside.median() if inside.len() else None,
+        med_out,
+        spread,
+        inside.len(),
+        outside.len(),
+        MEDIAN_MIN_STEPS,
+        limits,
     )
 
 
@@ -460,7 +473,9 @@ LEVELS = {
 }
 
 
-def level_extent(stream: pl.DataFrame, column: str, begin: datetime, end: datetime) -> tuple[datetime, datetime] | None:
+def level_extent(
+    stream: pl.DataFrame, column: str, begin: datetime, end: datetime, limits: Baseline = Baseline()
+) -> tuple[datetime, datetime] | None:
     """When one stream's level (`column`, per step; `start` and `ts` each step's wall edges) ran high
     around [begin, end]: of the runs of steps within DENSE_REACH of it that overlap it, the one whose
     mean stands highest above the steps around it, weighed by both sides' sizes (the epidemic
@@ -487,14 +502,14 @@ def level_extent(stream: pl.DataFrame, column: str, begin: datetime, end: dateti
     best = int(np.argmax(score))
     if score[best] <= 0:
         return None
-    first, last = _widened(values, int(i[best]), int(j[best]))
+    first, last = _widened(values, int(i[best]), int(j[best]), limits)
     return near["start"][first], near["ts"][last]
 
 
 EDGE_STEPS = 5  # a run's edge moves out over steps whose median of this many still rose
 
 
-def _widened(values: np.ndarray, first: int, last: int) -> tuple[int, int]:
+def _widened(values: np.ndarray, first: int, last: int, limits: Baseline) -> tuple[int, int]:
     """The run first..last moved out over its ramps: while the EDGE_STEPS steps just outside it still
     rose above the steps around the run (LevelComparison's test, on the median of a few steps: its
     robust standard deviation shrinks by 1.25 / sqrt(EDGE_STEPS)). Contention that builds up over a
@@ -508,7 +523,7 @@ def _widened(values: np.ndarray, first: int, last: int) -> tuple[int, int]:
     def rose(block: np.ndarray) -> bool:
         return (
             block.size == EDGE_STEPS
-            and LevelComparison(float(np.median(block)), level, spread, EDGE_STEPS, outside.size).rose
+            and LevelComparison(float(np.median(block)), level, spread, EDGE_STEPS, outside.size, 1, limits).rose
         )
 
     while first > 0 and rose(values[max(first - EDGE_STEPS, 0) : first]):
@@ -518,7 +533,9 @@ def _widened(values: np.ndarray, first: int, last: int) -> tuple[int, int]:
     return first, last
 
 
-def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
+def step_signals(series: pl.DataFrame, begin: datetime, end: datetime, limits: Baseline = Baseline()) -> list[Signal]:
+    """Per rank (stream), its compute, communication, between-steps and step time inside the window
+    against outside it, judged by `limits` (the RunContext's baseline), and its communication pace."""
     timed = step_levels(series).with_columns(start=pl.col("ts").shift().over(timing.STREAM))
     timed = timed.filter(pl.col("ts").is_not_null(), pl.int_range(pl.len()).over(timing.STREAM) >= timing.WARMUP_ROWS)
     signals = []
@@ -527,7 +544,7 @@ def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[S
         outside = stream.filter(~pl.col("ts").is_between(begin, end))
         who = (f"rank {rank}" if rank is not None and rank >= 0 else file) + (f" ({host})" if host else "")
         for column, (cause, what) in LEVELS.items():
-            level = _level(inside[column], outside[column], mean=cause == "between")
+            level = _level(inside[column], outside[column], limits, mean=cause == "between")
             if level.inside is None or level.outside is None:
                 continue
             ratio = level.ratio
@@ -554,7 +571,7 @@ def step_signals(series: pl.DataFrame, begin: datetime, end: datetime) -> list[S
                     ratio=ratio,
                     change=level.inside - level.outside,
                     evidence=evidence,
-                    extent=level_extent(stream, column, begin, end) if level.rose else None,
+                    extent=level_extent(stream, column, begin, end, limits) if level.rose else None,
                 )
             )
         if (pace := _pace_signal(who, host, rank, inside["comm_ms"], outside["comm_ms"])) is not None:

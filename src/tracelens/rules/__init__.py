@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from tracelens.derived import RunContext
+from tracelens.derived import SHARED, RunContext
 from tracelens.findings import Finding, Severity
 from tracelens.tables import INPUTS, SCHEMAS, RunTables
 
@@ -30,12 +30,14 @@ _SECTIONS = ("What it finds", "Why it slows the run", "How to fix")
 @dataclass(frozen=True)
 class Setting:
     """What a rule's keyword-only parameter means: its unit and one sentence. The default is the
-    parameter's own default; `value` is filled in from it when the rule is registered."""
+    parameter's own default; `value` is filled in from it when the rule is registered. A value must
+    be `below` this, when given (a confidence of 1 bounds nothing)."""
 
     unit: str
     help: str
     name: str = ""
     default: Any = None
+    below: float | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,14 @@ class Rule:
     kind: Kind = "cause"
     needs: tuple[str, ...] = ()  # table names; "a|b": either
     settings: tuple[Setting, ...] = field(default=())
+    reads: tuple[str, ...] = ()  # shared settings tables (tracelens.derived.SHARED) beyond those its needs imply
+
+    @property
+    def shared(self) -> tuple[str, ...]:
+        """The shared settings tables ([steps], [baseline], [packets]) the rule's results depend on:
+        those it `reads`, and [steps] or [packets] when it needs that table."""
+        needed = {name for need in self.needs for name in need.split("|")}
+        return tuple(s for s in SHARED if s in self.reads or s in needed)
 
     @property
     def docs(self) -> dict[str, str]:
@@ -94,9 +104,11 @@ def rule(
     kind: Kind = "cause",
     needs: tuple[str, ...] = (),
     settings: Mapping[str, Setting] | None = None,
+    reads: tuple[str, ...] = (),
 ) -> Callable[[RuleFunc], RuleFunc]:
-    """Register a rule function under `rule_id` (TL1xx transport ... TL5xx config). `settings`
-    describes each keyword-only parameter of the function (whose default is the setting's)."""
+    """Register a rule function under `rule_id` (TL1xx transport ... TL6xx host). `settings`
+    describes each keyword-only parameter of the function (whose default is the setting's); `reads`
+    names the shared settings tables its derived results depend on besides its needs' (e.g. "baseline")."""
 
     def register(func: RuleFunc) -> RuleFunc:
         if rule_id in _REGISTRY:
@@ -105,9 +117,11 @@ def rule(
         if missing:
             raise ValueError(f"rule {rule_id} docstring lacks: {', '.join(missing)}")
         unknown = [n for need in needs for n in need.split("|") if n not in SCHEMAS]
+        unknown += [s for s in reads if s not in SHARED]
         if unknown or kind not in KINDS:
             raise ValueError(f"rule {rule_id}: unknown table(s) {unknown} or kind {kind!r}")
-        _REGISTRY[rule_id] = Rule(rule_id, name, severity, func, kind, needs, _declared(rule_id, func, settings or {}))
+        declared = _declared(rule_id, func, settings or {})
+        _REGISTRY[rule_id] = Rule(rule_id, name, severity, func, kind, needs, declared, reads)
         return func
 
     return register

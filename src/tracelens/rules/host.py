@@ -26,7 +26,6 @@ from tracelens.prose import count
 from tracelens.rules import Setting, rule
 from tracelens.tables import RunTables
 
-CRITICAL_XIDS = {48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154}
 MAX_EVIDENCE = 8
 # Without the hosts' port dumps: the NIC each GPU of such a node usually has (one per GPU,
 # e.g. DGX/HGX A100 with HDR 200 Gb/s, H100 with NDR 400 Gb/s), Gb/s.
@@ -317,8 +316,25 @@ def _windows(t: RunTables) -> list[tuple]:
     return [(ep.begin, ep.end) for ep in t.slow_episodes]
 
 
-@rule("TL605", "kernel-events", Severity.WARNING, needs=("kernel_events",))
-def kernel_events(t: RunTables) -> Iterator[Finding]:
+@rule(
+    "TL605",
+    "kernel-events",
+    Severity.WARNING,
+    needs=("kernel_events",),
+    reads=("steps",),
+    settings={
+        "critical_xids": Setting(
+            "NVIDIA Xid numbers",
+            "An Xid in this list makes the finding critical (the GPU faulted, lost ECC memory "
+            "or an NVLink, or fell off the bus); other Xids warn.",
+        )
+    },
+)
+def kernel_events(
+    t: RunTables,
+    *,
+    critical_xids: tuple[int, ...] = (48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154),
+) -> Iterator[Finding]:
     """
     What it finds: the kernel log events that stall or break a training job, per host and
     kind, with their time: NIC link flaps (link down/up), NIC transmit timeouts (NETDEV
@@ -377,7 +393,7 @@ def kernel_events(t: RunTables) -> Iterator[Finding]:
         xids = set(group["xid"].drop_nulls().to_list())
         severity = (
             Severity.CRITICAL
-            if (xids & CRITICAL_XIDS) or kind in ("nic_error", "oom_kill") or slow
+            if (xids & set(critical_xids)) or kind in ("nic_error", "oom_kill") or slow
             else Severity.WARNING
         )
         what = (

@@ -98,7 +98,7 @@ def step_time_spikes(
             window=(ep.begin, ep.end),
         )
     cost = sum(w.cost_s for w in spikes)
-    if spikes and cost >= timing.MIN_COST_SHARE * total:
+    if spikes and cost >= t.slow_steps.min_cost_share * total:
         worst = max(spikes, key=lambda w: w.peak_ms)
         yield Finding(
             # between progress lines a spike may as well be an evaluation or a checkpoint; single slow
@@ -122,6 +122,7 @@ def step_time_spikes(
     Severity.WARNING,
     kind="symptom",
     needs=("steps",),
+    reads=("baseline",),
     settings={
         "comm_bound_share": Setting(
             "share of the step",
@@ -165,7 +166,7 @@ def comm_bound_steps(
     for ep in t.slow_episodes:  # one finding per slow stretch, however many logs saw the surge
         if ep.ordinary:
             continue  # the run's start-up or its own noise (TL401 says which)
-        signals = step_signals(series, ep.begin, ep.end)
+        signals = step_signals(series, ep.begin, ep.end, t.baseline)
         surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= comm_surge]
         comm_ms = max((s.change or 0.0 for s in surged), default=0.0)
         if not surged or any(
