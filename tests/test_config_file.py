@@ -286,8 +286,8 @@ def test_rules_command_shows_the_shared_tables_a_rule_reads():
 
     tl410 = shown("TL410")
     assert (
-        "Baseline test (in a tracelens.toml: [baseline], for every rule that judges a slow window against the rest of the run)"
-        in tl410
+        "Baseline test (in a tracelens.toml: [baseline], "
+        "for every rule that judges a slow window against the rest of the run)" in tl410
     )
     assert any(line.startswith("- rise = 1.5 (times the rate outside the window): ") for line in tl410)
     assert any(line.startswith("- min_cost_share = 0.01 (share of the run's step time): ") for line in tl410)
@@ -295,3 +295,48 @@ def test_rules_command_shows_the_shared_tables_a_rule_reads():
     assert any(line.startswith("- duplicate_ms = 0.5 (milliseconds): ") for line in tl305)
     assert not any("[baseline]" in line or "[steps]" in line for line in tl305)
     assert any(line.startswith("- critical_xids = [48, 74, 79, ") for line in shown("TL605"))
+
+
+def test_a_config_in_the_run_folder_is_listed_as_the_config_not_read_as_an_input(run, tmp_path, monkeypatch):
+    """discover lists tracelens.toml (and a pyproject.toml with a [tool.tracelens] table) at the top of
+    the run folder as format "config": no lines read, parsed, ignored or unrecognised, no error. A
+    pyproject.toml without the table is not a config, and a tracelens.toml deeper in is not the run's."""
+    monkeypatch.chdir(tmp_path)
+    (run / "tracelens.toml").write_text('[severity]\nTL501 = "info"\n')
+    (run / "sub").mkdir()
+    (run / "sub" / "tracelens.toml").write_text("[hosts]\n")
+    report = analyse(run, tmp_path)
+    rows = {r["file"]: r for r in report["inputs"]}
+    assert rows["tracelens.toml"]["format"] == "config" and rows["sub/tracelens.toml"]["format"] == "log"
+    counts = ("lines", "parsed", "ignored", "unrecognized")
+    assert [rows["tracelens.toml"][k] for k in counts] == [0, 0, 0, 0] and rows["tracelens.toml"]["errors"] == []
+    assert report["config"] == str(run / "tracelens.toml") and report["findings"][0]["severity"] == "info"
+    (run / "tracelens.toml").unlink()
+    (run / "pyproject.toml").write_text('[project]\nname = "x"\n\n[tool.tracelens.severity]\nTL501 = "info"\n')
+    assert {r["file"]: r["format"] for r in analyse(run, tmp_path)["inputs"]}["pyproject.toml"] == "config"
+    (run / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert {r["file"]: r["format"] for r in analyse(run, tmp_path)["inputs"]}["pyproject.toml"] == "log"
+
+
+def test_diff_names_the_config_in_its_html_markdown_and_json(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tracelens.toml").write_text('[severity]\nTL501 = "info"\n')
+    out = {"html": tmp_path / "d.html", "md": tmp_path / "d.md", "json": tmp_path / "d.json"}
+    result = runner.invoke(
+        app,
+        ["diff", str(FIXTURES / ZERO_OFF), str(FIXTURES / ZERO_OFF), "-o", str(out["html"]), "--json", str(out["json"]),
+         "--markdown", str(out["md"])],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    used = tmp_path / "tracelens.toml"
+    assert f"Config: {used}" in result.output
+    assert json.loads(out["json"].read_text())["config"] == str(used)
+    assert f"config: <code>{used}</code>" in out["html"].read_text()
+    markdown = out["md"].read_text()
+    assert markdown.startswith("## tracelens diff: ") and f"Config: {inline(str(used))}." in markdown
+    assert "No significant difference" in markdown or "no difference" in markdown.lower()
+    used.unlink()
+    runner.invoke(app, ["diff", str(FIXTURES / ZERO_OFF), str(FIXTURES / ZERO_OFF), "-o", str(out["html"]),
+                        "--json", str(out["json"])])  # fmt: skip
+    assert json.loads(out["json"].read_text())["config"] is None
+    assert "config: <code>none (defaults)</code>" in out["html"].read_text()

@@ -362,6 +362,9 @@ def diff_cmd(
         typer.Option("-o", "--output", help="Where to write the HTML diff. Default: ./tracelens-diff-<bad>.html"),
     ] = None,
     json_path: Annotated[Path | None, typer.Option("--json", help="Also write the comparison as JSON.")] = None,
+    markdown: Annotated[
+        Path | None, typer.Option("--markdown", help="Also write the comparison as Markdown for a ticket.")
+    ] = None,
     tz: Annotated[
         str | None, typer.Option("--tz", help="Time zone of log timestamps printed without one (both runs).")
     ] = None,
@@ -372,6 +375,7 @@ def diff_cmd(
     ranked by how much of the slowdown it explains."""
     from tracelens.compare import compare
     from tracelens.report.diff import write as write_diff
+    from tracelens.report.markdown import write_diff as write_diff_markdown
 
     _require(good)
     _require(bad)
@@ -379,8 +383,9 @@ def diff_cmd(
     config = _config(config_path, bad, good)
     report = output or Path(f"tracelens-diff-{bad.resolve().name.split('.')[0] or 'run'}.html")
     _check_output_file(report, "-o/--output")
-    if json_path is not None:
-        _check_output_file(json_path, "--json")
+    for path, option in ((json_path, "--json"), (markdown, "--markdown")):
+        if path is not None:
+            _check_output_file(path, option)
     comparison = compare(*(_analyze_with_progress(run, jobs=jobs, tz=tz, config=config) for run in (good, bad)))
     out.print(f"Config: {escape(config.label)}", highlight=False)
     out.print(f"[bold]{escape(comparison.verdict)}[/]", highlight=False)
@@ -393,6 +398,8 @@ def diff_cmd(
     if json_path:
         json_path.write_text(json.dumps(comparison.to_json(), indent=2, default=str), encoding="utf-8")
         out.print(f"JSON: {json_path}")
+    if markdown:
+        out.print(f"Markdown: {write_diff_markdown(comparison, markdown, command=_command_line())}")
     out.print(f"Report: [bold]{report}[/]", highlight=False)
 
 

@@ -38,6 +38,7 @@ import polars as pl
 
 from tracelens.derived import SHARED, Shared
 from tracelens.derived.steps import SlowSteps
+from tracelens.discover import CONFIG_FILES
 from tracelens.findings import Severity
 from tracelens.rules import Rule, Setting, all_rules
 from tracelens.tables import SCHEMAS, RunTables
@@ -47,7 +48,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
-FILE_NAME = "tracelens.toml"
+FILE_NAME = CONFIG_FILES[0]
 KEYS = ("select", "ignore", "tz", "severity", "rules", *SHARED, "hosts")
 
 
@@ -193,7 +194,7 @@ def find(*runs: Path, cwd: Path | None = None) -> Path | None:
     """The config file for `runs`: in each run's folder (the folder of a run file or archive), then in `cwd`."""
     folders = [*(run if run.is_dir() else run.parent for run in runs), cwd or Path.cwd()]
     for folder in folders:
-        for name in (FILE_NAME, "pyproject.toml"):
+        for name in CONFIG_FILES:
             path = folder / name
             if path.is_file() and (name == FILE_NAME or _tool_table(path) is not None):
                 return path

@@ -1,7 +1,9 @@
 """Find the inputs of a run: a folder, one file, or an archive, opened safely.
 
 Formats are decided by content (the sniffers of tracelens.ingest), never by
-file names. Archives (.tar, .tar.gz, .tgz, .zip) and single .gz files are
+file names, with one exception: at the top of a run folder, `tracelens.toml` and a
+`pyproject.toml` with a [tool.tracelens] table are the run's config file
+(tracelens.config), listed as format "config" and not read as inputs. Archives (.tar, .tar.gz, .tgz, .zip) and single .gz files are
 unpacked into a private temporary folder; members with absolute paths, `..`
 components, links or device nodes are refused with a message, so nothing is
 ever written outside that folder. Extraction is capped (total bytes, expansion
@@ -73,6 +75,16 @@ class Limits:
 
 class CapReached(Exception):
     """Extraction stopped at a cap; the message names it."""
+
+
+CONFIG_FILES = ("tracelens.toml", "pyproject.toml")  # in this order, the config a run folder holds
+_TOOL_TABLE = re.compile(rb"^[ \t]*\[[ \t]*tool[ \t]*\.[ \t]*tracelens[ \t]*[\].]", re.M)
+
+
+def is_config(name: str, head: bytes) -> bool:
+    """Whether a file named `name` starting with `head` is a config file: a tracelens.toml, or a
+    pyproject.toml with a [tool.tracelens] table."""
+    return name == CONFIG_FILES[0] or (name == CONFIG_FILES[1] and _TOOL_TABLE.search(head) is not None)
 
 
 @dataclass
@@ -210,6 +222,7 @@ class _Walker:
         self.result = Discovery()
         self._count = 0
         self._seen_folders: set[tuple[int, int]] = set()
+        self.folder_run = False  # the run is a folder: a config file may sit at its top
 
     def _scratch(self) -> Path:
         self._count += 1
@@ -249,6 +262,8 @@ class _Walker:
         elif head.startswith(_GZIP_MAGIC):
             self.visit_gzip(path, label, rel, depth, size)
             return
+        elif self.folder_run and len(rel.parts) == 1 and is_config(rel.name, head):
+            fmt = "config"  # the run's settings (tracelens.config), not evidence of the run
         else:
             fmt = sniff_format(head)
         self.result.files.append(InputFile(path=path, name=label, format=fmt, host_hint=host_from_path(rel), size=size))
@@ -407,6 +422,7 @@ def discover(target: Path, workdir: Path, limits: Limits | None = None) -> Disco
         walker.unreadable(str(target), f"cannot be opened: {_reason(exc)}")
         return walker.result
     if stat.S_ISDIR(info.st_mode):
+        walker.folder_run = True
         walker.visit_tree(target, "", PurePosixPath(), 0, follow_links=True)
     elif stat.S_ISREG(info.st_mode):
         walker.visit_file(target, target.name, PurePosixPath(target.name), 0)

@@ -39,6 +39,7 @@ from tracelens.stats import rate_rise_p
 
 if TYPE_CHECKING:
     from tracelens.analyze import Analysis
+    from tracelens.config import Config
 
 # The input each area of change is read from (tracelens.compare.facts.sources).
 SOURCE_OF = {"NCCL setting": "NCCL", "DeepSpeed config": "DeepSpeed"}
@@ -126,6 +127,12 @@ class Comparison:
     unchanged: list[str] = field(default_factory=list)  # areas compared that did not change
     unavailable: list[str] = field(default_factory=list)  # areas only one run (or neither) has
     gone_findings: list[str] = field(default_factory=list)  # findings of the good run the bad one lacks
+    config: Config | None = None  # the config file the runs were read with (the slow run's)
+
+    @property
+    def config_label(self) -> str:
+        """How the reports name the config: its path, or none (defaults)."""
+        return self.config.label if self.config else "none (defaults)"
 
     @property
     def verdict(self) -> str:
@@ -155,6 +162,7 @@ class Comparison:
             "good": self.good, "bad": self.bad, "verdict": self.verdict,
             "changes": [c.to_json() for c in self.changes],
             "unchanged": self.unchanged, "unavailable": self.unavailable, "gone_findings": self.gone_findings,
+            "config": str(self.config.source) if self.config and self.config.source else None,
         }  # fmt: skip
         if self.pace:
             data["steps"] = {
@@ -214,7 +222,9 @@ def compare(good: Analysis, bad: Analysis) -> Comparison:
         changed_sources.add("steps")
     unchanged = sorted(both - changed_sources)
     gone = sorted({f"{f.rule_id} {f.title}" for f in good.findings} - {f"{f.rule_id} {f.title}" for f in bad.findings})
-    return Comparison(str(good.target), str(bad.target), pace_change, changes, unchanged, unavailable, gone)
+    return Comparison(
+        str(good.target), str(bad.target), pace_change, changes, unchanged, unavailable, gone, config=bad.config
+    )
 
 
 def _hosts(analysis: Analysis) -> set[str]:

@@ -157,6 +157,8 @@ def ingest_file(source: InputFile, jobs: int = 1, workers: Executor | None = Non
         result = IngestResult()
         result.account.errors.append(f"{source.name}: {source.error}")
         return result
+    if source.format == "config":  # the run's config file (tracelens.discover): no evidence, nothing wrong
+        return IngestResult()
     if module is None:
         result = IngestResult()
         reason = _UNREADABLE.get(source.format, f"not a format tracelens reads ({source.format})")

@@ -60,6 +60,7 @@ def context(comparison: Comparison) -> dict:
         steps = {"rows": rows, "chart": _chart(g, b)}
     return {
         "verdict": comparison.verdict,
+        "config": comparison.config_label,
         "good": comparison.good,
         "bad": comparison.bad,
         "steps": steps,

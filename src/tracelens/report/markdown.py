@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tracelens import __version__
 from tracelens.analyze import Analysis
+from tracelens.compare import Comparison
 from tracelens.findings import Finding
 from tracelens.prose import count
 from tracelens.report.summary import verdict, when_and_cost
@@ -129,10 +130,39 @@ def _inputs(analysis: Analysis) -> list[str]:
 def render(analysis: Analysis, command: str = "") -> str:
     """The summary as Markdown text."""
     lines = _verdict(analysis) + _findings(analysis.findings) + _inputs(analysis)
+    return "\n".join(lines + _footer(command, analysis.config.label))
+
+
+def _footer(command: str, config: str) -> list[str]:
     said = f"tracelens {__version__}" + (f", run as: {inline(command)}" if command else "")
-    said += f". Config: {inline(analysis.config.label)}"
-    lines += [f"*{said}. Deterministic rules over parsed evidence; the HTML report has every finding's evidence.*", ""]
-    return "\n".join(lines)
+    said += f". Config: {inline(config)}"
+    return [f"*{said}. Deterministic rules over parsed evidence; the HTML report has every finding's evidence.*", ""]
+
+
+def render_diff(comparison: Comparison, command: str = "") -> str:
+    """`tracelens diff` as Markdown: the verdict, the changes most explaining first, the config."""
+    lines = [f"## tracelens diff: {inline(comparison.bad)} against {inline(comparison.good)}", ""]
+    lines += [f"**{inline(comparison.verdict)}**", ""]
+    if comparison.changes:
+        lines += ["| # | Area | What | Good | Slow | Where | Explains |", "|---:|---|---|---|---|---|---:|"]
+        lines += [
+            f"| {i} | {inline(c.area)} | {inline(c.what)} | {inline(c.good)} | {inline(c.bad)} | {inline(c.where)} | "
+            + (f"{c.explains_ms:+,.0f} ms |" if c.explains_ms is not None else " |")
+            for i, c in enumerate(comparison.changes[:MAX_FINDINGS], start=1)
+        ]
+        more = len(comparison.changes) - MAX_FINDINGS
+        lines += ["", f"… and {count(more, 'more change')} in the HTML diff."] if more > 0 else []
+        lines.append("")
+    for title, items in (("Unchanged", comparison.unchanged), ("Not compared", comparison.unavailable)):
+        if items:
+            lines += [f"**{title}:** {inline(', '.join(items))}", ""]
+    return "\n".join(lines + _footer(command, comparison.config_label))
+
+
+def write_diff(comparison: Comparison, path: Path, command: str = "") -> Path:
+    """Write the diff's Markdown to `path` and return the path."""
+    path.write_text(render_diff(comparison, command), encoding="utf-8")
+    return path
 
 
 def write(analysis: Analysis, path: Path, command: str = "") -> Path:
