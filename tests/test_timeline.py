@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 import polars as pl
+import pytest
 from typer.testing import CliRunner
 
-from tests.helpers import FIXTURES, fire, tables_from
+from tests.helpers import FIXTURES, corpus_dir, fire, tables_from
 from tests.helpers.steps import steps as correlate_steps
 from tracelens.cli import app
 from tracelens.derived.flows import event_times
@@ -342,11 +343,12 @@ def test_tables_writes_the_aligned_tables_of_analyze_with_the_printed_times_besi
         assert pl.read_parquet(alone / name).equals(pl.read_parquet(beside / name), null_equal=True), name
     steps = pl.read_parquet(alone / "steps.parquet").filter(pl.col("ts_text").is_not_null())
     assert steps.height > 100
-    printed = steps["ts_text"].str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", time_zone="UTC")
+    # DeepSpeed's logger prints `2024-12-06 21:30:09,638`: the text is that, comma and all
+    printed = steps["ts_text"].str.to_datetime("%Y-%m-%d %H:%M:%S,%3f", time_unit="ns", time_zone="UTC")
     assert ((printed - steps["ts"]) == timedelta(hours=3)).all()
-    row = steps.row(0, named=True)
-    text = (run / row["file"]).read_text().splitlines()[row["line"] - 1]
-    assert row["ts_text"][:19] in text  # the time as the log printed it, to the second
+    for row in steps.head(20).iter_rows(named=True):
+        text = (run / row["file"]).read_text().splitlines()[row["line"] - 1]
+        assert row["ts_text"] in text  # the time exactly as the log printed it
     captured = pl.read_parquet(alone / "packets.parquet")
     assert (
         captured.height and (captured["ts_text"] == captured["ts"].dt.to_string("%Y-%m-%d %H:%M:%S%.f")).all()
@@ -376,3 +378,34 @@ def test_tables_held_as_lazy_scans_are_aligned_lazily_to_the_same_rows():
         assert streamed[name].equals(in_memory[name], null_equal=True), name
     assert streamed["steps"].filter(pl.col("host") == "node02")["ts"].min() == T0
     assert by_line(streamed["nccl_events"])[2]["ts_quality"] == "inferred"
+
+
+# Real lines whose times are printed in odd ways: (corpus file, table, the first row's ts_text).
+PRINTED_TIMES = [
+    # a Ray actor's prefix stamp, then NCCL 2.27's own `[... .007]`: the NCCL one is the record's
+    ("nccl/062_nccl2039_v2277_ray_actor_prefix_timestamps_all_levels.log", "nccl_events", "2026-04-14 21:28:19.007"),
+    ("deepspeed/gh_accelerate_issue1589_2023_rank0_time_ms.log", "steps", "2023-06-21 07:39:09,443"),
+    ("host/kernel/akash209_dmesg_T_grep_nvrm_xid79_fallen_off_bus.txt", "kernel_events", "Thu Apr  4 18:03:56 2024"),
+    ("host/kernel/mptcp61_syslog_netdev_watchdog_igb_calltrace_partial.txt", "kernel_events", "Oct 15 19:26:35"),
+    ("host/nvsmi/gpuexp_querygpu_csv_590_h200_wide.txt", "gpu_samples", "2026/07/03 22:11:09.763"),
+    # CloudWatch's time on a line of its own: the NCCL lines print none, their time is inferred
+    ("nccl/076_awsofinccl715_cloudwatch_timestamp_interleaved.log", "nccl_events", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "table", "first"), PRINTED_TIMES, ids=[p[0].split("/")[-1][:24] for p in PRINTED_TIMES]
+)
+def test_ts_text_is_the_time_exactly_as_the_line_printed_it(tmp_path, name, table, first):
+    """`tracelens tables` writes each row's time as its line printed it: a slice of that line (spacing,
+    separators, comma and precision kept), not the parsed time written back; null where the line
+    printed none (an inferred time)."""
+    kind, _, rest = name.partition("/")
+    path = corpus_dir(kind) / rest
+    assert CliRunner().invoke(app, ["tables", str(path), "-o", str(tmp_path), "-j", "1"]).exit_code == 0
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    rows = pl.read_parquet(tmp_path / f"{table}.parquet").sort("line")
+    assert rows.height and rows["ts_text"][0] == first
+    for row in rows.filter(pl.col("ts_text").is_not_null()).iter_rows(named=True):
+        assert row["ts_text"] in lines[row["line"] - 1], row
+    assert rows.filter(pl.col("ts_quality").is_in(["inferred", "none"]))["ts_text"].drop_nulls().len() == 0

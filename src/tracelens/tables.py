@@ -7,6 +7,16 @@ Counter and port dumps (ib_counters, ib_ports) are timed per dump: "exact" (a
 timestamp line inside the file, e.g. `date` output, applies to the block after
 it), "filename" (a time in the file name) or "mtime" (the file's modification
 time, the weakest: copies and archive extraction change it).
+
+`ts_text` is the time as the input printed it, verbatim: the slice of the line the parser read
+the time from (`[2026-03-02 11:05:07.123456]`'s inside, `2019-08-07 02:13:45,967`, `Tue Jan 13
+05:10:23 2026` ...), zone, separators and precision as printed, so nothing the time model does
+(zone, clock offsets) loses what the log said. It is null where nothing printed the row's time
+(`ts_quality` "inferred", "mtime" or "none"). Where the time was printed but not on the row's own
+line (a dump's `date` line, nvidia-smi's table header), is no text (a capture's frame times) or
+was read by a reader that does not keep the slice, `tracelens tables` writes the time as read,
+formatted `%Y-%m-%d %H:%M:%S%.f` (UTC for captures and zoned dumps); PyTorch's yearless c10 time
+is its `clock`.
 Ingest modules build polars frames; `conform` casts them to these schemas so
 every file's rows concatenate, and `RunTables` holds the concatenation.
 """
@@ -29,6 +39,7 @@ PROVENANCE = [
     pa.field("host", pa.string()),
     pa.field("ts", TS),
     pa.field("ts_quality", pa.string()),
+    pa.field("ts_text", pa.string()),  # the time as printed, verbatim (null: none printed); see the module doc
 ]
 
 
@@ -616,15 +627,20 @@ class RunTables:
 
 
 def with_text(frame: Frame) -> Frame:
-    """`frame` with `ts_text` in place of `ts_read`: the time each row was read with, before the timeline
-    placed it in UTC, as text without a zone (local wall time as the log printed it; UTC for captures and
-    zoned dumps); PyTorch's yearless c10 clock where that is all the line had; null for a line without a
-    time of its own."""
+    """`frame` with `ts_text` the time each row was read with, before the timeline placed it in UTC
+    (`ts_read`): the text the line printed, where its reader kept it; else, for a time the input
+    printed elsewhere (a dump's `date` line, a capture's frame time, a file name), that time formatted
+    (local wall time as read; UTC for captures and zoned dumps); PyTorch's yearless c10 clock where that
+    is all the line had; null for a row whose time nothing printed (inferred, a file's mtime, none)."""
     columns = frame.collect_schema().names()
     if "ts" not in columns:
         return frame
     read = pl.col("ts_read") if "ts_read" in columns else pl.col("ts")
     text = read.dt.to_string("%Y-%m-%d %H:%M:%S%.f")
+    if "ts_quality" in columns:  # a time printed somewhere in the input (or a capture's, or a file name's)
+        text = pl.when(pl.col("ts_quality").is_in(["exact", "filename"])).then(text)
+    if "ts_text" in columns:
+        text = pl.coalesce(pl.when(read.is_not_null()).then(pl.col("ts_text")), text)
     if "clock" in columns:
         text = pl.coalesce(text, pl.col("clock"))
     return frame.with_columns(ts_text=text).drop("ts_read", strict=False)

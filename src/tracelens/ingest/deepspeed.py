@@ -102,15 +102,19 @@ def _dated(stamps: pl.Series) -> pl.Series:
     return pl.select(within_datetime_range(pl.lit(stamps))).to_series()
 
 
+_ANY_STAMP = rf"({_TS}(?:[,.]\d{{3}})?)"
+
+
 def _search_stamps(envelopes: pl.Series) -> pl.Series:
     """The local time in envelopes of any shape (v0.1's has no milliseconds, loguru's has a `.`)."""
-    stamp = _dated(envelopes.str.extract(rf"({_TS}(?:[,.]\d{{3}})?)", 1).str.replace(".", ",", literal=True))
+    stamp = _dated(envelopes.str.extract(_ANY_STAMP, 1).str.replace(".", ",", literal=True))
     with_ms = stamp.str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False)
     return with_ms.fill_null(stamp.str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S", strict=False))
 
 
 def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame:
-    """Columns line, host, ts (UTC), rank, prefix ("deepspeed", "foreign" or null), body.
+    """Columns line, host, ts (UTC), ts_text (the stamp as printed), rank, prefix ("deepspeed",
+    "foreign" or null), body.
 
     `rank` is that of the lines that name none (a per-rank log's). Vectorized in cheap steps
     (anchored regexes, literal finds, slices), searching only the few lines that do not
@@ -131,14 +135,18 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
     ranked = message.str.starts_with("[Rank ").fill_null(False)
     rank_end = message.str.find("] ", literal=True)
     # DeepSpeed's logger (v0.2+) has its stamp at a fixed place; other envelopes are a few lines, searched
-    ts = _dated(envelope.str.slice(1, 23)).str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False)
+    fixed = envelope.str.slice(1, 23)
+    ts = _dated(fixed).str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S,%3f", strict=False)
     others = ts.is_null() & envelope.is_not_null()
+    ts = _patched(ts, others, lambda rows: _search_stamps(envelope.gather(rows)))
+    printed = _patched(fixed, others, lambda rows: envelope.gather(rows).str.extract(_ANY_STAMP, 1))
     prefix = pl.repeat("deepspeed", text.len(), eager=True).zip_with(envelope.is_not_null(), _nulls(text))
     return pl.DataFrame(
         {
             "line": chunk["line"],
             "host": host,
-            "ts": _patched(ts, others, lambda rows: _search_stamps(envelope.gather(rows))).dt.replace_time_zone("UTC"),
+            "ts": ts.dt.replace_time_zone("UTC"),
+            "ts_text": printed.zip_with(ts.is_not_null(), _nulls(printed)),  # as printed, where a time was read
             "rank": byte_slice(message.zip_with(ranked, _nulls(message)), 6, rank_end.cast(pl.Int64, strict=False) - 6)
             .zip_with(ranked, _nulls(message))
             .cast(pl.Int64, strict=False)
@@ -266,7 +274,7 @@ def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
         if "rank0" in groups.columns
         else pl.col("rank")
     )
-    base = [pl.col("line"), pl.col("host"), pl.col("ts"), rank.alias("rank")]
+    base = [pl.col("line"), pl.col("host"), pl.col("ts"), pl.col("ts_text"), rank.alias("rank")]
     if kind != "comm_op":  # the text a step row shows as its evidence
         base.append(body)
     if kind == "progress":
@@ -313,6 +321,7 @@ def _timers(recs: pl.DataFrame) -> pl.DataFrame:
         "line",
         "host",
         "ts",
+        "ts_text",
         body.str.extract(r"^rank=(-?\d+) ", 1).cast(pl.Int64, strict=False).fill_null(pl.col("rank")).alias("rank"),
         body,
         _timer_role(body).alias("role"),
@@ -429,7 +438,7 @@ class DeepSpeedParser:
                 self._hot[kind].append(hot)
         cold = kept.filter(~pl.col("kind").is_in(list(HOT)))
         if cold.height:
-            self._cold.append(cold.select("line", "host", "ts", "rank", "kind", "body", "owner"))
+            self._cold.append(cold.select("line", "host", "ts", "ts_text", "rank", "kind", "body", "owner"))
         return recs.select(status.cast(pl.UInt8, strict=False)).to_series()
 
     def _continuations(self, recs: pl.DataFrame) -> pl.DataFrame:

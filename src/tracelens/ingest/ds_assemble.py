@@ -107,6 +107,7 @@ def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame:
     merged = rows.group_by(key, maintain_order=True).agg(
         pl.col("line").min(),
         pl.col("ts").drop_nulls().first(),
+        pl.col("ts_text").filter(pl.col("ts").is_not_null()).first(),  # that time as printed
         pl.col("rank").drop_nulls().first(),
         *(pl.col(c).drop_nulls().first() for c in present),
         pl.col("line").sort_by(by_priority).first().alias("message_line"),  # its text is joined by `tables`
@@ -167,6 +168,7 @@ def comm_ops(verbose: pl.DataFrame | None, cold: pl.DataFrame | None, parsed: di
                 "line",
                 "host",
                 "ts",
+                "ts_text",
                 "rank",
                 "op",
                 "caller",
@@ -198,7 +200,8 @@ def _summary_rows(rows: pl.DataFrame, parsed: dict) -> list[dict]:
         elif r["kind"] == "comms_op":
             op = fields
         elif r["owner"] in tables:
-            row = {"line": r["line"], "host": r["host"], "ts": r["ts"], "op": op.get("op"), "caller": op.get("caller")}
+            row = {"line": r["line"], "host": r["host"], "ts": r["ts"], "ts_text": r["ts_text"]}
+            row |= {"op": op.get("op"), "caller": op.get("caller")}
             row |= {"msg_bytes": fields["msg_bytes"], "count": fields["count"], "total_ms": fields["c1"]}
             if tables[r["owner"]]:
                 row |= {
@@ -239,6 +242,7 @@ def config(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
                 "line": r["line"],
                 "host": r["host"],
                 "ts": r["ts"],
+                "ts_text": r["ts_text"],
                 "engine": None if eng is None else str(eng),
                 "key": key,
                 "value": render(value),

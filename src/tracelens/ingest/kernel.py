@@ -95,6 +95,7 @@ COLUMNS = [
     "host",
     "ts",
     "ts_quality",
+    "ts_text",
     "zoned",
     "uptime_s",
     "kind",
@@ -169,9 +170,12 @@ def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
     )
     tag = pl.col("body").str.extract_groups(_DEVICE_TAG)
     xid = pl.col("body").str.extract(r"^NVRM: Xid \((?:PCI:)?([^)]*)\): (\d+)", 2).cast(pl.Int64, strict=False)
+    ts = pl.coalesce(ctime, iso_ts, stime)
+    syslog = pl.col("stime") + pl.when(pl.col("sfrac").is_not_null()).then("." + pl.col("sfrac")).otherwise(pl.lit(""))
     recs = recs.with_columns(
         kind=classify(pl.col("body")),
-        ts=pl.coalesce(ctime, iso_ts, stime),
+        ts=ts,
+        ts_text=pl.when(ts.is_not_null()).then(pl.coalesce("ctime", "iso", syslog)),  # as printed
         printed_zone=pl.col("iso").is_not_null() & iso_zoned,
         uptime_s=pl.coalesce(
             pl.col("up").cast(pl.Float64, strict=False), pl.col("kus").cast(pl.Float64, strict=False) / 1e6

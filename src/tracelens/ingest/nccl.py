@@ -301,24 +301,24 @@ _WRAPPER_TS = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?)"  # launche
 # pdsh's `host: `; a name is cut at its first dot as NCCL cuts its own (§1.1), an IPv4 address is kept whole
 _PDSH_HOST = r"^((?:\d+\.){3}\d+|[A-Za-z0-9][\w-]*)[\w.-]*: "
 
-RECORD_COLUMNS = ["idx", "prefix", "ts", "host", "pid", "tid", "cuda_dev", "level", "msg", "bad_number"]
+RECORD_COLUMNS = ["idx", "prefix", "ts", "ts_text", "host", "pid", "tid", "cuda_dev", "level", "msg", "bad_number"]
 
 
 def _split_prefix(records: pl.LazyFrame) -> pl.LazyFrame:
     """Take the timestamp out of `prefix` into `ts`: NCCL's own (2.26+) right before the record,
-    else a launcher's that carries a full date. Times are taken as printed, as UTC."""
+    else a launcher's that carries a full date. Times are taken as printed, as UTC; `ts_text` keeps
+    the printed text (tables.with_text)."""
     prefix = pl.col("prefix")
     nccl_ts = prefix.str.extract(_NCCL_TS)
-    ts_text = (
-        pl.coalesce(nccl_ts, prefix.str.extract(_WRAPPER_TS))
-        .str.replace_all(r"[T_]", " ")
-        .str.replace(",", ".", literal=True)
-    )
+    printed = pl.coalesce(nccl_ts, prefix.str.extract(_WRAPPER_TS))
+    ts_text = printed.str.replace_all(r"[T_]", " ").str.replace(",", ".", literal=True)
     ts_text = pl.when(ts_text.str.len_chars() == 16).then(ts_text + ":00").otherwise(ts_text)  # minutes only
     ts_text = within_datetime_range(ts_text)
+    ts = ts_text.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", time_zone="UTC", strict=False)
     return records.with_columns(
         prefix=pl.when(nccl_ts.is_not_null()).then(prefix.str.replace(_NCCL_TS, "")).otherwise(prefix),
-        ts=ts_text.str.to_datetime("%Y-%m-%d %H:%M:%S%.f", time_unit="ns", time_zone="UTC", strict=False),
+        ts=ts,
+        ts_text=pl.when(ts.is_not_null()).then(printed),
     )
 
 
@@ -672,7 +672,7 @@ def _with_fields(records: pl.DataFrame, parsed: dict[str, tuple[str, dict]]) -> 
 
 # ------------------------------------------------------------------ tables
 
-PROVENANCE = ["file", "line", "host", "ts", "ts_quality"]
+PROVENANCE = ["file", "line", "host", "ts", "ts_quality", "ts_text"]
 
 # ibv_wc_status (infiniband/verbs.h), for completion errors printed as a bare number.
 IBV_WC_STATUS = [

@@ -163,7 +163,11 @@ def _csv(lines: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
         values = {CSV_FIELDS[n]: cells[n] for n in names if n in CSV_FIELDS}
         typed = _typed(mine, values)
         if "timestamp" in cells:
-            typed = typed.with_columns(ts=local_time(cells["timestamp"], "%Y/%m/%d %H:%M:%S%.f"))
+            stamp = cells["timestamp"]
+            typed = typed.with_columns(
+                ts=local_time(stamp, "%Y/%m/%d %H:%M:%S%.f"),
+                ts_text=stamp.str.strip_chars(),  # as printed
+            )
         frames.append(typed.with_columns(source=pl.lit("query_csv")))
     orphans = blocks.filter(pl.col("kind") == "csv_row", pl.col("block").is_null())["line"].to_list()
     return _concat(frames), pl.Series(bad + orphans, dtype=pl.Int64)
@@ -187,11 +191,10 @@ def _dmon(lines: pl.DataFrame, file_day: datetime) -> tuple[pl.DataFrame, pl.Ser
         cells = {name: pl.col("parts").list.get(i) for i, name in enumerate(names)}
         typed = _typed(mine, {DMON_FIELDS[n]: cells[n] for n in names if n in DMON_FIELDS})
         if "Date" in cells and "Time" in cells:
-            typed = typed.with_columns(
-                ts=local_time(pl.concat_str([cells["Date"], cells["Time"]], separator=" "), "%Y%m%d %H:%M:%S")
-            )
+            printed = pl.concat_str([cells["Date"], cells["Time"]], separator=" ")  # the two cells as printed
+            typed = typed.with_columns(ts=local_time(printed, "%Y%m%d %H:%M:%S"), ts_text=printed)
         elif "Time" in cells:
-            typed = _on_day(typed, cells["Time"], file_day)
+            typed = _on_day(typed, cells["Time"], file_day).with_columns(ts_text=cells["Time"])  # a time of day
         frames.append(typed.with_columns(source=pl.lit("dmon")))
     orphans = blocks.filter(pl.col("kind") == "dmon_row", pl.col("block").is_null())["line"].to_list()
     return _concat(frames), pl.Series(bad + orphans, dtype=pl.Int64)

@@ -126,6 +126,7 @@ def ingest(source: InputFile) -> IngestResult:
         frame = provenance(source, rows, local_time(pl.col("wts"), "%Y-%m-%d %H:%M:%S,%3f")).with_columns(
             mtu=pl.col("mtu").str.extract(r"(\d+)", 1).cast(pl.Int32, strict=False),
             gid_index=pl.col("gid_index").cast(pl.Int32, strict=False),
+            ts_text=pl.col("wts").str.strip_chars(),  # the runner's stamp as printed (null: the `date` line's)
         )
         keep = [
             "file",
@@ -133,6 +134,7 @@ def ingest(source: InputFile) -> IngestResult:
             "host",
             "ts",
             "ts_quality",
+            "ts_text",
             "test",
             "device",
             "link_type",
