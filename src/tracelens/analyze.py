@@ -225,8 +225,8 @@ def run_rules(
     ctx: RunContext, rules: list[Rule], config: Config | None = None
 ) -> tuple[list[Finding], list[tuple[Rule, list[str]]]]:
     """Run every rule whose input is there, with the settings and severities of `config`; return the
-    findings and the rules that could not run (with the inputs that would let them). Findings are ordered by evidence score, then worst
-    first, causes before symptoms, then by rule id.
+    findings and the rules that could not run (with the inputs that would let them). Findings are
+    ordered by evidence score, then worst first, causes before symptoms, then by rule id.
 
     Only the correlation rules (TL41x) score their findings (see Finding.score): a finding
     that joins several sources into the cause of a slow window or a hang comes first. Among

@@ -70,7 +70,8 @@ def _split(values: list[str] | None, option: str) -> list[str]:
     unknown = [v for v in chosen if not _RULE_ID.match(v) or not any(i.startswith(v) for i in ids)]
     if unknown:
         raise _usage_error(
-            f"{option}: no rule {', '.join(map(repr, unknown))}; `tracelens rules` lists them (e.g. TL107, or TL1 for a family)"
+            f"{option}: no rule {', '.join(map(repr, unknown))}; "
+            "`tracelens rules` lists them (e.g. TL107, or TL1 for a family)"
         )
     return chosen
 
@@ -255,7 +256,10 @@ def analyze_cmd(
         str | None,
         typer.Option(
             "--tz",
-            help="Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: found against a capture's UTC times, else UTC.",
+            help=(
+                "Time zone of log timestamps printed without one (e.g. Europe/Berlin). Default: found against a "
+                "capture's UTC times, else UTC."
+            ),
         ),
     ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help=JOBS_HELP)] = CORES,
@@ -273,14 +277,20 @@ def analyze_cmd(
         Path | None,
         typer.Option(
             "--baseline",
-            help="A good run of the same job to compare with: the report adds what changed, ranked by the slowdown it explains.",
+            help=(
+                "A good run of the same job to compare with: the report "
+                "adds what changed, ranked by the slowdown it explains."
+            ),
         ),
     ] = None,
     ray: Annotated[
         str | None,
         typer.Option(
             "--ray",
-            help="Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this machine joined) or its address host:port. Needs tracelens[ray].",
+            help=(
+                "Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this "
+                "machine joined) or its address host:port. Needs tracelens[ray]."
+            ),
         ),
     ] = None,
     markdown: Annotated[
@@ -436,9 +446,12 @@ def tables_cmd(
     for err in (e for errs in inputs["errors"].to_list() for e in errs or []) if inputs.height else []:
         out.print(f"[red]error:[/] {escape(err)}", highlight=False)
     if not inputs.height or not int(inputs["parsed"].sum()):
-        out.print(
-            f"[red]Nothing readable:[/] {'no input contained evidence tracelens understands' if inputs.height else f'no file found in {escape(str(run))}'}."
+        why = (
+            "no input contained evidence tracelens understands"
+            if inputs.height
+            else f"no file found in {escape(str(run))}"
         )
+        out.print(f"[red]Nothing readable:[/] {why}.")
         raise typer.Exit(2)
 
 

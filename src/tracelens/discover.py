@@ -184,7 +184,8 @@ class _Budget:
             self.bytes += len(block)
             if self.bytes > self.limits.total_bytes:
                 raise CapReached(
-                    f"extracted data passed {_size(self.limits.total_bytes)} (total size cap; TRACELENS_MAX_EXTRACT_GB raises it)"
+                    f"extracted data passed {_size(self.limits.total_bytes)} (total size cap; "
+                    "TRACELENS_MAX_EXTRACT_GB raises it)"
                 )
             if written > self.limits.ratio_after and written > self.limits.ratio * max(compressed, 1):
                 raise _RatioExceeded(
@@ -282,7 +283,8 @@ class _Walker:
                 self.unreadable(label, f"damaged gzip file: {_reason(exc)}", rel)
                 return
             self.note(
-                f"{label}: damaged gzip file, read the {target.stat().st_size:,} bytes before the damage: {_reason(exc)}"
+                f"{label}: damaged gzip file, read the {target.stat().st_size:,} "
+                f"bytes before the damage: {_reason(exc)}"
             )
         _keep_mtime(target, path.stat().st_mtime)
         self.visit_file(target, f"{label}!{target.name}", rel.with_name(target.name), depth + 1)

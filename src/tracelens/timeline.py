@@ -124,7 +124,8 @@ def align(
     timeline.offsets = _clock_offsets(tables)
     applied = timeline.offsets.filter("applied")
     if applied.height:
-        # a host measured as one clock moves whole (its dumps and captures too); a host whose files disagree, file by file
+        # a host measured as one clock moves whole (its dumps and captures too); a host whose files
+        # disagree, file by file
         whole = timeline.offsets.group_by("host").len().filter(pl.col("len") == 1)["host"].to_list()
         by_host, by_file = applied.filter(pl.col("host").is_in(whole)), applied.filter(~pl.col("host").is_in(whole))
         file_key = pl.format("{}\x1f{}", "host", "file")
@@ -578,7 +579,8 @@ def _clock_offsets(tables: RunTables) -> pl.DataFrame:
         pl.col("host").is_in(list(captured)), "events", "host", "file", descending=[True, True, False, False]
     ).row(0, named=True)
     offset = pl.col("dev") - reference["dev"]
-    # the uncertainty of a median offset: the spread of the per-event deviations over sqrt(n), at least the evidence's resolution
+    # the uncertainty of a median offset: the spread of the per-event deviations over sqrt(n), at
+    # least the evidence's resolution
     uncertainty = pl.max_horizontal("resolution", 1.2533 * pl.col("spread") / pl.col("shared").cast(pl.Float64).sqrt())
     is_reference = (pl.col("host") == reference["host"]) & (pl.col("file") == reference["file"])
     # the same step numbers in logs that ran one after the other (a relaunch resumed from a checkpoint)

@@ -168,9 +168,9 @@ class Comparison:
             data["steps"] = {
                 "good": _pace_json(self.pace.good), "bad": _pace_json(self.pace.bad),
                 "delta_ms": round(self.pace.delta_ms, 1), "p": self.pace.p, "significant": self.pace.significant,
-                "slow_steps": {"threshold_ms": round(self.pace.slow_steps.threshold_ms, 1), "good": self.pace.slow_steps.good,
-                               "bad": self.pace.slow_steps.bad, "p": self.pace.slow_steps.p,
-                               "significant": self.pace.slow_steps.significant},
+                "slow_steps": {"threshold_ms": round(self.pace.slow_steps.threshold_ms, 1),
+                               "good": self.pace.slow_steps.good, "bad": self.pace.slow_steps.bad,
+                               "p": self.pace.slow_steps.p, "significant": self.pace.slow_steps.significant},
                 "phases": [{"phase": p.phase, "good_ms": round(p.good_ms, 1), "bad_ms": round(p.bad_ms, 1),
                             "delta_ms": round(p.delta_ms, 1), "p": p.p, "significant": p.significant}
                            for p in self.pace.phases],

@@ -76,7 +76,8 @@ def _nccl(tables: RunTables) -> pl.DataFrame:
     what = pl.col("what")
     inter = pl.col("transport").is_in(["NET", "COLLNET"])
     label = pl.concat_str(
-        pl.col("transport"), pl.when(pl.col("net").is_not_null()).then(pl.lit("/") + pl.col("net")).otherwise(pl.lit("")),
+        pl.col("transport"),
+        pl.when(pl.col("net").is_not_null()).then(pl.lit("/") + pl.col("net")).otherwise(pl.lit("")),
         pl.when(pl.col("gdr")).then(pl.lit("/GDRDMA")).otherwise(pl.lit("")),
     )  # fmt: skip
     parts = [

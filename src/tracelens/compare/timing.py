@@ -84,7 +84,8 @@ class SlowSteps:
     @property
     def text(self) -> str:
         return (f"{self.bad / max(1, self.bad_of):.0%} of the slow run's steps took over {self.threshold_ms:,.0f} ms "
-                f"({SLOW_STEP}x the good run's median), against {self.good / max(1, self.good_of):.0%} of the good run's")  # fmt: skip
+                f"({SLOW_STEP}x the good run's median), against "
+                f"{self.good / max(1, self.good_of):.0%} of the good run's")  # fmt: skip
 
 
 @dataclass(frozen=True)

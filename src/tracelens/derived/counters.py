@@ -38,7 +38,10 @@ PHYSICAL = (
 LINK_DOWN = r"^(?:LinkDownedCounter|link_down_events_phy)$"
 DISCARDS = r"^(?:PortXmitDiscards|rx_discards_phy|tx_discards_phy|rx_prio\d_(?:buf_discard|cong_discard|discards))$"
 WAIT = r"^(?:PortXmitWait|[rt]x_prio\d_pause_duration)$"
-SIGNALS = r"^(?:[rt]x_prio\d_pause|[rt]x_pause_ctrl_phy|np_cnp_sent|rp_cnp_handled|np_ecn_marked_roce_packets|rx_prio\d_marked)$"
+SIGNALS = (
+    r"^(?:[rt]x_prio\d_pause|[rt]x_pause_ctrl_phy|np_cnp_sent|"
+    r"rp_cnp_handled|np_ecn_marked_roce_packets|rx_prio\d_marked)$"
+)
 CONGESTION = f"{DISCARDS}|{WAIT}|{SIGNALS}"
 RDMA_ERRORS = (
     r"^(?:local_ack_timeout_err|out_of_sequence|packet_seq_err|implied_nak_seq_err|rnr_nak_retry_err"

@@ -41,7 +41,8 @@ CAUSES = {
 
 _NCCL_CAUSE = {
     "ib_completion": "link", "ib_async_event": "link",
-    "watchdog_timeout": "stall", "blocking_wait_timeout": "stall", "watchdog_exception": "stall", "watchdog_abort": "stall",
+    "watchdog_timeout": "stall", "blocking_wait_timeout": "stall", "watchdog_exception": "stall",
+    "watchdog_abort": "stall",
 }  # fmt: skip
 _COUNTER_CAUSE = {
     "link down": "link",
@@ -53,7 +54,9 @@ _COUNTER_CAUSE = {
 }
 _PACKET_CAUSE = {
     "NAK (PSN sequence error)": "link", "PSN gap": "link", "RoCE retransmission": "link", "TCP retransmission": "link",
-    "NAK (other)": "failure", "CNP": "congestion", "ECN-CE": "congestion", "RNR NAK": "receiver", "zero window": "receiver",
+    "NAK (other)": "failure",
+    "CNP": "congestion", "ECN-CE": "congestion",
+    "RNR NAK": "receiver", "zero window": "receiver",
 }  # fmt: skip
 _KERNEL_CAUSE = {"link_down": "link", "tx_timeout": "link", "nic_error": "failure"}
 BLOCKED_NOTED = 0.01  # PortXmitWait or pause time under this share of an interval is normal

@@ -39,7 +39,10 @@ _LIBRARY = re.compile(
 WHERE = {  # (kind, pattern over "function file") in order of precedence; the first that matches names it
     "a checkpoint write": r"checkpoint|ckpt|torch/serialization|save_state|(?:^|\W)save(?:_\w+)?\s",
     "the data loader": r"dataloader|data_loader|_next_data|__next__ |next_batch|[Ll]oader\.|fetch|_get_batch|collate",
-    "a collective": r"distributed_c10d|c10d::|ProcessGroup|gloo::|nccl|all_reduce|allreduce|broadcast|barrier|all_gather|reduce_scatter",
+    "a collective": (
+        r"distributed_c10d|c10d::|ProcessGroup|gloo::|nccl|all_reduce"
+        r"|allreduce|broadcast|barrier|all_gather|reduce_scatter"
+    ),
 }
 _SKIP_OPS = re.compile(r"all_to_all|_v$|coalesced|^scatter$|^gather$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
@@ -451,7 +454,10 @@ def _locate(t: RunTables, fr: pl.DataFrame, hung: list[Stuck], rank: int, why: s
         where = where_kind(stack["frames"], stack["exception"])
         pending = [m.entry for s in hung for m in s.members if m.rank == rank and m.doing == "waiting" and m.entry]
         if where == "a collective" and pending:
-            where = f"a collective: {pending[0]['profiling_name']} #{pending[0]['collective_seq_id']} of process group {pending[0]['pg']}"
+            where = (
+                f"a collective: {pending[0]['profiling_name']} "
+                f"#{pending[0]['collective_seq_id']} of process group {pending[0]['pg']}"
+            )
         text = (
             f"{stack['tool']} of rank {rank}"
             + (f" ({stack['thread_name']})" if stack["thread_name"] else "")
@@ -462,7 +468,10 @@ def _locate(t: RunTables, fr: pl.DataFrame, hung: list[Stuck], rank: int, why: s
     if mine:
         entry = mine[0]
         frame = call_site(entry["frames"])
-        text = f"rank {rank} waits in {entry['profiling_name']} #{entry['collective_seq_id']} of process group {entry['pg']} at {frame_text(frame)}"
+        text = (
+            f"rank {rank} waits in {entry['profiling_name']} #{entry['collective_seq_id']} of process group "
+            f"{entry['pg']} at {frame_text(frame)}"
+        )
         return Stop(
             rank, why, "a collective", frame, ({"file": entry["file"], "line": entry["line"], "text": text},), at
         )

@@ -27,8 +27,8 @@ INCIDENT_KINDS = (
 )
 KIND_TEXT = {
     "link_down": "link down", "link_up": "link up", "tx_timeout": "NIC transmit timeout", "pcie_aer": "PCIe AER error",
-    "xid": "GPU Xid error", "nic_error": "NIC firmware/health error", "oom_kill": "OOM kill", "soft_lockup": "CPU soft lockup",
-    "hung_task": "hung task",
+    "xid": "GPU Xid error", "nic_error": "NIC firmware/health error", "oom_kill": "OOM kill",
+    "soft_lockup": "CPU soft lockup", "hung_task": "hung task",
 }  # fmt: skip
 
 

@@ -38,7 +38,8 @@ EVIDENCE_ROWS = 5
 PACKET_SIGNALS = {  # what, cause, event kinds
     "tcp": [("loss-driven TCP retransmissions", "link", (TCP_LOSS,)),
             ("TCP retransmissions of any kind", None, (TCP_LOSS, TCP_PROBE, TCP_SPURIOUS))],
-    "roce": [("RoCE NAKs, PSN gaps and resends", "link", ("NAK (PSN sequence error)", "PSN gap", "RoCE retransmission")),
+    "roce": [("RoCE NAKs, PSN gaps and resends", "link",
+              ("NAK (PSN sequence error)", "PSN gap", "RoCE retransmission")),
              ("CNPs and ECN-CE marks", "congestion", ("CNP", "ECN-CE")),
              ("RNR NAKs", "receiver", ("RNR NAK",))],
 }  # fmt: skip
@@ -180,7 +181,8 @@ def dense_extent(times: pl.Series, begin: datetime, end: datetime) -> tuple[date
         near.is_between(origin + timedelta(seconds=float(first[best])), origin + timedelta(seconds=float(last[best])))
     )
     if inside.len() < 2 or (inside.max() - inside.min()) / (inside.len() - 1) > SAMPLED_GAP:
-        return None  # events this far apart (a dozen kernel records in minutes) place its edges no better than their spacing
+        # events this far apart (a dozen kernel records in minutes) place its edges no better than their spacing
+        return None
     return inside.min(), inside.max()
 
 
@@ -551,8 +553,8 @@ def step_signals(series: pl.DataFrame, begin: datetime, end: datetime, limits: B
             verdict = "rose" if level.rose else "no rise"
             how = f"{ratio:.2f}x" if ratio is not None else "n/a"
             text = (
-                f"{who}: {what} {level.inside:.0f} ms per step{' on average' if cause == 'between' else ''} in the window vs {level.outside:.0f} ms outside it "
-                f"({how}): {verdict}"
+                f"{who}: {what} {level.inside:.0f} ms per step{' on average' if cause == 'between' else ''} in the "
+                f"window vs {level.outside:.0f} ms outside it ({how}): {verdict}"
             )
             if cause == "compute" and level.rose:
                 text += _phases(inside, outside)

@@ -212,17 +212,25 @@ BLOCKS: dict[str, tuple[pl.Expr, dict[str, str]]] = {
 
 N = r"(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 HOT: dict[str, str] = {
-    "progress": rf"^(?:rank:(?P<rank0>\d+) )?step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\[(?P<lr>{N})?[^\]]*\], mom=\[.*\] *$",
+    "progress": (
+        r"^(?:rank:(?P<rank0>\d+) )?step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\["
+        rf"(?P<lr>{N})?[^\]]*\], mom=\[.*\] *$"
+    ),
     "timers": rf"^(?:rank=(?P<rank0>-?\d+) )?time \(ms\)(?: \| [A-Za-z_][\w.]*: {N})+ *$",
     "throughput": (
-        rf"^(?:epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+)|(?P<epoch_v07>\d+)/(?P<step_v07>\d+)), "
+        r"^(?:epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+)"
+        r"|(?P<epoch_v07>\d+)/(?P<step_v07>\d+)), "
         rf"(?:RunningAvgSamplesPerSec=(?P<avg>{N}), CurrSamplesPerSec=(?P<curr>{N})|SamplesPerSec=(?P<avg_v06>{N}))"
         rf"(?:, MemAllocated={N}GB, MaxMemAllocated={N}GB)?(?:, vm percent: {N}, swap percent: {N})? *$"
     ),
-    "pipe_step": rf"^steps: (?P<step>\d+) loss: {N}(?: [A-Za-z_][\w.]*: {N})* iter time \(s\): (?P<iter_s>{N}) samples/sec: (?P<sps>{N}) *$",
+    "pipe_step": (
+        rf"^steps: (?P<step>\d+) loss: {N}(?: [A-Za-z_][\w.]*: {N})* iter time \(s\): "
+        rf"(?P<iter_s>{N}) samples/sec: (?P<sps>{N}) *$"
+    ),
     "iteration": r"^ *iteration +(?P<step>\d+)/ *\d+ *(?:\| *[A-Za-z][^:|]*:[^|]+)*\|? *$",
     "comm_op": (
-        rf"^(?:rank=(?P<rank0>-?\d+) \| )?comm op: (?P<op>[A-Za-z_][\w.]*)(?: \| \[Caller Func: (?P<caller>[^\]\s]+)\])?"
+        r"^(?:rank=(?P<rank0>-?\d+) \| )?comm op: (?P<op>[A-Za-z_][\w.]*)"
+        r"(?: \| \[Caller Func: (?P<caller>[^\]\s]+)\])?"
         rf" \| time \(ms\): (?P<latency>{N}) \| msg size: (?P<size>{N}) ?(?P<unit>[KMGTPEZY]?B)"
         rf" \| algbw \(Gbps\): (?P<algbw>{N}) +\| busbw \(Gbps\): (?P<busbw>{N}) *$"
     ),

@@ -84,7 +84,8 @@ def ingest(source: InputFile) -> IngestResult:
         result.account.errors.append(f"{source.name}: {len(listed):,} entries, only the first {MAX_ENTRIES:,} are read")
     if rank is None:
         result.account.errors.append(
-            f"{source.name}: no rank in the file name (like fr_trace_rank_3); its entries are read but belong to no rank"
+            f"{source.name}: no rank in the file name (like "
+            "fr_trace_rank_3); its entries are read but belong to no rank"
         )
     frame = entry_frame(rows)
     result.add("fr_entries", frame)
@@ -336,7 +337,8 @@ def _entry_row(i: int, e: dict, status_of: dict, dump: dict, rank: int | None, f
     progress = status_of.get(str(pg_id)) or status_of.get(pg_name or "")
     return {
         "file": file, "line": None, "host": None,
-        "rank": rank, "record_id": _strict_int(e.get("record_id", i)), "pg_id": pg_id, "pg_name": pg_name, "pg_desc": pg_desc,
+        "rank": rank, "record_id": _strict_int(e.get("record_id", i)),
+        "pg_id": pg_id, "pg_name": pg_name, "pg_desc": pg_desc,
         "collective_seq_id": seq, "p2p_seq_id": _strict_int(e.get("p2p_seq_id")), "op_id": _strict_int(e.get("op_id")),
         "profiling_name": profiling_name, "backend": backend, "op": op, "is_p2p": is_p2p,
         "state": _text(e.get("state")), "status": _status(e, seq, progress if isinstance(progress, dict) else None),
@@ -347,7 +349,8 @@ def _entry_row(i: int, e: dict, status_of: dict, dump: dict, rank: int | None, f
         "time_discovered_started_ns": _nonzero(e.get("time_discovered_started_ns")),
         "time_discovered_completed_ns": _nonzero(e.get("time_discovered_completed_ns")),
         "duration_ms": _float(e.get("duration_ms")), "timeout_ms": _strict_int(e.get("timeout_ms")),
-        "thread_name": _text(e.get("thread_name")), "thread_id": None if e.get("thread_id") is None else str(e.get("thread_id")),
+        "thread_name": _text(e.get("thread_name")),
+        "thread_id": None if e.get("thread_id") is None else str(e.get("thread_id")),
         "frames": _frames(e.get("frames")), "version": str(dump.get("version", "")) or None, "encoding": encoding,
     }  # fmt: skip
 
@@ -405,6 +408,7 @@ def group_frame(dump: dict, entries: pl.DataFrame, rank: int | None, file: str) 
             g["last_completed"] = _int(st.get("last_completed_collective"))
     rows = [{"file": file, "line": None, "host": None, "ts": None, "ts_quality": "none", "rank": rank, "ranks": None,
              "last_enqueued": None, "last_started": None, "last_completed": None, **g,
-             "version": str(dump.get("version", "")) or None, "comm_lib_version": str(dump.get("comm_lib_version") or "") or None}
+             "version": str(dump.get("version", "")) or None,
+             "comm_lib_version": str(dump.get("comm_lib_version") or "") or None}
             for g in groups.values()]  # fmt: skip
     return pl.DataFrame(rows, schema_overrides={"ranks": pl.List(pl.Int64)}, infer_schema_length=None)

@@ -50,21 +50,24 @@ _BLOCK = re.compile(
 )
 _FIELD = re.compile(
     r"^(?P<key>internal record id|group info|collective|missing ranks|input sizes|output sizes|world size|"
-    r"expected ranks|collective state|error msg|total input numel|total output numel|collective stack trace):\s?(?P<value>.*)$"
+    r"expected ranks|collective state|error msg|total input numel|total output numel|collective stack trace)"
+    r":\s?(?P<value>.*)$"
 )
 _FRAME = re.compile(r"^\s*(?P<name>\S.*?) at (?P<file>.+?):(?P<line>\d+)\s*$")
 _CULPRIT = re.compile(
     r"Culprit rank (?P<rank>\d+); Error type: (?P<kind>\w+)(?:, (?P<detail>[^;]*?))?(?=, Culprit rank|$)"
 )
 _FOUND = re.compile(
-    r"found (?:collective type: '(?P<op>[^']*)'|input sizes: '(?P<inp>[^']*)'|output sizes: '(?P<out>[^']*)'|state: '(?P<state>[^']*)')"
+    r"found (?:collective type: '(?P<op>[^']*)'|input sizes: '(?P<inp>[^']*)'"
+    r"|output sizes: '(?P<out>[^']*)'|state: '(?P<state>[^']*)')"
 )
 _HEADER = re.compile(r"^\s*Rank \d+(?:\s+Rank \d+)*\s*$")
 # 2.6+: an entry it cannot match because some ranks' dumps are missing (a killed or crashed rank)
 _NO_DUMP = re.compile(r"missed FR dumps from ranks \((?P<ranks>[^)]*)\)")
 _CELL = re.compile(r"^(?P<op>\w+)\((?P<args>.*)\)$")
 _ARG = re.compile(
-    r"(?P<key>collective_seq_id \| p2p_seq_id|input_sizes|output_sizes|input_dtypes|output_dtypes|state|pg_name|pg_description|timestamp_created)=(?P<value>\[.*?\]\]?|[^,]*)(?=, |$)"
+    r"(?P<key>collective_seq_id \| p2p_seq_id|input_sizes|output_sizes|input_dtypes|output_dtypes|state|pg_name|"
+    r"pg_description|timestamp_created)=(?P<value>\[.*?\]\]?|[^,]*)(?=, |$)"
 )
 
 
@@ -120,9 +123,11 @@ class _Reader:
         base = {
             "file": self.source.name, "line": start, "host": None, "ts": None, "ts_quality": "none",
             "record_id": int(fields["internal record id"]) if fields.get("internal record id", "").isdigit() else None,
-            "pg_id": int(pg_name) if pg_name.isdigit() else None, "pg_name": pg_name or None, "pg_desc": pg_desc or None,
+            "pg_id": int(pg_name) if pg_name.isdigit() else None,
+            "pg_name": pg_name or None, "pg_desc": pg_desc or None,
             "collective_seq_id": seq, "profiling_name": fields.get("collective"), "backend": backend, "op": op,
-            "is_p2p": op in ("send", "recv"), "state": fields.get("collective state"), "status": fields.get("collective state"),
+            "is_p2p": op in ("send", "recv"),
+            "state": fields.get("collective state"), "status": fields.get("collective state"),
             "input_sizes": fields.get("input sizes"), "output_sizes": fields.get("output sizes"),
             "frames": frames, "encoding": "analyzer text",
         }  # fmt: skip
@@ -193,10 +198,12 @@ class _Reader:
                     "record_id": order, "op": m.group("op"), "is_p2p": m.group("op") in ("send", "recv"),
                     "collective_seq_id": int(seq) if seq and seq.isdigit() else None,
                     "pg_name": args.get("pg_name"), "pg_desc": args.get("pg_description"),
-                    "pg_id": int(args["pg_name"]) if args.get("pg_name", "").isdigit() and len(args["pg_name"]) < 10 else None,
+                    "pg_id": (int(args["pg_name"])
+                              if args.get("pg_name", "").isdigit() and len(args["pg_name"]) < 10 else None),
                     "input_sizes": args.get("input_sizes"), "output_sizes": args.get("output_sizes"),
                     "input_dtypes": args.get("input_dtypes"), "output_dtypes": args.get("output_dtypes"),
-                    "state": args.get("state"), "status": args.get("state"), "frames": [], "encoding": "analyzer listing",
+                    "state": args.get("state"), "status": args.get("state"),
+                    "frames": [], "encoding": "analyzer listing",
                 })  # fmt: skip
 
 

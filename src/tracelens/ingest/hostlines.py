@@ -108,10 +108,11 @@ def local_time(text: pl.Expr, fmt: str) -> pl.Expr:
 
 
 class TemplateGrammar:
-    """A lark grammar of a format's line kinds, applied to line templates: numbers that start a word masked to 0 (`inet6` and `mlx5_0` keep theirs),
-    so that a loop's thousands of lines cost one parse per distinct template. Earley, because
-    the kinds of a free-form tool output share terminals; the parse says the kind, the values
-    are then taken from every line of that kind with vectorized splits."""
+    """A lark grammar of a format's line kinds, applied to line templates: numbers that start
+    a word masked to 0 (`inet6` and `mlx5_0` keep theirs), so that a loop's thousands of lines
+    cost one parse per distinct template. Earley, because the kinds of a free-form tool output
+    share terminals; the parse says the kind, the values are then taken from every line of that
+    kind with vectorized splits."""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -208,7 +208,10 @@ class _Listing:
 
     def _rdma_link(self, line: dict, text: str):
         m = re.match(
-            r"\s*link (?P<ca>[\w-]+)/(?P<port>\d+) state (?P<state>\S+)(?: physical_state (?P<phys>\S+))?(?: netdev (?P<nd>\S+))?",
+            (
+                r"\s*link (?P<ca>[\w-]+)/(?P<port>\d+) state (?P<state>\S+)"
+                r"(?: physical_state (?P<phys>\S+))?(?: netdev (?P<nd>\S+))?"
+            ),
             text,
         )
         if not m:

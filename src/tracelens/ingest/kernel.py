@@ -39,8 +39,10 @@ _PREFIX = (
     r"\s?(?P<body>.*)$"
 )
 _SNIFF = LineStart(
-    rb"(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
-    rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: |-- (?:Logs begin|Journal begins|Boot [0-9a-f]))"
+    rb"(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |"
+    rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
+    rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: "
+    rb"|-- (?:Logs begin|Journal begins|Boot [0-9a-f]))"
 )
 _JOURNAL_BANNER = (
     r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot) .*--?\s*$|^-- No entries --$"
@@ -70,7 +72,10 @@ KINDS = [
     ("hung_task", r"^INFO: task "),
     (
         "nic_error",
-        r"(?i)^[\w-]+ [0-9a-fA-F:.]+.*(?:health compromised|FW fatal|firmware fatal|fatal error|PCI channel offline|command timeout)",
+        (
+            r"(?i)^[\w-]+ [0-9a-fA-F:.]+.*(?:health compromised|FW fatal|firmware fatal|fatal error|"
+            r"PCI channel offline|command timeout)"
+        ),
     ),
 ]
 
@@ -115,12 +120,14 @@ XID_MEANINGS = {
     45: "Preemptive cleanup after earlier errors (the process was killed or a previous Xid)",
     48: "Double-bit ECC error (uncorrectable memory error)", 61: "Internal micro-controller breakpoint/warning",
     62: "Internal micro-controller halt", 63: "ECC page retirement or row remapping recorded",
-    64: "ECC page retirement or row remapping failed", 68: "Video processor exception", 69: "Graphics Engine class error",
+    64: "ECC page retirement or row remapping failed", 68: "Video processor exception",
+    69: "Graphics Engine class error",
     74: "NVLink error", 79: "GPU has fallen off the bus (PCIe link lost)", 92: "High single-bit ECC error rate",
     94: "Contained ECC error", 95: "Uncontained ECC error", 109: "Context switch timeout", 119: "GSP RPC timeout",
     120: "GSP error", 121: "C2C link error", 123: "SPDM failure", 140: "Unrecovered ECC error",
     143: "GPU initialization failure", 144: "NVLink error (SAW)", 145: "NVLink error (RLW)", 146: "NVLink error (TLW)",
-    147: "NVLink error (TREX)", 148: "NVLink error (NVLPW control)", 149: "NVLink error (NETIR)", 150: "NVLink error (MSE)",
+    147: "NVLink error (TREX)", 148: "NVLink error (NVLPW control)", 149: "NVLink error (NETIR)",
+    150: "NVLink error (MSE)",
     154: "GPU recovery action changed (reset or reboot needed)",
 }  # fmt: skip
 

@@ -164,7 +164,10 @@ VECTOR_KINDS: list[tuple[str, list[str], str]] = [
     (
         "coll_op",
         [": opCount "],
-        r"^(?:AllReduce|AllGather|ReduceScatter|Reduce|Broadcast|Send|Recv|AllToAll|Gather|Scatter)\w*: opCount [0-9a-f]+ \S",
+        (
+            r"^(?:AllReduce|AllGather|ReduceScatter|Reduce|Broadcast|Send|Recv|AllToAll|Gather|Scatter)\w*"
+            r": opCount [0-9a-f]+ \S"
+        ),
     ),
     (
         "channel_conn",
@@ -177,14 +180,18 @@ VECTOR_KINDS: list[tuple[str, list[str], str]] = [
     (
         "channel_conn",
         [" via COLLNET"],
-        r"^(?:CollNet|Coll) (?P<channel>\d+)(?:/(?P<conn>\d+))? : (?P<src_rank>\d+)(?: \[(?P<direction>send|receive)\])? via "
+        (
+            r"^(?:CollNet|Coll) (?P<channel>\d+)(?:/(?P<conn>\d+))? : (?P<src_rank>\d+)"
+            r"(?: \[(?P<direction>send|receive)\])? via "
+        )
         + _VIA
         + "$",
     ),
     (
         "error_propagation",
         [" -> "],
-        r"^(?P<src_file>[\w./+-]+\.(?:cc|c|cu|h|hpp|cpp)):(?P<src_line>\d+) -> (?P<result>\d+)(?: \((?P<strerror>[^)]*)\))?"
+        r"^(?P<src_file>[\w./+-]+\.(?:cc|c|cu|h|hpp|cpp)):"
+        r"(?P<src_line>\d+) -> (?P<result>\d+)(?: \((?P<strerror>[^)]*)\))?"
         r"(?: (?P<thread_tag>\[(?:Async thread|Proxy Thread|Progress Thread|Service thread)\]))?$",
     ),
     ("comm_init", [" - Init "], _COMM + _SPLIT + _COMM_HASH + _SPLIT + r" - Init (?P<comm_event>START|COMPLETE)$"),
@@ -274,7 +281,8 @@ _PYTORCH = (
     r"(?:ProcessGroupNCCL|NCCLUtils)\.[ch]pp:\d+\] ?(?P<msg>.*)$"
 )
 _PYTORCH_ERROR = (
-    r"^(?P<prefix>.*?)(?P<msg>(?:[\w.]*Error: NCCL error in: |nccl(?:System|Remote|Internal|UnhandledCuda|InvalidArgument"
+    r"^(?P<prefix>.*?)(?P<msg>(?:[\w.]*Error: NCCL error in: "
+    r"|nccl(?:System|Remote|Internal|UnhandledCuda|InvalidArgument"
     r"|InvalidUsage|InProgress)(?:Error)?: ).*)$"
 )
 _BARE_VERSION = r"^(?P<prefix>.*?)(?P<msg>NCCL version \d\S*)$"
@@ -413,7 +421,8 @@ def _quoted_errors(lines: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
-    """PyTorch ProcessGroupNCCL records, PyTorch's NCCL errors and the WARNs they quote, and bare `NCCL version` lines."""
+    """PyTorch ProcessGroupNCCL records, PyTorch's NCCL errors and the WARNs they quote, and bare
+    `NCCL version` lines."""
     text = pl.col("text")
     none = {
         c: pl.lit(None, dtype=t)
@@ -733,7 +742,8 @@ def _channels(records: pl.DataFrame) -> pl.DataFrame:
     return records.filter(pl.col("kind") == "channel_conn").select(
         *PROVENANCE, "pid",
         channel=pl.col("channel").cast(pl.Int32, strict=False), conn=pl.col("conn").cast(pl.Int32, strict=False),
-        src_rank=pl.col("src_rank").cast(pl.Int64, strict=False), dst_rank=pl.col("dst_rank").cast(pl.Int64, strict=False),
+        src_rank=pl.col("src_rank").cast(pl.Int64, strict=False),
+        dst_rank=pl.col("dst_rank").cast(pl.Int64, strict=False),
         src_dev="src_dev", dst_dev="dst_dev", direction="direction", transport=transport,
         net=net.struct.field("net"), nic=net.struct.field("nic").cast(pl.Int32, strict=False),
         proxy_rank=net.struct.field("proxy_rank").cast(pl.Int64, strict=False),
@@ -770,8 +780,10 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
     base = [*PROVENANCE, "pid"]
     iface_what = {"bootstrap_ifs": "bootstrap_if", "socket_ifs": "socket_if", "net_if": "socket_if"}
     ifaces = pl.concat([
-        records.filter(kind.is_in(list(iface_what))).select(*base, what=kind.replace_strict(iface_what), iface="ifaddr").explode("iface"),
-        records.filter(pl.col("oob").is_not_null()).select(*base, what=pl.lit("oob_if"), iface=pl.concat_list("oob")).explode("iface"),
+        records.filter(kind.is_in(list(iface_what)))
+        .select(*base, what=kind.replace_strict(iface_what), iface="ifaddr").explode("iface"),
+        records.filter(pl.col("oob").is_not_null())
+        .select(*base, what=pl.lit("oob_if"), iface=pl.concat_list("oob")).explode("iface"),
     ])  # fmt: skip
     iface = pl.col("iface").str.extract_groups(r"^(?P<name>[^:]+):(?P<address>.*)<\d+>$")
     dev = pl.col("dev").str.extract_groups(r"^(?P<name>[^:]+)(?::[^:]+)?:(?P<port>\d+)/(?P<link_layer>[A-Za-z]+)")
@@ -789,7 +801,9 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
             *base, what=pl.lit("ib_device"), name=dev.struct.field("name"),
             port=dev.struct.field("port").cast(pl.Int32, strict=False), link_layer=dev.struct.field("link_layer"),
         ),
-        records.filter(kind.is_in(list(missing))).select(*base, what=pl.lit("ib_missing"), name=kind.replace_strict(missing)),
+        records.filter(kind.is_in(list(missing))).select(
+            *base, what=pl.lit("ib_missing"), name=kind.replace_strict(missing)
+        ),
         records.filter(kind.is_in(["gdr_hca", "gdr_gpu"]) & (pl.col("gdr_net").fill_null("") != "Socket")).select(
             *base, what=pl.lit("gdr_") + pl.col("gdr_state").str.to_lowercase(), name="gdr_name"
         ),
@@ -825,15 +839,18 @@ def _errors(records: pl.DataFrame) -> pl.DataFrame:
     return errors.select(
         *PROVENANCE, "pid", "tid",
         kind=pl.when(kind == "pt_watchdog_terminated").then(terminated)
-        .when(kind.is_in(["cuda_failure", "pt_cuda_error", "pt_nccl_error"]) & pl.col("msg").str.contains(_OUT_OF_MEMORY)).then(pl.lit("oom"))
+        .when(kind.is_in(["cuda_failure", "pt_cuda_error", "pt_nccl_error"])
+              & pl.col("msg").str.contains(_OUT_OF_MEMORY)).then(pl.lit("oom"))
         .when((kind == "pt_nccl_error") & pl.col("msg").str.contains(_CUDA_RESULT)).then(pl.lit("cuda"))
         .otherwise(kind.replace_strict(ERROR_KINDS, default="warn")),
         async_event=pl.when(kind == "ib_fatal").then(pl.lit("communicator fatal error")).otherwise("async_event"),
         status=status, status_name=status_name,
-        opcode=pl.col("opcode").cast(pl.Int64, strict=False), vendor_err=pl.col("vendor_err").cast(pl.Int64, strict=False), peer="peer",
+        opcode=pl.col("opcode").cast(pl.Int64, strict=False),
+        vendor_err=pl.col("vendor_err").cast(pl.Int64, strict=False), peer="peer",
         rank=pl.when(kind.str.starts_with("pt_")).then(pl.col("rank").cast(pl.Int64, strict=False)),
         seq=pl.col("seq").cast(pl.Int64, strict=False), op_type="op_type",
-        timeout_ms=pl.col("timeout_ms").cast(pl.Int64, strict=False), ran_ms=pl.col("ran_ms").cast(pl.Int64, strict=False), message="msg",
+        timeout_ms=pl.col("timeout_ms").cast(pl.Int64, strict=False),
+        ran_ms=pl.col("ran_ms").cast(pl.Int64, strict=False), message="msg",
     )  # fmt: skip
 
 

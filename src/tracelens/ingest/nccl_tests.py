@@ -21,12 +21,13 @@ from tracelens.ingest.lines import NOT_MINE, PARSED, UNRECOGNIZED
 PREFIX = r"^(?P<prefix>(?:\[\d+,\d+\]<std(?:out|err)>:|[\w.-]+: )?)"
 _ROW = PREFIX + r"\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<dtype>[a-z][a-z0-9_]*)\s+(?P<rest>(?:\S+\s+){7,9}\S+)\s*$"
 _HEADER = PREFIX + (
-    r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:size|\(B\)|out-of-place)\b| Out of bounds values| Avg bus bandwidth"
+    r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:size|\(B\)|out-of-place)\b| Out of bounds values"
+    r"| Avg bus bandwidth"
     r"| nccl-tests version| Collective test (?:starting|concluded)| Rank lists? (?:trimmed|shortened)|\s+\.\.\.)"
 )
-_RANK = (
-    PREFIX
-    + r"#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(?P<gpu>.*?)\s*$"
+_RANK = PREFIX + (
+    r"#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+\d+\s+on\s+"
+    r"(?P<host>\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(?P<gpu>.*?)\s*$"
 )
 _AVG = PREFIX + r"# Avg bus bandwidth\s*:\s*(?P<avg>[\d.]+)"
 _TEST = r"\b(?P<test>[a-z_]+_perf)\b"

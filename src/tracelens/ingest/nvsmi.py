@@ -99,7 +99,10 @@ THROTTLE_BITS = {
 }
 
 _NUMBER = r"^\s*\[?(-?\d+(?:\.\d+)?(?:e[+-]?\d+)?)\]?\s*(?:%|W|MHz|MiB|C)?\s*$"
-_HEAD = r"^\|\s*(?P<gpu>\d+)\s+(?P<name>.+?)\s+(?:On|Off)\s*\|\s*(?P<bus_id>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)"
+_HEAD = (
+    r"^\|\s*(?P<gpu>\d+)\s+(?P<name>.+?)\s+(?:On|Off)\s*\|\s*"
+    r"(?P<bus_id>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)"
+)
 _STATS = (
     r"^\|\s*\S+\s+(?P<temp_c>\d+|N/A|ERR!)C?\s+(?P<pstate>P\d+|N/A|ERR!)\s+(?P<power_w>[\d.]+|N/A|ERR!)W?\s*/\s*"
     r"(?P<power_cap_w>[\d.]+|N/A|ERR!)W?\s*\|\s*(?P<mem_used_mib>\d+|N/A)(?:MiB)?\s*/\s*(?P<mem_total_mib>\d+|N/A)(?:MiB)?\s*\|"

@@ -32,7 +32,8 @@ PRIORITY = 93
 
 GRAMMAR = TemplateGrammar("perftest")
 _SNIFF = re.compile(
-    rb"(?:RDMA_Write|RDMA_Read|Send|Atomic\w*|Write|Read) (?:BW|Latency|Lat) Test|#bytes\s+#iterations\s+(?:BW peak|t_min)"
+    rb"(?:RDMA_Write|RDMA_Read|Send|Atomic\w*|Write|Read) (?:BW|Latency|Lat) Test"
+    rb"|#bytes\s+#iterations\s+(?:BW peak|t_min)"
 )
 _WRAPPER = r"^(?P<wts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+\s+L\d+\s+\w+\| ?(?P<stdout>\[std(?:out|err)\] ?)?"
 _ATTRS = {"Device": "device", "Link type": "link_type", "Mtu": "mtu", "GID index": "gid_index"}

@@ -33,7 +33,8 @@ _TAG = r"^(?:[\w.-]+: )?(?:\[(?:rank|default)?\s*(?P<tag>\d+)\]:\s?)?"
 CANDIDATE = (
     r"^(?:[\w.-]+: )?(?:\[[^\]]*\]:\s?)?(?:"
     r"Process \d+: |Python v\d|Thread (?:0x[0-9A-Fa-f]+|\d+) \(|Current thread 0x|Stack \(most recent|Stack dump for |"
-    r"Traceback \(most recent call last\)|terminate called after|\s*what\(\):|\s+File \"|(?:\t ?| {4}).+\)\s*$|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout)\w*(?::|$))"
+    r"Traceback \(most recent call last\)|terminate called after|\s*what\(\):|\s+File \"|"
+    r"(?:\t ?| {4}).+\)\s*$|[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout)\w*(?::|$))"
 )
 _PROCESS = re.compile(r"^Process (?P<pid>\d+): (?P<cmd>.*)$")
 _PYTHON = re.compile(r"^Python v\d")
@@ -174,8 +175,9 @@ class StackParser:
             frames = list(reversed(b.frames)) if b.tool == "traceback" else b.frames  # innermost first
             rows.append({
                 "file": self.source.name, "line": b.first, "host": None, "ts": None, "ts_quality": "none",
-                "rank": b.rank, "pid": b.pid, "process": b.process, "thread_id": b.thread_id, "thread_name": b.thread_name,
-                "thread_state": b.thread_state, "tool": b.tool, "frames": frames, "exception": b.exception,
+                "rank": b.rank, "pid": b.pid, "process": b.process,
+                "thread_id": b.thread_id, "thread_name": b.thread_name, "thread_state": b.thread_state,
+                "tool": b.tool, "frames": frames, "exception": b.exception,
             })  # fmt: skip
         if rows:
             result.add("stacks", pl.DataFrame(rows, schema_overrides={"frames": FRAME_TYPE}, infer_schema_length=None))

@@ -154,10 +154,13 @@ class CaptureReader:
                 )
                 why = (
                     "the file header's byte order does not match its records' (the header says "
-                    f"{'little' if caplen_at.__self__.format[0] == '<' else 'big'}-endian; the records read as the other), "
-                    "so no packet can be read: the capture was damaged or its header rewritten"
+                    f"{'little' if caplen_at.__self__.format[0] == '<' else 'big'}-endian; the records read as the "
+                    "other), so no packet can be read: the capture was damaged or its header rewritten"
                     if kept == 0 and swapped <= MAX_CAPLEN
-                    else f"record at byte {pos} (frame {kept + 1}) claims {caplen} captured bytes, so the file is corrupt from there"
+                    else (
+                        f"record at byte {pos} (frame {kept + 1}) claims {caplen} "
+                        "captured bytes, so the file is corrupt from there"
+                    )
                 )
                 self.notes.append(f"{why}; kept the {kept} packets before it")
                 return pos, True

@@ -47,16 +47,20 @@ def context(comparison: Comparison) -> dict:
     if change:
         g, b = change.good, change.bad
         rows = [
-            {"label": "mean step", "good": _ms(g.mean_ms), "bad": _ms(b.mean_ms), "delta": f"{round(change.delta_ms):+,d} ms ({change.relative:+.0%})",
+            {"label": "mean step", "good": _ms(g.mean_ms), "bad": _ms(b.mean_ms),
+             "delta": f"{round(change.delta_ms):+,d} ms ({change.relative:+.0%})",
              "p": _p(change.p), "significant": change.significant},
-            {"label": "median / p95", "good": f"{_ms(g.median_ms)} / {_ms(g.p95_ms)}", "bad": f"{_ms(b.median_ms)} / {_ms(b.p95_ms)}",
+            {"label": "median / p95",
+             "good": f"{_ms(g.median_ms)} / {_ms(g.p95_ms)}", "bad": f"{_ms(b.median_ms)} / {_ms(b.p95_ms)}",
              "delta": "", "p": "", "significant": False},
-            *[{"label": p.phase, "good": _ms(p.good_ms), "bad": _ms(p.bad_ms), "delta": f"{round(p.delta_ms):+,d} ms", "p": _p(p.p),
-               "significant": p.significant} for p in change.phases],
+            *[{"label": p.phase, "good": _ms(p.good_ms), "bad": _ms(p.bad_ms),
+               "delta": f"{round(p.delta_ms):+,d} ms", "p": _p(p.p), "significant": p.significant}
+              for p in change.phases],
         ]  # fmt: skip
         if g.samples_per_sec and b.samples_per_sec:
             rows.append({"label": "samples/s", "good": f"{g.samples_per_sec:,.1f}", "bad": f"{b.samples_per_sec:,.1f}",
-                         "delta": f"{b.samples_per_sec / g.samples_per_sec - 1:+.0%}", "p": "", "significant": False})  # fmt: skip
+                         "delta": f"{b.samples_per_sec / g.samples_per_sec - 1:+.0%}",
+                         "p": "", "significant": False})  # fmt: skip
         steps = {"rows": rows, "chart": _chart(g, b)}
     return {
         "verdict": comparison.verdict,

@@ -178,7 +178,8 @@ def stacked_areas(panel: Panel, xs: list[float], layers: dict[str, list[float | 
                 f"{x(a):.1f},{y(b):.1f}" for a, b in reversed(list(zip(xs, base)))
             ]
             out.append(
-                f'<polygon fill="{PALETTE[i % len(PALETTE)]}" fill-opacity="0.85" points="{" ".join(pts)}"><title>{escape(name)}</title></polygon>'
+                f'<polygon fill="{PALETTE[i % len(PALETTE)]}" fill-opacity="0.85" '
+                f'points="{" ".join(pts)}"><title>{escape(name)}</title></polygon>'
             )
             base = upper
         return "".join(out)
@@ -203,7 +204,10 @@ def bars(
         w = max(1.5, abs(x(width_x) - x(0)) if width_x else 1.5)
         low = bottoms or [0.0] * len(xs)
         return "".join(
-            f'<rect x="{x(a) - w / 2:.1f}" y="{y(b + v):.1f}" width="{w:.1f}" height="{max(y(b) - y(b + v), 0.5):.1f}" fill="{colour}"/>'
+            (
+                f'<rect x="{x(a) - w / 2:.1f}" y="{y(b + v):.1f}" width="{w:.1f}" '
+                f'height="{max(y(b) - y(b + v), 0.5):.1f}" fill="{colour}"/>'
+            )
             for a, v, b in zip(xs, ys, low)
         )
 
@@ -220,7 +224,10 @@ def ticks(
     def draw(x: Scale, y: Scale | None, top: float, p: Panel) -> str:
         half = [4 + 5 * (s or 0) for s in (sizes or [0.0] * len(xs))]
         return "".join(
-            f'<line x1="{x(a):.1f}" x2="{x(a):.1f}" y1="{_lane_y(p, top, lane) - h:.1f}" y2="{_lane_y(p, top, lane) + h:.1f}" stroke="{c}" stroke-width="2"/>'
+            (
+                f'<line x1="{x(a):.1f}" x2="{x(a):.1f}" y1="{_lane_y(p, top, lane) - h:.1f}" '
+                f'y2="{_lane_y(p, top, lane) + h:.1f}" stroke="{c}" stroke-width="2"/>'
+            )
             for a, lane, c, h in zip(xs, lanes, colours, half)
         )
 
@@ -232,7 +239,10 @@ def intervals(panel: Panel, starts: list[float], ends: list[float], lanes: list[
 
     def draw(x: Scale, y: Scale | None, top: float, p: Panel) -> str:
         return "".join(
-            f'<rect x="{x(a):.1f}" y="{_lane_y(p, top, lane) - 5:.1f}" width="{max(x(b) - x(a), 2):.1f}" height="10" fill="{c}" fill-opacity="0.5"/>'
+            (
+                f'<rect x="{x(a):.1f}" y="{_lane_y(p, top, lane) - 5:.1f}" width="{max(x(b) - x(a), 2):.1f}" '
+                f'height="10" fill="{c}" fill-opacity="0.5"/>'
+            )
             for a, b, lane, c in zip(starts, ends, lanes, colours)
         )
 
@@ -247,11 +257,13 @@ def bands(panel: Panel, spans: list[tuple[float, float, str]], colour: str = "#b
         for row, (a, b, label) in enumerate(sorted(spans)):
             left, right = max(x(a), LEFT), min(x(b), x.end)
             out.append(
-                f'<rect x="{left:.1f}" y="{top:.1f}" width="{max(right - left, 2):.1f}" height="{p.height}" fill="{colour}" fill-opacity="0.12"/>'
+                f'<rect x="{left:.1f}" y="{top:.1f}" width="{max(right - left, 2):.1f}" height="{p.height}" '
+                f'fill="{colour}" fill-opacity="0.12"/>'
             )
             if label:
                 out.append(
-                    f'<text x="{left + 2:.1f}" y="{top + 11 + 12 * (row % 4):.1f}" {FONT} fill="{colour}">{escape(label)}</text>'
+                    f'<text x="{left + 2:.1f}" y="{top + 11 + 12 * (row % 4):.1f}" {FONT} '
+                    f'fill="{colour}">{escape(label)}</text>'
                 )
         return "".join(out)
 
@@ -288,28 +300,33 @@ def render(fig: Figure) -> Markup:
     for p in fig.panels:
         y = _y(p, top)
         parts.append(
-            f'<rect x="{LEFT}" y="{top}" width="{fig.width - LEFT - RIGHT}" height="{p.height}" fill="none" stroke="#ddd"/>'
+            f'<rect x="{LEFT}" y="{top}" width="{fig.width - LEFT - RIGHT}" '
+            f'height="{p.height}" fill="none" stroke="#ddd"/>'
         )
         if p.lanes is not None:
             step = p.height / max(len(p.lanes), 1)
             for i, lane in enumerate(p.lanes):
                 parts.append(
-                    f'<text x="{LEFT - 6}" y="{top + step * (i + 0.5) + 4:.1f}" {FONT} text-anchor="end">{escape(lane)}</text>'
+                    f'<text x="{LEFT - 6}" y="{top + step * (i + 0.5) + 4:.1f}" {FONT} '
+                    f'text-anchor="end">{escape(lane)}</text>'
                 )
                 if i:
                     parts.append(
-                        f'<line x1="{LEFT}" x2="{fig.width - RIGHT}" y1="{top + step * i:.1f}" y2="{top + step * i:.1f}" stroke="#eee"/>'
+                        f'<line x1="{LEFT}" x2="{fig.width - RIGHT}" y1="{top + step * i:.1f}" '
+                        f'y2="{top + step * i:.1f}" stroke="#eee"/>'
                     )
         else:
             for value, label in y.ticks(4):
                 parts.append(
-                    f'<line x1="{LEFT - 4}" x2="{fig.width - RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}" stroke="#eee"/>'
-                    f'<text x="{LEFT - 6}" y="{y(value) + 4:.1f}" {FONT} text-anchor="end">{escape(label)}</text>'
+                    f'<line x1="{LEFT - 4}" x2="{fig.width - RIGHT}" y1="{y(value):.1f}" y2="{y(value):.1f}" '
+                    f'stroke="#eee"/><text x="{LEFT - 6}" y="{y(value) + 4:.1f}" {FONT} '
+                    f'text-anchor="end">{escape(label)}</text>'
                 )
             if p.y_title:
                 mid = top + p.height / 2
                 parts.append(
-                    f'<text transform="translate({LEFT - 58},{mid:.0f}) rotate(-90)" {FONT} text-anchor="middle">{escape(p.y_title)}</text>'
+                    f'<text transform="translate({LEFT - 58},{mid:.0f}) rotate(-90)" {FONT} '
+                    f'text-anchor="middle">{escape(p.y_title)}</text>'
                 )
         parts.extend(draw(x, y, top, p) for draw in p.marks)
         top += p.height
@@ -322,7 +339,8 @@ def render(fig: Figure) -> Markup:
             f'<text x="{x(value):.1f}" y="{top + 16}" {FONT} text-anchor="middle">{escape(label)}</text>'
         )
     parts.append(
-        f'<text x="{(LEFT + fig.width - RIGHT) / 2:.0f}" y="{top + 30}" {FONT} text-anchor="middle">{escape(fig.x_title)}</text>'
+        f'<text x="{(LEFT + fig.width - RIGHT) / 2:.0f}" y="{top + 30}" {FONT} '
+        f'text-anchor="middle">{escape(fig.x_title)}</text>'
     )
     height = top + AXIS_H + 4
     return Markup(

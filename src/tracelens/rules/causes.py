@@ -41,21 +41,27 @@ NAMES = {
 }
 NETWORK = ("link", "congestion", "receiver", "failure")
 FIXES = {
-    "link": "Find the loss on the named path: `ethtool -S <iface>` drops and errors, `ip -s link`, `nstat -az | grep -i retrans` "
-    "on both hosts; on InfiniBand/RoCE `perfquery -x` and `mlxlink -d <dev> -m` on the named port. Reseat or replace the "
-    "cable or transceiver, and drain the node until it is fixed.",
-    "congestion": "Find what caps the path: rate limits and shaping on both hosts and between them (`tc -s qdisc show`, "
-    "`nft list ruleset`, a cloud instance's or VPC's bandwidth cap, `ethtool <iface>` for a link that came up at a lower speed); "
-    "on a fabric compare PortXmitWait per second across switch ports to find the hot link, check PFC/ECN on the RoCE "
-    "priority end to end, spread the traffic (adaptive routing, NCCL_IB_QPS_PER_CONNECTION).",
+    "link": (
+        "Find the loss on the named path: `ethtool -S <iface>` drops and errors, `ip -s link`, "
+        "`nstat -az | grep -i retrans` on both hosts; on InfiniBand/RoCE `perfquery -x` and `mlxlink -d <dev> -m` on "
+        "the named port. Reseat or replace the cable or transceiver, and drain the node until it is fixed."
+    ),
+    "congestion": (
+        "Find what caps the path: rate limits and shaping on both hosts and between them (`tc -s qdisc show`, "
+        "`nft list ruleset`, a cloud instance's or VPC's bandwidth cap, `ethtool <iface>` for a link that came up at "
+        "a lower speed); on a fabric compare PortXmitWait per second across switch ports to find the hot link, check "
+        "PFC/ECN on the RoCE priority end to end, spread the traffic (adaptive routing, NCCL_IB_QPS_PER_CONNECTION)."
+    ),
     "receiver": "Check the receiving host's CPU load and its rank's step times; raise the receive queue depth.",
     "failure": "Read the NCCL warnings of the window on the named host (NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET).",
     "straggler": "Look at the named rank's host in that window: CPU load and other processes (`top`, `pidstat 1`), "
     "CPU affinity and NUMA binding of the rank (`taskset -p <pid>`), GPU clocks and temperature (`nvidia-smi -q -d "
     "PERFORMANCE`), its data-loader workers. Move the rank to another node and see whether the slowness follows it.",
-    "contention": "Something took CPU or GPU time from every rank at once: look for other jobs or system services on all "
-    "hosts in that window (`sar -u`, `pidstat`, cron jobs, a co-scheduled job), and for thermal or power capping "
-    "(`nvidia-smi -q -d PERFORMANCE`).",
+    "contention": (
+        "Something took CPU or GPU time from every rank at once: look for other jobs or system services on all hosts "
+        "in that window (`sar -u`, `pidstat`, cron jobs, a co-scheduled job), and for thermal or power capping "
+        "(`nvidia-smi -q -d PERFORMANCE`)."
+    ),
     "input": "Time the data loader and checkpoints separately: more DataLoader workers (`num_workers`, `pin_memory`, "
     "`prefetch_factor`), data on local disk, asynchronous checkpointing or a longer checkpoint interval.",
     "socket": "See TL101/TL412: make the HCAs visible to NCCL again.",
@@ -146,7 +152,8 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
             )
         )
     stalled = [s for s in between if s.rose]
-    # a lossy or congested network stalls the collectives outside the timers too: the input side only when it stayed flat
+    # a lossy or congested network stalls the collectives outside the timers too: the input side
+    # only when it stayed flat
     network_rose = any(s.rose and s.source != "steps" and s.cause in NETWORK for s in signals)
     work_flat = not rose and not any(s.rose for s in comm) and not network_rose
     if stalled and work_flat and len(stalled) * 2 > len(between):

@@ -120,9 +120,15 @@ def small_comm_bucket(ctx: RunContext, *, small_bucket: int = SMALL_BUCKET) -> I
         yield Finding(
             severity=Severity.WARNING,
             title="ZeRO communication buckets far below the default",
-            summary=f"{'Bucket size' if len(sizes) == 1 else 'Bucket sizes'} {', '.join(f'{s:,}' for s in sizes)} elements, more than 10x below the "
-            f"default {DEFAULT_BUCKET:,}: many small collectives instead of few large ones.",
-            fix='Set "zero_optimization": {"reduce_bucket_size": 5e8, "allgather_bucket_size": 5e8} (or as large as memory allows).',
+            summary=(
+                f"{'Bucket size' if len(sizes) == 1 else 'Bucket sizes'} "
+                f"{', '.join(f'{s:,}' for s in sizes)} elements, more than 10x below the "
+                f"default {DEFAULT_BUCKET:,}: many small collectives instead of few large ones."
+            ),
+            fix=(
+                'Set "zero_optimization": {"reduce_bucket_size": 5e8, '
+                '"allgather_bucket_size": 5e8} (or as large as memory allows).'
+            ),
             evidence=_evidence(small),
         )
 

@@ -68,10 +68,13 @@ FIXES = {
     "link": "Check the link on {where}: `perfquery -x` and `ibstat {ca}` (on RoCE `ethtool -S <iface>` and "
     "`mlxlink -d {ca} -m`) for rising symbol and receive errors; reseat or replace the cable or transceiver of {port}, "
     "and drain {hosts} from the scheduler until the counters stay flat.",
-    "congestion": "Find what caps the path between {where}: rate limits and shaping on both hosts (`tc -s qdisc show`, "
-    "`nft list ruleset`, an instance's or VPC's bandwidth cap, `ethtool <iface>` for a link up at a lower speed); on a fabric, "
-    "the hot link: PortXmitWait per second across the switch ports (`perfquery -x` on each), PFC/ECN on the RoCE priority "
-    "(`mlnx_qos -i <iface>`); spread traffic with adaptive routing or NCCL_IB_QPS_PER_CONNECTION=4.",
+    "congestion": (
+        "Find what caps the path between {where}: rate limits and shaping on both hosts "
+        "(`tc -s qdisc show`, `nft list ruleset`, an instance's or VPC's bandwidth cap, "
+        "`ethtool <iface>` for a link up at a lower speed); on a fabric, the hot link: PortXmitWait "
+        "per second across the switch ports (`perfquery -x` on each), PFC/ECN on the RoCE priority "
+        "(`mlnx_qos -i <iface>`); spread traffic with adaptive routing or NCCL_IB_QPS_PER_CONNECTION=4."
+    ),
     "straggler": "Check {hosts}: GPU clocks, temperatures and throttling (`nvidia-smi -q -d PERFORMANCE,TEMPERATURE`), "
     "CPU load and the data loader (`top`, `py-spy dump --pid <pid>`); drain the host if it stays slow.",
     "receiver": "The receiver on {where} fell behind (RNR NAKs or zero windows): check its CPU and memory load, "
@@ -221,7 +224,10 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
         window, signals, diagnosis, best = again
     seen = f"seen in the logs of {count(episode.streams, 'rank')}" if episode.streams > 1 else "seen in one log"
     cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
-    slow = f"{w.label.capitalize()} took {w.ratio:.1f}x the usual {number(w.baseline_ms, 'ms')} per step, {seen}; they cost {cost}."
+    slow = (
+        f"{w.label.capitalize()} took {w.ratio:.1f}x the usual "
+        f"{number(w.baseline_ms, 'ms')} per step, {seen}; they cost {cost}."
+    )
     reasons = diagnosis.because[:MAX_REASONS] if best else diagnosis.against[:MAX_REASONS]
     summary = (
         f"{diagnosis.headline}. {slow} " + ("Because: " if best else "Checked and normal: ") + "; ".join(reasons) + "."
@@ -411,8 +417,11 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed"
         + (f"; rank {', '.join(map(str, ranks))} on {', '.join(hosts)} stopped first" if ranks else ""),
-        summary=f"{what} started at {hang['begin']:%H:%M:%S} UTC and {count(len(hang['ranks']), 'rank')} waited for it until their "
-        f"watchdogs fired at {hang['end']:%H:%M:%S}: {why}. The job stood still for {duration(lost)}.{network}"
+        summary=(
+            f"{what} started at {hang['begin']:%H:%M:%S} UTC and "
+            f"{count(len(hang['ranks']), 'rank')} waited for it until their watchdogs fired at "
+            f"{hang['end']:%H:%M:%S}: {why}. The job stood still for {duration(lost)}.{network}"
+        )
         + (
             ""
             if rank_lines or not ranks
@@ -440,9 +449,11 @@ def _gap_finding(t: RunTables, gap: dict, gaps: pl.DataFrame) -> Finding:
     return Finding(
         severity=Severity.WARNING,
         title=f"Logs silent for {duration(gap['seconds'])} on {scope}",
-        summary=f"Every log of {scope} is silent from {_span(gap['begin'], gap['end'])} ({duration(gap['seconds'])}, "
-        f"against lines every few seconds otherwise): the job stalled there. No watchdog reported it; collect next time: "
-        f"{COLLECT['NCCL']}; PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000).",
+        summary=(
+            f"Every log of {scope} is silent from {_span(gap['begin'], gap['end'])} ({duration(gap['seconds'])}, "
+            "against lines every few seconds otherwise): the job stalled there. No watchdog reported it; collect "
+            f"next time: {COLLECT['NCCL']}; PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000)."
+        ),
         hosts=hosts_silent,
         window=(gap["begin"], gap["end"]),
         cost_seconds=gap["seconds"],
@@ -513,14 +524,18 @@ def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: 
         f"NCCL log: {listing(hosts)} chose NET/Socket from {socket['lo'].min():%H:%M:%S} UTC "
         f"({count(socket.height, 'line')}, first in {socket.sort('lo', maintain_order=True)['file'][0]}).",
         f"Step timers: {number(slow, 'ms')} per step on sockets against {number(usual, 'ms')} on the same job's "
-        f"{count(before['step'].n_unique(), 'step')} before ({slow / usual:.1f}x), over {count(after['step'].n_unique(), 'step')}.",
+        f"{count(before['step'].n_unique(), 'step')} before ({slow / usual:.1f}x), over "
+        f"{count(after['step'].n_unique(), 'step')}.",
     ]
     yield Finding(
         severity=Severity.CRITICAL if lost / total >= 0.2 else Severity.WARNING,
         title=title,
-        summary=f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "
-        f"{slow:.0f} ms instead of the {usual:.0f} ms of the same job's {before['step'].n_unique()} steps before it "
-        f"({slow / usual:.1f}x) over {count(after['step'].n_unique(), 'step')}: {duration(lost)} lost, {lost / total:.0%} of the run's step time.",
+        summary=(
+            f"From {_span(start, end)} {', '.join(hosts)} carried NCCL traffic via NET/Socket and the steps took "
+            f"{slow:.0f} ms instead of the {usual:.0f} ms of the same job's {before['step'].n_unique()} steps before "
+            f"it ({slow / usual:.1f}x) over {count(after['step'].n_unique(), 'step')}: {duration(lost)} lost, "
+            f"{lost / total:.0%} of the run's step time."
+        ),
         evidence=row_evidence(socket.sort("lo", maintain_order=True).to_dicts(), 5),
         hosts=hosts,
         window=(start, end),

@@ -363,9 +363,12 @@ def roce_priority(ctx: RunContext, *, zero_share: float = 0.99) -> Iterator[Find
         yield Finding(
             severity=Severity.WARNING,
             title="RoCE traffic on priority 0 while the fabric has a lossless priority",
-            summary=f"{port_label(nic_row['host'], nic_row['node'], None, None) or 'a NIC'}: "
-            f"{nic_row['on_zero'] / nic_row['total']:.0%} of {nic_row['total']} bytes on priority 0, while "
-            f"{elsewhere['counter'][0]} moves on {port_label(elsewhere['host'][0], elsewhere['node'][0], None, None) or 'another NIC'}.",
+            summary=(
+                f"{port_label(nic_row['host'], nic_row['node'], None, None) or 'a NIC'}: "
+                f"{nic_row['on_zero'] / nic_row['total']:.0%} of {nic_row['total']} bytes on priority 0, while "
+                f"{elsewhere['counter'][0]} moves on "
+                f"{port_label(elsewhere['host'][0], elsewhere['node'][0], None, None) or 'another NIC'}."
+            ),
             evidence=_evidence(mine)
             + [
                 Evidence(file=r["file"], line=r["line"], text=r["counter"], host=r["host"])

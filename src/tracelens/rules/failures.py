@@ -179,7 +179,10 @@ def _per_kind(ctx: RunContext, kinds: dict[str, str], title, note: str) -> Itera
     for (kind,), group in rows.sort("file", "line").group_by(["kind"], maintain_order=True):
         hosts = hosts_of(group)
         first = (group["message"][0] or "")[:160]
-        summary = f"{group.height} {kinds[kind]} on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}{note}; first: {first}"
+        summary = (
+            f"{group.height} {kinds[kind]} on "
+            f"{count(len(hosts), 'host') if hosts else 'unnamed hosts'}{note}; first: {first}"
+        )
         yield _critical(ctx, title(kind), summary, group, hosts)
 
 

@@ -22,7 +22,8 @@ def _entry_text(e: dict) -> str:
     when = f", enqueued {e['ts']:%H:%M:%S.%f}"[:-3] + " UTC" if e.get("ts") else ""
     return (
         f"rank {e['rank']}: {e.get('profiling_name') or e.get('op')} #{e.get('collective_seq_id')} of process group "
-        f"{e['pg']} {e.get('status')}, sizes {e.get('input_sizes')}{when}, at {hangs.frame_text(hangs.call_site(e.get('frames')))}"
+        f"{e['pg']} {e.get('status')}, sizes {e.get('input_sizes')}{when}, at "
+        f"{hangs.frame_text(hangs.call_site(e.get('frames')))}"
     )
 
 
@@ -88,7 +89,10 @@ def hung_collective(ctx: RunContext) -> Iterator[Finding]:
         also = (
             " Also stuck, as a consequence: "
             + "; ".join(
-                f"#{s.seq} of {s.label}, where {hangs.who(s.ranks('waiting'))} {'waits' if len(s.ranks('waiting')) == 1 else 'wait'}"
+                (
+                    f"#{s.seq} of {s.label}, where {hangs.who(s.ranks('waiting'))} "
+                    f"{'waits' if len(s.ranks('waiting')) == 1 else 'wait'}"
+                )
                 for s in rest[:3]
             )
             + "."
@@ -136,8 +140,9 @@ def collective_desync(ctx: RunContext) -> Iterator[Finding]:
             title=f"Desync at #{d.seq} of {label}: {hangs.who(odd_ranks)} issued another {d.what}",
             summary=(
                 f"At sequence id {d.seq} of {label}, {hangs.who(odd_ranks)} issued {d.odd[0].get('op')} with "
-                f"{d.what} {d.odd[0].get(column)} from {hangs.frame_text(odd_site)}, where rank {d.usual['rank']} (and the "
-                f"others) issued {d.usual.get('op')} with {d.what} {d.usual.get(column)} from {hangs.frame_text(usual_site)}."
+                f"{d.what} {d.odd[0].get(column)} from {hangs.frame_text(odd_site)}, where rank {d.usual['rank']} "
+                f"(and the others) issued {d.usual.get('op')} with {d.what} {d.usual.get(column)} from "
+                f"{hangs.frame_text(usual_site)}."
             ),
             evidence=[_evidence(o) for o in d.odd[:4]] + [_evidence(d.usual)],
             hosts=_hosts(list(d.odd)),
@@ -229,7 +234,9 @@ def hang_network_context(ctx: RunContext, *, before_s: float = 60.0, after_s: fl
     )
     yield Finding(
         severity=Severity.WARNING,
-        title=f"Network events in the {'minute' if before_s == 60 else f'{before_s:g} s'} before rank {stop.rank} stopped",
+        title=(
+            f"Network events in the {'minute' if before_s == 60 else f'{before_s:g} s'} before rank {stop.rank} stopped"
+        ),
         summary=f"Rank {stop.rank} stopped first at {stop.at:%H:%M:%S} UTC; in the {before_s:g} s before: {said}.",
         evidence=[
             Evidence(file=r["file"], line=r["line"], text=r["text"] or "", host=r["host"])

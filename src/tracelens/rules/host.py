@@ -131,9 +131,11 @@ def gpu_utilisation_in_slow_window(
                 severity=Severity.WARNING,
                 score=0.0,
                 title=f"GPUs idle while waiting on the network from {span}",
-                summary=f"While steps were slow ({span}) GPU utilisation fell: {numbers}. In the same window "
-                f"{count(window.height, 'network event')} {'points' if window.height == 1 else 'point'} at {CAUSES.get(top['cause'], top['cause'])} on {top['host']}: "
-                "the GPUs waited on the network.",
+                summary=(
+                    f"While steps were slow ({span}) GPU utilisation fell: {numbers}. In the same window "
+                    f"{count(window.height, 'network event')} {'points' if window.height == 1 else 'point'} at "
+                    f"{CAUSES.get(top['cause'], top['cause'])} on {top['host']}: the GPUs waited on the network."
+                ),
                 evidence=_samples_evidence(t, hosts, ep.begin, ep.end)
                 + [
                     Evidence(file=r["file"], line=r["line"], frame=r["frame"], text=r["text"] or "", host=r["host"])
@@ -146,8 +148,11 @@ def gpu_utilisation_in_slow_window(
             yield Finding(
                 severity=Severity.INFO,
                 title=f"GPUs busy while steps were slow from {span}: compute bound",
-                summary=f"While steps were slow ({span}) the GPUs stayed busy: {numbers}. "
-                f"{'No network event falls in the window: ' if window.height == 0 else ''}the slowdown is in the GPUs' own work, not in waiting on the network.",
+                summary=(
+                    f"While steps were slow ({span}) the GPUs stayed busy: {numbers}. "
+                    f"{'No network event falls in the window: ' if window.height == 0 else ''}the slowdown is in the "
+                    "GPUs' own work, not in waiting on the network."
+                ),
                 evidence=_samples_evidence(t, [u.host for u in found], ep.begin, ep.end),
                 hosts=[u.host for u in found],
                 window=(ep.begin, ep.end),
@@ -244,9 +249,15 @@ def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
         via = f" (its netdev {r['netdev']} has MTU {r['mtu']})" if r["netdev"] and r["mtu"] else ""
         yield Finding(
             severity=Severity.WARNING,
-            title=f"{r['host'] or ''} {r['ca']} port {r['port']}: active MTU {r['active_mtu']} below the {r['max_mtu']} it supports".strip(),
-            summary=f"{r['ca']} port {r['port']} ({r['link_layer'] or 'link layer unknown'}) runs RDMA at MTU {r['active_mtu']} "
-            f"although the port supports {r['max_mtu']}{via}: {r['max_mtu'] // r['active_mtu']}x the packets for the same data.",
+            title=(
+                f"{r['host'] or ''} {r['ca']} port {r['port']}: active MTU "
+                f"{r['active_mtu']} below the {r['max_mtu']} it supports"
+            ).strip(),
+            summary=(
+                f"{r['ca']} port {r['port']} ({r['link_layer'] or 'link layer unknown'}) runs RDMA at MTU "
+                f"{r['active_mtu']} although the port supports {r['max_mtu']}{via}: "
+                f"{r['max_mtu'] // r['active_mtu']}x the packets for the same data."
+            ),
             evidence=[
                 Evidence(
                     file=r["file"],
@@ -439,7 +450,10 @@ def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
     low = per_host.row(0, named=True)
     return (
         low["rate_gbps"],
-        f"{low['host']}'s {count(low['ports'], 'Active port')} {'gives' if low['ports'] == 1 else 'give'} {low['rate_gbps']:g} Gb/s",
+        (
+            f"{low['host']}'s {count(low['ports'], 'Active port')} "
+            f"{'gives' if low['ports'] == 1 else 'give'} {low['rate_gbps']:g} Gb/s"
+        ),
     )
 
 
@@ -486,8 +500,8 @@ def nccl_tests_below_link(t: RunTables, *, busbw_share: float = 0.6) -> Iterator
             yield _benchmark_finding(
                 Severity.CRITICAL,
                 f"{name}: {count(wrong.height, 'result')} with #wrong > 0",
-                f"{name} in {key[0]} found wrong results at {count(wrong.height, 'size')} (up to {wrong['wrong'].max()} wrong "
-                "elements): the data the collective moved was corrupted.",
+                f"{name} in {key[0]} found wrong results at {count(wrong.height, 'size')} (up to "
+                f"{wrong['wrong'].max()} wrong elements): the data the collective moved was corrupted.",
                 wrong,
                 hosts,
             )
@@ -505,8 +519,9 @@ def nccl_tests_below_link(t: RunTables, *, busbw_share: float = 0.6) -> Iterator
         yield _benchmark_finding(
             Severity.WARNING,
             f"{name}: bus bandwidth {busbw:g} GB/s, {busbw / link_gbs:.0%} of the link",
-            f"{name} across {len(hosts)} hosts reached {busbw:g} GB/s bus bandwidth at {size:,} bytes, {busbw / link_gbs:.0%} "
-            f"of the {link_gbs:g} GB/s the links give ({rate[1]}); a healthy fabric gives 80-95%.",
+            f"{name} across {len(hosts)} hosts reached {busbw:g} GB/s bus bandwidth "
+            f"at {size:,} bytes, {busbw / link_gbs:.0%} of the {link_gbs:g} GB/s "
+            f"the links give ({rate[1]}); a healthy fabric gives 80-95%.",
             largest,
             hosts,
         )
@@ -589,10 +604,15 @@ def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Itera
             continue
         yield Finding(
             severity=Severity.WARNING,
-            title=f"{largest['test']}: {gbps:.1f} Gb/s on {device or 'the port'}, {gbps / line:.0%} of its {line:g} Gb/s line rate",
-            summary=f"{largest['test']} on {host or 'a host'} {device or ''} averaged {largest['bw_avg']:g} {largest['bw_unit']} "
-            f"({gbps:.1f} Gb/s) at {largest['bytes']:,} bytes: {gbps / line:.0%} of the port's {line:g} Gb/s; "
-            "a healthy link gives 90% or more.",
+            title=(
+                f"{largest['test']}: {gbps:.1f} Gb/s on {device or 'the port'}, "
+                f"{gbps / line:.0%} of its {line:g} Gb/s line rate"
+            ),
+            summary=(
+                f"{largest['test']} on {host or 'a host'} {device or ''} averaged {largest['bw_avg']:g} "
+                f"{largest['bw_unit']} ({gbps:.1f} Gb/s) at {largest['bytes']:,} bytes: {gbps / line:.0%} of the "
+                f"port's {line:g} Gb/s; a healthy link gives 90% or more."
+            ),
             evidence=[
                 Evidence(
                     file=largest["file"],
@@ -652,7 +672,9 @@ def roce_gid_index(t: RunTables) -> Iterator[Finding]:
                     file=r["file"],
                     line=r["line"],
                     host=r["host"],
-                    text=f"{r['ca']} port {r['port']} GID[{r['index']}] {r['gid']} {r['roce']} {r['netdev'] or ''}".strip(),
+                    text=(
+                        f"{r['ca']} port {r['port']} GID[{r['index']}] {r['gid']} {r['roce']} {r['netdev'] or ''}"
+                    ).strip(),
                 )
                 for r in (at if at.height else v2).head(4).iter_rows(named=True)
             ],

@@ -82,8 +82,9 @@ def roce_loss(ctx: RunContext, *, loss_share: float = 0.001) -> Iterator[Finding
         yield _finding(
             ctx,
             "RoCE packet loss",
-            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['naks_seq'], 'NAK')} with PSN sequence error and "
-            f"{count(qp['missing_psns'], 'missing PSN')} in {count(qp['packets'], 'packet')}; {count(qp['retransmitted'], 'packet')} "
+            f"QP 0x{qp['qp']:06x} from {{}} to {{}}: {count(qp['naks_seq'], 'NAK')} "
+            f"with PSN sequence error and {count(qp['missing_psns'], 'missing PSN')} in "
+            f"{count(qp['packets'], 'packet')}; {count(qp['retransmitted'], 'packet')} "
             f"({number(qp['retransmitted_bytes'], 'payload bytes')}) resent{delay}",
             _events(analysis, qp["flow"], "NAK (PSN sequence error)", "PSN gap", "RoCE retransmission"),
             (qp["src"], qp["dst"]),
@@ -232,9 +233,11 @@ def tcp_retransmissions(
             ctx,
             "TCP segments lost",
             f"{{}} to {{}}: {pair['retransmissions']} of {pair['segments']} data segments retransmitted "
-            f"({pair['retransmissions'] / pair['segments']:.1%}, as tshark counts them), {number(pair['loss_retransmissions'])} "
-            f"of them after a loss ({share:.2%}, {pair['fast_retransmissions']} fast); not counted as loss: "
-            f"{count(pair['tail_probes'], 'tail-loss probe')} and {count(pair['spurious_retransmissions'], 'spurious retransmission')}; "
+            f"({pair['retransmissions'] / pair['segments']:.1%}, as tshark counts them), "
+            f"{number(pair['loss_retransmissions'])} of them after a loss ({share:.2%}, "
+            f"{pair['fast_retransmissions']} fast); not counted as loss: "
+            f"{count(pair['tail_probes'], 'tail-loss probe')} and "
+            f"{count(pair['spurious_retransmissions'], 'spurious retransmission')}; "
             f"{number(pair['retransmitted_bytes'], 'bytes')} resent over {count(len(pair['flows']), 'connection')}, "
             f"{count(pair['zero_windows'], 'zero window')}",
             events,

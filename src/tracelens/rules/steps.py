@@ -179,8 +179,10 @@ def comm_bound_steps(
         yield Finding(  # rule_id: stamped by Rule.run
             severity=Severity.WARNING,
             title=f"Gradient communication surged in {w.label}",
-            summary=f"In {w.label} the gradient all-reduce/all-gather took {top.ratio:.1f}x its usual time "
-            f"while forward and backward compute stayed at {compute:.2f}x{seen}: the network slowed down, not the model.",
+            summary=(
+                f"In {w.label} the gradient all-reduce/all-gather took {top.ratio:.1f}x its usual time while forward "
+                f"and backward compute stayed at {compute:.2f}x{seen}: the network slowed down, not the model."
+            ),
             evidence=step_evidence(t, w.file, w.lines[:3]) + [e for s in surged for e in row_evidence(s.evidence, 2)],
             hosts=sorted({h for s in surged for h in s.hosts}),
             ranks=sorted({s.rank for s in surged if s.rank is not None}),
@@ -252,7 +254,10 @@ def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int 
         worst = float(low["rolling"].min())
         overflow = int(skipped[-1] - skipped[0]) if stream.height else 0
         note = (
-            f" {count(overflow, 'step')} {'was' if overflow == 1 else 'were'} skipped for fp16 overflow and left out: a too-high loss scale, not the network."
+            (
+                f" {count(overflow, 'step')} {'was' if overflow == 1 else 'were'} skipped for fp16 overflow and left "
+                "out: a too-high loss scale, not the network."
+            )
             if overflow
             else ""
         )
@@ -344,9 +349,11 @@ def stragglers(
                 severity=Severity.WARNING,
                 title=f"{who}{where} {'is a straggler' if len(ranks) == 1 else 'are stragglers'} "
                 f"({worst['ratio']:.2f}x {'its' if len(ranks) == 1 else 'their'} peers' compute time)",
-                summary=f"{who}{where} took up to {worst['ratio']:.2f}x the usual forward+backward time of the fastest "
-                f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {slower_ratio - 1:.0%} or more on at least "
-                f"{group['share'].min():.0%} of the steps.",
+                summary=(
+                    f"{who}{where} took up to {worst['ratio']:.2f}x the usual forward+backward time of the fastest "
+                    f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {slower_ratio - 1:.0%} or more on "
+                    f"at least {group['share'].min():.0%} of the steps."
+                ),
                 evidence=[e for p in places for e in step_evidence(t, p["file"], [p["line"]])],
                 hosts=[host] if host else [],
                 ranks=ranks,

@@ -138,7 +138,10 @@ def ib_disabled(ctx: RunContext) -> Iterator[Finding]:
     yield Finding(
         severity=Severity.CRITICAL if _ib_hcas_seen(ctx) else Severity.WARNING,
         title="InfiniBand disabled by environment",
-        summary=f"{' and '.join(names)} forces the socket transport on {count(len(hosts), 'host') if hosts else 'unnamed hosts'}"
+        summary=(
+            f"{' and '.join(names)} forces the socket transport on "
+            f"{count(len(hosts), 'host') if hosts else 'unnamed hosts'}"
+        )
         + (" although IB HCAs are present." if _ib_hcas_seen(ctx) else "."),
         evidence=evidence(ctx.tables.with_text(bad)),
         hosts=hosts,
@@ -276,7 +279,10 @@ def suspect_interface(ctx: RunContext) -> Iterator[Finding]:
     yield Finding(
         severity=Severity.CRITICAL if loopback_multi else Severity.WARNING,
         title="NCCL on a virtual or link-local interface",
-        summary=f"NCCL uses {', '.join(choices[:4])}{' ...' if len(choices) > 4 else ''} on {count(len(hosts_of(suspect)), 'host') if len(hosts_of(suspect)) else 'unnamed hosts'}.",
+        summary=(
+            f"NCCL uses {', '.join(choices[:4])}{' ...' if len(choices) > 4 else ''} on "
+            f"{count(len(hosts_of(suspect)), 'host') if len(hosts_of(suspect)) else 'unnamed hosts'}."
+        ),
         evidence=evidence(ctx.tables.with_text(suspect)),
         hosts=hosts_of(suspect),
         ranks=ranks_of(ctx, suspect),

@@ -1,8 +1,9 @@
 """The timeline, the report's centre: one chart with time across (UTC), the step time on top and
 a lane per host and source below (NCCL events, counter rises, packet events), the windows of
 the root-cause and slow-step findings shaded and numbered, and each host's GPU utilisation when
-nvidia-smi or DCGM sampled it (tracelens.derived.hostsignals); then each finding's window linked to its evidence, the logs'
-zone as the timeline decided it, and the clock offsets it measured and applied."""
+nvidia-smi or DCGM sampled it (tracelens.derived.hostsignals); then each finding's window linked to
+its evidence, the logs' zone as the timeline decided it, and the clock offsets it measured and
+applied."""
 
 from __future__ import annotations
 
