@@ -71,7 +71,8 @@ def analyze_child(folder: Path) -> None:
     seconds = time.perf_counter() - start
     inputs = analysis.tables["inputs"]
     print(json.dumps({
-        "seconds": seconds, "files": inputs.height, "lines": int(inputs["lines"].sum()), "parsed": int(inputs["parsed"].sum()),
+        "seconds": seconds, "files": inputs.height,
+        "lines": int(inputs["lines"].sum()), "parsed": int(inputs["parsed"].sum()),
         "findings": sorted({f.rule_id for f in analysis.findings}),
     }))  # fmt: skip
 

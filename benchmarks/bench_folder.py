@@ -45,7 +45,8 @@ def main() -> None:
     args.data.mkdir(parents=True, exist_ok=True)
     print(f"tracelens tables on folders of small logs, fresh processes, {load()}, --jobs {args.jobs}")
     print(
-        f"{'workload':<12}{'files':>7}{'MB':>6}{'tool':>9}{'s (min-max)':>16}{'CPU s':>8}{'files/s':>10}{'peak RSS MB':>13}"
+        f"{'workload':<12}{'files':>7}{'MB':>6}{'tool':>9}{'s (min-max)':>16}{'CPU s':>8}{'files/s':>10}"
+        f"{'peak RSS MB':>13}"
     )
     tools = {"before": args.src, "after": None} if args.src else {"this": None}
     for name in args.only.split(","):

@@ -39,13 +39,15 @@ def generate(kind: str, path: Path, size: int) -> None:
     with path.open("w") as out:
         if kind == "query_csv":
             out.write(
-                "timestamp, index, utilization.gpu [%], utilization.memory [%], power.draw [W], temperature.gpu, clocks.current.sm [MHz]\n"
+                "timestamp, index, utilization.gpu [%], utilization.memory [%],"
+                " power.draw [W], temperature.gpu, clocks.current.sm [MHz]\n"
             )
             for s in range(size):
                 stamp = (start + timedelta(seconds=s)).strftime("%Y/%m/%d %H:%M:%S.%f")[:-3]
                 for gpu in range(8):
                     out.write(
-                        f"{stamp}, {gpu}, {(s * 7 + gpu) % 100} %, {(s + gpu) % 40} %, {200 + (s % 300)}.{gpu}0 W, {55 + gpu}, 1980 MHz\n"
+                        f"{stamp}, {gpu}, {(s * 7 + gpu) % 100} %, {(s + gpu) % 40}"
+                        f" %, {200 + (s % 300)}.{gpu}0 W, {55 + gpu}, 1980 MHz\n"
                     )
         else:
             for n in range(size):
@@ -102,8 +104,8 @@ def main() -> None:
         rep = child.report()
         mb = path.stat().st_size / 1e6
         print(
-            f"| {path.name} | {mb:.0f} | {rep['lines']:,} | {rep['rows']:,} | {rep['unrecognized']} | {rep['seconds']:.2f} | "
-            f"{mb / rep['seconds']:.0f} | {child.seconds:.2f} | {child.rss_mb:.0f} |"
+            f"| {path.name} | {mb:.0f} | {rep['lines']:,} | {rep['rows']:,} | {rep['unrecognized']} | "
+            f"{rep['seconds']:.2f} | {mb / rep['seconds']:.0f} | {child.seconds:.2f} | {child.rss_mb:.0f} |"
         )
         if not args.keep:
             path.unlink()

@@ -37,7 +37,8 @@ def large_scenario(hosts: int, flaky: int) -> Scenario:
     every = max(hosts // max(flaky, 1), 1)
     bad = set(names[::every][:flaky])
     ports = tuple(
-        (name, tuple(FabricPort(ca, lid=0, link_layer="Ethernet", per_second=FLAKY if name in bad and ca == "mlx5_1" else {})
+        (name, tuple(FabricPort(ca, lid=0, link_layer="Ethernet",
+                                per_second=FLAKY if name in bad and ca == "mlx5_1" else {})
                      for ca in ("mlx5_0", "mlx5_1")))
         for name in names
     )  # fmt: skip
@@ -99,7 +100,8 @@ def main() -> None:
     (args.out / f"{folder.name}.md").write_text(md, encoding="utf-8")
     browser = open_in_chromium(page, args.out / f"{folder.name}.png") if shutil.which("chromium") else {}
     result = {
-        "hosts": args.hosts, "flaky": args.flaky, "input_mb": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6,
+        "hosts": args.hosts, "flaky": args.flaky,
+        "input_mb": sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) / 1e6,
         "files": analysis.tables["inputs"].height, "findings": len(analysis.findings),
         "evidence_lines": sum(f.evidence_total for f in analysis.findings),
         "generate_s": t1 - t0, "analyze_s": t2 - t1, "render_s": t3 - t2, "markdown_s": t4 - t3,

@@ -94,12 +94,18 @@ def main() -> None:
         # In a child process: Linux carries a process's peak RSS across fork+exec into the
         # children it measures, so this process must stay small (no scapy, no capture in memory).
         if args.workload == "multiflow":
-            generate = "import sys, pathlib; from synth.pcap import write_multiflow; write_multiflow(pathlib.Path(sys.argv[1]), *map(int, sys.argv[2:]))"
+            generate = (
+                "import sys, pathlib; from synth.pcap import write_multiflow; "
+                "write_multiflow(pathlib.Path(sys.argv[1]), *map(int, sys.argv[2:]))"
+            )
             subprocess.run(
                 python("-c", generate, str(capture), str(args.packets), str(args.qps), str(args.tcp)), check=True
             )
         else:
-            generate = "import sys, pathlib; from synth.pcap import write_bulk_roce; write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
+            generate = (
+                "import sys, pathlib; from synth.pcap import write_bulk_roce; "
+                "write_bulk_roce(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
+            )
             subprocess.run(python("-c", generate, str(capture), str(args.packets)), check=True)
     size_mb = capture.stat().st_size / 1e6
     print(f"capture: {args.workload}, {args.packets:,} frames, {size_mb:.0f} MB; {load()}", flush=True)

@@ -35,8 +35,10 @@ WORKLOADS = {  # name -> (workloads.py arguments, size in MB)
 }
 POLARS_LINES = (
     "import sys, pathlib, polars as pl\n"
-    "paths = [p for p in pathlib.Path(sys.argv[1]).rglob('*') if p.is_file()] if pathlib.Path(sys.argv[1]).is_dir() else [pathlib.Path(sys.argv[1])]\n"
-    "print(sum(pl.read_csv(p, has_header=False, separator='\\x00', quote_char=None, schema={'text': pl.String}).height for p in paths))"
+    "paths = [p for p in pathlib.Path(sys.argv[1]).rglob('*') if p.is_file()] if pathlib.Path(sys.argv[1]).is_dir()"
+    " else [pathlib.Path(sys.argv[1])]\n"
+    "print(sum(pl.read_csv(p, has_header=False, separator='\\x00', quote_char=None, schema={'text': "
+    "pl.String}).height for p in paths))"
 )
 
 
@@ -111,7 +113,8 @@ def main() -> None:
             rss = sorted(c.rss_mb for c in children)
             print(
                 f"{name:<14}{size:>8.0f}{tool:>20}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>18}"
-                f"{f'{size / secs[-1]:.0f}-{size / secs[0]:.0f}':>14}{f'{cpu[0]:.1f}-{cpu[-1]:.1f}':>14}{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}",
+                f"{f'{size / secs[-1]:.0f}-{size / secs[0]:.0f}':>14}{f'{cpu[0]:.1f}-{cpu[-1]:.1f}':>14}"
+                f"{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}",
                 flush=True,
             )
         if args.slice_rounds and what == "nccl":

@@ -91,7 +91,8 @@ def main() -> None:
 
     print(f"\n{title}")
     print(
-        f"{'fixture':<26}{'KB':>6}{'analyze s':>11}{'render s':>10}{'RSS MB':>8}{'CLI s':>8}{'CLI RSS MB':>12}  top finding"
+        f"{'fixture':<26}{'KB':>6}{'analyze s':>11}{'render s':>10}{'RSS MB':>8}{'CLI s':>8}{'CLI RSS MB':>12}  "
+        "top finding"
     )
     for r in rows:
         print(

@@ -67,22 +67,27 @@ class Job:
             f"Bootstrap : Using eth0:{self.ip(r)}<0>",
             f"NET/IB : Using [0]mlx5_{dev % 4}:1/IB [1]mlx5_{(dev + 1) % 4}:1/IB [RO]; OOB eth0:{self.ip(r)}<0>",
             f"comm {ptr} rank {r} nRanks {nranks} nNodes {nranks // GPUS} localRanks {GPUS} localRank {dev} MNNVL 0",
-            f"Trees [0] {ring[(2 * at + 1) % nranks]}/{ring[(2 * at + 2) % nranks]}/-1->{r}->{up} [1] {ring[(2 * at + 2) % nranks]}/-1/-1->{r}->{up}",
+            (
+                f"Trees [0] {ring[(2 * at + 1) % nranks]}/{ring[(2 * at + 2) % nranks]}/-1->{r}->{up} [1] "
+                f"{ring[(2 * at + 2) % nranks]}/-1/-1->{r}->{up}"
+            ),
             f"Ring 00 : {prv} -> {r} -> {nxt}",
             f"Tree 1 : {up} -> {r} -> {ring[(2 * at + 1) % nranks]}/{ring[(2 * at + 2) % nranks]}/-1",
             f"Channel 00/0 : {r}[{dev}] -> {nxt}[{nxt % GPUS}] via P2P/IPC/read",
             f"Channel 01/0 : {r}[{dev}] -> {nxt}[{nxt % GPUS}] [send] via NET/IB/{dev % 4}/GDRDMA",
             f"Channel 01/0 : {prv}[{prv % GPUS}] -> {r}[{dev}] [receive] via NET/IB/{dev % 4}/GDRDMA",
             f"NCCL_IB_TIMEOUT set by environment to {rand.randint(18, 22)}.",
-            f"Bootstrap timings total {rand.random():.6f} (create {rand.random() / 100:.6f}, send {rand.random() / 100:.6f}, "
-            f"recv {rand.random():.6f}, ring {rand.random() / 10:.6f}, delay {rand.random() / 1000:.6f})",
+            f"Bootstrap timings total {rand.random():.6f} (create {rand.random() / 100:.6f}, "
+            f"send {rand.random() / 100:.6f}, recv {rand.random():.6f}, ring "
+            f"{rand.random() / 10:.6f}, delay {rand.random() / 1000:.6f})",
             f"New proxy send connection {rand.randint(0, 40)} from local rank {dev}, transport 2",
             f"Connected to proxy localRank {dev} -> connection {self.ptr()}",
             "Connected all rings, use ring PXN 0 GDR 1",
             f"threadThresholds 8/8/64 | {8 * nranks}/8/64 | 512 | 512",
             f"{ident} - Init COMPLETE",
-            f"Init timings - ncclCommInitRank: rank {r} nranks {nranks} total {sum(t):.2f} (kernels {t[0]:.2f}, alloc {t[1]:.2f}, "
-            f"bootstrap {t[2]:.2f}, allgathers {t[3]:.2f}, topo {t[4]:.2f}, graphs {t[5]:.2f}, connections {t[6]:.2f}, rest {t[7]:.2f})",
+            f"Init timings - ncclCommInitRank: rank {r} nranks {nranks} total {sum(t):.2f} (kernels {t[0]:.2f}, "
+            f"alloc {t[1]:.2f}, bootstrap {t[2]:.2f}, allgathers {t[3]:.2f}, topo {t[4]:.2f}, graphs {t[5]:.2f}, "
+            f"connections {t[6]:.2f}, rest {t[7]:.2f})",
         ]
         head = self.head(r, tid)
         return [head + b for b in bodies]
@@ -103,15 +108,17 @@ class Job:
             count = rand.choice((1_048_576, 4_194_304, 33_554_432)) + rand.randint(0, 4096)
             for r in range(self.ranks):
                 buf = self.ptr()
-                yield (f"{self.head(r)}{op}: opCount {self.op_count:x} sendbuff {buf} recvbuff {buf} count {count} datatype 9 "
-                       f"op 0 root 0 comm {self.ptr()} [nranks={self.ranks}] stream {self.ptr()}")  # fmt: skip
+                yield (f"{self.head(r)}{op}: opCount {self.op_count:x} sendbuff {buf} recvbuff {buf} count {count} "
+                       f"datatype 9 op 0 root 0 comm {self.ptr()} [nranks={self.ranks}] "
+                       f"stream {self.ptr()}")  # fmt: skip
             self.op_count += 1
 
     def stamp(self) -> str:
         return self.t.strftime("%Y-%m-%d %H:%M:%S,") + f"{self.t.microsecond // 1000:03d}"
 
     def training_step(self, every_rank: bool = True) -> Iterator[str]:
-        """One optimizer step: DeepSpeed timers of every rank, rank 0's step/throughput lines, Megatron's iteration line."""
+        """One optimizer step: DeepSpeed timers of every rank, rank 0's step/throughput lines,
+        Megatron's iteration line."""
         rand = self.rand
         self.step += 1
         self.t += timedelta(milliseconds=900 + rand.random() * 200)
@@ -124,13 +131,15 @@ class Job:
         lr = 1e-4 * min(1.0, self.step / 500) * (1 + rand.random() * 1e-3)
         yield (f"{host0}: [{self.stamp()}] [INFO] [logging.py:96:log_dist] [Rank 0] step={self.step}, skipped=0, "
                f"lr=[{lr}, {lr}], mom=[(0.9, 0.95), (0.9, 0.95)]")  # fmt: skip
-        yield (f"{host0}: [{self.stamp()}] [INFO] [timer.py:264:stop] epoch=0/micro_step={self.step * 4}/global_step={self.step}, "
+        yield (f"{host0}: [{self.stamp()}] [INFO] [timer.py:264:stop] "
+               f"epoch=0/micro_step={self.step * 4}/global_step={self.step}, "
                f"RunningAvgSamplesPerSec={900 + rand.random() * 50}, CurrSamplesPerSec={900 + rand.random() * 80}, "
                f"MemAllocated=5.53GB, MaxMemAllocated=8.61GB")  # fmt: skip
         yield (f"{host0}:  iteration {self.step:8d}/ 1000000 | consumed samples: {self.step * 1024:12d} | "
                f"elapsed time per iteration (ms): {1000 + rand.random() * 100:.1f} | learning rate: {lr:.6E} | "
                f"global batch size:  1024 | lm loss: {2 + rand.random():.6E} | loss scale: 65536.0 | "
-               f"grad norm: {rand.random() * 3:.3f} | number of skipped iterations:   0 | number of nan iterations:   0 |")  # fmt: skip
+               f"grad norm: {rand.random() * 3:.3f} | number of skipped iterations:   0 | "
+               f"number of nan iterations:   0 |")  # fmt: skip
 
 
 INIT_LINES = 18  # lines of one rank's communicator init (Job.init)
@@ -179,8 +188,9 @@ def write_folder(folder: Path, files: int, size: int, seed: int = 3) -> None:
         while written < per_file:
             for _ in range(50):
                 buf = job.ptr()
-                lines.append(f"{job.head(r)}AllReduce: opCount {job.op_count:x} sendbuff {buf} recvbuff {buf} count 4194304 "
-                             f"datatype 9 op 0 root 0 comm {job.ptr()} [nranks={job.ranks}] stream {job.ptr()}")  # fmt: skip
+                lines.append(f"{job.head(r)}AllReduce: opCount {job.op_count:x} sendbuff {buf} recvbuff {buf} "
+                             f"count 4194304 datatype 9 op 0 root 0 comm {job.ptr()} [nranks={job.ranks}] "
+                             f"stream {job.ptr()}")  # fmt: skip
                 written += len(lines[-1])
                 job.op_count += 1
         text = "\n".join(line.split(": ", 1)[1] for line in lines) + "\n"  # NCCL_DEBUG_FILE: no pdsh prefix

@@ -27,7 +27,10 @@ TIMERS = re.compile(
 
 def scenarios(args: argparse.Namespace) -> dict[str, dict]:
     """What each scenario injects: the cause a correct diagnosis names, where, and how it was done."""
-    nft = "nft add table inet tl_lab; chains `in` (hook input, iifname tl-veth-b) and `out` (hook output, oifname tl-veth-b)"
+    nft = (
+        "nft add table inet tl_lab; chains `in` (hook input, iifname "
+        "tl-veth-b) and `out` (hook output, oifname tl-veth-b)"
+    )
     hogs = "taskset -c {cpu} nice -n -10 sh -c 'while :; do :; done'"
     both = {"hosts": HOSTS, "ranks": [0, 1]}
     return {
@@ -41,19 +44,31 @@ def scenarios(args: argparse.Namespace) -> dict[str, dict]:
             "cause": "link",
             **both,
             "what": f"random packet loss of {args.loss_pct}% in both directions on 10.99.0.2's end of the link",
-            "how": f"{nft}, each with the rule `numgen random mod 100 < {args.loss_pct} drop`; then `nft delete table inet tl_lab`",
+            "how": (
+                f"{nft}, each with the rule `numgen random mod 100 < {args.loss_pct} drop`; then "
+                "`nft delete table inet tl_lab`"
+            ),
         },
         "bandwidth": {
             "cause": "congestion",
             **both,
-            "what": f"a bandwidth cap of {args.rate} each way on 10.99.0.2's end of the link (packets over the rate dropped)",
-            "how": f"{nft}, each with the rule `meta l4proto tcp limit rate over {args.rate} burst 128 kbytes drop`; then `nft delete table inet tl_lab`",
+            "what": (
+                f"a bandwidth cap of {args.rate} each way on 10.99.0.2's "
+                "end of the link (packets over the rate dropped)"
+            ),
+            "how": (
+                f"{nft}, each with the rule `meta l4proto tcp limit rate over {args.rate} burst 128 kbytes "
+                "drop`; then `nft delete table inet tl_lab`"
+            ),
         },
         "straggler": {
             "cause": "straggler",
             "hosts": ["10.99.0.2"],
             "ranks": [1],
-            "what": f"CPU contention on rank 1 (host 10.99.0.2) only: {args.hogs} busy loops on its CPU 1, at its own priority",
+            "what": (
+                "CPU contention on rank 1 (host 10.99.0.2) only: "
+                f"{args.hogs} busy loops on its CPU 1, at its own priority"
+            ),
             "how": f"{args.hogs} x `{hogs.format(cpu=1)}`, killed by pid at the end",
             "note": "The busy loops at nice -10 also push the machine's other users' processes off CPU 1 onto CPU 0, "
             "so rank 0's own compute timers rose in the window too, less than rank 1's (see the timers below); "
@@ -72,30 +87,53 @@ def scenarios(args: argparse.Namespace) -> dict[str, dict]:
         "contention-all": {
             "cause": "contention",
             **both,
-            "what": f"CPU contention on every rank: {args.hogs} busy loops on each rank's CPU (0 and 1), at the ranks' priority",
-            "how": f"{args.hogs} x `{hogs.format(cpu=0)}` and {args.hogs} x `{hogs.format(cpu=1)}`, killed by pid at the end",
+            "what": (
+                f"CPU contention on every rank: {args.hogs} busy loops "
+                "on each rank's CPU (0 and 1), at the ranks' priority"
+            ),
+            "how": (
+                f"{args.hogs} x `{hogs.format(cpu=0)}` and {args.hogs} "
+                f"x `{hogs.format(cpu=1)}`, killed by pid at the end"
+            ),
         },
         "loader-stall": {
             "cause": "input",
             **both,
-            "what": "a stall in the data loader of every rank: each batch waits 400 ms before it is produced (the network untouched)",
-            "how": "run.sh creates the flag file `stall`; train.py's dataset sleeps --stall-ms=400 per batch while it exists",
+            "what": (
+                "a stall in the data loader of every rank: each batch "
+                "waits 400 ms before it is produced (the network untouched)"
+            ),
+            "how": (
+                "run.sh creates the flag file `stall`; train.py's "
+                "dataset sleeps --stall-ms=400 per batch while it exists"
+            ),
         },
         "checkpoint": {
             "cause": "checkpoint",
             **both,
-            "what": "a checkpoint-style pause: every rank saves a DeepSpeed checkpoint, then holds 25 s (a slow storage write), once",
-            "how": "run.sh creates the flag file `checkpoint`; rank 0 tells the others in the step's control all-reduce; "
-            "each rank calls engine.save_checkpoint() then sleeps --pause-s=25 and meets the others at a barrier",
+            "what": (
+                "a checkpoint-style pause: every rank saves a DeepSpeed "
+                "checkpoint, then holds 25 s (a slow storage write), once"
+            ),
+            "how": (
+                "run.sh creates the flag file `checkpoint`; rank 0 tells the others in "
+                "the step's control all-reduce; each rank calls engine.save_checkpoint() "
+                "then sleeps --pause-s=25 and meets the others at a barrier"
+            ),
         },
         "clock-skew": {
             "cause": "link",
             **both,
             "clock_offset_s": {"10.99.0.2": float(args.skew.rstrip("s"))},
-            "what": f"rank 1 (host 10.99.0.2) runs under libfaketime FAKETIME={args.skew}, so every time it prints is "
-            f"{args.skew} off; the slow window is random packet loss of {args.loss_pct}% on 10.99.0.2's end of the link",
-            "how": f"rank 1 started with LD_PRELOAD=/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 FAKETIME={args.skew}; "
-            f"{nft}, each with `numgen random mod 100 < {args.loss_pct} drop`",
+            "what": (
+                f"rank 1 (host 10.99.0.2) runs under libfaketime FAKETIME={args.skew}, "
+                f"so every time it prints is {args.skew} off; the slow window is "
+                f"random packet loss of {args.loss_pct}% on 10.99.0.2's end of the link"
+            ),
+            "how": (
+                "rank 1 started with LD_PRELOAD=/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1 "
+                f"FAKETIME={args.skew}; {nft}, each with `numgen random mod 100 < {args.loss_pct} drop`"
+            ),
         },
     }
 
@@ -196,7 +234,10 @@ def readme(
         f"Made on {window[0]:%Y-%m-%d} by `lab/run.sh {name}` (see lab/README.md): two ranks, each in its own network",
         "namespace (10.99.0.1 and 10.99.0.2, joined by a veth pair), each pinned to one CPU with taskset at nice -10,",
         "train a small MLP with DeepSpeed 0.19 ZeRO-2 on CPU (torch 2.13, gloo, DS_ACCELERATOR=cpu), with",
-        "wall_clock_breakdown on and a step line per step on every rank. tcpdump -s 96 recorded the link from 10.99.0.1.",
+        (
+            "wall_clock_breakdown on and a step line per step on every "
+            "rank. tcpdump -s 96 recorded the link from 10.99.0.1."
+        ),
         "",
         f"**Injected:** {case['what']}.",
         "",
@@ -208,16 +249,19 @@ def readme(
         f"**How:** {case['how']}.",
         "",
         *([case["note"], ""] if "note" in case else []),
-        "The machine (2 CPUs) was shared with other people's test runs while this ran, so step times carry their noise;",
-        "each veth's receive processing was steered to its rank's CPU (rps_cpus) so the kernel does not reorder the",
-        "gloo connection across CPUs.",
+        "The machine (2 CPUs) was shared with other people's test runs while this ran, so step times carry",
+        "their noise; each veth's receive processing was steered to its rank's CPU (rps_cpus) so the kernel",
+        "does not reorder the gloo connection across CPUs.",
         "",
         "## What is here",
         "",
         "| file | what |",
         "|---|---|",
         *(
-            f"| `{host}/rank{r}.log.gz` | rank {r}'s own stdout and stderr, unedited (gzipped): {steps[r][0]} step lines, {steps[r][1]} to {steps[r][2]} (as that rank's clock printed them) |"
+            (
+                f"| `{host}/rank{r}.log.gz` | rank {r}'s own stdout and stderr, unedited (gzipped): {steps[r][0]} "
+                f"step lines, {steps[r][1]} to {steps[r][2]} (as that rank's clock printed them) |"
+            )
             for r, host in enumerate(HOSTS)
         ),
         "| `ds_config.json` | the DeepSpeed config both ranks used |",
@@ -229,7 +273,10 @@ def readme(
         "| part of the run | seconds | data segments | retransmissions | per second |",
         "|---|---|---|---|---|",
         *(
-            f"| {part} | {c['seconds']} | {c['data_segments']} | {c['retransmissions']} | {c['retransmissions_per_s']} |"
+            (
+                f"| {part} | {c['seconds']} | {c['data_segments']} | {c['retransmissions']} | "
+                f"{c['retransmissions_per_s']} |"
+            )
             for part, c in counts.items()
         ),
         "",

@@ -78,15 +78,33 @@ def main() -> None:
             [
                 "# lab-tcp-loss: a real capture (not synthetic)",
                 "",
-                f"Made on {args.start[:10]} by `lab/run.sh tcp-loss` (lab/tcp_loss.sh). Two network namespaces joined by a veth",
-                "pair (10.99.0.1 and 10.99.0.2), offloads off on both ends (`ethtool -K ... tso off gso off gro off`: the",
-                "sender's veth cuts TCP's GSO packets into MSS-sized segments, so each packet is one segment as on a physical",
-                "NIC). nftables on the receiver 10.99.0.2 drops packets at random both ways: chains on hooks input and output,",
-                f"rule `numgen random mod 1000 < {args.loss_permille} drop` ({pct}%). lab/tcp_streams.py opens four TCP connections",
+                (
+                    f"Made on {args.start[:10]} by `lab/run.sh tcp-loss` "
+                    "(lab/tcp_loss.sh). Two network namespaces joined by a veth"
+                ),
+                (
+                    "pair (10.99.0.1 and 10.99.0.2), offloads off on both ends "
+                    "(`ethtool -K ... tso off gso off gro off`: the"
+                ),
+                (
+                    "sender's veth cuts TCP's GSO packets into MSS-sized "
+                    "segments, so each packet is one segment as on a physical"
+                ),
+                (
+                    "NIC). nftables on the receiver 10.99.0.2 drops packets "
+                    "at random both ways: chains on hooks input and output,"
+                ),
+                (
+                    f"rule `numgen random mod 1000 < {args.loss_permille} drop` "
+                    f"({pct}%). lab/tcp_streams.py opens four TCP connections"
+                ),
                 "from 10.99.0.1 to 10.99.0.2:5201 and sends 2.5 MB on each at about 1 Mbit/s (iperf-like, bounded).",
                 "tcpdump -s 96 recorded the link at the sender, 10.99.0.1.",
                 "",
-                f"**Injected:** {pct}% packet loss for the whole capture, from {args.start} to {args.stop} (the senders' span).",
+                (
+                    f"**Injected:** {pct}% packet loss for the whole capture, "
+                    f"from {args.start} to {args.stop} (the senders' span)."
+                ),
                 "",
                 "The machine (2 CPUs) was shared with other people's test runs while this ran.",
                 "",

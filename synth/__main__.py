@@ -1,4 +1,5 @@
-"""`python -m synth fixtures/ [NAME ...]`: (re)write the fixture run folders (and, without names, the run pairs for diff)."""
+"""`python -m synth fixtures/ [NAME ...]`: (re)write the fixture run folders (and, without names,
+the run pairs for diff)."""
 
 from __future__ import annotations
 

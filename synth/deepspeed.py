@@ -69,12 +69,13 @@ def config_echo(when: datetime, cfg: DsConfig, world_size: int) -> list[str]:
         "world_size": world_size,
         "zero_allow_untested_optimizer": False,
         "zero_config": (
-            f"stage={cfg.zero_stage} contiguous_gradients=True reduce_scatter=True reduce_bucket_size={cfg.reduce_bucket_size} "
-            f"use_multi_rank_bucket_allreduce=True allgather_partitions=True allgather_bucket_size={cfg.allgather_bucket_size} "
-            f"overlap_comm={cfg.overlap_comm} load_from_fp32_weights=True elastic_checkpoint=False offload_param=None "
-            f"offload_optimizer=DeepSpeedZeroOffloadOptimizerConfig(device='{cfg.offload_optimizer}', nvme_path=None, "
-            "buffer_count=4, pin_memory=False, pipeline_read=False, pipeline_write=False, fast_init=False, ratio=1.0) "
-            "sub_group_size=1000000000 round_robin_gradients=False"
+            f"stage={cfg.zero_stage} contiguous_gradients=True reduce_scatter=True "
+            f"reduce_bucket_size={cfg.reduce_bucket_size} use_multi_rank_bucket_allreduce=True "
+            f"allgather_partitions=True allgather_bucket_size={cfg.allgather_bucket_size} "
+            f"overlap_comm={cfg.overlap_comm} load_from_fp32_weights=True elastic_checkpoint=False "
+            "offload_param=None offload_optimizer=DeepSpeedZeroOffloadOptimizerConfig(device='"
+            f"{cfg.offload_optimizer}', nvme_path=None, buffer_count=4, pin_memory=False, pipeline_read=False, "
+            "pipeline_write=False, fast_init=False, ratio=1.0) sub_group_size=1000000000 round_robin_gradients=False"
         ),
         "zero_enabled": cfg.zero_stage > 0,
         "zero_optimization_stage": cfg.zero_stage,
@@ -157,11 +158,16 @@ class DeepSpeedTraining:
             lines = [
                 log_dist(
                     when,
-                    f"time (ms) | optimizer_allgather: {p.allgather:.2f} | optimizer_gradients: {p.gradients:.2f} | optimizer_step: {p.optimizer:.2f}",
+                    (
+                        f"time (ms) | optimizer_allgather: {p.allgather:.2f} | optimizer_gradients: "
+                        f"{p.gradients:.2f} | optimizer_step: {p.optimizer:.2f}"
+                    ),
                 ),
                 log_dist(when, f"step={step}, skipped=0, lr=[{lr}, {lr}], mom=[(0.9, 0.95), (0.9, 0.95)]"),
-                f"[{stamp(when)}] [INFO] [timer.py:264:stop] epoch=0/micro_step={step * self.config.gradient_accumulation_steps}/global_step={step}, "
-                f"RunningAvgSamplesPerSec={avg}, CurrSamplesPerSec={curr}, MemAllocated=5.53GB, MaxMemAllocated=8.61GB",
+                f"[{stamp(when)}] [INFO] [timer.py:264:stop] "
+                f"epoch=0/micro_step={step * self.config.gradient_accumulation_steps}/"
+                f"global_step={step}, RunningAvgSamplesPerSec={avg}, "
+                f"CurrSamplesPerSec={curr}, MemAllocated=5.53GB, MaxMemAllocated=8.61GB",
             ]
             (_, rank0), *others = self._timers(p, world)
             run.put(host, "stdout", t, lines + [log_dist(when, line) for line in rank0])

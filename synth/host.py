@@ -83,7 +83,10 @@ class LinkFlaps:
                 (t + 5.0, f"{dev} {self.netdev}: TX timeout detected"),
                 (
                     t + 5.0,
-                    f"{dev} {self.netdev}: TX timeout on queue: 3, SQ: 0x10b5, CQ: 0x4c4, SQ Cons: 0x0 SQ Prod: 0x2, usecs since last trans: 5120000",
+                    (
+                        f"{dev} {self.netdev}: TX timeout on queue: 3, SQ: 0x10b5, CQ: 0x4c4, SQ Cons: 0x0 SQ Prod: "
+                        "0x2, usecs since last trans: 5120000"
+                    ),
                 ),
                 (t + 7.0, f"{dev} {self.netdev}: Link up"),
             ]

@@ -61,8 +61,9 @@ class RoceCapture:
     def play(self, run: Run) -> None:
         ip = {h.name: h.ip for h in run.hosts}
         qps = [
-            RoceQp(requester=ip[peer], responder=ip[self.host], requester_qp=0x2A0 + 16 * p + q,
-                   responder_qp=0x4C0 + 16 * p + q, first_psn=run.rand.int(0, 1 << 22), sport=run.rand.int(49152, 65000))
+            RoceQp(requester=ip[peer], responder=ip[self.host],
+                   requester_qp=0x2A0 + 16 * p + q, responder_qp=0x4C0 + 16 * p + q,
+                   first_psn=run.rand.int(0, 1 << 22), sport=run.rand.int(49152, 65000))
             for p, peer in enumerate(self.peers) for q in range(self.qps_per_peer)
         ]  # fmt: skip
         start, end = run.spans["training"]

@@ -34,7 +34,8 @@ def _ports(half_rate: str | None = None) -> CounterDumps:
 
 
 def _run(name: str, description: str, hosts: tuple[Host, ...] = HOSTS, phases: Phases = PHASES,
-         config: DsConfig = DsConfig(), half_rate: str | None = None, rules: tuple[str, ...] = ()) -> Scenario:  # fmt: skip
+         config: DsConfig = DsConfig(), half_rate: str | None = None,
+         rules: tuple[str, ...] = ()) -> Scenario:  # fmt: skip
     story = (DeepSpeedTraining(steps=100, phases=phases, config=config, every_rank=True), _ports(half_rate))
     return Scenario(name=name, description=description, rules=rules, hosts=hosts, story=story)
 
@@ -126,11 +127,13 @@ def write_pairs(root: Path) -> Path:
         ],
     }
     (folder / "pairs.json").write_text(json.dumps(expected, indent=2) + "\n", encoding="utf-8")
-    lines = [f"- `{p.bad}` against `{p.good}`: " + (f"{p.top[0]} {p.top[1]} ranks first" if p.top else "no significant change")
+    lines = [f"- `{p.bad}` against `{p.good}`: "
+             + (f"{p.top[0]} {p.top[1]} ranks first" if p.top else "no significant change")
              for p in PAIRS]  # fmt: skip
     (folder / "README.md").write_text(
         "# Run pairs for `tracelens diff`: synthetic\n\n"
-        "Synthetic: written by the project's generator (`synth/pairs.py`, run by `python -m synth fixtures/`); no real log went into them.\n"
+        "Synthetic: written by the project's generator (`synth/pairs.py`,"
+        " run by `python -m synth fixtures/`); no real log went into them.\n"
         "Each folder is a whole run with its own README. The pairs and the change that must rank first:\n\n"
         + "\n".join(lines)
         + "\n",

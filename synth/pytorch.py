@@ -34,7 +34,10 @@ def watchdog_timeout(rank: int, work: Work, ran_ms: int, when: datetime, mono_ns
     """The watchdog's timeout line and the exception report that follows it (PyTorch 2.3-2.5 wording, §5.2)."""
     return [
         _prefix(rank, when, mono_ns, "ProcessGroupNCCL.cpp:607")
-        + f"[Rank {rank}] Watchdog caught collective operation timeout: {work} ran for {ran_ms} milliseconds before timing out.",
+        + (
+            f"[Rank {rank}] Watchdog caught collective operation timeout: "
+            f"{work} ran for {ran_ms} milliseconds before timing out."
+        ),
         _prefix(rank, when, mono_ns + 57_000, "ProcessGroupNCCL.cpp:1664")
         + f"[PG 0 Rank {rank}] Exception (either an error or timeout) detected by watchdog at work: {work.seq}, "
         f"last enqueued NCCL work: {work.seq + 2}, last completed NCCL work: {work.seq - 1}.",

@@ -403,7 +403,10 @@ def readme(scenario: Scenario) -> str:
     rules = ", ".join(scenario.rules) or "none (a healthy run: no rule may fire)"
     if cause := scenario.cause:
         scope = ", ".join([*cause.hosts, *cause.ports, *(f"rank {r}" for r in cause.ranks)])
-        rules += f"\n\nThe top finding must be the injected root cause: {cause.rule} on {scope}, within the window of `top` in expected.json."
+        rules += (
+            f"\n\nThe top finding must be the injected root cause: {cause.rule}"
+            f" on {scope}, within the window of `top` in expected.json."
+        )
     return (
         f"# {scenario.name}: a synthetic run\n\n"
         "Synthetic: written by `python -m synth fixtures/` from the scenario of the same name in\n"

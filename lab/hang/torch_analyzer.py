@@ -10,7 +10,8 @@ fixture keeps the dumps exactly as torch wrote them. The analyzer's text is writ
 printed it: torchfrtrace.txt (the default report), torchfrtrace_j.txt (`-j`, the listing of
 each rank's entries) and torchfrtrace_j_verbose.txt (`-j` with FR_TRACE_VERBOSE_OUTPUT=1). When a rank
 left no dump, torchfrtrace_dumped_ranks.txt is the default report with the members set to the
-ranks that dumped: the analyzer then compares their entries and prints their mismatches. These are our own pickles, so loading them with pickle here is safe.
+ranks that dumped: the analyzer then compares their entries and prints their mismatches. These
+are our own pickles, so loading them with pickle here is safe.
 """
 
 import os
