@@ -19,10 +19,14 @@ from tracelens.report.html import render
 from tracelens.report.summary import to_json
 
 WATCHDOG = (
-    "[rank0]:[E{clock}.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught collective operation timeout: "
-    "WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out."
+    "[rank0]:[E{clock}.715298746 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, NumelIn=1, "
+    "NumelOut=1, Timeout(ms)=600000) ran for 600020 milliseconds before timing out."
 )
-DATED = "[2024-12-06 18:30:00] node01:100:101 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node02<34567>"
+DATED = (
+    "[2024-12-06 18:30:00] node01:100:101 [0] misc/socket.cc:50 NCCL "
+    "WARN socketProgress: Connection closed by remote peer node02<34567>"
+)
 
 
 def _run(tmp_path: Path, files: dict[str, str | bytes]):
@@ -59,7 +63,10 @@ def test_a_valid_c10_time_still_gets_the_files_year(tmp_path: Path):
 @pytest.mark.parametrize("year", ["9999", "1600", "0001", "2263"])
 def test_years_outside_what_a_timestamp_holds_are_no_time_not_wrapped(tmp_path: Path, year: str):
     nccl = DATED.replace("2024", year)
-    deepspeed = f"[{year}-05-01 10:00:05,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+    deepspeed = (
+        f"[{year}-05-01 10:00:05,000] [INFO] [logging.py:96:log_dist] "
+        "[Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+    )
     analysis = _run(tmp_path, {"node01/train.log": f"{nccl}\n{deepspeed}\n"})
     for table in ("nccl_errors", "steps"):
         frame = analysis.tables[table]

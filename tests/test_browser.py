@@ -111,7 +111,8 @@ def test_print_layout_keeps_tables_whole(browser, name, tmp_path, analysis_of):
             .map(t => t.closest('section')?.id + ': ' + Math.round(t.getBoundingClientRect().width))""")
         assert cut == [], f"tables wider than the printed page: {cut}"
         spilled = visit.page.evaluate("""() => [...document.querySelectorAll('td')]
-            .filter(td => td.offsetParent && td.scrollWidth > td.clientWidth + 1).map(td => td.textContent.slice(0, 60))""")
+            .filter(td => td.offsetParent && td.scrollWidth > td.clientWidth + 1)
+            .map(td => td.textContent.slice(0, 60))""")
         assert spilled == [], f"cells whose text runs out of them on paper: {spilled[:5]}"
         rows = visit.page.evaluate("getComputedStyle(document.querySelector('tr')).breakInside")
         assert rows == "avoid"  # a row is never split over two pages

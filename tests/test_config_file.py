@@ -91,7 +91,8 @@ def test_a_typo_in_a_key_is_a_one_line_usage_error_naming_the_file_and_key(run, 
     result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == 2
     assert result.stderr.strip().splitlines() == [
-        f"error: {run / 'tracelens.toml'}: rules.TL502.small_buckets: unknown setting (the settings of TL502: small_bucket)"
+        f"error: {run / 'tracelens.toml'}: rules.TL502.small_buckets: "
+        "unknown setting (the settings of TL502: small_bucket)"
     ]
     assert "Traceback" not in result.output and not (tmp_path / "r.html").exists()
 

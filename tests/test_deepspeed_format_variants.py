@@ -43,7 +43,10 @@ def test_v01_logger_progress_and_bare_timers(tmp_path):
             "[INFO 2020-02-06 19:53:56] rank:0 step=50, skipped=1, lr=[0.001], mom=[[0.8, 0.999]]",
             "time (ms) | forward_microstep: 193.65 | backward_microstep: 300.10 | backward_inner_microstep: 250.00"
             " | backward_allreduce_microstep: 0.05 | step_microstep: 3.00",
-            "time (ms) | forward: 193.65 | backward: 300.10 | backward_inner: 250.00 | backward_allreduce: 0.05 | step: 3.00",
+            (
+                "time (ms) | forward: 193.65 | backward: 300.10 | "
+                "backward_inner: 250.00 | backward_allreduce: 0.05 | step: 3.00"
+            ),
         ],
     )
     (row,) = steps(result)
@@ -129,7 +132,8 @@ def test_zero3_timers_keep_optimizer_step_and_ignore_the_rest(tmp_path):
 @pytest.mark.parametrize(
     ("line", "expected"),
     [
-        (TIMER + "0/20, RunningAvgSamplesPerSec=12.5, CurrSamplesPerSec=13.0, MemAllocated=1.2GB, MaxMemAllocated=2.3GB",
+        (TIMER + "0/20, RunningAvgSamplesPerSec=12.5, CurrSamplesPerSec=13.0, "
+                 "MemAllocated=1.2GB, MaxMemAllocated=2.3GB",
          {"epoch": 0, "step": 20, "avg_samples_per_sec": 12.5, "samples_per_sec": 13.0}),  # v0.7
         (TIMER + "0/50, SamplesPerSec=1292.6411179579866, vm percent: 12.3, swap percent: 0.0",
          {"epoch": 0, "step": 50, "avg_samples_per_sec": 1292.6411179579866, "samples_per_sec": None}),  # up to v0.6
@@ -151,8 +155,8 @@ def test_pipeline_timers_are_kept_as_lines_of_their_step(tmp_path):
         tmp_path,
         [
             RANK0 + PROGRESS.format(1),
-            RANK0
-            + "time (ms) | pipe_send_output: 1.20 | pipe_send_grad: 0.80 | pipe_recv_input: 3.10 | pipe_recv_grad: 2.00",
+            RANK0 + "time (ms) | pipe_send_output: 1.20 | pipe_send_grad: 0.80 | pipe_recv_input: 3.10"
+            " | pipe_recv_grad: 2.00",
         ],
     )
     assert [r["step"] for r in steps(result)] == [1] and counts(result) == (2, 0, 0)
@@ -162,8 +166,8 @@ def test_overflow_is_known_but_not_a_step(tmp_path):
     result = ingest(
         tmp_path,
         [
-            "[2023-06-21 07:39:09,625] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step."
-            " Attempted loss scale: 65536, reducing to 32768",
+            "[2023-06-21 07:39:09,625] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+            "Skipping step. Attempted loss scale: 65536, reducing to 32768",
             RANK0 + "step=1, skipped=1, lr=[0.0001], mom=[(0.9, 0.95)]",
         ],
     )
@@ -232,7 +236,10 @@ def test_bare_prints_behind_launcher_tags(tmp_path, wrapper):
         tmp_path,
         [
             wrapper
-            + "rank=0 time (ms) | forward: 5.00 | backward: 6.00 | backward_inner: 4.00 | backward_allreduce: 2.00 | step: 1.00",
+            + (
+                "rank=0 time (ms) | forward: 5.00 | backward: 6.00 | "
+                "backward_inner: 4.00 | backward_allreduce: 2.00 | step: 1.00"
+            ),
             wrapper + "steps: 10 loss: 0.6931 iter time (s): 0.500 samples/sec: 64.000",
         ],
     )
@@ -304,8 +311,8 @@ def test_comms_logger_verbose_both_eras(tmp_path):
     result = ingest(
         tmp_path,
         [
-            RANK0
-            + "comm op: all_reduce | time (ms): 3.21 | msg size: 256.0 MB | algbw (Gbps): 652.11 | busbw (Gbps): 611.35",
+            RANK0 + "comm op: all_reduce | time (ms): 3.21 | msg size: 256.0 MB"
+            " | algbw (Gbps): 652.11 | busbw (Gbps): 611.35",
             "[2022-06-26 01:00:00,002] [INFO] [logging.py:69:log_dist] [Rank 0] rank=0 | comm op: reduce_scatter_base"
             " | time (ms): 9.46 | msg size: 678.86 MB | algbw (Gbps): 1204.52  | busbw (Gbps): 1129.23 ",
             RANK0 + "comm op: broadcast | [Caller Func: _broadcast_model] | time (ms): 0.50 | msg size: 2.0 KB"
@@ -314,7 +321,8 @@ def test_comms_logger_verbose_both_eras(tmp_path):
     )
     ops = result.tables["comm_ops"].sort("line").to_dicts()
     assert [(o["op"], o["kind"], o["rank"], o["caller"]) for o in ops] == [
-        ("all_reduce", "op", 0, None), ("reduce_scatter_base", "op", 0, None), ("broadcast", "op", 0, "_broadcast_model"),
+        ("all_reduce", "op", 0, None), ("reduce_scatter_base", "op", 0, None),
+        ("broadcast", "op", 0, "_broadcast_model"),
     ]  # fmt: skip
     assert [o["msg_bytes"] for o in ops] == [256 * 1024**2, round(678.86 * 1024**2), 2048]
     assert (ops[1]["total_ms"], ops[1]["algbw_gbps"], ops[1]["busbw_gbps"]) == (9.46, 1204.52, 1129.23)
@@ -435,8 +443,14 @@ def test_launcher_preamble(tmp_path):
     result = ingest(
         tmp_path,
         [
-            "[2023-06-21 07:37:59,000] [INFO] [multinode_runner.py:65:get_cmd] Running on the following workers: worker-0,worker-1",
-            "[2023-06-21 07:37:59,000] [INFO] [runner.py:607:main] cmd = /usr/bin/python -u -m deepspeed.launcher.launch --world_info=e30= train.py",
+            (
+                "[2023-06-21 07:37:59,000] [INFO] [multinode_runner.py:65:get_cmd] "
+                "Running on the following workers: worker-0,worker-1"
+            ),
+            (
+                "[2023-06-21 07:37:59,000] [INFO] [runner.py:607:main] cmd = /usr/bin/python -u -m "
+                "deepspeed.launcher.launch --world_info=e30= train.py"
+            ),
             "worker-0: "
             + launch
             + "WORLD INFO DICT: {'worker-0': [0, 1, 2, 3, 4, 5, 6, 7], 'worker-1': [0, 1, 2, 3, 4, 5, 6, 7]}",
@@ -481,6 +495,9 @@ def test_unknown_deepspeed_messages_are_counted_and_sampled(tmp_path):
 
 def test_non_ascii_host_and_rank_keep_their_text(tmp_path):
     # str.find counts bytes: slicing by characters after a non-ASCII host cut the wrong text.
-    line = "nodé01: [2024-03-01 10:00:00,001] [INFO] [logging.py:96:log_dist] [Rank 3] step=40, skipped=0, lr=[0.001], mom=[(0.9, 0.95)]"
+    line = (
+        "nodé01: [2024-03-01 10:00:00,001] [INFO] [logging.py:96:log_dist] "
+        "[Rank 3] step=40, skipped=0, lr=[0.001], mom=[(0.9, 0.95)]"
+    )
     (row,) = steps(ingest(tmp_path, [line]))
     assert (row["host"], row["rank"], row["step"]) == ("nodé01", 3, 40)

@@ -1,4 +1,5 @@
-"""DeepSpeed ingest: every format of other-formats.md §1, the real corpus, and the vectorized kinds against the grammar."""
+"""DeepSpeed ingest: every format of other-formats.md §1, the real corpus, and the vectorized kinds
+against the grammar."""
 
 from __future__ import annotations
 
@@ -319,10 +320,15 @@ def test_vectorized_kinds_equal_the_grammar():
 def test_bare_rank_tagged_timer_lines_of_deepspeed_019_belong_to_the_step_before(tmp_path):
     """DeepSpeed 0.19 prints its timers as `[Rank 1] time (ms) | ...`, no logger prefix (real lab
     runs, fixtures/lab-*): they are read, with their rank, into the step line before them."""
-    step = "[2026-12-01 03:12:24,553] [INFO] [logging.py:123:log_dist] [Rank 1] step={n}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+    step = (
+        "[2026-12-01 03:12:24,553] [INFO] [logging.py:123:log_dist] "
+        "[Rank 1] step={n}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+    )
     text = "\n".join(
-        f"{step.format(n=n)}\n[Rank 1] time (ms) | fwd: {40 + n} | bwd: 79.12 | bwd_inner: 69.41 | bwd_allreduce: 9.67 | step: 6.13\n"
-        f"[Rank 1] time (ms) | optimizer_allgather: 6.85 | optimizer_gradients: 0.22 | optimizer_step: 3.68\nother output {n}"
+        f"{step.format(n=n)}\n"
+        f"[Rank 1] time (ms) | fwd: {40 + n} | bwd: 79.12 | bwd_inner: 69.41 | bwd_allreduce: 9.67 | step: 6.13\n"
+        "[Rank 1] time (ms) | optimizer_allgather: 6.85 | optimizer_gradients: 0.22 | optimizer_step: 3.68\n"
+        f"other output {n}"
         for n in (240, 241)
     )
     result = ingest_text(tmp_path, text + "\n")

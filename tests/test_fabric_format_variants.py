@@ -360,7 +360,10 @@ def test_ethtool_mlx5_with_hundreds_of_counters(tmp_path):
 
 
 def test_ethtool_of_other_drivers(tmp_path):
-    ixgbe = "NIC statistics:\n     rx_packets: 10\n     tx_queue_0_packets: 4\n     rx_queue_1_bytes: 99\n     os2bmc_rx_by_bmc: 0\n"
+    ixgbe = (
+        "NIC statistics:\n     rx_packets: 10\n     tx_queue_0_packets: 4\n"
+        "     rx_queue_1_bytes: 99\n     os2bmc_rx_by_bmc: 0\n"
+    )
     rows = read(write(tmp_path, "ixgbe.txt", ixgbe)).tables["ib_counters"]
     assert dict(zip(rows["counter"], rows["value"])) == {
         "rx_packets": 10,

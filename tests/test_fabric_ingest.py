@@ -178,7 +178,10 @@ def test_timestamp_lines(text, expected):
     assert parse_time(text) == expected
 
 
-BLOCK = "# Port counters: Lid 7 port 1 (CapMask: 0x1400)\nPortSelect:......................1\nSymbolErrorCounter:..............{n}\n"
+BLOCK = (
+    "# Port counters: Lid 7 port 1 (CapMask: 0x1400)\nPortSelect:......................1\n"
+    "SymbolErrorCounter:..............{n}\n"
+)
 
 
 def test_dumps_appended_with_date_lines_take_each_its_time_and_host(tmp_path):
@@ -219,7 +222,10 @@ def test_hostname_command_and_legacy_names(tmp_path):
 
 
 def test_xmit_wait_dropped_when_the_port_cannot_count_it(tmp_path):
-    text = "# Port counters: Lid 3 port 1 (CapMask: 0x0200)\nPortSelect:......................1\nPortXmitWait:....................0\n"
+    text = (
+        "# Port counters: Lid 3 port 1 (CapMask: 0x0200)\nPortSelect:......................1\n"
+        "PortXmitWait:....................0\n"
+    )
     result = read(write(tmp_path, "pq.txt", text))
     assert "ib_counters" not in result.tables
 

@@ -193,7 +193,10 @@ def test_rdma_ack_timeouts_rising(tmp_path):
             path.write_text(
                 f"2024-03-05T{ts}Z\n"
                 + "".join(
-                    f"/sys/class/infiniband/mlx5_0/ports/1/hw_counters/{name}:{value if name == 'local_ack_timeout_err' else 0}\n"
+                    (
+                        f"/sys/class/infiniband/mlx5_0/ports/1/hw_counters/{name}:"
+                        f"{value if name == 'local_ack_timeout_err' else 0}\n"
+                    )
                     for name in ("local_ack_timeout_err", "out_of_sequence", "np_cnp_sent")
                 )
             )

@@ -205,13 +205,22 @@ def test_tl606_without_port_dumps_assumes_the_usual_nic_per_gpu(tmp_path):
         for r in range(16)
     )
     head = (
-        "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+        "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592 step: 2(factor)"
+        " warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
         "#\n# Using devices\n" + ranks + "#\n"
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
+        "#       size         count      type   redop    root     time"
+        "   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+        "#        (B)    (elements)                               (us)"
+        "  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)\n"
     )
-    slow = "  8589934592    2147483648     float     sum      -1   268435   32.00   60.00      0   268435   32.00   60.00      0\n"
-    good = "  8589934592    2147483648     float     sum      -1    67689  126.90  237.94      0    67811  126.68  237.52      0\n"
+    slow = (
+        "  8589934592    2147483648     float     sum      -1   268435"
+        "   32.00   60.00      0   268435   32.00   60.00      0\n"
+    )
+    good = (
+        "  8589934592    2147483648     float     sum      -1    67689"
+        "  126.90  237.94      0    67811  126.68  237.52      0\n"
+    )
     for name, row, fires in (("slow", slow, True), ("good", good, False)):
         folder = tmp_path / name
         folder.mkdir()

@@ -144,7 +144,10 @@ def test_top_verdict_window_is_the_injected_one(folder, analysis_of):
     start, end = _window(expected)
     slack = (end - start) * expected["tolerance"]
     top = analysis_of(folder).findings[0]
-    context = f"{folder.name}: the top finding ({top.rule_id}) must span {_span((start, end))} within {slack}; it spans {_span(top.window)}"
+    context = (
+        f"{folder.name}: the top finding ({top.rule_id}) must span "
+        f"{_span((start, end))} within {slack}; it spans {_span(top.window)}"
+    )
     assert top.window is not None, context
     assert abs(top.window[0] - start) <= slack and abs(top.window[1] - end) <= slack, context
 
@@ -153,7 +156,10 @@ def test_top_verdict_window_is_the_injected_one(folder, analysis_of):
 def test_top_verdict_names_the_right_hosts_and_ranks(folder, analysis_of):
     expected = _expected(folder)
     top = analysis_of(folder).findings[0]
-    context = f"{folder.name}: expected hosts {expected['hosts']} ranks {expected['ranks']}; the top finding ({top.rule_id}) names {top.hosts} {top.ranks}"
+    context = (
+        f"{folder.name}: expected hosts {expected['hosts']} ranks {expected['ranks']}; the top finding "
+        f"({top.rule_id}) names {top.hosts} {top.ranks}"
+    )
     assert top.hosts and set(top.hosts) <= set(expected["hosts"]), context
     if expected["cause"] == "straggler":
         assert top.hosts == expected["hosts"] and top.ranks == expected["ranks"], context
@@ -239,7 +245,8 @@ def test_tcp_loss_capture_gets_a_retransmission_warning(folder, analysis_of):
     expected = _expected(folder)
     fired = [f for f in analysis_of(folder).findings if f.rule_id == expected["rule"]]
     assert fired and max(f.severity for f in fired) >= Severity.WARNING, (
-        f"{folder.name}: {expected['tshark']['retransmissions']} of {expected['tshark']['data_segments']} segments retransmitted "
+        f"{folder.name}: {expected['tshark']['retransmissions']} of "
+        f"{expected['tshark']['data_segments']} segments retransmitted "
         f"(tshark) and no {expected['rule']} warning:\n{_listing(analysis_of(folder).findings)}"
     )
 

@@ -39,7 +39,8 @@ EXTRA_BODIES = [
     "NET/IB : No IP interface found.",
     "ProcessGroupNCCL initialization options: size: 16, global rank: 3, TIMEOUT(ms): 1800000",
     "Process group watchdog thread terminated with exception: [Rank 2] Watchdog caught collective operation timeout: "
-    "WorkNCCL(SeqNum=1533, OpType=ALLREDUCE, NumelIn=262144, NumelOut=262144, Timeout(ms)=1800000) ran for 1800472 milliseconds before timing out.",
+    "WorkNCCL(SeqNum=1533, OpType=ALLREDUCE, NumelIn=262144, NumelOut=262144, Timeout(ms)=1800000) ran for 1800472 "
+    "milliseconds before timing out.",
     "Mismatched NCCL version detected : rank 0 version 22304 rank 5 version 22105",
     "NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE [RO]; OOB ib0:10.0.0.1<0>",
     "Bootstrap : Using eth0:10.0.3.17<0>",
@@ -60,15 +61,30 @@ EXTRA_BODIES = [
     "Failed to open libibverbs.so[.1]",
     "SHARP rank 3/16 initialization failed",
     "ProcessGroupNCCL preparing to dump debug info. Include stack trace: 1",
-    "Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, data may be corrupted.",
-    "[Rank 5] Work WorkNCCL(SeqNum=77, OpType=BROADCAST, Timeout(ms)=600000) timed out in blocking wait (NCCL_BLOCKING_WAIT=1).",
-    "[Rank 1] Exception (either an error or timeout) detected by watchdog at work: 1533, last enqueued NCCL work: 1534, last completed NCCL work: 1532.",
-    "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3",
+    (
+        "Some NCCL operations have failed or timed out. Due to the "
+        "asynchronous nature of CUDA kernels, data may be corrupted."
+    ),
+    (
+        "[Rank 5] Work WorkNCCL(SeqNum=77, OpType=BROADCAST, "
+        "Timeout(ms)=600000) timed out in blocking wait (NCCL_BLOCKING_WAIT=1)."
+    ),
+    (
+        "[Rank 1] Exception (either an error or timeout) detected by watchdog at work: 1533, last enqueued NCCL "
+        "work: 1534, last completed NCCL work: 1532."
+    ),
+    (
+        "RuntimeError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1191, "
+        "unhandled system error, NCCL version 2.10.3"
+    ),
     "socketProgressOpt: Call to recv from 10.0.0.7<53214> failed : Connection reset by peer",
     "[Service thread] Error encountered progressing operation=Connect, res=3, closing connection",
     "Call to ibv_modify_qp failed with error Network is unreachable",
     "NET/IB : Got completion from peer 10.0.0.2<43241> with error 12, opcode 0, len 0, vendor err 129 (Recv)",
-    "AllReduce: opCount 1a sendbuff 0x7f00 recvbuff 0x7f10 count 4194304 datatype 9 op 0 root 0 comm 0x55 [nranks=16] stream 0xe2",
+    (
+        "AllReduce: opCount 1a sendbuff 0x7f00 recvbuff 0x7f10 count "
+        "4194304 datatype 9 op 0 root 0 comm 0x55 [nranks=16] stream 0xe2"
+    ),
     "Received and initiated operation=Init res=0",
 ]
 

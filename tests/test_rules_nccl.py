@@ -245,7 +245,10 @@ def test_watchdog_timeouts_grouped_per_collective():
     summaries = [f.summary for f in findings]
     assert len(findings) == 2  # the exception line joins the timeout of the same SeqNum
     assert any(
-        "ALLREDUCE SeqNum=1580 timed out after Timeout(ms)=600000 (ran up to 600067 ms), reported by 2 ranks (0, 4) in 3 lines"
+        (
+            "ALLREDUCE SeqNum=1580 timed out after Timeout(ms)=600000 "
+            "(ran up to 600067 ms), reported by 2 ranks (0, 4) in 3 lines"
+        )
         in s
         for s in summaries
     )

@@ -118,7 +118,8 @@ def test_every_source_places_the_cause_in_its_window(folder, analysis_of):
     sources = [f for f in analysis_of(folder).findings if f.window and re.match(r"TL(2\d\d|3\d\d|40[1-3])$", f.rule_id)]
     for f in sources:
         assert f.window[0] <= end + slack and f.window[1] >= start - slack, (
-            f"{folder.name}: {f.rule_id} on {f.hosts} spans {_span(f.window)}, outside the injected {_span((start, end))}"
+            f"{folder.name}: {f.rule_id} on {f.hosts} spans "
+            f"{_span(f.window)}, outside the injected {_span((start, end))}"
         )
     for f in (f for f in sources if f.rule_id == "TL401"):
         assert abs(f.window[0] - start) <= slack and abs(f.window[1] - end) <= slack, (

@@ -93,7 +93,10 @@ def test_a_planted_pickle_in_a_loose_private_folder_is_never_loaded(tmp_path: Pa
     os.chmod(cache / "tracelens", 0o777)  # someone else could have written here
     env = {"XDG_CACHE_HOME": str(cache)}
     key = _python(
-        "from tracelens.ingest.nccl import _cache_path; print(_cache_path(__import__('tracelens.resources').resources.grammar_text('nccl')))",
+        (
+            "from tracelens.ingest.nccl import _cache_path; "
+            "print(_cache_path(__import__('tracelens.resources').resources.grammar_text('nccl')))"
+        ),
         {"XDG_CACHE_HOME": str(tmp_path / "probe")},
     )
     name = Path(key.stdout.strip()).name

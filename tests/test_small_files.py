@@ -79,7 +79,10 @@ def test_file_boundaries_do_not_leak(tmp_path, monkeypatch):
         run,
         "b.log",
         [
-            f"{WARN}NET/IB : Got completion from peer 10.0.0.2<54321> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+            (
+                f"{WARN}NET/IB : Got completion from peer 10.0.0.2<54321> "
+                "with status=12 opcode=0 len=0 vendor err 129 (Recv)"
+            ),
             f"{HEAD}{comm.replace('0x7f01', '0x7f02')}",
             f"{HEAD}NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_1:1/RoC",
         ],
@@ -99,7 +102,8 @@ def test_file_boundaries_do_not_leak(tmp_path, monkeypatch):
         run,
         "e.log",
         [
-            "[2024-01-01 00:00:01,000] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+            "[2024-01-01 00:00:01,000] [INFO] [logging.py:96:log_dist] "
+            "[Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
         ],
     )
     _write(

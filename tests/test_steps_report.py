@@ -28,7 +28,10 @@ def test_rendered_page_escapes_log_text(tmp_path):
     run.mkdir()
     (run / "train.log").write_text(
         "".join(
-            f"[2024-01-01 00:00:{i:02d},000] [INFO] [logging.py:96:log_dist] [Rank 0] time (ms) | fwd: 1.00 | bwd: 2.00 | step: 1.00\n"
+            (
+                f"[2024-01-01 00:00:{i:02d},000] [INFO] [logging.py:96:log_dist]"
+                " [Rank 0] time (ms) | fwd: 1.00 | bwd: 2.00 | step: 1.00\n"
+            )
             for i in range(20)
         )
     )

@@ -269,7 +269,8 @@ def test_the_wheel_holds_the_package_and_its_data_only():
 
 
 def test_rules_leave_their_id_to_the_registry():
-    """Rule.run stamps every finding with its rule's id: a rule module that names one itself could name the wrong one."""
+    """Rule.run stamps every finding with its rule's id: a rule module that names one itself could
+    name the wrong one."""
     named = []
     for path in (SRC / "tracelens" / "rules").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
