@@ -83,7 +83,7 @@ def _ingest_with_host(source: InputFile, jobs: int = 1, workers: Executor | None
 
 
 def _hosts(tables: dict[str, pl.DataFrame]) -> list[str]:
-    hosts = set()
+    hosts: set[str] = set()
     for frame in tables.values():
         if "host" in frame.collect_schema().names():
             hosts.update(h for h in frame.lazy().select(pl.col("host").unique()).collect()["host"].to_list() if h)

@@ -3,8 +3,8 @@
 Formats are decided by content (the sniffers of tracelens.ingest), never by
 file names, with one exception: at the top of a run folder, `tracelens.toml` and a
 `pyproject.toml` with a [tool.tracelens] table are the run's config file
-(tracelens.config), listed as format "config" and not read as inputs. Archives (.tar, .tar.gz, .tgz, .zip) and single .gz files are
-unpacked into a private temporary folder; members with absolute paths, `..`
+(tracelens.config), listed as format "config" and not read as inputs. Archives (.tar,
+.tar.gz, .tgz, .zip) and single .gz files are unpacked into a private temporary folder; members with absolute paths, `..`
 components, links or device nodes are refused with a message, so nothing is
 ever written outside that folder. Extraction is capped (total bytes, expansion
 ratio, member count, nesting depth; see Limits) so an archive bomb cannot fill
@@ -175,7 +175,7 @@ class _Budget:
                 f"more than {self.limits.members:,} archive members (member cap; TRACELENS_MAX_MEMBERS raises it)"
             )
 
-    def copy(self, src: BinaryIO, out: BinaryIO, compressed: int, what: str) -> None:
+    def copy(self, src: BinaryIO | gzip.GzipFile, out: BinaryIO, compressed: int, what: str) -> None:
         """Copy a decompressing stream, stopping at the total-size cap or when `what` expands more
         than the ratio cap over its `compressed` size."""
         written = 0

@@ -84,6 +84,18 @@ CONCURRENT_SHARE = 0.5  # two clocks' logs, corrected, must overlap in time over
 CONCURRENT_MIN_S = 60.0  # ... when it spans this long (shorter logs say too little to tell)
 
 
+OFFSET_SCHEMA = {
+    "host": pl.String,
+    "file": pl.String,
+    "clock": pl.String,
+    "offset_s": pl.Float64,
+    "uncertainty_s": pl.Float64,
+    "events": pl.UInt32,
+    "basis": pl.String,
+    "applied": pl.Boolean,
+}
+
+
 @dataclass
 class Timeline:
     """What the time model decided: the logs' zone and the per-host clock offsets."""
@@ -95,18 +107,6 @@ class Timeline:
     shift_hours: float = 0.0  # for basis "capture": local = UTC + shift_hours
     offsets: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=OFFSET_SCHEMA))
     notes: list[str] = field(default_factory=list)
-
-
-OFFSET_SCHEMA = {
-    "host": pl.String,
-    "file": pl.String,
-    "clock": pl.String,
-    "offset_s": pl.Float64,
-    "uncertainty_s": pl.Float64,
-    "events": pl.UInt32,
-    "basis": pl.String,
-    "applied": pl.Boolean,
-}
 
 
 def align(

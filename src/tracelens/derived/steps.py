@@ -234,21 +234,21 @@ class Episode:
 def slow_episodes(steps: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Episode]:
     """The run's slow stretches that cost at least `slow.min_cost_share` of its step time, costliest first;
     windows seen by several logs, by timers or by timestamps, are one episode."""
-    found = []
+    found: list[tuple[datetime, datetime, Window, float]] = []  # first step's start, last time, window, run
     wall = step_series(steps, wall=True, slow=slow)
     for series in (step_series(steps, slow=slow), wall):
         total = run_time_s(series) or 1.0
         for w in slow_windows(series) + sustained_windows(series, slow):
-            if w.start is not None and w.cost_s >= slow.min_cost_share * total:
-                found.append((_first_step_start(series, w), w, total))
+            if w.start is not None and w.end is not None and w.cost_s >= slow.min_cost_share * total:
+                found.append((_first_step_start(series, w), w.end, w, total))
     merged: list[tuple[datetime, datetime, list[Window], float]] = []
     margin = timedelta(seconds=EPISODE_MARGIN_S)
-    for begin, w, total in sorted(found, key=lambda s: s[0]):
+    for begin, last, w, total in sorted(found, key=lambda s: s[0]):
         if merged and begin <= merged[-1][1] + margin:
             first, end, group, run = merged[-1]
-            merged[-1] = (first, max(end, w.end), [*group, w], max(run, total))
+            merged[-1] = (first, max(end, last), [*group, w], max(run, total))
         else:
-            merged.append((begin, w.end, [w], total))
+            merged.append((begin, last, [w], total))
     episodes = []
     for b, e, ws, run in merged:
         begin, end = _trimmed(wall, b, e, ws)

@@ -35,7 +35,7 @@ from tracelens.prose import count, listing
 COARSE = timedelta(seconds=5)  # log lines with inferred times and counter dumps are placed this loosely
 EVIDENCE_ROWS = 5
 
-PACKET_SIGNALS = {  # what, cause, event kinds
+PACKET_SIGNALS: dict[str, list[tuple[str, str | None, tuple[str, ...]]]] = {  # what, cause, event kinds
     "tcp": [("loss-driven TCP retransmissions", "link", (TCP_LOSS,)),
             ("TCP retransmissions of any kind", None, (TCP_LOSS, TCP_PROBE, TCP_SPURIOUS))],
     "roce": [("RoCE NAKs, PSN gaps and resends", "link",

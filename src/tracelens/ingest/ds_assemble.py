@@ -250,8 +250,8 @@ def config(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
             }
         )
 
-    def close() -> None:
-        r, key, text = pending
+    def close(entry: tuple[dict, str, list[str]]) -> None:
+        r, key, text = entry
         try:
             value, _ = json.JSONDecoder().raw_decode("\n".join(text))
         except ValueError:
@@ -263,7 +263,7 @@ def config(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
 
     for r in cold.filter(pl.col("kind").is_in(CONFIG_KINDS)).sort("line").iter_rows(named=True):
         if pending and r["kind"] != "json_line":
-            close()
+            close(pending)
             pending = None
         fields = parsed.get((r["kind"], r["body"]), {})
         if r["kind"] == "config_header":
@@ -291,7 +291,7 @@ def config(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
                 for k, v in fields.items():
                     emit(r, f"launcher.{k}", v, "launcher")
     if pending:
-        close()
+        close(pending)
     return pl.DataFrame(out, infer_schema_length=None) if out else pl.DataFrame()
 
 

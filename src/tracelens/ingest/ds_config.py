@@ -71,11 +71,12 @@ def _key_lines(text: str, pairs: list[tuple[str, object]]) -> list[int | None]:
     name by bisection, so a 20,000-key config (even on one line) takes milliseconds, not minutes."""
     occurrences: dict[str, list[int]] = {}
     lines_at: list[int] = []
-    for n, found in enumerate(re.finditer(r'"((?:[^"\\]|\\.)*)"\s*:', text)):
-        occurrences.setdefault(found.group(1), []).append(n)
-        lines_at.append(found.start())
+    for n, name in enumerate(re.finditer(r'"((?:[^"\\]|\\.)*)"\s*:', text)):
+        occurrences.setdefault(name.group(1), []).append(n)
+        lines_at.append(name.start())
     line_starts = [m.end() for m in re.finditer("\n", text)]
-    found, at = [], 0
+    found: list[int | None] = []
+    at = 0
     for key, _ in pairs:
         positions = occurrences.get(key.rsplit(".", 1)[-1], [])
         i = bisect_left(positions, at)

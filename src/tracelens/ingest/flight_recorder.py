@@ -31,6 +31,7 @@ import ast
 import json
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import polars as pl
@@ -74,7 +75,8 @@ def ingest(source: InputFile) -> IngestResult:
         result.account.errors.append(f"{source.name}: a {encoding} but not a Flight Recorder dump (no 'entries')")
         return result
     rank = rank_from_name(source.name)
-    listed = dump.get("entries") if isinstance(dump.get("entries"), (list, tuple)) else []
+    entries = dump.get("entries")
+    listed = entries if isinstance(entries, (list, tuple)) else []
     rows, bad = entry_rows(listed[:MAX_ENTRIES], dump, rank, source.name, encoding)
     result.account.lines = len(listed)
     result.account.parsed = len(rows)
@@ -307,12 +309,18 @@ def _status(entry: dict, seq: int | None, progress: dict | None) -> str:
     return state
 
 
+def _dict_at(dump: dict, key: str) -> dict:
+    """dump[key] when it is a dict, else an empty one (a version's dump may lack it or hold another type)."""
+    value = dump.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def entry_rows(
-    entries: list, dump: dict, rank: int | None, file: str, encoding: str
+    entries: Sequence, dump: dict, rank: int | None, file: str, encoding: str
 ) -> tuple[list[dict], list[tuple[int, str]]]:
     """One row per entry, every version's keys mapped onto fr_entries; and (number, reason) of each
     entry that is not one or holds a value no column can hold (counted unrecognised, the rest read)."""
-    status_of = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
+    status_of = _dict_at(dump, "pg_status")
     rows, bad = [], []
     for i, e in enumerate(entries):
         if not isinstance(e, dict):
@@ -383,8 +391,7 @@ def _ranks(value: Any) -> list[int] | None:
 
 def group_frame(dump: dict, entries: pl.DataFrame, rank: int | None, file: str) -> pl.DataFrame:
     """One row per process group the dump knows (pg_config, pg_status or its entries)."""
-    config = dump.get("pg_config") if isinstance(dump.get("pg_config"), dict) else {}
-    status = dump.get("pg_status") if isinstance(dump.get("pg_status"), dict) else {}
+    config, status = _dict_at(dump, "pg_config"), _dict_at(dump, "pg_status")
     seen = (
         entries.select("pg_id", "pg_name", "pg_desc").unique(maintain_order=True).to_dicts() if entries.height else []
     )  # runs alike

@@ -6,14 +6,11 @@ CA / Port / attribute lines into rows.
 
 from __future__ import annotations
 
-import re
-
 from tracelens.ingest import IngestResult, InputFile, LineStart
 from tracelens.ingest.dumps import LineGrammar
 from tracelens.ingest.ports import (
     Columns,
     Device,
-    Port,
     PortLines,
     ingest_port_dump,
     read_float,
@@ -42,9 +39,6 @@ COLUMNS: Columns = {
 class _ToValues(PortLines):
     def ca(self, items):
         return Device(items[0][1:-1])
-
-    def port(self, items):
-        return Port(int(re.search(r"\d+", items[0])[0]))
 
 
 LINES = LineGrammar("ibstat", _ToValues)

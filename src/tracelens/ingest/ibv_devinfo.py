@@ -8,7 +8,6 @@ and ignored.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import polars as pl
@@ -20,6 +19,7 @@ from tracelens.ingest.ports import (
     Device,
     Port,
     PortLines,
+    first_number,
     ingest_port_dump,
     read_float,
     read_int,
@@ -52,11 +52,8 @@ class _ToValues(PortLines):
     def device(self, items):
         return Device(str(items[1]).strip())
 
-    def port(self, items):
-        return Port(int(re.search(r"\d+", items[0])[0]))
-
     def gid(self, items):
-        index = int(re.search(r"\d+", items[0])[0])
+        index = first_number(items[0])
         value, _, roce = str(items[1]).partition(",")
         return Gid(index, value.strip(), roce.strip().removeprefix("RoCE ") or None)
 

@@ -90,14 +90,15 @@ class _Listing:
         self.current["link_type"] = kind.removeprefix("link/")
         if kind != "link/none" and (mac := rest.split(" ", 1)[0]):
             self.current["mac"] = mac
-        self._mtu_bounds(rest)
+        self._mtu_bounds(self.current, rest)
         if netns := re.search(r"\blink-netns (\S+)", rest):
             self.current["link_netns"] = netns[1]
 
-    def _mtu_bounds(self, text: str) -> None:
+    @staticmethod
+    def _mtu_bounds(current: dict[str, Any], text: str) -> None:
         attrs = dict(_WORD_VALUE.findall(text))
         if "minmtu" in attrs:
-            self.current["min_mtu"], self.current["max_mtu"] = _int(attrs["minmtu"]), _int(attrs["maxmtu"])
+            current["min_mtu"], current["max_mtu"] = _int(attrs["minmtu"]), _int(attrs["maxmtu"])
 
     def _ip_detail(self, line: dict, text: str):
         if self.current is None:
@@ -105,7 +106,7 @@ class _Listing:
         word = text.split()[0]
         if word != "promiscuity":
             self.current.setdefault("kind", word)
-        self._mtu_bounds(text)
+        self._mtu_bounds(self.current, text)
 
     def _ip_inet(self, line: dict, text: str):
         if self.current is None:
@@ -156,9 +157,8 @@ class _Listing:
         if self.current is None:
             return False
         flags = text.split("MTU:")[0].split()
-        self.current.update(
-            flags=",".join(flags), state=_ifconfig_state(flags), mtu=_int(re.search(r"MTU:(\d+)", text)[1])
-        )
+        mtu = re.search(r"MTU:(\d+)", text)  # the grammar's `"MTU:" INT`
+        self.current.update(flags=",".join(flags), state=_ifconfig_state(flags), mtu=_int(mtu[1]) if mtu else None)
 
     def _ifc_inet(self, line: dict, text: str):
         if self.current is None:

@@ -601,7 +601,8 @@ class NcclParser:
         taken = set(records["idx"].to_list())
         fixed, continued = {}, []
         for idx, msg in zip(unknown["idx"].to_list(), unknown["msg"].to_list()):
-            width, pieces, nxt = len(texts[idx]), [], idx + 1
+            width, nxt = len(texts[idx]), idx + 1
+            pieces: list[int] = []
             while nxt < len(texts) and nxt not in taken and texts[nxt].strip() and len(pieces) < 3:
                 if pieces and len(texts[nxt - 1]) != width:
                     break

@@ -61,10 +61,22 @@ class Attribute:
 
 
 class PortLines(Transformer):
-    """The transformer part the port-status grammars share: `KEY: VALUE` attribute lines."""
+    """The transformer part the port-status grammars share: `KEY: VALUE` attribute lines and the
+    port header (`Port 1:`, `port:   1`)."""
 
     def attribute(self, items):
         return Attribute(str(items[0]), str(items[1]) if len(items) > 1 else "")
+
+    def port(self, items):
+        return Port(first_number(items[0]))
+
+
+def first_number(token: str) -> int:
+    """The number in a token whose pattern holds one (a port header, a GID index)."""
+    found = re.search(r"\d+", token)
+    if found is None:
+        raise ValueError(f"no number in {token!r}")
+    return int(found[0])
 
 
 def read_state(text: str, names: dict[int, str] = STATES) -> str:

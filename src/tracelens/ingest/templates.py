@@ -145,7 +145,8 @@ class TemplateParser:
             kind, recipes = self._parse(body, locate)
         except Untemplatable:
             return None
-        count, fixed = len(locate.spans), set()
+        count = len(locate.spans)
+        fixed: set[int] = set()
         if not self._holds(locate, kind, recipes, fixed):
             if count > MAX_PROBES:
                 return None

@@ -127,7 +127,7 @@ class CaptureReader:
         pos, frames, finished = PCAP_HEADER, 0, False
         while not finished:
             starts = array("q")
-            pos, finished = self._walk_pcap(memoryview(data), pos, starts, frames, caplen_at)
+            pos, finished = self._walk_pcap(data.data, pos, starts, frames, caplen_at)
             if starts:
                 yield self._pcap_records(np.frombuffer(starts, np.int64), frames, little, frac_ns, linktype)
                 frames += len(starts)
@@ -183,9 +183,10 @@ class CaptureReader:
 
     def _pcapng(self) -> Iterator[Records]:
         data, size = self.data, len(self.data)
-        raw = memoryview(data)
+        raw = data.data  # the array's buffer as a memoryview
         pos, frames = 0, 0
-        order, interfaces = "<", []
+        order = "<"
+        interfaces: list[_Interface] = []
         starts, kinds = array("q"), array("b")
         while pos < size:
             if pos + 12 > size:

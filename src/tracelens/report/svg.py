@@ -61,7 +61,7 @@ class Scale:
     def ticks(self, target: int = 6) -> list[tuple[float, str]]:
         span = self.hi - self.lo
         if self.time:
-            step = next((s for s in _TIME_STEPS if span / s <= target), _TIME_STEPS[-1])
+            step: float = next((s for s in _TIME_STEPS if span / s <= target), _TIME_STEPS[-1])
             if span < 1:
                 step = _nice_step(span, target)
             fmt = "%H:%M:%S" if step < 60 or span < 60 else "%H:%M"
@@ -145,7 +145,8 @@ def line(
     """A polyline; gaps (None) break it; `points` marks each value with a dot."""
 
     def draw(x: Scale, y: Scale, top: float, p: Panel) -> str:
-        runs, current = [], []
+        runs: list[list[str]] = []
+        current: list[str] = []
         for xv, yv in zip(xs, ys):
             if yv is None or (isinstance(yv, float) and math.isnan(yv)):
                 runs.append(current)
@@ -275,7 +276,9 @@ def bands(panel: Panel, spans: list[tuple[float, float, str]], colour: str = "#b
 
 def _legend(entries: dict[str, str], top: float, width: int) -> tuple[str, float]:
     """Legend entries in rows under a panel; returns the SVG and the height it took."""
-    out, x, row = [], LEFT, 0
+    out: list[str] = []
+    x: float = LEFT
+    row = 0
     for label, colour in entries.items():
         text = str(label)
         w = 18 + 6.2 * len(text) + 14
@@ -293,7 +296,8 @@ def _legend(entries: dict[str, str], top: float, width: int) -> tuple[str, float
 def render(fig: Figure) -> Markup:
     """The figure as one inline <svg> element (scales with the page through its viewBox)."""
     x = fig.x()
-    parts, top = [], TOP_PAD
+    parts: list[str] = []
+    top: float = TOP_PAD
     if fig.title:
         parts.append(f'<text x="{LEFT}" y="{top + 12}" {FONT} font-weight="600">{escape(fig.title)}</text>')
         top += 20
@@ -349,6 +353,6 @@ def render(fig: Figure) -> Markup:
     )
 
 
-def epoch_seconds(values: list[datetime | None]) -> list[float | None]:
-    """Datetimes (UTC) as floats for a time scale."""
-    return [v.timestamp() if v is not None else None for v in values]
+def epoch_seconds(values: list[datetime]) -> list[float]:
+    """Datetimes (UTC) as floats for a time scale (a position has a time: the marks cannot draw None)."""
+    return [v.timestamp() for v in values]

@@ -116,7 +116,7 @@ def small_comm_bucket(ctx: RunContext, *, small_bucket: int = SMALL_BUCKET) -> I
     rows = _settings(ctx, f"{ZERO}.reduce_bucket_size", f"{ZERO}.allgather_bucket_size")
     small = rows.filter(pl.col("value").map_elements(_number, return_dtype=pl.Float64) < small_bucket)
     if small.height:
-        sizes = sorted({int(_number(v)) for v in small["value"].to_list()})
+        sizes = sorted({int(n) for v in small["value"].to_list() if (n := _number(v)) is not None})
         yield Finding(
             severity=Severity.WARNING,
             title="ZeRO communication buckets far below the default",

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
+from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
 from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.derived.steps import MARGIN
@@ -34,7 +35,6 @@ from tracelens.prose import span as prose_span
 from tracelens.rules import Setting, rule
 from tracelens.rules.causes import NETWORK, Candidate, verdict
 from tracelens.rules.evidence import row_evidence, step_evidence
-from tracelens.tables import RunTables
 from tracelens.timeline import LOG_TABLES
 
 MAX_REASONS = 6
@@ -93,7 +93,7 @@ def cause_fix(cause: str, hosts: list[str], ports: list[str]) -> str:
     )
 
 
-def _missing(t: RunTables, begin: datetime, end: datetime) -> list[str]:
+def _missing(t: RunContext, begin: datetime, end: datetime) -> list[str]:
     """The sources that have nothing timed in [begin, end]: what to collect next time."""
 
     def covers(lo: pl.Series, hi: pl.Series) -> bool:
@@ -160,14 +160,14 @@ def _median(times: list[datetime]) -> datetime:
     return times[middle] if len(times) % 2 else times[middle - 1] + (times[middle] - times[middle - 1]) / 2
 
 
-def _socket_switch(t: RunTables, episode: timing.Episode) -> bool:
+def _socket_switch(t: RunContext, episode: timing.Episode) -> bool:
     """Whether a process chose NCCL's socket transport at the window's start (TL412's to measure)."""
     socket = t.network_events.filter(pl.col("cause") == "socket")
     return socket.filter(pl.col("lo") >= episode.begin - MARGIN, pl.col("lo") <= episode.end).height > 0
 
 
 @rule("TL410", "slow-window-root-cause", Severity.WARNING, kind="root cause", needs=("steps",), reads=("baseline",))
-def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
+def slow_window_root_cause(t: RunContext) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports, one per stretch
     whatever the number of logs that saw it), the verdict: every signal of the run measured
@@ -203,7 +203,7 @@ def slow_window_root_cause(t: RunTables) -> Iterator[Finding]:
         yield _window_finding(t, series, episode)
 
 
-def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode) -> Finding:
+def _window_finding(t: RunContext, series: pl.DataFrame, episode: timing.Episode) -> Finding:
     w = episode.worst
     missing = _missing(t, episode.begin, episode.end)
 
@@ -234,7 +234,7 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
     )
     hosts = best.hosts if best else []
     if gpu := utilisation_phrase(
-        t, episode.begin, episode.end, hosts
+        t.tables, episode.begin, episode.end, hosts
     ):  # the host evidence, when nvidia-smi/DCGM sampled it
         summary += f" {gpu}."
     if best and best.cause in FIXES:
@@ -268,7 +268,7 @@ def _window_finding(t: RunTables, series: pl.DataFrame, episode: timing.Episode)
 # -- stalls and hangs -----------------------------------------------------------------------------
 
 
-def last_signs_of_life(t: RunTables) -> pl.DataFrame:
+def last_signs_of_life(t: RunContext) -> pl.DataFrame:
     """Per rank (host, rank): its last step and the time of its last step-timer line."""
     steps = t["steps"].filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
     return (
@@ -284,19 +284,19 @@ def last_signs_of_life(t: RunTables) -> pl.DataFrame:
     )
 
 
-def _silent_ranks(t: RunTables, reporters: set[int]) -> list[int]:
+def _silent_ranks(t: RunContext, reporters: set[int]) -> list[int]:
     """Ranks of the job (its largest communicator) that did not report the hung collective."""
     world = t["nccl_comms"]["nranks"].max()
     return sorted(set(range(int(world))) - reporters) if world and reporters else []
 
 
-def _host_of_rank(t: RunTables, ranks: list[int]) -> list[str]:
+def _host_of_rank(t: RunContext, ranks: list[int]) -> list[str]:
     comms = t["nccl_comms"].filter(pl.col("rank").is_in(ranks), pl.col("nranks") == t["nccl_comms"]["nranks"].max())
     steps = t["steps"].filter(pl.col("rank").is_in(ranks))
     return sorted(set(comms["host"].drop_nulls().to_list()) | set(steps["host"].drop_nulls().to_list()))
 
 
-def log_gaps(t: RunTables, silent_s: float, silent_factor: float) -> pl.DataFrame:
+def log_gaps(t: RunContext, silent_s: float, silent_factor: float) -> pl.DataFrame:
     """Per host, stretches where every log of the host was silent at least `silent_s` seconds and
     `silent_factor` times its usual interval between lines: columns host, begin, end, seconds."""
     times = pl.concat([t[n].filter(pl.col("ts_quality") == "exact").select("host", "ts") for n in LOG_TABLES])
@@ -323,7 +323,7 @@ def log_gaps(t: RunTables, silent_s: float, silent_factor: float) -> pl.DataFram
         ),
     },
 )
-def stall_or_hang(t: RunTables, *, silent_s: float = 120.0, silent_factor: float = 20.0) -> Iterator[Finding]:
+def stall_or_hang(t: RunContext, *, silent_s: float = 120.0, silent_factor: float = 20.0) -> Iterator[Finding]:
     """
     What it finds: the job stopped making progress: a PyTorch watchdog timed out on a
     collective (the hang began when the collective started, its report time minus `ran for`),
@@ -373,7 +373,7 @@ def stall_or_hang(t: RunTables, *, silent_s: float = 120.0, silent_factor: float
         yield _gap_finding(t, gap, gaps)
 
 
-def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
+def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
     stop = t.first_stopped  # the Flight Recorder dumps and stack dumps, when the run has them
     if stop is not None:
         return [stop.rank], f"the Flight Recorder dumps show that {stop.why}; it was in {stop.where}"
@@ -391,7 +391,7 @@ def _stopped_first(t: RunTables, reporters: set[int]) -> tuple[list[int], str]:
     return [], "the logs do not show which rank stopped first"
 
 
-def _hang_finding(t: RunTables, hang: dict) -> Finding:
+def _hang_finding(t: RunContext, hang: dict) -> Finding:
     ranks, why = _stopped_first(t, set(hang["ranks"]))
     hosts = _host_of_rank(t, ranks) if ranks else sorted({r["host"] for r in hang["rows"] if r["host"]})
     before = t.network_events.filter(
@@ -439,7 +439,7 @@ def _hang_finding(t: RunTables, hang: dict) -> Finding:
     )
 
 
-def _gap_finding(t: RunTables, gap: dict, gaps: pl.DataFrame) -> Finding:
+def _gap_finding(t: RunContext, gap: dict, gaps: pl.DataFrame) -> Finding:
     everyone = gaps.filter(pl.col("begin") <= gap["end"], pl.col("end") >= gap["begin"])
     hosts_silent = sorted(set(everyone["host"].to_list()))
     all_hosts = sorted(
@@ -479,7 +479,7 @@ def _gap_finding(t: RunTables, gap: dict, gaps: pl.DataFrame) -> Finding:
         "min_steps": Setting("steps", "Fewer steps on either side of the fallback are too few to compare."),
     },
 )
-def socket_fallback_cost(t: RunTables, *, slower_ratio: float = 1.2, min_steps: int = 5) -> Iterator[Finding]:
+def socket_fallback_cost(t: RunContext, *, slower_ratio: float = 1.2, min_steps: int = 5) -> Iterator[Finding]:
     """
     What it finds: the time a fall back to NCCL's TCP socket transport cost, measured: the
     steps after the first `via NET/Socket` channel against the same job's steps before it (on

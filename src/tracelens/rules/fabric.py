@@ -277,7 +277,7 @@ def port_degraded(ctx: RunContext) -> Iterator[Finding]:
             "mtu": _below_peers(ports, pl.col("active_mtu"), "active_mtu"),
         }
     )
-    used = nccl_devices(ctx)
+    used = nccl_devices(ctx.tables)
     for port, issues in zip(ports.iter_rows(named=True), problems.iter_rows()):
         found = [i for i in issues if i]
         if not found:

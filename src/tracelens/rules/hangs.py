@@ -8,7 +8,7 @@ when dumps are present, through the RunContext's first_stopped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 
 import polars as pl
@@ -31,7 +31,7 @@ def _evidence(e: dict) -> Evidence:
     return Evidence(file=e["file"], line=e.get("line"), text=_entry_text(e), host=e.get("host"))
 
 
-def _hosts(rows: list[dict]) -> list[str]:
+def _hosts(rows: Sequence[dict | None]) -> list[str]:
     return sorted({r["host"] for r in rows if r and r.get("host")})
 
 

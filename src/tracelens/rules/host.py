@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from tracelens.derived import RunContext
 from tracelens.derived.events import CAUSES
 from tracelens.derived.hostsignals import (
     DROP_RATIO,
@@ -24,7 +25,6 @@ from tracelens.derived.steps import MARGIN
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
-from tracelens.tables import RunTables
 
 MAX_EVIDENCE = 8
 # Without the hosts' port dumps: the NIC each GPU of such a node usually has (one per GPU,
@@ -48,7 +48,7 @@ def _evidence(rows: pl.DataFrame, text: str = "message") -> list[Evidence]:
     ]
 
 
-def _samples_evidence(t: RunTables, hosts: list[str], begin, end) -> list[Evidence]:
+def _samples_evidence(t: RunContext, hosts: list[str], begin, end) -> list[Evidence]:
     rows = (
         t["gpu_samples"]
         .filter(pl.col("host").is_in(hosts), pl.col("ts").is_between(begin - MARGIN, end + MARGIN))
@@ -85,7 +85,7 @@ def _samples_evidence(t: RunTables, hosts: list[str], begin, end) -> list[Eviden
     },
 )
 def gpu_utilisation_in_slow_window(
-    t: RunTables, *, busy_util: float = 80.0, drop_ratio: float = DROP_RATIO
+    t: RunContext, *, busy_util: float = 80.0, drop_ratio: float = DROP_RATIO
 ) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports), the GPU
@@ -113,7 +113,7 @@ def gpu_utilisation_in_slow_window(
         return
     events = t.network_events.filter(pl.col("cause") != "stall")
     for ep in episodes:
-        found = utilisation(t, ep.begin, ep.end)
+        found = utilisation(t.tables, ep.begin, ep.end)
         if not found:
             continue
         window = events.filter(pl.coalesce("hi", "lo") >= ep.begin - MARGIN, pl.col("lo") <= ep.end + MARGIN)
@@ -160,7 +160,7 @@ def gpu_utilisation_in_slow_window(
 
 
 @rule("TL602", "mtu-mismatch", Severity.WARNING, needs=("interfaces",))
-def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
+def mtu_mismatch(t: RunContext) -> Iterator[Finding]:
     """
     What it finds: interfaces that carry the same traffic but have different MTUs, from the
     hosts' `ip link` / `ip addr` / `ifconfig` listings: addresses in one IPv4 network on
@@ -176,7 +176,7 @@ def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
     (`ip link set dev <if> mtu 9000`, and the same in the node's netplan/NetworkManager
     config so it survives a reboot); check with `ping -M do -s 8972 <peer>`.
     """
-    links = shared_links(t)
+    links = shared_links(t.tables)
     if links.height == 0:
         return
     flagged: set[tuple[str, str]] = set()
@@ -208,7 +208,7 @@ def mtu_mismatch(t: RunTables) -> Iterator[Finding]:
 
 
 @rule("TL603", "roce-active-mtu-low", Severity.WARNING, needs=("ib_ports",))
-def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
+def roce_active_mtu_low(t: RunContext) -> Iterator[Finding]:
     """
     What it finds: RDMA ports whose active MTU (`ibv_devinfo` active_mtu) is below what the
     port supports (max_mtu), e.g. RoCE at 1024 on a port that takes 4096; on RoCE the active
@@ -280,7 +280,7 @@ def roce_active_mtu_low(t: RunTables) -> Iterator[Finding]:
         "jumbo_mtu": Setting("bytes", "An NCCL socket interface with an MTU below this has no jumbo frames."),
     },
 )
-def socket_interface_without_jumbo_frames(t: RunTables, *, jumbo_mtu: int = 9000) -> Iterator[Finding]:
+def socket_interface_without_jumbo_frames(t: RunContext, *, jumbo_mtu: int = 9000) -> Iterator[Finding]:
     """
     What it finds: a host whose NCCL traffic goes over the socket transport (`NET/Socket`)
     on an interface that the host's own listing shows at an MTU below 9000 (no jumbo frames).
@@ -323,7 +323,7 @@ def socket_interface_without_jumbo_frames(t: RunTables, *, jumbo_mtu: int = 9000
         )
 
 
-def _windows(t: RunTables) -> list[tuple]:
+def _windows(t: RunContext) -> list[tuple]:
     return [(ep.begin, ep.end) for ep in t.slow_episodes]
 
 
@@ -342,7 +342,7 @@ def _windows(t: RunTables) -> list[tuple]:
     },
 )
 def kernel_events(
-    t: RunTables,
+    t: RunContext,
     *,
     critical_xids: tuple[int, ...] = (48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154),
 ) -> Iterator[Finding]:
@@ -366,11 +366,11 @@ def kernel_events(
     and check the GPU's seating and power; 48/94/95: ECC, reset the GPU, RMA if it recurs;
     74/144-150: NVLink, `nvidia-smi nvlink -e`). OOM: lower the batch or host memory use.
     """
-    events = incidents(t)
+    events = incidents(t.tables)
     if events.height == 0:
         return
     windows = _windows(t)
-    owners = pci_owners(t)
+    owners = pci_owners(t.tables)
     in_window = pl.lit(False)
     for begin, end in windows:
         in_window = in_window | pl.col("ts").is_between(begin - MARGIN, end + MARGIN)
@@ -470,7 +470,7 @@ def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
         ),
     },
 )
-def nccl_tests_below_link(t: RunTables, *, busbw_share: float = 0.6) -> Iterator[Finding]:
+def nccl_tests_below_link(t: RunContext, *, busbw_share: float = 0.6) -> Iterator[Finding]:
     """
     What it finds: nccl-tests runs (`all_reduce_perf` and the other `*_perf`) across hosts
     whose bus bandwidth at the largest message size is under 60% of what the hosts' links
@@ -491,7 +491,7 @@ def nccl_tests_below_link(t: RunTables, *, busbw_share: float = 0.6) -> Iterator
     tests = t["nccl_tests"]
     if tests.height == 0:
         return
-    rates = port_rates(t)
+    rates = port_rates(t.tables)
     for key, run in tests.filter(pl.col("kind") == "row").group_by("file", "run", maintain_order=True):
         name = run["test"].drop_nulls().first() or "nccl-tests"
         hosts = [h for h in (run["rank_hosts"].drop_nulls().first() or "").split(",") if h]
@@ -569,7 +569,7 @@ def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
         ),
     },
 )
-def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Iterator[Finding]:
+def perftest_below_line_rate(t: RunContext, *, line_share: float = 0.75) -> Iterator[Finding]:
     """
     What it finds: perftest bandwidth runs (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`) whose
     average bandwidth at the largest message size is under 75% of the line rate of the port
@@ -589,7 +589,7 @@ def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Itera
     runs = t["perftest"].filter(pl.col("bw_avg").is_not_null())
     if runs.height == 0:
         return
-    rates = port_rates(t)
+    rates = port_rates(t.tables)
     for _, run in runs.group_by("file", "run", maintain_order=True):
         largest = run.filter(pl.col("bytes") == run["bytes"].max()).row(0, named=True)
         host, device = largest["host"], largest["device"]
@@ -627,7 +627,7 @@ def perftest_below_line_rate(t: RunTables, *, line_share: float = 0.75) -> Itera
 
 
 @rule("TL608", "roce-gid-index", Severity.WARNING, needs=("nccl_env|config", "gids|ib_ports"))
-def roce_gid_index(t: RunTables) -> Iterator[Finding]:
+def roce_gid_index(t: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL_IB_GID_INDEX (as NCCL echoes it) pointing, on some host, at a GID that
     the host's GID table (`show_gids`, `ibv_devinfo -v`) lists as RoCE v1, as a link-local

@@ -6,13 +6,13 @@ from collections.abc import Iterator
 
 import polars as pl
 
+from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
 from tracelens.derived.window_signals import step_signals
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import row_evidence, step_evidence
-from tracelens.tables import RunTables
 
 
 def _basis_note(basis: str) -> str:
@@ -44,7 +44,7 @@ def _basis_note(basis: str) -> str:
     },
 )
 def step_time_spikes(
-    t: RunTables, *, long_window_rows: int = 3, critical_share: float = 0.2, spikes_warn_share: float = 0.15
+    t: RunContext, *, long_window_rows: int = 3, critical_share: float = 0.2, spikes_warn_share: float = 0.15
 ) -> Iterator[Finding]:
     """
     What it finds: steps that took far longer than the run's usual step time, grouped into
@@ -136,7 +136,7 @@ def step_time_spikes(
     },
 )
 def comm_bound_steps(
-    t: RunTables, *, comm_bound_share: float = timing.COMM_BOUND_SHARE, comm_surge: float = 2.0
+    t: RunContext, *, comm_bound_share: float = timing.COMM_BOUND_SHARE, comm_surge: float = 2.0
 ) -> Iterator[Finding]:
     """
     What it finds: steps where gradient communication takes a large share of the step, from
@@ -220,7 +220,7 @@ def comm_bound_steps(
         ),
     },
 )
-def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int = 12) -> Iterator[Finding]:
+def throughput_drop(t: RunContext, *, drop_share: float = 0.15, min_reports: int = 12) -> Iterator[Finding]:
     """
     What it finds: samples/sec (DeepSpeed's ThroughputTimer, Megatron or the pipeline engine)
     falling and staying below the run's early steady state by more than 15%, judged on a
@@ -293,7 +293,7 @@ def throughput_drop(t: RunTables, *, drop_share: float = 0.15, min_reports: int 
     },
 )
 def stragglers(
-    t: RunTables, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5
+    t: RunContext, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5
 ) -> Iterator[Finding]:
     """
     What it finds: one rank consistently slower than its peers, where per-rank timings exist:

@@ -24,7 +24,7 @@ def _sorted_unique(frame: pl.DataFrame, column: str) -> list:
 
 
 def _gdr_label(value: bool | None) -> str:
-    return {True: "yes", False: "no"}.get(value, "")
+    return "" if value is None else "yes" if value else "no"
 
 
 def _on_host(frame: pl.DataFrame, host: str | None) -> pl.DataFrame:
