@@ -41,6 +41,7 @@ PROVENANCE = [
     pa.field("ts_quality", pa.string()),
     pa.field("ts_text", pa.string()),  # the time as printed, verbatim (null: none printed); see the module doc
 ]
+PROVENANCE_COLUMNS = [f.name for f in PROVENANCE]  # where and when each row was read: every table starts with them
 
 
 # The bracket of a row's time (tracelens.timeline): equal to `ts` for exact times, the

@@ -17,6 +17,7 @@ import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.lines import NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.tables import PROVENANCE_COLUMNS
 
 PREFIX = r"^(?P<prefix>(?:\[\d+,\d+\]<std(?:out|err)>:|[\w.-]+: )?)"
 _ROW = PREFIX + r"\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<dtype>[a-z][a-z0-9_]*)\s+(?P<rest>(?:\S+\s+){7,9}\S+)\s*$"
@@ -49,17 +50,7 @@ COLUMNS_NEW = [
     "busbw_in",
     "wrong_in",
 ]
-COLUMNS_OLD = [
-    "redop",
-    "time_out",
-    "algbw_out",
-    "busbw_out",
-    "wrong_out",
-    "time_in",
-    "algbw_in",
-    "busbw_in",
-    "wrong_in",
-]
+COLUMNS_OLD = [c for c in COLUMNS_NEW if c != "root"]  # before the root column was printed
 COLUMNS_NO_REDOP = COLUMNS_OLD[1:]
 
 
@@ -151,15 +142,12 @@ class NcclTestsParser:
             host=pl.lit(None, pl.String),
             ts=pl.lit(None, pl.Datetime("ns", "UTC")),
             ts_quality=pl.lit("none"),
+            ts_text=pl.lit(None, pl.String),  # nccl-tests prints no time
         )
         result.add(
             "nccl_tests",
             table.select(
-                "file",
-                "line",
-                "host",
-                "ts",
-                "ts_quality",
+                *PROVENANCE_COLUMNS,
                 "test",
                 "kind",
                 "size_bytes",

@@ -26,6 +26,7 @@ from tracelens.ingest.hostlines import (
     provenance,
     read_lines,
 )
+from tracelens.tables import PROVENANCE_COLUMNS
 
 FORMAT = "perftest"
 PRIORITY = 93
@@ -130,12 +131,7 @@ def ingest(source: InputFile) -> IngestResult:
             ts_text=pl.col("wts").str.strip_chars(),  # the runner's stamp as printed (null: the `date` line's)
         )
         keep = [
-            "file",
-            "line",
-            "host",
-            "ts",
-            "ts_quality",
-            "ts_text",
+            *PROVENANCE_COLUMNS,
             "test",
             "device",
             "link_type",

@@ -12,7 +12,7 @@ described by its panels and marks, then rendered once. Every text that came from
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -165,6 +165,12 @@ def line(
     panel.marks.append(draw)
     if label:
         panel.legend[label] = colour
+
+
+def lines(panel: Panel, series: Iterable[tuple[str, list[datetime], list[float | None]]], points: bool = False) -> None:
+    """One line per (label, times, values), each in the palette's next colour."""
+    for n, (label, times, values) in enumerate(series):
+        line(panel, epoch_seconds(times), values, PALETTE[n % len(PALETTE)], label=label, points=points)
 
 
 def stacked_areas(panel: Panel, xs: list[float], layers: dict[str, list[float | None]]) -> None:

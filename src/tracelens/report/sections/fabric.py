@@ -53,10 +53,8 @@ def _chart(deltas: pl.DataFrame):
         title="Error and wait counters per second, per interval between dumps",
     )
     panel = fig.panel(220, "per second", y_range=(0.0, float(data["per_second"].max())))
-    for n, (series, rows) in enumerate(data.group_by("series", maintain_order=True)):
-        colour = svg.PALETTE[n % len(svg.PALETTE)]
-        xs, ys = svg.epoch_seconds(rows["time"].to_list()), rows["per_second"].to_list()
-        svg.line(panel, xs, ys, colour, label=series[0], points=True)
+    groups = data.group_by("series", maintain_order=True)
+    svg.lines(panel, ((s[0], rows["time"].to_list(), rows["per_second"].to_list()) for s, rows in groups), points=True)
     return svg.render(fig)
 
 

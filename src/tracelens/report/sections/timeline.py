@@ -89,25 +89,13 @@ def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list, gpus: pl.D
         steps = _binned_steps(series)
         top = fig.panel(180, "ms per step", y_range=(0.0, float(steps["ms"].max() or 1.0)))
         svg.bands(top, shades)
-        for n, (stream, rows) in enumerate(steps.group_by("stream", maintain_order=True)):
-            svg.line(
-                top,
-                svg.epoch_seconds(rows["ts"].to_list()),
-                rows["ms"].to_list(),
-                svg.PALETTE[n % len(svg.PALETTE)],
-                label=stream[0],
-            )
+        streams = steps.group_by("stream", maintain_order=True)
+        svg.lines(top, ((s[0], rows["ts"].to_list(), rows["ms"].to_list()) for s, rows in streams))
     if gpus.height:
         util = fig.panel(90, "GPU util. %", y_range=(0.0, 100.0))
         svg.bands(util, [(a, b, "") for a, b, _ in shades])
-        for n, (host, rows) in enumerate(_gpu_series(gpus, affected).group_by("host", maintain_order=True)):
-            svg.line(
-                util,
-                svg.epoch_seconds(rows["ts"].to_list()),
-                rows["util"].to_list(),
-                svg.PALETTE[n % len(svg.PALETTE)],
-                label=host[0],
-            )
+        hosts = _gpu_series(gpus, affected).group_by("host", maintain_order=True)
+        svg.lines(util, ((h[0], rows["ts"].to_list(), rows["util"].to_list()) for h, rows in hosts))
     if events.height:
         lanes = _lanes(events, affected)
         order = _lane_order(lanes, affected)
