@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tests.helpers import FIXTURES, fire, tables_from
+from tests.helpers.hangs import stuck_entries
 from tracelens.analyze import analyze
 
 LAB = sorted(p for p in FIXTURES.glob("lab-hang-*") if (p / "expected.json").is_file())
@@ -117,26 +118,7 @@ def test_tl411_uses_the_dumps_when_present(tmp_path):
 
 def _stuck_run(**extra):
     t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
-    rows = [
-        {
-            "rank": r,
-            "pg_name": "0",
-            "pg_id": 0,
-            "pg_desc": "default_pg",
-            "collective_seq_id": s,
-            "op": "all_reduce",
-            "profiling_name": "nccl:all_reduce",
-            "is_p2p": False,
-            "status": "completed" if s < 3 else "started",
-            "input_sizes": "[[8]]",
-            "ts": t0 + timedelta(seconds=s),
-            "encoding": "pickle",
-            "record_id": s,
-            "frames": [],
-        }
-        for r in range(2)
-        for s in range(1, 4 if r == 0 else 3)
-    ]
+    rows = stuck_entries(t0)
     return tables_from(fr_entries=rows, **extra), t0
 
 

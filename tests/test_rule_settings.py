@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import fire, tables_from
+from tests.helpers.hangs import stuck_entries
 from tracelens.rules import all_rules
 
 RULES = {r.id: r for r in all_rules()}
@@ -68,26 +69,7 @@ def test_tl401_critical_share_and_spike_rows(analysis_of):
 def test_tl423_window_around_the_first_stop():
     """Rank 1 stops after seq 2 (created at t0 + 2 s); an IB error at t0 falls 2 s before the stop."""
     t0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
-    entries = [
-        {
-            "rank": r,
-            "pg_name": "0",
-            "pg_id": 0,
-            "pg_desc": "default_pg",
-            "collective_seq_id": s,
-            "op": "all_reduce",
-            "profiling_name": "nccl:all_reduce",
-            "is_p2p": False,
-            "status": "completed" if s < 3 else "started",
-            "input_sizes": "[[8]]",
-            "ts": t0 + timedelta(seconds=s),
-            "encoding": "pickle",
-            "record_id": s,
-            "frames": [],
-        }
-        for r in range(2)
-        for s in range(1, 4 if r == 0 else 3)
-    ]
+    entries = stuck_entries(t0)
     error = {
         "host": "node02",
         "kind": "ib_completion",
