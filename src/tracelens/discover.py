@@ -4,9 +4,9 @@ Formats are decided by content (the sniffers of tracelens.ingest), never by
 file names, with one exception: at the top of a run folder, `tracelens.toml` and a
 `pyproject.toml` with a [tool.tracelens] table are the run's config file
 (tracelens.config), listed as format "config" and not read as inputs. Archives (.tar,
-.tar.gz, .tgz, .zip) and single .gz files are unpacked into a private temporary folder; members with absolute paths, `..`
-components, links or device nodes are refused with a message, so nothing is
-ever written outside that folder. Extraction is capped (total bytes, expansion
+.tar.gz, .tgz, .zip) and single .gz files are unpacked into a private temporary folder;
+members with absolute paths, `..` components, links or device nodes are refused with a
+message, so nothing is ever written outside that folder. Extraction is capped (total bytes, expansion
 ratio, member count, nesting depth; see Limits) so an archive bomb cannot fill
 the disk, and one damaged member does not stop the rest. In a folder the user
 assembled, symbolic links are followed (a loop is detected); FIFOs, sockets and
