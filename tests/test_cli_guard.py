@@ -120,6 +120,14 @@ def test_a_target_in_a_folder_the_user_cannot_enter_is_a_usage_error(tmp_path: P
             return real_stat(path, *args, **kwargs)
 
         monkeypatch.setattr(os, "stat", denied)
+        real_path_stat = Path.stat  # Python 3.10's Path.stat holds its own reference to os.stat
+
+        def path_denied(self, *, follow_symlinks=True):
+            if str(self).startswith(str(locked) + "/"):
+                raise PermissionError(13, "Permission denied", str(self))
+            return real_path_stat(self, follow_symlinks=follow_symlinks)
+
+        monkeypatch.setattr(Path, "stat", path_denied)
     else:
         os.chmod(locked, 0o000)
     try:

@@ -61,7 +61,10 @@ _CLOCK = r"(?P<h>\d{1,2}):(?P<mi>\d\d):(?P<s>\d\d)\s*(?P<ampm>AM|PM)?"
 _ZONE = r"(?P<zone>[A-Z]{1,5}|[+-]\d{4})"
 _LABEL = re.compile(r"^(?:#\s*)?(?:timestamp|date|time|collected(?: at)?)\s*[:=]?\s*", re.I)
 _EPOCH = re.compile(r"^(?P<epoch>1\d{9})(?:\.\d+)?$")
-_ISO = re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+(?:UTC|GMT))?$")
+_ISO = re.compile(
+    r"^(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
+    r"(?P<zone>Z|[+-]\d\d:?\d\d)?(?:\s+(?:UTC|GMT))?$"
+)
 _DATE_C = re.compile(rf"^{_DAY}\s+{_MON}\s+(?P<d>\d{{1,2}})\s+{_CLOCK}\s+(?:{_ZONE}\s+)?(?P<y>\d{{4}})$")
 _DATE_LOCALE = re.compile(rf"^{_DAY},?\s+(?P<d>\d{{1,2}})\s+{_MON}\s+(?P<y>\d{{4}}),?\s+{_CLOCK}(?:\s+{_ZONE})?$")
 
@@ -104,8 +107,11 @@ def parse_time(text: str) -> datetime | None:
     text = _LABEL.sub("", text.strip())
     if m := _EPOCH.match(text):
         return datetime.fromtimestamp(int(m["epoch"]), timezone.utc)
-    if _ISO.match(text):
-        stamp = datetime.fromisoformat(text.replace(",", ".").removesuffix(" UTC").removesuffix(" GMT"))
+    if m := _ISO.match(text):
+        # in the one form Python 3.10's fromisoformat reads too: six fraction digits, `+HH:MM` for Z and +HHMM
+        zone = (m["zone"] or "").replace("Z", "+00:00")
+        zone = f"{zone[:3]}:{zone[-2:]}" if zone else ""
+        stamp = datetime.fromisoformat(f"{m['date']}T{m['time']}.{(m['frac'] or '').ljust(6, '0')[:6]}{zone}")
         return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
     if (m := _DATE_C.match(text)) or (m := _DATE_LOCALE.match(text)):
         try:
