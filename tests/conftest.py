@@ -46,27 +46,43 @@ def analysis_of() -> Callable[[Path | str], Analysis]:
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """Under pytest-xdist (`-n`): the tests that read shared analyses (through analysis_of or a fixture
     of their module that does) run on one worker, one work unit, so that each fixture is analysed
-    once in the whole run; every other test is a unit of its own, spread over the workers. (The
+    once in the whole run; the tests of a module that read one of its module-scoped fixtures (a
+    browser, a Ray instance, a generated capture) are one unit too, so that it is made once, not
+    once per worker; every other test is a unit of its own, spread over the workers. (The
     scheduler sees test ids only, so a test's fixtures are read from its module's source; xdist's
     own --dist loadgroup cannot rename test ids under pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
 
-    class SharedAnalysesScheduling(LoadScopeScheduling):
+    class SharedFixturesScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module, _, name = nodeid.partition("::")
-            return "analyses" if name.split("[")[0] in _tests_reading_analyses(module) else nodeid
+            return _shared_unit(module).get(name.split("[")[0], nodeid)
 
-    return SharedAnalysesScheduling(config, log)
+    return SharedFixturesScheduling(config, log)
 
 
 @functools.cache
-def _tests_reading_analyses(module: str) -> frozenset[str]:
-    """The test functions of a module that request analysis_of, directly or through its own fixtures."""
+def _shared_unit(module: str) -> dict[str, str]:
+    """The test functions of a module that share a fixture with other tests, with their unit: "analyses"
+    for those that request analysis_of (directly or through fixtures of their module), else
+    "MODULE::shared" for those that request one of the module's module-scoped fixtures."""
     path = REPO / module
     if not path.is_file():
-        return frozenset()
+        return {}
     functions = [n for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.FunctionDef)]
-    reading = {"analysis_of"}
-    for _ in range(3):  # fixtures of fixtures
-        reading |= {f.name for f in functions if reading & {a.arg for a in f.args.args}}
-    return frozenset(f.name for f in functions if f.name.startswith("test_") and reading & {a.arg for a in f.args.args})
+    module_scoped = {
+        f.name
+        for f in functions
+        for d in f.decorator_list
+        if "fixture" in ast.unparse(d) and "module" in ast.unparse(d)
+    }
+    tests = [f for f in functions if f.name.startswith("test_")]
+    units: dict[str, str] = {}
+    for unit, roots in (("analyses", {"analysis_of"}), (f"{module}::shared", module_scoped)):
+        reading = set(roots)
+        for _ in range(3):  # fixtures of fixtures
+            reading |= {f.name for f in functions if reading & {a.arg for a in f.args.args}}
+        for test in tests:
+            if reading & {a.arg for a in test.args.args}:
+                units.setdefault(test.name, unit)
+    return units

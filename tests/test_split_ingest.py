@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
 import polars as pl
+import pytest
 
 from tests.helpers import FIXTURES
-from tracelens.ingest import InputFile
+from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.textlog import ingest
 from tracelens.tables import RunTables, conform, with_text
 from tracelens.timeline import align
@@ -25,29 +30,55 @@ def test_chunks_in_worker_threads_equal_one_reader():
         assert frame.equals(split.tables[name]), name
 
 
-def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(tmp_path):
+@dataclass
+class BigLog:
+    """A file of many chunks read with the rows kept in memory (one reader) and spilled to Parquet
+    chunk by chunk (`spilled[jobs]`, one reader or chunks in worker threads)."""
+
+    path: Path
+    memory: IngestResult
+    spilled: dict[int, IngestResult]
+    spill: Callable[[int], Path]
+
+
+@pytest.fixture(scope="module")
+def big_log(tmp_path_factory) -> BigLog:
+    """Read once for the module's tests (one work unit under xdist, see conftest): the readings are costly
+    and both tests compare the same ones."""
+    folder = tmp_path_factory.mktemp("big-log")
+    path = folder / "train.log"  # a job restarted three times: NCCL inits all through the file, many chunks apart
+    path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
+    size = path.stat().st_size
+
+    def spill(jobs: int) -> Path:
+        return folder / f"spill-{jobs}"
+
+    memory = ingest(InputFile(path, path.name, "log", size=size), jobs=1, chunk_bytes=16 << 10)
+    spilled = {
+        jobs: ingest(InputFile(path, path.name, "log", size=size, spill=spill(jobs)), jobs=jobs, chunk_bytes=16 << 10)
+        for jobs in (1, 2)
+    }
+    return BigLog(path, memory, spilled, spill)
+
+
+def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(big_log, tmp_path):
     """A file of many chunks with a spill folder: its NCCL tables, and the text of its DeepSpeed step lines,
     are written to Parquet chunk by chunk and come back as lazy scans, with the same rows as when every
-    record stays in memory until the end."""
-    path = tmp_path / "train.log"  # a job restarted three times: NCCL inits all through the file, many chunks apart
-    path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
-    kept = InputFile(path, path.name, "log", size=path.stat().st_size)
-    for jobs in (1, 2):
-        spilled = InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / f"spill-{jobs}")
-        memory = ingest(kept, jobs=jobs, chunk_bytes=16 << 10)
-        disk = ingest(spilled, jobs=jobs, chunk_bytes=16 << 10)
+    record stays in memory until the end (read by one reader, which the chunks in worker threads equal:
+    test_chunks_in_worker_threads_equal_one_reader)."""
+    memory = big_log.memory
+    for jobs, disk in big_log.spilled.items():
         assert memory.account == disk.account
         assert sorted(memory.tables) == sorted(disk.tables)
         lazy = {name for name, frame in disk.tables.items() if isinstance(frame, pl.LazyFrame)}
         assert {"nccl_events", "nccl_comms", "nccl_channels", "steps"} <= lazy
-        assert len(list((tmp_path / f"spill-{jobs}").rglob("nccl_events-*.parquet"))) >= 4, (
-            "a part per chunk with records"
-        )
+        assert len(list(big_log.spill(jobs).rglob("nccl_events-*.parquet"))) >= 4, "a part per chunk with records"
         for name, frame in memory.tables.items():
-            assert conform(name, frame).equals(conform(name, disk.tables[name].lazy().collect())), name
+            assert conform(name, frame).equals(conform(name, disk.tables[name].lazy().collect())), (name, jobs)
     assert (
         memory.tables["steps"]["message"].null_count() == 0
     )  # each step row's text, joined back from the spilled lines
+    disk = big_log.spilled[2]
     tables = RunTables()  # what `tracelens tables` writes: streamed from the parts, counted without reading them
     for name, frame in disk.tables.items():
         tables.add(name, frame)
@@ -55,21 +86,18 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(tmp_path):
     for name, frame in memory.tables.items():
         assert tables.height(name) == frame.height > 0
         assert pl.read_parquet(tmp_path / "out" / f"{name}.parquet").equals(with_text(conform(name, frame))), name
+    path = big_log.path
     whole = ingest(InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / "whole"), jobs=2)
     assert not any(isinstance(frame, pl.LazyFrame) for frame in whole.tables.values()), (
         "a one-chunk file stays in memory"
     )
 
 
-def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_give(tmp_path):
+def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_give(big_log, tmp_path):
     """`tracelens tables` on a big log: the spilled tables stay lazy scans through the alignment (inferred
     times joined, zone applied, part by part) and are streamed to Parquet; the files equal those of the
     same rows aligned in memory, for a given zone and for the zone the time model decides on its own."""
-    path = tmp_path / "train.log"
-    path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
-    size = path.stat().st_size
-    memory = ingest(InputFile(path, path.name, "log", size=size), jobs=1, chunk_bytes=16 << 10)
-    disk = ingest(InputFile(path, path.name, "log", size=size, spill=tmp_path / "spill"), jobs=1, chunk_bytes=16 << 10)
+    memory, disk = big_log.memory, big_log.spilled[1]
     kept, spilled = RunTables(), RunTables()
     for name in memory.tables:
         kept.add(name, memory.tables[name])
