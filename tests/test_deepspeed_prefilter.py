@@ -10,7 +10,7 @@ import pytest
 from tests.helpers import CORPUS, FIXTURES
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.deepspeed import DeepSpeedParser
-from tracelens.ingest.lines import read_chunks
+from tracelens.ingest.lines import chunk_spans, read_chunks
 
 FILES = (
     sorted((CORPUS / "deepspeed").glob("*.log"))
@@ -30,7 +30,12 @@ def _run(path: Path, prefilter: bool, chunk_bytes: int) -> tuple[list[int], dict
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name[:50])
 def test_prefilter_gives_the_same_claims_and_tables(path: Path):
+    checked: list[list[tuple[int, int, int]]] = []
     for chunk_bytes in (1 << 20, 16384):  # small chunks also cut multi-line records
+        spans = list(chunk_spans(path, chunk_bytes))
+        if spans in checked:
+            continue  # a file of one small chunk: the same chunks, already compared
+        checked.append(spans)
         fast_status, fast_tables = _run(path, True, chunk_bytes)
         full_status, full_tables = _run(path, False, chunk_bytes)
         assert fast_status == full_status

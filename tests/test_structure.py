@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import packages_distributions
 from pathlib import Path
@@ -37,26 +38,31 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _import_statements(
+    node: ast.AST, lazy: bool = False, typing: bool = False
+) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool, bool]]:
+    """Each import statement under `node`, with whether it is inside a function (lazy) and inside
+    the body of an `if TYPE_CHECKING:` (typing): one walk of the tree."""
+    typing_body = isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    for child in ast.iter_child_nodes(node):
+        in_typing = typing or (typing_body and any(child is stmt for stmt in node.body))  # type: ignore[attr-defined]
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, lazy, in_typing
+        yield from _import_statements(
+            child, lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)), in_typing
+        )
+
+
 def _imports(path: Path) -> list[Import]:
     """Every import statement of one source file, resolved to absolute module names."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    lazy_nodes = {
-        id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)) for n in ast.walk(f)
-    }
-    typing_nodes = {
-        id(n)
-        for b in ast.walk(tree)
-        if isinstance(b, ast.If) and "TYPE_CHECKING" in ast.unparse(b.test)
-        for stmt in b.body
-        for n in ast.walk(stmt)
-    }
     found = []
-    for node in ast.walk(tree):
+    for node, lazy, typing in _import_statements(tree):
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             base = node.module or ""
             if node.level:
                 base = ".".join(
@@ -64,9 +70,7 @@ def _imports(path: Path) -> list[Import]:
                 )
             # `from tracelens import scaleout` imports the submodule tracelens.scaleout
             targets = [base, *(f"{base}.{a.name}" for a in node.names)]
-        else:
-            continue
-        found.extend(Import(name, t, id(node) in lazy_nodes, id(node) in typing_nodes) for t in targets)
+        found.extend(Import(name, t, lazy, typing) for t in targets)
     return found
 
 
