@@ -46,3 +46,34 @@ def test_prefilter_gives_the_same_claims_and_tables(path: Path):
 
 def test_the_corpus_is_there_or_the_fixtures_cover_it():
     assert FILES, "no DeepSpeed logs found in the corpus or fixtures"
+
+
+def _corpus_and_mangled_lines() -> list[str]:
+    """Every line of the real corpus and the fixtures' logs, the same lines pasted (quoted, escaped,
+    with an envelope after junk) and mutated by the fuzzer."""
+    import random
+
+    from tests.helpers.fuzz import SYNTHETIC, mutate
+
+    files = sorted(p for p in CORPUS.rglob("*") if p.is_file() and p.suffix in (".log", ".txt", ".out")) + sorted(
+        FIXTURES.glob("*/*/*.log")
+    )
+    blocks = [p.read_bytes() for p in files] + [t.encode() for t in SYNTHETIC.values()]
+    rng = random.Random(12)
+    mutated = [mutate(rng, rng.choice(blocks), blocks, 4096) for _ in range(300)]
+    lines = [line for block in blocks + mutated for line in block.decode("utf-8", "replace").split("\n")]
+    junk = [f"{pre}{line}" for line in lines[::7] for pre in ("> ", "\r 45%|####   | ", "[default3]:", "x")]
+    return lines + junk
+
+
+def test_candidate_lines_equal_the_candidate_regex():
+    """deepspeed.candidate_lines (the envelope searched anywhere only in lines with a time stamp and
+    without it after the tag) claims exactly the lines CANDIDATE matches."""
+    from tracelens.ingest.deepspeed import CANDIDATE, candidate_lines
+
+    text = pl.Series(_corpus_and_mangled_lines())
+    expected = text.str.contains(CANDIDATE)
+    assert expected.sum() > 1000 and (~expected).sum() > 1000  # both kinds of line are there
+    assert candidate_lines(text).to_list() == expected.to_list()
+    mid_line = pl.Series(["node1: 12%|## | [2024-01-02 03:04:05,678] [INFO] [logging.py:96:log_dist] [Rank 0] step=1"])
+    assert candidate_lines(mid_line).to_list() == [True]  # found after junk, not only after the tag

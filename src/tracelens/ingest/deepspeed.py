@@ -180,6 +180,19 @@ CANDIDATE = (
 )
 
 
+_BARE_HEADS = "|".join(head.removeprefix("^") for head, printed_bare in HEADS.values() if printed_bare)
+_AT_START = rf"{LAUNCHER_TAG}(?:{ENVELOPE_START}|(?:\[Rank -?\d+\] )?(?:{_BARE_HEADS}))"
+
+
+def candidate_lines(text: pl.Series) -> pl.Series:
+    """`text.str.contains(CANDIDATE)`, four times faster: the envelope anywhere in a line is searched
+    only in lines that do not have it (or a bare head) right after the launcher tag and that hold a
+    time stamp, which every envelope does (the unanchored search cost 50 ms per 32 MB of NCCL lines)."""
+    hit = text.str.contains(_AT_START)
+    rows = (~hit & text.str.contains(_TS)).arg_true()
+    return hit.scatter(rows, text.gather(rows).str.contains(ENVELOPE_START)) if rows.len() else hit
+
+
 def may_open_block(text: pl.Series) -> bool:
     """Whether a line may open a multi-line record (see BLOCKS): a chunk with one is read in full."""
     json_open = text.str.strip_chars_end().str.tail(1).is_in(["{", "["])
@@ -415,7 +428,7 @@ class DeepSpeedParser:
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
         """Claim the chunk's DeepSpeed lines; only candidate lines are read, unless a block is open."""
         block_open = any(owner is not None for owner in self._open.values())
-        candidates = chunk["text"].str.contains(CANDIDATE)
+        candidates = candidate_lines(chunk["text"])
         if block_open or may_open_block(chunk.filter(candidates)["text"]):
             return self._feed(chunk)  # continuation lines look like anything: read every line
         status = self._feed(chunk.filter(candidates))
