@@ -11,6 +11,10 @@ Parquet), and as the reference the same input read as lines by polars alone (`pl
 no separator, the ceiling: 1 line = 1 row). Peak RSS is each child's ru_maxrss (os.wait4).
 
     python benchmarks/bench_scale.py --data /work/bench-data/scale [--only nccl-1gb,deepspeed] [--repeat 3] [--keep]
+    python benchmarks/bench_scale.py --src /tmp/tl-before/src ...   # another checkout beside this one
+
+MB/CPU s is the size over the best run's CPU seconds (user + system of the child and its threads): on a
+shared machine the steadier number; `load` is the 1-minute load average when the tool's runs started.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument("--src", help="another checkout's src folder, measured as 'tables (before)' beside this one")
     parser.add_argument(
         "--slice-rounds",
         type=int,
@@ -91,7 +96,11 @@ def main() -> None:
     args.data.mkdir(parents=True, exist_ok=True)
     tracelens = str(Path(sys.executable).with_name("tracelens"))
     print(f"tracelens tables vs a polars line read, fresh processes, {load()}, --jobs {args.jobs}")
-    print(f"{'workload':<14}{'MB':>8}{'tool':>20}{'s (min-max)':>18}{'MB/s':>14}{'CPU s':>14}{'peak RSS MB':>16}")
+    print(
+        f"{'workload':<14}{'MB':>8}{'tool':>20}{'s (min-max)':>18}{'MB/s':>14}{'CPU s':>14}{'MB/CPU s':>10}"
+        f"{'peak RSS MB':>16}{'load':>7}"
+    )
+    base_path = os.environ.get("PYTHONPATH", "")
     for name in args.only.split(","):
         what, mb = WORKLOADS[name]
         data = args.data / (name if what == "folder" else f"{name}.log")
@@ -99,11 +108,12 @@ def main() -> None:
             run(python(str(HERE / "workloads.py"), what, str(data), "--mb", str(mb)))
         size = size_of(data) / 2**20
         out = args.data / "out"
-        tools = {
-            "tracelens tables": [tracelens, "tables", str(data), "-o", str(out), "--jobs", str(args.jobs)],
-            "polars line read": python("-c", POLARS_LINES, str(data)),
-        }
-        for tool, argv in tools.items():
+        tables = [tracelens, "tables", str(data), "-o", str(out), "--jobs", str(args.jobs)]
+        tools = {"tables (before)": (tables, args.src)} if args.src else {}
+        tools |= {"tracelens tables": (tables, None), "polars line read": (python("-c", POLARS_LINES, str(data)), None)}
+        for tool, (argv, src) in tools.items():
+            os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [src, base_path]))  # run() passes it on
+            at_start = os.getloadavg()[0]
             children = []
             for _ in range(args.repeat):
                 shutil.rmtree(out, ignore_errors=True)
@@ -114,7 +124,7 @@ def main() -> None:
             print(
                 f"{name:<14}{size:>8.0f}{tool:>20}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>18}"
                 f"{f'{size / secs[-1]:.0f}-{size / secs[0]:.0f}':>14}{f'{cpu[0]:.1f}-{cpu[-1]:.1f}':>14}"
-                f"{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}",
+                f"{size / cpu[0]:>10.0f}{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}{at_start:>7.1f}",
                 flush=True,
             )
         if args.slice_rounds and what == "nccl":
