@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import os
 import tempfile
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from multiprocessing import get_context
@@ -246,24 +247,6 @@ def run_rules(
     return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in symptoms, f.rule_id)), not_run
 
 
-def read_run(
-    target: Path,
-    jobs: int | None = None,
-    progress: Progress | None = None,
-    tz: str | None = None,
-    ray: str | None = None,
-    config: Config | None = None,
-) -> tuple[RunTables, Timeline, list[str]]:
-    """Ingest and align a run: its aligned tables (what `analyze --tables` and `tracelens tables`
-    write), the time model's decisions and the discovery notes. `tz` is the zone of log times printed
-    without one; `ray` the address of a Ray cluster ("auto" or host:port) to ingest on; `config` a
-    config file's host aliases and zone (a `tz` given here wins over the file's). Every table is in
-    memory: the spilled ones are read before the working folder goes, and aligned there (the rules
-    read them whole anyway, and aligning in memory re-joins only the time columns)."""
-    with aligned_run(target, jobs, progress, tz, ray, config, lazy=False) as run:
-        return run
-
-
 @contextmanager
 def aligned_run(
     target: Path,
@@ -272,20 +255,25 @@ def aligned_run(
     tz: str | None = None,
     ray: str | None = None,
     config: Config | None = None,
-    lazy: bool = True,
+    settle: bool = False,
 ) -> Iterator[tuple[RunTables, Timeline, list[str]]]:
-    """read_run's tables while the run's working folder exists: `lazy`, the spilled tables stay lazy
-    scans of their parts, aligned as they are read, so `tracelens tables` streams them to its files."""
+    """Ingest and align a run: its aligned tables (what `analyze --tables` and `tracelens tables`
+    write), the time model's decisions and the discovery notes, while the run's working folder exists.
+    `tz` is the zone of log times printed without one; `ray` the address of a Ray cluster ("auto" or
+    host:port) to ingest on; `config` a config file's host aliases and zone (a `tz` given here wins
+    over the file's). The spilled tables stay lazy scans of their parts, aligned as they are read, so
+    `tracelens tables` streams them to its files; `settle` writes each once, aligned, into the working
+    folder and reads it back as a scan of that file (RunTables.settled: the rules read it many times)."""
     config = config or Config()
     workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
     with workdir as folder:
         read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
-        if not lazy:
-            read.load()
         events = partial(event_times, windows=config.shared.packets)  # the capture's NAKs, resends ... as analysed
         tables, timeline = align(rename_hosts(read, config.hosts), tz or config.tz, capture_events=events)
         if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
             timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
+        if settle:
+            tables = tables.settled(Path(folder) / "aligned")
         yield tables, timeline, notes
 
 
@@ -299,14 +287,26 @@ def analyze(
     ray: str | None = None,
     config: Config | None = None,
 ) -> Analysis:
-    """Analyse a run folder, file or archive end to end (see read_run for `tz`, `ray` and `config`;
-    select and ignore given here win over the file's)."""
+    """Analyse a run folder, file or archive end to end (see aligned_run for `tz`, `ray` and `config`;
+    select and ignore given here win over the file's). A big file's tables stay on disk, in the run's
+    working folder, which lives as long as the analysis: the rules and the report read them lazily and
+    keep only what they show. On Ray (a working folder beside the run) every table is read into memory
+    and the folder removed at once."""
     config = config or Config()
-    tables, timeline, notes = read_run(target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config)
-    context = RunContext(tables, config.shared)
-    rules = select_rules(select or config.select, ignore or config.ignore)
-    findings, not_run = run_rules(context, rules, config)
-    return Analysis(
+    workdir = ExitStack()
+    run = aligned_run(target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config, settle=ray is None)
+    try:
+        tables, timeline, notes = workdir.enter_context(run)
+        if ray is not None:
+            tables.load()
+            workdir.close()
+        context = RunContext(tables, config.shared)
+        rules = select_rules(select or config.select, ignore or config.ignore)
+        findings, not_run = run_rules(context, rules, config)
+    except BaseException:
+        workdir.close()
+        raise
+    analysis = Analysis(
         target=target,
         context=context,
         findings=findings,
@@ -316,3 +316,5 @@ def analyze(
         not_run=not_run,
         config=config,
     )
+    weakref.finalize(analysis, workdir.close)  # the working folder goes with the analysis (or at exit)
+    return analysis

@@ -578,6 +578,29 @@ class RunTables:
             return self[name]
         return self._lazy(name)
 
+    def scan(self, name: str) -> pl.LazyFrame:
+        """Table `name` as a lazy frame, read from its parts when collected: how a rule reads a table
+        that may be bigger than memory (`nccl_events`: one row per NCCL line) for the columns, rows or
+        aggregates it shows, without holding the table."""
+        if name in self._frames or name not in self._parts:
+            return self[name].lazy()
+        return self._lazy(name)
+
+    def settled(self, folder: Path) -> RunTables:
+        """New tables where each table with spilled parts is written once, whole (aligned on the way),
+        to `folder` as Parquet and read back as a scan of that file: the rules that read it again and
+        again then read a plain file, and the time columns joined on the way are not held in memory."""
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        new = RunTables()
+        for name, parts in self._parts.items():
+            if name in self._frames or all(isinstance(p, pl.DataFrame) for p in parts):
+                new._parts[name] = [self[name]]
+            else:
+                path = folder / f"{name}.parquet"
+                self._lazy(name).sink_parquet(path, compression="lz4")
+                new._parts[name] = [pl.scan_parquet(path)]
+        return new
+
     def add(self, name: str, frame: Frame) -> None:
         """Append rows to table `name` (cast to its schema)."""
         if isinstance(frame, pl.LazyFrame) or frame.height:
@@ -610,8 +633,9 @@ class RunTables:
         """Add the NCCL record text (`message`) to rows of any NCCL table, joined on file and line."""
         if "message" in rows.columns:
             return rows
-        text = self["nccl_events"].select("file", "line", "message").unique(["file", "line"])
-        return rows.join(text, on=["file", "line"], how="left")
+        keys = rows.select("file", "line").unique().lazy()
+        text = self.scan("nccl_events").select("file", "line", "message").join(keys, on=["file", "line"], how="semi")
+        return rows.join(text.unique(["file", "line"]).collect(), on=["file", "line"], how="left")
 
     def write_parquet(self, out_dir: Path) -> list[Path]:
         """Write every table (empty ones too, so the set is predictable) as Parquet, each timed one

@@ -42,7 +42,7 @@ def run_facts(tables: RunTables) -> pl.DataFrame:
 def sources(tables: RunTables) -> set[str]:
     """The areas a run has evidence for at all: a missing area is "not available", not "unset"."""
     have = {
-        "NCCL": tables["nccl_events"].height > 0,
+        "NCCL": tables.height("nccl_events") > 0,
         "DeepSpeed": tables["config"].filter(pl.col("engine").is_not_null()).height > 0,
         "fabric": tables["ib_ports"].height > 0,
         "counters": tables["ib_counters"].height > 0,

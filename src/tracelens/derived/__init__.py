@@ -12,6 +12,7 @@ How a rule uses it (tracelens.rules): a rule is a function of the context, regis
     def step_time_spikes(ctx: RunContext, *, critical_share: float = 0.2) -> Iterator[Finding]:
         windows = ctx.slow_windows          # computed once for every rule and section that asks
         rows = ctx["steps"]                 # an aligned table, same as ctx.tables["steps"]
+        hosts = ctx.scan("nccl_events").select("host").unique().collect()  # a big table: only what is shown
         yield Finding(Severity.WARNING, "title", "summary with numbers")   # no rule_id: Rule.run stamps it
 
 - `needs` names tables; `"a|b"` means either. A rule whose needs are not met does not run,
@@ -72,6 +73,11 @@ class RunContext:
     def __getitem__(self, name: str) -> pl.DataFrame:
         """Table `name`, aligned (a shortcut for `ctx.tables[name]`)."""
         return self.tables[name]
+
+    def scan(self, name: str) -> pl.LazyFrame:
+        """Table `name`, aligned, as a lazy frame (a shortcut for `ctx.tables.scan(name)`): for a table
+        that may outgrow memory (`nccl_events`), collect only the columns, rows or aggregates shown."""
+        return self.tables.scan(name)
 
     # -- steps -----------------------------------------------------------------------------------
 

@@ -348,10 +348,15 @@ def _counter_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Si
 
 
 def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
-    logs = ctx["nccl_events"].filter(pl.col("ts").is_not_null(), pl.col("host").is_not_null())
-    if logs.height == 0:
+    spans = (
+        ctx.scan("nccl_events")
+        .filter(pl.col("ts").is_not_null(), pl.col("host").is_not_null())
+        .group_by("host")
+        .agg(first=pl.col("ts").min(), last=pl.col("ts").max())
+        .collect()
+    )
+    if spans.height == 0:
         return []
-    spans = logs.group_by("host").agg(first=pl.col("ts").min(), last=pl.col("ts").max())
     stall = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception", "watchdog_abort"]
     errors = ctx["nccl_errors"].filter(~pl.col("kind").is_in(stall), pl.col("ts").is_not_null())
     signals = []

@@ -68,7 +68,7 @@ class Rule:
 
     def missing(self, tables: RunTables) -> list[str]:
         """The needs this run's tables do not meet (an empty table does not meet a need)."""
-        return [need for need in self.needs if not any(tables[name].height for name in need.split("|"))]
+        return [need for need in self.needs if not any(tables.height(name) for name in need.split("|"))]
 
     def missing_inputs(self, tables: RunTables) -> list[str]:
         """What input would let the rule run, one phrase per unmet need."""

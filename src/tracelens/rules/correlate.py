@@ -34,7 +34,7 @@ from tracelens.prose import count, duration, listing, number, some
 from tracelens.prose import span as prose_span
 from tracelens.rules import Setting, rule
 from tracelens.rules.causes import NETWORK, Candidate, verdict
-from tracelens.rules.evidence import row_evidence, step_evidence
+from tracelens.rules.evidence import hosts_of, row_evidence, step_evidence
 from tracelens.timeline import LOG_TABLES
 
 MAX_REASONS = 6
@@ -99,9 +99,9 @@ def _missing(t: RunContext, begin: datetime, end: datetime) -> list[str]:
     def covers(lo: pl.Series, hi: pl.Series) -> bool:
         return bool(lo.len()) and (hi.max() >= begin - MARGIN) and (lo.min() <= end + MARGIN)
 
-    logs, dumps, packets = t["nccl_events"], t["ib_counters"]["dump_ts"].drop_nulls(), t["packets"]["ts"].drop_nulls()
-    timed = logs.filter(pl.col("ts_hi") >= begin - MARGIN, pl.col("ts_lo") <= end + MARGIN)
-    seen = {"NCCL": timed.height > 0, "counters": covers(dumps, dumps), "packets": covers(packets, packets)}
+    dumps, packets = t["ib_counters"]["dump_ts"].drop_nulls(), t["packets"]["ts"].drop_nulls()
+    timed = t.scan("nccl_events").filter(pl.col("ts_hi") >= begin - MARGIN, pl.col("ts_lo") <= end + MARGIN).head(1)
+    seen = {"NCCL": timed.collect().height > 0, "counters": covers(dumps, dumps), "packets": covers(packets, packets)}
     return [COLLECT[source] for source, there in seen.items() if not there]
 
 
@@ -299,8 +299,8 @@ def _host_of_rank(t: RunContext, ranks: list[int]) -> list[str]:
 def log_gaps(t: RunContext, silent_s: float, silent_factor: float) -> pl.DataFrame:
     """Per host, stretches where every log of the host was silent at least `silent_s` seconds and
     `silent_factor` times its usual interval between lines: columns host, begin, end, seconds."""
-    times = pl.concat([t[n].filter(pl.col("ts_quality") == "exact").select("host", "ts") for n in LOG_TABLES])
-    times = times.filter(pl.col("host").is_not_null()).unique().sort("host", "ts")
+    exact = [t.scan(n).filter(pl.col("ts_quality") == "exact", pl.col("host").is_not_null()) for n in LOG_TABLES]
+    times = pl.concat([frame.select("host", "ts") for frame in exact]).unique().collect().sort("host", "ts")
     gap = (pl.col("ts") - pl.col("ts").shift(1).over("host")).dt.total_milliseconds() / 1000
     return (
         times.with_columns(seconds=gap, begin=pl.col("ts").shift(1).over("host"))
@@ -442,9 +442,7 @@ def _hang_finding(t: RunContext, hang: dict) -> Finding:
 def _gap_finding(t: RunContext, gap: dict, gaps: pl.DataFrame) -> Finding:
     everyone = gaps.filter(pl.col("begin") <= gap["end"], pl.col("end") >= gap["begin"])
     hosts_silent = sorted(set(everyone["host"].to_list()))
-    all_hosts = sorted(
-        set(pl.concat([t[n].select("host") for n in ("nccl_events", "steps")])["host"].drop_nulls().to_list())
-    )
+    all_hosts = hosts_of(t.scan("nccl_events"), t["steps"])
     scope = "every host" if hosts_silent == all_hosts and len(all_hosts) > 1 else ", ".join(hosts_silent)
     return Finding(
         severity=Severity.WARNING,

@@ -8,6 +8,7 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.findings import Evidence
+from tracelens.tables import Frame
 
 
 def evidence(rows: pl.DataFrame) -> list[Evidence]:
@@ -19,12 +20,12 @@ def evidence(rows: pl.DataFrame) -> list[Evidence]:
     ]
 
 
-def hosts_of(*frames: pl.DataFrame) -> list[str]:
-    """Distinct non-null hosts over the given frames."""
+def hosts_of(*frames: Frame) -> list[str]:
+    """Distinct non-null hosts over the given frames (a lazy one is read for its hosts only)."""
     found: set[str] = set()
     for frame in frames:
-        if "host" in frame.columns:
-            found.update(h for h in frame["host"].unique().to_list() if h)
+        if "host" in frame.collect_schema().names():
+            found.update(h for h in frame.lazy().select(pl.col("host").unique()).collect()["host"].to_list() if h)
     return sorted(found)
 
 

@@ -25,7 +25,7 @@ def _ib_hcas_seen(ctx: RunContext) -> bool:
 
 def _multi_node(ctx: RunContext) -> bool:
     """Whether more than one node is involved: several hosts log NCCL lines, or channels go over a network."""
-    if len(hosts_of(ctx["nccl_events"])) > 1:
+    if len(hosts_of(ctx.scan("nccl_events"))) > 1:
         return True
     return ctx["nccl_channels"].filter(pl.col("transport").is_in(["NET", "COLLNET"])).height > 0
 
@@ -34,7 +34,7 @@ def _single_node(ctx: RunContext) -> bool:
     """Whether the logs show a one-node job: one host, channel lines present, none over a network."""
     channels = ctx["nccl_channels"]
     return (
-        len(hosts_of(ctx["nccl_events"])) <= 1
+        len(hosts_of(ctx.scan("nccl_events"))) <= 1
         and channels.height > 0
         and channels.filter(pl.col("transport").is_in(["NET", "COLLNET"])).height == 0
     )
@@ -309,11 +309,12 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
     torch; print(torch.cuda.nccl.version())"` on each), and set NCCL_* variables in one place
     that every rank inherits (the launcher's env export or /etc/nccl.conf), not per node.
     """
-    events = ctx["nccl_events"]
     versions = (
-        events.filter(pl.col("kind") == "version")
+        ctx.scan("nccl_events")
+        .filter(pl.col("kind") == "version")
         .with_columns(version=pl.col("message").str.extract(_VERSION))
         .drop_nulls("version")
+        .collect()
     )
     if versions["version"].n_unique() > 1:
         first = versions.sort("file", "line").unique(["version", "host"], keep="first")

@@ -35,17 +35,22 @@ def _on_host(frame: pl.DataFrame, host: str | None) -> pl.DataFrame:
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """NCCL facts per host; None when no NCCL line was read."""
     t = ctx.tables
-    events, comms, channels, net, env = (
-        t[n] for n in ("nccl_events", "nccl_comms", "nccl_channels", "nccl_net", "nccl_env")
-    )
-    if events.height == 0:
+    if t.height("nccl_events") == 0:
         return None
+    comms, channels, net, env = (t[n] for n in ("nccl_comms", "nccl_channels", "nccl_net", "nccl_env"))
+    # one row per line: read for its processes per host and its version lines only
+    events = ctx.scan("nccl_events")
+    pids = pl.col("pid")
+    processes = (
+        events.group_by("host")
+        .agg(n=pl.when(pids.null_count() < pl.len()).then(pids.n_unique()).otherwise(0))
+        .collect()
+    )
+    version_lines = events.filter(pl.col("kind") == "version").select("host", "message").collect()
     hosts = []
-    for host in _sorted_unique(events, "host") or [None]:
-        h_events, h_net = _on_host(events, host), _on_host(net, host)
-        versions = (
-            h_events.filter(pl.col("kind") == "version")["message"].str.extract(r"(\d+\.\d+\.\d+\S*)").drop_nulls()
-        )
+    for host in _sorted_unique(processes, "host") or [None]:
+        h_net = _on_host(net, host)
+        versions = _on_host(version_lines, host)["message"].str.extract(r"(\d+\.\d+\.\d+\S*)").drop_nulls()
         transports = (
             _on_host(channels, host)
             .group_by("transport", "net", "gdr")
@@ -74,7 +79,7 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
                 "host": host or "(host not named)",
                 "versions": sorted(set(versions.to_list())),
                 "ranks": _sorted_unique(_on_host(comms, host), "rank"),
-                "processes": h_events["pid"].n_unique() if h_events["pid"].null_count() < h_events.height else 0,
+                "processes": _on_host(processes, host)["n"].sum(),
                 "networks": _sorted_unique(h_net.filter(pl.col("what") == "network"), "name"),
                 "hcas": hcas,
                 "interfaces": interfaces,
