@@ -93,11 +93,16 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(big_log, tmp_path
     )
 
 
-def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_give(big_log, tmp_path):
+def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_give(tmp_path, monkeypatch):
     """`tracelens tables` on a big log: the spilled tables stay lazy scans through the alignment (inferred
-    times joined, zone applied, part by part) and are streamed to Parquet; the files equal those of the
-    same rows aligned in memory, for a given zone and for the zone the time model decides on its own."""
-    memory, disk = big_log.memory, big_log.spilled[1]
+    times placed and joined a range of lines at a time, zone applied lazily) and are streamed to Parquet;
+    the files equal those of the same rows aligned in memory, for a given zone and for the zone the time
+    model decides on its own."""
+    path = tmp_path / "train.log"
+    path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
+    size = path.stat().st_size
+    memory = ingest(InputFile(path, path.name, "log", size=size), jobs=1, chunk_bytes=16 << 10)
+    disk = ingest(InputFile(path, path.name, "log", size=size, spill=tmp_path / "spill"), jobs=1, chunk_bytes=16 << 10)
     kept, spilled = RunTables(), RunTables()
     for name in memory.tables:
         kept.add(name, memory.tables[name])
@@ -106,7 +111,9 @@ def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_
     assert inferred > 100, "NCCL lines without a time of their own, whose time alignment infers"
     for tz in ("Europe/Berlin", None):
         in_memory, _ = align(kept, tz)
-        streamed, _ = align(spilled, tz)
+        monkeypatch.setattr("tracelens.inferred.RANGE_LINES", 1000)  # the file's 4,180 lines in five ranges
+        streamed, _ = align(spilled, tz, workdir=tmp_path / f"align-{tz}")
+        monkeypatch.undo()
         assert {"nccl_events", "nccl_comms", "steps"} <= {
             n for n in memory.tables if isinstance(streamed.frame(n), pl.LazyFrame)
         }

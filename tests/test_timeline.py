@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import datetime, timedelta, timezone
 
 import polars as pl
@@ -10,9 +11,10 @@ from typer.testing import CliRunner
 
 from tests.helpers import FIXTURES, corpus_dir, fire, tables_from
 from tests.helpers.steps import steps as correlate_steps
+from tracelens import inferred
 from tracelens.cli import app
 from tracelens.derived.flows import event_times
-from tracelens.tables import RunTables
+from tracelens.tables import RunTables, conform
 from tracelens.timeline import Timeline, align
 
 T0 = datetime(2024, 12, 6, 18, 30, tzinfo=timezone.utc)
@@ -409,3 +411,39 @@ def test_ts_text_is_the_time_exactly_as_the_line_printed_it(tmp_path, name, tabl
     for row in rows.filter(pl.col("ts_text").is_not_null()).iter_rows(named=True):
         assert row["ts_text"] in lines[row["line"] - 1], row
     assert rows.filter(pl.col("ts_quality").is_in(["inferred", "none"]))["ts_text"].drop_nulls().len() == 0
+
+
+@pytest.mark.parametrize("range_lines", [1, 3, 8, 1000])
+@pytest.mark.parametrize("lazy", [True, False])
+def test_a_big_file_placed_range_by_range_gets_the_times_of_one_frame(tmp_path, monkeypatch, range_lines, lazy):
+    """A file placed a slice of lines at a time (tracelens.inferred) gets exactly the times, brackets and
+    qualities it gets in one frame: fills reach across ranges per process and per file, a c10 clock
+    before the first dated line takes its year from a later range, and rows keep their order."""
+    rand = random.Random(7)
+    stamp = datetime(2026, 12, 31, 23, 59, 0, tzinfo=timezone.utc)
+    events, steps = [], []
+    for line in range(1, 60):
+        dated = rand.random() < 0.2 and line > 9  # nothing dated before line 10: the anchor comes from later
+        pid = rand.choice([100, 200, None])
+        clock = "1231 23:58:59" if line in (3, 30) else None
+        row = {"file": "big.log", "line": line, "pid": pid, "ts": stamp + timedelta(seconds=line) if dated else None}
+        if line % 7 == 0:
+            steps.append(row | {"step": line, "ts": stamp + timedelta(seconds=line)})
+        else:
+            events.append(row | {"clock": clock, "message": f"line {line}"})
+    events += [{"file": "small.log", "line": n, "pid": 5, "ts": stamp if n == 2 else None} for n in (1, 2, 3)]
+    tables = RunTables()
+    for name, rows in (("nccl_events", events), ("steps", steps)):
+        frame = conform(name, pl.DataFrame(rows, infer_schema_length=None)).lazy()
+        tables.add(name, frame if lazy else frame.collect())
+    whole = inferred.inferred_log_times(tables)
+    monkeypatch.setattr(inferred, "RANGE_LINES", range_lines)
+    ranged = inferred.inferred_log_times(tables, tmp_path)
+    assert whole.keys() == ranged.keys() == {"nccl_events", "steps"}
+    for name in whole:
+        expected, got = whole[name].lazy().collect(), ranged[name].lazy().collect()
+        assert got.select(expected.columns).equals(expected, null_equal=True), name
+    placed = whole["nccl_events"].lazy().collect()
+    assert (
+        set(placed["ts_quality"]) == {"exact", "inferred"} and placed.filter(pl.col("line") == 3)["ts"][0].year == 2026
+    )

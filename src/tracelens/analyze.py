@@ -269,7 +269,8 @@ def aligned_run(
     with workdir as folder:
         read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
         events = partial(event_times, windows=config.shared.packets)  # the capture's NAKs, resends ... as analysed
-        tables, timeline = align(rename_hosts(read, config.hosts), tz or config.tz, capture_events=events)
+        renamed = rename_hosts(read, config.hosts)
+        tables, timeline = align(renamed, tz or config.tz, capture_events=events, workdir=Path(folder) / "spill")
         if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
             timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
         if settle:

@@ -524,17 +524,19 @@ class Spill:
         self.folder = Path(tempfile.mkdtemp(dir=root))
         self.parts: dict[str, list[Path]] = {}
 
-    def write(self, name: str, frame: pl.DataFrame) -> None:
+    def write(self, name: str, frame: pl.DataFrame) -> Path | None:
         """Append rows to table `name`, cast to its schema (every part of a table alike); a name
-        that is no table (a parser's own intermediate rows) is written as it is."""
+        that is no table (a parser's own intermediate rows) is written as it is. The part's path
+        (None when there was no row)."""
         if not frame.height:
-            return
+            return None
         paths = self.parts.setdefault(name, [])
         path = self.folder / f"{name}-{len(paths):06d}.parquet"
         frame = conform(name, frame) if name in SCHEMAS else frame
         # lz4 and no column statistics: written once, read once and whole, soon (statistics cost a sixth)
         frame.write_parquet(path, compression="lz4", statistics=False)
         paths.append(path)
+        return path
 
     def scans(self) -> dict[str, pl.LazyFrame]:
         """Each table written, as a lazy scan of its parts in the order they were written."""
@@ -635,7 +637,7 @@ class RunTables:
             return rows
         keys = rows.select("file", "line").unique().lazy()
         text = self.scan("nccl_events").select("file", "line", "message").join(keys, on=["file", "line"], how="semi")
-        return rows.join(text.unique(["file", "line"]).collect(), on=["file", "line"], how="left")
+        return rows.join(text.unique(["file", "line"]).collect(engine="streaming"), on=["file", "line"], how="left")
 
     def write_parquet(self, out_dir: Path) -> list[Path]:
         """Write every table (empty ones too, so the set is predictable) as Parquet, each timed one

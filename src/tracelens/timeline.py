@@ -13,7 +13,7 @@ out as `ts_text`, tables.RunTables.write_parquet), so the aligned `ts` loses not
    c10 times (`[E1206 18:41:33.676 ...`, no year, and a fraction that comes from the
    monotonic clock) take the year of the nearest dated line and a one-second bracket.
    Exact rows get `ts_lo` = `ts_hi` = `ts`, so any row can be tested against a window
-   by its bracket.
+   by its bracket. tracelens.inferred does it, a big file a range of lines at a time.
 2. **Zone.** Logs print local wall time without a zone; ingest read it as UTC. `--tz`
    names the zone (zoneinfo, daylight saving included). Without it, the log times are
    compared with the sources that carry real UTC (capture timestamps, counter dumps
@@ -39,30 +39,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import polars as pl
 
-from tracelens.ingest.lines import within_datetime_range
+from tracelens.inferred import LOG_TABLES, inferred_log_times
 from tracelens.prose import count
 from tracelens.tables import Frame, RunTables
 
 # The UTC times of a capture's loss and congestion events (NAKs, retransmissions ...), from its packets table.
 CaptureEvents = Callable[[pl.DataFrame], pl.Series]
 
-# Tables whose times come from log lines: local wall time, naive, as printed.
-LOG_TABLES = (
-    "nccl_events",
-    "nccl_comms",
-    "nccl_channels",
-    "nccl_net",
-    "nccl_env",
-    "nccl_errors",
-    "steps",
-    "comm_ops",
-    "config",
-)
 DUMP_TABLES = ("ib_counters", "ib_ports")
 # Host tools' outputs (nvidia-smi, dmesg, perftest): printed local wall time like the logs,
 # except rows whose printed time carried a zone (`zoned`, e.g. dmesg --time-format iso).
@@ -75,7 +63,6 @@ OVERLAP_MARGIN_S = 60.0  # a capture or dump this close to the logs' span still 
 SHIFT_TIE = 0.05  # shifts whose overlap score is within this share of the best fit the spans as well
 EVENT_MARGIN_S = 60.0  # an NCCL error this close to a packet event lines up with it
 EVENT_LEAD = 2  # a shift wins on events when it lines up this many times more errors than any other
-C10_RESOLUTION = timedelta(seconds=1)
 
 # Clock offsets: the time resolution of each kind of shared event, below which an offset is not applied.
 OFFSET_RESOLUTION_S = {"packets": 0.001, "steps": 0.1, "watchdog": 1.0}
@@ -110,17 +97,17 @@ class Timeline:
 
 
 def align(
-    read: RunTables, tz: str | None = None, capture_events: CaptureEvents | None = None
+    read: RunTables, tz: str | None = None, capture_events: CaptureEvents | None = None, workdir: Path | None = None
 ) -> tuple[RunTables, Timeline]:
     """New tables where every row has a UTC time, and how it was decided; `read` is left as it was.
     `capture_events` lets NCCL errors tell apart zone shifts that fit the capture equally well
-    (without it, such a tie leaves the logs in UTC, assumed)."""
+    (without it, such a tie leaves the logs in UTC, assumed). `workdir`: where a big file's lines are
+    placed range by range (tracelens.inferred); without it, every table is placed in memory."""
     tables = read.with_frames(
         {name: read.frame(name).with_columns(ts_read="ts") for name in _all_timed_tables() if name in read}
     )
-    inferred, span = _inferred_log_times(tables)
-    tables = tables.with_frames(inferred)
-    timeline, shifted = _zone(tables, tz, capture_events, span)
+    tables = tables.with_frames(inferred_log_times(tables, workdir))
+    timeline, shifted = _zone(tables, tz, capture_events, _log_span(tables))
     tables = tables.with_frames(shifted)
     timeline.offsets = _clock_offsets(tables)
     applied = timeline.offsets.filter("applied")
@@ -143,139 +130,6 @@ def align(
         )
         timeline.notes.append(f"Clock offsets estimated from events seen on several hosts and subtracted: {said}.")
     return tables, timeline
-
-
-# -- 1. inferred times ----------------------------------------------------------------------------
-
-
-def _inferred_log_times(tables: RunTables) -> tuple[dict[str, Frame], tuple | None]:
-    """The log tables with a time and bracket for every line that has neighbours with one, and the
-    span of their exact times (first, last; None without any): every keyed row takes its line's time
-    and quality, so the span comes from the lines, not from reading the joined tables again."""
-    lines = _line_times(tables)
-    if lines.height == 0:
-        return {}, _log_span(tables)
-    exact = lines.filter(pl.col("_quality") == "exact")["_ts"]
-    unkeyed = _log_span(tables, pl.col("file").is_null() | pl.col("line").is_null())
-    times = [t for t in (exact.min(), exact.max(), *(unkeyed or ())) if t is not None]
-    span = (min(times), max(times)) if times else None
-    helpers = ["_ts", "_quality", "_lo", "_hi"]
-    key, on = _line_key(lines)
-    times = lines.select(*key, *helpers[:2], _lo="ts_lo", _hi="ts_hi")
-    placed = (
-        pl.coalesce("_ts", "ts").alias("ts"),
-        pl.coalesce("_quality", "ts_quality").alias("ts_quality"),
-        pl.coalesce("_lo", "ts").alias("ts_lo"),
-        pl.coalesce("_hi", "ts").alias("ts_hi"),
-    )
-    out: dict[str, Frame] = {}
-    for name in LOG_TABLES:
-        if name not in tables:
-            continue
-        frame = tables.frame(name)
-        # only the time columns are joined and replaced (`times` has one row per file and line, so the
-        # rows keep their order): in memory, the table's other columns stay shared with the tables as
-        # read; a spilled table stays a lazy scan, joined part by part when it is written or read
-        if isinstance(frame, pl.LazyFrame):
-            joined = frame.with_columns(*key).join(times.lazy(), on=on, how="left", maintain_order="left")
-            out[name] = joined.with_columns(*placed).drop(*helpers, *(on if on != ["file", "line"] else []))
-        else:
-            joined = frame.select(*key, "ts", "ts_quality").join(times, on=on, how="left", maintain_order="left")
-            out[name] = frame.with_columns(joined.select(*placed).get_columns())
-    return out, span
-
-
-def _line_key(lines: pl.DataFrame) -> tuple[list[pl.Expr], list[str]]:
-    """Expressions that key a row by its file and line, and the join columns they make: the line alone
-    when every line is of one file (a big log: a join on an integer costs a third of one on the file's
-    name and the line, 1.4M NCCL events 0.6 -> 0.2 s), rows of another file keyed null; else both.
-    An elementwise expression, so that a spilled table is still joined part by part as it streams."""
-    files = lines["file"].unique()
-    if len(files) != 1:
-        return [pl.col("file"), pl.col("line")], ["file", "line"]
-    return [pl.when(pl.col("file") == files[0]).then(pl.col("line")).alias("_line_key")], ["_line_key"]
-
-
-def _line_times(tables: RunTables) -> pl.DataFrame:
-    """One row per (file, line) of every log table: its time, how it was obtained and its bracket."""
-    parts = []
-    for name in LOG_TABLES:  # only the time columns: a spilled table's are read from its parts, not the whole rows
-        frame = tables.frame(name).lazy()
-        columns = frame.collect_schema().names()
-        pid = pl.col("pid") if "pid" in columns else pl.lit(None, pl.Int64)
-        clock = pl.col("clock") if "clock" in columns else pl.lit(None, pl.String)
-        parts.append(frame.select("file", "line", pid.alias("pid"), "ts", clock.alias("clock")).collect())
-    # the earliest time of each line: one stable sort, then the first row of each (file, line) run (a hash
-    # `unique` and a second sort cost 7x more: 1.7 s CPU on a 250 MB log's 2M rows)
-    lines = (
-        pl.concat(parts)
-        .filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
-        .sort("file", "line", "ts", nulls_last=True, maintain_order=True)
-    )
-    key = pl.col("file", "line")
-    lines = lines.filter(pl.any_horizontal(key != key.shift()).fill_null(True))
-    lines = _with_c10_times(lines)
-    process, whole_file = ["file", "pid"], ["file"]
-    before, after = pl.col("ts").forward_fill(), pl.col("ts").backward_fill()
-    lo = pl.coalesce(before.over(process), before.over(whole_file))
-    hi = pl.coalesce(after.over(process), after.over(whole_file))
-    exact = pl.col("ts").is_not_null()
-    middle = pl.when(pl.col("_lo").is_not_null() & pl.col("_hi").is_not_null()).then(
-        pl.col("_lo") + (pl.col("_hi") - pl.col("_lo")) / 2
-    )
-    return (
-        lines.with_columns(_lo=lo, _hi=hi)
-        .with_columns(
-            _ts=pl.when(exact).then("ts").otherwise(pl.coalesce(middle, "_lo", "_hi")),
-            ts_lo=pl.when(exact).then(pl.coalesce("_c10_lo", "ts")).otherwise("_lo"),
-            ts_hi=pl.when(exact).then(pl.coalesce("_c10_hi", "ts")).otherwise("_hi"),
-        )
-        .with_columns(
-            _quality=pl.when(exact)
-            .then(pl.lit("exact"))
-            .when(pl.col("_ts").is_not_null())
-            .then(pl.lit("inferred"))
-            .otherwise(pl.lit("none"))
-        )
-    )
-
-
-def _with_c10_times(lines: pl.DataFrame) -> pl.DataFrame:
-    """Fill `ts` from PyTorch's `MMDD HH:MM:SS` clock where the line has no dated time, with the
-    year of the nearest dated line of the file (else of the run), corrected across a new year."""
-    if lines["clock"].null_count() == lines.height:  # no PyTorch clock (most logs): nothing to date
-        return lines.with_columns(_c10_lo=pl.lit(None, lines.schema["ts"]), _c10_hi=pl.lit(None, lines.schema["ts"]))
-    dated = pl.col("ts").is_not_null()
-    anchor = pl.col("ts").forward_fill().backward_fill().over("file")
-    parts = pl.col("clock").str.extract_groups(r"^(?P<mo>\d{1,2})(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)")
-    lines = lines.with_columns(_anchor=pl.coalesce(anchor, pl.col("ts").drop_nulls().median()), _parts=parts)
-
-    def on_year(offset: int) -> pl.Expr:
-        # from text, so a clock that is no time (hour 24, second 60, month 13, Feb 31) gives null, not an error
-        p = pl.col("_parts").struct
-        text = pl.format(
-            "{}-{}-{} {}:{}:{}", pl.col("_anchor").dt.year() + offset, p.field("mo").str.zfill(2), p.field("d"),
-            p.field("h"), p.field("mi"), p.field("s"),
-        )  # fmt: skip
-        return within_datetime_range(text).str.to_datetime(
-            "%Y-%m-%d %H:%M:%S", time_unit="ns", time_zone="UTC", strict=False
-        )
-
-    half_year = pl.duration(days=183)
-    same = on_year(0)
-    c10 = (
-        pl.when(same - pl.col("_anchor") > half_year)
-        .then(on_year(-1))  # a January anchor, a December clock
-        .when(pl.col("_anchor") - same > half_year)
-        .then(on_year(1))
-        .otherwise(same)
-    )
-    c10 = pl.when(~dated & pl.col("clock").is_not_null()).then(c10)
-    return (
-        lines.with_columns(_c10_lo=c10)
-        .with_columns(ts=pl.coalesce("ts", "_c10_lo"), _c10_hi=pl.col("_c10_lo") + C10_RESOLUTION)
-        .drop("_anchor", "_parts")
-    )
 
 
 # -- 2. zone --------------------------------------------------------------------------------------
@@ -399,12 +253,15 @@ def _told_apart_by_events(tables: RunTables, minutes: list[int], capture_events:
     return matches.filter(pl.col("matched") * EVENT_LEAD > top)["minutes"].to_list()
 
 
-def _log_span(tables: RunTables, rows: pl.Expr = pl.lit(True)) -> tuple | None:
-    """First and last exact time of the log tables' `rows`."""
-    times = pl.concat(
-        [tables.frame(n).lazy().filter(rows, pl.col("ts_quality") == "exact").select("ts") for n in LOG_TABLES]
-    ).collect()["ts"]
-    return (times.min(), times.max()) if times.len() else None
+def _log_span(tables: RunTables) -> tuple | None:
+    exact = [tables.scan(n).filter(pl.col("ts_quality") == "exact", pl.col("ts").is_not_null()) for n in LOG_TABLES]
+    first, last = (
+        pl.concat([frame.select("ts") for frame in exact])
+        .select(first=pl.col("ts").min(), last=pl.col("ts").max())
+        .collect()
+        .row(0)
+    )
+    return (first, last) if first is not None else None
 
 
 def _zoned_intervals(tables: RunTables) -> pl.DataFrame:

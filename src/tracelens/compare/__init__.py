@@ -230,7 +230,11 @@ def compare(good: Analysis, bad: Analysis) -> Comparison:
 def _hosts(analysis: Analysis) -> set[str]:
     hosts: set[str] = set()
     for name in ("nccl_events", "steps", "ib_ports", "config"):
-        hosts.update(h for h in analysis.tables.scan(name).select(pl.col("host").unique()).collect()["host"] if h)
+        hosts.update(
+            h
+            for h in analysis.tables.scan(name).select(pl.col("host").unique()).collect(engine="streaming")["host"]
+            if h
+        )
     return hosts
 
 

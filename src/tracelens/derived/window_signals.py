@@ -353,7 +353,7 @@ def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signa
         .filter(pl.col("ts").is_not_null(), pl.col("host").is_not_null())
         .group_by("host")
         .agg(first=pl.col("ts").min(), last=pl.col("ts").max())
-        .collect()
+        .collect(engine="streaming")
     )
     if spans.height == 0:
         return []

@@ -101,7 +101,11 @@ def _missing(t: RunContext, begin: datetime, end: datetime) -> list[str]:
 
     dumps, packets = t["ib_counters"]["dump_ts"].drop_nulls(), t["packets"]["ts"].drop_nulls()
     timed = t.scan("nccl_events").filter(pl.col("ts_hi") >= begin - MARGIN, pl.col("ts_lo") <= end + MARGIN).head(1)
-    seen = {"NCCL": timed.collect().height > 0, "counters": covers(dumps, dumps), "packets": covers(packets, packets)}
+    seen = {
+        "NCCL": timed.collect(engine="streaming").height > 0,
+        "counters": covers(dumps, dumps),
+        "packets": covers(packets, packets),
+    }
     return [COLLECT[source] for source, there in seen.items() if not there]
 
 
@@ -300,7 +304,12 @@ def log_gaps(t: RunContext, silent_s: float, silent_factor: float) -> pl.DataFra
     """Per host, stretches where every log of the host was silent at least `silent_s` seconds and
     `silent_factor` times its usual interval between lines: columns host, begin, end, seconds."""
     exact = [t.scan(n).filter(pl.col("ts_quality") == "exact", pl.col("host").is_not_null()) for n in LOG_TABLES]
-    times = pl.concat([frame.select("host", "ts") for frame in exact]).unique().collect().sort("host", "ts")
+    times = (
+        pl.concat([frame.select("host", "ts") for frame in exact])
+        .unique()
+        .collect(engine="streaming")
+        .sort("host", "ts")
+    )
     gap = (pl.col("ts") - pl.col("ts").shift(1).over("host")).dt.total_milliseconds() / 1000
     return (
         times.with_columns(seconds=gap, begin=pl.col("ts").shift(1).over("host"))

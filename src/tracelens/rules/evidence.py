@@ -25,7 +25,11 @@ def hosts_of(*frames: Frame) -> list[str]:
     found: set[str] = set()
     for frame in frames:
         if "host" in frame.collect_schema().names():
-            found.update(h for h in frame.lazy().select(pl.col("host").unique()).collect()["host"].to_list() if h)
+            found.update(
+                h
+                for h in frame.lazy().select(pl.col("host").unique()).collect(engine="streaming")["host"].to_list()
+                if h
+            )
     return sorted(found)
 
 

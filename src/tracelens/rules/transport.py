@@ -314,7 +314,7 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
         .filter(pl.col("kind") == "version")
         .with_columns(version=pl.col("message").str.extract(_VERSION))
         .drop_nulls("version")
-        .collect()
+        .collect(engine="streaming")
     )
     if versions["version"].n_unique() > 1:
         first = versions.sort("file", "line").unique(["version", "host"], keep="first")

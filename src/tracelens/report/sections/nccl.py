@@ -44,9 +44,9 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     processes = (
         events.group_by("host")
         .agg(n=pl.when(pids.null_count() < pl.len()).then(pids.n_unique()).otherwise(0))
-        .collect()
+        .collect(engine="streaming")
     )
-    version_lines = events.filter(pl.col("kind") == "version").select("host", "message").collect()
+    version_lines = events.filter(pl.col("kind") == "version").select("host", "message").collect(engine="streaming")
     hosts = []
     for host in _sorted_unique(processes, "host") or [None]:
         h_net = _on_host(net, host)

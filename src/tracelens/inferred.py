@@ -1,0 +1,333 @@
+"""Step 1 of the timeline (tracelens.timeline): a time, a bracket and a quality for every log line,
+in memory that follows a slice of a file's lines, not the file.
+
+A line without a time of its own takes the times of the nearest timestamped lines around it in the
+same file, from the same process where it has some; PyTorch's yearless c10 clock takes the year of
+the nearest dated line. Over one frame of lines that is a forward and a backward fill.
+
+A big file (more than a quarter of RANGE_LINES lines, when the run has a working folder) is placed RANGE_LINES
+lines at a time. A forward pass over its ranges carries into each the earlier lines its fills reach
+(per process, the last line with a time; the last dated line; the file's first dated line when it
+comes later) and writes each range's partial times to Parquet; a backward pass from the end carries
+the first lines with a time after each range the same way and writes the range's times. Each log
+table's rows of that file are then joined with them range by range and written again: no step
+holds more than one range. The other files are placed together in memory.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import polars as pl
+
+from tracelens.ingest.lines import within_datetime_range
+from tracelens.tables import Frame, RunTables, Spill
+
+# Tables whose times come from log lines: local wall time, naive, as printed.
+LOG_TABLES = (
+    "nccl_events",
+    "nccl_comms",
+    "nccl_channels",
+    "nccl_net",
+    "nccl_env",
+    "nccl_errors",
+    "steps",
+    "comm_ops",
+    "config",
+)
+C10_RESOLUTION = timedelta(seconds=1)
+RANGE_LINES = 1 << 18  # lines of a big file placed at a time: what memory follows
+
+KEY = ["file", "line"]
+TIMES = ["_ts", "_quality", "_lo", "_hi"]  # what a table's rows are joined with
+PARTIAL = ["file", "line", "pid", "ts", "_dated", "_c10_lo", "_c10_hi", "_lo"]  # the forward pass's output
+
+
+def inferred_log_times(tables: RunTables, workdir: Path | None = None) -> dict[str, Frame]:
+    """The log tables with a time and bracket for every line that has neighbours with one. With a
+    `workdir`, big files are placed range by range there, and a spilled table's rows of them are
+    written there joined with their times (the table: a lazy scan of its parts, its rows in order)."""
+    present = [name for name in LOG_TABLES if name in tables]
+    if not present:
+        return {}
+    columns = [_time_columns(tables.frame(name)) for name in present]
+    files = _files(columns)
+    # a file of more than a quarter range is placed on its own; the others together, in one frame
+    big = files.filter(pl.col("last") > RANGE_LINES // 4) if workdir is not None else files.clear()
+    small = _lines(pl.concat(columns).filter(~pl.col("file").is_in(big["file"].to_list())).collect())
+    orphans = files.filter(pl.col("clocked") & ~pl.col("dated")).height > 0
+    median = _run_median(columns) if orphans else None
+    small_times = _placed(_forward(small, median=median)).select(*KEY, *TIMES)
+    if small_times.height == 0 and big.height == 0:
+        return {}
+    spill = Spill(workdir) if big.height and workdir is not None else None
+    ranges: dict[str, list[tuple[int, Path]]] = {}
+    if spill is not None:
+        for row in big.iter_rows(named=True):
+            ranges[row["file"]] = _place_file(columns, row, spill, median)
+    out: dict[str, Frame] = {}
+    for name in present:
+        frame = tables.frame(name)
+        if isinstance(frame, pl.DataFrame):
+            out[name] = _joined(frame, _times_for(frame, small_times, ranges))
+        else:
+            out[name] = _joined_by_range(name, frame, small_times, ranges, spill)
+    return out
+
+
+# -- lines ------------------------------------------------------------------------------------------
+
+
+def _time_columns(frame: Frame) -> pl.LazyFrame:
+    """A log table's time columns (file, line, pid, ts, clock): the only ones placing reads."""
+    names = frame.collect_schema().names()
+    pid = pl.col("pid") if "pid" in names else pl.lit(None, pl.Int64)
+    clock = pl.col("clock") if "clock" in names else pl.lit(None, pl.String)
+    return frame.lazy().select("file", "line", pid.alias("pid"), "ts", clock.alias("clock"))
+
+
+def _files(columns: list[pl.LazyFrame]) -> pl.DataFrame:
+    """Per file: its last line, whether it has dated lines, whether it has c10 clocks; and its first
+    dated line (first_line, first_ts). Streamed: aggregates of the time columns, never the columns."""
+    rows = pl.concat(columns).filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
+    files = rows.group_by("file").agg(
+        last=pl.col("line").max(), dated=pl.col("ts").is_not_null().any(), clocked=pl.col("clock").is_not_null().any()
+    )
+    dated = rows.filter(pl.col("ts").is_not_null())
+    first = dated.group_by("file").agg(pl.col("line").min())
+    first = dated.join(first, on=KEY, how="semi").group_by(KEY).agg(pl.col("ts").min())
+    first = first.select("file", first_line="line", first_ts="ts")
+    return files.join(first, on="file", how="left").collect(engine="streaming")
+
+
+def _lines(rows: pl.DataFrame) -> pl.DataFrame:
+    """One row per (file, line), in file and line order: a line in several tables keeps its time
+    where one of them has it. `_dated`: the line printed a dated time (a c10 clock is not one);
+    `_context`: a line carried in from another range (none here)."""
+    return (
+        rows.filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
+        .sort("file", "line", "ts", nulls_last=True)
+        .unique(KEY, keep="first")
+        .sort(KEY)
+        .with_columns(_dated=pl.col("ts").is_not_null(), _context=pl.lit(False))
+    )
+
+
+def _run_median(columns: list[pl.LazyFrame]) -> datetime | None:
+    """The median dated time of the run's lines: the year of c10 clocks in a file without a dated line."""
+    rows = pl.concat(columns).filter(
+        pl.col("file").is_not_null(), pl.col("line").is_not_null(), pl.col("ts").is_not_null()
+    )
+    return rows.group_by(KEY).agg(pl.col("ts").min()).select(pl.col("ts").median()).collect(engine="streaming").item()
+
+
+# -- times ------------------------------------------------------------------------------------------
+
+
+def _forward(lines: pl.DataFrame, context: pl.DataFrame | None = None, median: datetime | None = None) -> pl.DataFrame:
+    """c10 times and each line's `_lo` (the last time up to it, from its process, else its file).
+    `context`: lines of other ranges the fills reach (see the module doc), dropped from the result."""
+    if context is not None and context.height:
+        lines = pl.concat([lines, context.select(lines.columns)]).sort(KEY)
+    lines = _with_c10_times(lines, median)
+    before = pl.col("ts").forward_fill()
+    lo = pl.coalesce(before.over("file", "pid"), before.over("file"))
+    return lines.with_columns(_lo=lo).filter(~pl.col("_context"))
+
+
+def _placed(lines: pl.DataFrame, context: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Each line's `_hi` (the next time from it on), then its time `_ts`, bracket `_lo`/`_hi` and
+    `_quality`. `context`: the first lines with a time after these (per process), dropped."""
+    if context is not None and context.height:
+        lines = pl.concat([lines, context], how="diagonal_relaxed").sort(KEY)
+    after = pl.col("ts").backward_fill()
+    lines = lines.with_columns(_hi=pl.coalesce(after.over("file", "pid"), after.over("file")))
+    exact = pl.col("ts").is_not_null()
+    middle = pl.when(pl.col("_lo").is_not_null() & pl.col("_hi").is_not_null()).then(
+        pl.col("_lo") + (pl.col("_hi") - pl.col("_lo")) / 2
+    )
+    quality = (
+        pl.when(exact)
+        .then(pl.lit("exact"))
+        .when(pl.col("_ts").is_not_null())
+        .then(pl.lit("inferred"))
+        .otherwise(pl.lit("none"))
+    )
+    return (
+        lines.filter(~pl.col("_context"))
+        .with_columns(
+            _ts=pl.when(exact).then("ts").otherwise(pl.coalesce(middle, "_lo", "_hi")),
+            ts_lo=pl.when(exact).then(pl.coalesce("_c10_lo", "ts")).otherwise("_lo"),
+            ts_hi=pl.when(exact).then(pl.coalesce("_c10_hi", "ts")).otherwise("_hi"),
+        )
+        .with_columns(_quality=quality, _lo="ts_lo", _hi="ts_hi")
+    )
+
+
+def _with_c10_times(lines: pl.DataFrame, median: datetime | None) -> pl.DataFrame:
+    """Fill `ts` from PyTorch's `MMDD HH:MM:SS` clock where the line has no dated time, with the
+    year of the nearest dated line of the file (else the run's median), corrected across a new year."""
+    anchor = pl.when("_dated").then("ts").forward_fill().backward_fill().over("file")
+    parts = pl.col("clock").str.extract_groups(r"^(?P<mo>\d{1,2})(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)")
+    lines = lines.with_columns(_anchor=pl.coalesce(anchor, pl.lit(median, pl.Datetime("ns", "UTC"))), _parts=parts)
+
+    def on_year(offset: int) -> pl.Expr:
+        # from text, so a clock that is no time (hour 24, second 60, month 13, Feb 31) gives null, not an error
+        p = pl.col("_parts").struct
+        text = pl.format(
+            "{}-{}-{} {}:{}:{}", pl.col("_anchor").dt.year() + offset, p.field("mo").str.zfill(2), p.field("d"),
+            p.field("h"), p.field("mi"), p.field("s"),
+        )  # fmt: skip
+        return within_datetime_range(text).str.to_datetime(
+            "%Y-%m-%d %H:%M:%S", time_unit="ns", time_zone="UTC", strict=False
+        )
+
+    half_year = pl.duration(days=183)
+    same = on_year(0)
+    c10 = (
+        pl.when(same - pl.col("_anchor") > half_year)
+        .then(on_year(-1))  # a January anchor, a December clock
+        .when(pl.col("_anchor") - same > half_year)
+        .then(on_year(1))
+        .otherwise(same)
+    )
+    c10 = pl.when(pl.col("ts").is_null() & pl.col("clock").is_not_null()).then(c10)
+    return (
+        lines.with_columns(_c10_lo=c10)
+        .with_columns(ts=pl.coalesce("ts", "_c10_lo"), _c10_hi=pl.col("_c10_lo") + C10_RESOLUTION)
+        .drop("_anchor", "_parts")
+    )
+
+
+# -- a big file, range by range ---------------------------------------------------------------------
+
+
+def _range(start: int, first: bool = False) -> pl.Expr:
+    """The rows of the range that starts at line `start` (with `first`, also the rows without a line)."""
+    inside = pl.col("line").is_between(start, start + RANGE_LINES, closed="left")
+    return inside | pl.col("line").is_null() if first else inside
+
+
+def _place_file(
+    columns: list[pl.LazyFrame], file: dict, spill: Spill, median: datetime | None
+) -> list[tuple[int, Path]]:
+    """Place a big file's lines range by range (module doc): each range's first line and the path of its times."""
+    name = file["file"]
+    starts = range(0, file["last"] + 1, RANGE_LINES)
+    first_dated = pl.DataFrame(
+        {"file": [name], "line": [file["first_line"]], "pid": [None], "ts": [file["first_ts"]]},
+        schema={"file": pl.String, "line": pl.Int64, "pid": pl.Int64, "ts": pl.Datetime("ns", "UTC")},
+    ).filter(pl.col("line").is_not_null())
+    carried = pl.DataFrame()
+    partial = []
+    for start in starts:
+        rows = pl.concat([c.filter(pl.col("file") == name, _range(start)) for c in columns]).collect(engine="streaming")
+        lines = _lines(rows)
+        later = first_dated.filter(pl.col("line") >= start + RANGE_LINES)
+        context = _context(pl.concat([carried, later.with_columns(_dated=pl.lit(True))], how="diagonal_relaxed"))
+        done = _forward(lines, _as_lines(context, lines), median)
+        timed = done.filter(pl.col("ts").is_not_null()).select("file", "line", "pid", "ts", "_dated")
+        known = pl.concat([carried, timed], how="diagonal_relaxed") if carried.height else timed
+        # what the next ranges' fills reach back to: per process its last time, and the last dated line
+        carried = (
+            pl.concat(
+                [known.group_by("pid").agg(pl.all().sort_by("line").last()), known.filter("_dated").tail(1)],
+                how="diagonal_relaxed",
+            )
+            .unique("line")
+            .sort("line")
+        )
+        partial.append((start, spill.write("_partial", done.select(PARTIAL))))
+    times: list[tuple[int, Path]] = []
+    following = pl.DataFrame()
+    for start, path in reversed(partial):
+        if path is None:
+            continue
+        done = pl.read_parquet(path).with_columns(_context=pl.lit(False))
+        context = following.with_columns(_context=pl.lit(True)) if following.height else None
+        placed = _placed(done, context)
+        written = spill.write("_times", placed.select(*KEY, *TIMES))
+        if written is not None:
+            times.append((start, written))
+        timed = done.filter(pl.col("ts").is_not_null()).select("file", "line", "pid", "ts")
+        known = pl.concat([timed, following.select(timed.columns)]) if following.height else timed
+        following = known.group_by("pid").agg(pl.all().sort_by("line").first())  # the first time after, per process
+        path.unlink()
+    return times[::-1]
+
+
+def _context(rows: pl.DataFrame) -> pl.DataFrame:
+    return rows.unique("line").sort("line") if rows.height else rows
+
+
+def _as_lines(context: pl.DataFrame, lines: pl.DataFrame) -> pl.DataFrame | None:
+    """Context rows with the columns of `lines` (no clock: their times are placed already)."""
+    if not context.height:
+        return None
+    return context.with_columns(clock=pl.lit(None, pl.String), _context=pl.lit(True)).select(lines.columns)
+
+
+# -- joining the times into the tables --------------------------------------------------------------
+
+PLACED = (
+    pl.coalesce("_ts", "ts").alias("ts"),
+    pl.coalesce("_quality", "ts_quality").alias("ts_quality"),
+    pl.coalesce("_lo", "ts").alias("ts_lo"),
+    pl.coalesce("_hi", "ts").alias("ts_hi"),
+)
+
+
+def _joined(frame: Frame, times: pl.DataFrame) -> Frame:
+    """`frame` with its time columns placed: only they are joined and replaced (`times` has one row
+    per file and line, so the rows keep their order; in memory, the other columns stay shared; a lazy
+    frame is joined as it is read)."""
+    if isinstance(frame, pl.LazyFrame):
+        placed = frame.join(times.lazy(), on=KEY, how="left", maintain_order="left")
+        return placed.with_columns(*PLACED).drop(TIMES)
+    joined = frame.select("file", "line", "ts", "ts_quality").join(times, on=KEY, how="left", maintain_order="left")
+    return frame.with_columns(joined.select(*PLACED).get_columns())
+
+
+def _times_for(frame: Frame, small: pl.DataFrame, ranges: dict[str, list[tuple[int, Path]]]) -> pl.DataFrame:
+    """The times of a table's lines: the small files' and, for its rows of big files, theirs from disk."""
+    big = [path for paths in ranges.values() for _, path in paths]
+    if not big:
+        return small
+    keys = frame.lazy().select(KEY).filter(pl.col("file").is_in(list(ranges))).unique()
+    return pl.concat([small, pl.scan_parquet(big).join(keys, on=KEY, how="semi").collect()])
+
+
+def _joined_by_range(
+    name: str,
+    frame: pl.LazyFrame,
+    small: pl.DataFrame,
+    ranges: dict[str, list[tuple[int, Path]]],
+    spill: Spill | None,
+) -> Frame:
+    """A spilled table placed in its rows' order: each run of small files' rows joined lazily, each big
+    file's rows range by range, joined with that range's times and written to `spill`."""
+    if not ranges or spill is None:
+        return _joined(frame, small)
+    order = frame.select(pl.col("file").unique(maintain_order=True)).collect()["file"].to_list()
+    out: list[pl.LazyFrame] = []
+    run: list[str | None] = []
+
+    def flush() -> None:
+        if run:
+            files = pl.col("file").is_in([f for f in run if f is not None])
+            out.append(_joined(frame.filter(files | pl.col("file").is_null() if None in run else files), small).lazy())
+            run.clear()
+
+    for file in order:
+        if file not in ranges:
+            run.append(file)
+            continue
+        flush()
+        for i, (start, times) in enumerate(ranges[file]):
+            rows = frame.filter(pl.col("file") == file, _range(start, first=i == 0)).collect(engine="streaming")
+            path = spill.write(name, _joined(rows, pl.read_parquet(times)))
+            if path is not None:
+                out.append(pl.scan_parquet(path))
+    flush()
+    return pl.concat(out, how="diagonal_relaxed") if out else _joined(frame, small)
