@@ -86,7 +86,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("helpers", ("tracelens", "tracelens.resources", "tracelens.private_cache", "tracelens.prose", "tracelens.stats")),
     ("tables", ("tracelens.tables",)),
     ("ingest", ("tracelens.discover", "tracelens.ingest", "tracelens.packets")),
-    ("timeline", ("tracelens.timeline",)),
+    ("timeline", ("tracelens.timeline", "tracelens.inferred")),
     ("derived", ("tracelens.derived",)),
     ("rules", ("tracelens.findings", "tracelens.rules")),
     ("pipeline", ("tracelens.analyze", "tracelens.config", "tracelens.scaleout", "tracelens.compare")),
