@@ -453,10 +453,11 @@ class DeepSpeedParser:
             rows = kept.filter(pl.col("kind") == kind)
             if rows.height:
                 hot = extract_hot(kind, rows)
-                if self._spill is not None and "body" in hot.columns:
+                if self._spill is not None and kind in ds_assemble.STEP_SOURCES:  # assembled from disk (ds_assemble)
                     self._spill.write(ds_assemble.BODIES, hot.select("line", "body"))
-                    hot = hot.drop("body")
-                self._hot[kind].append(hot)
+                    self._spill.write(ds_assemble.ROWS + kind, hot.drop("body"))
+                else:
+                    self._hot[kind].append(hot)
         cold = kept.filter(~pl.col("kind").is_in(list(HOT)))
         if cold.height:
             self._cold.append(cold.select("line", "host", "ts", "ts_text", "rank", "kind", "body", "owner"))
@@ -510,6 +511,5 @@ class DeepSpeedParser:
     def finish(self, result: IngestResult) -> None:
         hot = {kind: pl.concat(parts) for kind, parts in self._hot.items() if parts}
         cold = pl.concat(self._cold) if self._cold else None
-        bodies = self._spill.scans().get(ds_assemble.BODIES) if self._spill is not None else None
-        for name, frame in ds_assemble.tables(self.source, hot, cold, self._parsed, bodies).items():
+        for name, frame in ds_assemble.tables(self.source, hot, cold, self._parsed, self._spill).items():
             result.add(name, frame)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import ast
 import json
+from functools import reduce
 
 import polars as pl
 
 from tracelens.ingest import InputFile
 from tracelens.ingest.ds_grammar import parse_body
+from tracelens.tables import Frame, Spill
 
 STEP_SOURCES = ("progress", "timers", "throughput", "iteration", "pipe_step")
 STEP_COLUMNS = [
@@ -38,7 +40,9 @@ STEP_COLUMNS = [
 MESSAGE_PRIORITY = {"timers": 0, "iteration": 1, "pipe_step": 2, "progress": 3, "throughput": 4}
 
 
-BODIES = "ds_step_bodies"  # the spilled (line, body) of step lines
+BODIES = "ds_step_bodies"  # a big file's (line, body) of step lines, spilled chunk by chunk
+ROWS = "ds_rows_"  # + a step kind: a big file's step records (without their text), spilled chunk by chunk
+STREAM_ROWS = 1 << 19  # a big file's step records are assembled a group of whole streams of about this many at a time
 
 
 def tables(
@@ -46,27 +50,77 @@ def tables(
     hot: dict[str, pl.DataFrame],
     cold: pl.DataFrame | None,
     parsed: dict,
-    bodies: pl.LazyFrame | None = None,
-) -> dict[str, pl.DataFrame | pl.LazyFrame]:
-    """The file's tables from its hot records (per kind) and grammar-read records. `bodies`: the
-    (line, body) of the step lines when the hot records were kept without their text (spilled by
-    a big file's parser); each step row's `message` is then joined from it lazily."""
+    spill: Spill | None = None,
+) -> dict[str, Frame]:
+    """The file's tables from its hot records (per kind) and grammar-read records. With `spill` (a big
+    file's parser), the step records and their text were written there chunk by chunk instead: the
+    steps are then assembled from it (spilled_steps) and come back as a lazy scan."""
     provenance = [
         pl.lit(source.name).alias("file"),
         pl.col("ts").is_not_null().replace_strict({True: "exact", False: "none"}).alias("ts_quality"),
     ]
-    out = {"steps": steps(hot), "comm_ops": comm_ops(hot.get("comm_op"), cold, parsed), "config": config(cold, parsed)}
+    out: dict[str, Frame] = {"comm_ops": comm_ops(hot.get("comm_op"), cold, parsed), "config": config(cold, parsed)}
     out = {name: frame.with_columns(provenance) for name, frame in out.items() if frame.height}
-    if "steps" in out:
-        spilled = bodies is not None
-        if bodies is None:
-            bodies = pl.concat([part.select("line", "body") for part in hot.values() if "body" in part.columns]).lazy()
-        text = bodies.rename({"line": "message_line", "body": "message"})
-        with_text = (
-            out["steps"].lazy().join(text, on="message_line", how="left", maintain_order="left").drop("message_line")
-        )
-        out["steps"] = with_text if spilled else with_text.collect()
+    if spill is not None:
+        lazy = spilled_steps(spill, provenance)
+        if lazy is not None:
+            out["steps"] = lazy
+        return out
+    merged = steps(hot)
+    if merged.height:
+        bodies = pl.concat([part.select("line", "body") for part in hot.values() if "body" in part.columns]).lazy()
+        out["steps"] = _with_text(merged.with_columns(provenance), bodies)
     return out
+
+
+def _with_text(merged: pl.DataFrame, bodies: pl.LazyFrame) -> pl.DataFrame:
+    """Step rows with the text of the line their timing comes from (`message`, joined on `message_line`)."""
+    text = bodies.select(message_line="line", message="body").join(
+        merged.lazy().select("message_line"), on="message_line", how="semi"
+    )
+    joined = merged.lazy().join(text, on="message_line", how="left", maintain_order="left")
+    return joined.drop("message_line").collect(engine="streaming")
+
+
+def spilled_steps(spill: Spill, provenance: list[pl.Expr]) -> pl.LazyFrame | None:
+    """A big file's steps from its spilled step records, in memory that follows a group of streams,
+    not the file: every step of a stream (host, rank) depends only on that stream's lines (Megatron's
+    skipped count on its host's), so whole streams are assembled STREAM_ROWS records at a time, written
+    back, and merged in line order, which gives exactly the rows `steps` gives over the whole file."""
+    kinds = {
+        kind: pl.concat([pl.scan_parquet(path) for path in spill.parts[ROWS + kind]], how="diagonal_relaxed")
+        for kind in STEP_SOURCES
+        if ROWS + kind in spill.parts
+    }
+    if not kinds:
+        return None
+    rank_key = pl.col("rank").fill_null(0).alias("rank_key")
+    iteration = kinds.get("iteration")
+    per_host = (
+        iteration is not None
+        and "skipped_iterations" in iteration.collect_schema().names()
+        and iteration.select(pl.col("skipped_iterations").is_not_null().any()).collect().item()
+    )
+    key = ["host"] if per_host else ["host", "rank_key"]
+    records = pl.concat([frame.select("host", rank_key) for frame in kinds.values()])
+    counts = records.group_by(key).len().sort(key, nulls_last=True).collect(engine="streaming")
+    groups = counts.with_columns(_group=(pl.col("len").cum_sum() - pl.col("len")) // STREAM_ROWS)
+    bodies = spill.scans()[BODIES]
+    written = []
+    for _, streams in groups.group_by("_group", maintain_order=True):
+        mine = streams.select(key).lazy()
+        hot = {
+            kind: frame.with_columns(rank_key)
+            .join(mine, on=key, how="semi", nulls_equal=True)
+            .drop("rank_key")
+            .collect(engine="streaming")
+            for kind, frame in kinds.items()
+        }
+        merged = steps({kind: rows for kind, rows in hot.items() if rows.height})
+        if merged.height:
+            written.append(spill.write("steps", _with_text(merged.with_columns(provenance), bodies)))
+    scans = [pl.scan_parquet(path) for path in written if path is not None]
+    return reduce(lambda a, b: a.merge_sorted(b, key="line"), scans) if scans else None
 
 
 # ---------------------------------------------------------------- steps
