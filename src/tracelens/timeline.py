@@ -116,20 +116,39 @@ def align(
         # disagree, file by file
         whole = timeline.offsets.group_by("host").len().filter(pl.col("len") == 1)["host"].to_list()
         by_host, by_file = applied.filter(pl.col("host").is_in(whole)), applied.filter(~pl.col("host").is_in(whole))
-        file_key = pl.format("{}\x1f{}", "host", "file")
-        offset = pl.coalesce(
-            file_key.replace_strict(
-                by_file.select(file_key)["host"], by_file["offset_s"], default=None, return_dtype=pl.Float64
-            ),
-            pl.col("host").replace_strict(by_host["host"], by_host["offset_s"], default=None, return_dtype=pl.Float64),
+        with_offsets = {
+            name: _with_offsets(tables.frame(name), by_host, by_file) for name in _all_timed_tables() if name in tables
+        }
+        tables = tables.with_frames(with_offsets)
+        offset = pl.coalesce("_file_offset_s", "_host_offset_s").fill_null(0.0)
+        shifted = _shifted(tables, _all_timed_tables(), offset)
+        tables = tables.with_frames(
+            {name: frame.drop("_file_offset_s", "_host_offset_s") for name, frame in shifted.items()}
         )
-        tables = tables.with_frames(_shifted(tables, _all_timed_tables(), offset.fill_null(0.0)))
         said = ", ".join(
             f"{r['clock']} {r['offset_s']:+.3f} s (± {r['uncertainty_s']:.3f} s, on {r['events']} {r['basis']} rows)"
             for r in applied.iter_rows(named=True)
         )
         timeline.notes.append(f"Clock offsets estimated from events seen on several hosts and subtracted: {said}.")
     return tables, timeline
+
+
+def _with_offsets(frame: Frame, by_host: pl.DataFrame, by_file: pl.DataFrame) -> Frame:
+    """`frame` with the clock offsets of its rows' file (`_file_offset_s`) and host (`_host_offset_s`),
+    joined: a big spilled table streams through a join, where a lookup expression (replace_strict) over
+    it would read it whole into memory."""
+    host = pl.col("host").cast(pl.String)
+    keys = {"_host": host, "_file": pl.col("file").cast(pl.String)}
+    files = by_file.lazy().select(_host="host", _file="file", _file_offset_s="offset_s")
+    hosts = by_host.lazy().select(_host="host", _host_offset_s="offset_s")
+    joined = (
+        frame.lazy()
+        .with_columns(**keys)
+        .join(files, on=["_host", "_file"], how="left", maintain_order="left")
+        .join(hosts, on="_host", how="left", maintain_order="left")
+        .drop("_host", "_file")
+    )
+    return joined.collect() if isinstance(frame, pl.DataFrame) else joined
 
 
 # -- 2. zone --------------------------------------------------------------------------------------
