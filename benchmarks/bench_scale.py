@@ -31,7 +31,7 @@ from _measure import load, python, run
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {  # name -> (workloads.py arguments, size in MB)
-    "nccl-250mb": ("nccl", 250),  # small enough for `--slice-rounds` (analyze holds its tables in memory)
+    "nccl-250mb": ("nccl", 250),  # quick with `--slice-rounds` (analyze runs twice: the log and its slice)
     "nccl-1gb": ("nccl", 1000),
     "nccl-5gb": ("nccl", 5000),
     "deepspeed": ("deepspeed", 1000),
