@@ -175,7 +175,7 @@ def _link(chunk: _Chunk) -> tuple[np.ndarray, np.ndarray]:
     net = np.zeros(chunk.n, np.int64)
     nettype = np.full(chunk.n, NO_NETWORK, np.int64)
     linktype = chunk.rec.linktype
-    for lt in np.unique(linktype):
+    for lt in _unique_inverse(linktype)[0]:
         rows = np.flatnonzero(linktype == lt)
         start = chunk.rec.offset[rows]
         if lt == ETHERNET:
@@ -405,19 +405,23 @@ def _digest(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, end: np.ndarray) ->
     RoCE BTH among them), so two frames with the same digest carry the same bytes. It stops at
     `end`, the datagram's end, so Ethernet padding after short segments does not count."""
     digest = np.zeros(len(rows), np.uint64)
+    last = len(chunk.view.data) - 8
     with np.errstate(over="ignore"):
         for k in range(DIGEST_WORDS):
             word_at = at + 8 * k
-            word, full = chunk.view.uint_within(word_at, 8, end)
-            partial_bytes = np.clip(end - word_at, 0, 8)
-            if not full.all():
-                # a word cut by the capture end: the 8 bytes ending there hold its captured
-                # leading bytes last; shift them to the top and zero the rest
-                partial, _ = chunk.view.uint_within(np.maximum(end - 8, 1), 8, end)
-                shift = (8 * (8 - partial_bytes)).astype(np.uint64)
-                word = np.where(full, word, np.where(partial_bytes > 0, (partial.astype(np.uint64) << shift), 0))
-            digest = (digest ^ word.astype(np.uint64)) * np.uint64(0x100000001B3 + 2 * k)
+            # one read of 8 bytes wherever the file has them (what follows the datagram is masked
+            # off); at the file's very end, the 8 bytes before it, shifted to bring the word first
+            read_at = np.minimum(word_at, last)
+            word = chunk.view.uint(read_at, 8).astype(np.uint64) << (8 * np.minimum(word_at - read_at, 7)).astype(
+                np.uint64
+            )
+            word &= _LEADING_BYTES[np.clip(end - word_at, 0, 8)]
+            digest = (digest ^ word) * np.uint64(0x100000001B3 + 2 * k)
     chunk.put("digest", rows, digest.view(np.int64))
+
+
+# Masks keeping the first (most significant) n bytes of a big-endian 8-byte word, n = 0..8.
+_LEADING_BYTES = np.array([(~((1 << (8 * (8 - n))) - 1)) & (2**64 - 1) for n in range(9)], np.uint64)
 
 
 # -- output -------------------------------------------------------------------------------------
@@ -427,11 +431,14 @@ def _table(chunk: _Chunk) -> pa.Table:
     columns: dict[str, pa.Array] = {}
     for name, kind in INT_COLUMNS.items():
         if name in chunk.values:
-            values = chunk.values[name]
+            values, valid = chunk.values[name], chunk.valid[name]
             # the numpy type by name: DataType.to_pandas_dtype imports pandas before pyarrow 26
-            limits = np.iinfo(f"{'int' if pa.types.is_signed_integer(kind) else 'uint'}{kind.bit_width}")
-            fits = (values >= limits.min) & (values <= limits.max)  # a damaged header's value: null, not a lost capture
-            columns[name] = pa.array(np.where(fits, values, 0), mask=~(chunk.valid[name] & fits)).cast(kind)
+            dtype = np.dtype(f"{'int' if pa.types.is_signed_integer(kind) else 'uint'}{kind.bit_width}")
+            limits = np.iinfo(dtype)
+            if len(values) and (values.min() < limits.min or values.max() > limits.max):
+                fits = (values >= limits.min) & (values <= limits.max)  # a damaged header's value: null, not lost
+                values, valid = np.where(fits, values, 0), valid & fits
+            columns[name] = pa.array(values.astype(dtype), mask=~valid)
     for name in BOOL_COLUMNS:
         if name in chunk.values:
             columns[name] = pa.array(chunk.values[name].astype(bool), mask=~chunk.valid[name])
@@ -451,17 +458,28 @@ def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> pa.Diction
     coded, then the codes combined), far faster than a unique over records.
     """
     if not hi.any():  # IPv4 and LIDs only, the usual capture: one unique over family and low part
-        distinct, index = np.unique((family.astype(np.int64) << 32) | lo.astype(np.int64), return_inverse=True)
+        distinct, index = _unique_inverse((family.astype(np.int64) << 32) | lo.astype(np.int64))
         names = [_format(int(key >> 32), 0, int(key & 0xFFFFFFFF)) for key in distinct]
     else:
-        his, hi_code = np.unique(hi, return_inverse=True)
-        los, lo_code = np.unique(lo, return_inverse=True)
+        his, hi_code = _unique_inverse(hi)
+        los, lo_code = _unique_inverse(lo)
         combined = (family.astype(np.int64) * len(his) + hi_code) * len(los) + lo_code
-        distinct, index = np.unique(combined, return_inverse=True)
+        distinct, index = _unique_inverse(combined)
         rest, lo_of = np.divmod(distinct, len(los))
         family_of, hi_of = np.divmod(rest, len(his))
         names = [_format(int(f), int(his[h]), int(los[l_])) for f, h, l_ in zip(family_of, hi_of, lo_of)]
     return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), mask=family == 0), pa.array(names))
+
+
+def _unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`np.unique(keys, return_inverse=True)` by hashing (arrow's dictionary encoding) rather than
+    sorting every frame: a chunk's few distinct values are the only ones sorted."""
+    encoded = pa.array(keys).dictionary_encode()
+    values = encoded.dictionary.to_numpy()
+    order = np.argsort(values)
+    rank = np.empty(len(order), np.int64)
+    rank[order] = np.arange(len(order))
+    return values[order], rank[encoded.indices.to_numpy()]
 
 
 @functools.lru_cache(maxsize=1 << 17)  # a capture's addresses recur chunk after chunk

@@ -126,21 +126,45 @@ class CaptureReader:
         caplen_at = struct.Struct(order + "I").unpack_from
         pos, frames, finished = PCAP_HEADER, 0, False
         while not finished:
-            starts = array("q")
-            pos, finished = self._walk_pcap(data.data, pos, starts, frames, caplen_at)
-            if starts:
-                yield self._pcap_records(np.frombuffer(starts, np.int64), frames, little, frac_ns, linktype)
-                frames += len(starts)
+            heads, pos, finished = self._walk_pcap(data.data, pos, frames, caplen_at)
+            if len(heads):
+                yield self._pcap_records(heads, frames, little, frac_ns, linktype)
+                frames += len(heads)
 
-    def _walk_pcap(self, raw: memoryview, pos: int, starts: array, frames: int, caplen_at) -> tuple[int, bool]:
-        """Append up to CHUNK_RECORDS record positions from `pos`; return where it stopped and if at the end."""
+    def _walk_pcap(self, raw: memoryview, pos: int, frames: int, caplen_at) -> tuple[np.ndarray, int, bool]:
+        """Up to CHUNK_RECORDS record positions from `pos`; where the walk stopped, and whether at the end.
+
+        The chain itself (each record's captured length says where the next starts) is one tight
+        comprehension; what a record must satisfy (a sane length, inside the file) is checked
+        afterwards for the whole chunk at once with numpy. Only where that finds something wrong,
+        or at the end of the file, does the record-by-record walk take over to say what it is.
+        """
+        last_header = len(raw) - PCAP_RECORD_HEADER
+        p = pos
+        ends = [
+            p := p + PCAP_RECORD_HEADER + caplen_at(raw, p + 8)[0] for _ in range(CHUNK_RECORDS) if p <= last_header
+        ]
+        nexts = np.array(ends, np.int64)
+        heads = np.concatenate([[pos], nexts[:-1]]) if len(ends) else nexts
+        wrong = np.flatnonzero((nexts - heads - PCAP_RECORD_HEADER > MAX_CAPLEN) | (nexts > len(raw)))
+        good = int(wrong[0]) if len(wrong) else len(ends)
+        heads, pos = heads[:good], int(nexts[good - 1]) if good else pos
+        if good == CHUNK_RECORDS:
+            return heads, pos, False
+        tail = array("q")
+        pos = self._walk_pcap_checked(raw, pos, tail, frames + good, caplen_at)
+        return np.concatenate([heads, np.frombuffer(tail, np.int64)]), pos, True
+
+    def _walk_pcap_checked(self, raw: memoryview, pos: int, starts: array, frames: int, caplen_at) -> int:
+        """Record by record from `pos` to the end of the file or the first record that cannot be read
+        (noted); the positions go to `starts`. Return where it stopped."""
         size, append = len(raw), starts.append
         last_header = size - PCAP_RECORD_HEADER
-        for _ in range(CHUNK_RECORDS):
+        while True:
             if pos > last_header:  # the end, or a record header cut short
                 if pos != size:
                     self._cut(pos, frames + len(starts))
-                return pos, True
+                return pos
             caplen = caplen_at(raw, pos + 8)[0]
             end = pos + PCAP_RECORD_HEADER + caplen
             if end <= size and caplen <= MAX_CAPLEN:  # the usual record: one test
@@ -163,10 +187,9 @@ class CaptureReader:
                     )
                 )
                 self.notes.append(f"{why}; kept the {kept} packets before it")
-                return pos, True
+                return pos
             self._cut(pos, frames + len(starts))
-            return pos, True
-        return pos, False
+            return pos
 
     def _pcap_records(self, heads: np.ndarray, before: int, little: bool, frac_ns: int, linktype: int) -> Records:
         view = self.view
