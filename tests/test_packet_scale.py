@@ -21,8 +21,8 @@ from tracelens.tables import conform
 from .conftest import FIXTURES
 
 
-def _packets(path: Path):
-    result = pcap.ingest(InputFile(path, path.name, "pcap", size=path.stat().st_size))
+def _packets(path: Path, spill: Path | None = None):
+    result = pcap.ingest(InputFile(path, path.name, "pcap", size=path.stat().st_size, spill=spill))
     assert not result.account.errors
     return conform("packets", result.tables["packets"])
 
@@ -34,22 +34,39 @@ def multiflow(tmp_path_factory) -> Path:
     return path
 
 
-def test_analysis_in_buckets_equals_the_whole(multiflow):
-    packets = _packets(multiflow)
-    whole = flows.analyze(packets, bucket_packets=packets.height)
-    bucketed = flows.analyze(packets, bucket_packets=5_000)
-    assert bucketed.qps.height == 301 and bucketed.tcp.height == 602
-    assert_frame_equal(bucketed.qps, whole.qps)
-    assert_frame_equal(bucketed.tcp, whole.tcp)
-    assert_frame_equal(bucketed.events, whole.events)
-    kinds = set(bucketed.events["kind"].to_list())
+def _whole(packets: pl.DataFrame) -> flows.PacketAnalysis:
+    return flows.analyze(packets.with_columns(bucket=pl.lit(0, pl.Int32)))
+
+
+def test_analysis_in_buckets_equals_the_whole(multiflow, tmp_path, monkeypatch):
+    monkeypatch.setattr(pcap, "BUCKET_PACKETS", 5_000)
+    spilled = _packets(multiflow, tmp_path / "spill")  # a lazy scan of one Parquet file per bucket
+    assert isinstance(spilled, pl.LazyFrame)
+    files = list((tmp_path / "spill").rglob("bucket-*.parquet"))
+    packets = spilled.collect()
+    assert 10 <= len(files) == packets["bucket"].n_unique()  # about 60k frames / 5k, guessed from the file size
+    whole = _whole(packets)
+    for bucketed in (flows.analyze(spilled), flows.analyze(packets)):
+        assert bucketed.qps.height == 301 and bucketed.tcp.height == 602
+        assert_frame_equal(bucketed.qps, whole.qps)
+        assert_frame_equal(bucketed.tcp, whole.tcp)
+        assert_frame_equal(bucketed.events, whole.events)
+    kinds = set(whole.events["kind"].to_list())
     assert {"NAK (PSN sequence error)", "RNR NAK", "CNP", "ECN-CE", "TCP retransmission"} <= kinds
+
+
+def test_both_directions_of_a_host_pair_share_a_bucket(multiflow):
+    packets = _packets(multiflow).with_columns(pl.col("src", "dst").cast(pl.String))
+    pairs = packets.select(a=pl.min_horizontal("src", "dst"), b=pl.max_horizontal("src", "dst"), bucket="bucket")
+    assert pairs.group_by("a", "b").agg(pl.col("bucket").n_unique())["bucket"].max() == 1
+    assert packets["bucket"].n_unique() == 1  # 60k frames: one bucket of BUCKET_PACKETS
 
 
 @pytest.mark.parametrize(
     "fixture", ["scenario-flaky-link", "scenario-socket-fallback", "lab-tcp-loss", "lab-clock-skew"]
 )
-def test_analysis_in_buckets_equals_the_whole_on_fixtures(fixture, tmp_path):
+def test_analysis_in_buckets_equals_the_whole_on_fixtures(fixture, tmp_path, monkeypatch):
+    monkeypatch.setattr(pcap, "BUCKET_PACKETS", 300)
     captures = []
     for path in sorted((FIXTURES / fixture).rglob("*.pcap*")):
         if path.suffix == ".gz":
@@ -57,9 +74,9 @@ def test_analysis_in_buckets_equals_the_whole_on_fixtures(fixture, tmp_path):
             path = tmp_path / path.stem
         captures.append(path)
     assert captures
-    packets = pl.concat([_packets(c) for c in captures], how="diagonal_relaxed")
-    whole = flows.analyze(packets, bucket_packets=packets.height)
-    bucketed = flows.analyze(packets, bucket_packets=max(packets.height // 7, 1))
+    spilled = pl.concat([_packets(c, tmp_path / "spill") for c in captures], how="diagonal_relaxed")
+    packets = spilled.collect()
+    whole, bucketed = _whole(packets), flows.analyze(spilled)
     assert_frame_equal(bucketed.events, whole.events)
     assert_frame_equal(bucketed.qps, whole.qps)
     assert_frame_equal(bucketed.tcp, whole.tcp)
@@ -78,3 +95,32 @@ def test_a_big_capture_finds_what_its_slice_of_trouble_finds(tmp_path, multiflow
     small, big = findings(tmp_path / "slice"), findings(tmp_path / "big")
     assert {f[0] for f in small} == {"TL301", "TL302", "TL303", "TL304"}
     assert big == small
+
+
+def test_a_run_reads_its_captures_lazily(tmp_path, multiflow, monkeypatch):
+    """In `analyze`, the packets table is never read whole into memory: the rules and the report read
+    the Parquet the ingest wrote in the run's working folder, a bucket or a few columns at a time,
+    and the folder lives as long as the analysis."""
+    from tracelens.report.html import write as write_html
+    from tracelens.tables import RunTables
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "capture.pcap").write_bytes(multiflow.read_bytes())
+    read_whole = RunTables.__getitem__
+
+    def refuse_packets(self, name):
+        assert name != "packets", "the packets table was read whole"
+        return read_whole(self, name)
+
+    monkeypatch.setattr(RunTables, "__getitem__", refuse_packets)
+    analysis = analyze(tmp_path / "run")
+    assert {f.rule_id for f in analysis.findings} >= {"TL301", "TL302", "TL303", "TL304"}
+    write_html(analysis, tmp_path / "report.html")
+    assert "Packet captures" in (tmp_path / "report.html").read_text()
+    workdir = Path(analysis.workdir.name)
+    assert list(workdir.rglob("bucket-*.parquet"))
+    del analysis
+    import gc
+
+    gc.collect()
+    assert not workdir.exists()

@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import os
 import tempfile
-import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from multiprocessing import get_context
@@ -53,6 +52,8 @@ class Analysis:
     comparison: Comparison | None = None  # against a good run, with `analyze --baseline`
     not_run: list[tuple[Rule, list[str]]] = field(default_factory=list)  # (rule, inputs that would let it run)
     config: Config = field(default_factory=Config)  # the config file's choices (none: the defaults)
+    # the run's working folder, removed when the analysis goes: its captures' packets are read from there
+    workdir: tempfile.TemporaryDirectory | None = None
 
     @property
     def tables(self) -> RunTables:
@@ -247,6 +248,10 @@ def run_rules(
     return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in symptoms, f.rule_id)), not_run
 
 
+# Tables the rules and the report read as lazy scans, a bucket or a few columns at a time: a capture's packets.
+STREAMED = ("packets",)
+
+
 @contextmanager
 def aligned_run(
     target: Path,
@@ -256,6 +261,7 @@ def aligned_run(
     ray: str | None = None,
     config: Config | None = None,
     settle: bool = False,
+    workdir: Path | None = None,
 ) -> Iterator[tuple[RunTables, Timeline, list[str]]]:
     """Ingest and align a run: its aligned tables (what `analyze --tables` and `tracelens tables`
     write), the time model's decisions and the discovery notes, while the run's working folder exists.
@@ -263,10 +269,18 @@ def aligned_run(
     host:port) to ingest on; `config` a config file's host aliases and zone (a `tz` given here wins
     over the file's). The spilled tables stay lazy scans of their parts, aligned as they are read, so
     `tracelens tables` streams them to its files; `settle` writes each once, aligned, into the working
-    folder and reads it back as a scan of that file (RunTables.settled: the rules read it many times)."""
+    folder and reads it back as a scan of that file (RunTables.settled: the rules read it many times),
+    all but the captures' packets, which stay scans of the bucket files the ingest wrote. The working
+    folder is `workdir` when given (the caller removes it), else one made for the run."""
     config = config or Config()
-    workdir = scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
-    with workdir as folder:
+    folder_made: AbstractContextManager[str | Path]
+    if workdir is not None:
+        folder_made = nullcontext(workdir)
+    else:
+        folder_made = (
+            scaleout.shared_folder(target) if ray is not None else tempfile.TemporaryDirectory(prefix="tracelens-")
+        )
+    with folder_made as folder:
         read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
         events = partial(event_times, windows=config.shared.packets)  # the capture's NAKs, resends ... as analysed
         renamed = rename_hosts(read, config.hosts)
@@ -274,7 +288,7 @@ def aligned_run(
         if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
             timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
         if settle:
-            tables = tables.settled(Path(folder) / "aligned")
+            tables = tables.settled(Path(folder) / "aligned", but=STREAMED)
         yield tables, timeline, notes
 
 
@@ -294,20 +308,19 @@ def analyze(
     keep only what they show. On Ray (a working folder beside the run) every table is read into memory
     and the folder removed at once."""
     config = config or Config()
-    workdir = ExitStack()
-    run = aligned_run(target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config, settle=ray is None)
-    try:
-        tables, timeline, notes = workdir.enter_context(run)
-        if ray is not None:
+    # kept as long as the analysis (removed when it goes): the big tables are read lazily from there; on
+    # Ray the working folder is beside the run, on shared storage, and every table is read before it goes
+    workdir = tempfile.TemporaryDirectory(prefix="tracelens-") if ray is None else None
+    folder = Path(workdir.name) if workdir is not None else None
+    with aligned_run(
+        target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config, settle=folder is not None, workdir=folder
+    ) as (tables, timeline, notes):
+        if folder is None:
             tables.load()
-            workdir.close()
         context = RunContext(tables, config.shared)
         rules = select_rules(select or config.select, ignore or config.ignore)
         findings, not_run = run_rules(context, rules, config)
-    except BaseException:
-        workdir.close()
-        raise
-    analysis = Analysis(
+    return Analysis(
         target=target,
         context=context,
         findings=findings,
@@ -316,6 +329,5 @@ def analyze(
         timeline=timeline,
         not_run=not_run,
         config=config,
+        workdir=workdir,
     )
-    weakref.finalize(analysis, workdir.close)  # the working folder goes with the analysis (or at exit)
-    return analysis

@@ -24,7 +24,7 @@ every file's rows concatenate, and `RunTables` holds the concatenation.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TypeAlias
 
@@ -243,6 +243,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("becn", pa.bool_()),
             pa.field("msn", pa.int64()),  # AETH message sequence number
             pa.field("digest", pa.int64()),  # hash of the first 32 transport bytes (header, checksum, payload start)
+            pa.field("bucket", pa.int32()),  # which share of the capture's host pairs (read a share at a time)
         ]
     ),
     # One row per PyTorch Flight Recorder entry (tracelens.ingest.flight_recorder and fr_text):
@@ -588,14 +589,17 @@ class RunTables:
             return self[name].lazy()
         return self._lazy(name)
 
-    def settled(self, folder: Path) -> RunTables:
+    def settled(self, folder: Path, but: Collection[str] = ()) -> RunTables:
         """New tables where each table with spilled parts is written once, whole (aligned on the way),
         to `folder` as Parquet and read back as a scan of that file: the rules that read it again and
-        again then read a plain file, and the time columns joined on the way are not held in memory."""
+        again then read a plain file, and the time columns joined on the way are not held in memory.
+        The tables in `but` stay as they are (a lazy scan stays one)."""
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         new = RunTables()
         for name, parts in self._parts.items():
-            if name in self._frames or all(isinstance(p, pl.DataFrame) for p in parts):
+            if name in but:
+                new._parts[name] = [self.frame(name)]
+            elif name in self._frames or all(isinstance(p, pl.DataFrame) for p in parts):
                 new._parts[name] = [self[name]]
             else:
                 path = folder / f"{name}.parquet"
@@ -618,10 +622,12 @@ class RunTables:
         new._parts.update((name, [conform(name, frame)]) for name, frame in frames.items())
         return new
 
-    def load(self) -> None:
-        """Read every spilled part into memory: before the folder that holds them goes away."""
+    def load(self, but: Collection[str] = ()) -> None:
+        """Read every spilled part into memory: before the folder that holds them goes away. The
+        tables in `but` stay lazy scans (their readers keep the folder as long as they read it)."""
         for name in list(self._parts):
-            self[name]
+            if name not in but:
+                self[name]
 
     def height(self, name: str) -> int:
         """Rows of table `name`, counted without reading spilled parts into memory."""

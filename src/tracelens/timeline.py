@@ -263,9 +263,9 @@ def _told_apart_by_events(tables: RunTables, minutes: list[int], capture_events:
         .filter(pl.col("ts_lo").is_not_null(), pl.col("ts_hi").is_not_null())
         .collect()
     )
-    if errors.height == 0 or tables["packets"].height == 0 or capture_events is None:
+    if errors.height == 0 or tables.height("packets") == 0 or capture_events is None:
         return minutes
-    matches = _event_matches(errors, capture_events(tables["packets"]), minutes)
+    matches = _event_matches(errors, capture_events(tables.frame("packets")), minutes)
     top = matches["matched"].max()
     if not top:
         return minutes
@@ -286,11 +286,13 @@ def _log_span(tables: RunTables) -> tuple | None:
 def _zoned_intervals(tables: RunTables) -> pl.DataFrame:
     """Spans of the sources timed in UTC: each capture file, and each host's exact-stamped dumps."""
     captures = (
-        tables["packets"]
+        tables.frame("packets")
+        .lazy()
         .select("file", "ts")
         .filter(pl.col("ts").is_not_null())
         .group_by("file")
         .agg(pl.lit("capture").alias("source"), start=pl.col("ts").min(), end=pl.col("ts").max())
+        .collect()
     )
     dumps = (
         pl.concat([tables.frame(n).lazy().select("host", "ts", "ts_quality") for n in DUMP_TABLES])
@@ -403,35 +405,44 @@ def shared_events(tables: RunTables) -> pl.DataFrame:
         )
     )
     clock = pl.format("{}\x1f{}", "host", "file")
-    return pl.concat([steps.collect(), watchdog.collect(), _packets_both_ends(tables["packets"])]).filter(
+    return pl.concat([steps.collect(), watchdog.collect(), _packets_both_ends(tables.frame("packets"))]).filter(
         pl.col("host").is_not_null(), clock.n_unique().over("basis", "key") >= 2
     )
 
 
-def _packets_both_ends(packets: pl.DataFrame) -> pl.DataFrame:
-    """The same frame in captures taken on different hosts (same addresses, IP id and bytes)."""
+MATCHED_FRAMES = 2_000_000  # frames of the captures matched at once (about 100 bytes each while matched)
+
+
+def _packets_both_ends(packets: Frame) -> pl.DataFrame:
+    """The same frame in captures taken on different hosts (same addresses, IP id and bytes). Frames
+    are matched a share of their digests at a time (one frame's copies share its digest), so memory
+    follows MATCHED_FRAMES, not the captures; only the matches are kept."""
     identity = ["src", "dst", "proto", "ip_id", "digest"]
-    out = {"basis": pl.String, "key": pl.UInt64, "host": pl.String, "file": pl.String, "ts": packets.schema["ts"]}
-    if (
-        packets["host"].n_unique() - packets["host"].null_count() < 2
-    ):  # one capturing host: nothing to match, at any size
+    packets = packets.lazy()
+    out = {"basis": pl.String, "key": pl.UInt64, "host": pl.String, "file": pl.String}
+    out["ts"] = packets.collect_schema()["ts"]
+    hosts, frames = packets.select(pl.col("host").drop_nulls().n_unique(), pl.len()).collect().row(0)
+    if hosts < 2:  # one capturing host: nothing to match, at any size
         return pl.DataFrame(schema=out)
-    frames = (
-        packets.lazy()
-        .select("file", "host", "ts", *identity)
-        .filter(pl.col("digest").is_not_null(), pl.col("host").is_not_null())
+    candidates = packets.select("file", "host", "ts", *identity).filter(
+        pl.col("digest").is_not_null(), pl.col("host").is_not_null()
     )
-    once = frames.filter(pl.len().over("file", *identity) == 1)  # a frame repeated within a capture is ambiguous
-    return (
-        once.filter(pl.col("host").n_unique().over(identity) >= 2)
-        .select(
-            pl.lit("packets").alias("basis"),
-            pl.struct(identity).hash().alias("key"),
-            pl.col("host", "file").cast(pl.String),
-            "ts",
+    shares = -(-frames // MATCHED_FRAMES)
+    matched = []
+    for share in range(shares):
+        some = candidates.filter(pl.col("digest").hash() % shares == share)
+        once = some.filter(pl.len().over("file", *identity) == 1)  # a frame repeated within a capture is ambiguous
+        matched.append(
+            once.filter(pl.col("host").n_unique().over(identity) >= 2)
+            .select(
+                pl.lit("packets").alias("basis"),
+                pl.struct(identity).hash().alias("key"),
+                pl.col("host", "file").cast(pl.String),
+                "ts",
+            )
+            .collect()
         )
-        .collect()
-    )
+    return pl.concat(matched)
 
 
 def _file_spans(tables: RunTables) -> pl.DataFrame:
@@ -473,7 +484,7 @@ def _clock_offsets(tables: RunTables) -> pl.DataFrame:
     )
     if clocks.height < 2:
         return pl.DataFrame(schema=OFFSET_SCHEMA)
-    captured = set(tables["packets"]["host"].drop_nulls().unique().to_list())
+    captured = set(tables.frame("packets").lazy().select(pl.col("host").drop_nulls().unique()).collect()["host"])
     reference = clocks.sort(
         pl.col("host").is_in(list(captured)), "events", "host", "file", descending=[True, True, False, False]
     ).row(0, named=True)

@@ -46,7 +46,7 @@ def sources(tables: RunTables) -> set[str]:
         "DeepSpeed": tables["config"].filter(pl.col("engine").is_not_null()).height > 0,
         "fabric": tables["ib_ports"].height > 0,
         "counters": tables["ib_counters"].height > 0,
-        "packets": tables["packets"].height > 0,
+        "packets": tables.height("packets") > 0,
         "steps": tables["steps"].height > 0,
     }
     return {area for area, present in have.items() if present}

@@ -44,14 +44,9 @@ def run_rates(ctx: RunContext) -> dict[tuple[str, str], Rate]:
 
 
 def _packet_rates(ctx: RunContext) -> list[Rate]:
-    packets = ctx["packets"]
     if ctx.packets is None:
         return []
-    spans = (
-        packets.select("file", "ts")
-        .group_by("file")
-        .agg(span=(pl.col("ts").max() - pl.col("ts").min()).dt.total_microseconds() / 1e6)
-    )
+    spans = ctx.captures.select(span=(pl.col("last") - pl.col("first")).dt.total_microseconds() / 1e6)
     exposure = float(spans["span"].sum() or 0.0)
     events = ctx.packets.events
     counts = dict(events.group_by("kind").len().iter_rows())

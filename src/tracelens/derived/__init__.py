@@ -128,8 +128,17 @@ class RunContext:
     @cached_property
     def packets(self) -> flows.PacketAnalysis | None:
         """Per-QP, per-flow and per-event analysis of the captures; None without packets."""
-        packets = self.tables["packets"]
-        return flows.analyze(packets, windows=self.shared.packets) if packets.height else None
+        return (
+            flows.analyze(self.tables.frame("packets"), windows=self.shared.packets)
+            if self.tables.height("packets")
+            else None
+        )
+
+    @cached_property
+    def captures(self) -> pl.DataFrame:
+        """Per capture file: its frames and the time of its first and last (the packets table is
+        read for these two columns only: in a run it is a lazy scan)."""
+        return flows.capture_spans(self.tables.frame("packets"))
 
     @cached_property
     def host_names(self) -> dict[str, str]:

@@ -42,6 +42,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from tracelens.tables import Frame
+
 
 @dataclass(frozen=True)
 class PacketWindows:
@@ -80,36 +82,28 @@ class PacketAnalysis:
 TCP_LOSS, TCP_PROBE, TCP_SPURIOUS = "TCP retransmission", "TCP tail-loss probe", "TCP spurious retransmission"
 
 
-BUCKET_PACKETS = 250_000  # packets analysed at once (about 700 bytes each at the peak): memory follows a bucket
+def analyze(packets: Frame, windows: PacketWindows = PacketWindows()) -> PacketAnalysis:
+    """The per-QP, per-flow and per-event analysis of `packets`, a bucket of host pairs at a time.
 
-
-def analyze(
-    packets: pl.DataFrame, bucket_packets: int = BUCKET_PACKETS, windows: PacketWindows = PacketWindows()
-) -> PacketAnalysis:
-    """The per-QP, per-flow and per-event analysis of `packets`, host pair by host pair.
-
-    Everything here is per connection, so the packets between one pair of hosts in one capture
-    are analysed apart from the others: a capture of millions of packets goes through in
-    buckets of about `bucket_packets` (hashed by file and unordered host pair), and the results
-    are the same. The RunContext keeps the result (ctx.packets): the events, the window signals, the
-    rules and the report all read it there.
+    Everything here is per connection, and the ingest puts every connection between two hosts of
+    one capture, both ways, in one `bucket` (tracelens.ingest.pcap): the table, a lazy scan of
+    Parquet written bucket by bucket in a run, is read and analysed one bucket at a time, so memory
+    follows a bucket (about 250k packets), not the capture, and the results are the same as on
+    the whole table. The RunContext keeps the result (ctx.packets): the events, the window
+    signals, the rules and the report all read it there.
     """
-    buckets = max(1, -(-packets.height // bucket_packets))
-    if buckets == 1:
-        parts = [_analyze(packets, windows)]
-    else:
-        pair = (pl.col("file").hash() + (pl.col("src").hash() ^ pl.col("dst").hash())) % buckets
-        which = packets.select(pair).to_series()
-        parts = [_analyze(packets.filter(which == b), windows) for b in range(buckets)]
-    text = pl.col(pl.Categorical).cast(
-        pl.String
-    )  # a capture's text columns are categorical; results join with other tables
-    result = PacketAnalysis(
+    packets = packets.lazy().with_columns(pl.col("bucket").fill_null(0))  # rows built by hand: one bucket
+    buckets = packets.select(pl.col("file").cast(pl.String), "bucket").unique().sort("file", "bucket").collect()
+    parts = [
+        _analyze(packets.filter(pl.col("bucket") == bucket, pl.col("file") == file).collect(), windows)
+        for file, bucket in buckets.iter_rows()
+    ]
+    text = pl.col(pl.Categorical).cast(pl.String)  # a capture's text columns are categorical; results join with others
+    return PacketAnalysis(
         qps=pl.concat([p.qps for p in parts]).with_columns(text).sort(QP_ORDER, descending=QP_DESCENDING),
         tcp=pl.concat([p.tcp for p in parts]).with_columns(text).sort(TCP_ORDER, descending=TCP_DESCENDING),
         events=pl.concat([p.events for p in parts]).with_columns(text).sort("ts", "frame", "file", "kind", "flow"),
     )
-    return result
 
 
 def _analyze(packets: pl.DataFrame, windows: PacketWindows) -> PacketAnalysis:
@@ -120,7 +114,18 @@ def _analyze(packets: pl.DataFrame, windows: PacketWindows) -> PacketAnalysis:
     return PacketAnalysis(roce_qps, tcp_flows, pl.concat([roce_events, tcp_events, dups]))
 
 
-def event_times(packets: pl.DataFrame, windows: PacketWindows = PacketWindows()) -> pl.Series:
+def capture_spans(packets: Frame) -> pl.DataFrame:
+    """Per capture file (text): its frames, and the times of its first and last timed frame."""
+    return (
+        packets.lazy()
+        .group_by(pl.col("file").cast(pl.String))
+        .agg(frames=pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
+        .sort("file")
+        .collect()
+    )
+
+
+def event_times(packets: Frame, windows: PacketWindows = PacketWindows()) -> pl.Series:
     """The times of every event of the capture but its duplicates (a NAK, a retransmission ...): what
     the timeline lines NCCL errors up with to tell apart zone shifts (timeline.align's capture_events)."""
     return analyze(packets, windows=windows).events.filter(pl.col("kind") != "capture duplicate")["ts"]

@@ -240,12 +240,16 @@ def _rows(frame: pl.DataFrame, begin: datetime, end: datetime, time: str = "ts")
 
 
 def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end: datetime) -> list[Signal]:
-    packets = ctx["packets"].select("file", "ts").filter(pl.col("ts").is_not_null())  # not a copy of every column
+    spans = ctx.captures.filter(pl.col("first").is_not_null()).select("file", "first", "last")
     analysis = ctx.packets
-    if packets.height == 0 or analysis is None:
+    if spans.height == 0 or analysis is None:
         return []
+    # what the captures saw around the window, as far as an edge of the events' stretch may look (blind_edge)
+    reach = DENSE_REACH + EDGE_LOOK
+    watched = (
+        ctx.tables.frame("packets").lazy().select("ts").filter(pl.col("ts").is_between(begin - reach, end + reach))
+    ).collect()["ts"]
     pair = pl.concat_list(pl.col("src").replace(names), pl.col("dst").replace(names)).list.sort().list.join(" ↔ ")
-    spans = packets.group_by(pl.col("file").cast(pl.String)).agg(first=pl.col("ts").min(), last=pl.col("ts").max())
     flows = pl.concat(
         [
             analysis.tcp.select("file", "src", "dst", proto=pl.lit("tcp")),
@@ -272,7 +276,7 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
                     end,
                     hosts,
                     rows,
-                    watched=packets["ts"],
+                    watched=watched,
                     limits=ctx.baseline,
                 )
             )

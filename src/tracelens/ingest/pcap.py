@@ -3,7 +3,11 @@
 The file is memory-mapped and decoded a chunk of records at a time
 (tracelens.packets.records walks the records, tracelens.packets.decode reads
 their headers vectorized), so a capture larger than memory is read in bounded
-memory. Account: lines = frames read, parsed = frames with an IP, RoCE or
+memory. In a run (the source has a spill folder, the run's private working
+folder) the rows go there as Parquet as they are decoded, one file per bucket of
+host pairs, and the table is a lazy scan of them: memory follows a chunk, not the
+capture, and the per-connection analysis (tracelens.derived.flows) reads one
+bucket's file at a time. Account: lines = frames read, parsed = frames with an IP, RoCE or
 InfiniBand header, ignored = other link-layer protocols (ARP, LLDP ...),
 unrecognized = frames on an unknown link type or with a cut or malformed
 network header.
@@ -13,11 +17,14 @@ from __future__ import annotations
 
 import ctypes
 import mmap
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile
 from tracelens.packets import decode as dec
@@ -26,6 +33,9 @@ from tracelens.tables import TS, conform
 
 FORMAT = "pcap"
 PRIORITY = 10
+
+BUCKET_PACKETS = 250_000  # packets of a bucket the per-connection analysis holds at once (~700 bytes each at its peak)
+MAX_BUCKETS = 256  # one open file each while the capture is read; beyond 64M packets, buckets grow instead
 
 LINKTYPE_NAMES = {
     dec.ETHERNET: "Ethernet",
@@ -55,16 +65,22 @@ def ingest(source: InputFile) -> IngestResult:
     except CaptureError as exc:
         account.errors.append(f"{source.name}: {exc}")
         return result
-    frames = []
-    # The record walk (a Python loop) finds the next chunk's records while this chunk is decoded
-    # (numpy, which lets go of the interpreter in its big gathers): two cores for one capture.
+    spill = _BucketFiles(source.spill) if source.spill is not None else None
+    frames, buckets = [], 0
+    # The record walk finds the next chunk's records while this chunk is decoded (numpy, which lets
+    # go of the interpreter in its big gathers): two cores for one capture.
     with ThreadPoolExecutor(1) as walker:
         chunks = reader.chunks()
         upcoming = walker.submit(next, chunks, None)
         while (rec := upcoming.result()) is not None:
             upcoming = walker.submit(next, chunks, None)
-            table, status = dec.decode(reader.view, rec)
-            frames.append(_frame(source, rec, table))
+            buckets = buckets or _buckets(rec, len(reader.data))
+            table, status = dec.decode(reader.view, rec, buckets)
+            frame = _frame(source, rec, table)
+            if spill is not None:
+                spill.write(frame)
+            else:
+                frames.append(frame)
             _count(account, rec, status)
             # the pages decoded so far leave this process's memory (the page cache keeps them): a
             # mapped capture of several GB would otherwise count whole in its resident size
@@ -74,12 +90,46 @@ def ingest(source: InputFile) -> IngestResult:
         account.errors.append(
             f"{source.name}: link type {linktype} is not one tracelens decodes; its packets were skipped"
         )
-    if frames:
-        result.add(
-            "packets", pl.concat(frames)
-        )  # in chunks: read it by selecting columns first (an eager group_by copies every column)
+    if spill is not None:
+        if (scan := spill.close()) is not None:
+            result.add("packets", scan)
+    elif frames:
+        result.add("packets", pl.concat(frames))  # in chunks: read it by selecting columns first
     _give_back_freed_memory()
     return result
+
+
+def _buckets(first: Records, size: int) -> int:
+    """How many buckets of host pairs the capture's rows go in: about BUCKET_PACKETS frames each, the
+    number of frames guessed from the file's size and the first chunk's bytes per record."""
+    per_record = (int(first.offset[-1] + first.caplen[-1]) - int(first.offset[0])) / len(first) + 16
+    return int(min(MAX_BUCKETS, max(1, -(-size // int(per_record * BUCKET_PACKETS)))))
+
+
+class _BucketFiles:
+    """The capture's rows as Parquet in the run's private working folder (a folder of its own there,
+    0700, removed with the run): one file per bucket, a row group per chunk, so that reading a bucket
+    reads one file (its `bucket` column is one value: a filter on it skips the others unread)."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.folder = Path(tempfile.mkdtemp(dir=root, prefix="packets-"))
+        self.writers: dict[int, pq.ParquetWriter] = {}
+
+    def write(self, frame: pl.DataFrame) -> None:
+        for (bucket,), rows in frame.partition_by("bucket", as_dict=True, maintain_order=True).items():
+            table = rows.to_arrow()
+            if bucket not in self.writers:
+                path = self.folder / f"bucket-{bucket:04d}.parquet"
+                self.writers[bucket] = pq.ParquetWriter(path, table.schema, compression="lz4")  # type: ignore[arg-type]
+            self.writers[bucket].write_table(table)
+
+    def close(self) -> pl.LazyFrame | None:
+        """A lazy scan of every bucket's file; None when no frame was read."""
+        for writer in self.writers.values():
+            writer.close()
+        paths = [self.folder / f"bucket-{bucket:04d}.parquet" for bucket in sorted(self.writers)]
+        return pl.scan_parquet(paths) if paths else None
 
 
 def _give_back_freed_memory() -> None:

@@ -93,6 +93,7 @@ INT_COLUMNS = {
     "sack_left": pa.int64(),
     "sack_right": pa.int64(),
     "digest": pa.int64(),
+    "bucket": pa.int32(),
 }
 BOOL_COLUMNS = ("ack_req", "fecn", "becn")
 DIGEST_WORDS = 4  # the first 32 bytes of the transport header and payload identify a segment's bytes
@@ -142,12 +143,13 @@ class _Chunk:
 PARSED, IGNORED, UNDECODABLE = 0, 1, 2
 
 
-def decode(view: ByteView, rec: Records) -> tuple[pa.Table, np.ndarray]:
+def decode(view: ByteView, rec: Records, buckets: int = 1) -> tuple[pa.Table, np.ndarray]:
     """Decode one chunk: the `packets` columns it fills, and each frame's status.
 
     PARSED: an IP, RoCE or InfiniBand header was read; IGNORED: another link-layer
     protocol (ARP, LLDP, ...); UNDECODABLE: unknown link type, or the network
-    header is cut off or malformed.
+    header is cut off or malformed. `bucket` is which of `buckets` the frame's
+    unordered address pair falls in (pair_bucket).
     """
     chunk = _Chunk(view, rec)
     net, nettype = _link(chunk)
@@ -164,7 +166,25 @@ def decode(view: ByteView, rec: Records) -> tuple[pa.Table, np.ndarray]:
     status[other] = IGNORED
     chunk.proto[other] = _P["eth"]
     chunk.proto[nettype == ETH_ARP] = _P["arp"]
+    chunk.put("bucket", everything, pair_bucket(chunk.addr["src"], chunk.addr["dst"], buckets))
     return _table(chunk), status
+
+
+def pair_bucket(src: tuple[np.ndarray, ...], dst: tuple[np.ndarray, ...], buckets: int) -> np.ndarray:
+    """Which of `buckets` each frame's two addresses (family, high and low part) fall in, the same
+    both ways: every connection between two hosts, both its directions, lands in one bucket,
+    whatever chunk the frame came in. The per-connection analysis reads a bucket at a time."""
+    with np.errstate(over="ignore"):
+        pair = _mix(*src) ^ _mix(*dst)
+    return (pair % np.uint64(buckets)).astype(np.int64)
+
+
+def _mix(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """A well-spread 64-bit hash of an address (splitmix64's finalizer over its parts)."""
+    x = (family.astype(np.uint64) << np.uint64(56)) ^ hi.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ lo
+    for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+        x = (x ^ (x >> np.uint64(shift))) * np.uint64(factor)
+    return x ^ (x >> np.uint64(31))
 
 
 # -- link layer ---------------------------------------------------------------------------------

@@ -99,12 +99,14 @@ def _missing(t: RunContext, begin: datetime, end: datetime) -> list[str]:
     def covers(lo: pl.Series, hi: pl.Series) -> bool:
         return bool(lo.len()) and (hi.max() >= begin - MARGIN) and (lo.min() <= end + MARGIN)
 
-    dumps, packets = t["ib_counters"]["dump_ts"].drop_nulls(), t["packets"]["ts"].drop_nulls()
+    dumps = t["ib_counters"]["dump_ts"].drop_nulls()
     timed = t.scan("nccl_events").filter(pl.col("ts_hi") >= begin - MARGIN, pl.col("ts_lo") <= end + MARGIN).head(1)
+    first, last = t.captures.select(pl.col("first").min(), pl.col("last").max()).row(0)  # the packets unread
+    captured = first is not None and last >= begin - MARGIN and first <= end + MARGIN
     seen = {
         "NCCL": timed.collect(engine="streaming").height > 0,
         "counters": covers(dumps, dumps),
-        "packets": covers(packets, packets),
+        "packets": captured,
     }
     return [COLLECT[source] for source, there in seen.items() if not there]
 

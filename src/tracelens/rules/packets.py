@@ -265,8 +265,9 @@ def capture_duplicates(ctx: RunContext) -> Iterator[Finding]:
     if analysis is None:
         return
     duplicates = analysis.events.filter(pl.col("kind") == "capture duplicate")
+    totals = dict(ctx.captures.select("file", "frames").iter_rows())
     for (file,), frames in duplicates.group_by("file", maintain_order=True):
-        total = int((ctx["packets"]["file"] == file).sum())
+        total = totals[file]
         yield Finding(
             severity=Severity.INFO,
             title="Duplicate frames in the capture",

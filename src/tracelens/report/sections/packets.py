@@ -31,7 +31,7 @@ TIMELINE_KINDS = (
 
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """Per-QP and per-flow tables worst first and the event timeline; None without captures."""
-    packets, result = ctx["packets"], ctx.packets
+    result = ctx.packets
     if result is None:
         return None
     hosts = ctx.host_names
@@ -39,11 +39,7 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     qps = result.qps.with_columns(named)
     tcp = result.tcp.with_columns(named).filter(pl.col("segments") > 0)
     return {
-        "captures": packets.select("file", "ts")
-        .group_by("file")
-        .agg(frames=pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
-        .sort("file")
-        .rows(named=True),
+        "captures": ctx.captures.rows(named=True),
         "qps": qps.head(MAX_ROWS).rows(named=True),
         "qps_more": max(qps.height - MAX_ROWS, 0),
         "tcp": tcp.head(MAX_ROWS).rows(named=True),
