@@ -7,7 +7,8 @@ Workloads, written into --data (the system's temporary folder by default; delete
 - `--workload bulk`: `synth.pcap.write_bulk_roce`, RoCEv2 over 8 QPs, snaplen 128.
 
 Each tool runs in a fresh process, so its peak RSS (`ru_maxrss` from `os.wait4`) is its own:
-tracelens decodes with `tracelens.ingest.pcap.ingest` (the `packets` table, every column); tshark
+tracelens decodes with `tracelens.ingest.pcap.ingest` (the `packets` table, every column, written to
+Parquet bucket by bucket in a temporary folder, as in a run); tshark
 runs `-T fields` extracting the same fields (`-d udp.port==4791,infiniband` so every frame is
 dissected to the BTH and AETH), its output discarded (skipped when tshark is not installed, or with
 --no-tshark); `tracelens analyze` is the whole run: ingest, timeline, the per-connection analysis,
@@ -52,13 +53,15 @@ TSHARK_FIELDS = (
 )
 
 TRACELENS = """
-import sys
+import sys, tempfile
 from pathlib import Path
+import polars as pl
 from tracelens.ingest import InputFile, pcap
 path = Path(sys.argv[1])
-result = pcap.ingest(InputFile(path, path.name, "pcap"))
-assert not result.account.errors, result.account.errors
-print(result.tables["packets"].height)
+with tempfile.TemporaryDirectory() as spill:  # as in a run: the rows go to Parquet as they are decoded
+    result = pcap.ingest(InputFile(path, path.name, "pcap", size=path.stat().st_size, spill=Path(spill)))
+    assert not result.account.errors, result.account.errors
+    print(result.tables["packets"].select(pl.len()).collect().item())
 """
 
 
