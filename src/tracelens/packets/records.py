@@ -231,13 +231,34 @@ class CaptureReader:
             elif btype in (_EPB, _SPB, _PB):
                 starts.append(pos)
                 kinds.append(btype)
+                heads, types, pos = self._packet_blocks(raw, pos + blen, order, CHUNK_RECORDS - len(starts))
+                starts.frombytes(heads.tobytes())
+                kinds.frombytes(types.astype(np.int8).tobytes())
                 if len(starts) == CHUNK_RECORDS:
                     yield self._pcapng_records(starts, kinds, frames, order, interfaces)
                     frames += len(starts)
                     starts, kinds = array("q"), array("b")
+                continue
             pos += blen
         if starts:
             yield self._pcapng_records(starts, kinds, frames, order, interfaces)
+
+    def _packet_blocks(self, raw: memoryview, pos: int, order: str, room: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """The packet blocks that follow from `pos` (up to `room`): where each starts, its type, and
+        where the run of them ends. As for pcap records, the chain of block lengths is one
+        comprehension and the checks are numpy's; the run stops before the first block that is not
+        a sound packet block (a section header, an interface, a cut block), left to the block-by-block walk."""
+        length_at = struct.Struct(order + "I").unpack_from
+        last = len(raw) - 12
+        p = pos
+        ends = [p := p + length_at(raw, p + 4)[0] for _ in range(room) if p <= last]
+        nexts = np.array(ends, np.int64)
+        heads = np.concatenate([[pos], nexts[:-1]]).astype(np.int64) if len(ends) else nexts
+        length = nexts - heads
+        types = self.view.uint(heads, 4, order == "<")
+        sound = (length >= 12) & (length % 4 == 0) & (nexts <= len(raw)) & np.isin(types, (_EPB, _SPB, _PB))
+        good = int(np.argmin(sound)) if not sound.all() else len(ends)
+        return heads[:good], types[:good], int(nexts[good - 1]) if good else pos
 
     @staticmethod
     def _interface(raw: memoryview, pos: int, blen: int, order: str) -> _Interface:
