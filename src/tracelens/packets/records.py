@@ -1,10 +1,13 @@
 """The record stream of a pcap or pcapng file: where each captured frame lies, when, on which link.
 
 Only the walk from one record to the next is sequential (a record's length
-says where the next one starts), so that walk is the one Python loop, and it
-reads a single length per record. Everything else about a record (time,
-lengths, interface) is gathered afterwards with numpy from the memory-mapped
-file, a chunk of records at a time: memory follows the chunk, not the file.
+says where the next one starts), so that walk is the one Python step: a
+comprehension reading a single length per record, whose results numpy checks
+for the whole chunk at once (a record-by-record walk takes over only where
+something is wrong, or at a pcapng section's headers). Everything else about a
+record (time, lengths, interface) is gathered afterwards with numpy from the
+memory-mapped file, a chunk of records at a time: memory follows the chunk,
+not the file.
 """
 
 from __future__ import annotations
