@@ -107,6 +107,7 @@ class _Chunk:
         self.rec = rec
         self.n = len(rec)
         self.end = rec.offset + rec.caplen
+        self._ends: tuple[np.ndarray | None, np.ndarray] = (None, self.end)
         self.values: dict[str, np.ndarray] = {}
         self.valid: dict[str, np.ndarray] = {}
         self.proto = np.full(self.n, -1, np.int64)
@@ -117,7 +118,9 @@ class _Chunk:
 
     def read(self, rows: np.ndarray, at: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         """Fields of `width` bytes at `at` in frames `rows`; not valid where past the captured end."""
-        return self.view.uint_within(at, width, self.end[rows])
+        if rows is not self._ends[0]:  # a layer reads many fields of the same frames: their ends once
+            self._ends = (rows, self.end[rows])
+        return self.view.uint_within(at, width, self._ends[1])
 
     def put(self, name: str, rows: np.ndarray, values: np.ndarray, valid: np.ndarray | bool = True) -> None:
         if name not in self.values:
@@ -231,6 +234,8 @@ def _untagged(
     """Past up to two 802.1Q / 802.1ad tags (QinQ) at `at`: where the network header starts, and its type."""
     for _ in range(2):
         tagged = valid & np.isin(kind, VLAN_TPIDS)
+        if not tagged.any():
+            break
         inner, inner_valid = chunk.read(rows, at + 2, 2)
         at = np.where(tagged, at + 4, at)
         kind, valid = np.where(tagged, inner, kind), np.where(tagged, inner_valid, valid)

@@ -44,4 +44,6 @@ class ByteView:
     def uint_within(self, at: np.ndarray, width: int, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Like `uint` (network order), but only where `at + width <= end`; elsewhere 0 and not valid."""
         valid = (at >= 1) & (at + width <= end)
+        if valid.all():  # the usual case: nothing to mask
+            return self.uint(at, width), valid
         return np.where(valid, self.uint(np.where(valid, at, 1), width), 0), valid
