@@ -92,11 +92,12 @@ def analyze(packets: Frame, windows: PacketWindows = PacketWindows()) -> PacketA
     the whole table. The RunContext keeps the result (ctx.packets): the events, the window
     signals, the rules and the report all read it there.
     """
-    packets = packets.lazy().with_columns(pl.col("bucket").fill_null(0))  # rows built by hand: one bucket
+    packets = packets.lazy()
     buckets = packets.select(pl.col("file").cast(pl.String), "bucket").unique().sort("file", "bucket").collect()
+    # a filter on the bucket column as written (not a derived one) skips the other buckets' files unread
     parts = [
-        _analyze(packets.filter(pl.col("bucket") == bucket, pl.col("file") == file).collect(), windows)
-        for file, bucket in buckets.iter_rows()
+        _analyze(packets.filter(pl.col("bucket").eq_missing(bucket), pl.col("file") == file).collect(), windows)
+        for file, bucket in buckets.iter_rows()  # a table built by hand has no buckets: one, null
     ]
     text = pl.col(pl.Categorical).cast(pl.String)  # a capture's text columns are categorical; results join with others
     return PacketAnalysis(
