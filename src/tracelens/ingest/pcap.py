@@ -106,6 +106,9 @@ def _buckets(first: Records, size: int) -> int:
     return int(min(MAX_BUCKETS, max(1, -(-size // int(per_record * BUCKET_PACKETS)))))
 
 
+TEXT_COLUMNS = ["file", "host", "ts_quality", "src", "dst", "proto"]
+
+
 class _BucketFiles:
     """The capture's rows as Parquet in the run's private working folder (a folder of its own there,
     0700, removed with the run): one file per bucket, a row group per chunk, so that reading a bucket
@@ -128,7 +131,7 @@ class _BucketFiles:
                     self.folder / f"bucket-{b:04d}.parquet",
                     table.schema,
                     compression="lz4",
-                    use_dictionary=False,  # written once, read once or twice: plain is cheaper and smaller here
+                    use_dictionary=TEXT_COLUMNS,  # the text repeats (addresses, file); numbers are written plain
                     write_statistics=["bucket"],  # what a filter on the bucket skips files by
                 )
             self.writers[b].write_table(table)
