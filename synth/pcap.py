@@ -368,9 +368,8 @@ class Background:
         _patch(out, frame + _IP_AT + 4, (data_before + ack * 7919) & 0xFFFF, 2)  # IP id: per direction, moving
         r, t = np.flatnonzero(roce), np.flatnonzero(~roce)
         psn = (1000 + np.maximum(data_before[r] - ack[r], 0)) & 0xFFFFFF  # an ACK names the last data PSN
-        qp = np.where(
-            ack[r] == 1, 0x10000 + flow[r], 0x20000 + flow[r]
-        )  # data to the responder's QP, ACKs to the requester's
+        # data to the responder's QP, ACKs to the requester's
+        qp = np.where(ack[r] == 1, 0x10000 + flow[r], 0x20000 + flow[r])
         _patch(out, frame[r] + _L4_AT + 8 + 5, qp, 3)
         _patch(out, frame[r] + _L4_AT + 8 + 9, psn, 3)
         _patch(out, frame[r] + _L4_AT, 49152 + ack[r], 2)

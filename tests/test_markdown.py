@@ -107,9 +107,8 @@ def test_log_text_renders_as_plain_text_never_as_markup():
     assert html.count("<pre>") == 1  # the one evidence block, not closed early
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html  # shown, as text
     prose = re.sub(r"<pre>.*?</pre>", "", html, flags=re.S)  # code blocks are never autolinked
-    assert (
-        "evil.example/steal" in prose and "https://evil" not in prose and "www.evil" not in prose
-    )  # shown, linking nowhere
+    # shown, linking nowhere
+    assert "evil.example/steal" in prose and "https://evil" not in prose and "www.evil" not in prose
 
 
 def test_a_code_block_fence_is_longer_than_any_backtick_run():
@@ -133,9 +132,8 @@ def test_the_summary_has_verdict_findings_evidence_inputs_and_version(analysis_o
     assert "- node01 ↔ node02: RoCE NAKs, PSN gaps and resends 1.86/s in the window (336) vs 0.293/s before" in markdown
     assert "**How to fix:** Check the link on node02" in markdown and "`perfquery -x`" in markdown
     assert "| 1 | critical | TL410 |" in markdown and "### Inputs read" in markdown
-    assert (
-        "node01/train.log:501  time (ms) | fwd: 284.50 | bwd: 4018.38" in markdown
-    )  # a top evidence line, verbatim in a code block
+    # a top evidence line, verbatim in a code block
+    assert "node01/train.log:501  time (ms) | fwd: 284.50 | bwd: 4018.38" in markdown
     assert re.search(
         r"\*tracelens \d+\.\d+\.\d+, run as: tracelens analyze run --markdown r\.md\. Config: none", markdown
     )

@@ -105,9 +105,8 @@ def test_old_and_prefix_stripped_envelopes(tmp_path):
 
 @needs_corpus
 def test_two_records_glued_on_one_line_keep_the_last():
-    _, tables = corpus(
-        "001"
-    )  # learnfair062:40507:40644 [2] NCCL INFO learnfair062:40515:40515 [6] NCCL INFO Using internal Network IB
+    # learnfair062:40507:40644 [2] NCCL INFO learnfair062:40515:40515 [6] NCCL INFO Using internal Network IB
+    _, tables = corpus("001")
     event = row(tables["nccl_events"], 6)
     assert (event["pid"], event["cuda_dev"], event["kind"]) == (40515, 6, "network")
 
@@ -141,9 +140,8 @@ def test_nccl_and_dated_wrapper_timestamps_become_ts(tmp_path):
 @needs_corpus
 def test_nccl_timestamp_behind_a_ray_actor_prefix():
     status, tables = corpus("062")
-    event = row(
-        tables["nccl_events"], 1
-    )  # [..:19.085] (ActorClassName=..., pid=46627)[2026-04-14 21:28:19.007] g340-...
+    # [..:19.085] (ActorClassName=..., pid=46627)[2026-04-14 21:28:19.007] g340-...
+    event = row(tables["nccl_events"], 1)
     assert event["ts"] == datetime(2026, 4, 14, 21, 28, 19, 7000, tzinfo=timezone.utc)
     assert event["prefix"].endswith("pid=46627)") and event["host"] == "g340-cd51-7700-58b4-b0e2-29f6-d319"
     assert status[3] == IGNORED  # the prefix-only line is the WARN's blank line
@@ -213,9 +211,8 @@ def test_channel_lines_of_every_era(tmp_path, body, expected):
 
 @needs_corpus
 def test_socket_fallback_gives_socket_rows():
-    _, tables = corpus(
-        "005"
-    )  # <cluster_name>:926:1151 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3
+    # <cluster_name>:926:1151 [7] NCCL INFO Channel 03/0 : 15[7] -> 6[6] [send] via NET/Socket/3
+    _, tables = corpus("005")
     channel = row(tables["nccl_channels"], 8)
     assert (channel["src_rank"], channel["dst_rank"], channel["net"], channel["nic"], channel["gdr"]) == (
         15,
@@ -224,9 +221,8 @@ def test_socket_fallback_gives_socket_rows():
         3,
         False,
     )
-    _, tables = corpus(
-        "032"
-    )  # Failed to open libibverbs.so[.1] -> NET/Socket : Using [0]ens5:... -> Using network Socket
+    # Failed to open libibverbs.so[.1] -> NET/Socket : Using [0]ens5:... -> Using network Socket
+    _, tables = corpus("032")
     net = tables["nccl_net"]
     assert net.filter(pl.col("what") == "network")["name"].to_list() == ["Socket"]
     assert net.filter(pl.col("what") == "ib_missing")["name"].to_list() == ["no_libibverbs"]
@@ -343,9 +339,8 @@ def test_hard_wrapped_completion_error_is_joined():
 
 @needs_corpus
 def test_watchdog_timeouts_old_and_new():
-    _, tables = corpus(
-        "013"
-    )  # [E ProcessGroupNCCL.cpp:737] [Rank 1] ... SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212
+    # [E ProcessGroupNCCL.cpp:737] [Rank 1] ... SeqNum=469508, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1802212
+    _, tables = corpus("013")
     error = row(tables["nccl_errors"], 1)
     assert (error["kind"], error["rank"], error["seq"], error["op_type"], error["timeout_ms"], error["ran_ms"]) == (
         "watchdog_timeout",
@@ -356,9 +351,8 @@ def test_watchdog_timeouts_old_and_new():
         1802212,
     )
     assert row(tables["nccl_events"], 1)["level"] == "ERROR"
-    _, tables = corpus(
-        "011"
-    )  # [rank0]:[E1206 ...] [Rank 0] ... SeqNum=7753, OpType=_REDUCE_SCATTER_BASE, ..., Timeout(ms)=600000) ran for 600061
+    # [rank0]:[E1206 ...] [Rank 0] ... SeqNum=7753, OpType=_REDUCE_SCATTER_BASE, ..., Timeout(ms)=600000) ran for 600061
+    _, tables = corpus("011")
     error = row(tables["nccl_errors"], 1)
     assert (error["rank"], error["seq"], error["op_type"], error["timeout_ms"], error["ran_ms"]) == (
         0,
@@ -369,9 +363,8 @@ def test_watchdog_timeouts_old_and_new():
     )
     exception = row(tables["nccl_errors"], 2)  # [PG 1 Rank 0] Exception ... detected by watchdog at work: 7753
     assert (exception["kind"], exception["rank"], exception["seq"]) == ("watchdog_exception", 0, 7753)
-    _, tables = corpus(
-        "080"
-    )  # [PG ID 0 PG GUID 0(default_pg) Rank 5]  failure detected by watchdog at work sequence id: 120049
+    # [PG ID 0 PG GUID 0(default_pg) Rank 5]  failure detected by watchdog at work sequence id: 120049
+    _, tables = corpus("080")
     assert (row(tables["nccl_errors"], 2)["rank"], row(tables["nccl_errors"], 2)["seq"]) == (5, 120049)
     _, tables = corpus("082")  # [Rank 1] Work WorkNCCL(SeqNum=2521, ...) timed out in blocking wait.
     assert (
@@ -382,9 +375,8 @@ def test_watchdog_timeouts_old_and_new():
 
 @needs_corpus
 def test_terminal_wrapped_watchdog_record_is_joined():
-    status, tables = corpus(
-        "083"
-    )  # "...watchdog thread terminat" / "ed with exception: [Rank 1] ... NumelOut=112," / " Timeout(ms)=1800000) ran for 1800010 ..."
+    # "...watchdog thread terminat" / "ed with exception: [Rank 1] ... NumelOut=112," / " Timeout(ms)=1800000) ran for 1800010 ..."
+    status, tables = corpus("083")
     assert status[3:6] == [PARSED, PARSED, PARSED]
     assert status[6] == NOT_MINE  # "Exception raised from checkTimeout at ..." is PyTorch's, not a wrap
     error = row(tables["nccl_errors"], 4)
@@ -400,9 +392,8 @@ def test_terminal_wrapped_watchdog_record_is_joined():
 
 @needs_corpus
 def test_pytorch_nccl_runtime_error_and_other_warns():
-    _, tables = corpus(
-        "038"
-    )  # RuntimeError: NCCL error in: .../ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3
+    # RuntimeError: NCCL error in: .../ProcessGroupNCCL.cpp:1191, unhandled system error, NCCL version 2.10.3
+    _, tables = corpus("038")
     assert tables["nccl_errors"]["kind"].to_list() == ["nccl_runtime_error"]
     _, tables = corpus("031")
     assert tables["nccl_errors"]["kind"].to_list() == ["socket", "proxy", "socket", "proxy"]

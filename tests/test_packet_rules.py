@@ -16,9 +16,10 @@ from tracelens.rules import all_rules
 from tracelens.tables import RunTables
 
 QP = synth.RoceQp()
+# healthy, and its PSNs wrap past 2^24
 OTHER_QP = synth.RoceQp(
     requester="10.0.0.3", responder="10.0.0.2", requester_qp=0x21, responder_qp=0x99, first_psn=0xFFFF00
-)  # healthy, and its PSNs wrap past 2^24
+)
 
 
 def tables(tmp_path: Path, *conversations: list, nccl_net: list[dict] | None = None) -> RunTables:

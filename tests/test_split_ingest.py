@@ -75,9 +75,8 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(big_log, tmp_path
         assert len(list(big_log.spill(jobs).rglob("nccl_events-*.parquet"))) >= 4, "a part per chunk with records"
         for name, frame in memory.tables.items():
             assert conform(name, frame).equals(conform(name, disk.tables[name].lazy().collect())), (name, jobs)
-    assert (
-        memory.tables["steps"]["message"].null_count() == 0
-    )  # each step row's text, joined back from the spilled lines
+    # each step row's text, joined back from the spilled lines
+    assert memory.tables["steps"]["message"].null_count() == 0
     disk = big_log.spilled[2]
     tables = RunTables()  # what `tracelens tables` writes: streamed from the parts, counted without reading them
     for name, frame in disk.tables.items():

@@ -352,9 +352,8 @@ def test_tables_writes_the_aligned_tables_of_analyze_with_the_printed_times_besi
         text = (run / row["file"]).read_text().splitlines()[row["line"] - 1]
         assert row["ts_text"] in text  # the time exactly as the log printed it
     captured = pl.read_parquet(alone / "packets.parquet")
-    assert (
-        captured.height and (captured["ts_text"] == captured["ts"].dt.to_string("%Y-%m-%d %H:%M:%S%.f")).all()
-    )  # UTC already
+    # UTC already
+    assert captured.height and (captured["ts_text"] == captured["ts"].dt.to_string("%Y-%m-%d %H:%M:%S%.f")).all()
 
 
 def test_tables_held_as_lazy_scans_are_aligned_lazily_to_the_same_rows():

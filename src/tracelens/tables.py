@@ -99,9 +99,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     # Network selection facts per process: one row per network, device or interface named.
     "nccl_net": _schema(
         pa.field("pid", pa.int64()),
-        pa.field(
-            "what", pa.string()
-        ),  # network, ib_device, socket_if, bootstrap_if, oob_if, ib_missing, gdr_disabled, gdr_enabled, plugin
+        # network, ib_device, socket_if, bootstrap_if, oob_if, ib_missing, gdr_disabled, gdr_enabled, plugin
+        pa.field("what", pa.string()),
         pa.field("name", pa.string()),  # network name (IB, Socket), device (mlx5_0) or interface (eth0)
         pa.field("port", pa.int32()),
         pa.field("link_layer", pa.string()),  # IB / RoCE for devices
@@ -129,9 +128,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("timeout_ms", pa.int64()),
         pa.field("ran_ms", pa.int64()),
         pa.field("message", pa.string()),
-        pa.field(
-            "async_event", pa.string()
-        ),  # IB async event: port error, CQ error, local access violation work queue error ...
+        # IB async event: port error, CQ error, local access violation work queue error ...
+        pa.field("async_event", pa.string()),
     ),
     # One row per training step report (DeepSpeed / Megatron).
     "steps": _schema(
@@ -145,9 +143,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("bwd_ms", pa.float64()),
         pa.field("bwd_allreduce_ms", pa.float64()),
         pa.field("step_ms", pa.float64()),  # DeepSpeed's `step` timer: the optimizer step
-        pa.field(
-            "avg_samples_per_sec", pa.float64()
-        ),  # ThroughputTimer's running average; samples_per_sec is the last step's
+        # ThroughputTimer's running average; samples_per_sec is the last step's
+        pa.field("avg_samples_per_sec", pa.float64()),
         pa.field("epoch", pa.int64()),
         pa.field("micro_step", pa.int64()),
         pa.field("iter_ms", pa.float64()),  # wall time of the whole iteration (Megatron, pipeline engine)
@@ -186,9 +183,8 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("port", pa.int32()),
         pa.field("counter", pa.string()),
         pa.field("value", pa.uint64()),
-        pa.field(
-            "source", pa.string()
-        ),  # perfquery, perfquery_x, perfquery_detail, ethtool, hw_counters, sysfs_counters
+        # perfquery, perfquery_x, perfquery_detail, ethtool, hw_counters, sysfs_counters
+        pa.field("source", pa.string()),
         pa.field("ca", pa.string()),  # RDMA device (mlx5_0) when known; ethtool dumps name a netdev in `node` instead
         pa.field("lid", pa.int32()),  # perfquery's `Lid N`: joins ib_ports.lid to find the CA
         pa.field("bits", pa.int8()),  # counter width in this dump: a value of 2**bits - 1 is saturated
@@ -349,9 +345,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "kernel_events": _schema(
         pa.field("zoned", pa.bool_()),
         pa.field("uptime_s", pa.float64()),  # seconds since boot, when the record prints them
-        pa.field(
-            "kind", pa.string()
-        ),  # link_down, link_up, tx_timeout, pcie_aer, xid, oom_kill, soft_lockup, hung_task, nic_event, other
+        # link_down, link_up, tx_timeout, pcie_aer, xid, oom_kill, soft_lockup, hung_task, nic_event, other
+        pa.field("kind", pa.string()),
         pa.field("subsystem", pa.string()),  # driver or tag: mlx5_core, NVRM, pcieport, igb ...
         pa.field("device", pa.string()),  # PCI address or netdev the record names
         pa.field("netdev", pa.string()),
@@ -559,9 +554,8 @@ class RunTables:
             if parts is None:
                 self._frames[name] = empty(name)
             elif len(parts) == 1 and isinstance(parts[0], pl.DataFrame):
-                self._frames[name] = parts[
-                    0
-                ]  # as it is: a copy would stay beside the part (a 10M-packet capture is 1.1 GB)
+                # as it is: a copy would stay beside the part (a 10M-packet capture is 1.1 GB)
+                self._frames[name] = parts[0]
             else:
                 self._frames[name] = self._lazy(name).collect()
         return self._frames[name]

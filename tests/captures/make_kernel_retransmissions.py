@@ -79,9 +79,8 @@ class Namespaces:
             run("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
             run("ip", "-n", ns, "link", "set", dev, "up")
             run("ip", "-n", ns, "link", "set", "lo", "up")
-            run(
-                "ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off"
-            )  # wire-sized segments
+            # wire-sized segments
+            run("ip", "netns", "exec", ns, "ethtool", "-K", dev, "tso", "off", "gso", "off", "gro", "off")
         return self
 
     def __exit__(self, *_: object) -> None:

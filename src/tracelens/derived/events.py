@@ -76,9 +76,10 @@ def network_events(
 ) -> pl.DataFrame:
     """Every network event of the run (columns SCHEMA), in time order; events without a time are left
     out. `deltas`, `packets` and `names`: the run's counter deltas, packet analysis and host names."""
+    # ties stay in source order
     return _timed([_nccl(tables, names), _counters(deltas), _packets(packets, names), _kernel(tables)]).sort(
         "lo", "source", maintain_order=True
-    )  # ties stay in source order
+    )
 
 
 def kernel_events(tables: RunTables) -> pl.DataFrame:

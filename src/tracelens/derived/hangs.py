@@ -251,9 +251,10 @@ def stuck(t: RunTables) -> list[Stuck]:
             continue  # every rank finished all it enqueued in this group
         found.append(_stuck(pg, first_open, group, pending, members.get(pg, set()), dumped))
     found += _p2p_stuck(fr, members, dumped, {s.pg for s in found})
+    # pg may be None
     return sorted(
         found, key=lambda s: (-len(s.ranks("waiting")), s.since.timestamp() if s.since else float("inf"), str(s.pg))
-    )  # pg may be None
+    )
 
 
 def _p2p_stuck(fr: pl.DataFrame, members: dict[str, set[int]], dumped: set[int], done: set[str]) -> list[Stuck]:

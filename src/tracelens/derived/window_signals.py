@@ -186,9 +186,8 @@ def dense_extent(times: pl.Series, begin: datetime, end: datetime) -> tuple[date
     return inside.min(), inside.max()
 
 
-EDGE_LOOK = timedelta(
-    seconds=5
-)  # how long before a stretch's first event (after its last) the source must have watched
+# how long before a stretch's first event (after its last) the source must have watched
+EDGE_LOOK = timedelta(seconds=5)
 
 
 def blind_edge(watched: pl.Series, edge: datetime, side: int) -> bool:

@@ -392,9 +392,10 @@ def _ranks(value: Any) -> list[int] | None:
 def group_frame(dump: dict, entries: pl.DataFrame, rank: int | None, file: str) -> pl.DataFrame:
     """One row per process group the dump knows (pg_config, pg_status or its entries)."""
     config, status = _dict_at(dump, "pg_config"), _dict_at(dump, "pg_status")
+    # runs alike
     seen = (
         entries.select("pg_id", "pg_name", "pg_desc").unique(maintain_order=True).to_dicts() if entries.height else []
-    )  # runs alike
+    )
     groups: dict[str, dict] = {}
     for row in seen:
         key = row["pg_name"] or str(row["pg_id"])

@@ -519,9 +519,10 @@ class NcclParser:
         self._spill = spill  # where each chunk's table rows go, when set; else records are kept until `finish`
         self._records: list[pl.DataFrame] = []  # one row per record: envelope, kind, body
         self._vector_fields: list[pl.DataFrame] = []  # fields of regex-matched bodies, by line
+        # seen so far
         self._versions = pl.DataFrame(
             schema={"in_file": pl.Int64, "host": pl.String, "pid": pl.Int64, "version": pl.String}
-        )  # seen so far
+        )
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
         return self.absorb(self.parse(chunk))

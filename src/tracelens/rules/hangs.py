@@ -225,9 +225,8 @@ def hang_network_context(ctx: RunContext, *, before_s: float = 60.0, after_s: fl
     if events.height == 0:
         return
     kinds = events.group_by("source", "what", "host").agg(pl.col("count").sum(), pl.col("lo").min())
-    kinds = kinds.sort(
-        "count", "what", "source", "host", descending=[True, False, False, False], nulls_last=True
-    )  # equal counts by name
+    # equal counts by name
+    kinds = kinds.sort("count", "what", "source", "host", descending=[True, False, False, False], nulls_last=True)
     said = "; ".join(
         f"{r['count']:,} {r['what']} ({r['source']}, {r['host'] or 'host not named'}, from {r['lo']:%H:%M:%S})"
         for r in kinds.head(4).iter_rows(named=True)

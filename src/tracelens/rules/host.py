@@ -122,9 +122,8 @@ def gpu_utilisation_in_slow_window(
         span = f"{ep.begin:%H:%M:%S} to {ep.end:%H:%M:%S} UTC"
         if dropped and window.height:
             causes = window.group_by("cause", "host").agg(pl.col("count").sum())
-            causes = causes.sort(
-                "count", "cause", "host", descending=[True, False, False], nulls_last=True
-            )  # ties by name
+            # ties by name
+            causes = causes.sort("count", "cause", "host", descending=[True, False, False], nulls_last=True)
             top = causes.row(0, named=True)
             hosts = [u.host for u in dropped]
             yield Finding(

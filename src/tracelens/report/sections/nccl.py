@@ -55,9 +55,8 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
             _on_host(channels, host)
             .group_by("transport", "net", "gdr")
             .len()
-            .sort(
-                "len", "transport", "net", "gdr", descending=[True, False, False, False], nulls_last=True
-            )  # ties by name
+            # ties by name
+            .sort("len", "transport", "net", "gdr", descending=[True, False, False, False], nulls_last=True)
             .rows(named=True)
         )
         interfaces = (
