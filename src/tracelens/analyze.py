@@ -260,7 +260,6 @@ def aligned_run(
     tz: str | None = None,
     ray: str | None = None,
     config: Config | None = None,
-    settle: bool = False,
     workdir: Path | None = None,
 ) -> Iterator[tuple[RunTables, Timeline, list[str]]]:
     """Ingest and align a run: its aligned tables (what `analyze --tables` and `tracelens tables`
@@ -268,10 +267,10 @@ def aligned_run(
     `tz` is the zone of log times printed without one; `ray` the address of a Ray cluster ("auto" or
     host:port) to ingest on; `config` a config file's host aliases and zone (a `tz` given here wins
     over the file's). The spilled tables stay lazy scans of their parts, aligned as they are read, so
-    `tracelens tables` streams them to its files; `settle` writes each once, aligned, into the working
-    folder and reads it back as a scan of that file (RunTables.settled: the rules read it many times),
-    all but the captures' packets, which stay scans of the bucket files the ingest wrote. The working
-    folder is `workdir` when given (the caller removes it), else one made for the run."""
+    `tracelens tables` streams them to its files. A `workdir` given is the working folder, kept by the
+    caller after the run (else one is made for the run and removed): each spilled table is then written
+    there once, aligned, and read back as a scan of that file (RunTables.settled: the rules read it many
+    times), all but the captures' packets, which stay scans of the bucket files the ingest wrote."""
     config = config or Config()
     folder_made: AbstractContextManager[str | Path]
     if workdir is not None:
@@ -287,7 +286,7 @@ def aligned_run(
         tables, timeline = align(renamed, tz or config.tz, capture_events=events, workdir=Path(folder) / "spill")
         if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
             timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]
-        if settle:
+        if workdir is not None:
             tables = tables.settled(Path(folder) / "aligned", but=STREAMED)
         yield tables, timeline, notes
 
@@ -312,9 +311,8 @@ def analyze(
     # Ray the working folder is beside the run, on shared storage, and every table is read before it goes
     workdir = tempfile.TemporaryDirectory(prefix="tracelens-") if ray is None else None
     folder = Path(workdir.name) if workdir is not None else None
-    with aligned_run(
-        target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config, settle=folder is not None, workdir=folder
-    ) as (tables, timeline, notes):
+    run = aligned_run(target, jobs=jobs, progress=progress, tz=tz, ray=ray, config=config, workdir=folder)
+    with run as (tables, timeline, notes):
         if folder is None:
             tables.load()
         context = RunContext(tables, config.shared)

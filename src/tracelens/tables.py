@@ -616,12 +616,10 @@ class RunTables:
         new._parts.update((name, [conform(name, frame)]) for name, frame in frames.items())
         return new
 
-    def load(self, but: Collection[str] = ()) -> None:
-        """Read every spilled part into memory: before the folder that holds them goes away. The
-        tables in `but` stay lazy scans (their readers keep the folder as long as they read it)."""
+    def load(self) -> None:
+        """Read every spilled part into memory: before the folder that holds them goes away."""
         for name in list(self._parts):
-            if name not in but:
-                self[name]
+            self[name]
 
     def height(self, name: str) -> int:
         """Rows of table `name`, counted without reading spilled parts into memory."""
