@@ -105,13 +105,12 @@ def _lines(rows: pl.DataFrame) -> pl.DataFrame:
     """One row per (file, line), in file and line order: a line in several tables keeps its time
     where one of them has it. `_dated`: the line printed a dated time (a c10 clock is not one);
     `_context`: a line carried in from another range (none here)."""
-    return (
-        rows.filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
-        .sort("file", "line", "ts", nulls_last=True)
-        .unique(KEY, keep="first")
-        .sort(KEY)
-        .with_columns(_dated=pl.col("ts").is_not_null(), _context=pl.lit(False))
-    )
+    # the earliest time of each line: one stable sort, then the first row of each (file, line) run (a hash
+    # `unique` and a second sort cost 7x more: 1.7 s CPU on a 250 MB log's 2M rows)
+    rows = rows.filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
+    rows = rows.sort("file", "line", "ts", nulls_last=True, maintain_order=True)
+    first_of_line = pl.any_horizontal(pl.col(KEY) != pl.col(KEY).shift()).fill_null(True)
+    return rows.filter(first_of_line).with_columns(_dated=pl.col("ts").is_not_null(), _context=pl.lit(False))
 
 
 def _run_median(columns: list[pl.LazyFrame]) -> datetime | None:
@@ -168,9 +167,23 @@ def _placed(lines: pl.DataFrame, context: pl.DataFrame | None = None) -> pl.Data
 def _with_c10_times(lines: pl.DataFrame, median: datetime | None) -> pl.DataFrame:
     """Fill `ts` from PyTorch's `MMDD HH:MM:SS` clock where the line has no dated time, with the
     year of the nearest dated line of the file (else the run's median), corrected across a new year."""
-    anchor = pl.when("_dated").then("ts").forward_fill().backward_fill().over("file")
-    parts = pl.col("clock").str.extract_groups(r"^(?P<mo>\d{1,2})(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)")
-    lines = lines.with_columns(_anchor=pl.coalesce(anchor, pl.lit(median, pl.Datetime("ns", "UTC"))), _parts=parts)
+    if lines["clock"].null_count() == lines.height:  # no PyTorch clock (most logs): nothing to date
+        c10 = pl.lit(None, pl.Datetime("ns", "UTC"))
+    else:
+        anchor = pl.when("_dated").then("ts").forward_fill().backward_fill().over("file")
+        parts = pl.col("clock").str.extract_groups(r"^(?P<mo>\d{1,2})(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)")
+        lines = lines.with_columns(_anchor=pl.coalesce(anchor, pl.lit(median, pl.Datetime("ns", "UTC"))), _parts=parts)
+        c10 = pl.when(pl.col("ts").is_null() & pl.col("clock").is_not_null()).then(_c10_time())
+    return (
+        lines.with_columns(_c10_lo=c10)
+        .with_columns(ts=pl.coalesce("ts", "_c10_lo"), _c10_hi=pl.col("_c10_lo") + C10_RESOLUTION)
+        .drop("_anchor", "_parts", strict=False)
+    )
+
+
+def _c10_time() -> pl.Expr:
+    """The time of a line's c10 clock (`_parts`) in the year of its `_anchor`, or the year before or
+    after when that puts it within half a year of the anchor."""
 
     def on_year(offset: int) -> pl.Expr:
         # from text, so a clock that is no time (hour 24, second 60, month 13, Feb 31) gives null, not an error
@@ -185,18 +198,12 @@ def _with_c10_times(lines: pl.DataFrame, median: datetime | None) -> pl.DataFram
 
     half_year = pl.duration(days=183)
     same = on_year(0)
-    c10 = (
+    return (
         pl.when(same - pl.col("_anchor") > half_year)
         .then(on_year(-1))  # a January anchor, a December clock
         .when(pl.col("_anchor") - same > half_year)
         .then(on_year(1))
         .otherwise(same)
-    )
-    c10 = pl.when(pl.col("ts").is_null() & pl.col("clock").is_not_null()).then(c10)
-    return (
-        lines.with_columns(_c10_lo=c10)
-        .with_columns(ts=pl.coalesce("ts", "_c10_lo"), _c10_hi=pl.col("_c10_lo") + C10_RESOLUTION)
-        .drop("_anchor", "_parts")
     )
 
 
