@@ -12,11 +12,11 @@ from tracelens.ingest import InputFile
 from tracelens.ingest.textlog import ingest
 from tracelens.report.summary import to_json
 
-ray = pytest.importorskip("ray", reason="the Ray extra is not installed: pip install 'tracelens[ray]'")
-
 
 @pytest.fixture(scope="module")
 def local_ray():
+    # imported here, not at collection: every xdist worker collects this module, one runs its tests
+    ray = pytest.importorskip("ray", reason="the Ray extra is not installed: pip install 'tracelens[ray]'")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
