@@ -44,7 +44,7 @@ class BigLog:
 @pytest.fixture(scope="module")
 def big_log(tmp_path_factory) -> BigLog:
     """Read once for the module's tests (one work unit under xdist, see conftest): the readings are costly
-    and both tests compare the same ones."""
+    and the spill and alignment tests compare the same ones."""
     folder = tmp_path_factory.mktemp("big-log")
     path = folder / "train.log"  # a job restarted three times: NCCL inits all through the file, many chunks apart
     path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
@@ -92,16 +92,12 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(big_log, tmp_path
     )
 
 
-def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_give(tmp_path, monkeypatch):
+def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_give(big_log, tmp_path, monkeypatch):
     """`tracelens tables` on a big log: the spilled tables stay lazy scans through the alignment (inferred
     times placed and joined a range of lines at a time, zone applied lazily) and are streamed to Parquet;
     the files equal those of the same rows aligned in memory, for a given zone and for the zone the time
     model decides on its own."""
-    path = tmp_path / "train.log"
-    path.write_bytes(4 * (FIXTURES / "scenario-congestion" / "node01" / "train.log").read_bytes())
-    size = path.stat().st_size
-    memory = ingest(InputFile(path, path.name, "log", size=size), jobs=1, chunk_bytes=16 << 10)
-    disk = ingest(InputFile(path, path.name, "log", size=size, spill=tmp_path / "spill"), jobs=1, chunk_bytes=16 << 10)
+    memory, disk = big_log.memory, big_log.spilled[1]  # the alignment reads the spilled parts, never changes them
     kept, spilled = RunTables(), RunTables()
     for name in memory.tables:
         kept.add(name, memory.tables[name])
