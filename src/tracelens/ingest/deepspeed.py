@@ -429,6 +429,8 @@ class DeepSpeedParser:
         """Claim the chunk's DeepSpeed lines; only candidate lines are read, unless a block is open."""
         block_open = any(owner is not None for owner in self._open.values())
         candidates = candidate_lines(chunk["text"])
+        if not block_open and not candidates.any():  # an NCCL or application chunk: nothing to read (~10 ms saved)
+            return pl.repeat(NOT_MINE, chunk.height, dtype=pl.UInt8, eager=True)
         if block_open or may_open_block(chunk.filter(candidates)["text"]):
             return self._feed(chunk)  # continuation lines look like anything: read every line
         status = self._feed(chunk.filter(candidates))
