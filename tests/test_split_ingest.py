@@ -130,19 +130,29 @@ def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_
     assert ((printed - shifted["ts"]).dt.total_hours().is_in([1, 2])).all()  # read in Berlin, written in UTC
 
 
+STRAGGLER_LOG = FIXTURES / "scenario-straggler" / "node01" / "train.log"  # 8 ranks' timer lines, interleaved
+
+
+@pytest.fixture(scope="module")
+def straggler_steps() -> pl.DataFrame:
+    """The straggler log's steps, every record in memory until the end (one reading for the module)."""
+    path = STRAGGLER_LOG
+    memory = ingest(InputFile(path, path.name, "log", size=path.stat().st_size), jobs=1, chunk_bytes=16 << 10)
+    return conform("steps", memory.tables["steps"])
+
+
 @pytest.mark.parametrize("stream_rows", [1, 300, 1 << 19])
 def test_steps_of_a_big_file_assembled_a_group_of_streams_at_a_time_equal_the_whole_file(
-    tmp_path, monkeypatch, stream_rows
+    straggler_steps, tmp_path, monkeypatch, stream_rows
 ):
     """A big file's step records are spilled chunk by chunk and assembled a group of whole streams (host,
     rank) at a time, merged back in line order: the steps equal one assembly over the whole file in
     memory, with groups of one stream, of a few, and of all."""
-    path = FIXTURES / "scenario-straggler" / "node01" / "train.log"  # 8 ranks' timer lines, interleaved
-    memory = ingest(InputFile(path, path.name, "log", size=path.stat().st_size), jobs=1, chunk_bytes=16 << 10)
+    path = STRAGGLER_LOG
     monkeypatch.setattr(ds_assemble, "STREAM_ROWS", stream_rows)
     spilled = InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path)
     disk = ingest(spilled, jobs=1, chunk_bytes=16 << 10)
-    expected = conform("steps", memory.tables["steps"])
+    expected = straggler_steps
     assert expected["rank"].n_unique() == 8 and expected["message"].null_count() == 0
     assert isinstance(disk.tables["steps"], pl.LazyFrame)
     assert conform("steps", disk.tables["steps"].collect()).equals(expected, null_equal=True)
