@@ -23,6 +23,7 @@ every file's rows concatenate, and `RunTables` holds the concatenation.
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from collections.abc import Collection, Mapping
 from pathlib import Path
@@ -486,6 +487,12 @@ def empty(name: str) -> pl.DataFrame:
     return pl.from_arrow(SCHEMAS[name].empty_table())  # type: ignore[return-value]
 
 
+@functools.cache
+def polars_schema(name: str) -> pl.Schema:
+    """The polars columns and types of table `name`, converted from its Arrow schema once."""
+    return pl.from_arrow(SCHEMAS[name].empty_table()).schema
+
+
 Frame: TypeAlias = pl.DataFrame | pl.LazyFrame  # a table's rows in memory, or a lazy scan of rows spilled to Parquet
 
 
@@ -495,7 +502,7 @@ def conform(name: str, frame: Frame) -> Frame:
     Ingest modules only fill what they know; this keeps every file's rows
     concatenable and typed the same way.
     """
-    target = pl.from_arrow(SCHEMAS[name].empty_table()).schema
+    target = polars_schema(name)
     schema = frame.collect_schema()
     present = schema.names()
     columns = []
