@@ -484,7 +484,7 @@ INPUTS: dict[str, str] = {
 
 def empty(name: str) -> pl.DataFrame:
     """An empty frame with the columns and types of table `name`."""
-    return pl.from_arrow(SCHEMAS[name].empty_table())  # type: ignore[return-value]
+    return pl.DataFrame(schema=polars_schema(name))
 
 
 @functools.cache
