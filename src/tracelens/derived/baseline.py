@@ -23,6 +23,7 @@ The four thresholds are a Baseline (a config file's [baseline] table, the RunCon
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -59,7 +60,7 @@ class RateComparison:
     def rate_out(self) -> float:
         return self.outside / self.outside_s if self.outside_s > 0 else 0.0
 
-    @property
+    @functools.cached_property
     def ratio_lower(self) -> float:
         """The one-sided lower confidence bound (95% by default) of rate_in / rate_out (inf when
         nothing is outside and the bound is unbounded; 0 when nothing is inside)."""
@@ -89,6 +90,8 @@ def rate_ratio_lower(x: int, t_in: float, y: int, t_out: float, confidence: floa
         return 0.0
     for _ in range(100):  # bisection on pi: the mid-p upper tail grows with pi
         mid = (lo + hi) / 2
+        if mid in (lo, hi):
+            break  # lo and hi are adjacent floats: no later step would move either (the same pi, in ~60 steps)
         if _mid_p_upper(x, n, mid) < alpha:
             lo = mid
         else:
