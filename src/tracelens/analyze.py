@@ -85,11 +85,11 @@ def _ingest_with_host(source: InputFile, jobs: int = 1, workers: Executor | None
 
 
 def _hosts(tables: dict[str, pl.DataFrame]) -> list[str]:
-    hosts: set[str] = set()
-    for frame in tables.values():
-        if "host" in frame.collect_schema().names():
-            hosts.update(h for h in frame.lazy().select(pl.col("host").unique()).collect()["host"].to_list() if h)
-    return sorted(hosts)
+    """The hosts a file's rows name, in one query over all its tables."""
+    named = [f.lazy().select(pl.col("host").cast(pl.String)) for f in tables.values() if "host" in f.collect_schema()]
+    if not named:
+        return []
+    return sorted(h for h in pl.concat(named).unique().collect()["host"].to_list() if h)
 
 
 def _input_row(source: InputFile, acc: Account, hosts: list[str]) -> dict:
