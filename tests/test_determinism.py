@@ -6,6 +6,7 @@ evidence groups, Flight Recorder groups)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import CORPUS, FIXTURES, REPO
+from tracelens.report.html import render
+from tracelens.report.summary import to_json
 
 # Fixtures with ties the reports once ordered differently from run to run.
 TIE_PRONE = [
@@ -48,21 +51,23 @@ def write_reports(out: str, targets: list[str]) -> None:
         app(["analyze", target, "--json", f"{out}/{i}.json", "-o", f"{out}/{i}.html"], standalone_mode=False)
 
 
-def _reports(targets: list[Path], seed: int | None, out: Path) -> list[tuple[str, str]]:
-    """The reports of the targets written in a process started with PYTHONHASHSEED=seed, or in this
-    test's own process (seed None)."""
+def _reports(targets: list[Path], seed: int, out: Path) -> list[tuple[str, str]]:
+    """The reports of the targets written by `tracelens analyze` in a process started with PYTHONHASHSEED=seed."""
     out.mkdir()
-    if seed is None:
-        write_reports(str(out), list(map(str, targets)))
-    else:
-        env = {**os.environ, "PYTHONHASHSEED": str(seed)}
-        proc = subprocess.run([sys.executable, "-c", DRIVER, str(out), *map(str, targets)],
-                              env=env, capture_output=True, text=True, timeout=600, cwd=REPO)  # fmt: skip
-        assert proc.returncode == 0, proc.stderr[-2000:]
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(out), *map(str, targets)],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
     return [((out / f"{i}.json").read_text(), (out / f"{i}.html").read_text()) for i in range(len(targets))]
 
 
-def test_reports_are_identical_whatever_the_hash_seed(tmp_path):
+def _reports_here(targets: list[Path], analysis_of) -> list[tuple[str, str]]:
+    """The reports of the targets as this process renders them, from the session's analyses (each made
+    here, under this process's seed, by the call `tracelens analyze` makes)."""
+    return [(json.dumps(to_json(a), indent=2, default=str), render(a)) for a in map(analysis_of, targets)]
+
+
+def test_reports_are_identical_whatever_the_hash_seed(tmp_path, analysis_of):
     """Three hash seeds: this process's own (random, or whatever PYTHONHASHSEED says) and two more in
     fresh processes, chosen unlike it (a process is the costly part: only two are started)."""
     corpus = [log for log in CORPUS_LOGS if log.is_file()]
@@ -70,7 +75,9 @@ def test_reports_are_identical_whatever_the_hash_seed(tmp_path):
     own = os.environ.get("PYTHONHASHSEED")
     assert own is not None or sys.flags.hash_randomization, "this process hashes with a seed of its own"
     seeds = [seed for seed in (1, 2, 3) if str(seed) != own][:2]
-    runs = {seed: _reports(targets, seed, tmp_path / str(seed)) for seed in [None, *seeds]}
+    runs = {None: _reports_here(targets, analysis_of)} | {
+        seed: _reports(targets, seed, tmp_path / str(seed)) for seed in seeds
+    }
     for seed in seeds:
         for target, first, other in zip(targets, runs[None], runs[seed], strict=True):
             assert first[0] == other[0], (
