@@ -30,6 +30,11 @@ def test_chunks_in_worker_threads_equal_one_reader():
         assert frame.equals(split.tables[name]), name
 
 
+# The chunks of the big logs below: a few hundred lines each, so that a fixture's log spans many
+# (7 for the straggler's, 23 for the restarted job's); each chunk costs the parsers' set-up again.
+BIG_CHUNK = 32 << 10
+
+
 @dataclass
 class BigLog:
     """A file of many chunks read with the rows kept in memory (one reader) and spilled to Parquet
@@ -53,9 +58,9 @@ def big_log(tmp_path_factory) -> BigLog:
     def spill(jobs: int) -> Path:
         return folder / f"spill-{jobs}"
 
-    memory = ingest(InputFile(path, path.name, "log", size=size), jobs=1, chunk_bytes=16 << 10)
+    memory = ingest(InputFile(path, path.name, "log", size=size), jobs=1, chunk_bytes=BIG_CHUNK)
     spilled = {
-        jobs: ingest(InputFile(path, path.name, "log", size=size, spill=spill(jobs)), jobs=jobs, chunk_bytes=16 << 10)
+        jobs: ingest(InputFile(path, path.name, "log", size=size, spill=spill(jobs)), jobs=jobs, chunk_bytes=BIG_CHUNK)
         for jobs in (1, 2)
     }
     return BigLog(path, memory, spilled, spill)
@@ -137,7 +142,7 @@ STRAGGLER_LOG = FIXTURES / "scenario-straggler" / "node01" / "train.log"  # 8 ra
 def straggler_steps() -> pl.DataFrame:
     """The straggler log's steps, every record in memory until the end (one reading for the module)."""
     path = STRAGGLER_LOG
-    memory = ingest(InputFile(path, path.name, "log", size=path.stat().st_size), jobs=1, chunk_bytes=16 << 10)
+    memory = ingest(InputFile(path, path.name, "log", size=path.stat().st_size), jobs=1, chunk_bytes=BIG_CHUNK)
     return conform("steps", memory.tables["steps"])
 
 
@@ -151,7 +156,7 @@ def test_steps_of_a_big_file_assembled_a_group_of_streams_at_a_time_equal_the_wh
     path = STRAGGLER_LOG
     monkeypatch.setattr(ds_assemble, "STREAM_ROWS", stream_rows)
     spilled = InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path)
-    disk = ingest(spilled, jobs=1, chunk_bytes=16 << 10)
+    disk = ingest(spilled, jobs=1, chunk_bytes=BIG_CHUNK)
     expected = straggler_steps
     assert expected["rank"].n_unique() == 8 and expected["message"].null_count() == 0
     assert isinstance(disk.tables["steps"], pl.LazyFrame)
