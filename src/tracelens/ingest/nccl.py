@@ -786,6 +786,15 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
     kind = pl.col("kind")
     base = [*PROVENANCE, "pid"]
     iface_what = {"bootstrap_ifs": "bootstrap_if", "socket_ifs": "socket_if", "net_if": "socket_if"}
+    missing = {
+        "ib_no_device": "no_device",
+        "libibverbs_missing": "no_libibverbs",
+        "ib_no_ip_interface": "no_ip_interface",
+    }
+    named = [*iface_what, "network", "ib_sideband", "ib_devices", "ib_device", *missing, "gdr_hca", "gdr_gpu", "plugin"]
+    records = records.filter(kind.is_in(named) | pl.col("oob").is_not_null())  # the rows any part below reads
+    if records.is_empty():
+        return records  # no network record (most chunks of a big log): its eight parts are not built
     ifaces = pl.concat([
         records.filter(kind.is_in(list(iface_what)))
         .select(*base, what=kind.replace_strict(iface_what), iface="ifaddr").explode("iface"),
@@ -794,11 +803,6 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
     ])  # fmt: skip
     iface = pl.col("iface").str.extract_groups(r"^(?P<name>[^:]+):(?P<address>.*)<\d+>$")
     dev = pl.col("dev").str.extract_groups(r"^(?P<name>[^:]+)(?::[^:]+)?:(?P<port>\d+)/(?P<link_layer>[A-Za-z]+)")
-    missing = {
-        "ib_no_device": "no_device",
-        "libibverbs_missing": "no_libibverbs",
-        "ib_no_ip_interface": "no_ip_interface",
-    }
     plugin = pl.coalesce("plugin_name", pl.when(pl.col("internal_plugin").is_not_null()).then(pl.lit("internal")))
     parts = [
         records.filter(kind == "network").select(*base, what=pl.lit("network"), name="net_name"),
