@@ -395,9 +395,9 @@ def _escape(label: str) -> str:
 def _hot_ok(recs: pl.DataFrame) -> pl.Series:
     """Whether each record of a hot kind matches its HOT pattern (each pattern runs on its kind's records only)."""
     ok = pl.repeat(False, recs.height, eager=True).alias("ok")
-    for kind, pattern in HOT.items():
+    for kind in set(HOT) & set(recs["kind"].unique().to_list()):
         rows = (recs["kind"] == kind).fill_null(False).arg_true()
-        ok.scatter(rows, recs["body"].gather(rows).str.contains(pattern))
+        ok.scatter(rows, recs["body"].gather(rows).str.contains(HOT[kind]))
     return ok
 
 
