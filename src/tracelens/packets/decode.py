@@ -1,9 +1,9 @@
 """Decode a chunk of captured frames into `packets` rows, a protocol layer at a time for all frames at once.
 
 Each layer computes, for every frame, where the next header starts and what it
-is, then reads its fields with one gather per field (`gather.ByteView`). A field
-that lies past a frame's captured end (snaplen truncation) is null; the fields
-before it are kept. Layers:
+is, copies that header out of the file with one gather and reads its fields
+from the copy (`gather`). A field that lies past a frame's captured end
+(snaplen truncation) is null; the fields before it are kept. Layers:
 
 - link: Ethernet and Linux cooked v1 (113) and v2 (276), each with up to two VLAN tags,
   raw IP (101, 228, 229, and DLT_RAW 12/14), IPoIB (242), ERF (197) carrying
@@ -25,7 +25,7 @@ import ipaddress
 import numpy as np
 import pyarrow as pa
 
-from tracelens.packets.gather import ByteView
+from tracelens.packets.gather import ByteView, field
 from tracelens.packets.records import Records
 
 # Link types (LINKTYPE_*)
@@ -96,7 +96,34 @@ INT_COLUMNS = {
     "bucket": pa.int32(),
 }
 BOOL_COLUMNS = ("ack_req", "fecn", "becn")
+# the numpy type of each column's values (by name: DataType.to_pandas_dtype imports pandas before pyarrow 26)
+COLUMN_DTYPES = {
+    name: np.dtype(f"{'int' if pa.types.is_signed_integer(kind) else 'uint'}{kind.bit_width}")
+    for name, kind in INT_COLUMNS.items()
+} | {name: np.dtype(bool) for name in BOOL_COLUMNS}
 DIGEST_WORDS = 4  # the first 32 bytes of the transport header and payload identify a segment's bytes
+
+
+class _Header:
+    """A header of `size` bytes at `at` in frames `rows`, copied once: its fields are read from the copy."""
+
+    def __init__(self, blocks: np.ndarray, room: np.ndarray) -> None:
+        self.blocks = blocks
+        self.room = room  # captured bytes from the header's start
+        self.size = blocks.dtype.itemsize
+        self.whole = not len(room) or int(room.min()) >= self.size  # the usual case: nothing cut off
+
+    def select(self, keep: np.ndarray) -> _Header:
+        """The headers of some of the frames (a mask or positions)."""
+        return _Header(self.blocks[keep], self.room[keep])
+
+    def read(self, offset: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+        """The field of `width` bytes at `offset`; 0 and not valid where past the captured end."""
+        values = field(self.blocks, offset, width)
+        if self.whole:
+            return values, np.ones(len(values), bool)
+        valid = self.room >= offset + width
+        return np.where(valid, values, 0), valid
 
 
 class _Chunk:
@@ -107,7 +134,6 @@ class _Chunk:
         self.rec = rec
         self.n = len(rec)
         self.end = rec.offset + rec.caplen
-        self._ends: tuple[np.ndarray | None, np.ndarray] = (None, self.end)
         self.values: dict[str, np.ndarray] = {}
         self.valid: dict[str, np.ndarray] = {}
         self.proto = np.full(self.n, -1, np.int64)
@@ -116,22 +142,36 @@ class _Chunk:
             for side in ("src", "dst")
         }
 
+    def header(self, rows: np.ndarray, at: np.ndarray, size: int) -> _Header:
+        """The `size` bytes at `at` of frames `rows`, copied from the file with one gather."""
+        return _Header(self.view.block(at, size), self.end[rows] - at)
+
     def read(self, rows: np.ndarray, at: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-        """Fields of `width` bytes at `at` in frames `rows`; not valid where past the captured end."""
-        if rows is not self._ends[0]:  # a layer reads many fields of the same frames: their ends once
-            self._ends = (rows, self.end[rows])
-        return self.view.uint_within(at, width, self._ends[1])
+        """One field of `width` bytes (not 3) at `at` in frames `rows`; not valid where past the captured end."""
+        return self.header(rows, at, width).read(0, width)
 
     def put(self, name: str, rows: np.ndarray, values: np.ndarray, valid: np.ndarray | bool = True) -> None:
+        """Store `values` of frames `rows` in column `name`, in the column's type: a value that does not
+        fit it (a damaged header's) is null, not wrapped."""
         if name not in self.values:
-            self.values[name] = np.zeros(self.n, np.int64)
+            self.values[name] = np.zeros(self.n, COLUMN_DTYPES[name])
             self.valid[name] = np.zeros(self.n, bool)
-        self.values[name][rows] = values
-        self.valid[name][rows] = valid
+        column = self.values[name]
+        if column.dtype != bool and not np.can_cast(values.dtype, column.dtype) and len(values):
+            limits = np.iinfo(column.dtype)
+            fits = (values >= limits.min) & (values <= limits.max)
+            if not fits.all():
+                values, valid = np.where(fits, values, 0), valid & fits
+        if len(rows) == self.n:  # every frame (rows are always ascending and distinct)
+            column[:] = values
+            self.valid[name][:] = valid
+        else:
+            column[rows] = values
+            self.valid[name][rows] = valid
 
-    def put_read(self, name: str, rows: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-        """Read a field and store it as column `name`; return the values (0 where not captured)."""
-        values, valid = self.read(rows, at, width)
+    def put_read(self, name: str, rows: np.ndarray, header: _Header, offset: int, width: int) -> np.ndarray:
+        """Read a field of `header` and store it as column `name`; return the values (0 where not captured)."""
+        values, valid = header.read(offset, width)
         self.put(name, rows, values, valid)
         return values
 
@@ -169,24 +209,22 @@ def decode(view: ByteView, rec: Records, buckets: int = 1) -> tuple[pa.Table, np
     status[other] = IGNORED
     chunk.proto[other] = _P["eth"]
     chunk.proto[nettype == ETH_ARP] = _P["arp"]
-    chunk.put("bucket", everything, pair_bucket(chunk.addr["src"], chunk.addr["dst"], buckets))
-    return _table(chunk), status
+    return _table(chunk, buckets), status
 
 
-def pair_bucket(src: tuple[np.ndarray, ...], dst: tuple[np.ndarray, ...], buckets: int) -> np.ndarray:
-    """Which of `buckets` each frame's two addresses (family, high and low part) fall in, the same
-    both ways: every connection between two hosts, both its directions, lands in one bucket,
-    whatever chunk the frame came in. The per-connection analysis reads a bucket at a time."""
-    with np.errstate(over="ignore"):
-        pair = _mix(*src) ^ _mix(*dst)
-    return (pair % np.uint64(buckets)).astype(np.int64)
+def _pair_bucket(src: np.ndarray, dst: np.ndarray, buckets: int) -> np.ndarray:
+    """Which of `buckets` each frame's two addresses (their hashes, _mix) fall in, the same both ways:
+    every connection between two hosts, both its directions, lands in one bucket, whatever chunk
+    the frame came in. The per-connection analysis reads a bucket at a time."""
+    return ((src ^ dst) % np.uint64(buckets)).astype(np.int32)
 
 
 def _mix(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
     """A well-spread 64-bit hash of an address (splitmix64's finalizer over its parts)."""
-    x = (family.astype(np.uint64) << np.uint64(56)) ^ hi.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ lo
-    for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
-        x = (x ^ (x >> np.uint64(shift))) * np.uint64(factor)
+    with np.errstate(over="ignore"):
+        x = (family.astype(np.uint64) << np.uint64(56)) ^ hi.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15) ^ lo
+        for shift, factor in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+            x = (x ^ (x >> np.uint64(shift))) * np.uint64(factor)
     return x ^ (x >> np.uint64(31))
 
 
@@ -198,8 +236,9 @@ def _link(chunk: _Chunk) -> tuple[np.ndarray, np.ndarray]:
     net = np.zeros(chunk.n, np.int64)
     nettype = np.full(chunk.n, NO_NETWORK, np.int64)
     linktype = chunk.rec.linktype
-    for lt in _unique_inverse(linktype)[0]:
-        rows = np.flatnonzero(linktype == lt)
+    one = bool(chunk.n) and bool((linktype == linktype[0]).all())  # a pcap file has one link type
+    for lt in linktype[:1] if one else np.unique(linktype):
+        rows = np.arange(chunk.n) if one else np.flatnonzero(linktype == lt)
         start = chunk.rec.offset[rows]
         if lt == ETHERNET:
             at, kind = _ethernet(chunk, rows, start)
@@ -263,32 +302,35 @@ def _erf(chunk: _Chunk, rows: np.ndarray, start: np.ndarray) -> tuple[np.ndarray
 # -- network layer ------------------------------------------------------------------------------
 
 
+def _whole(rows: np.ndarray, at: np.ndarray, header: _Header, ok: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Header]:
+    """The frames of `rows` where `ok` and `header` is captured whole, and their headers."""
+    ok &= header.room >= header.size
+    if ok.all():
+        return rows, at, header
+    return rows[ok], at[ok], header.select(ok)
+
+
 def _ipv4(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
-    first, header_ok = chunk.read(rows, at, 1)
-    header_ok &= (first >> 4 == 4) & (first & 0x0F >= 5) & (at + 20 <= chunk.end[rows])
-    rows, at, first = rows[header_ok], at[header_ok], first[header_ok]
-    ihl = (first & 0x0F) * 4
-    tos, _ = chunk.read(rows, at + 1, 1)
-    total, _ = chunk.read(rows, at + 2, 2)
-    chunk.put("ecn", rows, tos & 3)
-    chunk.put_read("ip_id", rows, at + 4, 2)
-    fragment, _ = chunk.read(rows, at + 6, 2)
-    proto, _ = chunk.read(rows, at + 9, 1)
+    ip = chunk.header(rows, at, 20)
+    first = field(ip.blocks, 0, 1)
+    rows, at, ip = _whole(rows, at, ip, (first >> 4 == 4) & (first & 0x0F >= 5))
+    ihl = (field(ip.blocks, 0, 1) & 0x0F) * 4
+    chunk.put("ecn", rows, field(ip.blocks, 1, 1) & 3)
+    chunk.put("ip_id", rows, field(ip.blocks, 4, 2))
     for side, offset in (("src", 12), ("dst", 16)):
-        address, _ = chunk.read(rows, at + offset, 4)
-        chunk.put_addr(side, rows, _V4, 0, address)
-    first_fragment = fragment & 0x1FFF == 0
-    _transport(chunk, rows, proto, at + ihl, total - ihl, first_fragment)
+        chunk.put_addr(side, rows, _V4, 0, field(ip.blocks, offset, 4))
+    first_fragment = field(ip.blocks, 6, 2) & 0x1FFF == 0
+    total = field(ip.blocks, 2, 2)
+    _transport(chunk, rows, field(ip.blocks, 9, 1), at + ihl, total - ihl, first_fragment)
 
 
 def _ipv6(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
-    first, header_ok = chunk.read(rows, at, 2)
-    header_ok &= (first >> 12 == 6) & (at + 40 <= chunk.end[rows])
-    rows, at, first = rows[header_ok], at[header_ok], first[header_ok]
-    chunk.put("ecn", rows, (first >> 4) & 3)
-    length, _ = chunk.read(rows, at + 4, 2)
-    nexthdr, _ = chunk.read(rows, at + 6, 1)
-    _ipv6_addresses(chunk, rows, at)
+    ip = chunk.header(rows, at, 40)
+    rows, at, ip = _whole(rows, at, ip, field(ip.blocks, 0, 2) >> 12 == 6)
+    chunk.put("ecn", rows, (field(ip.blocks, 0, 2) >> 4) & 3)
+    length = field(ip.blocks, 4, 2)
+    nexthdr = field(ip.blocks, 6, 1)
+    _ipv6_addresses(chunk, rows, ip)
     at = at + 40
     first_fragment = np.ones(len(rows), bool)
     for _ in range(4):  # extension headers before the transport header
@@ -296,11 +338,12 @@ def _ipv6(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
         frag = nexthdr == IPV6_FRAGMENT
         if not (ext.any() or frag.any()):
             break
-        ext_len, _ = chunk.read(rows, at + 1, 1)
-        offset, frag_valid = chunk.read(rows, at + 2, 2)
+        head = chunk.header(rows, at, 4)
+        ext_len, _ = head.read(1, 1)
+        offset, frag_valid = head.read(2, 2)
         first_fragment &= ~frag | (frag_valid & (offset >> 3 == 0))
         skip = np.where(ext, (ext_len + 1) * 8, np.where(frag, 8, 0))
-        following, valid = chunk.read(rows, at, 1)
+        following, valid = head.read(0, 1)
         nexthdr = np.where(ext | frag, np.where(valid, following, -1), nexthdr)
         at, length = at + skip, length - skip
     _transport(chunk, rows, nexthdr, at, length, first_fragment)
@@ -308,24 +351,22 @@ def _ipv6(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
 
 def _rocev1(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
     """RoCEv1: a GRH (IPv6-like, GIDs as addresses) directly followed by the BTH."""
-    ok = at + GRH_LEN <= chunk.end[rows]
-    rows, at = rows[ok], at[ok]
+    grh = chunk.header(rows, at, GRH_LEN)
+    rows, at, grh = _whole(rows, at, grh, np.ones(len(rows), bool))
     chunk.proto[rows] = _P["roce"]
-    _ipv6_addresses(chunk, rows, at)
-    length, _ = chunk.read(rows, at + 4, 2)
-    _bth(chunk, rows, at + GRH_LEN, length)
+    _ipv6_addresses(chunk, rows, grh)
+    _bth(chunk, rows, at + GRH_LEN, field(grh.blocks, 4, 2))
 
 
 def _lrh(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
     """Native InfiniBand: LRH (LIDs as addresses), a GRH when LNH says so, then the BTH."""
-    lnh, ok = chunk.read(rows, at + 1, 1)
-    ok &= at + LRH_LEN <= chunk.end[rows]
-    rows, at, lnh = rows[ok], at[ok], lnh[ok] & 3
+    lrh = chunk.header(rows, at, LRH_LEN)
+    rows, at, lrh = _whole(rows, at, lrh, np.ones(len(rows), bool))
+    lnh = field(lrh.blocks, 1, 1) & 3
     chunk.proto[rows] = _P["ib"]
     for side, offset in (("dst", 2), ("src", 6)):
-        lid, _ = chunk.read(rows, at + offset, 2)
-        chunk.put_addr(side, rows, _LID, 0, lid)
-    words, _ = chunk.read(rows, at + 4, 2)
+        chunk.put_addr(side, rows, _LID, 0, field(lrh.blocks, offset, 2))
+    words = field(lrh.blocks, 4, 2)
     global_route = lnh == 3
     bth_at = at + LRH_LEN + np.where(global_route, GRH_LEN, 0)
     transport = np.flatnonzero(lnh >= 2)  # 2: IBA local (BTH next), 3: IBA global (GRH, then BTH)
@@ -333,28 +374,37 @@ def _lrh(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
     _bth(chunk, rows[transport], bth_at[transport], length[transport])
 
 
-def _ipv6_addresses(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
+def _ipv6_addresses(chunk: _Chunk, rows: np.ndarray, header: _Header) -> None:
     """Source and destination of an IPv6 header or an InfiniBand GRH (same layout: GIDs at 8 and 24)."""
     for side, offset in (("src", 8), ("dst", 24)):
-        hi, _ = chunk.read(rows, at + offset, 8)
-        lo, _ = chunk.read(rows, at + offset + 8, 8)
+        hi, lo = field(header.blocks, offset, 8), field(header.blocks, offset + 8, 8)
         chunk.put_addr(side, rows, _V6, hi.astype(np.uint64), lo.astype(np.uint64))
 
 
 # -- transport layer ----------------------------------------------------------------------------
 
 
+def _ip_protos(first_fragment: bool) -> np.ndarray:
+    """The `proto` of an IP packet by its protocol number: TCP and UDP only in a first fragment
+    (later ones carry no transport header)."""
+    codes = np.full(256, _P["ip"], np.int64)
+    codes[[IPPROTO_ICMP, IPPROTO_ICMPV6]] = _P["icmp"], _P["icmpv6"]
+    if first_fragment:
+        codes[[IPPROTO_TCP, IPPROTO_UDP]] = _P["tcp"], _P["udp"]
+    return codes
+
+
+_PROTO_OF_FIRST, _PROTO_OF_LATER = _ip_protos(True), _ip_protos(False)
+
+
 def _transport(
     chunk: _Chunk, rows: np.ndarray, proto: np.ndarray, at: np.ndarray, length: np.ndarray, first_fragment: np.ndarray
 ) -> None:
     """TCP, UDP (RoCEv2) and ICMP for IP packets whose transport header starts at `at` and spans `length` bytes."""
-    chunk.proto[rows] = _P["ip"]
-    chunk.proto[rows[proto == IPPROTO_ICMP]] = _P["icmp"]
-    chunk.proto[rows[proto == IPPROTO_ICMPV6]] = _P["icmpv6"]
+    number = proto & 0xFF  # an unreadable next header (-1) is no protocol decoded
+    chunk.proto[rows] = np.where(first_fragment, _PROTO_OF_FIRST[number], _PROTO_OF_LATER[number])
     tcp = first_fragment & (proto == IPPROTO_TCP)
     udp = first_fragment & (proto == IPPROTO_UDP)
-    chunk.proto[rows[tcp]] = _P["tcp"]
-    chunk.proto[rows[udp]] = _P["udp"]
     if tcp.any():
         _tcp(chunk, rows[tcp], at[tcp], length[tcp])
     if udp.any():
@@ -363,18 +413,19 @@ def _transport(
     _digest(chunk, rows[l4], at[l4], np.minimum(chunk.end[rows[l4]], at[l4] + length[l4]))
 
 
-def _ports(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> np.ndarray:
-    chunk.put_read("sport", rows, at, 2)
-    return chunk.put_read("dport", rows, at + 2, 2)
+def _ports(chunk: _Chunk, rows: np.ndarray, header: _Header) -> np.ndarray:
+    chunk.put_read("sport", rows, header, 0, 2)
+    return chunk.put_read("dport", rows, header, 2, 2)
 
 
 def _tcp(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, length: np.ndarray) -> None:
-    _ports(chunk, rows, at)
-    chunk.put_read("seq", rows, at + 4, 4)
-    chunk.put_read("ack", rows, at + 8, 4)
-    flags, flags_valid = chunk.read(rows, at + 12, 2)
+    tcp = chunk.header(rows, at, 20)
+    _ports(chunk, rows, tcp)
+    chunk.put_read("seq", rows, tcp, 4, 4)
+    chunk.put_read("ack", rows, tcp, 8, 4)
+    flags, flags_valid = tcp.read(12, 2)
     chunk.put("flags", rows, flags & 0x1FF, flags_valid)
-    chunk.put_read("window", rows, at + 14, 2)
+    chunk.put_read("window", rows, tcp, 14, 2)
     header = (flags >> 12) * 4
     chunk.put("payload", rows, np.maximum(length - header, 0), flags_valid & (header >= 20))
     _sack(chunk, rows, at + 20, at + header)
@@ -387,20 +438,23 @@ def _sack(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, end: np.ndarray) -> N
     for _ in range(40):  # 40 option bytes at most; each step consumes at least one
         if not len(rows):
             return
-        kind, valid = chunk.read(rows, at, 1)
-        size, size_valid = chunk.read(rows, at + 1, 1)
+        option = chunk.header(rows, at, 10)
+        kind, valid = option.read(0, 1)
+        size, size_valid = option.read(1, 1)
         sack = valid & size_valid & (kind == TCP_OPT_SACK) & (size >= 10)
         if sack.any():
-            chunk.put_read("sack_left", rows[sack], at[sack] + 2, 4)
-            chunk.put_read("sack_right", rows[sack], at[sack] + 6, 4)
+            block = option.select(sack)
+            chunk.put_read("sack_left", rows[sack], block, 2, 4)
+            chunk.put_read("sack_right", rows[sack], block, 6, 4)
         at = at + np.where(kind == 1, 1, np.maximum(size, 2))  # NOP is one byte; guard a zero length
         going = valid & (kind != 0) & ~sack & ((kind == 1) | size_valid) & (at < end)
         rows, at, end = rows[going], at[going], end[going]
 
 
 def _udp(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
-    dport = _ports(chunk, rows, at)
-    length, length_valid = chunk.read(rows, at + 4, 2)
+    udp = chunk.header(rows, at, 8)
+    dport = _ports(chunk, rows, udp)
+    length, length_valid = udp.read(4, 2)
     chunk.put("payload", rows, np.maximum(length - 8, 0), length_valid)
     roce = dport == ROCE_PORT  # by destination port only: RoCE source ports are entropy (even 69)
     chunk.proto[rows[roce]] = _P["roce"]
@@ -409,38 +463,35 @@ def _udp(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
 
 def _bth(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, length: np.ndarray) -> None:
     """BTH fields, the AETH of RC responses, and the payload bytes (`length` counts BTH to ICRC, -1 if unknown)."""
-    opcode, opcode_valid = chunk.read(rows, at, 1)
+    bth = chunk.header(rows, at, BTH_LEN + AETH_LEN)
+    opcode, opcode_valid = bth.read(0, 1)
     chunk.put("opcode", rows, opcode, opcode_valid)
-    marks, valid = chunk.read(rows, at + 4, 1)
+    marks, valid = bth.read(4, 1)
     chunk.put("fecn", rows, marks >> 7, valid)
     chunk.put("becn", rows, (marks >> 6) & 1, valid)
-    chunk.put_read("dest_qp", rows, at + 5, 3)
-    ack_req, valid = chunk.read(rows, at + 8, 1)
+    chunk.put_read("dest_qp", rows, bth, 5, 3)
+    ack_req, valid = bth.read(8, 1)
     chunk.put("ack_req", rows, ack_req >> 7, valid)
-    chunk.put_read("psn", rows, at + 9, 3)
+    chunk.put_read("psn", rows, bth, 9, 3)
     ext = BTH_EXT_LEN[opcode]
     chunk.put("payload", rows, np.maximum(length - BTH_LEN - ext - ICRC_LEN, 0), opcode_valid & (length >= 0))
     aeth = np.flatnonzero(opcode_valid & BTH_HAS_AETH[opcode])
-    chunk.put_read("syndrome", rows[aeth], at[aeth] + BTH_LEN, 1)
-    chunk.put_read("msn", rows[aeth], at[aeth] + BTH_LEN + 1, 3)
+    if len(aeth):
+        for name, offset, width in (("syndrome", BTH_LEN, 1), ("msn", BTH_LEN + 1, 3)):
+            values, valid = bth.read(offset, width)
+            chunk.put(name, rows[aeth], values[aeth], valid[aeth])
 
 
 def _digest(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, end: np.ndarray) -> None:
     """A hash of the first bytes of the transport header and payload (the TCP checksum and the
     RoCE BTH among them), so two frames with the same digest carry the same bytes. It stops at
     `end`, the datagram's end, so Ethernet padding after short segments does not count."""
+    blocks = chunk.view.block(at, 8 * DIGEST_WORDS)  # past the file's end: zeros, masked off below
     digest = np.zeros(len(rows), np.uint64)
-    last = len(chunk.view.data) - 8
     with np.errstate(over="ignore"):
         for k in range(DIGEST_WORDS):
-            word_at = at + 8 * k
-            # one read of 8 bytes wherever the file has them (what follows the datagram is masked
-            # off); at the file's very end, the 8 bytes before it, shifted to bring the word first
-            read_at = np.minimum(word_at, last)
-            word = chunk.view.uint(read_at, 8).astype(np.uint64) << (8 * np.minimum(word_at - read_at, 7)).astype(
-                np.uint64
-            )
-            word &= _LEADING_BYTES[np.clip(end - word_at, 0, 8)]
+            word = field(blocks, 8 * k, 8).astype(np.uint64)
+            word &= _LEADING_BYTES[np.clip(end - at - 8 * k, 0, 8)]
             digest = (digest ^ word) * np.uint64(0x100000001B3 + 2 * k)
     chunk.put("digest", rows, digest.view(np.int64))
 
@@ -452,23 +503,16 @@ _LEADING_BYTES = np.array([(~((1 << (8 * (8 - n))) - 1)) & (2**64 - 1) for n in 
 # -- output -------------------------------------------------------------------------------------
 
 
-def _table(chunk: _Chunk) -> pa.Table:
+def _table(chunk: _Chunk, buckets: int) -> pa.Table:
+    src, src_hash = _addresses(*chunk.addr["src"])
+    dst, dst_hash = _addresses(*chunk.addr["dst"])
+    chunk.put("bucket", np.arange(chunk.n), _pair_bucket(src_hash, dst_hash, buckets))
     columns: dict[str, pa.Array] = {}
-    for name, kind in INT_COLUMNS.items():
+    for name in COLUMN_DTYPES:
         if name in chunk.values:
-            values, valid = chunk.values[name], chunk.valid[name]
-            # the numpy type by name: DataType.to_pandas_dtype imports pandas before pyarrow 26
-            dtype = np.dtype(f"{'int' if pa.types.is_signed_integer(kind) else 'uint'}{kind.bit_width}")
-            limits = np.iinfo(dtype)
-            if len(values) and (values.min() < limits.min or values.max() > limits.max):
-                fits = (values >= limits.min) & (values <= limits.max)  # a damaged header's value: null, not lost
-                values, valid = np.where(fits, values, 0), valid & fits
-            columns[name] = pa.array(values.astype(dtype), mask=~valid)
-    for name in BOOL_COLUMNS:
-        if name in chunk.values:
-            columns[name] = pa.array(chunk.values[name].astype(bool), mask=~chunk.valid[name])
-    for side in ("src", "dst"):
-        columns[side] = _addresses(*chunk.addr[side])
+            valid = chunk.valid[name]
+            columns[name] = pa.array(chunk.values[name], mask=None if valid.all() else ~valid)
+    columns["src"], columns["dst"] = src, dst
     known = chunk.proto >= 0
     columns["proto"] = pa.DictionaryArray.from_arrays(
         pa.array(np.where(known, chunk.proto, 0).astype(np.int32), mask=~known), pa.array(PROTOS)
@@ -476,24 +520,27 @@ def _table(chunk: _Chunk) -> pa.Table:
     return pa.table(columns)
 
 
-def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> pa.DictionaryArray:
-    """Addresses as a dictionary column: each distinct address is formatted once.
+def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> tuple[pa.DictionaryArray, np.ndarray]:
+    """Addresses as a dictionary column (each distinct address formatted once), and each frame's
+    address hash (_mix, computed once per distinct address).
 
     The distinct (family, hi, lo) triples are found with integer uniques (each part
     coded, then the codes combined), far faster than a unique over records.
     """
     if not hi.any():  # IPv4 and LIDs only, the usual capture: one unique over family and low part
         distinct, index = _unique_inverse((family.astype(np.int64) << 32) | lo.astype(np.int64))
-        names = [_format(int(key >> 32), 0, int(key & 0xFFFFFFFF)) for key in distinct]
+        family_of, hi_of, lo_of = distinct >> 32, np.zeros(len(distinct), np.uint64), distinct & 0xFFFFFFFF
     else:
         his, hi_code = _unique_inverse(hi)
         los, lo_code = _unique_inverse(lo)
         combined = (family.astype(np.int64) * len(his) + hi_code) * len(los) + lo_code
         distinct, index = _unique_inverse(combined)
-        rest, lo_of = np.divmod(distinct, len(los))
-        family_of, hi_of = np.divmod(rest, len(his))
-        names = [_format(int(f), int(his[h]), int(los[l_])) for f, h, l_ in zip(family_of, hi_of, lo_of)]
-    return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), mask=family == 0), pa.array(names))
+        rest, lo_code_of = np.divmod(distinct, len(los))
+        family_of, hi_code_of = np.divmod(rest, len(his))
+        hi_of, lo_of = his[hi_code_of], los[lo_code_of]
+    names = [_format(int(f), int(h), int(l_)) for f, h, l_ in zip(family_of, hi_of, lo_of)]
+    hashes = _mix(family_of, hi_of.astype(np.uint64), lo_of.astype(np.uint64))[index]
+    return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), mask=family == 0), pa.array(names)), hashes
 
 
 def _unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelens.packets.gather import ByteView
+from tracelens.packets.gather import ByteView, field
 
 PCAP_MAGICS = {  # magic as stored -> (byte order, nanoseconds per timestamp fraction unit)
     b"\xd4\xc3\xb2\xa1": ("<", 1000),
@@ -124,7 +124,7 @@ class CaptureReader:
         data = self.data
         order, frac_ns = PCAP_MAGICS[bytes(data[:4])]
         little = order == "<"
-        linktype = int(self.view.uint(np.array([20]), 4, little)[0]) & 0x0FFFFFFF  # upper bits: FCS length
+        linktype = struct.unpack_from(order + "I", data.data, 20)[0] & 0x0FFFFFFF  # upper bits: FCS length
         self.linktypes.add(linktype)
         caplen_at = struct.Struct(order + "I").unpack_from
         pos, frames, finished = PCAP_HEADER, 0, False
@@ -195,13 +195,13 @@ class CaptureReader:
             return pos
 
     def _pcap_records(self, heads: np.ndarray, before: int, little: bool, frac_ns: int, linktype: int) -> Records:
-        view = self.view
-        sec, frac = view.uint(heads, 4, little), view.uint(heads + 4, 4, little)
+        header = self.view.block(heads, PCAP_RECORD_HEADER)  # seconds, fraction, captured and wire lengths
+        sec, frac = field(header, 0, 4, little), field(header, 4, 4, little)
         return Records(
             frame=np.arange(before + 1, before + 1 + len(heads), dtype=np.int64),
             offset=heads + PCAP_RECORD_HEADER,
-            caplen=view.uint(heads + 8, 4, little),
-            origlen=view.uint(heads + 12, 4, little),
+            caplen=field(header, 8, 4, little),
+            origlen=field(header, 12, 4, little),
             ts_ns=sec * 1_000_000_000 + frac * frac_ns,
             ts_valid=np.ones(len(heads), bool),
             linktype=np.full(len(heads), linktype, np.int64),
@@ -258,7 +258,7 @@ class CaptureReader:
         nexts = np.array(ends, np.int64)
         heads = np.concatenate([[pos], nexts[:-1]]).astype(np.int64) if len(ends) else nexts
         length = nexts - heads
-        types = self.view.uint(heads, 4, order == "<")
+        types = field(self.view.block(heads, 4), 0, 4, order == "<")
         sound = (length >= 12) & (length % 4 == 0) & (nexts <= len(raw)) & np.isin(types, (_EPB, _SPB, _PB))
         good = int(np.argmin(sound)) if not sound.all() else len(ends)
         return heads[:good], types[:good], int(nexts[good - 1]) if good else pos
@@ -283,20 +283,24 @@ class CaptureReader:
     def _pcapng_records(
         self, starts: array, kinds: array, before: int, order: str, interfaces: list[_Interface]
     ) -> Records:
-        view, little = self.view, order == "<"
+        little = order == "<"
         block = np.frombuffer(starts, np.int64)
         kind = np.frombuffer(kinds, np.int8)
         simple = kind == _SPB
         timed = np.flatnonzero(~simple)  # enhanced and obsolete packet blocks: same layout, interface id width aside
         iface_id = np.zeros(len(block), np.int64)
         units = np.zeros(len(block), np.int64)
-        origlen = view.uint(block + 8, 4, little)  # right for simple blocks, replaced below for the others
-        caplen = np.minimum(origlen, view.uint(block + 4, 4, little) - 16)
-        at = block[timed]
-        iface_id[timed] = np.where(kind[timed] == _PB, view.uint(at + 8, 2, little), view.uint(at + 8, 4, little))
-        units[timed] = (view.uint(at + 12, 4, little) << 32) | view.uint(at + 16, 4, little)
-        origlen[timed] = view.uint(at + 24, 4, little)
-        caplen[timed] = np.minimum(view.uint(at + 20, 4, little), view.uint(at + 4, 4, little) - 32)
+        header = self.view.block(block, 28)  # type, length, then a simple block's length or the timed blocks' fields
+        length = field(header, 4, 4, little)
+        origlen = field(header, 8, 4, little)  # right for simple blocks, replaced below for the others
+        caplen = np.minimum(origlen, length - 16)
+        timed_header = header[timed]
+        iface_id[timed] = np.where(
+            kind[timed] == _PB, field(timed_header, 8, 2, little), field(timed_header, 8, 4, little)
+        )
+        units[timed] = (field(timed_header, 12, 4, little) << 32) | field(timed_header, 16, 4, little)
+        origlen[timed] = field(timed_header, 24, 4, little)
+        caplen[timed] = np.minimum(field(timed_header, 20, 4, little), length[timed] - 32)
         ts_ns = np.zeros(len(block), np.int64)
         linktype = np.full(len(block), -1, np.int64)
         for i in np.unique(iface_id):
