@@ -7,14 +7,17 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
 from synth.pcap import write_multiflow
+from tests.helpers.pcap import T0, roce, section
 from tracelens.analyze import analyze
 from tracelens.derived import flows
 from tracelens.ingest import InputFile, pcap
+from tracelens.packets import records
 from tracelens.report.summary import to_json
 from tracelens.tables import conform
 
@@ -53,6 +56,39 @@ def test_analysis_in_buckets_equals_the_whole(multiflow, tmp_path, monkeypatch):
         assert_frame_equal(bucketed.events, whole.events)
     kinds = set(whole.events["kind"].to_list())
     assert {"NAK (PSN sequence error)", "RNR NAK", "CNP", "ECN-CE", "TCP retransmission"} <= kinds
+
+
+def _damaged(multiflow: Path, tmp_path: Path, damage: str) -> Path:
+    data = bytearray(multiflow.read_bytes())
+    if damage == "cut":  # mid-record
+        data = data[:-50]
+    elif damage == "corrupt":  # a record in the fifth chunk claims 4 GB
+        fifth = list(records.CaptureReader(np.frombuffer(bytes(data), np.uint8)).walk())[4]
+        at = int(fifth.starts[100]) + 8
+        data[at : at + 4] = b"\xff\xff\xff\xff"
+    elif damage == "pcapng":  # two sections, their own byte order and interfaces, several chunks each
+        frames = [(0, int(T0 * 1e6) + i, bytes(roce(psn=i))) for i in range(9)]
+        data = bytearray(section("<", [(1, 0, None)], frames) + section(">", [(101, 0, 3), (1, 0, 9)], frames))
+    path = tmp_path / f"{damage}.pcap"
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("damage", ["none", "cut", "corrupt", "pcapng"])
+def test_a_capture_walked_apart_reads_as_walked_in_process(multiflow, tmp_path, monkeypatch, damage):
+    """A big capture's record walk runs in a child process (tracelens.packets.walker): the same rows,
+    counts and notes, chunk after chunk, as the walk in the ingest's own process."""
+    monkeypatch.setattr(records, "CHUNK_RECORDS", 7_000 if damage != "pcapng" else 4)
+    path = _damaged(multiflow, tmp_path, damage)
+    read = {}
+    for apart in (False, True):
+        monkeypatch.setattr(pcap, "WALK_APART_BYTES", 0 if apart else 1 << 62)
+        result = pcap.ingest(InputFile(path, path.name, "pcap", size=path.stat().st_size))
+        account = result.account
+        read[apart] = result.tables["packets"], (account.lines, account.parsed, account.errors, account.samples)
+    assert_frame_equal(read[True][0], read[False][0])
+    assert read[True][1] == read[False][1]
+    assert read[True][1][0] == {"none": 60_000, "cut": 59_999, "corrupt": 28_100, "pcapng": 18}[damage]
 
 
 def test_both_directions_of_a_host_pair_share_a_bucket(multiflow):

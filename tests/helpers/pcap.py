@@ -1,4 +1,5 @@
-"""Captures for tests: a RoCE frame, a classic pcap written byte by byte, and a capture read back."""
+"""Captures for tests: a RoCE frame, a classic pcap and pcapng sections written byte by byte, and a capture
+read back."""
 
 from __future__ import annotations
 
@@ -49,3 +50,20 @@ def classic(
 def read(path: Path):
     result = pcap.ingest(InputFile(path, path.name, "pcap"))
     return result.tables.get("packets"), result.account
+
+
+def block(order: str, kind: int, body: bytes) -> bytes:
+    body += b"\0" * (-len(body) % 4)
+    return struct.pack(order + "II", kind, len(body) + 12) + body + struct.pack(order + "I", len(body) + 12)
+
+
+def section(order: str, interfaces: list[tuple[int, int, int | None]], packets: list[tuple[int, int, bytes]]) -> bytes:
+    """SHB, IDBs (linktype, snaplen, if_tsresol byte or None), then EPBs (interface, units, frame)."""
+    out = block(order, 0x0A0D0D0A, struct.pack(order + "IHHq", 0x1A2B3C4D, 1, 0, -1))
+    for linktype, snaplen, resol in interfaces:
+        options = b"" if resol is None else struct.pack(order + "HHB3x", 9, 1, resol) + struct.pack(order + "HH", 0, 0)
+        out += block(order, 1, struct.pack(order + "HHI", linktype, 0, snaplen) + options)
+    for iface, units, frame in packets:
+        head = struct.pack(order + "IIIII", iface, units >> 32, units & 0xFFFFFFFF, len(frame), len(frame))
+        out += block(order, 6, head + frame)
+    return out

@@ -1,16 +1,17 @@
 """Packet captures (pcap and pcapng) into the `packets` table.
 
 The file is memory-mapped and decoded a chunk of records at a time
-(tracelens.packets.records walks the records, tracelens.packets.decode reads
-their headers vectorized), so a capture larger than memory is read in bounded
-memory. In a run (the source has a spill folder, the run's private working
-folder) the rows go there as Parquet as they are decoded, one file per bucket of
-host pairs, and the table is a lazy scan of them: memory follows a chunk, not the
-capture, and the per-connection analysis (tracelens.derived.flows) reads one
-bucket's file at a time. Account: lines = frames read, parsed = frames with an IP, RoCE or
-InfiniBand header, ignored = other link-layer protocols (ARP, LLDP ...),
-unrecognized = frames on an unknown link type or with a cut or malformed
-network header.
+(tracelens.packets.records walks the records, in a process of its own for a big
+capture, tracelens.packets.walker; tracelens.packets.decode reads their headers
+vectorized, two chunks at once in threads), so a capture larger than memory is
+read in bounded memory on every core. In a run (the source has a spill folder,
+the run's private working folder) the rows go there as Parquet as they are
+decoded, one file per bucket of host pairs, and the table is a lazy scan of
+them: memory follows a chunk, not the capture, and the per-connection analysis
+(tracelens.derived.flows) reads one bucket's file at a time. Account: lines =
+frames read, parsed = frames with an IP, RoCE or InfiniBand header, ignored =
+other link-layer protocols (ARP, LLDP ...), unrecognized = frames on an unknown
+link type or with a cut or malformed network header.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import ctypes
 import mmap
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -28,14 +31,18 @@ import pyarrow.parquet as pq
 
 from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile
 from tracelens.packets import decode as dec
+from tracelens.packets import walker
 from tracelens.packets.records import CaptureError, CaptureReader, Records, is_capture
-from tracelens.tables import TS, conform
+from tracelens.tables import SCHEMAS, TS, conform
 
 FORMAT = "pcap"
 PRIORITY = 10
 
 BUCKET_PACKETS = 250_000  # packets of a bucket the per-connection analysis holds at once (~700 bytes each at its peak)
 MAX_BUCKETS = 256  # one open file each while the capture is read; beyond 64M packets, buckets grow instead
+SPILL_ROWS = 1 << 20  # rows held before each bucket's are written as a row group (~150 MB)
+DECODERS = 2  # chunks decoded at once, beside the record walk
+WALK_APART_BYTES = 64 << 20  # captures from this size are walked by a process of their own
 
 LINKTYPE_NAMES = {
     dec.ETHERNET: "Ethernet",
@@ -65,38 +72,78 @@ def ingest(source: InputFile) -> IngestResult:
     except CaptureError as exc:
         account.errors.append(f"{source.name}: {exc}")
         return result
-    spill = _BucketFiles(source.spill) if source.spill is not None else None
-    frames, buckets = [], 0
-    # The record walk finds the next chunk's records while this chunk is decoded (numpy, which lets
-    # go of the interpreter in its big gathers): two cores for one capture.
-    with ThreadPoolExecutor(1) as walker:
-        chunks = reader.chunks()
-        upcoming = walker.submit(next, chunks, None)
-        while (rec := upcoming.result()) is not None:
-            upcoming = walker.submit(next, chunks, None)
-            buckets = buckets or _buckets(rec, len(reader.data))
-            table, status = dec.decode(reader.view, rec, buckets)
-            frame = _frame(source, rec, table)
+    # a big capture's walk runs in a process of its own (tracelens.packets.walker): beside the decoding
+    # threads, in this one, it would hold them up
+    walks = walker.walked(source.path) if source.size >= WALK_APART_BYTES else nullcontext(reader.walk())
+    frames: list[pa.Table] = []
+    spill: _BucketFiles | None = None
+    buckets = 1
+    # Up to DECODERS chunks are decoded at once in threads (numpy and arrow let go of the interpreter in
+    # their loops), while this thread reads the next chunk's walk and hands the chunks decoded to the
+    # spill, which writes its files on the same threads: every core busy.
+    with walks as walked, ThreadPoolExecutor(DECODERS) as pool:
+        decoding: deque[tuple[Records, Future]] = deque()
+
+        def finish() -> None:
+            rec, done = decoding.popleft()
+            table, status = done.result()
             if spill is not None:
-                spill.write(frame)
+                spill.add(table)
             else:
-                frames.append(frame)
+                frames.append(table)
             _count(account, rec, status)
             # the pages decoded so far leave this process's memory (the page cache keeps them): a
             # mapped capture of several GB would otherwise count whole in its resident size
             mapped.madvise(mmap.MADV_DONTNEED, 0, int(rec.offset[0]) // mmap.PAGESIZE * mmap.PAGESIZE)
+
+        for chunk in walked:
+            reader.notes.extend(chunk.notes)
+            if not len(chunk.starts):
+                continue
+            rec = reader.records(chunk)
+            if chunk.before == 0:  # the first chunk: how many buckets the rows go in
+                buckets = _buckets(rec, len(reader.data))
+                spill = _BucketFiles(source.spill, buckets, pool) if source.spill is not None else None
+            decoding.append((rec, pool.submit(_decode, reader, rec, buckets, source.name)))
+            while len(decoding) > DECODERS or (decoding and decoding[0][1].done()):
+                finish()
+        while decoding:
+            finish()
+        scan = spill.close() if spill is not None else None
     account.errors.extend(f"{source.name}: {note}" for note in reader.notes)
     for linktype in sorted(reader.linktypes - set(LINKTYPE_NAMES)):
         account.errors.append(
             f"{source.name}: link type {linktype} is not one tracelens decodes; its packets were skipped"
         )
-    if spill is not None:
-        if (scan := spill.close()) is not None:
-            result.add("packets", scan)
+    if scan is not None:
+        result.add("packets", scan)
     elif frames:
-        result.add("packets", pl.concat(frames))  # in chunks: read it by selecting columns first
+        result.add("packets", conform("packets", pl.from_arrow(pa.concat_tables(frames))))
     _give_back_freed_memory()
     return result
+
+
+def _decode(reader: CaptureReader, rec: Records, buckets: int, name: str) -> tuple[pa.Table, np.ndarray]:
+    """A chunk's rows in the packets table's columns and types, and each frame's status (decode.decode)."""
+    decoded, status = dec.decode(reader.view, rec, buckets)
+    n = len(rec)
+    given = {
+        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([name])),
+        "host": pa.nulls(n, TEXT),
+        "ts": pa.array(rec.ts_ns, mask=~rec.ts_valid, type=TS),
+        "ts_quality": pa.DictionaryArray.from_arrays(
+            pa.array(rec.ts_valid.astype(np.int32)), pa.array(["none", "exact"])
+        ),
+    }
+    columns = []
+    for column in SCHEMAS["packets"]:
+        if column.name in given:
+            columns.append(given[column.name])
+        elif column.name in decoded.column_names:
+            columns.append(decoded[column.name])
+        else:  # a layer no frame of the chunk has (no TCP ...)
+            columns.append(pa.nulls(n, TEXT if column.name in TEXT_COLUMNS else column.type))
+    return pa.Table.from_arrays(columns, schema=SCHEMA), status
 
 
 def _buckets(first: Records, size: int) -> int:
@@ -107,37 +154,64 @@ def _buckets(first: Records, size: int) -> int:
 
 
 TEXT_COLUMNS = ["file", "host", "ts_quality", "src", "dst", "proto"]
+TEXT = pa.dictionary(pa.int32(), pa.string())  # text that repeats (file, host, addresses, protocol): categorical
+SCHEMA = pa.schema([pa.field(f.name, TEXT if f.name in TEXT_COLUMNS else f.type) for f in SCHEMAS["packets"]])
 
 
 class _BucketFiles:
     """The capture's rows as Parquet in the run's private working folder (a folder of its own there,
-    0700, removed with the run): one file per bucket, a row group per chunk, so that reading a bucket
-    reads one file (its `bucket` column is one value: a filter on it skips the others unread)."""
+    0700, removed with the run): one file per bucket, so that reading a bucket reads one file (its
+    `bucket` column is one value: a filter on it skips the others unread). Rows wait until about
+    SPILL_ROWS of them are held, then each bucket's go out as one row group, its file written on
+    one of `pool`'s threads: a row group costs about a millisecond whatever its size, so a bucket's
+    share of each chunk (a few thousand rows) alone would cost more than its rows."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, buckets: int, pool: ThreadPoolExecutor) -> None:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.folder = Path(tempfile.mkdtemp(dir=root, prefix="packets-"))
+        self.buckets, self.pool = buckets, pool
         self.writers: dict[int, pq.ParquetWriter] = {}
+        self.held: list[list[pa.Table]] = [[] for _ in range(buckets)]
+        self.rows = 0
+        self.writing: list[Future] = []
 
-    def write(self, frame: pl.DataFrame) -> None:
-        bucket = frame["bucket"].to_numpy()
-        order = np.argsort(bucket, kind="stable")  # the chunk's rows bucket by bucket, in frame order within
-        rows = frame[order]
-        bounds = np.searchsorted(bucket[order], np.arange(bucket.max() + 2))
+    def add(self, table: pa.Table) -> None:
+        """A chunk's rows, in frame order: each bucket's stay in frame order."""
+        bucket = table["bucket"].to_numpy()
+        order = np.argsort(bucket.astype(np.uint8), kind="stable")  # radix sort: MAX_BUCKETS is 256
+        rows = table.take(order)
+        bounds = np.searchsorted(bucket[order], np.arange(self.buckets + 1))
         for b in np.flatnonzero(np.diff(bounds)).tolist():
-            table = rows.slice(int(bounds[b]), int(bounds[b + 1] - bounds[b])).to_arrow()
-            if b not in self.writers:
-                self.writers[b] = pq.ParquetWriter(
-                    self.folder / f"bucket-{b:04d}.parquet",
-                    table.schema,
-                    compression="lz4",
-                    use_dictionary=TEXT_COLUMNS,  # the text repeats (addresses, file); numbers are written plain
-                    write_statistics=["bucket"],  # what a filter on the bucket skips files by
-                )
-            self.writers[b].write_table(table)
+            self.held[b].append(rows.slice(int(bounds[b]), int(bounds[b + 1] - bounds[b])))
+        self.rows += len(table)
+        if self.rows >= SPILL_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        for done in self.writing:  # a bucket's row groups in order: the previous ones are written
+            done.result()
+        self.writing = [
+            self.pool.submit(self._write, b, pa.concat_tables(parts)) for b, parts in enumerate(self.held) if parts
+        ]
+        self.held = [[] for _ in range(self.buckets)]
+        self.rows = 0
+
+    def _write(self, bucket: int, table: pa.Table) -> None:
+        if bucket not in self.writers:
+            self.writers[bucket] = pq.ParquetWriter(
+                self.folder / f"bucket-{bucket:04d}.parquet",
+                SCHEMA,
+                compression="lz4",
+                use_dictionary=TEXT_COLUMNS,  # the text repeats (addresses, file); numbers are written plain
+                write_statistics=["bucket"],  # what a filter on the bucket skips files by
+            )
+        self.writers[bucket].write_table(table, row_group_size=len(table))
 
     def close(self) -> pl.LazyFrame | None:
         """A lazy scan of every bucket's file; None when no frame was read."""
+        self._flush()
+        for done in self.writing:
+            done.result()
         for writer in self.writers.values():
             writer.close()
         paths = [self.folder / f"bucket-{bucket:04d}.parquet" for bucket in sorted(self.writers)]
@@ -161,23 +235,6 @@ def _count(account: Account, rec: Records, status: np.ndarray) -> None:
     account.unrecognized += len(bad)
     on_known_link = bad[np.isin(rec.linktype[bad], list(LINKTYPE_NAMES))]  # unknown links get one error line
     account.add_samples([(int(rec.frame[i]), _undecodable(rec, i)) for i in on_known_link[:SAMPLE_LIMIT]])
-
-
-def _frame(source: InputFile, rec: Records, table: pa.Table) -> pl.DataFrame:
-    n = len(rec)
-    provenance = {
-        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([source.name])),
-        "ts": pa.array(rec.ts_ns, mask=~rec.ts_valid, type=TS),
-        "ts_quality": pa.DictionaryArray.from_arrays(
-            pa.array(rec.ts_valid.astype(np.int32)), pa.array(["none", "exact"])
-        ),
-    }
-    for name, column in provenance.items():
-        table = table.append_column(name, column)
-    # in the table's types now, chunk by chunk: a capture's rows are not held twice when the run adds them;
-    # its text columns (file, host, addresses, protocol) stay categorical
-    frame = pl.from_arrow(table).with_columns(host=pl.lit(None, pl.Categorical))  # type: ignore[union-attr]
-    return conform("packets", frame)
 
 
 def _undecodable(rec: Records, i: int) -> str:

@@ -1,12 +1,14 @@
 """The record stream of a pcap or pcapng file: where each captured frame lies, when, on which link.
 
 Only the walk from one record to the next is sequential (a record's length
-says where the next one starts), so that walk is the one Python step: a
-comprehension reading a single length per record, whose results numpy checks
-for the whole chunk at once (a record-by-record walk takes over only where
-something is wrong, or at a pcapng section's headers). Everything else about a
-record (time, lengths, interface) is gathered afterwards with numpy from the
-memory-mapped file, a chunk of records at a time: memory follows the chunk,
+says where the next one starts), so that walk is the one Python step
+(CaptureReader.walk): a comprehension reading a single length per record, whose
+results numpy checks for the whole chunk at once (a record-by-record walk takes
+over only where something is wrong, or at a pcapng section's headers). It says
+where a chunk's records start (Walked), and may run in a process of its own
+(tracelens.packets.walker). Everything else about a record (time, lengths,
+interface) is gathered afterwards with numpy from the memory-mapped file, a
+chunk of records at a time (CaptureReader.records): memory follows the chunk,
 not the file.
 """
 
@@ -68,7 +70,21 @@ def is_capture(head: bytes) -> bool:
 
 
 @dataclass
-class _Interface:
+class Walked:
+    """Where one chunk's records start, as the walk found them (what Records are gathered from)."""
+
+    starts: np.ndarray  # pcap: each record's header; pcapng: each packet block (int64)
+    kinds: np.ndarray  # pcapng: each block's type (int8); empty for pcap
+    before: int  # frames of the file before this chunk
+    order: str  # byte order of the section ("<" or ">")
+    interfaces: list[Interface]  # pcapng: the section's interfaces; empty for pcap
+    notes: list[str]  # what the walk noted since the previous chunk (a cut record ...)
+
+
+@dataclass
+class Interface:
+    """A pcapng interface description: its link type, snapshot length and clock."""
+
     linktype: int
     snaplen: int
     resol_base: int = 10  # timestamp unit is resol_base ** -resol_exp seconds
@@ -104,34 +120,57 @@ class CaptureReader:
             self.kind = "pcap"
             if len(data) < PCAP_HEADER:
                 raise CaptureError(f"pcap file header cut short ({len(data)} of {PCAP_HEADER} bytes)")
+            order = PCAP_MAGICS[head[:4]][0]
+            self.linktype = struct.unpack_from(order + "I", data.data, 20)[0] & 0x0FFFFFFF  # upper bits: FCS length
+            self.linktypes.add(self.linktype)
         elif is_capture(head):
             self.kind = "pcapng"
         elif not head:
             raise CaptureError("empty file")
         else:
             raise CaptureError(f"not a pcap or pcapng file (starts with {head[:4].hex()})")
+        self.walk_notes: list[str] = []  # what the walk noted: each chunk it hands out carries the new ones
+        self._noted = 0
 
     def chunks(self) -> Iterator[Records]:
         """The frames of the capture in file order, CHUNK_RECORDS at a time."""
-        return self._pcap() if self.kind == "pcap" else self._pcapng()
+        for walked in self.walk():
+            self.notes.extend(walked.notes)
+            if len(walked.starts):
+                yield self.records(walked)
+
+    def walk(self) -> Iterator[Walked]:
+        """Where the capture's records start, CHUNK_RECORDS at a time; what the walk notes (a cut or
+        corrupt record) comes with the chunk it was noted in, or in a last one without records."""
+        yield from self._pcap() if self.kind == "pcap" else self._pcapng()
+        if len(self.walk_notes) > self._noted:
+            yield self._walked(np.zeros(0, np.int64), np.zeros(0, np.int8), 0, "<", [])
+
+    def _walked(self, starts: np.ndarray, kinds: np.ndarray, before: int, order: str, interfaces: list) -> Walked:
+        noted, self._noted = self.walk_notes[self._noted :], len(self.walk_notes)
+        return Walked(starts, kinds, before, order, list(interfaces), noted)
+
+    def records(self, walked: Walked) -> Records:
+        """The columns of a chunk's records, gathered from the file where the walk found them."""
+        if self.kind == "pcap":
+            order, frac_ns = PCAP_MAGICS[bytes(self.data[:4])]
+            return self._pcap_records(walked.starts, walked.before, order == "<", frac_ns, self.linktype)
+        return self._pcapng_records(walked.starts, walked.kinds, walked.before, walked.order, walked.interfaces)
 
     def _cut(self, pos: int, frames: int) -> None:
-        self.notes.append(
+        self.walk_notes.append(
             f"capture cut mid-record at byte {pos} (frame {frames + 1}); kept the {frames} whole packets before it"
         )
 
-    def _pcap(self) -> Iterator[Records]:
+    def _pcap(self) -> Iterator[Walked]:
         data = self.data
-        order, frac_ns = PCAP_MAGICS[bytes(data[:4])]
-        little = order == "<"
-        linktype = struct.unpack_from(order + "I", data.data, 20)[0] & 0x0FFFFFFF  # upper bits: FCS length
-        self.linktypes.add(linktype)
+        order = PCAP_MAGICS[bytes(data[:4])][0]
         caplen_at = struct.Struct(order + "I").unpack_from
         pos, frames, finished = PCAP_HEADER, 0, False
         while not finished:
             heads, pos, finished = self._walk_pcap(data.data, pos, frames, caplen_at)
             if len(heads):
-                yield self._pcap_records(heads, frames, little, frac_ns, linktype)
+                yield self._walked(heads, np.zeros(0, np.int8), frames, order, [])
                 frames += len(heads)
 
     def _walk_pcap(self, raw: memoryview, pos: int, frames: int, caplen_at) -> tuple[np.ndarray, int, bool]:
@@ -189,7 +228,7 @@ class CaptureReader:
                         "captured bytes, so the file is corrupt from there"
                     )
                 )
-                self.notes.append(f"{why}; kept the {kept} packets before it")
+                self.walk_notes.append(f"{why}; kept the {kept} packets before it")
                 return pos
             self._cut(pos, frames + len(starts))
             return pos
@@ -207,12 +246,12 @@ class CaptureReader:
             linktype=np.full(len(heads), linktype, np.int64),
         )
 
-    def _pcapng(self) -> Iterator[Records]:
+    def _pcapng(self) -> Iterator[Walked]:
         data, size = self.data, len(self.data)
         raw = data.data  # the array's buffer as a memoryview
         pos, frames = 0, 0
         order = "<"
-        interfaces: list[_Interface] = []
+        interfaces: list[Interface] = []
         starts, kinds = array("q"), array("b")
         while pos < size:
             if pos + 12 > size:
@@ -220,7 +259,7 @@ class CaptureReader:
                 break
             if bytes(raw[pos : pos + 4]) == PCAPNG_SHB:
                 if starts:  # a new section may change byte order and interfaces
-                    yield self._pcapng_records(starts, kinds, frames, order, interfaces)
+                    yield self._walked(*_arrays(starts, kinds), frames, order, interfaces)
                     frames += len(starts)
                     starts, kinds = array("q"), array("b")
                 bom = struct.unpack_from("<I", raw, pos + 8)[0]
@@ -238,13 +277,13 @@ class CaptureReader:
                 starts.frombytes(heads.tobytes())
                 kinds.frombytes(types.astype(np.int8).tobytes())
                 if len(starts) == CHUNK_RECORDS:
-                    yield self._pcapng_records(starts, kinds, frames, order, interfaces)
+                    yield self._walked(*_arrays(starts, kinds), frames, order, interfaces)
                     frames += len(starts)
                     starts, kinds = array("q"), array("b")
                 continue
             pos += blen
         if starts:
-            yield self._pcapng_records(starts, kinds, frames, order, interfaces)
+            yield self._walked(*_arrays(starts, kinds), frames, order, interfaces)
 
     def _packet_blocks(self, raw: memoryview, pos: int, order: str, room: int) -> tuple[np.ndarray, np.ndarray, int]:
         """The packet blocks that follow from `pos` (up to `room`): where each starts, its type, and
@@ -264,9 +303,9 @@ class CaptureReader:
         return heads[:good], types[:good], int(nexts[good - 1]) if good else pos
 
     @staticmethod
-    def _interface(raw: memoryview, pos: int, blen: int, order: str) -> _Interface:
+    def _interface(raw: memoryview, pos: int, blen: int, order: str) -> Interface:
         linktype, _, snaplen = struct.unpack_from(order + "HHI", raw, pos + 8)
-        iface = _Interface(linktype, snaplen)
+        iface = Interface(linktype, snaplen)
         opt, end = pos + 16, pos + blen - 4
         while opt + 4 <= end:
             code, length = struct.unpack_from(order + "HH", raw, opt)
@@ -281,11 +320,9 @@ class CaptureReader:
         return iface
 
     def _pcapng_records(
-        self, starts: array, kinds: array, before: int, order: str, interfaces: list[_Interface]
+        self, block: np.ndarray, kind: np.ndarray, before: int, order: str, interfaces: list[Interface]
     ) -> Records:
         little = order == "<"
-        block = np.frombuffer(starts, np.int64)
-        kind = np.frombuffer(kinds, np.int8)
         simple = kind == _SPB
         timed = np.flatnonzero(~simple)  # enhanced and obsolete packet blocks: same layout, interface id width aside
         iface_id = np.zeros(len(block), np.int64)
@@ -323,3 +360,7 @@ class CaptureReader:
             ts_valid=~simple,
             linktype=linktype,
         )
+
+
+def _arrays(starts: array, kinds: array) -> tuple[np.ndarray, np.ndarray]:
+    return np.frombuffer(starts, np.int64), np.frombuffer(kinds, np.int8)
