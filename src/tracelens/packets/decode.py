@@ -25,7 +25,7 @@ import ipaddress
 import numpy as np
 import pyarrow as pa
 
-from tracelens.packets.gather import ByteView, field
+from tracelens.packets.gather import ByteView, field, raw
 from tracelens.packets.records import Records
 
 # Link types (LINKTYPE_*)
@@ -159,8 +159,8 @@ class _Chunk:
         column = self.values[name]
         if column.dtype != bool and not np.can_cast(values.dtype, column.dtype) and len(values):
             limits = np.iinfo(column.dtype)
-            fits = (values >= limits.min) & (values <= limits.max)
-            if not fits.all():
+            if values.min() < limits.min or values.max() > limits.max:  # a damaged header's value
+                fits = (values >= limits.min) & (values <= limits.max)
                 values, valid = np.where(fits, values, 0), valid & fits
         if len(rows) == self.n:  # every frame (rows are always ascending and distinct)
             column[:] = values
@@ -171,6 +171,10 @@ class _Chunk:
 
     def put_read(self, name: str, rows: np.ndarray, header: _Header, offset: int, width: int) -> np.ndarray:
         """Read a field of `header` and store it as column `name`; return the values (0 where not captured)."""
+        if header.whole and width != 3:  # every frame has it: stored from the header as it is
+            values = raw(header.blocks, offset, width)
+            self.put(name, rows, values)
+            return values
         values, valid = header.read(offset, width)
         self.put(name, rows, values, valid)
         return values
@@ -192,7 +196,7 @@ def decode(view: ByteView, rec: Records, buckets: int = 1) -> tuple[pa.Table, np
     PARSED: an IP, RoCE or InfiniBand header was read; IGNORED: another link-layer
     protocol (ARP, LLDP, ...); UNDECODABLE: unknown link type, or the network
     header is cut off or malformed. `bucket` is which of `buckets` the frame's
-    unordered address pair falls in (pair_bucket).
+    unordered address pair falls in (_pair_bucket).
     """
     chunk = _Chunk(view, rec)
     net, nettype = _link(chunk)
@@ -316,7 +320,7 @@ def _ipv4(chunk: _Chunk, rows: np.ndarray, at: np.ndarray) -> None:
     rows, at, ip = _whole(rows, at, ip, (first >> 4 == 4) & (first & 0x0F >= 5))
     ihl = (field(ip.blocks, 0, 1) & 0x0F) * 4
     chunk.put("ecn", rows, field(ip.blocks, 1, 1) & 3)
-    chunk.put("ip_id", rows, field(ip.blocks, 4, 2))
+    chunk.put("ip_id", rows, raw(ip.blocks, 4, 2))
     for side, offset in (("src", 12), ("dst", 16)):
         chunk.put_addr(side, rows, _V4, 0, field(ip.blocks, offset, 4))
     first_fragment = field(ip.blocks, 6, 2) & 0x1FFF == 0
@@ -524,34 +528,31 @@ def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> tuple[pa.D
     """Addresses as a dictionary column (each distinct address formatted once), and each frame's
     address hash (_mix, computed once per distinct address).
 
-    The distinct (family, hi, lo) triples are found with integer uniques (each part
-    coded, then the codes combined), far faster than a unique over records.
+    The distinct (family, hi, lo) triples are found by integer codes (each part coded, then the
+    codes combined), far faster than a unique over records.
     """
     if not hi.any():  # IPv4 and LIDs only, the usual capture: one unique over family and low part
-        distinct, index = _unique_inverse((family.astype(np.int64) << 32) | lo.astype(np.int64))
+        distinct, index = _codes((family.astype(np.int64) << 32) | lo.astype(np.int64))
         family_of, hi_of, lo_of = distinct >> 32, np.zeros(len(distinct), np.uint64), distinct & 0xFFFFFFFF
     else:
-        his, hi_code = _unique_inverse(hi)
-        los, lo_code = _unique_inverse(lo)
+        his, hi_code = _codes(hi)
+        los, lo_code = _codes(lo)
         combined = (family.astype(np.int64) * len(his) + hi_code) * len(los) + lo_code
-        distinct, index = _unique_inverse(combined)
+        distinct, index = _codes(combined)
         rest, lo_code_of = np.divmod(distinct, len(los))
         family_of, hi_code_of = np.divmod(rest, len(his))
         hi_of, lo_of = his[hi_code_of], los[lo_code_of]
     names = [_format(int(f), int(h), int(l_)) for f, h, l_ in zip(family_of, hi_of, lo_of)]
     hashes = _mix(family_of, hi_of.astype(np.uint64), lo_of.astype(np.uint64))[index]
-    return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), mask=family == 0), pa.array(names)), hashes
+    return pa.DictionaryArray.from_arrays(pa.array(index, mask=family == 0), pa.array(names)), hashes
 
 
-def _unique_inverse(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`np.unique(keys, return_inverse=True)` by hashing (arrow's dictionary encoding) rather than
-    sorting every frame: a chunk's few distinct values are the only ones sorted."""
+def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of `keys` (in order of appearance) and each key's position among them:
+    `np.unique(keys, return_inverse=True)` by hashing (arrow's dictionary encoding), not sorting
+    every frame; the order of a dictionary's values does not matter."""
     encoded = pa.array(keys).dictionary_encode()
-    values = encoded.dictionary.to_numpy()
-    order = np.argsort(values)
-    rank = np.empty(len(order), np.int64)
-    rank[order] = np.arange(len(order))
-    return values[order], rank[encoded.indices.to_numpy()]
+    return encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
 
 
 @functools.lru_cache(maxsize=1 << 17)  # a capture's addresses recur chunk after chunk

@@ -53,7 +53,13 @@ def field(blocks: np.ndarray, offset: int, width: int, little: bool = False) -> 
     it (big-endian) or starting with it (little-endian), so it must lie inside a 4-byte window."""
     if width == 3:
         return field(blocks, offset if little else offset - 1, 4, little) & 0xFFFFFF
-    return blocks.view(_layout(blocks.dtype.itemsize, offset, width, little))["v"].astype(np.int64)
+    return raw(blocks, offset, width, little).astype(np.int64)
+
+
+def raw(blocks: np.ndarray, offset: int, width: int, little: bool = False) -> np.ndarray:
+    """The field of `width` bytes (1, 2, 4 or 8) at `offset` of every block, as a strided view of
+    the blocks in its own unsigned type: stored as it is, it is not converted twice."""
+    return blocks.view(_layout(blocks.dtype.itemsize, offset, width, little))["v"]
 
 
 @functools.cache
