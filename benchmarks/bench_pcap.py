@@ -6,9 +6,11 @@ Workloads, written into --data (the system's temporary folder by default; delete
   and `--tcp` TCP connections round-robin, snaplen 96; 10M records are about 1.1 GB;
 - `--workload bulk`: `synth.pcap.write_bulk_roce`, RoCEv2 over 8 QPs, snaplen 128.
 
-Each tool runs in a fresh process, so its peak RSS (`ru_maxrss` from `os.wait4`) is its own:
+Each tool runs in a fresh process, so its peak RSS (`ru_maxrss` from `os.wait4`: the largest of the
+process and the children it waited for, such as the ingest's record walker) is its own:
 tracelens decodes with `tracelens.ingest.pcap.ingest` (the `packets` table, every column, written to
-Parquet bucket by bucket in a temporary folder, as in a run); tshark
+Parquet bucket by bucket in a temporary folder, as in a run); `tracelens tables CAPTURE -o OUT` is the
+whole command (ingest, alignment, every table written as Parquet, the packets with `ts_text`); tshark
 runs `-T fields` extracting the same fields (`-d udp.port==4791,infiniband` so every frame is
 dissected to the BTH and AETH), its output discarded (skipped when tshark is not installed, or with
 --no-tshark); `tracelens analyze` is the whole run: ingest, timeline, the per-connection analysis,
@@ -85,6 +87,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-bench-pcap")
     parser.add_argument("--no-tshark", action="store_true")
     parser.add_argument("--no-analyze", action="store_true")
+    parser.add_argument("--no-tables", action="store_true")
     parser.add_argument(
         "--keep", action="store_true", help="keep the capture (reused by the next run of the same size)"
     )
@@ -118,13 +121,20 @@ def main() -> None:
     ours = run(python("-c", TRACELENS, str(capture)), quiet=True)
     assert int(ours.last_line) == args.packets, ours.last_line
     rows.append(row("tracelens ingest", ours, args.packets))
+    tracelens = str(Path(sys.executable).with_name("tracelens"))
+    if not args.no_tables:
+        out = folder.parent / f"{folder.name}-tables"
+        shutil.rmtree(out, ignore_errors=True)
+        rows.append(
+            row("tracelens tables", run([tracelens, "tables", str(capture), "-o", str(out)], quiet=True), args.packets)
+        )
+        shutil.rmtree(out)
     tshark = shutil.which("tshark")
     if tshark and not args.no_tshark:
         fields = [arg for field in TSHARK_FIELDS for arg in ("-e", field)]
         argv = [tshark, "-n", "-r", str(capture), "-d", "udp.port==4791,infiniband", "-T", "fields", *fields]
         rows.append(row("tshark -T fields", run(argv, quiet=True), args.packets))
     if not args.no_analyze:
-        tracelens = str(Path(sys.executable).with_name("tracelens"))
         out = folder.parent / f"{folder.name}-report"
         argv = [tracelens, "analyze", str(folder), "-o", f"{out}.html", "--json", f"{out}.json"]
         analyzed = run(argv, quiet=True)
@@ -139,10 +149,10 @@ def main() -> None:
         )
     print(f"(a process that only imports tracelens.ingest.pcap peaks at {baseline} MB; {load()})")
     shark = [r for r in rows if r["tool"].startswith("tshark")]
-    if shark:
+    for ours in (r for r in rows if shark and r["tool"] in ("tracelens ingest", "tracelens tables")):
         print(
-            f"tracelens ingest / tshark: {rows[0]['packets_per_s'] / shark[0]['packets_per_s']:.1f}x wall, "
-            f"{rows[0]['packets_per_cpu_s'] / shark[0]['packets_per_cpu_s']:.1f}x per CPU second"
+            f"{ours['tool']} / tshark: {ours['packets_per_s'] / shark[0]['packets_per_s']:.1f}x wall, "
+            f"{ours['packets_per_cpu_s'] / shark[0]['packets_per_cpu_s']:.1f}x per CPU second"
         )
     print(json.dumps({"packets": args.packets, "size_mb": size_mb, "import_rss_mb": baseline, "runs": rows}))
     if not args.keep:
