@@ -67,13 +67,14 @@ def inferred_log_times(tables: RunTables, workdir: Path | None = None) -> dict[s
         for row in big.iter_rows(named=True):
             ranges[row["file"]] = _place_file(columns, row, spill, median)
     out: dict[str, Frame] = {}
+    spilled: dict[str, pl.LazyFrame] = {}
     for name in present:
         frame = tables.frame(name)
         if isinstance(frame, pl.DataFrame):
             out[name] = _joined(frame, _times_for(frame, small_times, ranges))
         else:
-            out[name] = _joined_by_range(name, frame, small_times, ranges, spill)
-    return out
+            spilled[name] = frame
+    return out | _joined_by_range(spilled, small_times, ranges, spill)
 
 
 # -- lines ------------------------------------------------------------------------------------------
@@ -306,24 +307,53 @@ def _times_for(frame: Frame, small: pl.DataFrame, ranges: dict[str, list[tuple[i
 
 
 def _joined_by_range(
-    name: str,
-    frame: pl.LazyFrame,
+    frames: dict[str, pl.LazyFrame],
     small: pl.DataFrame,
     ranges: dict[str, list[tuple[int, Path]]],
     spill: Spill | None,
-) -> Frame:
-    """A spilled table placed in its rows' order: each run of small files' rows joined lazily, each big
-    file's rows range by range, joined with that range's times and written to `spill`."""
+) -> dict[str, Frame]:
+    """Spilled tables placed in their rows' order: each run of small files' rows joined lazily, each big
+    file's rows range by range, given that range's times (read once for every table) and written to `spill`."""
     if not ranges or spill is None:
-        return _joined(frame, small)
-    order = frame.select(pl.col("file").unique(maintain_order=True)).collect()["file"].to_list()
-    out: list[pl.LazyFrame] = []
+        return {name: _joined(frame, small) for name, frame in frames.items()}
+    orders = {
+        name: frame.select(pl.col("file").unique(maintain_order=True)).collect()["file"].to_list()
+        for name, frame in frames.items()
+    }
+    written: dict[tuple[str, str, int], pl.LazyFrame] = {}  # (table, big file, range) -> its rows, placed
+    for file, file_ranges in ranges.items():
+        for i, (start, path) in enumerate(file_ranges):
+            times = _by_position(pl.read_parquet(path), start)
+            for name, frame in frames.items():
+                if file not in orders[name]:
+                    continue
+                rows = frame.filter(pl.col("file") == file, _range(start, first=i == 0)).collect(engine="streaming")
+                found = times.select(pl.all().gather(rows["line"] - start))
+                placed = pl.concat([rows.select("ts", "ts_quality"), found], how="horizontal").select(*PLACED)
+                if (part := spill.write(name, rows.with_columns(placed.get_columns()))) is not None:
+                    written[name, file, i] = pl.scan_parquet(part)
+    return {name: _in_order(frame, orders[name], small, ranges, written, name) for name, frame in frames.items()}
+
+
+def _in_order(
+    frame: pl.LazyFrame,
+    order: list[str | None],
+    small: pl.DataFrame,
+    ranges: dict[str, list[tuple[int, Path]]],
+    written: dict[tuple[str, str, int], pl.LazyFrame],
+    name: str,
+) -> Frame:
+    """A spilled table placed, in its rows' order (`order`: its files, as they come): each run of small
+    files' rows joined lazily, each big file's rows as its ranges were written."""
+    parts: list[pl.LazyFrame] = []
     run: list[str | None] = []
 
     def flush() -> None:
         if run:
             files = pl.col("file").is_in([f for f in run if f is not None])
-            out.append(_joined(frame.filter(files | pl.col("file").is_null() if None in run else files), small).lazy())
+            parts.append(
+                _joined(frame.filter(files | pl.col("file").is_null() if None in run else files), small).lazy()
+            )
             run.clear()
 
     for file in order:
@@ -331,10 +361,15 @@ def _joined_by_range(
             run.append(file)
             continue
         flush()
-        for i, (start, times) in enumerate(ranges[file]):
-            rows = frame.filter(pl.col("file") == file, _range(start, first=i == 0)).collect(engine="streaming")
-            path = spill.write(name, _joined(rows, pl.read_parquet(times)))
-            if path is not None:
-                out.append(pl.scan_parquet(path))
+        parts.extend(written[key] for i in range(len(ranges[file])) if (key := (name, file, i)) in written)
     flush()
-    return pl.concat(out, how="diagonal_relaxed") if out else _joined(frame, small)
+    return pl.concat(parts, how="diagonal_relaxed") if parts else _joined(frame, small)
+
+
+def _by_position(times: pl.DataFrame, start: int) -> pl.DataFrame:
+    """A range's times (one row per line) as RANGE_LINES rows, row i that of line start + i (nulls where
+    no table has the line): a table's rows take theirs by gathering at their line, not by a join."""
+    at = times["line"] - start
+    return pl.DataFrame(
+        [pl.repeat(None, RANGE_LINES, dtype=times[c].dtype, eager=True).alias(c).scatter(at, times[c]) for c in TIMES]
+    )
