@@ -69,7 +69,7 @@ def ingest(
             # pay no start-up or pickling (235 MB varied-body log, loaded 2-core machine: 11.9 s in
             # one thread, 11.0 s with two spawned processes, 8.2 s with two threads).
             with ThreadPoolExecutor(jobs) as pool:
-                _read_split(source, parsers, account, jobs, chunk_bytes, pool)
+                _read_split(source, parsers, account, jobs, chunk_bytes, pool, shared=True)
     else:
         _read_in_threads(source, parsers, account, chunk_bytes)
     result = IngestResult(account=account)
@@ -97,12 +97,19 @@ def _read_in_threads(source: InputFile, parsers: list[LineParser], account: Acco
 
 
 def _read_split(
-    source: InputFile, parsers: list[LineParser], account: Account, jobs: int, chunk_bytes: int, workers: Executor
+    source: InputFile,
+    parsers: list[LineParser],
+    account: Account,
+    jobs: int,
+    chunk_bytes: int,
+    workers: Executor,
+    shared: bool = False,
 ) -> None:
     """Both cores on one big file: workers parse the chunks' NCCL records (the costly part)
-    ahead of time and side by side; this process reads each chunk in order for the other parsers
-    (DeepSpeed's blocks run across chunks) and takes the workers' results in order. At most
-    jobs + 1 chunks are in flight, so memory stays bounded."""
+    ahead of time and side by side; the other parsers get each chunk in order (DeepSpeed's blocks
+    run across chunks) and the workers' results are taken in order. Workers in this process
+    (`shared`) hand back the chunk they read; a chunk parsed elsewhere (a Ray task) is read here
+    again. At most jobs + 1 chunks are in flight, so memory stays bounded."""
     nccl_parser = next(p for p in parsers if isinstance(p, nccl.NcclParser))
     others = [p for p in parsers if p is not nccl_parser]
     spans = chunk_spans(source.path, chunk_bytes)
@@ -112,16 +119,17 @@ def _read_split(
 
         def submit() -> None:
             if (span := next(spans, None)) is not None:
-                ahead.append((span, workers.submit(_parse_nccl, source, span, reading)))
+                ahead.append((span, workers.submit(_parse_nccl, source, span, reading, shared)))
 
         for _ in range(jobs + 1):
             submit()
         while ahead:
-            span, parsed = ahead.popleft()
+            span, parsing = ahead.popleft()
             submit()
-            chunk = read_span(source.path, *span)
+            read, parsed = parsing.result()
+            chunk = read if read is not None else read_span(source.path, *span)
             claims = [threads.submit(p.feed, chunk) for p in others]
-            _account(account, chunk, [nccl_parser.absorb(parsed.result()), *(c.result() for c in claims)])
+            _account(account, chunk, [nccl_parser.absorb(parsed), *(c.result() for c in claims)])
 
 
 # In a worker (thread or Ray task's process): the parser of the reading it is on. Its caches serve
@@ -130,10 +138,14 @@ def _read_split(
 _WORKER = threading.local()
 
 
-def _parse_nccl(source: InputFile, span: tuple[int, int, int], reading: str) -> nccl.ChunkRecords:
+def _parse_nccl(
+    source: InputFile, span: tuple[int, int, int], reading: str, shared: bool
+) -> tuple[pl.DataFrame | None, nccl.ChunkRecords]:
+    """The chunk's NCCL records, and the chunk itself when `shared` (the caller is in this process)."""
     if getattr(_WORKER, "reading", None) != reading:
         _WORKER.reading, _WORKER.parser = reading, nccl.NcclParser(source)
-    return _WORKER.parser.parse(read_span(source.path, *span))
+    chunk = read_span(source.path, *span)
+    return chunk if shared else None, _WORKER.parser.parse(chunk)
 
 
 def _account(account: Account, chunk: pl.DataFrame, claims_per_parser: list[pl.Series]) -> None:
