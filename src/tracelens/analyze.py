@@ -315,7 +315,7 @@ def analyze(
     with run as (tables, timeline, notes):
         if folder is None:
             tables.load()
-        context = RunContext(tables, config.shared)
+        context = RunContext(tables, config.shared, workdir=folder / "derived" if folder is not None else None)
         rules = select_rules(select or config.select, ignore or config.ignore)
         findings, not_run = run_rules(context, rules, config)
     return Analysis(

@@ -47,7 +47,7 @@ def sources(tables: RunTables) -> set[str]:
         "fabric": tables["ib_ports"].height > 0,
         "counters": tables["ib_counters"].height > 0,
         "packets": tables.height("packets") > 0,
-        "steps": tables["steps"].height > 0,
+        "steps": tables.height("steps") > 0,
     }
     return {area for area, present in have.items() if present}
 

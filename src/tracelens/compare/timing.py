@@ -15,6 +15,7 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
+from tracelens.derived.stream_groups import split
 from tracelens.stats import mann_whitney_p, rate_rise_p
 
 PHASES = {
@@ -118,33 +119,35 @@ class PaceChange:
 
 
 def pace(ctx: RunContext) -> Pace | None:
-    """The job's pace from its step series; None when no step has a time."""
-    steps, series = ctx["steps"], ctx.step_series
+    """The job's pace from its step series; None when no step has a time. Each stream's steps are read
+    a group of streams at a time, then the job's steps averaged a group of whole steps at a time."""
     index = pl.int_range(pl.len()).over(timing.STREAM)
-    series = series.filter((index >= timing.WARMUP_ROWS) & pl.col("time_ms").is_not_null())
-    if series.height == 0:
-        return None
     wall = (
         (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds()
         / 1000
         / pl.col("steps_covered")
     )
     timed = pl.col("basis") == "timers"
-    series = series.with_columns(
-        wall_ms=pl.when(timed & (wall > pl.col("time_ms"))).then(wall),
-        **{name: expr for name, expr in PHASES.items()},
-    )
-    per_step = (
-        series.group_by("step")
-        .agg(
+
+    def parts(series: pl.DataFrame) -> pl.DataFrame:
+        series = series.filter((index >= timing.WARMUP_ROWS) & pl.col("time_ms").is_not_null())
+        return series.select(
+            "step", "time_ms", "comm_ms", wall_ms=pl.when(timed & (wall > pl.col("time_ms"))).then(wall), **PHASES
+        )
+
+    (rows,) = ctx.step_series.map([parts])
+    if rows.scan().head(1).collect().height == 0:
+        return None
+    per_step = pl.concat(
+        frame.group_by("step").agg(
             pl.coalesce(pl.col("wall_ms"), pl.col("time_ms")).mean().alias("time_ms"),
             *[pl.col(name).mean() for name in PHASES],
             (pl.col("wall_ms") - pl.col("time_ms")).mean().alias(OUTSIDE),
         )
-        .sort("step")
-    )
-    throughput = steps["samples_per_sec"].drop_nulls()
-    comm_share = series.select((pl.col("comm_ms") / pl.col("time_ms")).median()).item()
+        for frame in split(rows.scan(), ["step"], ctx.workdir).frames()
+    ).sort("step")
+    throughput = ctx.scan("steps").select("samples_per_sec").drop_nulls().collect()["samples_per_sec"]
+    comm_share = rows.scan().select((pl.col("comm_ms") / pl.col("time_ms")).median()).collect().item()
     return Pace(per_step, float(throughput.median()) if throughput.len() else None, comm_share)
 
 

@@ -11,7 +11,7 @@ How a rule uses it (tracelens.rules): a rule is a function of the context, regis
           settings={"critical_share": Setting("share of the run's step time", "A stretch costing more is critical.")})
     def step_time_spikes(ctx: RunContext, *, critical_share: float = 0.2) -> Iterator[Finding]:
         windows = ctx.slow_windows          # computed once for every rule and section that asks
-        rows = ctx["steps"]                 # an aligned table, same as ctx.tables["steps"]
+        rows = ctx["comm_ops"]              # an aligned table, same as ctx.tables["comm_ops"]
         hosts = ctx.scan("nccl_events").select("host").unique().collect()  # a big table: only what is shown
         yield Finding(Severity.WARNING, "title", "summary with numbers")   # no rule_id: Rule.run stamps it
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from functools import cached_property
+from pathlib import Path
 
 import polars as pl
 
@@ -46,6 +47,7 @@ from tracelens.derived import counters, events, flows, hangs, hosts, ports, step
 from tracelens.derived.baseline import Baseline
 from tracelens.derived.flows import PacketWindows
 from tracelens.derived.steps import SlowSteps
+from tracelens.derived.stream_groups import StreamGroups
 from tracelens.tables import RunTables
 
 
@@ -64,9 +66,11 @@ SHARED = tuple(f.name for f in fields(Shared))
 class RunContext:
     """The aligned tables of one run and the results derived from them, each computed once."""
 
-    def __init__(self, tables: RunTables, shared: Shared | None = None) -> None:
+    def __init__(self, tables: RunTables, shared: Shared | None = None, workdir: Path | None = None) -> None:
         self.tables = tables
         self.shared = shared or Shared()
+        # where results too big for memory are written (a big run's step series): the run's working folder
+        self.workdir = workdir
         self.slow_steps = self.shared.steps  # what makes a step slow (a config's [steps])
         self.baseline = self.shared.baseline  # when a window's signal rose (a config's [baseline])
 
@@ -82,9 +86,19 @@ class RunContext:
     # -- steps -----------------------------------------------------------------------------------
 
     @cached_property
-    def step_series(self) -> pl.DataFrame:
-        """Per stream and step: time, basis, comm/compute split, rolling baseline, slow flag."""
-        return steps.step_series(self.tables["steps"], slow=self.slow_steps)
+    def _step_groups(self) -> list[StreamGroups]:
+        return steps.step_groups(self.tables.frame("steps"), self.slow_steps, self.workdir)
+
+    @property
+    def step_series(self) -> StreamGroups:
+        """Per stream and step: time, basis, comm/compute split, rolling baseline, slow flag; a group of
+        whole streams at a time (`frames()`), or the few columns a query across streams needs (`scan()`)."""
+        return self._step_groups[0]
+
+    @property
+    def wall_series(self) -> StreamGroups:
+        """The step series timed by the step lines' timestamps, whatever timers the log has."""
+        return self._step_groups[1]
 
     @cached_property
     def slow_windows(self) -> list[steps.Window]:
@@ -99,7 +113,7 @@ class RunContext:
     @cached_property
     def slow_episodes(self) -> list[steps.Episode]:
         """The job's slow stretches, one per stretch whatever the number of logs that saw it, costliest first."""
-        return steps.slow_episodes(self.tables["steps"], slow=self.slow_steps)
+        return steps.slow_episodes(self.step_series, self.wall_series, self.slow_steps)
 
     @cached_property
     def run_time_s(self) -> float:

@@ -12,14 +12,25 @@ evidence the log has (`basis`):
 The baseline is a centred rolling median over BASELINE_ROWS rows, and the spread its
 rolling median absolute deviation: a window of slow steps shorter than half of that does
 not move it, and no fixed number of milliseconds is assumed anywhere.
+
+Everything here works stream by stream, so a run's series is computed and read a group of whole
+streams at a time (derived.stream_groups): a big run's steps never sit in memory whole, and what
+its groups give is what one pass over all of them gives.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import TypeAlias
 
 import polars as pl
+
+from tracelens.derived.stream_groups import StreamGroups, split
+from tracelens.tables import Frame
 
 STREAM = ["file", "host", "rank", "engine"]
 BASELINE_ROWS = 201
@@ -41,6 +52,36 @@ class SlowSteps:
     sustained_ratio: float = 1.25
     sustained_steps: int = 10
     min_cost_share: float = 0.01
+
+
+Series: TypeAlias = pl.DataFrame | StreamGroups  # a step series (step_series): in memory, or a group at a time
+
+
+def groups(series: Series) -> StreamGroups:
+    """A step series as groups of whole streams (one group: a series in memory)."""
+    return series if isinstance(series, StreamGroups) else StreamGroups(STREAM, [series])
+
+
+def frames(series: Series) -> Iterator[pl.DataFrame]:
+    """A step series' rows, a group of whole streams at a time."""
+    return groups(series).frames()
+
+
+def _streams_of(steps: pl.LazyFrame) -> pl.LazyFrame:
+    """The step rows as step_series takes them: rank and engine filled, the rows with a step."""
+    return steps.with_columns(pl.col("rank").fill_null(-1), pl.col("engine").fill_null("0")).filter(
+        pl.col("step").is_not_null()
+    )
+
+
+def step_groups(steps: Frame, slow: SlowSteps, folder: Path | None = None) -> list[StreamGroups]:
+    """The step series by the best timing (step_series) and by wall time (`wall`), computed a group of
+    whole streams at a time: a table in memory is one group; a big spilled one is split into groups
+    written under `folder` (the run's working folder), and each series is written there too."""
+    rows = (
+        StreamGroups(STREAM, [steps]) if isinstance(steps, pl.DataFrame) else split(steps, STREAM, folder, _streams_of)
+    )
+    return rows.map([partial(step_series, slow=slow), partial(step_series, wall=True, slow=slow)])
 
 
 def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowSteps()) -> pl.DataFrame:
@@ -130,31 +171,33 @@ class Window:
         )
 
 
-def slow_windows(series: pl.DataFrame) -> list[Window]:
+def slow_windows(series: Series) -> list[Window]:
     """The slow windows of every stream, costliest first."""
     windows = []
-    for key, stream in series.group_by(STREAM, maintain_order=True):
-        stream = stream.with_row_index("i")
-        slow_rows = stream.filter(pl.col("slow"))["i"].to_list()
-        for first, last in _runs(slow_rows):
-            inside = stream.filter(pl.col("i").is_between(first, last) & pl.col("slow"))
-            windows.append(_window(key, stream, inside))
+    for frame in frames(series):
+        for key, stream in frame.group_by(STREAM, maintain_order=True):
+            stream = stream.with_row_index("i")
+            slow_rows = stream.filter(pl.col("slow"))["i"].to_list()
+            for first, last in _runs(slow_rows):
+                inside = stream.filter(pl.col("i").is_between(first, last) & pl.col("slow"))
+                windows.append(_window(key, stream, inside))
     return sorted(windows, key=lambda w: -w.cost_s)
 
 
-def sustained_windows(series: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Window]:
+def sustained_windows(series: Series, slow: SlowSteps = SlowSteps()) -> list[Window]:
     """Long slow stretches the rolling baseline absorbs (a slowdown that lasts, or ramps up over
     tens of steps): steps slower than `sustained_ratio` x the stream's lower quartile (its usual
     pace, as long as most of the stream is not slow), for `sustained_steps` logged steps or more.
     The windows are measured against that quartile."""
     usual = pl.col("time_ms").filter(pl.int_range(pl.len()) >= WARMUP_ROWS).quantile(0.25).over(STREAM)
-    marked = series.with_columns(baseline_ms=usual).with_columns(
-        slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS)
-        & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
-    )
-    return [
-        w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= slow.sustained_steps
-    ]
+    found = []
+    for frame in frames(series):
+        marked = frame.with_columns(baseline_ms=usual).with_columns(
+            slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS)
+            & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
+        )
+        found += slow_windows(marked.with_columns(pl.col("slow").fill_null(False)))
+    return sorted((w for w in found if w.rows >= slow.sustained_steps), key=lambda w: -w.cost_s)
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:
@@ -190,10 +233,17 @@ def ratio_of_medians(now: pl.Series, typical: pl.Series) -> float | None:
     return float(a / b) if a is not None and b else None
 
 
-def run_time_s(series: pl.DataFrame) -> float:
-    """Total step time of the longest stream: what a window's cost is measured against."""
-    totals = series.group_by(STREAM).agg((pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0)).sum() / 1000)
-    return float(totals["time_ms"].max() or 0.0)
+def run_time_s(series: Series) -> float:
+    """Total step time of the longest stream: what a window's cost is measured against. Each stream is
+    summed on its own (a sum over a slice of a bigger frame can differ in its last bit), so that a
+    group of streams gives what the whole series gives."""
+    took = (pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0)).sum()
+    totals = [
+        stream.select(took).item() / 1000
+        for frame in frames(series)
+        for _, stream in frame.group_by(STREAM, maintain_order=True)
+    ]
+    return float(max(totals, default=0.0) or 0.0)
 
 
 # -- slow episodes: one per slow stretch of the job, whatever the number of logs that saw it ------
@@ -231,16 +281,20 @@ class Episode:
         return len({(w.file, w.host, w.rank, w.engine) for w in self.windows})
 
 
-def slow_episodes(steps: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Episode]:
+def slow_episodes(series: Series, wall: Series, slow: SlowSteps = SlowSteps()) -> list[Episode]:
     """The run's slow stretches that cost at least `slow.min_cost_share` of its step time, costliest first;
-    windows seen by several logs, by timers or by timestamps, are one episode."""
+    windows seen by several logs, by timers (`series`, step_series) or by timestamps (`wall`, step_series
+    with `wall`), are one episode."""
     found: list[tuple[datetime, datetime, Window, float]] = []  # first step's start, last time, window, run
-    wall = step_series(steps, wall=True, slow=slow)
-    for series in (step_series(steps, slow=slow), wall):
-        total = run_time_s(series) or 1.0
-        for w in slow_windows(series) + sustained_windows(series, slow):
-            if w.start is not None and w.end is not None and w.cost_s >= slow.min_cost_share * total:
-                found.append((_first_step_start(series, w), w.end, w, total))
+    for timed in (series, wall):
+        total = run_time_s(timed) or 1.0
+        costly = [
+            w
+            for w in slow_windows(timed) + sustained_windows(timed, slow)
+            if w.start is not None and w.end is not None and w.cost_s >= slow.min_cost_share * total
+        ]
+        for w, begin in zip(costly, _first_step_starts(timed, costly)):
+            found.append((begin, w.end, w, total))  # type: ignore[arg-type]
     merged: list[tuple[datetime, datetime, list[Window], float]] = []
     margin = timedelta(seconds=EPISODE_MARGIN_S)
     for begin, last, w, total in sorted(found, key=lambda s: s[0]):
@@ -251,32 +305,29 @@ def slow_episodes(steps: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Ep
             merged.append((begin, last, [w], total))
     episodes = []
     for b, e, ws, run in merged:
-        begin, end = _trimmed(wall, b, e, ws)
-        episodes.append(
-            Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, _ordinary(wall, begin, end, ws))
-        )
+        stream = _worst_stream(wall, ws)
+        begin, end = _trimmed(stream, b, e)
+        episodes.append(Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, _ordinary(stream, begin, end)))
     return sorted(episodes, key=lambda ep: -ep.cost_s)
 
 
-def _worst_stream(wall: pl.DataFrame, windows: list[Window]) -> pl.DataFrame:
+def _worst_stream(wall: Series, windows: list[Window]) -> pl.DataFrame:
     """The wall step times (time_ms, start, ts) of the stream with the costliest window."""
     worst = max(windows, key=lambda w: w.cost_s)
-    stream = wall.filter(
-        *(pl.col(c).eq_missing(v) for c, v in zip(STREAM, (worst.file, worst.host, worst.rank, worst.engine)))
-    )
+    stream = groups(wall).stream((worst.file, worst.host, worst.rank, worst.engine))
     stream = stream.filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
     took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
     return stream.with_columns(start=pl.col("ts") - took)
 
 
-def _ordinary(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[Window]) -> str:
+def _ordinary(stream: pl.DataFrame, begin: datetime, end: datetime) -> str:
     """Why the stretch [begin, end] does not stand out from its run, or "" when it does. It is the
     run's start-up when fewer than MIN_BEFORE_ROWS steady steps precede it (nothing before it to
     compare with: compilation, warm-up, a machine busy at launch); it is the run's own noise when
     NOISE_SHARE or more of the equally long stretches outside it (rolling medians over as many
     steps) were as slow as its median step. Measured on the wall step times of the costliest log,
-    so a busy shared machine that wanders between 1x and 3x all run long does not make its 2x a finding."""
-    stream = _worst_stream(wall, windows)
+    so a busy shared machine that wanders between 1x and 3x all run long does not make its 2x a finding
+    (`stream`: _worst_stream)."""
     if stream.height == 0:
         return ""
     steady = stream.slice(WARMUP_ROWS)
@@ -298,12 +349,12 @@ def _ordinary(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[
     )
 
 
-def _trimmed(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[Window]) -> tuple[datetime, datetime]:
+def _trimmed(stream: pl.DataFrame, begin: datetime, end: datetime) -> tuple[datetime, datetime]:
     """The window's edges without the merely noisy steps joined to it: on the costliest stream's wall
     times, the run of steps inside [begin, end] that most exceeds the midpoint between the steps'
     median inside and outside (the maximum-sum run over step time minus that midpoint). Real runs on
-    busy machines have slowish steps around a slow stretch; the midpoint keeps the stretch itself."""
-    stream = _worst_stream(wall, windows)
+    busy machines have slowish steps around a slow stretch; the midpoint keeps the stretch itself
+    (`stream`: _worst_stream)."""
     inside = stream.filter(pl.col("start") >= begin - timedelta(milliseconds=1), pl.col("ts") <= end)
     outside_ms = stream.filter((pl.col("ts") < begin) | (pl.col("start") > end))["time_ms"].median()
     if inside.height < 3 or outside_ms is None:
@@ -322,7 +373,27 @@ def _trimmed(wall: pl.DataFrame, begin: datetime, end: datetime, windows: list[W
     return max(begin, inside["start"][first]), min(end, inside["ts"][last])
 
 
-def _first_step_start(series: pl.DataFrame, w: Window) -> datetime:
-    rows = series.filter(pl.col("file") == w.file, pl.col("line").is_in(list(w.lines)))
+def _first_step_starts(series: Series, windows: Sequence[Window]) -> list[datetime | None]:
+    """When each window's first slow step began (its line is printed at its end): one query for them all."""
+    if not windows:
+        return []
+    at = pl.DataFrame(
+        {
+            "window": [i for i, w in enumerate(windows) for _ in w.lines],
+            "file": [w.file for w in windows for _ in w.lines],
+            "line": [line for w in windows for line in w.lines],
+        },
+        schema={"window": pl.Int64, "file": pl.String, "line": pl.Int64},
+    )
     took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
-    return rows.select((pl.col("ts") - took).min()).item()
+    starts = (
+        groups(series)
+        .scan()
+        .select("file", "line", start=pl.col("ts") - took)
+        .join(at.lazy(), on=["file", "line"])
+        .group_by("window")
+        .agg(pl.col("start").min())
+        .collect()
+    )
+    begun = dict(zip(starts["window"].to_list(), starts["start"].to_list()))
+    return [begun.get(i) for i in range(len(windows))]

@@ -68,9 +68,9 @@ class Signal:
     evidence: tuple[dict, ...] = field(default=(), compare=False)  # file, line, frame, text, host
 
 
-def measure(ctx: RunContext, series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
+def measure(ctx: RunContext, series: timing.Series, begin: datetime, end: datetime) -> list[Signal]:
     """Every signal of the run for the window [begin, end] (packet analysis, counter deltas and host
-    names from the run's context, computed once for every window)."""
+    names from the run's context, computed once for every window; `series`: the step series)."""
     names = ctx.host_names
     return [
         *_packet_signals(ctx, names, begin, end),
@@ -385,14 +385,20 @@ def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signa
     return signals
 
 
-def _kernel_signals(ctx: RunContext, series: pl.DataFrame, begin: datetime, end: datetime) -> list[Signal]:
+def _kernel_signals(ctx: RunContext, series: timing.Series, begin: datetime, end: datetime) -> list[Signal]:
     """Per host and cause, the NIC records of its kernel log (link down, transmit timeouts ...); the
     kernel logs all along, so the exposure is the run's span (its steps and the records themselves)."""
     events = kernel_events(ctx.tables)
     if events.height == 0:
         return []
-    times = pl.concat([series["ts"].drop_nulls(), events["lo"].drop_nulls()])
-    span = (times.min(), times.max())
+    first, last = (
+        timing.groups(series).scan().select(pl.col("ts").min(), pl.col("ts").max().alias("last")).collect().row(0)
+    )
+    # the steps' span and the records' (python datetimes), the side that has none left out
+    span = (
+        min(t for t in (first, events["lo"].min()) if t is not None),
+        max(t for t in (last, events["lo"].max()) if t is not None),
+    )
     signals = []
     for (host, cause), mine in events.sort("lo").group_by("host", "cause", maintain_order=True):
         kinds = listing(sorted(set(mine["what"].to_list())))
@@ -543,9 +549,14 @@ def _widened(values: np.ndarray, first: int, last: int, limits: Baseline) -> tup
     return first, last
 
 
-def step_signals(series: pl.DataFrame, begin: datetime, end: datetime, limits: Baseline = Baseline()) -> list[Signal]:
+def step_signals(series: timing.Series, begin: datetime, end: datetime, limits: Baseline = Baseline()) -> list[Signal]:
     """Per rank (stream), its compute, communication, between-steps and step time inside the window
-    against outside it, judged by `limits` (the RunContext's baseline), and its communication pace."""
+    against outside it, judged by `limits` (the RunContext's baseline), and its communication pace;
+    the series read a group of whole streams at a time."""
+    return [s for frame in timing.frames(series) for s in _stream_signals(frame, begin, end, limits)]
+
+
+def _stream_signals(series: pl.DataFrame, begin: datetime, end: datetime, limits: Baseline) -> list[Signal]:
     timed = step_levels(series).with_columns(start=pl.col("ts").shift().over(timing.STREAM))
     timed = timed.filter(pl.col("ts").is_not_null(), pl.int_range(pl.len()).over(timing.STREAM) >= timing.WARMUP_ROWS)
     signals = []

@@ -198,8 +198,8 @@ def no_grad_accumulation(ctx: RunContext, *, comm_bound_share: float = COMM_BOUN
     single = gas.filter(pl.col("value").map_elements(_number, return_dtype=pl.Float64) == 1)
     if single.height == 0:
         return
-    series = ctx.step_series.filter((pl.col("basis") == "timers") & ~pl.col("slow"))
-    share = (series["comm_ms"] / series["time_ms"]).median() if series.height else None
+    steady = ctx.step_series.scan().filter((pl.col("basis") == "timers") & ~pl.col("slow"))
+    share = steady.select((pl.col("comm_ms") / pl.col("time_ms")).median()).collect().item()
     if share is not None and share >= comm_bound_share:
         yield Finding(
             severity=Severity.WARNING,

@@ -28,6 +28,7 @@ from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
 from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.derived.steps import MARGIN
+from tracelens.derived.stream_groups import StreamGroups
 from tracelens.derived.window_signals import measure
 from tracelens.findings import Evidence, Finding, Severity, Verdict
 from tracelens.prose import count, duration, listing, number, some
@@ -149,11 +150,14 @@ def _evidence_window(
     return _median([e[0] for e in extents]), _median([e[1] for e in extents])
 
 
-def _label(series: pl.DataFrame, w: timing.Window, begin: datetime, end: datetime) -> str:
+def _label(series: StreamGroups, w: timing.Window, begin: datetime, end: datetime) -> str:
     """`steps 254-324 (03:47:05 to 03:47:49 UTC)`: the steps of the worst log that ran in [begin, end]."""
-    mine = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank, pl.col("ts") > begin, pl.col("ts") <= end)[
-        "step"
-    ]
+    mine = (
+        series.scan()
+        .filter(pl.col("file") == w.file, pl.col("rank") == w.rank, pl.col("ts") > begin, pl.col("ts") <= end)
+        .select("step")
+        .collect()["step"]
+    )
     if mine.len() == 0:
         return f"{w.label} ({prose_span(begin, end)})"
     steps = f"step {mine.min()}" if mine.min() == mine.max() else f"steps {mine.min()}-{mine.max()}"
@@ -209,7 +213,7 @@ def slow_window_root_cause(t: RunContext) -> Iterator[Finding]:
         yield _window_finding(t, series, episode)
 
 
-def _window_finding(t: RunContext, series: pl.DataFrame, episode: timing.Episode) -> Finding:
+def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode) -> Finding:
     w = episode.worst
     missing = _missing(t, episode.begin, episode.end)
 
@@ -248,7 +252,13 @@ def _window_finding(t: RunContext, series: pl.DataFrame, episode: timing.Episode
     evidence = step_evidence(t, w.file, w.lines)[:3]
     risen = [s for s in signals if s.rose and best and (s.cause == best.cause or s.source == "steps")]
     evidence += [e for s in risen for e in row_evidence(s.evidence, 3)]
-    first = series.filter(pl.col("file") == w.file, pl.col("rank") == w.rank)["step"].min()
+    first = (
+        series.scan()
+        .filter(pl.col("file") == w.file, pl.col("rank") == w.rank)
+        .select(pl.col("step").min())
+        .collect()
+        .item()
+    )
     startup = first is not None and w.first_step <= first + timing.WARMUP_ROWS  # warm-up: told, never blamed
     if startup:
         diagnosis.headline = f"Start-up: {diagnosis.headline}"
@@ -275,18 +285,23 @@ def _window_finding(t: RunContext, series: pl.DataFrame, episode: timing.Episode
 
 
 def last_signs_of_life(t: RunContext) -> pl.DataFrame:
-    """Per rank (host, rank): its last step and the time of its last step-timer line."""
-    steps = t["steps"].filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
-    return (
-        steps.group_by("host", "rank")
+    """Per rank (host, rank): its last step and the time of its last step-timer line (the steps table read
+    for the columns that find it, then for the text of the lines found)."""
+    steps = t.scan("steps").filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
+    lives = (
+        steps.select("host", "rank", "step", "ts", "line", "file")
+        .collect()
+        .group_by("host", "rank")
         .agg(
             last_step=pl.col("step").max(),
             last_ts=pl.col("ts").max(),
             line=pl.col("line").sort_by("ts").last(),
             file=pl.col("file").sort_by("ts").last(),
-            text=pl.col("message").sort_by("ts").last(),
         )
-        .sort("last_ts", "rank", "host")
+    )
+    text = steps.select("file", "line", text="message").join(lives.lazy().select("file", "line"), on=["file", "line"])
+    return lives.join(text.unique(["file", "line"]).collect(), on=["file", "line"], how="left").sort(
+        "last_ts", "rank", "host"
     )
 
 
@@ -298,7 +313,7 @@ def _silent_ranks(t: RunContext, reporters: set[int]) -> list[int]:
 
 def _host_of_rank(t: RunContext, ranks: list[int]) -> list[str]:
     comms = t["nccl_comms"].filter(pl.col("rank").is_in(ranks), pl.col("nranks") == t["nccl_comms"]["nranks"].max())
-    steps = t["steps"].filter(pl.col("rank").is_in(ranks))
+    steps = t.scan("steps").filter(pl.col("rank").is_in(ranks)).select("host").collect()
     return sorted(set(comms["host"].drop_nulls().to_list()) | set(steps["host"].drop_nulls().to_list()))
 
 
@@ -453,7 +468,7 @@ def _hang_finding(t: RunContext, hang: dict) -> Finding:
 def _gap_finding(t: RunContext, gap: dict, gaps: pl.DataFrame) -> Finding:
     everyone = gaps.filter(pl.col("begin") <= gap["end"], pl.col("end") >= gap["begin"])
     hosts_silent = sorted(set(everyone["host"].to_list()))
-    all_hosts = hosts_of(t.scan("nccl_events"), t["steps"])
+    all_hosts = hosts_of(t.scan("nccl_events"), t.scan("steps"))
     scope = "every host" if hosts_silent == all_hosts and len(all_hosts) > 1 else ", ".join(hosts_silent)
     return Finding(
         severity=Severity.WARNING,
@@ -507,8 +522,8 @@ def socket_fallback_cost(t: RunContext, *, slower_ratio: float = 1.2, min_steps:
     if socket.height == 0:
         return
     since = socket["lo"].min()
-    series = t.step_series.filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
-    on_socket = series.with_columns(after=pl.col("ts") >= since)
+    timed = t.step_series.scan().filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
+    on_socket = timed.select("step", "ts", "time_ms", "steps_covered", after=pl.col("ts") >= since).collect()
     took = pl.duration(microseconds=(pl.col("time_ms") * 1000).cast(pl.Int64))
     before, after = on_socket.filter(~pl.col("after")), on_socket.filter(pl.col("after"))
     if before["step"].n_unique() < min_steps or after["step"].n_unique() < min_steps:

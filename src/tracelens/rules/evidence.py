@@ -49,8 +49,14 @@ def time_window(rows: pl.DataFrame) -> tuple[datetime, datetime] | None:
 
 
 def step_evidence(ctx: RunContext, file: str, lines) -> list[Evidence]:
-    """Evidence for the `steps` rows at `lines` of `file`: the step, timer and throughput lines."""
-    rows = ctx["steps"].filter((pl.col("file") == file) & pl.col("line").is_in(list(lines))).sort("line")
+    """Evidence for the `steps` rows at `lines` of `file`: the step, timer and throughput lines (read by
+    a filter the scan of a big run's steps pushes down)."""
+    lines = list(lines)
+    if not lines:
+        return []
+    near = pl.col("line").is_between(min(lines), max(lines))  # the row groups that can hold them, by statistics
+    rows = ctx.scan("steps").filter(near, pl.col("file") == file, pl.col("line").is_in(lines))
+    rows = rows.select("file", "line", "host", "message").collect().sort("line")
     return [
         Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"])
         for r in rows.iter_rows(named=True)

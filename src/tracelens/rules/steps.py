@@ -160,8 +160,8 @@ def comm_bound_steps(
     (`communication_data_type`).
     """
     series = t.step_series
-    timed = series.filter(pl.col("comm_ms").is_not_null() & (pl.col("basis") == "timers"))
-    if timed.height == 0:
+    timed = pl.col("comm_ms").is_not_null() & (pl.col("basis") == "timers")
+    if series.scan().filter(timed).head(1).collect().height == 0:
         return
     for ep in t.slow_episodes:  # one finding per slow stretch, however many logs saw the surge
         if ep.ordinary:
@@ -188,20 +188,22 @@ def comm_bound_steps(
             ranks=sorted({s.rank for s in surged if s.rank is not None}),
             window=(ep.begin, ep.end),
         )
-    steady = timed.filter(~pl.col("slow"))
-    for (file, host, rank, engine), stream in steady.group_by(timing.STREAM, maintain_order=True):
-        share = (stream["comm_ms"] / stream["time_ms"]).median()
-        if share is not None and share >= comm_bound_share:
-            median = stream["comm_ms"].median()
-            yield Finding(
-                severity=Severity.WARNING,
-                title=f"Steps are communication-bound ({share:.0%} in all-reduce/all-gather)",
-                summary=f"Engine {engine}: the gradient all-reduce and ZeRO all-gather take {share:.0%} of each "
-                f"step (median {median:.0f} ms of {stream['time_ms'].median():.0f} ms) over {stream.height} steps.",
-                evidence=step_evidence(t, file, stream["line"].head(5).to_list()),
-                hosts=[host] if host else [],
-                ranks=[rank] if rank >= 0 else [],
-            )
+    for frame in series.frames():
+        steady = frame.filter(timed & ~pl.col("slow"))
+        for (file, host, rank, engine), stream in steady.group_by(timing.STREAM, maintain_order=True):
+            share = (stream["comm_ms"] / stream["time_ms"]).median()
+            if share is not None and share >= comm_bound_share:
+                median = stream["comm_ms"].median()
+                yield Finding(
+                    severity=Severity.WARNING,
+                    title=f"Steps are communication-bound ({share:.0%} in all-reduce/all-gather)",
+                    summary=f"Engine {engine}: the gradient all-reduce and ZeRO all-gather take {share:.0%} of each "
+                    f"step (median {median:.0f} ms of {stream['time_ms'].median():.0f} ms) over {stream.height} "
+                    "steps.",
+                    evidence=step_evidence(t, file, stream["line"].head(5).to_list()),
+                    hosts=[host] if host else [],
+                    ranks=[rank] if rank >= 0 else [],
+                )
 
 
 @rule(
@@ -238,7 +240,7 @@ def throughput_drop(t: RunContext, *, drop_share: float = 0.15, min_reports: int
     (`ibstat`); check GPU clocks and temperatures (`nvidia-smi -q -d PERFORMANCE`) and the
     data loader. If only some ranks show it, look for stragglers (TL404).
     """
-    rows = t["steps"].filter(pl.col("samples_per_sec").is_not_null() & pl.col("step").is_not_null())
+    rows = t.scan("steps").filter(pl.col("samples_per_sec").is_not_null() & pl.col("step").is_not_null()).collect()
     for (file, host, engine), stream in rows.sort("line").group_by(["file", "host", "engine"], maintain_order=True):
         skipped = stream["skipped"].fill_null(strategy="forward").fill_null(0)
         fresh = (skipped.diff().fill_null(0) == 0).to_list()
@@ -311,24 +313,30 @@ def stragglers(
     (`nvidia-smi -q`), CPU load and NUMA binding of its process, its data-loader workers.
     Swap the node out and see whether the slowness moves with it.
     """
-    series = t.step_series
-    ranked = series.filter(pl.col("compute_ms").is_not_null() & (pl.col("rank") >= 0))
+    ranked = pl.col("compute_ms").is_not_null() & (pl.col("rank") >= 0)
     # Ranks are compared across files: per-node logs each hold one host's ranks.
     step_key = ["engine", "step"]
-    peers = ranked.filter(pl.col("rank").n_unique().over(step_key) >= 2)
-    if peers.height:
-        # The usual compute time of a step: the fastest host's median where several hosts log it
-        # (so a whole slow host does not drag the median up to meet it), else all ranks' median.
-        host_median = pl.col("compute_ms").median().over([*step_key, "host"])
-        several_hosts = pl.col("host").n_unique().over(step_key) >= 2
-        usual = (
-            pl.when(several_hosts)
-            .then(pl.col("host_median").min().over(step_key))
-            .otherwise(pl.col("compute_ms").median().over(step_key))
-        )
-        per_rank = (
-            peers.with_columns(host_median.alias("host_median"))
-            .with_columns((pl.col("compute_ms") / usual).alias("ratio"))
+    # The usual compute time of a step: the fastest host's median where several hosts log it (so a whole
+    # slow host does not drag the median up to meet it), else all ranks' median (its one host's). Per
+    # host and step first, a host's rows at a time, then per step; steps that only one rank logs are left out.
+    hosts = pl.concat(
+        frame.filter(ranked)
+        .group_by(*step_key, "host")
+        .agg(pl.col("compute_ms").median().alias("usual"), low=pl.col("rank").min(), high=pl.col("rank").max())
+        for frame in t.step_series.by(["host"], [*step_key, "host", "rank", "compute_ms"])
+    )
+    usual = (
+        hosts.group_by(step_key)
+        .agg(pl.col("usual").min(), pl.col("low").min(), pl.col("high").max())
+        .filter(pl.col("low") != pl.col("high"))
+        .select(*step_key, "usual")
+    )
+    if usual.height:
+        columns = ["host", "rank", "compute_ms", "file", "line", "ts"]
+        per_rank = pl.concat(
+            frame.filter(ranked)
+            .join(usual, on=step_key, maintain_order="left")
+            .with_columns((pl.col("compute_ms") / pl.col("usual")).alias("ratio"))
             .group_by("host", "rank", "engine")
             .agg(
                 pl.col("ratio").median(),
@@ -337,6 +345,7 @@ def stragglers(
                 first=pl.col("ts").min(),
                 last=pl.col("ts").max(),
             )
+            for frame in t.step_series.by(["host", "rank", "engine"], [*step_key, *columns])
         )
         slow = per_rank.filter((pl.col("ratio") >= slower_ratio) & (pl.col("share") >= slow_share))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)

@@ -34,22 +34,25 @@ PHASES = {  # stacked in this order, bottom first
 
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """Per-stream step tables, the step-time and phase charts, the worst windows; None without steps."""
-    if ctx["steps"].height == 0:
+    if ctx.tables.height("steps") == 0:
         return None
     series, windows = ctx.step_series, ctx.slow_windows
-    streams = series.group_by(timing.STREAM, maintain_order=True).agg(
-        pl.len().alias("steps"),
-        pl.col("step").min().alias("first"),
-        pl.col("step").max().alias("last"),
-        pl.col("basis").first(),
-        pl.col("time_ms").median().alias("median_ms"),
-        pl.col("samples_per_sec").median().alias("samples_per_sec"),
-        pl.col("skipped").max().alias("skipped"),
+    streams = pl.concat(
+        frame.group_by(timing.STREAM, maintain_order=True).agg(
+            pl.len().alias("steps"),
+            pl.col("step").min().alias("first"),
+            pl.col("step").max().alias("last"),
+            pl.col("basis").first(),
+            pl.col("time_ms").median().alias("median_ms"),
+            pl.col("samples_per_sec").median().alias("samples_per_sec"),
+            pl.col("skipped").max().alias("skipped"),
+        )
+        for frame in series.frames()
     )
-    charted = streams.sort("steps", descending=True).head(MAX_CHARTS)
+    charted = streams.sort("steps", descending=True, maintain_order=True).head(MAX_CHARTS)  # ties: in stream order
     charts = []
     for key in charted.select(timing.STREAM).iter_rows():
-        stream = series.filter(pl.all_horizontal(pl.col(c).eq_missing(v) for c, v in zip(timing.STREAM, key)))
+        stream = series.stream(key)
         mine = [w for w in windows if (w.file, w.host, w.rank, w.engine) == key]
         charts.append({"title": _stream_label(*key), **_charts(stream, mine)})
     return {

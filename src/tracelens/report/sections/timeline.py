@@ -15,6 +15,7 @@ from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
 from tracelens.derived.events import CAUSES
 from tracelens.derived.hostsignals import gpu_lanes
+from tracelens.derived.stream_groups import StreamGroups
 from tracelens.report import svg
 
 if TYPE_CHECKING:
@@ -46,13 +47,13 @@ CAUSE_COLOURS = {
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """The run on one UTC axis: step time, event lanes per host, finding windows, clocks and zone."""
     events = ctx.network_events
-    series = ctx.step_series.filter(pl.col("ts").is_not_null(), pl.col("time_ms").is_not_null())
+    steps, span = _binned_steps(ctx.step_series)
     windows = [(i, f) for i, f in enumerate(analysis.findings, start=1) if f.window]
     gpus = gpu_lanes(ctx["gpu_samples"])
-    if events.height == 0 and series.height == 0 and not windows and gpus.height == 0:
+    if events.height == 0 and steps.height == 0 and not windows and gpus.height == 0:
         return None
     return {
-        "chart": _chart(series, events, windows, gpus, {h for f in analysis.findings for h in f.hosts}),
+        "chart": _chart(steps, span, events, windows, gpus, {h for f in analysis.findings for h in f.hosts}),
         "windows": [_window_row(i, f) for i, f in windows],
         "zone": analysis.timeline.notes[0] if analysis.timeline.notes else "",
         "offsets": analysis.timeline.offsets.to_dicts(),
@@ -73,8 +74,10 @@ def _window_row(index: int, finding) -> dict:
     }
 
 
-def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list, gpus: pl.DataFrame, affected: set[str]) -> str:
-    times = [t for t in (series["ts"].min(), series["ts"].max()) if t is not None] if series.height else []
+def _chart(
+    steps: pl.DataFrame, span: list, events: pl.DataFrame, windows: list, gpus: pl.DataFrame, affected: set[str]
+) -> str:
+    times = list(span)
     if events.height:
         times += [events["lo"].min(), events.select(pl.coalesce("hi", "lo").max()).item()]
     times += [t for _, f in windows for t in f.window] + ([gpus["ts"].min(), gpus["ts"].max()] if gpus.height else [])
@@ -85,8 +88,7 @@ def _chart(series: pl.DataFrame, events: pl.DataFrame, windows: list, gpus: pl.D
         for i, f in windows
         if f.score > 0 or f.rule_id in SHADED
     ][:MAX_SHADES]
-    if series.height:
-        steps = _binned_steps(series)
+    if steps.height:
         top = fig.panel(180, "ms per step", y_range=(0.0, float(steps["ms"].max() or 1.0)))
         svg.bands(top, shades)
         streams = steps.group_by("stream", maintain_order=True)
@@ -145,16 +147,27 @@ def _gpu_series(gpus: pl.DataFrame, affected: set[str]) -> pl.DataFrame:
     )
 
 
-def _binned_steps(series: pl.DataFrame) -> pl.DataFrame:
-    """Step time over time per stream (the streams with most steps), averaged over bins of steps when long."""
-    counts = series.group_by(timing.STREAM).len()  # equal lengths: the stream's names decide which are kept
+def _binned_steps(series: StreamGroups) -> tuple[pl.DataFrame, list]:
+    """Step time over time per stream (the streams with most timed steps), averaged over bins of steps when
+    long, and the first and last time of the run's timed steps (none without). The series is read a group
+    of whole streams at a time, for the streams' lengths and spans, then for the rows of those drawn."""
+    timed = pl.col("ts").is_not_null() & pl.col("time_ms").is_not_null()
+    counts = pl.concat(
+        frame.filter(timed).group_by(timing.STREAM).agg(pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
+        for frame in series.frames()
+    )
+    span = [t for t in (counts["first"].min(), counts["last"].max()) if t is not None]
+    # equal lengths: the stream's names decide which are kept
     counts = counts.sort("len", *timing.STREAM, descending=[True, *[False] * len(timing.STREAM)], nulls_last=True).head(
         MAX_STREAMS
     )
-    chosen = series.join(counts.select(timing.STREAM), on=timing.STREAM, how="semi", nulls_equal=True)
+    chosen = pl.concat(
+        frame.filter(timed).join(counts.select(timing.STREAM), on=timing.STREAM, how="semi", nulls_equal=True)
+        for frame in series.frames()
+    )
     label = pl.format("{} rank {}", pl.col("host").fill_null("?"), pl.col("rank"))
-    size = max(1, -(-counts["len"].max() // MAX_POINTS))
-    return (
+    size = max(1, -(-(counts["len"].max() or 0) // MAX_POINTS))
+    binned = (
         chosen.sort("ts", maintain_order=True)
         .with_columns(stream=label, bin=pl.int_range(pl.len()).over(timing.STREAM) // size)
         .group_by("stream", "bin")
@@ -162,6 +175,7 @@ def _binned_steps(series: pl.DataFrame) -> pl.DataFrame:
         .sort("stream", "ts", "bin")  # steps logged in the same second keep their order
         .select("stream", "ts", "ms")
     )
+    return binned, span
 
 
 def _lanes(events: pl.DataFrame, affected: set[str]) -> pl.DataFrame:
