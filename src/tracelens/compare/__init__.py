@@ -309,7 +309,9 @@ def _run_changes(good: Analysis, bad: Analysis) -> list[Change]:
     out = []
     sizes = {
         "hosts": (len(_hosts(good)), len(_hosts(bad))),
-        "ranks": tuple(a.tables["nccl_comms"]["rank"].n_unique() for a in (good, bad)),
+        "ranks": tuple(
+            a.tables.scan("nccl_comms").select(pl.col("rank").n_unique()).collect().item() for a in (good, bad)
+        ),
     }
     for what, (g, b) in sizes.items():
         if g and b and g != b:

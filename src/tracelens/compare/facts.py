@@ -71,8 +71,19 @@ def _joined(frame: pl.DataFrame, area: str, key: str, value: pl.Expr, phase: str
     return _frame(grouped, area, key, pl.col("v"), phase)
 
 
+COMPARED = {
+    "nccl_comms": ["host", "nccl_version"],
+    "nccl_net": ["host", "what", "name", "port"],
+    "nccl_channels": ["host", "transport", "net", "gdr"],
+    "nccl_env": ["host", "name", "value"],
+}
+
+
 def _nccl(tables: RunTables) -> pl.DataFrame:
-    comms, net, channels, env = (tables[n] for n in ("nccl_comms", "nccl_net", "nccl_channels", "nccl_env"))
+    # read for the columns compared (a big run's tables are big)
+    comms, net, channels, env = (
+        tables.scan(name).select(columns).collect(engine="streaming") for name, columns in COMPARED.items()
+    )
     what = pl.col("what")
     inter = pl.col("transport").is_in(["NET", "COLLNET"])
     label = pl.concat_str(

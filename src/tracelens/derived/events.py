@@ -134,14 +134,19 @@ def _socket_choice(tables: RunTables) -> pl.DataFrame:
     """The first line of each process that chose NCCL's socket network (`Using network Socket`,
     `NET/IB : No device found`); channels `via NET/Socket` where no process says so, since both
     ends of a connection to a socket host list it."""
-    net = tables["nccl_net"]
-    chose = net.filter(
-        ((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket"))
-        | (pl.col("what") == "ib_missing")
+    chose = (
+        tables.scan("nccl_net")
+        .filter(
+            ((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket"))
+            | (pl.col("what") == "ib_missing")
+        )
+        .collect()
     )
     if chose.height == 0:
-        chose = tables["nccl_channels"].filter(
-            pl.col("transport") == "NET", pl.col("net").str.to_lowercase() == "socket"
+        chose = (
+            tables.scan("nccl_channels")
+            .filter(pl.col("transport") == "NET", pl.col("net").str.to_lowercase() == "socket")
+            .collect()
         )
     return tables.with_text(
         chose.sort("file", "line").unique(["host", "pid"], keep="first", maintain_order=True)

@@ -146,8 +146,15 @@ def stacks(t: RunTables) -> pl.DataFrame:
     communicator lines give each process's pid and rank (the job's widest communicator), on the
     same host when both name one."""
     table = t["stacks"]
-    comms = t["nccl_comms"].filter(pl.col("pid").is_not_null(), pl.col("rank").is_not_null())
-    if table.height == 0 or comms.height == 0 or table["rank"].null_count() == 0:
+    if table.height == 0 or table["rank"].null_count() == 0:
+        return table
+    comms = (
+        t.scan("nccl_comms")
+        .filter(pl.col("pid").is_not_null(), pl.col("rank").is_not_null())
+        .select("pid", "host", "rank", "nranks")
+        .collect()
+    )
+    if comms.height == 0:
         return table
     world = (
         comms.filter(pl.col("nranks") == comms["nranks"].max())
@@ -197,7 +204,7 @@ def job_ranks(t: RunTables, fr: pl.DataFrame) -> set[int]:
         found = _RANK_IN_NAME.findall(name)
         if found:
             ranks.add(int(found[-1]))
-    world = t["nccl_comms"]["nranks"].max()
+    world = t.scan("nccl_comms").select(pl.col("nranks").max()).collect().item()
     if world:
         ranks |= set(range(int(world)))
     return ranks

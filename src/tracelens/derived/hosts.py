@@ -17,9 +17,11 @@ INTERFACE_ROWS = ("bootstrap_if", "oob_if", "socket_if")
 
 def host_names(tables: RunTables) -> dict[str, str]:
     """IP address -> host name, for every address a process of the run said it uses."""
-    net = tables["nccl_net"]
-    rows = net.filter(
-        pl.col("what").is_in(INTERFACE_ROWS), pl.col("address").is_not_null(), pl.col("host").is_not_null()
+    rows = (
+        tables.scan("nccl_net")
+        .filter(pl.col("what").is_in(INTERFACE_ROWS), pl.col("address").is_not_null(), pl.col("host").is_not_null())
+        .select("address", "host")
+        .collect()
     )
     address = pl.col("address").str.replace(r"<\d+>$", "").str.replace(r"%.*$", "").str.strip_chars("[]")
     pairs = rows.select(address.alias("ip"), "host").unique(maintain_order=True)

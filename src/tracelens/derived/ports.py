@@ -29,11 +29,12 @@ def latest_ports(tables: RunTables) -> pl.DataFrame:
 def port_ranks(tables: RunTables) -> pl.DataFrame:
     """(host, ca, port, rank) for every rank whose NCCL process uses that HCA port."""
     devices = (
-        tables["nccl_net"]
+        tables.scan("nccl_net")
         .filter(pl.col("what") == "ib_device")
         .select("host", pl.col("name").alias("ca"), "port", "pid")
+        .collect()
     )
-    comms = tables["nccl_comms"].select("host", "pid", "rank").drop_nulls().unique()
+    comms = tables.scan("nccl_comms").select("host", "pid", "rank").drop_nulls().unique().collect(engine="streaming")
     return devices.join(comms, on=["host", "pid"]).select(*PORT, "rank").unique().sort(*PORT, "rank")
 
 
@@ -49,4 +50,5 @@ def ranks_on(port_ranks: pl.DataFrame, host: str | None, ca: str | None, port: i
 
 def nccl_devices(tables: RunTables) -> pl.DataFrame:
     """(host, ca) pairs NCCL reports using."""
-    return tables["nccl_net"].filter(pl.col("what") == "ib_device").select("host", pl.col("name").alias("ca")).unique()
+    devices = tables.scan("nccl_net").filter(pl.col("what") == "ib_device")
+    return devices.select("host", pl.col("name").alias("ca")).collect().unique()

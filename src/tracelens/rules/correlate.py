@@ -307,12 +307,13 @@ def last_signs_of_life(t: RunContext) -> pl.DataFrame:
 
 def _silent_ranks(t: RunContext, reporters: set[int]) -> list[int]:
     """Ranks of the job (its largest communicator) that did not report the hung collective."""
-    world = t["nccl_comms"]["nranks"].max()
+    world = t.scan("nccl_comms").select(pl.col("nranks").max()).collect().item()
     return sorted(set(range(int(world))) - reporters) if world and reporters else []
 
 
 def _host_of_rank(t: RunContext, ranks: list[int]) -> list[str]:
-    comms = t["nccl_comms"].filter(pl.col("rank").is_in(ranks), pl.col("nranks") == t["nccl_comms"]["nranks"].max())
+    widest = pl.col("nranks") == pl.col("nranks").max()
+    comms = t.scan("nccl_comms").filter(pl.col("rank").is_in(ranks), widest).select("host").collect()
     steps = t.scan("steps").filter(pl.col("rank").is_in(ranks)).select("host").collect()
     return sorted(set(comms["host"].drop_nulls().to_list()) | set(steps["host"].drop_nulls().to_list()))
 

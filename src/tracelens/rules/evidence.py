@@ -33,12 +33,18 @@ def hosts_of(*frames: Frame) -> list[str]:
     return sorted(found)
 
 
+def any_row(rows: pl.LazyFrame, *predicates: pl.Expr) -> bool:
+    """Whether any row of a table (a scan, read until the first row found) matches the predicates."""
+    return rows.filter(*predicates).head(1).collect().height > 0
+
+
 def ranks_of(ctx: RunContext, rows: pl.DataFrame) -> list[int]:
-    """Ranks of the processes (host, pid) behind `rows`, from the communicator lines."""
-    comms = ctx["nccl_comms"].select("host", "pid", "rank").drop_nulls()
-    if comms.height == 0 or "pid" not in rows.columns:
+    """Ranks of the processes (host, pid) behind `rows`, from the communicator lines (read for them only)."""
+    if "pid" not in rows.columns:
         return []
-    hit = rows.select("host", "pid").unique().join(comms, on=["host", "pid"], how="inner")
+    processes = rows.select("host", "pid").unique().lazy()
+    comms = ctx.scan("nccl_comms").select("host", "pid", "rank").drop_nulls()
+    hit = comms.join(processes, on=["host", "pid"], how="inner").collect(engine="streaming")
     return sorted(set(hit["rank"].to_list()))
 
 

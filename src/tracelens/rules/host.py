@@ -293,21 +293,23 @@ def socket_interface_without_jumbo_frames(t: RunContext, *, jumbo_mtu: int = 900
     switch ports), raise NCCL_NSOCKS_PERTHREAD/NCCL_SOCKET_NTHREADS, and pin NCCL_SOCKET_IFNAME
     to the fast interface.
     """
-    net = t["nccl_net"]
-    socket_hosts = set(
-        net.filter((pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket"))["host"]
+    net = t.scan("nccl_net")
+    on_socket = (pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket")
+    socket_hosts = set(net.filter(on_socket).select("host").collect()["host"].drop_nulls().to_list())
+    socket_hosts |= set(
+        t.scan("nccl_channels")
+        .filter(pl.col("net").str.to_lowercase() == "socket")
+        .select("host")
+        .collect()["host"]
         .drop_nulls()
         .to_list()
-    )
-    socket_hosts |= set(
-        t["nccl_channels"].filter(pl.col("net").str.to_lowercase() == "socket")["host"].drop_nulls().to_list()
     )
     if not socket_hosts:
         return
     named = net.filter(
         pl.col("what").is_in(["socket_if", "bootstrap_if", "oob_if"]), pl.col("host").is_in(list(socket_hosts))
     )
-    named = named.select("host", pl.col("name").alias("ifname")).unique()
+    named = named.select("host", pl.col("name").alias("ifname")).collect().unique()
     listed = t["interfaces"].filter(pl.col("mtu").is_not_null()).unique(["host", "ifname"], keep="last")
     small = listed.join(named, on=["host", "ifname"], how="inner").filter(pl.col("mtu") < jumbo_mtu)
     for r in small.sort("host").iter_rows(named=True):
@@ -644,7 +646,7 @@ def roce_gid_index(t: RunContext) -> Iterator[Finding]:
     the right address family itself.
     """
     gids = t["gids"].filter(pl.col("roce").is_not_null())
-    env = t["nccl_env"].filter(pl.col("name") == "NCCL_IB_GID_INDEX")
+    env = t.scan("nccl_env").filter(pl.col("name") == "NCCL_IB_GID_INDEX").collect()
     if gids.height == 0 or env.height == 0:
         return
     index = int(env["value"].cast(pl.Int64, strict=False).drop_nulls().mode().first() or -1)

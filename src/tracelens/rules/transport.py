@@ -11,7 +11,7 @@ from tracelens.derived import RunContext
 from tracelens.findings import Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import rule
-from tracelens.rules.evidence import evidence, hosts_of, ranks_of
+from tracelens.rules.evidence import any_row, evidence, hosts_of, ranks_of
 
 
 def _is_socket(col: str = "net") -> pl.Expr:
@@ -20,30 +20,33 @@ def _is_socket(col: str = "net") -> pl.Expr:
 
 def _ib_hcas_seen(ctx: RunContext) -> bool:
     """Whether the run shows InfiniBand/RoCE hardware anywhere (NCCL device lists or port dumps)."""
-    return ctx["nccl_net"].filter(pl.col("what") == "ib_device").height > 0 or ctx["ib_ports"].height > 0
+    return any_row(ctx.scan("nccl_net"), pl.col("what") == "ib_device") or ctx["ib_ports"].height > 0
 
 
 def _multi_node(ctx: RunContext) -> bool:
     """Whether more than one node is involved: several hosts log NCCL lines, or channels go over a network."""
     if len(hosts_of(ctx.scan("nccl_events"))) > 1:
         return True
-    return ctx["nccl_channels"].filter(pl.col("transport").is_in(["NET", "COLLNET"])).height > 0
+    return any_row(ctx.scan("nccl_channels"), pl.col("transport").is_in(["NET", "COLLNET"]))
 
 
 def _single_node(ctx: RunContext) -> bool:
     """Whether the logs show a one-node job: one host, channel lines present, none over a network."""
-    channels = ctx["nccl_channels"]
     return (
         len(hosts_of(ctx.scan("nccl_events"))) <= 1
-        and channels.height > 0
-        and channels.filter(pl.col("transport").is_in(["NET", "COLLNET"])).height == 0
+        and ctx.tables.height("nccl_channels") > 0
+        and not any_row(ctx.scan("nccl_channels"), pl.col("transport").is_in(["NET", "COLLNET"]))
     )
 
 
 def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
     """Rows (file, line, host, pid, name, value) setting NCCL_IB_DISABLE=1 or NCCL_NET=Socket,
     echoed by NCCL or printed by a launcher."""
-    env = ctx["nccl_env"].select("file", "line", "host", "pid", "name", "value")
+    value = pl.col("value").str.strip_chars().str.strip_chars(".").str.to_lowercase()
+    disabling = ((pl.col("name") == "NCCL_IB_DISABLE") & value.is_in(["1", "true", "yes"])) | (
+        (pl.col("name") == "NCCL_NET") & (value == "socket")
+    )
+    env = ctx.scan("nccl_env").select("file", "line", "host", "pid", "name", "value").filter(disabling).collect()
     config = ctx["config"]
     if config.height:
         env = pl.concat(
@@ -51,14 +54,10 @@ def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
                 env,
                 config.select(
                     "file", "line", "host", pl.lit(None, pl.Int64).alias("pid"), pl.col("key").alias("name"), "value"
-                ),
+                ).filter(disabling),
             ]
         )
-    value = pl.col("value").str.strip_chars().str.strip_chars(".").str.to_lowercase()
-    return env.filter(
-        ((pl.col("name") == "NCCL_IB_DISABLE") & value.is_in(["1", "true", "yes"]))
-        | ((pl.col("name") == "NCCL_NET") & (value == "socket"))
-    )
+    return env
 
 
 @rule("TL101", "nccl-socket-transport", Severity.WARNING, needs=("nccl_channels|nccl_net",))
@@ -80,15 +79,18 @@ def socket_transport(ctx: RunContext) -> Iterator[Finding]:
     `NCCL_IB_HCA` (e.g. `mlx5_0,mlx5_1`). Confirm with `NCCL_DEBUG=INFO` that it logs `Using
     network IB` and channels `via NET/IB/.../GDRDMA`.
     """
-    net = ctx["nccl_net"]
-    socket_channels = ctx["nccl_channels"].filter((pl.col("transport") == "NET") & _is_socket())
+    where = ["file", "line", "host", "pid"]
+    net = ctx.scan("nccl_net")
+    socket_channels = (
+        ctx.scan("nccl_channels").filter((pl.col("transport") == "NET") & _is_socket()).select(where).collect()
+    )
     # `NET/Socket : Using ...` is not a signal: NCCL 2.4 and 2.5 print it even when IB carries the traffic.
     signals = pl.concat(
         [
-            net.filter((pl.col("what") == "network") & _is_socket("name")).select("file", "line", "host", "pid"),
-            net.filter(pl.col("what") == "ib_missing").select("file", "line", "host", "pid"),
-            _ib_disabled_settings(ctx).select("file", "line", "host", "pid"),
-            socket_channels.select("file", "line", "host", "pid"),
+            net.filter((pl.col("what") == "network") & _is_socket("name")).select(where).collect(),
+            net.filter(pl.col("what") == "ib_missing").select(where).collect(),
+            _ib_disabled_settings(ctx).select(where),
+            socket_channels,
         ]
     )
     if signals.height == 0:
@@ -164,11 +166,17 @@ def mixed_transports(ctx: RunContext) -> Iterator[Finding]:
     all nodes identical, and pin `NCCL_IB_HCA` so every rank selects the same kind of device.
     """
     net = (
-        ctx["nccl_net"]
+        ctx.scan("nccl_net")
         .filter(pl.col("what") == "network")
         .select("file", "line", "host", "pid", pl.col("name").alias("net"))
+        .collect()
     )
-    channels = ctx["nccl_channels"].filter(pl.col("transport") == "NET").select("file", "line", "host", "pid", "net")
+    channels = (
+        ctx.scan("nccl_channels")
+        .filter(pl.col("transport") == "NET")
+        .select("file", "line", "host", "pid", "net")
+        .collect()
+    )
     used = pl.concat([net, channels]).drop_nulls("net").with_columns(socket=_is_socket())
     per_process = used.group_by("host", "pid", maintain_order=True).agg(
         pl.col("socket").any().alias("socket"), pl.col("socket").all().alias("only_socket")
@@ -207,9 +215,15 @@ def gdr_not_used(ctx: RunContext) -> Iterator[Finding]:
     switch (`nvidia-smi topo -m`), remove `NCCL_NET_GDR_LEVEL=0` / `NCCL_NET_GDR_READ=0` if set,
     and look for `via NET/IB/<n>/GDRDMA` in the log.
     """
-    channels = ctx["nccl_channels"].filter((pl.col("transport") == "NET") & ~_is_socket() & pl.col("net").is_not_null())
+    where = ["file", "line", "host", "pid"]
+    channels = (
+        ctx.scan("nccl_channels")
+        .filter((pl.col("transport") == "NET") & ~_is_socket() & pl.col("net").is_not_null())
+        .select(*where, "gdr")
+        .collect()
+    )
     no_gdr = channels.filter(pl.col("gdr").not_())
-    disabled = ctx["nccl_net"].filter(pl.col("what") == "gdr_disabled")
+    disabled = ctx.scan("nccl_net").filter(pl.col("what") == "gdr_disabled").select(where).collect()
     if no_gdr.height == 0 and disabled.height == 0:
         return
     parts = []
@@ -217,18 +231,17 @@ def gdr_not_used(ctx: RunContext) -> Iterator[Finding]:
         parts.append(f"{no_gdr.height} of {count(channels.height, 'network channel connection')} without /GDRDMA")
     if disabled.height:
         parts.append(f"{count(disabled.height, '`GPU Direct RDMA Disabled` line')}")
-    gdr_env = ctx["nccl_env"].filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))
+    gdr_env = (
+        ctx.scan("nccl_env")
+        .filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))
+        .select(*where, "name", "value")
+        .collect()
+    )
     cause = ""
     if gdr_env.height:
         settings = sorted({f"{r['name']}={r['value']}" for r in gdr_env.iter_rows(named=True)})
         cause = f" ({', '.join(settings)} is set)"
-    rows = pl.concat(
-        [
-            no_gdr.select("file", "line", "host", "pid"),
-            disabled.select("file", "line", "host", "pid"),
-            gdr_env.select("file", "line", "host", "pid"),
-        ]
-    )
+    rows = pl.concat([no_gdr.select(where), disabled, gdr_env.select(where)])
     yield Finding(
         severity=Severity.WARNING,
         title="GPUDirect RDMA not used",
@@ -260,7 +273,7 @@ def suspect_interface(ctx: RunContext) -> Iterator[Finding]:
     `^docker,lo` prefix list excludes), and for IB/RoCE `NCCL_IB_HCA`; check the address with
     `ip -br addr`.
     """
-    net = ctx["nccl_net"].filter(pl.col("what").is_in(["bootstrap_if", "oob_if", "socket_if"]))
+    net = ctx.scan("nccl_net").filter(pl.col("what").is_in(["bootstrap_if", "oob_if", "socket_if"])).collect()
     # Bootstrap lines of NCCL 2.4-2.9 list every interface; NCCL uses the first one.
     first_bootstrap = (
         net.filter(pl.col("what") == "bootstrap_if").sort("file", "line").unique(["file", "line"], keep="first")
@@ -329,24 +342,20 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
             evidence=evidence(first),
             hosts=hosts_of(first),
         )
-    env = ctx["nccl_env"].filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS)))
-    value = pl.col("value").str.strip_chars().str.strip_chars(".")
+    env = ctx.scan("nccl_env").filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS)))
+    env = env.select("file", "line", "host", "pid", "name", v=pl.col("value").str.strip_chars().str.strip_chars("."))
     skewed = (
-        env.with_columns(v=value)
-        .group_by("name")
+        env.group_by("name")
         .agg(pl.col("v").n_unique().alias("n"), pl.col("v").unique().sort().alias("values"))
         .filter(pl.col("n") > 1)
         .sort("name")
+        .collect(engine="streaming")
     )
     if skewed.height == 0:
         return
     names = skewed["name"].to_list()
-    rows = (
-        env.filter(pl.col("name").is_in(names))
-        .with_columns(v=value)
-        .sort("file", "line")
-        .unique(["name", "v", "host"], keep="first")
-    )
+    rows = env.filter(pl.col("name").is_in(names)).collect().sort("file", "line")
+    rows = rows.unique(["name", "v", "host"], keep="first")
     described = "; ".join(f"{r['name']} = {' / '.join(r['values'])}" for r in skewed.iter_rows(named=True))
     yield Finding(
         severity=Severity.WARNING,

@@ -19,6 +19,14 @@ TEMPLATE = "sections/nccl.html.j2"
 _INTERFACE_ROLES = {"bootstrap_if": "bootstrap", "oob_if": "IB out-of-band", "socket_if": "socket transport"}
 
 
+SHOWN = {
+    "nccl_comms": ["host", "rank"],
+    "nccl_channels": ["host", "transport", "net", "gdr"],
+    "nccl_net": ["host", "what", "name", "address", "port", "link_layer"],
+    "nccl_env": ["host", "name", "value"],
+}
+
+
 def _sorted_unique(frame: pl.DataFrame, column: str) -> list:
     return sorted(v for v in frame[column].unique().to_list() if v is not None)
 
@@ -37,7 +45,10 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     t = ctx.tables
     if t.height("nccl_events") == 0:
         return None
-    comms, channels, net, env = (t[n] for n in ("nccl_comms", "nccl_channels", "nccl_net", "nccl_env"))
+    # the communicator, channel, network and setting tables read for the columns shown (a big run's are big)
+    comms, channels, net, env = (
+        ctx.scan(name).select(columns).collect(engine="streaming") for name, columns in SHOWN.items()
+    )
     # one row per line: read for its processes per host and its version lines only
     events = ctx.scan("nccl_events")
     pids = pl.col("pid")
