@@ -7,7 +7,8 @@ every few milliseconds (tracemalloc does not see polars' allocations). Each samp
 innermost stage running: ingest, align, settle, a derived result of the RunContext (`ctx.slow_windows`
 ...), a table read into memory (`table.nccl_comms`), a rule (`TL401`), a report section
 (`report.steps`) and the render. Prints, per stage, the RSS when it first began and its peak, in the
-order the stages first ran, then the process's CPU seconds and peak RSS (ru_maxrss).
+order the stages first ran, and the CPU seconds spent inside it (stages it ran included: a table read
+by a rule counts in both), then the process's CPU seconds and peak RSS (ru_maxrss).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 PAGE = os.sysconf("SC_PAGE_SIZE")
 _stack: list[str] = ["(outside a stage)"]
 _peaks: dict[str, list[float]] = {}  # stage -> [RSS at its start, peak]
+_cpu: dict[str, float] = {}  # stage -> CPU seconds inside it (all threads, stages inside it included)
 
 
 def rss_mb() -> float:
@@ -44,9 +46,11 @@ def _staged(name: str, func):
         now = rss_mb()
         _peaks.setdefault(label, [now, now])
         _stack.append(label)
+        began = time.process_time()
         try:
             return func(*args, **kwargs)
         finally:
+            _cpu[label] = _cpu.get(label, 0.0) + time.process_time() - began
             _stack.pop()
 
     return inner
@@ -110,9 +114,9 @@ def main() -> None:
     stop.set()
     sampler.join()
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"{'stage':<28} {'RSS at start MB':>16} {'peak MB':>10}")
+    print(f"{'stage':<28} {'RSS at start MB':>16} {'peak MB':>10} {'CPU s':>8}")
     for stage, (first, peak) in _peaks.items():
-        print(f"{stage:<28} {first:>16,.0f} {peak:>10,.0f}")
+        print(f"{stage:<28} {first:>16,.0f} {peak:>10,.0f} {_cpu.get(stage, 0.0):>8.1f}")
     print(
         f"wall {time.perf_counter() - began:.1f} s, CPU {usage.ru_utime + usage.ru_stime:.1f} s, "
         f"peak RSS (ru_maxrss) {usage.ru_maxrss / 1024:,.0f} MB"

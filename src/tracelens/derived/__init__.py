@@ -101,24 +101,29 @@ class RunContext:
         return self._step_groups[1]
 
     @cached_property
+    def _timed(self) -> list[steps.Timed]:
+        return [steps.timed(series, self.slow_steps) for series in self._step_groups]
+
+    @property
     def slow_windows(self) -> list[steps.Window]:
         """Slow windows of every stream against its rolling baseline, costliest first."""
-        return steps.slow_windows(self.step_series)
+        return self._timed[0].windows
 
-    @cached_property
+    @property
     def sustained_windows(self) -> list[steps.Window]:
         """Long slow stretches the rolling baseline absorbs."""
-        return steps.sustained_windows(self.step_series, self.slow_steps)
+        return self._timed[0].sustained
 
     @cached_property
     def slow_episodes(self) -> list[steps.Episode]:
         """The job's slow stretches, one per stretch whatever the number of logs that saw it, costliest first."""
-        return steps.slow_episodes(self.step_series, self.wall_series, self.slow_steps)
+        timers, wall = self._timed
+        return steps.slow_episodes(timers, wall, self.slow_steps)
 
-    @cached_property
+    @property
     def run_time_s(self) -> float:
         """Total step time of the longest stream."""
-        return steps.run_time_s(self.step_series)
+        return self._timed[0].run_time_s
 
     # -- fabric ----------------------------------------------------------------------------------
 

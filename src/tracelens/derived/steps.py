@@ -20,12 +20,11 @@ its groups give is what one pass over all of them gives.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import TypeAlias
 
 import polars as pl
 
@@ -52,19 +51,6 @@ class SlowSteps:
     sustained_ratio: float = 1.25
     sustained_steps: int = 10
     min_cost_share: float = 0.01
-
-
-Series: TypeAlias = pl.DataFrame | StreamGroups  # a step series (step_series): in memory, or a group at a time
-
-
-def groups(series: Series) -> StreamGroups:
-    """A step series as groups of whole streams (one group: a series in memory)."""
-    return series if isinstance(series, StreamGroups) else StreamGroups(STREAM, [series])
-
-
-def frames(series: Series) -> Iterator[pl.DataFrame]:
-    """A step series' rows, a group of whole streams at a time."""
-    return groups(series).frames()
 
 
 def _streams_of(steps: pl.LazyFrame) -> pl.LazyFrame:
@@ -171,33 +157,62 @@ class Window:
         )
 
 
-def slow_windows(series: Series) -> list[Window]:
+# what the windows and the run time read of a series
+WINDOW_COLUMNS = [*STREAM, "step", "line", "ts", "basis", "time_ms", "baseline_ms", "slow", "steps_covered"]
+WINDOW_COLUMNS += ["comm_ms", "compute_ms"]
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A step series and what its streams give, read in one pass over its groups: the slow windows
+    and the sustained ones (costliest first), and the run time: the total step time of the longest
+    stream, what a window's cost is measured against."""
+
+    series: StreamGroups
+    windows: list[Window]
+    sustained: list[Window]
+    run_time_s: float
+
+
+def timed(series: StreamGroups, slow: SlowSteps = SlowSteps()) -> Timed:
+    """The windows and run time of `series`, a group of whole streams at a time (each group's windows
+    costliest first, then all of them: the stable sort keeps stream order among equal costs)."""
+    windows: list[Window] = []
+    sustained: list[Window] = []
+    totals: list[float] = []
+    for frame in series.frames(WINDOW_COLUMNS):
+        windows += slow_windows(frame)
+        sustained += sustained_windows(frame, slow)
+        totals += _stream_totals(frame)
+    by_cost = partial(sorted, key=lambda w: -w.cost_s)
+    return Timed(series, by_cost(windows), by_cost(sustained), float(max(totals, default=0.0) or 0.0))
+
+
+def slow_windows(series: pl.DataFrame) -> list[Window]:
     """The slow windows of every stream, costliest first."""
     windows = []
-    for frame in frames(series):
-        for key, stream in frame.group_by(STREAM, maintain_order=True):
-            stream = stream.with_row_index("i")
-            slow_rows = stream.filter(pl.col("slow"))["i"].to_list()
-            for first, last in _runs(slow_rows):
-                inside = stream.filter(pl.col("i").is_between(first, last) & pl.col("slow"))
-                windows.append(_window(key, stream, inside))
+    for key, stream in series.group_by(STREAM, maintain_order=True):
+        stream = stream.with_row_index("i")
+        slow_rows = stream.filter(pl.col("slow"))["i"].to_list()
+        for first, last in _runs(slow_rows):
+            inside = stream.filter(pl.col("i").is_between(first, last) & pl.col("slow"))
+            windows.append(_window(key, stream, inside))
     return sorted(windows, key=lambda w: -w.cost_s)
 
 
-def sustained_windows(series: Series, slow: SlowSteps = SlowSteps()) -> list[Window]:
+def sustained_windows(series: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Window]:
     """Long slow stretches the rolling baseline absorbs (a slowdown that lasts, or ramps up over
     tens of steps): steps slower than `sustained_ratio` x the stream's lower quartile (its usual
     pace, as long as most of the stream is not slow), for `sustained_steps` logged steps or more.
     The windows are measured against that quartile."""
     usual = pl.col("time_ms").filter(pl.int_range(pl.len()) >= WARMUP_ROWS).quantile(0.25).over(STREAM)
-    found = []
-    for frame in frames(series):
-        marked = frame.with_columns(baseline_ms=usual).with_columns(
-            slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS)
-            & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
-        )
-        found += slow_windows(marked.with_columns(pl.col("slow").fill_null(False)))
-    return sorted((w for w in found if w.rows >= slow.sustained_steps), key=lambda w: -w.cost_s)
+    marked = series.with_columns(baseline_ms=usual).with_columns(
+        slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS)
+        & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
+    )
+    return [
+        w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= slow.sustained_steps
+    ]
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:
@@ -233,17 +248,11 @@ def ratio_of_medians(now: pl.Series, typical: pl.Series) -> float | None:
     return float(a / b) if a is not None and b else None
 
 
-def run_time_s(series: Series) -> float:
-    """Total step time of the longest stream: what a window's cost is measured against. Each stream is
-    summed on its own (a sum over a slice of a bigger frame can differ in its last bit), so that a
-    group of streams gives what the whole series gives."""
+def _stream_totals(series: pl.DataFrame) -> list[float]:
+    """Each stream's total step time (s). Each is summed on its own rows (a sum over a slice of a bigger
+    frame can differ in its last bit), so that a group of streams gives what the whole series gives."""
     took = (pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0)).sum()
-    totals = [
-        stream.select(took).item() / 1000
-        for frame in frames(series)
-        for _, stream in frame.group_by(STREAM, maintain_order=True)
-    ]
-    return float(max(totals, default=0.0) or 0.0)
+    return [stream.select(took).item() / 1000 for _, stream in series.group_by(STREAM, maintain_order=True)]
 
 
 # -- slow episodes: one per slow stretch of the job, whatever the number of logs that saw it ------
@@ -281,19 +290,19 @@ class Episode:
         return len({(w.file, w.host, w.rank, w.engine) for w in self.windows})
 
 
-def slow_episodes(series: Series, wall: Series, slow: SlowSteps = SlowSteps()) -> list[Episode]:
+def slow_episodes(series: Timed, wall: Timed, slow: SlowSteps = SlowSteps()) -> list[Episode]:
     """The run's slow stretches that cost at least `slow.min_cost_share` of its step time, costliest first;
     windows seen by several logs, by timers (`series`, step_series) or by timestamps (`wall`, step_series
     with `wall`), are one episode."""
     found: list[tuple[datetime, datetime, Window, float]] = []  # first step's start, last time, window, run
-    for timed in (series, wall):
-        total = run_time_s(timed) or 1.0
+    for side in (series, wall):
+        total = side.run_time_s or 1.0
         costly = [
             w
-            for w in slow_windows(timed) + sustained_windows(timed, slow)
+            for w in side.windows + side.sustained
             if w.start is not None and w.end is not None and w.cost_s >= slow.min_cost_share * total
         ]
-        for w, begin in zip(costly, _first_step_starts(timed, costly)):
+        for w, begin in zip(costly, _first_step_starts(side.series, costly)):
             found.append((begin, w.end, w, total))  # type: ignore[arg-type]
     merged: list[tuple[datetime, datetime, list[Window], float]] = []
     margin = timedelta(seconds=EPISODE_MARGIN_S)
@@ -305,16 +314,16 @@ def slow_episodes(series: Series, wall: Series, slow: SlowSteps = SlowSteps()) -
             merged.append((begin, last, [w], total))
     episodes = []
     for b, e, ws, run in merged:
-        stream = _worst_stream(wall, ws)
+        stream = _worst_stream(wall.series, ws)
         begin, end = _trimmed(stream, b, e)
         episodes.append(Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, _ordinary(stream, begin, end)))
     return sorted(episodes, key=lambda ep: -ep.cost_s)
 
 
-def _worst_stream(wall: Series, windows: list[Window]) -> pl.DataFrame:
+def _worst_stream(wall: StreamGroups, windows: list[Window]) -> pl.DataFrame:
     """The wall step times (time_ms, start, ts) of the stream with the costliest window."""
     worst = max(windows, key=lambda w: w.cost_s)
-    stream = groups(wall).stream((worst.file, worst.host, worst.rank, worst.engine))
+    stream = wall.stream((worst.file, worst.host, worst.rank, worst.engine))
     stream = stream.filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
     took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
     return stream.with_columns(start=pl.col("ts") - took)
@@ -373,7 +382,7 @@ def _trimmed(stream: pl.DataFrame, begin: datetime, end: datetime) -> tuple[date
     return max(begin, inside["start"][first]), min(end, inside["ts"][last])
 
 
-def _first_step_starts(series: Series, windows: Sequence[Window]) -> list[datetime | None]:
+def _first_step_starts(series: StreamGroups, windows: Sequence[Window]) -> list[datetime | None]:
     """When each window's first slow step began (its line is printed at its end): one query for them all."""
     if not windows:
         return []
@@ -387,8 +396,7 @@ def _first_step_starts(series: Series, windows: Sequence[Window]) -> list[dateti
     )
     took = pl.duration(microseconds=(pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0) * 1000).cast(pl.Int64))
     starts = (
-        groups(series)
-        .scan()
+        series.scan()
         .select("file", "line", start=pl.col("ts") - took)
         .join(at.lazy(), on=["file", "line"])
         .group_by("window")

@@ -30,6 +30,7 @@ from tracelens.derived.baseline import Baseline, LevelComparison, RateComparison
 from tracelens.derived.counters import kind_of
 from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
 from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
+from tracelens.derived.stream_groups import StreamGroups
 from tracelens.prose import count, listing
 
 COARSE = timedelta(seconds=5)  # log lines with inferred times and counter dumps are placed this loosely
@@ -68,7 +69,7 @@ class Signal:
     evidence: tuple[dict, ...] = field(default=(), compare=False)  # file, line, frame, text, host
 
 
-def measure(ctx: RunContext, series: timing.Series, begin: datetime, end: datetime) -> list[Signal]:
+def measure(ctx: RunContext, series: StreamGroups, begin: datetime, end: datetime) -> list[Signal]:
     """Every signal of the run for the window [begin, end] (packet analysis, counter deltas and host
     names from the run's context, computed once for every window; `series`: the step series)."""
     names = ctx.host_names
@@ -385,15 +386,13 @@ def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signa
     return signals
 
 
-def _kernel_signals(ctx: RunContext, series: timing.Series, begin: datetime, end: datetime) -> list[Signal]:
+def _kernel_signals(ctx: RunContext, series: StreamGroups, begin: datetime, end: datetime) -> list[Signal]:
     """Per host and cause, the NIC records of its kernel log (link down, transmit timeouts ...); the
     kernel logs all along, so the exposure is the run's span (its steps and the records themselves)."""
     events = kernel_events(ctx.tables)
     if events.height == 0:
         return []
-    first, last = (
-        timing.groups(series).scan().select(pl.col("ts").min(), pl.col("ts").max().alias("last")).collect().row(0)
-    )
+    first, last = series.scan().select(pl.col("ts").min(), pl.col("ts").max().alias("last")).collect().row(0)
     # the steps' span and the records' (python datetimes), the side that has none left out
     span = (
         min(t for t in (first, events["lo"].min()) if t is not None),
@@ -549,11 +548,16 @@ def _widened(values: np.ndarray, first: int, last: int, limits: Baseline) -> tup
     return first, last
 
 
-def step_signals(series: timing.Series, begin: datetime, end: datetime, limits: Baseline = Baseline()) -> list[Signal]:
+# what the level signals read of a step series
+LEVEL_COLUMNS = [*timing.STREAM, "step", "line", "ts", "message", "time_ms", "comm_ms", "iter_ms", "fwd_ms", "bwd_ms"]
+LEVEL_COLUMNS += ["bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "optimizer_step_ms", "optimizer_allgather_ms"]
+
+
+def step_signals(series: StreamGroups, begin: datetime, end: datetime, limits: Baseline = Baseline()) -> list[Signal]:
     """Per rank (stream), its compute, communication, between-steps and step time inside the window
     against outside it, judged by `limits` (the RunContext's baseline), and its communication pace;
     the series read a group of whole streams at a time."""
-    return [s for frame in timing.frames(series) for s in _stream_signals(frame, begin, end, limits)]
+    return [s for frame in series.frames(LEVEL_COLUMNS) for s in _stream_signals(frame, begin, end, limits)]
 
 
 def _stream_signals(series: pl.DataFrame, begin: datetime, end: datetime, limits: Baseline) -> list[Signal]:
