@@ -290,7 +290,7 @@ def last_signs_of_life(t: RunContext) -> pl.DataFrame:
     steps = t.scan("steps").filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
     lives = (
         steps.select("host", "rank", "step", "ts", "line", "file")
-        .collect()
+        .collect(engine="streaming")
         .group_by("host", "rank")
         .agg(
             last_step=pl.col("step").max(),
@@ -314,7 +314,7 @@ def _silent_ranks(t: RunContext, reporters: set[int]) -> list[int]:
 def _host_of_rank(t: RunContext, ranks: list[int]) -> list[str]:
     widest = pl.col("nranks") == pl.col("nranks").max()
     comms = t.scan("nccl_comms").filter(pl.col("rank").is_in(ranks), widest).select("host").collect()
-    steps = t.scan("steps").filter(pl.col("rank").is_in(ranks)).select("host").collect()
+    steps = t.scan("steps").filter(pl.col("rank").is_in(ranks)).select("host").collect(engine="streaming")
     return sorted(set(comms["host"].drop_nulls().to_list()) | set(steps["host"].drop_nulls().to_list()))
 
 

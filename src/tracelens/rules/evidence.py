@@ -62,7 +62,7 @@ def step_evidence(ctx: RunContext, file: str, lines) -> list[Evidence]:
         return []
     near = pl.col("line").is_between(min(lines), max(lines))  # the row groups that can hold them, by statistics
     rows = ctx.scan("steps").filter(near, pl.col("file") == file, pl.col("line").is_in(lines))
-    rows = rows.select("file", "line", "host", "message").collect().sort("line")
+    rows = rows.select("file", "line", "host", "message").collect(engine="streaming").sort("line")
     return [
         Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"])
         for r in rows.iter_rows(named=True)

@@ -240,7 +240,8 @@ def throughput_drop(t: RunContext, *, drop_share: float = 0.15, min_reports: int
     (`ibstat`); check GPU clocks and temperatures (`nvidia-smi -q -d PERFORMANCE`) and the
     data loader. If only some ranks show it, look for stragglers (TL404).
     """
-    rows = t.scan("steps").filter(pl.col("samples_per_sec").is_not_null() & pl.col("step").is_not_null()).collect()
+    reported = pl.col("samples_per_sec").is_not_null() & pl.col("step").is_not_null()
+    rows = t.scan("steps").filter(reported).collect(engine="streaming")
     for (file, host, engine), stream in rows.sort("line").group_by(["file", "host", "engine"], maintain_order=True):
         skipped = stream["skipped"].fill_null(strategy="forward").fill_null(0)
         fresh = (skipped.diff().fill_null(0) == 0).to_list()
