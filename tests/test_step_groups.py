@@ -84,6 +84,7 @@ def test_step_analysis_by_groups_of_streams_equals_one_pass_in_memory(
 def test_frames_by_a_key_hold_each_value_whole_in_table_order(tmp_path, monkeypatch):
     """`by(keys)`: a value of the keys whose streams two groups hold comes back whole, read by filter."""
     monkeypatch.setattr(stream_groups, "SLICE_ROWS", 3)
+    monkeypatch.setattr(stream_groups, "GROUP_ROWS", 3)
     rows = pl.DataFrame(
         {
             "file": ["a"] * 6 + ["b"] * 4,
@@ -92,7 +93,7 @@ def test_frames_by_a_key_hold_each_value_whole_in_table_order(tmp_path, monkeypa
             "row": range(10),
         }
     )
-    groups = split(rows.lazy(), ["file", "host", "rank"], tmp_path, group_rows=3)
+    groups = split(rows.lazy(), ["file", "host", "rank"], tmp_path)
     assert len(groups.parts) > 2
     whole = pl.concat(groups.frames())
     assert whole.equals(rows.sort("file", "host", "rank", nulls_last=True, maintain_order=True))
@@ -106,3 +107,18 @@ def test_frames_by_a_key_hold_each_value_whole_in_table_order(tmp_path, monkeypa
         assert sorted(pl.concat(frames)["row"].to_list()) == list(range(10))
     assert groups.stream(("a", None, 3))["row"].to_list() == [5]
     assert groups.stream(("b", "h9", 0)).height == 0
+
+
+def test_a_big_run_whose_step_rows_have_no_step_number_has_no_step_findings(analysis_of, tmp_path, monkeypatch):
+    """Spilled step rows none of which names its step (every row dropped from the series): the rules and
+    the report's sections run on an empty series, as on a run without steps."""
+    analysis = analysis_of("scenario-straggler")
+    monkeypatch.setattr(stream_groups, "GROUP_ROWS", 1)
+    path = tmp_path / "steps.parquet"
+    analysis.tables["steps"].with_columns(step=pl.lit(None, pl.Int64)).write_parquet(path)
+    context = RunContext(analysis.tables.with_frames({"steps": pl.scan_parquet(path)}), workdir=tmp_path / "derived")
+    assert _whole(context.step_series).height == 0 and context.slow_episodes == []
+    findings, _ = run_rules(context, analysis.rules, analysis.config)
+    assert not [f for f in findings if f.rule_id in {"TL401", "TL402", "TL403", "TL404", "TL410", "TL412"}]
+    assert steps_section.context(context, analysis)["streams"] == []
+    assert pace(context) is None

@@ -50,15 +50,13 @@ class StreamGroups:
     def scan(self) -> pl.LazyFrame:
         """Every group's rows as one lazy frame, in group order: for the few columns or rows a query
         across streams needs (collect what it shows, not the rows)."""
-        if not self.parts:
-            return pl.LazyFrame()
         return pl.concat([self._lazy(part) for part in self.parts])
 
     def stream(self, values: Sequence) -> pl.DataFrame:
         """The rows of the stream whose keys are `values` (read from its group alone)."""
         match = pl.all_horizontal(pl.col(k).eq_missing(v) for k, v in zip(self.keys, values))
         if self.streams is None:
-            return pl.concat([frame.filter(match) for frame in self.frames()]) if self.parts else pl.DataFrame()
+            return pl.concat([frame.filter(match) for frame in self.frames()])
         found = self.streams.filter(match)["group"]
         if found.len() == 0:
             return self.scan().filter(match).collect()  # no such stream: no rows, with the columns
@@ -115,22 +113,19 @@ def split(
     keys: Sequence[str],
     folder: Path | None,
     prepare: Callable[[pl.LazyFrame], pl.LazyFrame] = lambda rows: rows,
-    group_rows: int | None = None,
 ) -> StreamGroups:
     """`rows` (each slice of them passed through `prepare`, which works row by row: a fill, a filter)
     as groups of whole streams of `keys`. Rows in memory, or a scan of no more than a group's rows, or
-    no `folder` to write to, are one group in memory; else each group is written under `folder`."""
-    limit = GROUP_ROWS if group_rows is None else group_rows
+    no `folder` to write to, are one group in memory (no rows: one empty group, with the columns);
+    else each group is written under `folder`."""
     if isinstance(rows, pl.DataFrame) or folder is None:
-        whole = prepare(rows.lazy()).collect()
-        return StreamGroups(keys, [whole] if whole.height else [])
+        return StreamGroups(keys, [prepare(rows.lazy()).collect()])
     streams = (
         prepare(rows).group_by(keys).agg(pl.len().alias("rows")).sort(keys, nulls_last=True).collect(engine="streaming")
     )
-    if streams["rows"].sum() <= limit:
-        whole = prepare(rows).collect(engine="streaming")
-        return StreamGroups(keys, [whole] if whole.height else [])
-    streams = streams.with_columns(group=((pl.col("rows").cum_sum() - pl.col("rows")) // limit).rank("dense") - 1)
+    if streams["rows"].sum() <= GROUP_ROWS:
+        return StreamGroups(keys, [prepare(rows).collect(engine="streaming")])
+    streams = streams.with_columns(group=((pl.col("rows").cum_sum() - pl.col("rows")) // GROUP_ROWS).rank("dense") - 1)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(dir=folder))
     height = rows.select(pl.len()).collect().item()
