@@ -13,6 +13,8 @@ How a rule uses it (tracelens.rules): a rule is a function of the context, regis
         windows = ctx.slow_windows          # computed once for every rule and section that asks
         rows = ctx["comm_ops"]              # an aligned table, same as ctx.tables["comm_ops"]
         hosts = ctx.scan("nccl_events").select("host").unique().collect()  # a big table: only what is shown
+        for frame in ctx.step_series.frames(["host", "time_ms"]):  # the step series, a group of streams at a time
+            ...
         yield Finding(Severity.WARNING, "title", "summary with numbers")   # no rule_id: Rule.run stamps it
 
 - `needs` names tables; `"a|b"` means either. A rule whose needs are not met does not run,
@@ -32,7 +34,10 @@ A report section (tracelens.report.sections) is a module with `context(ctx, anal
 it reads derived results from `ctx` and the findings from `analysis`.
 
 A new shared result is a `cached_property` here, computed by a function in a module of this
-package from the tables and other properties (never a module-level cache).
+package from the tables and other properties (never a module-level cache). A table that may
+outgrow memory (nccl_events, the NCCL communicator, channel, network and setting tables, steps,
+packets) is read through `ctx.scan` for the rows and columns used, never held whole; a result
+as big is written to `workdir` (the step series: derived.stream_groups).
 """
 
 from __future__ import annotations

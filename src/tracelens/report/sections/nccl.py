@@ -100,7 +100,7 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
                 ],
                 "settings": _on_host(env, host)
                 .unique(["name", "value"])
-                .sort("name")
+                .sort("name", "value")  # a setting whose value differs across the host's processes: by value
                 .select("name", "value")
                 .rows(named=True),
             }
