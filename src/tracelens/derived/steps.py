@@ -20,6 +20,7 @@ its groups give is what one pass over all of them gives.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -189,9 +190,9 @@ def timed(series: StreamGroups, slow: SlowSteps = SlowSteps()) -> Timed:
 
 
 def slow_windows(series: pl.DataFrame) -> list[Window]:
-    """The slow windows of every stream, costliest first."""
+    """The slow windows of every stream, costliest first (only the streams with a slow step are looked at)."""
     windows = []
-    for key, stream in series.group_by(STREAM, maintain_order=True):
+    for key, stream in series.filter(pl.col("slow").any().over(STREAM)).group_by(STREAM, maintain_order=True):
         stream = stream.with_row_index("i")
         slow_rows = stream.filter(pl.col("slow"))["i"].to_list()
         for first, last in _runs(slow_rows):
@@ -249,10 +250,14 @@ def ratio_of_medians(now: pl.Series, typical: pl.Series) -> float | None:
 
 
 def _stream_totals(series: pl.DataFrame) -> list[float]:
-    """Each stream's total step time (s). Each is summed on its own rows (a sum over a slice of a bigger
-    frame can differ in its last bit), so that a group of streams gives what the whole series gives."""
-    took = (pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0)).sum()
-    return [stream.select(took).item() / 1000 for _, stream in series.group_by(STREAM, maintain_order=True)]
+    """Each stream's total step time (s), correctly rounded (math.fsum over its rows, which the series
+    holds in a run per stream): a sum whose order does not matter, so that a group of streams gives what
+    the whole series gives (polars sums a stream that is a slice of a bigger frame with the slices before
+    it, so its last bit moves with its place in the frame)."""
+    took = (pl.col("time_ms") * pl.col("steps_covered").fill_null(1.0)).fill_null(0.0)
+    values = series.select(took).to_series().to_numpy()
+    ends = series.group_by(STREAM, maintain_order=True).len()["len"].cum_sum().to_list()
+    return [math.fsum(values[start:end].tolist()) / 1000 for start, end in zip([0, *ends], ends)]
 
 
 # -- slow episodes: one per slow stretch of the job, whatever the number of logs that saw it ------
