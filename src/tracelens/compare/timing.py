@@ -135,7 +135,9 @@ def pace(ctx: RunContext) -> Pace | None:
             "step", "time_ms", "comm_ms", wall_ms=pl.when(timed & (wall > pl.col("time_ms"))).then(wall), **PHASES
         )
 
-    (rows,) = ctx.step_series.map([parts])
+    read = ["ts", "step", "basis", "time_ms", "steps_covered", "comm_ms", "fwd_ms", "bwd_ms", "bwd_inner_ms"]
+    read += ["bwd_allreduce_ms", "step_ms", "optimizer_allgather_ms"]
+    (rows,) = ctx.step_series.map([parts], [*timing.STREAM, *read])
     if rows.scan().head(1).collect().height == 0:
         return None
     per_step = pl.concat(

@@ -88,13 +88,15 @@ class StreamGroups:
                 engine="streaming"
             )
 
-    def map(self, funcs: Sequence[Callable[[pl.DataFrame], pl.DataFrame]]) -> list[StreamGroups]:
-        """Each of `funcs` applied to every group (a function that works stream by stream and keeps the
-        streams' rows), in one pass over the groups: spilled groups give spilled results, a file per group
-        beside theirs."""
+    def map(
+        self, funcs: Sequence[Callable[[pl.DataFrame], pl.DataFrame]], columns: Sequence[str] | None = None
+    ) -> list[StreamGroups]:
+        """Each of `funcs` applied to every group (`columns` of it, or all; a function that works stream by
+        stream and keeps the streams' rows), in one pass over the groups: spilled groups give spilled
+        results, a file per group beside theirs."""
         results: list[list[pl.DataFrame | list[Path]]] = [[] for _ in funcs]
         homes: list[Path] = []
-        for part, frame in zip(self.parts, self.frames()):
+        for part, frame in zip(self.parts, self.frames(columns)):
             for j, func in enumerate(funcs):
                 done = func(frame)
                 if isinstance(part, pl.DataFrame):

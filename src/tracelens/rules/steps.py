@@ -188,7 +188,7 @@ def comm_bound_steps(
             ranks=sorted({s.rank for s in surged if s.rank is not None}),
             window=(ep.begin, ep.end),
         )
-    for frame in series.frames():
+    for frame in series.frames([*timing.STREAM, "line", "basis", "slow", "time_ms", "comm_ms"]):
         steady = frame.filter(timed & ~pl.col("slow"))
         for (file, host, rank, engine), stream in steady.group_by(timing.STREAM, maintain_order=True):
             share = (stream["comm_ms"] / stream["time_ms"]).median()

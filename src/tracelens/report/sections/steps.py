@@ -47,7 +47,7 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
             pl.col("samples_per_sec").median().alias("samples_per_sec"),
             pl.col("skipped").max().alias("skipped"),
         )
-        for frame in series.frames()
+        for frame in series.frames([*timing.STREAM, "step", "basis", "time_ms", "samples_per_sec", "skipped"])
     )
     charted = streams.sort("steps", descending=True, maintain_order=True).head(MAX_CHARTS)  # ties: in stream order
     charts = []

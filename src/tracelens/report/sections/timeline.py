@@ -152,9 +152,10 @@ def _binned_steps(series: StreamGroups) -> tuple[pl.DataFrame, list]:
     long, and the first and last time of the run's timed steps (none without). The series is read a group
     of whole streams at a time, for the streams' lengths and spans, then for the rows of those drawn."""
     timed = pl.col("ts").is_not_null() & pl.col("time_ms").is_not_null()
+    columns = [*timing.STREAM, "ts", "time_ms"]
     counts = pl.concat(
         frame.filter(timed).group_by(timing.STREAM).agg(pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
-        for frame in series.frames()
+        for frame in series.frames(columns)
     )
     span = [t for t in (counts["first"].min(), counts["last"].max()) if t is not None]
     # equal lengths: the stream's names decide which are kept
@@ -163,7 +164,7 @@ def _binned_steps(series: StreamGroups) -> tuple[pl.DataFrame, list]:
     )
     chosen = pl.concat(
         frame.filter(timed).join(counts.select(timing.STREAM), on=timing.STREAM, how="semi", nulls_equal=True)
-        for frame in series.frames()
+        for frame in series.frames(columns)
     )
     label = pl.format("{} rank {}", pl.col("host").fill_null("?"), pl.col("rank"))
     size = max(1, -(-(counts["len"].max() or 0) // MAX_POINTS))
