@@ -149,8 +149,8 @@ def pace(ctx: RunContext) -> Pace | None:
         for frame in split(rows.scan(), ["step"], ctx.workdir).frames()
     ).sort("step")
     throughput = ctx.scan("steps").select("samples_per_sec").drop_nulls().collect(engine="streaming")["samples_per_sec"]
-    comm_share = rows.scan().select((pl.col("comm_ms") / pl.col("time_ms")).median()).collect().item()
-    return Pace(per_step, float(throughput.median()) if throughput.len() else None, comm_share)
+    comm_share = rows.scan().select((pl.col("comm_ms") / pl.col("time_ms")).median()).collect(engine="streaming")
+    return Pace(per_step, float(throughput.median()) if throughput.len() else None, comm_share.item())
 
 
 def compare_pace(good: Pace, bad: Pace) -> PaceChange:

@@ -406,7 +406,7 @@ def _first_step_starts(series: StreamGroups, windows: Sequence[Window]) -> list[
         .join(at.lazy(), on=["file", "line"])
         .group_by("window")
         .agg(pl.col("start").min())
-        .collect()
+        .collect(engine="streaming")
     )
     begun = dict(zip(starts["window"].to_list(), starts["start"].to_list()))
     return [begun.get(i) for i in range(len(windows))]

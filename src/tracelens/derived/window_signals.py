@@ -392,7 +392,8 @@ def _kernel_signals(ctx: RunContext, series: StreamGroups, begin: datetime, end:
     events = kernel_events(ctx.tables)
     if events.height == 0:
         return []
-    first, last = series.scan().select(pl.col("ts").min(), pl.col("ts").max().alias("last")).collect().row(0)
+    span = series.scan().select(pl.col("ts").min(), pl.col("ts").max().alias("last"))
+    first, last = span.collect(engine="streaming").row(0)
     # the steps' span and the records' (python datetimes), the side that has none left out
     span = (
         min(t for t in (first, events["lo"].min()) if t is not None),

@@ -199,7 +199,7 @@ def no_grad_accumulation(ctx: RunContext, *, comm_bound_share: float = COMM_BOUN
     if single.height == 0:
         return
     steady = ctx.step_series.scan().filter((pl.col("basis") == "timers") & ~pl.col("slow"))
-    share = steady.select((pl.col("comm_ms") / pl.col("time_ms")).median()).collect().item()
+    share = steady.select((pl.col("comm_ms") / pl.col("time_ms")).median()).collect(engine="streaming").item()
     if share is not None and share >= comm_bound_share:
         yield Finding(
             severity=Severity.WARNING,

@@ -156,7 +156,7 @@ def _label(series: StreamGroups, w: timing.Window, begin: datetime, end: datetim
         series.scan()
         .filter(pl.col("file") == w.file, pl.col("rank") == w.rank, pl.col("ts") > begin, pl.col("ts") <= end)
         .select("step")
-        .collect()["step"]
+        .collect(engine="streaming")["step"]
     )
     if mine.len() == 0:
         return f"{w.label} ({prose_span(begin, end)})"
@@ -256,7 +256,7 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
         series.scan()
         .filter(pl.col("file") == w.file, pl.col("rank") == w.rank)
         .select(pl.col("step").min())
-        .collect()
+        .collect(engine="streaming")
         .item()
     )
     startup = first is not None and w.first_step <= first + timing.WARMUP_ROWS  # warm-up: told, never blamed
@@ -524,7 +524,8 @@ def socket_fallback_cost(t: RunContext, *, slower_ratio: float = 1.2, min_steps:
         return
     since = socket["lo"].min()
     timed = t.step_series.scan().filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
-    on_socket = timed.select("step", "ts", "time_ms", "steps_covered", after=pl.col("ts") >= since).collect()
+    on_socket = timed.select("step", "ts", "time_ms", "steps_covered", after=pl.col("ts") >= since)
+    on_socket = on_socket.collect(engine="streaming")
     took = pl.duration(microseconds=(pl.col("time_ms") * 1000).cast(pl.Int64))
     before, after = on_socket.filter(~pl.col("after")), on_socket.filter(pl.col("after"))
     if before["step"].n_unique() < min_steps or after["step"].n_unique() < min_steps:
