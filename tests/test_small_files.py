@@ -180,3 +180,18 @@ def test_line_start_sniffers_find_what_their_anchored_regex_finds():
         for head in heads:
             assert sniffer.search(head) == (anchored.search(head) is not None), fmt
             assert sniffer.count(head) == len(anchored.findall(head)), fmt
+
+
+@pytest.mark.parametrize("name", ["scenario-congestion", "lab-straggler", "ds-slow-window"])
+def test_rows_past_the_memory_budget_go_to_disk_and_give_what_memory_gives(name, analysis_of, monkeypatch):
+    """A run whose unspilled rows outgrow analyze.HELD_BYTES (a folder of thousands of per-rank logs)
+    writes each further unit's rows to its spill folder and reads them lazily: with a budget of 0 every
+    unit is on disk, and every aligned table and finding equals the analysis held in memory."""
+    memory = analysis_of(name)
+    monkeypatch.setattr(analyze, "HELD_BYTES", 0)
+    spilled = analyze.analyze(FIXTURES / name)
+    lazy = [n for n in SCHEMAS if n != "inputs" and isinstance(spilled.tables.frame(n), pl.LazyFrame)]
+    assert "steps" in lazy or "nccl_events" in lazy, lazy  # read from the spill folder, not memory
+    for table in SCHEMAS:
+        assert spilled.tables[table].equals(memory.tables[table], null_equal=True), table
+    assert [f.to_json() for f in spilled.findings] == [f.to_json() for f in memory.findings]

@@ -25,7 +25,7 @@ from tracelens.discover import discover
 from tracelens.findings import Finding
 from tracelens.ingest import Account, IngestResult, InputFile, ingest_file, small_files, splits
 from tracelens.rules import Rule, select_rules
-from tracelens.tables import RunTables
+from tracelens.tables import RunTables, Spill
 from tracelens.timeline import Timeline, align
 
 if TYPE_CHECKING:
@@ -35,6 +35,10 @@ Progress = Callable[[int, int, str], None]
 
 # Below this much input, worker processes cost more than they save.
 PARALLEL_MIN_BYTES = 64 << 20
+# What a run holds in memory of the rows of files that were not spilled as they were read (small
+# files, batches of them): past it, each unit's rows are written to the run's spill folder and read
+# lazily, so that a folder of thousands of per-rank logs is bounded as one big log is.
+HELD_BYTES = 256 << 20
 
 
 @dataclass
@@ -171,9 +175,9 @@ def ingest_run(
         # spawn: polars' thread pool does not survive fork
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             units = pool.map(_ingest_item, items, chunksize=max(1, len(items) // (jobs * 16)))
-            _collect(units, tables, len(found.files), progress)
+            _collect(units, tables, len(found.files), progress, workdir / "spill")
     else:
-        _collect((_ingest_item(item, jobs) for item in items), tables, len(found.files), progress)
+        _collect((_ingest_item(item, jobs) for item in items), tables, len(found.files), progress, workdir / "spill")
     return tables, found.notes
 
 
@@ -199,7 +203,7 @@ def _ingest_on_ray(target: Path, workdir: Path, address: str, progress: Progress
             yield _ingested(source, result)
 
     tables = RunTables()
-    _collect(results(), tables, len(found.files), progress)
+    _collect(results(), tables, len(found.files), progress, workdir / "spill")
     return tables, found.notes
 
 
@@ -210,10 +214,20 @@ def _ingest_to_partitions(source: InputFile, folder: Path, index: int) -> tuple[
     return IngestResult(account=result.account), written
 
 
-def _collect(units: Iterable[Ingested], tables: RunTables, total: int, progress: Progress | None) -> None:
+def _collect(
+    units: Iterable[Ingested], tables: RunTables, total: int, progress: Progress | None, spill_root: Path
+) -> None:
+    """Each unit's tables added to `tables` in order, and its files' `inputs` rows; rows in memory past
+    HELD_BYTES go to a spill folder under `spill_root` and are added as lazy scans."""
     rows = []
+    held = 0
+    spill: Spill | None = None
     for unit in units:
         for name, frame in unit.tables.items():
+            if isinstance(frame, pl.DataFrame) and (held := held + frame.estimated_size()) > HELD_BYTES:
+                spill = spill or Spill(spill_root)
+                if (part := spill.write(name, frame)) is not None:
+                    frame = pl.scan_parquet(part)
             tables.add(name, frame)
         for row in unit.inputs:
             rows.append(row)
