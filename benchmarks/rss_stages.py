@@ -4,11 +4,13 @@
 
 Runs the whole analysis and the HTML report in this process while a thread reads /proc/self/statm
 every few milliseconds (tracemalloc does not see polars' allocations). Each sample is charged to the
-innermost stage running: ingest, align, settle, a derived result of the RunContext (`ctx.slow_windows`
-...), a table read into memory (`table.nccl_comms`), a rule (`TL401`), a report section
-(`report.steps`) and the render. Prints, per stage, the RSS when it first began and its peak, in the
-order the stages first ran, and the CPU seconds spent inside it (stages it ran included: a table read
-by a rule counts in both), then the process's CPU seconds and peak RSS (ru_maxrss).
+innermost stage running: ingest, align and its steps (`inferred._place_group`, `timeline._zone` ...),
+settle, a derived result of the RunContext (`ctx.slow_windows` ...), a table read into memory
+(`table.nccl_comms`), a rule (`TL401`), a report section (`report.steps`) and the render. A spike
+shorter than a sample is seen only in the closing ru_maxrss. Prints, per stage, the RSS when it first
+began and its peak, in the order the stages first ran, and the CPU seconds spent inside it (stages it
+ran included: a table read by a rule counts in both), then the process's CPU seconds and peak RSS
+(ru_maxrss).
 """
 
 from __future__ import annotations
@@ -65,6 +67,15 @@ def _instrument() -> None:
 
     pipeline.ingest_run = _staged("ingest", pipeline.ingest_run)
     pipeline.align = _staged("align", pipeline.align)
+    from tracelens import inferred, timeline
+
+    for module, names in (
+        (timeline, ["inferred_log_times", "_zone", "_log_span", "_clock_offsets"]),
+        (inferred, ["_files", "_lines", "_run_median", "_forward", "_placed", "_place_file", "_place_group"]),
+        (inferred, ["_times_for", "_joined_by_range"]),
+    ):
+        for name in names:
+            setattr(module, name, _staged(f"{module.__name__.split('.')[-1]}.{name}", getattr(module, name)))
     RunTables.settled = _staged("settle", RunTables.settled)
     RunTables.__getitem__ = _staged(lambda args: f"table.{args[1]}", RunTables.__getitem__)
     rules.Rule.run = _staged(lambda args: args[0].id, rules.Rule.run)

@@ -412,6 +412,69 @@ def test_ts_text_is_the_time_exactly_as_the_line_printed_it(tmp_path, name, tabl
     assert rows.filter(pl.col("ts_quality").is_in(["inferred", "none"]))["ts_text"].drop_nulls().len() == 0
 
 
+def _small_files_tables(lazy: bool) -> RunTables:
+    """Five small logs in an input order that is not their names' (c, a, e, b, d): lines with and without
+    times from two processes, c10 clocks, one file (e) with c10 clocks and no dated line (its year is the
+    run's median's), and a row with no file."""
+    rand = random.Random(11)
+    stamp = datetime(2026, 12, 31, 23, 59, 0, tzinfo=timezone.utc)
+    order = ["c.log", "a.log", "e.log", "b.log", "d.log"]
+    events, steps = [], []
+    for file in order:
+        for line in range(1, rand.randint(4, 30)):
+            dated = file != "e.log" and rand.random() < 0.3
+            ts = stamp + timedelta(seconds=line) if dated else None
+            row = {"file": file, "line": line, "pid": rand.choice([100, 200, None]), "ts": ts}
+            clock = "1231 23:58:59" if rand.random() < 0.15 else None
+            if line % 5 == 0:
+                steps.append(row | {"step": line, "ts": stamp + timedelta(seconds=line)})
+            else:
+                events.append(row | {"clock": clock, "message": f"{file} {line}"})
+    events.append({"file": None, "line": None, "pid": None, "ts": None, "clock": None, "message": "no file"})
+    tables = RunTables()
+    for name, rows in (("nccl_events", events), ("steps", steps)):
+        frame = conform(name, pl.DataFrame(rows, infer_schema_length=None)).lazy()
+        tables.add(name, frame if lazy else frame.collect())
+    tables.add("inputs", conform("inputs", pl.DataFrame({"file": order})))
+    return tables
+
+
+@pytest.mark.parametrize("group_lines", [1, 20, 60])
+@pytest.mark.parametrize("lazy", [True, False])
+def test_small_files_placed_in_groups_get_the_times_of_one_frame(tmp_path, monkeypatch, group_lines, lazy):
+    """Small files whose lines outnumber GROUP_LINES (thousands of per-rank logs) are placed a group of
+    whole files at a time (tracelens.inferred): every row gets the time, bracket and quality it gets in
+    one frame, in the same order, the row with no file included."""
+    tables = _small_files_tables(lazy)
+    whole = inferred.inferred_log_times(tables)
+    monkeypatch.setattr(inferred, "GROUP_LINES", group_lines)
+    grouped = inferred.inferred_log_times(tables, tmp_path)
+    assert len(list((tmp_path).rglob("_times-*.parquet"))) > 1, "placed in several groups"
+    for name in ("nccl_events", "steps"):
+        expected, got = whole[name].lazy().collect(), grouped[name].lazy().collect()
+        assert got.select(expected.columns).equals(expected, null_equal=True), name
+    assert set(whole["nccl_events"].lazy().collect()["ts_quality"]) >= {"exact", "inferred"}
+
+
+def test_the_corpus_logs_placed_in_groups_get_the_times_of_one_frame(tmp_path, monkeypatch):
+    """The real NCCL logs (61 files: launcher prefixes, c10 clocks, files without a dated line) placed in
+    groups of about 100 of their rows' lines, read from Parquet as a big folder's are: the times of one frame."""
+    from tracelens.analyze import ingest_run
+
+    read, _ = ingest_run(corpus_dir("nccl"), tmp_path / "work", jobs=1)
+    spilled = RunTables()
+    for name in [*inferred.LOG_TABLES, "inputs"]:
+        read[name].write_parquet(tmp_path / f"{name}.parquet")
+        spilled.add(name, pl.scan_parquet(tmp_path / f"{name}.parquet"))
+    whole = inferred.inferred_log_times(read)
+    monkeypatch.setattr(inferred, "GROUP_LINES", 100)
+    grouped = inferred.inferred_log_times(spilled, tmp_path / "placed")
+    assert len(list((tmp_path / "placed").rglob("_times-*.parquet"))) > 3
+    for name in whole:
+        expected, got = whole[name].lazy().collect(), grouped[name].lazy().collect()
+        assert got.select(expected.columns).equals(expected, null_equal=True), name
+
+
 @pytest.mark.parametrize("range_lines", [1, 3, 8, 1000])
 @pytest.mark.parametrize("lazy", [True, False])
 def test_a_big_file_placed_range_by_range_gets_the_times_of_one_frame(tmp_path, monkeypatch, range_lines, lazy):

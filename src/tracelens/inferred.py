@@ -11,7 +11,10 @@ lines at a time. A forward pass over its ranges carries into each the earlier li
 comes later) and writes each range's partial times to Parquet; a backward pass from the end carries
 the first lines with a time after each range the same way and writes the range's times. Each log
 table's rows of that file are then joined with them range by range and written again: no step
-holds more than one range. The other files are placed together in memory.
+holds more than one range. The other files are placed together in memory; when their lines are more
+than GROUP_LINES (a folder of thousands of per-rank logs), in groups of whole files of about
+GROUP_LINES lines, taken in the run's input order, each group's times written to Parquet and each log
+table's rows of the group joined with them and written again, group by group.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ LOG_TABLES = (
 )
 C10_RESOLUTION = timedelta(seconds=1)
 RANGE_LINES = 1 << 18  # lines of a big file placed at a time: what memory follows
+GROUP_LINES = RANGE_LINES  # lines of small files placed together (at 4x, 1.9 GB not 1.1 GB on 1.6 GB of small logs)
 
 KEY = ["file", "line"]
 TIMES = ["_ts", "_quality", "_lo", "_hi"]  # what a table's rows are joined with
@@ -53,19 +57,29 @@ def inferred_log_times(tables: RunTables, workdir: Path | None = None) -> dict[s
         return {}
     columns = [_time_columns(tables.frame(name)) for name in present]
     files = _files(columns)
-    # a file of more than a quarter range is placed on its own; the others together, in one frame
+    # a file of more than a quarter range is placed on its own; the others together: in one frame, or in
+    # groups of whole files when they have more than GROUP_LINES lines
     big = files.filter(pl.col("last") > RANGE_LINES // 4) if workdir is not None else files.clear()
-    small = _lines(pl.concat(columns).filter(~pl.col("file").is_in(big["file"].to_list())).collect())
+    rest = files.filter(~pl.col("file").is_in(big["file"].to_list()))
+    groups = _groups(rest, tables) if workdir is not None and (rest["last"].sum() or 0) > GROUP_LINES else []
+    held = big["file"].to_list() + [file for group in groups for file in group]
+    small = _lines(pl.concat(columns).filter(~pl.col("file").is_in(held)).collect())
     orphans = files.filter(pl.col("clocked") & ~pl.col("dated")).height > 0
     median = _run_median(columns) if orphans else None
     small_times = _placed(_forward(small, median=median)).select(*KEY, *TIMES)
-    if small_times.height == 0 and big.height == 0:
+    if small_times.height == 0 and big.height == 0 and not groups:
         return {}
-    spill = Spill(workdir) if big.height and workdir is not None else None
+    spill = Spill(workdir) if (big.height or groups) and workdir is not None else None
     ranges: dict[str, list[tuple[int, Path]]] = {}
     if spill is not None:
         for row in big.iter_rows(named=True):
             ranges[row["file"]] = _place_file(columns, row, spill, median)
+        if groups:
+            grouped = _split_by_group(pl.concat(columns), groups, spill)
+            for i, group in enumerate(groups):
+                if placed := _place_group(grouped, i, spill, median):
+                    ranges.update(dict.fromkeys(group, placed))
+            grouped.unlink()
     out: dict[str, Frame] = {}
     spilled: dict[str, pl.LazyFrame] = {}
     for name in present:
@@ -208,7 +222,58 @@ def _c10_time() -> pl.Expr:
     )
 
 
-# -- a big file, range by range ---------------------------------------------------------------------
+# -- a big file range by range, small files in groups ------------------------------------------------------
+
+
+def _groups(files: pl.DataFrame, tables: RunTables) -> list[list[str]]:
+    """The small files as runs of whole files of about GROUP_LINES lines, in the run's input order (the
+    order of `inputs`, in which every table holds its files' rows), so a group's rows are one run of
+    each table's rows."""
+    lines = dict(zip(files["file"].to_list(), files["last"].to_list(), strict=True))
+    order = tables["inputs"]["file"].to_list() if "inputs" in tables else []
+    groups: list[list[str]] = []
+    size = 0
+    for file in [f for f in dict.fromkeys(order) if f in lines] + sorted(set(lines) - set(order)):
+        if not groups or size + lines[file] > GROUP_LINES:
+            groups.append([])
+            size = 0
+        groups[-1].append(file)
+        size += lines[file]
+    return groups
+
+
+def _split_by_group(rows: pl.LazyFrame, groups: list[list[str]], spill: Spill) -> Path:
+    """`rows` of the grouped files, with their group (`_group`), streamed to one Parquet file in their
+    order. The groups are runs of the input order, which the rows follow, so `_group` only grows down
+    the file, and a group's rows are read back from its own row groups (their statistics), not by a
+    scan of the whole table per group."""
+    owner = pl.DataFrame(
+        {
+            "file": [f for group in groups for f in group],
+            "_group": [i for i, group in enumerate(groups) for _ in group],
+        },
+        schema={"file": pl.String, "_group": pl.Int64},
+    )
+    path = spill.folder / f"_grouped-{len(list(spill.folder.glob('_grouped-*')))}.parquet"
+    rows.join(owner.lazy(), on="file", how="inner", maintain_order="left").sink_parquet(
+        path, compression="lz4", row_group_size=1 << 16
+    )
+    return path
+
+
+def _of_group(grouped: Path, index: int) -> pl.DataFrame:
+    return pl.scan_parquet(grouped).filter(pl.col("_group") == index).drop("_group").collect(engine="streaming")
+
+
+def _place_group(grouped: Path, index: int, spill: Spill, median: datetime | None) -> list[tuple[int, Path]]:
+    """Place a group of small files' lines together (each file's fills stay inside it): the group's
+    times, as the one range of a file (its start: the group's marker, below any line)."""
+    times = _placed(_forward(_lines(_of_group(grouped, index)), median=median)).select(*KEY, *TIMES)
+    path = spill.write("_times", times)
+    return [(GROUPED - index, path)] if path is not None else []
+
+
+GROUPED = -1  # the start of group i's one "range" is GROUPED - i: a group's files share it
 
 
 def _range(start: int, first: bool = False) -> pl.Expr:
@@ -299,7 +364,7 @@ def _joined(frame: Frame, times: pl.DataFrame) -> Frame:
 
 def _times_for(frame: Frame, small: pl.DataFrame, ranges: dict[str, list[tuple[int, Path]]]) -> pl.DataFrame:
     """The times of a table's lines: the small files' and, for its rows of big files, theirs from disk."""
-    big = [path for paths in ranges.values() for _, path in paths]
+    big = list(dict.fromkeys(path for paths in ranges.values() for _, path in paths))
     if not big:
         return small
     keys = frame.lazy().select(KEY).filter(pl.col("file").is_in(list(ranges))).unique()
@@ -313,15 +378,20 @@ def _joined_by_range(
     spill: Spill | None,
 ) -> dict[str, Frame]:
     """Spilled tables placed in their rows' order: each run of small files' rows joined lazily, each big
-    file's rows range by range, given that range's times (read once for every table) and written to `spill`."""
+    file's rows range by range, given that range's times (read once for every table) and written to `spill`,
+    each group of small files' rows at once, given the group's times."""
     if not ranges or spill is None:
         return {name: _joined(frame, small) for name, frame in frames.items()}
     orders = {
         name: frame.select(pl.col("file").unique(maintain_order=True)).collect()["file"].to_list()
         for name, frame in frames.items()
     }
-    written: dict[tuple[str, str, int], pl.LazyFrame] = {}  # (table, big file, range) -> its rows, placed
+    written: dict[tuple[str, Path], pl.LazyFrame] = {}  # (table, a range's or group's times) -> its rows, placed
+    groups: dict[Path, list[str]] = {}
     for file, file_ranges in ranges.items():
+        if file_ranges[0][0] <= GROUPED:
+            groups.setdefault(file_ranges[0][1], []).append(file)
+            continue
         for i, (start, path) in enumerate(file_ranges):
             times = _by_position(pl.read_parquet(path), start)
             for name, frame in frames.items():
@@ -331,7 +401,17 @@ def _joined_by_range(
                 found = times.select(pl.all().gather(rows["line"] - start))
                 placed = pl.concat([rows.select("ts", "ts_quality"), found], how="horizontal").select(*PLACED)
                 if (part := spill.write(name, rows.with_columns(placed.get_columns()))) is not None:
-                    written[name, file, i] = pl.scan_parquet(part)
+                    written[name, path] = pl.scan_parquet(part)
+    members = list(groups.values())
+    for name, frame in frames.items():
+        if not {f for files in members for f in files}.intersection(orders[name]):
+            continue
+        grouped = _split_by_group(frame, members, spill)
+        for index, path in enumerate(groups):
+            rows = _of_group(grouped, index)
+            if rows.height and (part := spill.write(name, _joined(rows, pl.read_parquet(path)))) is not None:
+                written[name, path] = pl.scan_parquet(part)
+        grouped.unlink()
     return {name: _in_order(frame, orders[name], small, ranges, written, name) for name, frame in frames.items()}
 
 
@@ -340,13 +420,15 @@ def _in_order(
     order: list[str | None],
     small: pl.DataFrame,
     ranges: dict[str, list[tuple[int, Path]]],
-    written: dict[tuple[str, str, int], pl.LazyFrame],
+    written: dict[tuple[str, Path], pl.LazyFrame],
     name: str,
 ) -> Frame:
     """A spilled table placed, in its rows' order (`order`: its files, as they come): each run of small
-    files' rows joined lazily, each big file's rows as its ranges were written."""
+    files' rows joined lazily, each big file's rows as its ranges were written, a group's where its first
+    file comes (the input order, which every table's rows follow)."""
     parts: list[pl.LazyFrame] = []
     run: list[str | None] = []
+    taken: set[Path] = set()
 
     def flush() -> None:
         if run:
@@ -361,7 +443,10 @@ def _in_order(
             run.append(file)
             continue
         flush()
-        parts.extend(written[key] for i in range(len(ranges[file])) if (key := (name, file, i)) in written)
+        for _, path in ranges[file]:
+            if (name, path) in written and path not in taken:
+                taken.add(path)
+                parts.append(written[name, path])
     flush()
     return pl.concat(parts, how="diagonal_relaxed") if parts else _joined(frame, small)
 
