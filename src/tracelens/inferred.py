@@ -70,25 +70,26 @@ def inferred_log_times(tables: RunTables, workdir: Path | None = None) -> dict[s
     if small_times.height == 0 and big.height == 0 and not groups:
         return {}
     spill = Spill(workdir) if (big.height or groups) and workdir is not None else None
-    ranges: dict[str, list[tuple[int, Path]]] = {}
+    ranges: dict[str, list[tuple[int, Path]]] = {}  # a big file -> its ranges' first lines and times
+    group_times: dict[Path, list[str]] = {}  # a group's times -> its files
     if spill is not None:
         for row in big.iter_rows(named=True):
             ranges[row["file"]] = _place_file(columns, row, spill, median)
         if groups:
             grouped = _split_by_group(pl.concat(columns), groups, spill)
             for i, group in enumerate(groups):
-                if placed := _place_group(grouped, i, spill, median):
-                    ranges.update(dict.fromkeys(group, placed))
+                if (path := _place_group(grouped, i, spill, median)) is not None:
+                    group_times[path] = group
             grouped.unlink()
     out: dict[str, Frame] = {}
     spilled: dict[str, pl.LazyFrame] = {}
     for name in present:
         frame = tables.frame(name)
         if isinstance(frame, pl.DataFrame):
-            out[name] = _joined(frame, _times_for(frame, small_times, ranges))
+            out[name] = _joined(frame, _times_for(frame, small_times, ranges, group_times))
         else:
             spilled[name] = frame
-    return out | _joined_by_range(spilled, small_times, ranges, spill)
+    return out | _joined_by_range(spilled, small_times, ranges, group_times, spill)
 
 
 # -- lines ------------------------------------------------------------------------------------------
@@ -265,15 +266,11 @@ def _of_group(grouped: Path, index: int) -> pl.DataFrame:
     return pl.scan_parquet(grouped).filter(pl.col("_group") == index).drop("_group").collect(engine="streaming")
 
 
-def _place_group(grouped: Path, index: int, spill: Spill, median: datetime | None) -> list[tuple[int, Path]]:
-    """Place a group of small files' lines together (each file's fills stay inside it): the group's
-    times, as the one range of a file (its start: the group's marker, below any line)."""
+def _place_group(grouped: Path, index: int, spill: Spill, median: datetime | None) -> Path | None:
+    """Place a group of small files' lines together (each file's fills stay inside it): the path of
+    the group's times."""
     times = _placed(_forward(_lines(_of_group(grouped, index)), median=median)).select(*KEY, *TIMES)
-    path = spill.write("_times", times)
-    return [(GROUPED - index, path)] if path is not None else []
-
-
-GROUPED = -1  # the start of group i's one "range" is GROUPED - i: a group's files share it
+    return spill.write("_times", times)
 
 
 def _range(start: int, first: bool = False) -> pl.Expr:
@@ -362,36 +359,37 @@ def _joined(frame: Frame, times: pl.DataFrame) -> Frame:
     return frame.with_columns(joined.select(*PLACED).get_columns())
 
 
-def _times_for(frame: Frame, small: pl.DataFrame, ranges: dict[str, list[tuple[int, Path]]]) -> pl.DataFrame:
-    """The times of a table's lines: the small files' and, for its rows of big files, theirs from disk."""
-    big = list(dict.fromkeys(path for paths in ranges.values() for _, path in paths))
-    if not big:
+def _times_for(
+    frame: Frame, small: pl.DataFrame, ranges: dict[str, list[tuple[int, Path]]], groups: dict[Path, list[str]]
+) -> pl.DataFrame:
+    """The times of a table's lines: the small files' and, for its rows of big files and of groups,
+    theirs from disk."""
+    paths = [path for times in ranges.values() for _, path in times] + list(groups)
+    if not paths:
         return small
-    keys = frame.lazy().select(KEY).filter(pl.col("file").is_in(list(ranges))).unique()
-    return pl.concat([small, pl.scan_parquet(big).join(keys, on=KEY, how="semi").collect()])
+    on_disk = [*ranges, *(file for files in groups.values() for file in files)]
+    keys = frame.lazy().select(KEY).filter(pl.col("file").is_in(on_disk)).unique()
+    return pl.concat([small, pl.scan_parquet(paths).join(keys, on=KEY, how="semi").collect()])
 
 
 def _joined_by_range(
     frames: dict[str, pl.LazyFrame],
     small: pl.DataFrame,
     ranges: dict[str, list[tuple[int, Path]]],
+    groups: dict[Path, list[str]],
     spill: Spill | None,
 ) -> dict[str, Frame]:
     """Spilled tables placed in their rows' order: each run of small files' rows joined lazily, each big
     file's rows range by range, given that range's times (read once for every table) and written to `spill`,
     each group of small files' rows at once, given the group's times."""
-    if not ranges or spill is None:
+    if not (ranges or groups) or spill is None:
         return {name: _joined(frame, small) for name, frame in frames.items()}
     orders = {
         name: frame.select(pl.col("file").unique(maintain_order=True)).collect()["file"].to_list()
         for name, frame in frames.items()
     }
     written: dict[tuple[str, Path], pl.LazyFrame] = {}  # (table, a range's or group's times) -> its rows, placed
-    groups: dict[Path, list[str]] = {}
     for file, file_ranges in ranges.items():
-        if file_ranges[0][0] <= GROUPED:
-            groups.setdefault(file_ranges[0][1], []).append(file)
-            continue
         for i, (start, path) in enumerate(file_ranges):
             times = _by_position(pl.read_parquet(path), start)
             for name, frame in frames.items():
@@ -412,20 +410,23 @@ def _joined_by_range(
             if rows.height and (part := spill.write(name, _joined(rows, pl.read_parquet(path)))) is not None:
                 written[name, path] = pl.scan_parquet(part)
         grouped.unlink()
-    return {name: _in_order(frame, orders[name], small, ranges, written, name) for name, frame in frames.items()}
+    units = {file: [path for _, path in times] for file, times in ranges.items()}
+    units |= {file: [path] for path, files in groups.items() for file in files}
+    return {name: _in_order(frame, orders[name], small, units, written, name) for name, frame in frames.items()}
 
 
 def _in_order(
     frame: pl.LazyFrame,
     order: list[str | None],
     small: pl.DataFrame,
-    ranges: dict[str, list[tuple[int, Path]]],
+    units: dict[str, list[Path]],
     written: dict[tuple[str, Path], pl.LazyFrame],
     name: str,
 ) -> Frame:
     """A spilled table placed, in its rows' order (`order`: its files, as they come): each run of small
-    files' rows joined lazily, each big file's rows as its ranges were written, a group's where its first
-    file comes (the input order, which every table's rows follow)."""
+    files' rows joined lazily; the files placed on disk (`units`: each file's ranges, or its group, by
+    the path of their times) as their rows were written, a group's where its first file comes (the input
+    order, which every table's rows follow)."""
     parts: list[pl.LazyFrame] = []
     run: list[str | None] = []
     taken: set[Path] = set()
@@ -439,11 +440,11 @@ def _in_order(
             run.clear()
 
     for file in order:
-        if file not in ranges:
+        if file not in units:
             run.append(file)
             continue
         flush()
-        for _, path in ranges[file]:
+        for path in units[file]:
             if (name, path) in written and path not in taken:
                 taken.add(path)
                 parts.append(written[name, path])
