@@ -6,6 +6,7 @@ nothing); the wheel holds the package only."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from collections.abc import Iterator
@@ -76,7 +77,14 @@ def _imports(path: Path) -> list[Import]:
 
 SOURCES = sorted(SRC.rglob("*.py"))
 MODULES = {_module_name(p) for p in SOURCES}
-IMPORTS = [i for path in SOURCES for i in _imports(path)]
+
+
+@functools.cache
+def all_imports() -> list[Import]:
+    """Every import of the package (parsed on first use: under xdist, by the worker that runs these tests
+    alone, not by every worker's collection)."""
+    return [i for path in SOURCES for i in _imports(path)]
+
 
 # The stages, in the order data flows through them: a module may import its own stage and earlier
 # ones, never a later one. The first stage holds helpers every stage may use. The tables come before
@@ -127,7 +135,7 @@ def _internal(imports: list[Import]) -> list[Import]:
 def test_every_module_belongs_to_a_stage_and_imports_no_later_stage():
     later = sorted(
         f"{i.module} ({STAGES[_stage(i.module)][0]}) imports {i.target} ({STAGES[_stage(i.target)][0]})"
-        for i in _internal(IMPORTS)
+        for i in _internal(all_imports())
         if _stage(i.target) > _stage(i.module)
     )
     assert not later
@@ -137,7 +145,7 @@ def test_the_import_graph_has_no_cycle():
     """Imports that run (type-only imports under TYPE_CHECKING do not: an Analysis carries the
     Comparison that is made from two analyses) form no cycle between modules."""
     graph: dict[str, set[str]] = {m: set() for m in MODULES}
-    for i in _internal(IMPORTS):
+    for i in _internal(all_imports()):
         if not i.typing:
             graph[i.module].add(i.target)
     cycles = []
@@ -161,7 +169,7 @@ def test_the_import_graph_has_no_cycle():
 def test_the_report_reads_rules_through_the_registry_and_findings_only():
     inside = sorted(
         f"{i.module} -> {i.target}"
-        for i in IMPORTS
+        for i in all_imports()
         if i.module.startswith("tracelens.report") and i.target.startswith("tracelens.rules.")
     )
     assert not inside
@@ -251,7 +259,7 @@ def test_every_third_party_import_is_declared():
     """An import at module level needs a runtime dependency; one inside a function (an optional
     feature such as --ray) may come from an extra instead."""
     undeclared = []
-    for module, lazy in _third_party(IMPORTS).items():
+    for module, lazy in _third_party(all_imports()).items():
         dist = _distribution(module)
         optional = set().union(*(reqs for extra, reqs in EXTRAS.items() if extra != "test"))
         if dist not in RUNTIME and not (lazy and dist in optional):
@@ -262,7 +270,7 @@ def test_every_third_party_import_is_declared():
 def test_every_runtime_dependency_is_imported_by_the_package():
     """A runtime dependency the package never imports belongs in an extra (scapy: only the fixture
     generator and the tests use it)."""
-    used = {_distribution(m) for m in _third_party(IMPORTS)}
+    used = {_distribution(m) for m in _third_party(all_imports())}
     assert RUNTIME - used == set(), "declared runtime dependencies that src/tracelens never imports"
 
 
@@ -273,7 +281,11 @@ def test_the_wheel_holds_the_package_and_its_data_only():
     assert wheel["packages"] == ["src/tracelens"]
     assert set(wheel["force-include"]) == {"grammars", "reports"}
     outside = sorted(
-        {f"{i.module} -> {i.target}" for i in IMPORTS if i.target.split(".")[0] in ("synth", "tests", "benchmarks")}
+        {
+            f"{i.module} -> {i.target}"
+            for i in all_imports()
+            if i.target.split(".")[0] in ("synth", "tests", "benchmarks")
+        }
     )
     assert not outside
     assert not (SRC / "synth").exists() and not (SRC / "tracelens" / "synth").exists()
@@ -299,7 +311,7 @@ def test_rule_modules_import_no_other_rule_module():
         f"tracelens.rules.{p.stem}" for p in rules_dir.glob("*.py") if "\n@rule(" in p.read_text(encoding="utf-8")
     }
     crossing = sorted(
-        f"{i.module} -> {i.target}" for i in _internal(IMPORTS) if i.module in defining and i.target in defining
+        f"{i.module} -> {i.target}" for i in _internal(all_imports()) if i.module in defining and i.target in defining
     )
     assert len(defining) >= 8 and not crossing
 
