@@ -167,7 +167,8 @@ def ingest_run(
         return _ingest_on_ray(target, workdir, ray, progress)
     jobs = jobs or os.cpu_count() or 1
     found = discover(target, workdir)
-    found.files = [replace(f, spill=workdir / "spill") for f in found.files]  # big logs' rows go there as they are read
+    spill = workdir / "spill"  # big logs' rows go there as they are read, and small files' past HELD_BYTES
+    found.files = [replace(f, spill=spill) for f in found.files]
     tables = RunTables()
     items = small_files.work_items(found.files)
     sizes = [sum(f.size for f in item) for item in items]
@@ -175,9 +176,9 @@ def ingest_run(
         # spawn: polars' thread pool does not survive fork
         with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
             units = pool.map(_ingest_item, items, chunksize=max(1, len(items) // (jobs * 16)))
-            _collect(units, tables, len(found.files), progress, workdir / "spill")
+            _collect(units, tables, len(found.files), progress, spill)
     else:
-        _collect((_ingest_item(item, jobs) for item in items), tables, len(found.files), progress, workdir / "spill")
+        _collect((_ingest_item(item, jobs) for item in items), tables, len(found.files), progress, spill)
     return tables, found.notes
 
 
@@ -186,7 +187,8 @@ def _ingest_on_ray(target: Path, workdir: Path, address: str, progress: Progress
     storage); big text files are read here with their chunks parsed by Ray tasks."""
     cpus = scaleout.connect(address)
     found = discover(target, workdir)
-    found.files = [replace(f, spill=workdir / "spill") for f in found.files]
+    spill = workdir / "spill"
+    found.files = [replace(f, spill=spill) for f in found.files]
     cluster = scaleout.RayExecutor()
     parts = workdir / "tables"
     tasks = {
@@ -203,7 +205,7 @@ def _ingest_on_ray(target: Path, workdir: Path, address: str, progress: Progress
             yield _ingested(source, result)
 
     tables = RunTables()
-    _collect(results(), tables, len(found.files), progress, workdir / "spill")
+    _collect(results(), tables, len(found.files), progress, spill)
     return tables, found.notes
 
 

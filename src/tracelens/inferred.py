@@ -255,11 +255,7 @@ def _split_by_group(rows: pl.LazyFrame, groups: list[list[str]], spill: Spill) -
         },
         schema={"file": pl.String, "_group": pl.Int64},
     )
-    path = spill.folder / f"_grouped-{len(list(spill.folder.glob('_grouped-*')))}.parquet"
-    rows.join(owner.lazy(), on="file", how="inner", maintain_order="left").sink_parquet(
-        path, compression="lz4", row_group_size=1 << 16
-    )
-    return path
+    return spill.sink("_grouped", rows.join(owner.lazy(), on="file", how="inner", maintain_order="left"), 1 << 16)
 
 
 def _of_group(grouped: Path, index: int) -> pl.DataFrame:

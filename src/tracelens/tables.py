@@ -533,14 +533,25 @@ class Spill:
         (None when there was no row)."""
         if not frame.height:
             return None
-        paths = self.parts.setdefault(name, [])
-        path = self.folder / f"{name}-{len(paths):06d}.parquet"
+        path = self._next_part(name)
         frame = conform(name, frame) if name in SCHEMAS else frame
         # lz4, with column statistics: the timeline reads a big file's rows a range of lines at a time
         # (tracelens.inferred), and the parts' line statistics let each range's scan skip the others
         frame.write_parquet(path, compression="lz4")
-        paths.append(path)
+        self.parts[name].append(path)
         return path
+
+    def sink(self, name: str, rows: pl.LazyFrame, row_group_size: int) -> Path:
+        """Stream `rows` as they are (no schema applied) to a new part of `name`, in row groups of
+        `row_group_size` rows with their statistics; the part's path."""
+        path = self._next_part(name)
+        rows.sink_parquet(path, compression="lz4", row_group_size=row_group_size)
+        self.parts[name].append(path)
+        return path
+
+    def _next_part(self, name: str) -> Path:
+        """The path of table `name`'s next part (listed in `parts` once written)."""
+        return self.folder / f"{name}-{len(self.parts.setdefault(name, [])):06d}.parquet"
 
     def scans(self) -> dict[str, pl.LazyFrame]:
         """Each table written, as a lazy scan of its parts in the order they were written."""
