@@ -134,6 +134,9 @@ def _disagreements(bodies: list[str]) -> list[str]:
 
 
 def _check(bodies: list[str], copies: int = 3) -> None:
+    """Each distinct body (a body's template result and its lark result are the same wherever it
+    repeats: the fixtures' 6,500 bodies are 1,100 distinct) and `copies` of it with other values."""
+    bodies = list(dict.fromkeys(bodies))
     rand = random.Random(12)
     revalued = [_revalue(b, rand) for _ in range(copies) for b in bodies]
     assert _disagreements(bodies + revalued) == []

@@ -373,43 +373,51 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
         parts = marked.filter(glued)["text"].str.extract_groups(_GLUED).struct.unnest()
         marked = pl.concat([marked.filter(~glued), marked.filter(glued).with_columns(parts)]).sort("idx")
     marked = _with_head(marked.lazy()).filter(pl.col("host").is_not_null() | pl.col("cuda_dev").is_not_null())
-    old = (
-        unmarked.with_columns(pos=text.str.find(_OLD_MARK))
-        .filter(pos.is_not_null())
-        .with_columns(level=pl.lit("INFO"), head=_bytes(0, pos + 2), msg=_bytes(pos + 7))
-    )
-    old = _with_head(old).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
-    parts = text.str.extract_groups(_OLD_WARN)
-    old_warn = (
-        unmarked.filter(text.str.contains(" WARN ", literal=True))
-        .with_columns(parts=parts)
-        .filter(pl.col("parts").struct.field("msg").is_not_null())
-        .select(
-            "idx",
-            "text",
-            level=pl.lit("WARN"),
-            head=pl.col("parts").struct.field("head"),
-            msg=pl.col("parts").struct.field("msg"),
-        )
-    )
-    old_warn = _with_head(old_warn).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
-    return pl.concat(
-        [marked.select(RECORD_COLUMNS), old.select(RECORD_COLUMNS), old_warn.select(RECORD_COLUMNS)]
+    branches = [marked.select(RECORD_COLUMNS)]
+    # the older shapes' branches only where an unmarked line may hold one (most logs have none: a small
+    # file's plan then has one branch, not three)
+    old_shapes = unmarked.select(
+        old=text.str.contains(_OLD_MARK).any(), warn=text.str.contains(" WARN ", literal=True).any()
     ).collect()
+    if old_shapes["old"].item():
+        old = (
+            unmarked.with_columns(pos=text.str.find(_OLD_MARK))
+            .filter(pos.is_not_null())
+            .with_columns(level=pl.lit("INFO"), head=_bytes(0, pos + 2), msg=_bytes(pos + 7))
+        )
+        old = _with_head(old).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
+        branches.append(old.select(RECORD_COLUMNS))
+    if old_shapes["warn"].item():
+        parts = text.str.extract_groups(_OLD_WARN)
+        old_warn = (
+            unmarked.filter(text.str.contains(" WARN ", literal=True))
+            .with_columns(parts=parts)
+            .filter(pl.col("parts").struct.field("msg").is_not_null())
+            .select(
+                "idx",
+                "text",
+                level=pl.lit("WARN"),
+                head=pl.col("parts").struct.field("head"),
+                msg=pl.col("parts").struct.field("msg"),
+            )
+        )
+        old_warn = _with_head(old_warn).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
+        branches.append(old_warn.select(RECORD_COLUMNS))
+    return pl.concat(branches).collect()
 
 
-def _quoted_errors(lines: pl.LazyFrame) -> pl.LazyFrame:
+def _quoted_errors(lines: pl.DataFrame) -> pl.DataFrame:
     """Bodies of the NCCL WARNs PyTorch quotes after `Last error:`, each at the line that holds it
     (columns idx, prefix, msg). A quote on the next line loses the launcher prefix of the `Last error:` line."""
     text, prefix = pl.col("text"), pl.col("prefix")
-    marks = lines.filter(text.str.contains("Last error:", literal=True)).select(
-        "idx", parts=text.str.extract_groups(_LAST_ERROR)
-    )
-    marks = marks.unnest("parts")
+    marks = lines.filter(text.str.contains("Last error:", literal=True))
+    if marks.is_empty():  # no quote (most chunks): the plan below is not built
+        return pl.DataFrame(schema={"idx": lines.schema["idx"], "prefix": pl.String, "msg": pl.String})
+    marks = marks.lazy().select("idx", parts=text.str.extract_groups(_LAST_ERROR)).unnest("parts")
     next_line = (
         marks.filter(pl.col("msg") == "")
         .select(pl.col("idx") + 1, "prefix")
-        .join(lines, on="idx")
+        .join(lines.lazy(), on="idx")
         .select(
             "idx",
             prefix=pl.when(text.str.starts_with(prefix)).then(prefix).otherwise(pl.lit("")),
@@ -417,7 +425,7 @@ def _quoted_errors(lines: pl.LazyFrame) -> pl.LazyFrame:
         )
     )
     quotes = pl.concat([marks.filter(pl.col("msg") != ""), next_line]).with_columns(pl.col("msg").str.strip_chars_end())
-    return quotes.filter(pl.col("msg").str.strip_chars_start() != "")
+    return quotes.filter(pl.col("msg").str.strip_chars_start() != "").collect()
 
 
 def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
@@ -481,16 +489,18 @@ OTHER_MARKS = [
 
 def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
     """Every record in the chunk, one row each, with prefix/ts split off and the body stripped."""
-    lines = chunk.lazy().with_row_index("idx").select("idx", "text")
+    lines = chunk.select("text").with_row_index("idx")
     candidates = lines.filter(pl.col("text").str.contains_any(CANDIDATE_MARKS))
-    candidates = candidates.with_columns(pl.col("text").str.strip_chars_end()).collect()
+    candidates = candidates.with_columns(pl.col("text").str.strip_chars_end())
     nccl = _nccl_records(candidates)
     # eager: in a lazy plan the filter went before the anti-join, onto every candidate (40 ms a chunk)
     rest = candidates.join(nccl.select("idx"), on="idx", how="anti")
-    rest = rest.filter(pl.col("text").str.contains_any(OTHER_MARKS)).lazy()
-    quoted = _quoted_errors(lines).join(nccl.lazy().select("idx"), on="idx", how="anti").collect().lazy()
-    other = _other_records(rest, quoted)
-    if rest.select(pl.len()).collect().item() or quoted.select(pl.len()).collect().item():
+    rest = rest.filter(pl.col("text").str.contains_any(OTHER_MARKS))
+    quoted = _quoted_errors(lines)
+    if quoted.height:
+        quoted = quoted.join(nccl.select("idx"), on="idx", how="anti")
+    other = _other_records(rest.lazy(), quoted.lazy())
+    if rest.height or quoted.height:
         others = other.collect()
     else:  # no PyTorch record, no quote: the plan's six regex branches are not run (5 of a small file's 30 ms)
         others = pl.DataFrame(schema=other.collect_schema())
