@@ -376,9 +376,8 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
     branches = [marked.select(RECORD_COLUMNS)]
     # the older shapes' branches only where an unmarked line may hold one (most logs have none: a small
     # file's plan then has one branch, not three)
-    old_shapes = unmarked.select(
-        old=text.str.contains(_OLD_MARK).any(), warn=text.str.contains(" WARN ", literal=True).any()
-    ).collect()
+    warn_like = text.str.contains(" WARN ", literal=True)
+    old_shapes = unmarked.select(old=text.str.contains(_OLD_MARK).any(), warn=warn_like.any()).collect()
     if old_shapes["old"].item():
         old = (
             unmarked.with_columns(pos=text.str.find(_OLD_MARK))
@@ -390,7 +389,7 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
     if old_shapes["warn"].item():
         parts = text.str.extract_groups(_OLD_WARN)
         old_warn = (
-            unmarked.filter(text.str.contains(" WARN ", literal=True))
+            unmarked.filter(warn_like)
             .with_columns(parts=parts)
             .filter(pl.col("parts").struct.field("msg").is_not_null())
             .select(
