@@ -64,7 +64,7 @@ def test_802_1ad_qinq_and_vlan_inside_linux_cooked_v2(tmp_path):
 
 def test_ipv6_rocev2_behind_a_hop_by_hop_header(tmp_path):
     frame = (
-        Ether()
+        Ether(dst="02:00:00:00:00:02")  # a MAC of its own: scapy would ask the network for fd00::2's (1 s)
         / IPv6(src="fd00::1", dst="fd00::2", tc=0x02)
         / IPv6ExtHdrHopByHop()
         / UDP(dport=4791)

@@ -138,7 +138,7 @@ def test_link_types(tmp_path, linktype, frame):
 
 def test_ipv6_roce_and_tcp_sack(tmp_path):
     v6 = (
-        Ether()
+        Ether(dst="02:00:00:00:00:02")  # a MAC of its own: scapy would ask the network for fd00::2's (1 s)
         / IPv6(src="fd00::1", dst="fd00::2", tc=0x03)
         / UDP(sport=1, dport=4791)
         / BTH(opcode=0x81, becn=1, dqpn=77)
