@@ -67,6 +67,7 @@ def test_the_real_corpus_reads_the_same_in_batches(tmp_path, monkeypatch):
     corpus = corpus_dir("nccl").parent
     tables = assert_reads_alike(corpus, tmp_path, monkeypatch)
     assert tables["nccl_errors"].height > 50 and tables["inputs"].height > 100
+    assert tables["steps"].height > 1000  # the launcher and training logs' DeepSpeed lines, read in their batches
 
 
 @pytest.mark.parametrize("name", ["scenario-congestion", "ib-retry-exceeded", "lab-hang-kill", "ds-slow-window"])
@@ -140,7 +141,7 @@ def test_file_boundaries_do_not_leak(tmp_path, monkeypatch):
     assert tables["steps"].height == 1 and tables["stacks"].height == 1
 
 
-def test_work_items_batch_runs_of_small_logs_in_order(tmp_path):
+def test_work_items_batch_runs_of_small_files_in_order(tmp_path):
     from tracelens.ingest import InputFile
 
     def log(name: str, size: int = 100, fmt: str = "log") -> InputFile:
@@ -156,7 +157,7 @@ def test_work_items_batch_runs_of_small_logs_in_order(tmp_path):
         log("e"),
     ]
     items = [[f.name for f in item] for item in small_files.work_items(files)]
-    assert items == [["a", "b"], ["big"], ["c"], ["cap"], ["d", "e"]]
+    assert items == [["a", "b"], ["big"], ["c", "cap", "d", "e"]]  # a small capture read alone in the batch
 
 
 def test_line_start_sniffers_find_what_their_anchored_regex_finds():

@@ -23,7 +23,7 @@ from tracelens.derived import RunContext
 from tracelens.derived.flows import event_times
 from tracelens.discover import discover
 from tracelens.findings import Finding
-from tracelens.ingest import Account, IngestResult, InputFile, ingest_file, small_files, splits
+from tracelens.ingest import Account, IngestResult, InputFile, ingest_file, small_files, splits, with_host_hint
 from tracelens.rules import Rule, select_rules
 from tracelens.tables import RunTables, Spill
 from tracelens.timeline import Timeline, align
@@ -81,10 +81,7 @@ def _ingest_with_host(source: InputFile, jobs: int = 1, workers: Executor | None
     """Ingest one file (its chunks in `jobs` processes or on `workers`); rows whose content named no
     host take the host its path suggests."""
     result = ingest_file(source, jobs, workers)
-    if source.host_hint:
-        for name, frame in result.tables.items():
-            if "host" in frame.collect_schema().names():
-                result.tables[name] = frame.with_columns(pl.col("host").fill_null(source.host_hint))
+    result.tables = with_host_hint(result.tables, source.host_hint)
     return result
 
 
@@ -140,17 +137,7 @@ def _ingest_item(files: list[InputFile], jobs: int = 1) -> Ingested:
             rows.append(_input_row(source, *batch.accounts[source.name]))
     tables = batch.tables
     if alone:  # rows in file order, as if every file had been read alone
-        order = {f.name: i for i, f in enumerate(files)}
-        names = {name for result in alone.values() for name in result.tables} | set(tables)
-        tables = {
-            name: pl.concat(
-                [t.lazy() for t in [tables.get(name), *(r.tables.get(name) for r in alone.values())] if t is not None],
-                how="diagonal_relaxed",
-            )
-            .sort(pl.col("file").replace_strict(order, return_dtype=pl.Int64), maintain_order=True)
-            .collect()
-            for name in names
-        }
+        tables = small_files.in_file_order([tables, *(r.tables for r in alone.values())], files)
     return Ingested(tables, rows)
 
 

@@ -81,6 +81,16 @@ class IngestResult:
                 self.tables[name] = pl.concat([prev, frame], how="diagonal_relaxed")
 
 
+def with_host_hint(tables: dict, hint: str | None) -> dict:
+    """The tables with the host a file's path suggests on the rows whose content named none."""
+    if not hint:
+        return tables
+    return {
+        name: frame.with_columns(pl.col("host").fill_null(hint)) if "host" in frame.collect_schema().names() else frame
+        for name, frame in tables.items()
+    }
+
+
 def splits(source: InputFile, jobs: int) -> bool:
     """Whether ingest_file(source, jobs) parses the file's chunks in several workers."""
     module = {m.FORMAT: m for m in format_modules()}.get(source.format)

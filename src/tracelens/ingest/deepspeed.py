@@ -502,7 +502,7 @@ class DeepSpeedParser:
     def _parse_cold(self, recs: pl.DataFrame) -> pl.Series:
         """Parse the distinct bodies of the grammar-read kinds; whether each record is one that parsed."""
         is_cold = (recs["kind"].is_not_null() & ~recs["kind"].is_in(list(HOT))).alias("ok")
-        cold = recs.filter(is_cold).select("kind", "body")
+        cold = recs.select("kind", "body").filter(is_cold)  # two columns filtered, not the whole frame
         for kind, body in cold.unique().iter_rows():
             if (kind, body) not in self._parsed:
                 self._parsed[(kind, body)] = {} if kind in ("json_line", "blank") else parse_body(kind, body)

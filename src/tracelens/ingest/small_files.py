@@ -7,7 +7,9 @@ parser looks at across lines (a wrapped record, the blank line before a WARN, a 
 quote on the next line) reaches into another file. The NCCL parser reads the batch once; its
 rows are given back their file, line and host by key, and each file's account is counted from
 its own lines' statuses. A file that another line parser (DeepSpeed, stacks, nccl-tests) may
-claim is left to the per-file path (textlog), which reads it as it always did.
+claim (a launcher log mixes DeepSpeed and NCCL lines) has its NCCL records read in the batch too;
+those parsers then read its own lines, as textlog would give them, and each line takes the
+strongest claim. Rows come back in file order, each file's as if it had been read alone.
 """
 
 from __future__ import annotations
@@ -18,7 +20,17 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, deepspeed, nccl, nccl_tests, stacks
+from tracelens.ingest import (
+    SAMPLE_LIMIT,
+    Account,
+    IngestResult,
+    InputFile,
+    deepspeed,
+    nccl,
+    nccl_tests,
+    stacks,
+    with_host_hint,
+)
 from tracelens.ingest.lines import FILE_SHIFT, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, file_of
 from tracelens.ingest.pasted import unpaste
 
@@ -41,12 +53,14 @@ def is_small_log(source: InputFile) -> bool:
 
 
 def work_items(files: list[InputFile]) -> list[list[InputFile]]:
-    """The files in order as units of work: runs of small logs in batches, every other file alone."""
+    """The files in order as units of work: runs of small files in batches (a node folder's small
+    captures, counter dumps and configs between its logs do not end a run: a batch reads them
+    alone, in its unit), every big file alone."""
     items: list[list[InputFile]] = []
     run: list[InputFile] = []
     size = 0
     for source in files:
-        if not is_small_log(source):
+        if source.size > SMALL_BYTES:
             items.extend([run] if run else [])
             items.append([source])
             run, size = [], 0
@@ -67,14 +81,18 @@ class BatchResult:
 
     tables: dict[str, pl.DataFrame] = field(default_factory=dict)
     accounts: dict[str, tuple[Account, list[str]]] = field(default_factory=dict)  # file name -> (account, hosts)
-    per_file: list[InputFile] = field(default_factory=list)
+    per_file: list[InputFile] = field(default_factory=list)  # read alone: not a small log, or not readable now
 
 
 def _lines(files: list[InputFile]) -> tuple[pl.DataFrame, list[InputFile]]:
-    """Columns idx (file in batch), line (key), text: each file's lines as lines.read_chunks gives them,
-    after an empty row of line number 0. Files that cannot be read now are returned apart."""
+    """Columns idx (file in batch), line (key), text: each small log's lines as lines.read_chunks gives
+    them, after an empty row of line number 0. The other files, and logs that cannot be read now, are
+    returned apart."""
     parts, read, counts, unread = [], [], [], []
     for i, source in enumerate(files):
+        if not is_small_log(source):
+            unread.append(source)
+            continue
         try:
             data = source.path.read_bytes()
         except OSError:
@@ -98,17 +116,11 @@ def _lines(files: list[InputFile]) -> tuple[pl.DataFrame, list[InputFile]]:
 def ingest(files: list[InputFile]) -> BatchResult:
     """Read a batch of small logs as one (see the module's docstring)."""
     lines, unread = _lines(files)
-    if not lines.height:
-        return BatchResult(per_file=unread)
-    text = pl.col("text")
-    others = pl.any_horizontal(text.str.contains(p) for patterns in OTHER_PARSERS.values() for p in patterns)
-    claimed = set(lines.filter(others)["idx"].unique().to_list())
-    result = BatchResult(per_file=[*unread, *(files[i] for i in sorted(claimed))])
-    lines = lines.filter(~pl.col("idx").is_in(list(claimed)))
+    result = BatchResult(per_file=unread)
     if not lines.height:
         return result
     parser = nccl.NcclParser(InputFile(path=Path(), name="", format="log"))
-    status = parser.feed(lines.select("line", "text"))
+    lines = lines.with_columns(status=parser.feed(lines.select("line", "text")))
     parsed = IngestResult()
     parser.finish(parsed)
     names = pl.Series([f.name for f in files], dtype=pl.String)
@@ -119,10 +131,61 @@ def ingest(files: list[InputFile]) -> BatchResult:
         frame = frame.with_columns(file=names.gather(idx.to_series()), line=pl.col("line") & _LINE_MASK)
         if "host" in frame.columns:
             frame = frame.with_columns(host=pl.coalesce("host", hints.gather(idx.to_series())))
-            hosts.append(frame.select(idx.to_series().alias("idx"), "host").filter(pl.col("host") != "").unique())
+            hosts.append(_named_hosts(frame, idx.to_series()))
         result.tables[name] = frame
-    _accounts(result, files, lines.with_columns(status=status), hosts)
+    lines = _other_parsers(files, lines, result, hosts)
+    _accounts(result, files, lines, hosts)
     return result
+
+
+def in_file_order(tables: list[dict[str, pl.DataFrame]], files: list[InputFile]) -> dict[str, pl.DataFrame]:
+    """Each table's rows from several results, in the order of their files (stable within a file)."""
+    order = {f.name: i for i, f in enumerate(files)}
+    names = dict.fromkeys(name for result in tables for name in result)
+    return {
+        name: pl.concat([result[name].lazy() for result in tables if name in result], how="diagonal_relaxed")
+        .sort(pl.col("file").replace_strict(order, return_dtype=pl.Int64), maintain_order=True)
+        .collect()
+        for name in names
+    }
+
+
+def _named_hosts(frame: pl.DataFrame, idx: pl.Series | int) -> pl.DataFrame:
+    """(idx, host) of the hosts a file's rows name."""
+    named = frame.select(pl.lit(idx, pl.Int64).alias("idx") if isinstance(idx, int) else idx.alias("idx"), "host")
+    return named.with_columns(pl.col("host").cast(pl.String)).filter(pl.col("host") != "").unique()
+
+
+def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchResult, hosts: list) -> pl.DataFrame:
+    """The line parsers other than NCCL's, on the files they may claim: each on the file's own lines
+    (keys back to line numbers, no empty row), finished into the file's tables; each line's status
+    becomes its strongest claim."""
+    text = pl.col("text")
+    others = pl.any_horizontal(text.str.contains(p) for patterns in OTHER_PARSERS.values() for p in patterns)
+    claimed = sorted(lines.filter(others)["idx"].unique().to_list())
+    if not claimed:
+        return lines
+    own = lines.filter(pl.col("idx").is_in(claimed) & ((pl.col("line") & _LINE_MASK) > 0))
+    read, claims = [], []
+    for (i,), chunk in own.partition_by("idx", as_dict=True, maintain_order=True).items():
+        source = files[i]
+        chunk = chunk.select(pl.col("line") & _LINE_MASK, "text")
+        parsers = [cls(source) for cls in OTHER_PARSERS]
+        statuses = [p.feed(chunk).alias(str(n)) for n, p in enumerate(parsers)]
+        claims.append(pl.DataFrame(statuses).select(claim=pl.max_horizontal(pl.all())))
+        parsed = IngestResult()
+        for p in parsers:
+            p.finish(parsed)
+        tables = with_host_hint(
+            {name: frame.lazy().collect() for name, frame in parsed.tables.items()}, source.host_hint
+        )
+        hosts.extend(_named_hosts(frame, i) for frame in tables.values() if "host" in frame.columns)
+        read.append(tables)
+    result.tables = in_file_order([result.tables, *read], files)
+    claim = pl.concat(claims).select(own["line"], "claim")
+    return lines.join(claim, on="line", how="left", maintain_order="left").select(
+        "idx", "line", "text", status=pl.max_horizontal("status", "claim")
+    )
 
 
 def _accounts(result: BatchResult, files: list[InputFile], lines: pl.DataFrame, hosts: list[pl.DataFrame]) -> None:
