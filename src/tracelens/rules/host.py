@@ -595,7 +595,7 @@ def perftest_below_line_rate(t: RunContext, *, line_share: float = 0.75) -> Iter
         largest = run.filter(pl.col("bytes") == run["bytes"].max()).row(0, named=True)
         host, device = largest["host"], largest["device"]
         ports = rates.filter(pl.col("host").eq_missing(host))
-        on_device = ports.filter(pl.col("ca") == device)
+        on_device = ports.filter(pl.col("ca") == device) if device is not None else ports.clear()  # no -d: any port
         ports = on_device if on_device.height else ports
         if ports.height == 0:
             continue
