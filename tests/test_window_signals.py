@@ -45,6 +45,31 @@ def test_noise_next_to_the_window_does_not_join_it():
     assert first == stream["start"][138] and last == stream["ts"][287]
 
 
+def test_a_long_series_finds_its_pause_and_its_plateau_by_bins(monkeypatch):
+    """Past EXTENT_STEPS steps near a window the runs are scored over bins (every run of 30,000 steps
+    is 450 million of them): a one-step pause is still its own run, a plateau's edges still its steps."""
+    from tracelens.derived import window_signals
+
+    assert window_signals.EXTENT_STEPS < 30_000
+    pause = _noise(30_000, 10.0)
+    pause[17_001] = 25_000.0
+    stream = _stream(pause)
+    assert level_extent(stream, "level", stream["start"][12_000], stream["ts"][20_000]) == (
+        stream["start"][17_001],
+        stream["ts"][17_001],
+    )
+    plateau = _stream(_noise(10_000) + [600.0] * 10_003 + _noise(10_000))
+    assert level_extent(plateau, "level", plateau["start"][9_000], plateau["ts"][21_000]) == (
+        plateau["start"][10_000],
+        plateau["ts"][20_002],
+    )
+    # the three shapes above, searched by bins of two to four steps, end where the exact search ends
+    monkeypatch.setattr(window_signals, "EXTENT_STEPS", 100)
+    test_one_long_pause_between_steps_is_its_own_window()
+    test_contention_that_builds_up_began_when_its_ramp_did()
+    test_noise_next_to_the_window_does_not_join_it()
+
+
 def _times(seconds: list[float]) -> pl.Series:
     return pl.Series([T0 + timedelta(seconds=x) for x in seconds], dtype=pl.Datetime("us", "UTC"))
 
