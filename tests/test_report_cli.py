@@ -129,3 +129,16 @@ def test_nccl_section_shows_each_hosts_network_and_transports(analysis_of):
     assert hosts["node01"]["versions"] == ["2.21.5+cuda12.4"]
     assert {(t["transport"], t["net"]) for t in hosts["node02"]["transports"]} >= {("NET", "Socket")}
     assert any(i.startswith("bootstrap eth0 (10.0.0.2)") for i in hosts["node02"]["interfaces"])
+
+
+def test_help_shows_the_bracketed_names_rich_would_read_as_markup():
+    """`[tool.tracelens]` and `tracelens[ray]` in an option's help are text, not rich markup tags to drop."""
+
+    def help_text(command: str) -> str:
+        result = runner.invoke(app, [command, "--help"])
+        assert result.exit_code == 0
+        return " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())  # the words, unwrapped
+
+    for command in ("analyze", "tables"):
+        assert "pyproject.toml with [tool.tracelens]:" in help_text(command), command
+    assert "Needs tracelens[ray]." in help_text("analyze")

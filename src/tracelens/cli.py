@@ -77,7 +77,7 @@ def _split(values: list[str] | None, option: str) -> list[str]:
 
 
 CONFIG_HELP = (
-    "A tracelens.toml, or a pyproject.toml with [tool.tracelens]: rules, severities, settings, time zone, "
+    "A tracelens.toml, or a pyproject.toml with \\[tool.tracelens]: rules, severities, settings, time zone, "
     "host aliases. Default: the first found in the run's folder, then in the current directory."
 )
 
@@ -289,7 +289,7 @@ def analyze_cmd(
             "--ray",
             help=(
                 "Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this "
-                "machine joined) or its address host:port. Needs tracelens[ray]."
+                "machine joined) or its address host:port. Needs tracelens\\[ray]."
             ),
         ),
     ] = None,
