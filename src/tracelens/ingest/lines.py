@@ -90,13 +90,18 @@ def _frame(block: bytes, first_line: int) -> pl.DataFrame:
     )
 
 
-def _blocks(path: Path, chunk_bytes: int, max_line: int = MAX_LINE_BYTES) -> Iterator[tuple[int, bytes, int]]:
-    """(byte offset, block, first line) of each chunk: blocks of `chunk_bytes` cut after a line end.
+def _blocks(
+    path: Path, chunk_bytes: int, max_line: int = MAX_LINE_BYTES, keep: bool = True
+) -> Iterator[tuple[int, int, int, bytes | None]]:
+    """(byte offset, length, first line, bytes if `keep`) of each chunk: blocks of `chunk_bytes` cut
+    after a line end.
 
     A line longer than `max_line` with no newline in a whole block (a 200 MB line) is a block of
     its own holding its first `max_line` bytes, counted as one line; the rest of it, up to its
     newline, is skipped. Memory stays bounded by the block size, and every block is still the
-    file's bytes at its offset (read_span reads the same)."""
+    file's bytes at its offset (read_span reads the same). The bytes after a block's last newline
+    (`carry`) hold no newline, so a block is cut and its lines counted in what was just read: a
+    chunk is copied once, when kept (chunk_spans copies nothing)."""
     start, next_line, carry, skipping = 0, 1, b"", False  # `carry` holds the file's bytes from `start`
     with path.open("rb") as fh:
         while True:
@@ -109,32 +114,33 @@ def _blocks(path: Path, chunk_bytes: int, max_line: int = MAX_LINE_BYTES) -> Ite
                 if end < 0:
                     continue
                 skipping, block, start, carry = False, block[end + 1 :], read_at + end + 1, b""
-            data = carry + block
-            cut = data.rfind(b"\n")
+            cut = block.rfind(b"\n")
             if cut < 0:
-                carry = data
-                if len(data) > max_line:
-                    yield start, data[:max_line], next_line
+                carry += block
+                if len(carry) > max_line:
+                    yield start, max_line, next_line, carry[:max_line] if keep else None
                     next_line, carry, skipping = next_line + 1, b"", True
                 continue
-            carry = data[cut + 1 :]
-            yield start, data[:cut], next_line
-            next_line += data.count(b"\n", 0, cut) + 1
-            start += cut + 1
+            length = len(carry) + cut
+            yield start, length, next_line, carry + block[:cut] if keep else None
+            next_line += block.count(b"\n", 0, cut) + 1
+            start += length + 1
+            carry = block[cut + 1 :]
     if carry:
-        yield start, carry, next_line
+        yield start, len(carry), next_line, carry
 
 
 def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:
     """Yield frames with columns `line` (1-based) and `text`, in file order."""
-    for _, block, first_line in _blocks(path, chunk_bytes):
+    for _, _, first_line, block in _blocks(path, chunk_bytes):
+        assert block is not None
         yield _frame(block, first_line)
 
 
 def chunk_spans(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, int, int]]:
     """(byte offset, length, first line) of the chunks read_chunks yields, for workers that read them themselves."""
-    for offset, block, first_line in _blocks(path, chunk_bytes):
-        yield offset, len(block), first_line
+    for offset, length, first_line, _ in _blocks(path, chunk_bytes, keep=False):
+        yield offset, length, first_line
 
 
 def read_span(path: Path, offset: int, length: int, first_line: int) -> pl.DataFrame:
