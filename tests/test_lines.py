@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelens.ingest.lines import _csv_lines, _split_lines, read_chunks
+from tracelens.ingest.lines import _blocks, _csv_lines, _frame, _split_lines, read_chunks, read_span
 
 TRICKY = [
     b"plain\nlines\n",
@@ -41,3 +41,22 @@ def test_fast_csv_path_is_used_on_plain_text_and_agrees_with_the_split():
     assert fast is not None
     assert fast.to_list() == _split_lines(block).to_list()
     assert _csv_lines(b"nul\x00here") is None
+
+
+def test_spans_read_back_the_chunks_the_reader_keeps(tmp_path: Path):
+    """chunk_spans' pass keeps no bytes (_blocks with keep=False): each span, read back with read_span,
+    is the chunk the reader keeps there, on lines far longer than a chunk and than the line cap."""
+    import random
+
+    rng = random.Random(5)
+    pieces = [b"x" * 3000, b"\n", b"\r\n", b"abc\n" * 40, b"y" * 40]
+    path = tmp_path / "long.log"
+    path.write_bytes(b"".join(rng.choice(pieces) for _ in range(120)))
+    for chunk_bytes, max_line in ((256, 100), (1000, 2500), (4096, 1 << 20)):
+        kept = list(_blocks(path, chunk_bytes, max_line))
+        spans = list(_blocks(path, chunk_bytes, max_line, keep=False))
+        assert [(o, n, line) for o, n, line, _ in kept] == [(o, n, line) for o, n, line, _ in spans]
+        assert all(block is not None and len(block) == n for _, n, _, block in kept)
+        for (offset, n, line, block), _ in zip(kept, spans):
+            assert read_span(path, offset, n, line).equals(_frame(block, line))
+        assert any(n == max_line for _, n, _, _ in kept) == (max_line < 3000)  # a capped line when it can be
