@@ -142,3 +142,29 @@ def test_help_shows_the_bracketed_names_rich_would_read_as_markup():
     for command in ("analyze", "tables"):
         assert "pyproject.toml with [tool.tracelens]:" in help_text(command), command
     assert "Needs tracelens[ray]." in help_text("analyze")
+
+
+def test_analyze_and_diff_remove_their_working_folders_when_done(tmp_path, monkeypatch):
+    """Each analysis's working folder (spilled tables, captures' packets) is removed when the command is
+    done, not left to the interpreter's exit (which warns 'Implicitly cleaning up' under -X dev)."""
+    import gc
+    import tempfile
+    import warnings
+
+    from tests.helpers import FIXTURES
+
+    work = tmp_path / "tmp"
+    work.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(work))
+    healthy, bad = FIXTURES / "scenario-healthy", FIXTURES / "scenario-congestion"
+    commands = [
+        ["analyze", str(bad), "--baseline", str(healthy), "-o", str(tmp_path / "a.html")],
+        ["diff", str(healthy), str(bad), "-o", str(tmp_path / "d.html")],
+    ]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for command in commands:
+            assert runner.invoke(app, command).exit_code == 0, command
+            gc.collect()
+            assert not list(work.glob("tracelens-*")), command
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]

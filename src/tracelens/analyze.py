@@ -70,6 +70,19 @@ class Analysis:
         skipped = {r.id for r, _ in self.not_run}
         return [r for r in self.rules if r.id not in skipped]
 
+    def close(self) -> None:
+        """Remove the run's working folder now, not when the process exits (its spilled tables and its
+        captures' packets go with it: the tables cannot be read after)."""
+        if self.workdir is not None:
+            self.workdir.cleanup()
+            self.workdir = None
+
+    def __enter__(self) -> Analysis:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def readable(self) -> bool:
         """Whether anything at all was understood."""

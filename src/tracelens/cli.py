@@ -12,7 +12,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -323,43 +323,46 @@ def analyze_cmd(
     if tables_dir is not None:
         _check_output_folder(tables_dir, "--tables")
     options = dict(jobs=jobs, select=select_ids, ignore=ignore_ids, tz=tz, ray=ray, config=config)
-    analysis = _analyze_with_progress(run, **options)
-    if baseline:
-        from tracelens.compare import compare
+    with ExitStack() as analyses:
+        analysis = _analyze_with_progress(run, analyses, **options)
+        if baseline:
+            from tracelens.compare import compare
 
-        good = _analyze_with_progress(baseline, **options)
-        analysis.comparison = compare(good, analysis)
-    written = [("Report", write_html(analysis, report))]
-    if markdown:
-        written.append(("Markdown", write_markdown(analysis, markdown, command=_command_line())))
-    if json_path:
-        json_path.write_text(json.dumps(to_json(analysis), indent=2, default=str), encoding="utf-8")
-        written.append(("JSON", json_path))
-    if tables_dir:
-        analysis.tables.write_parquet(tables_dir)
-        written.append(("Tables", tables_dir))
-    # The summary is the command's output (stdout, so it can be piped or saved); progress and errors go to stderr.
-    console = Console(soft_wrap=True)
-    print_summary(console, analysis, written, verbose=verbose)
-    if analysis.comparison:
-        console.print(
-            f"[bold]Against {escape(str(baseline))}:[/] {escape(analysis.comparison.verdict)}", highlight=False
-        )
-    if not analysis.readable:
-        raise typer.Exit(2)
-    if fail_on is not FailOn.never and any(f.severity >= Severity.parse(fail_on.value) for f in analysis.findings):
-        raise typer.Exit(1)
+            good = _analyze_with_progress(baseline, analyses, **options)
+            analysis.comparison = compare(good, analysis)
+        written = [("Report", write_html(analysis, report))]
+        if markdown:
+            written.append(("Markdown", write_markdown(analysis, markdown, command=_command_line())))
+        if json_path:
+            json_path.write_text(json.dumps(to_json(analysis), indent=2, default=str), encoding="utf-8")
+            written.append(("JSON", json_path))
+        if tables_dir:
+            analysis.tables.write_parquet(tables_dir)
+            written.append(("Tables", tables_dir))
+        # The summary is the command's output (stdout, so it can be piped or saved); progress and errors go to stderr.
+        console = Console(soft_wrap=True)
+        print_summary(console, analysis, written, verbose=verbose)
+        if analysis.comparison:
+            console.print(
+                f"[bold]Against {escape(str(baseline))}:[/] {escape(analysis.comparison.verdict)}", highlight=False
+            )
+        if not analysis.readable:
+            raise typer.Exit(2)
+        if fail_on is not FailOn.never and any(f.severity >= Severity.parse(fail_on.value) for f in analysis.findings):
+            raise typer.Exit(1)
 
 
-def _analyze_with_progress(run: Path, **options) -> Analysis:
-    """`analyze` with a progress bar over the files read."""
+def _analyze_with_progress(run: Path, closing: ExitStack, **options) -> Analysis:
+    """`analyze` with a progress bar over the files read; the analysis is closed with `closing`."""
     with _progress() as bar:
         task = bar.add_task("", total=None)
 
         def step(done: int, total: int, name: str) -> None:
             bar.update(task, completed=done, total=total, description=name[-60:])
 
-        return analyze(run, progress=step, **options)
+        analysis = analyze(run, progress=step, **options)
+    closing.callback(analysis.close)  # its working folder goes when the command is done, not at exit
+    return analysis
 
 
 @app.command("diff")
@@ -396,21 +399,24 @@ def diff_cmd(
     for path, option in ((json_path, "--json"), (markdown, "--markdown")):
         if path is not None:
             _check_output_file(path, option)
-    comparison = compare(*(_analyze_with_progress(run, jobs=jobs, tz=tz, config=config) for run in (good, bad)))
-    out.print(f"Config: {escape(config.label)}", highlight=False)
-    out.print(f"[bold]{escape(comparison.verdict)}[/]", highlight=False)
-    for i, change in enumerate(comparison.changes[:10], start=1):
-        explains = f"  [{change.explains_ms:+,.0f} ms/step]" if change.explains_ms is not None else ""
-        out.print(f"{i:>2}. {escape(change.sentence)}{explains}", highlight=False)
-    if len(comparison.changes) > 10:
-        out.print(f"    ... and {len(comparison.changes) - 10} more in the report")
-    write_diff(comparison, report)
-    if json_path:
-        json_path.write_text(json.dumps(comparison.to_json(), indent=2, default=str), encoding="utf-8")
-        out.print(f"JSON: {json_path}")
-    if markdown:
-        out.print(f"Markdown: {write_diff_markdown(comparison, markdown, command=_command_line())}")
-    out.print(f"Report: [bold]{report}[/]", highlight=False)
+    with ExitStack() as analyses:
+        comparison = compare(
+            *(_analyze_with_progress(run, analyses, jobs=jobs, tz=tz, config=config) for run in (good, bad))
+        )
+        out.print(f"Config: {escape(config.label)}", highlight=False)
+        out.print(f"[bold]{escape(comparison.verdict)}[/]", highlight=False)
+        for i, change in enumerate(comparison.changes[:10], start=1):
+            explains = f"  [{change.explains_ms:+,.0f} ms/step]" if change.explains_ms is not None else ""
+            out.print(f"{i:>2}. {escape(change.sentence)}{explains}", highlight=False)
+        if len(comparison.changes) > 10:
+            out.print(f"    ... and {len(comparison.changes) - 10} more in the report")
+        write_diff(comparison, report)
+        if json_path:
+            json_path.write_text(json.dumps(comparison.to_json(), indent=2, default=str), encoding="utf-8")
+            out.print(f"JSON: {json_path}")
+        if markdown:
+            out.print(f"Markdown: {write_diff_markdown(comparison, markdown, command=_command_line())}")
+        out.print(f"Report: [bold]{report}[/]", highlight=False)
 
 
 @app.command("tables")
