@@ -509,3 +509,15 @@ def test_a_big_file_placed_range_by_range_gets_the_times_of_one_frame(tmp_path, 
     assert (
         set(placed["ts_quality"]) == {"exact", "inferred"} and placed.filter(pl.col("line") == 3)["ts"][0].year == 2026
     )
+
+
+def test_shifts_that_fit_equally_are_named_as_runs_of_half_hours():
+    from tracelens.timeline import _shift_labels
+
+    every = list(range(-840, 841, 30))  # a log that overlaps a capture at every shift (corpus: 9 captures)
+    assert _shift_labels(every) == ["any half-hour shift from UTC-14:00 to UTC+14:00"]
+    assert _shift_labels([150, 180, 210]) == ["UTC+02:30", "UTC+03:00", "UTC+03:30"]  # a few are each named
+    assert _shift_labels([-300, *range(60, 241, 30)]) == [
+        "UTC-05:00",
+        "any half-hour shift from UTC+01:00 to UTC+04:00",
+    ]

@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from tracelens.inferred import LOG_TABLES, inferred_log_times
-from tracelens.prose import count
+from tracelens.prose import count, listing
 from tracelens.tables import Frame, RunTables
 
 # The UTC times of a capture's loss and congestion events (NAKs, retransmissions ...), from its packets table.
@@ -189,11 +189,10 @@ def _zone(
     if by_events:
         fitting = _told_apart_by_events(tables, fitting, capture_events)
     if len(fitting) > 1:
-        *others, last = [_utc_label(m) for m in sorted(fitting)]
         return Timeline(
             notes=[
                 f"Log times read as UTC (assumed): their zone is ambiguous, they overlap {what} "
-                f"equally well read as {', '.join(others)} or {last}, and no NCCL error lines up with a "
+                f"equally well read as {listing(_shift_labels(fitting), 'or')}, and no NCCL error lines up with a "
                 "packet event to tell these apart; use --tz ZONE if the hosts ran on local time."
             ]
         ), {}
@@ -314,6 +313,24 @@ def _zoned_sources(zoned: pl.DataFrame) -> str:
     if n := counts.get("dumps"):
         parts.append(f"the zoned counter dumps of {count(n, 'host')}")
     return " and ".join(parts)
+
+
+def _shift_labels(minutes: list[int], run: int = 5) -> list[str]:
+    """The shifts as labels, `run` or more half hours in a row as one ("any half-hour shift from UTC-14:00
+    to UTC+14:00": a log that overlaps a capture equally at every shift is not 57 zones to read)."""
+    runs: list[list[int]] = []
+    for m in sorted(minutes):
+        if runs and m - runs[-1][-1] == SHIFT_STEP_MIN:
+            runs[-1].append(m)
+        else:
+            runs.append([m])
+    labels = []
+    for r in runs:
+        if len(r) >= run:
+            labels.append(f"any half-hour shift from {_utc_label(r[0])} to {_utc_label(r[-1])}")
+        else:
+            labels.extend(map(_utc_label, r))
+    return labels
 
 
 def _utc_label(minutes: int) -> str:
