@@ -287,6 +287,17 @@ def test_a_hang_names_the_rank_that_never_joined_the_collective():
     assert "rank 5 never reported it" in finding.summary and finding.cost_seconds > 599
 
 
+def test_a_hang_in_one_ranks_log_names_no_rank_for_the_logs_not_collected():
+    """Only rank 1's log (its init line in the 64-rank communicator, its watchdog): the 63 others left no
+    line here, which says nothing about whether they joined the collective (corpus: 'ranks 0 and 2-63
+    stopped first' from one rank's log)."""
+    comms = [{"host": "node01", "pid": 101, "rank": 1, "nranks": 64, "event": "init_complete"}]
+    t = analysed(nccl_comms=comms, nccl_errors=_timeouts([1]))
+    (finding,) = fire(t, "TL411")
+    assert finding.ranks == [] and "stopped first" not in finding.title
+    assert "63 ranks of the 64-rank job left no lines here" in finding.summary
+
+
 def test_when_every_rank_reported_the_one_whose_steps_stopped_first_is_named():
     last_steps = [
         {

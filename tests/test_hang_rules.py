@@ -296,8 +296,11 @@ def test_a_pyspy_dump_without_a_rank_gets_it_from_nccl_pids():
 def test_ranks_are_listed_as_a_person_writes_them():
     from tracelens.derived.hangs import who
 
-    assert [who([2]), who([0, 1, 3]), who(list(range(20)), limit=3)] == [
+    assert [who([2]), who([0, 1, 3]), who(list(range(64))), who([3, 0, 2, 1, 1])] == [
         "rank 2",
         "ranks 0, 1 and 3",
-        "ranks 0, 1, 2 and 17 more",
+        "ranks 0-63",  # runs of three or more in a row, as in a hang of a whole job
+        "ranks 0-3",  # sorted, each once
     ]
+    assert who([*range(4), 7, 9, 10, 11, 40, 42, *range(44, 50)], limit=4) == "ranks 0-3, 7, 9-11 and 8 more"
+    assert who([0, 1, 2, 3, 7, 9, 10, 11, 40, 42, 44, 46], limit=4) == "ranks 0-3, 7, 9-11 and 4 more"  # ranks

@@ -72,3 +72,11 @@ def test_long_lists_say_how_many_more():
 def test_items_follow_their_noun_in_number():
     assert labelled("rank", [2]) == "rank 2" and labelled("rank", [0, 1, 3]) == "ranks 0, 1 and 3"
     assert labelled("rank", list(range(20)), 4) == "ranks 0, 1, 2 and 17 more" and labelled("peer", []) == "no peer"
+
+
+def test_number_runs_name_three_or_more_in_a_row_as_a_range():
+    from tracelens.prose import number_runs, run_label
+
+    runs = number_runs([7, 0, 1, 2, 3, 9, 10, 3])
+    assert runs == [[0, 1, 2, 3], [7], [9], [10]] and [run_label(r) for r in runs] == ["0-3", "7", "9", "10"]
+    assert number_runs([]) == [] and number_runs([5]) == [[5]]

@@ -105,6 +105,23 @@ def some(items: list[str], limit: int = 4) -> str:
     return f"{', '.join(items[: limit - 1])} and {len(items) - limit + 1} more"
 
 
+def number_runs(numbers: list[int], shortest: int = 3) -> list[list[int]]:
+    """Distinct integers, sorted, in groups: runs of `shortest` or more in a row together, the others
+    alone ([0, 1, 2, 3, 7, 9, 10] -> [[0, 1, 2, 3], [7], [9], [10]]): 64 ranks read as 'ranks 0-63'."""
+    runs: list[list[int]] = []
+    for n in sorted(set(numbers)):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return [group for r in runs for group in ([r] if len(r) >= shortest else [[n] for n in r])]
+
+
+def run_label(run: list[int]) -> str:
+    """'0-63' for a run, '7' for one number."""
+    return f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0])
+
+
 def labelled(noun: str, items: list, limit: int | None = None) -> str:
     """'rank 2', 'ranks 0, 1 and 3', 'ranks 0, 1, 2 and 13 more', or 'no rank': items after their noun."""
     names = [str(i) for i in items]

@@ -26,6 +26,7 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
+from tracelens.derived.hangs import who
 from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.derived.steps import MARGIN
 from tracelens.derived.stream_groups import StreamGroups
@@ -305,10 +306,19 @@ def last_signs_of_life(t: RunContext) -> pl.DataFrame:
     )
 
 
+def _job_ranks(t: RunContext) -> tuple[int, set[int]]:
+    """The job's size (its largest communicator) and the ranks whose own lines are in the run (their
+    init line in that communicator, or their step lines): a rank whose log was not collected is unknown."""
+    comms = t.scan("nccl_comms").filter(pl.col("nranks") == pl.col("nranks").max()).select("rank", "nranks").collect()
+    world = int(comms["nranks"].max() or 0) if comms.height else 0
+    steps = t.scan("steps").select("rank").unique().collect(engine="streaming")["rank"]
+    return world, set(comms["rank"].drop_nulls().to_list()) | set(steps.drop_nulls().to_list())
+
+
 def _silent_ranks(t: RunContext, reporters: set[int]) -> list[int]:
-    """Ranks of the job (its largest communicator) that did not report the hung collective."""
-    world = t.scan("nccl_comms").select(pl.col("nranks").max()).collect().item()
-    return sorted(set(range(int(world))) - reporters) if world and reporters else []
+    """Ranks of the job whose lines are in the run but which did not report the hung collective."""
+    world, logged = _job_ranks(t)
+    return sorted((set(range(world)) & logged) - reporters) if world and reporters else []
 
 
 def _host_of_rank(t: RunContext, ranks: list[int]) -> list[str]:
@@ -415,6 +425,13 @@ def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
         return [first["rank"]], f"rank {first['rank']}'s last step line (step {first['last_step']}) is the earliest"
+    world, logged = _job_ranks(t)
+    unseen = len(set(range(world)) - logged - reporters)
+    if unseen:
+        return [], (
+            f"the logs do not show which rank stopped first: {count(unseen, 'rank')} of the {world}-rank job "
+            "left no lines here (their logs were not collected, so whether they joined it is unknown)"
+        )
     return [], "the logs do not show which rank stopped first"
 
 
@@ -443,7 +460,7 @@ def _hang_finding(t: RunContext, hang: dict) -> Finding:
     return Finding(
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed"
-        + (f"; rank {', '.join(map(str, ranks))} on {', '.join(hosts)} stopped first" if ranks else ""),
+        + (f"; {who(ranks)} on {', '.join(hosts)} stopped first" if ranks else ""),
         summary=(
             f"{what} started at {hang['begin']:%H:%M:%S} UTC and "
             f"{count(len(hang['ranks']), 'rank')} waited for it until their watchdogs fired at "
