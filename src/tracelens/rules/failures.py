@@ -144,7 +144,7 @@ _FAILURE_KINDS = {
     "socket": "socket connection failures",
     "bootstrap": "bootstrap failures",
     "proxy": "proxy thread failures",
-    "nccl_runtime_error": "NCCL errors raised to PyTorch",
+    "nccl_runtime_error": "errors raised to PyTorch",
     "version_mismatch": "NCCL version mismatches",
     "verbs_call": "IB verbs call failures",
     "ib_device": "IB device errors",
