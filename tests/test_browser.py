@@ -92,6 +92,23 @@ def test_scenario_report_in_chromium(browser, name, tmp_path, analysis_of):
             assert box and box["y"] >= 0 and box["y"] + box["height"] <= height, (screen, box)
             assert visit.page.locator("#verdict h2").is_visible()
             # nothing wider than a phone's screen but what scrolls on purpose (the evidence and tables)
+            # a date or a time in the findings' windows is one line, never '03:' over '13:15'
+            broken = visit.page.evaluate("""() => {
+                const out = [];
+                for (const td of document.querySelectorAll('.windows tbody td:is(:nth-child(5), :nth-child(6))')) {
+                    const walk = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+                    for (let node; (node = walk.nextNode());) {
+                        for (const m of node.textContent.matchAll(/\\d\\d:\\d\\d:\\d\\d/g)) {
+                            const range = document.createRange();
+                            range.setStart(node, m.index);
+                            range.setEnd(node, m.index + m[0].length);
+                            if (range.getClientRects().length > 1) out.push(m[0]);
+                        }
+                    }
+                }
+                return out;
+            }""")
+            assert broken == [], f"{screen}: times broken over lines: {broken[:3]}"
             overflow = visit.page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             assert overflow <= 1, f"{screen}: the page is {overflow}px wider than the screen"
             visit.page.screenshot(path=str(ARTEFACTS / f"{name}-{screen}.png"))
