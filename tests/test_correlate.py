@@ -285,6 +285,9 @@ def test_a_hang_names_the_rank_that_never_joined_the_collective():
     assert finding.ranks == [5] and finding.hosts == ["node02"]
     assert abs(finding.window[0] - at(100)) < timedelta(seconds=0.1) and finding.window[1] > at(700)
     assert "rank 5 never reported it" in finding.summary and finding.cost_seconds > 599
+    (many,) = fire(analysed(nccl_comms=_comms(), nccl_errors=_timeouts([0, 1])), "TL411")
+    assert many.ranks == [2, 3, 4, 5, 6, 7] and "ranks 2-7 never reported it" in many.summary
+    assert "; ranks 2-7 on node01, node02 stopped first" in many.title
 
 
 def test_a_hang_in_one_ranks_log_names_no_rank_for_the_logs_not_collected():

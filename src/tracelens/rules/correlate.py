@@ -417,10 +417,7 @@ def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
     silent = _silent_ranks(t, reporters)
     if silent:
         one = len(silent) == 1
-        return silent, (
-            f"{'rank' if one else 'ranks'} {listing([str(r) for r in silent])} never reported it: "
-            f"{'it was' if one else 'they were'} not in the collective"
-        )
+        return silent, f"{who(silent)} never reported it: {'it was' if one else 'they were'} not in the collective"
     lives = last_signs_of_life(t)
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
