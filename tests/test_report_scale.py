@@ -94,3 +94,17 @@ def test_the_timeline_folds_hosts_no_finding_names_into_one_lane():
     ]
     assert lanes.filter(pl.col("lane") == "510 other hosts · counters").height == 510  # every rise kept, in one lane
     assert not any(re.match(r"node(?!013|397)", lane) for lane in order)
+
+
+def test_events_that_name_no_host_get_a_lane_of_their_own_not_the_folded_one():
+    events = pl.DataFrame({
+        "source": ["NCCL"] * 3,
+        "cause": ["comm"] * 3,
+        "host": ["node01", None, "node02"],
+        "count": [1, 1, 1],
+        "lo": [T0, T0 + timedelta(seconds=1), T0 + timedelta(seconds=2)],
+        "hi": [None, None, None],
+    }, schema_overrides={"hi": pl.Datetime("us", "UTC")})  # fmt: skip
+    order = timeline._lane_order(timeline._lanes(events, {"node01"}), {"node01"})
+    assert order == ["node01 · NCCL", "? · NCCL", "1 other host · NCCL"]  # was "0 other hosts" for the host-less rows
+    assert timeline._lane_order(timeline._lanes(events, set()), set()) == ["? · NCCL", "node01 · NCCL", "node02 · NCCL"]

@@ -34,6 +34,16 @@ def test_lanes_are_labelled_and_marks_land_in_their_lane():
     assert tick_y > bar_y  # the second lane is below the first
 
 
+def test_a_long_lane_name_is_cut_in_the_middle_to_fit_and_whole_on_hover():
+    host = "g340-cd51-7700-58b4-b0e2-29f6-d319"  # a corpus host name
+    fig = svg.Figure(T0, T0 + 60, "time (UTC)", time=True)
+    fig.panel(30, lanes=[f"{host} · NCCL"])
+    out = str(svg.render(fig))
+    shown = re.search(r"</title>([^<]*)</text>", out)[1]
+    assert len(shown) <= svg.LANE_CHARS and shown.startswith("g340") and shown.endswith("· NCCL") and "…" in shown
+    assert f"<title>{host} · NCCL</title>" in out
+
+
 def test_stacked_areas_and_bars_stack_from_zero():
     fig = svg.Figure(0, 10, "step")
     panel = fig.panel(100, "ms", y_range=(0, 30))

@@ -21,6 +21,7 @@ from markupsafe import Markup, escape
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
 LEFT, RIGHT, TOP_PAD, AXIS_H = 150, 16, 8, 34  # plot margins in px; lanes need room for their names
 FONT = 'font-family="system-ui,sans-serif" font-size="11"'
+LANE_CHARS = 22  # a lane's name this long fits the left margin at 11 px (longer: cut in the middle, whole on hover)
 _TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400]
 
 
@@ -318,7 +319,7 @@ def render(fig: Figure) -> Markup:
             for i, lane in enumerate(p.lanes):
                 parts.append(
                     f'<text x="{LEFT - 6}" y="{top + step * (i + 0.5) + 4:.1f}" {FONT} '
-                    f'text-anchor="end">{escape(lane)}</text>'
+                    f'text-anchor="end"><title>{escape(lane)}</title>{escape(_fitted(lane))}</text>'
                 )
                 if i:
                     parts.append(
@@ -362,3 +363,12 @@ def render(fig: Figure) -> Markup:
 def epoch_seconds(values: list[datetime]) -> list[float]:
     """Datetimes (UTC) as floats for a time scale (a position has a time: the marks cannot draw None)."""
     return [v.timestamp() for v in values]
+
+
+def _fitted(name: str, chars: int = LANE_CHARS) -> str:
+    """A lane's name cut in the middle to `chars` (its host's start, its end and source kept): a
+    64-character host name ran off the chart's left edge."""
+    if len(name) <= chars:
+        return name
+    tail = chars * 2 // 3
+    return f"{name[: chars - tail - 1]}…{name[-tail:]}"

@@ -188,8 +188,15 @@ def _lanes(events: pl.DataFrame, affected: set[str]) -> pl.DataFrame:
     shown = set(affected) if len(affected) <= MAX_HOST_LANES else set(sorted(affected)[:MAX_HOST_LANES])
     others = hosts.filter(~hosts.is_in(list(shown))).len()
     folded = f"{others} other host{'s' if others != 1 else ''}"
-    host = pl.when(pl.col("host").is_in(list(shown))).then(pl.col("host")).otherwise(pl.lit(folded if shown else None))
-    lane = pl.format("{} · {}", host.fill_null(pl.col("host")).fill_null("?"), "source")
+    # rows that name no host have a lane of their own ("?"), not the folded one: "0 other hosts" was theirs
+    host = (
+        pl.when(pl.col("host").is_null())
+        .then(pl.lit("?"))
+        .when(pl.col("host").is_in(list(shown)) | pl.lit(not shown))
+        .then(pl.col("host"))
+        .otherwise(pl.lit(folded))
+    )
+    lane = pl.format("{} · {}", host, "source")
     named = events.with_columns(lane=lane)
     counters = named.filter(pl.col("source") == "counters").select("lane", "source", "cause", "count", "lo", "hi")
     instant = (
