@@ -44,6 +44,27 @@ def test_a_long_lane_name_is_cut_in_the_middle_to_fit_and_whole_on_hover():
     assert f"<title>{host} · NCCL</title>" in out
 
 
+def test_a_time_axis_past_a_day_is_dated_and_past_a_week_in_whole_days():
+    def labels(first: tuple, last: tuple) -> list[str]:
+        lo, hi = (datetime(*d, tzinfo=timezone.utc).timestamp() for d in (first, last))
+        return [label for _, label in svg.Scale(lo, hi, 0, 600, time=True).ticks()]
+
+    # a folder of runs years apart (the corpus: 2022-2025) had "00:00" under each of 50 ticks
+    years = labels((2022, 12, 6), (2025, 2, 18))
+    assert 2 <= len(years) <= 7 and all(re.fullmatch(r"20\d\d-\d\d-\d\d", t) for t in years)
+    assert labels((2024, 12, 6), (2024, 12, 8)) == [
+        "12-06 00:00",
+        "12-06 12:00",
+        "12-07 00:00",
+        "12-07 12:00",
+        "12-08 00:00",
+    ]
+    fortnight = labels((2024, 12, 6), (2024, 12, 20))
+    gaps = {(datetime.fromisoformat(b) - datetime.fromisoformat(a)) for a, b in zip(fortnight, fortnight[1:])}
+    assert len(fortnight) >= 3 and len(gaps) == 1 and gaps.pop().seconds == 0  # one step, of whole days
+    assert labels((2024, 12, 6, 18, 31), (2024, 12, 6, 18, 35))[0] == "18:31"  # within a day: clock times
+
+
 def test_stacked_areas_and_bars_stack_from_zero():
     fig = svg.Figure(0, 10, "step")
     panel = fig.panel(100, "ms", y_range=(0, 30))

@@ -22,6 +22,7 @@ PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b
 LEFT, RIGHT, TOP_PAD, AXIS_H = 150, 16, 8, 34  # plot margins in px; lanes need room for their names
 FONT = 'font-family="system-ui,sans-serif" font-size="11"'
 LANE_CHARS = 22  # a lane's name this long fits the left margin at 11 px (longer: cut in the middle, whole on hover)
+DAY = 86400
 _TIME_STEPS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400]
 
 
@@ -65,7 +66,11 @@ class Scale:
             step: float = next((s for s in _TIME_STEPS if span / s <= target), _TIME_STEPS[-1])
             if span < 1:
                 step = _nice_step(span, target)
+            elif span / DAY > target:  # weeks to years (a folder of several runs): whole days, dated
+                step = math.ceil(_nice_step(span / DAY, target)) * DAY
             fmt = "%H:%M:%S" if step < 60 or span < 60 else "%H:%M"
+            if span > DAY:  # past a day a clock time alone repeats: "00:00" under every tick
+                fmt = "%Y-%m-%d" if step >= DAY else f"%m-%d {fmt}"
             first = math.ceil(self.lo / step) * step
             return [
                 (
