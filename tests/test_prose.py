@@ -80,3 +80,10 @@ def test_number_runs_name_three_or_more_in_a_row_as_a_range():
     runs = number_runs([7, 0, 1, 2, 3, 9, 10, 3])
     assert runs == [[0, 1, 2, 3], [7], [9], [10]] and [run_label(r) for r in runs] == ["0-3", "7", "9", "10"]
     assert number_runs([]) == [] and number_runs([5]) == [[5]]
+
+
+def test_numbers_text_counts_the_numbers_it_leaves_out():
+    from tracelens.prose import numbers_text
+
+    assert numbers_text([3, 0, 1]) == "0, 1 and 3" and numbers_text(list(range(64))) == "0-63"
+    assert numbers_text([*range(4), 7, 9, 10, 11, 40, 42, *range(44, 50)], limit=4) == "0-3, 7, 9-11 and 8 more"

@@ -247,12 +247,17 @@ def test_watchdog_timeouts_grouped_per_collective():
     assert any(
         (
             "ALLREDUCE SeqNum=1580 timed out after Timeout(ms)=600000 "
-            "(ran up to 600067 ms), reported by 2 ranks (0, 4) in 3 lines"
+            "(ran up to 600067 ms), reported by 2 ranks (0 and 4) in 3 lines"
         )
         in s
         for s in summaries
     )
     assert any(s.startswith("BROADCAST SeqNum=7") for s in summaries)
+    # which collective is in the title: several timeouts are told apart in the findings list
+    assert sorted(f.title for f in findings) == [
+        "Collective timed out: ALLREDUCE SeqNum=1580",
+        "Collective timed out: BROADCAST SeqNum=7",
+    ]
     assert all(f.severity is Severity.CRITICAL for f in findings)
 
 

@@ -122,6 +122,16 @@ def run_label(run: list[int]) -> str:
     return f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0])
 
 
+def numbers_text(numbers: list[int], limit: int = 16) -> str:
+    """'0, 1 and 3', '0-63', '0-3, 7, ... and 20 more': numbers as a person lists them (runs as ranges,
+    past `limit` pieces the count of those left out)."""
+    runs = number_runs(numbers)
+    labels = [run_label(r) for r in runs]
+    if len(runs) <= limit:
+        return listing(labels)
+    return f"{', '.join(labels[: limit - 1])} and {sum(map(len, runs[limit - 1 :]))} more"
+
+
 def labelled(noun: str, items: list, limit: int | None = None) -> str:
     """'rank 2', 'ranks 0, 1 and 3', 'ranks 0, 1, 2 and 13 more', or 'no rank': items after their noun."""
     names = [str(i) for i in items]

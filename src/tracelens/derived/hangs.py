@@ -28,7 +28,7 @@ from datetime import datetime
 
 import polars as pl
 
-from tracelens.prose import listing, number_runs, run_label
+from tracelens.prose import numbers_text
 from tracelens.tables import RunTables
 
 _ENCODING_RANK = {"pickle": 0, "json": 1, "dict text": 2, "analyzer text": 3, "analyzer listing": 4}
@@ -363,15 +363,10 @@ def desyncs(t: RunTables) -> list[Desync]:
 
 def who(ranks: list[int], limit: int = 16) -> str:
     """`rank 2`, `ranks 0, 1 and 3`, `ranks 0-63`, `ranks 0-3, 7, ... and 20 more`: ranks as a person lists them."""
-    runs = number_runs(ranks)
-    if not runs:
+    distinct = set(ranks)
+    if not distinct:
         return "no rank"
-    if len(runs) == 1 and len(runs[0]) == 1:
-        return f"rank {runs[0][0]}"
-    labels = [run_label(r) for r in runs]
-    if len(runs) <= limit:
-        return f"ranks {listing(labels)}"
-    return f"ranks {', '.join(labels[: limit - 1])} and {sum(map(len, runs[limit - 1 :]))} more"
+    return f"{'rank' if len(distinct) == 1 else 'ranks'} {numbers_text(ranks, limit)}"
 
 
 def call_site(frames: list[dict] | None) -> dict | None:

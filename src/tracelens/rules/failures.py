@@ -9,7 +9,7 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.findings import Finding, Severity
-from tracelens.prose import count, labelled
+from tracelens.prose import count, labelled, numbers_text
 from tracelens.rules import rule
 from tracelens.rules.evidence import evidence, hosts_of, ranks_of, time_window
 
@@ -129,9 +129,9 @@ def collective_timeout(ctx: RunContext) -> Iterator[Finding]:
                 timing += f" (ran up to {int(ran.max())} ms)"
         yield Finding(
             severity=Severity.CRITICAL,
-            title="Collective timed out",
+            title=f"Collective timed out: {what}",  # which one: a run with several has them apart in the list
             summary=f"{what} timed out{timing}, reported by {count(len(ranks), 'rank') if ranks else 'unnamed ranks'}"
-            + (f" ({', '.join(map(str, ranks[:16]))}{' ...' if len(ranks) > 16 else ''})" if ranks else "")
+            + (f" ({numbers_text(ranks)})" if ranks else "")
             + f" in {count(group.height, 'line')}.",
             evidence=evidence(group),
             hosts=hosts_of(group),
