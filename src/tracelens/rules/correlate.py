@@ -315,12 +315,6 @@ def _job_ranks(t: RunContext) -> tuple[int, set[int]]:
     return world, set(comms["rank"].drop_nulls().to_list()) | set(steps.drop_nulls().to_list())
 
 
-def _silent_ranks(t: RunContext, reporters: set[int]) -> list[int]:
-    """Ranks of the job whose lines are in the run but which did not report the hung collective."""
-    world, logged = _job_ranks(t)
-    return sorted((set(range(world)) & logged) - reporters) if world and reporters else []
-
-
 def _host_of_rank(t: RunContext, ranks: list[int]) -> list[str]:
     widest = pl.col("nranks") == pl.col("nranks").max()
     comms = t.scan("nccl_comms").filter(pl.col("rank").is_in(ranks), widest).select("host").collect()
@@ -414,7 +408,9 @@ def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
     stop = t.first_stopped  # the Flight Recorder dumps and stack dumps, when the run has them
     if stop is not None:
         return [stop.rank], f"the Flight Recorder dumps show that {stop.why}; it was in {stop.where}"
-    silent = _silent_ranks(t, reporters)
+    world, logged = _job_ranks(t)
+    # ranks of the job whose lines are in the run but which did not report the hung collective
+    silent = sorted((set(range(world)) & logged) - reporters) if reporters else []
     if silent:
         one = len(silent) == 1
         return silent, f"{who(silent)} never reported it: {'it was' if one else 'they were'} not in the collective"
@@ -422,7 +418,6 @@ def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
         return [first["rank"]], f"rank {first['rank']}'s last step line (step {first['last_step']}) is the earliest"
-    world, logged = _job_ranks(t)
     unseen = len(set(range(world)) - logged - reporters)
     if unseen:
         return [], (
