@@ -45,7 +45,7 @@ from zoneinfo import ZoneInfo
 import polars as pl
 
 from tracelens.inferred import LOG_TABLES, inferred_log_times
-from tracelens.prose import count, listing
+from tracelens.prose import count, listing, number_runs
 from tracelens.tables import Frame, RunTables
 
 # The UTC times of a capture's loss and congestion events (NAKs, retransmissions ...), from its packets table.
@@ -318,18 +318,10 @@ def _zoned_sources(zoned: pl.DataFrame) -> str:
 def _shift_labels(minutes: list[int], run: int = 5) -> list[str]:
     """The shifts as labels, `run` or more half hours in a row as one ("any half-hour shift from UTC-14:00
     to UTC+14:00": a log that overlaps a capture equally at every shift is not 57 zones to read)."""
-    runs: list[list[int]] = []
-    for m in sorted(minutes):
-        if runs and m - runs[-1][-1] == SHIFT_STEP_MIN:
-            runs[-1].append(m)
-        else:
-            runs.append([m])
     labels = []
-    for r in runs:
-        if len(r) >= run:
-            labels.append(f"any half-hour shift from {_utc_label(r[0])} to {_utc_label(r[-1])}")
-        else:
-            labels.extend(map(_utc_label, r))
+    for steps in number_runs([m // SHIFT_STEP_MIN for m in minutes], shortest=run):  # candidates are whole steps
+        lo, hi = (_utc_label(step * SHIFT_STEP_MIN) for step in (steps[0], steps[-1]))
+        labels.append(f"any half-hour shift from {lo} to {hi}" if len(steps) > 1 else lo)
     return labels
 
 
