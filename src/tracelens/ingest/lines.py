@@ -33,6 +33,12 @@ def file_of(line: pl.Expr) -> pl.Expr:
 NOT_MINE, IGNORED, UNRECOGNIZED, PARSED = 0, 1, 2, 3
 
 
+def strongest_claim(claims: list[pl.Series]) -> pl.Series:
+    """Each line's status: the highest of the line parsers' claims on it (NOT_MINE where none claims it)."""
+    frame = pl.DataFrame([claim.alias(str(i)) for i, claim in enumerate(claims)])
+    return frame.select(pl.max_horizontal(pl.all()).fill_null(NOT_MINE)).to_series()
+
+
 def byte_slice(text: pl.Expr, start: pl.Expr | int, length: pl.Expr | int | None = None) -> pl.Expr:
     """Slice of `text` by byte offsets, as `str.find` returns them. `str.slice` and `str.head`
     count characters, which differ from bytes once non-ASCII text (a tqdm bar, an accented

@@ -31,7 +31,7 @@ from tracelens.ingest import (
     stacks,
     with_host_hint,
 )
-from tracelens.ingest.lines import FILE_SHIFT, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, file_of
+from tracelens.ingest.lines import FILE_SHIFT, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, file_of, strongest_claim
 from tracelens.ingest.pasted import unpaste
 
 SMALL_BYTES = 1 << 20  # a file this small is one chunk for textlog too
@@ -150,10 +150,10 @@ def in_file_order(tables: list[dict[str, pl.DataFrame]], files: list[InputFile])
     }
 
 
-def _named_hosts(frame: pl.DataFrame, idx: pl.Series | int) -> pl.DataFrame:
-    """(idx, host) of the hosts a file's rows name."""
-    named = frame.select(pl.lit(idx, pl.Int64).alias("idx") if isinstance(idx, int) else idx.alias("idx"), "host")
-    return named.with_columns(pl.col("host").cast(pl.String)).filter(pl.col("host") != "").unique()
+def _named_hosts(frame: pl.DataFrame, idx: pl.Series | pl.Expr) -> pl.DataFrame:
+    """(idx, host) of the hosts the rows name, `idx` their file in the batch."""
+    named = frame.select(idx.alias("idx"), pl.col("host").cast(pl.String))
+    return named.filter(pl.col("host") != "").unique()
 
 
 def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchResult, hosts: list) -> pl.DataFrame:
@@ -171,15 +171,14 @@ def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchRes
         source = files[i]
         chunk = chunk.select(pl.col("line") & _LINE_MASK, "text")
         parsers = [cls(source) for cls in OTHER_PARSERS]
-        statuses = [p.feed(chunk).alias(str(n)) for n, p in enumerate(parsers)]
-        claims.append(pl.DataFrame(statuses).select(claim=pl.max_horizontal(pl.all())))
+        claims.append(strongest_claim([p.feed(chunk) for p in parsers]).alias("claim").to_frame())
         parsed = IngestResult()
         for p in parsers:
             p.finish(parsed)
         tables = with_host_hint(
             {name: frame.lazy().collect() for name, frame in parsed.tables.items()}, source.host_hint
         )
-        hosts.extend(_named_hosts(frame, i) for frame in tables.values() if "host" in frame.columns)
+        hosts.extend(_named_hosts(frame, pl.lit(i, pl.Int64)) for frame in tables.values() if "host" in frame.columns)
         read.append(tables)
     result.tables = in_file_order([result.tables, *read], files)
     claim = pl.concat(claims).select(own["line"], "claim")

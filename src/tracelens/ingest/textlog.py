@@ -26,6 +26,7 @@ from tracelens.ingest.lines import (
     chunk_spans,
     read_chunks,
     read_span,
+    strongest_claim,
 )
 from tracelens.tables import Spill
 
@@ -150,8 +151,7 @@ def _parse_nccl(
 
 def _account(account: Account, chunk: pl.DataFrame, claims_per_parser: list[pl.Series]) -> None:
     """Count each line of the chunk under its strongest claim; keep samples of the unrecognised."""
-    claims = pl.DataFrame([claim.alias(str(i)) for i, claim in enumerate(claims_per_parser)])
-    status = claims.select(pl.max_horizontal(pl.all()).fill_null(NOT_MINE)).to_series()
+    status = strongest_claim(claims_per_parser)
     counts = status.value_counts()
     by_code = dict(zip(counts[counts.columns[0]].to_list(), counts["count"].to_list()))
     account.lines += chunk.height
