@@ -294,7 +294,7 @@ def test_a_pyspy_dump_without_a_rank_gets_it_from_nccl_pids():
 
 
 def test_ranks_are_listed_as_a_person_writes_them():
-    from tracelens.derived.hangs import who
+    from tracelens.prose import ranks_text as who
 
     assert [who([2]), who([0, 1, 3]), who(list(range(64))), who([3, 0, 2, 1, 1])] == [
         "rank 2",

@@ -132,6 +132,14 @@ def numbers_text(numbers: list[int], limit: int = 16) -> str:
     return f"{', '.join(labels[: limit - 1])} and {sum(map(len, runs[limit - 1 :]))} more"
 
 
+def ranks_text(ranks: list[int], limit: int = 16) -> str:
+    """`rank 2`, `ranks 0, 1 and 3`, `ranks 0-63`, `ranks 0-3, 7, ... and 20 more`: ranks as a person lists them."""
+    distinct = set(ranks)
+    if not distinct:
+        return "no rank"
+    return f"{'rank' if len(distinct) == 1 else 'ranks'} {numbers_text(ranks, limit)}"
+
+
 def labelled(noun: str, items: list, limit: int | None = None) -> str:
     """'rank 2', 'ranks 0, 1 and 3', 'ranks 0, 1, 2 and 13 more', or 'no rank': items after their noun."""
     names = [str(i) for i in items]

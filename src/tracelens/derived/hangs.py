@@ -28,7 +28,7 @@ from datetime import datetime
 
 import polars as pl
 
-from tracelens.prose import numbers_text
+from tracelens.prose import ranks_text
 from tracelens.tables import RunTables
 
 _ENCODING_RANK = {"pickle": 0, "json": 1, "dict text": 2, "analyzer text": 3, "analyzer listing": 4}
@@ -361,14 +361,6 @@ def desyncs(t: RunTables) -> list[Desync]:
     return sorted(found.values(), key=lambda d: (d.seq, d.pg))
 
 
-def who(ranks: list[int], limit: int = 16) -> str:
-    """`rank 2`, `ranks 0, 1 and 3`, `ranks 0-63`, `ranks 0-3, 7, ... and 20 more`: ranks as a person lists them."""
-    distinct = set(ranks)
-    if not distinct:
-        return "no rank"
-    return f"{'rank' if len(distinct) == 1 else 'ranks'} {numbers_text(ranks, limit)}"
-
-
 def call_site(frames: list[dict] | None) -> dict | None:
     """The innermost frame of the user's own code (not torch, not the interpreter), else the innermost."""
     frames = [f for f in frames or [] if f]
@@ -425,7 +417,8 @@ def first_stopped(t: RunTables) -> Stop | None:
     fr = entries(t)
     missing = analyzer_missing(t)
     if fr.height == 0 and missing:
-        why = f"PyTorch's analyzer could not match the other ranks' collectives because {who(missing)} left no dump"
+        unmatched = "PyTorch's analyzer could not match the other ranks' collectives"
+        why = f"{unmatched} because {ranks_text(missing)} left no dump"
         return _locate(t, fr, [], missing[0], why, None)
     if fr.height == 0:
         return None
@@ -437,7 +430,7 @@ def first_stopped(t: RunTables) -> Stop | None:
         culprits = root.culprits
         rank = min(culprits, key=lambda r: (last[r].timestamp() if r in last else float("-inf"), r))
         doing = next(m for m in root.members if m.rank == rank).doing
-        others = who(sorted(root.ranks("waiting") + root.ranks("failed")))
+        others = ranks_text(sorted(root.ranks("waiting") + root.ranks("failed")))
         why = (
             f"rank {rank} never started collective #{root.seq} of {root.label} that {others} waited in"
             if doing == "never started"

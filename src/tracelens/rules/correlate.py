@@ -26,13 +26,12 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
-from tracelens.derived.hangs import who
 from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.derived.steps import MARGIN
 from tracelens.derived.stream_groups import StreamGroups
 from tracelens.derived.window_signals import measure
 from tracelens.findings import Evidence, Finding, Severity, Verdict
-from tracelens.prose import count, duration, listing, number, some
+from tracelens.prose import count, duration, listing, number, ranks_text, some
 from tracelens.prose import span as prose_span
 from tracelens.rules import Setting, rule
 from tracelens.rules.causes import NETWORK, Candidate, verdict
@@ -310,7 +309,7 @@ def _job_ranks(t: RunContext) -> tuple[int, set[int]]:
     """The job's size (its largest communicator) and the ranks whose own lines are in the run (their
     init line in that communicator, or their step lines): a rank whose log was not collected is unknown."""
     comms = t.scan("nccl_comms").filter(pl.col("nranks") == pl.col("nranks").max()).select("rank", "nranks").collect()
-    world = int(comms["nranks"].max() or 0) if comms.height else 0
+    world = int(comms["nranks"].max() or 0)  # no communicator: 0
     steps = t.scan("steps").select("rank").unique().collect(engine="streaming")["rank"]
     return world, set(comms["rank"].drop_nulls().to_list()) | set(steps.drop_nulls().to_list())
 
@@ -413,7 +412,10 @@ def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
     silent = sorted((set(range(world)) & logged) - reporters) if reporters else []
     if silent:
         one = len(silent) == 1
-        return silent, f"{who(silent)} never reported it: {'it was' if one else 'they were'} not in the collective"
+        return (
+            silent,
+            f"{ranks_text(silent)} never reported it: {'it was' if one else 'they were'} not in the collective",
+        )
     lives = last_signs_of_life(t)
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
@@ -452,7 +454,7 @@ def _hang_finding(t: RunContext, hang: dict) -> Finding:
     return Finding(
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed"
-        + (f"; {who(ranks)} on {', '.join(hosts)} stopped first" if ranks else ""),
+        + (f"; {ranks_text(ranks)} on {', '.join(hosts)} stopped first" if ranks else ""),
         summary=(
             f"{what} started at {hang['begin']:%H:%M:%S} UTC and "
             f"{count(len(hang['ranks']), 'rank')} waited for it until their watchdogs fired at "

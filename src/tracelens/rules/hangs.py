@@ -15,6 +15,7 @@ import polars as pl
 
 from tracelens.derived import RunContext, hangs
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.prose import ranks_text
 from tracelens.rules import Setting, rule
 
 
@@ -69,28 +70,28 @@ def hung_collective(ctx: RunContext) -> Iterator[Finding]:
     site = hangs.call_site(waiting[0]["frames"]) if waiting else None
     what = f"{root.op or 'collective'} #{root.seq} of {root.label}"
     parts = [
-        f"{what} (sizes {root.sizes}) was enqueued by {hangs.who([e['rank'] for e in waiting])}"
+        f"{what} (sizes {root.sizes}) was enqueued by {ranks_text([e['rank'] for e in waiting])}"
         + (f" from {hangs.frame_text(site)}" if site else "")
         + (f" at {root.since:%H:%M:%S} UTC" if root.since else "")
         + " and never completed on all its ranks"
     ]
     if failed:
-        parts.append(f"it raised on {hangs.who(failed)} (the tracebacks in the logs)")
+        parts.append(f"it raised on {ranks_text(failed)} (the tracebacks in the logs)")
     if never:
         last = [f"rank {m.rank} at #{m.entry['collective_seq_id']}" for m in never if m.entry]
         parts.append(
-            f"{hangs.who([m.rank for m in never])} never started it"
+            f"{ranks_text([m.rank for m in never])} never started it"
             + (f" (last entry in the group: {', '.join(last[:4])})" if last else "")
         )
     if gone:
-        parts.append(f"{hangs.who(gone)} left no Flight Recorder dump (dead, or the dump was not collected)")
+        parts.append(f"{ranks_text(gone)} left no Flight Recorder dump (dead, or the dump was not collected)")
     also = ""
     if rest:
         also = (
             " Also stuck, as a consequence: "
             + "; ".join(
                 (
-                    f"#{s.seq} of {s.label}, where {hangs.who(s.ranks('waiting'))} "
+                    f"#{s.seq} of {s.label}, where {ranks_text(s.ranks('waiting'))} "
                     f"{'waits' if len(s.ranks('waiting')) == 1 else 'wait'}"
                 )
                 for s in rest[:3]
@@ -100,7 +101,7 @@ def hung_collective(ctx: RunContext) -> Iterator[Finding]:
     culprits = root.culprits
     yield Finding(
         severity=Severity.CRITICAL,
-        title=f"Hang: {what} never completed" + (f"; {hangs.who(culprits)} never joined it" if culprits else ""),
+        title=f"Hang: {what} never completed" + (f"; {ranks_text(culprits)} never joined it" if culprits else ""),
         summary="; ".join(parts) + "." + also,
         evidence=[_evidence(e) for e in waiting[:4]] + [_evidence(m.entry) for m in never if m.entry][:4],
         hosts=_hosts([m.entry for m in never]) or _hosts(waiting),
@@ -137,9 +138,9 @@ def collective_desync(ctx: RunContext) -> Iterator[Finding]:
         )
         yield Finding(
             severity=Severity.CRITICAL,
-            title=f"Desync at #{d.seq} of {label}: {hangs.who(odd_ranks)} issued another {d.what}",
+            title=f"Desync at #{d.seq} of {label}: {ranks_text(odd_ranks)} issued another {d.what}",
             summary=(
-                f"At sequence id {d.seq} of {label}, {hangs.who(odd_ranks)} issued {d.odd[0].get('op')} with "
+                f"At sequence id {d.seq} of {label}, {ranks_text(odd_ranks)} issued {d.odd[0].get('op')} with "
                 f"{d.what} {d.odd[0].get(column)} from {hangs.frame_text(odd_site)}, where rank {d.usual['rank']} "
                 f"(and the others) issued {d.usual.get('op')} with {d.what} {d.usual.get(column)} from "
                 f"{hangs.frame_text(usual_site)}."
