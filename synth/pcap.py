@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scapy.contrib.roce import AETH, BTH, cnp
+from scapy.contrib.roce import AETH, BTH, CNPPadding, cnp
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.l2 import Ether
-from scapy.packet import Packet, Raw
+from scapy.packet import NoPayload, Packet, Raw
 from scapy.utils import checksum
 
 START = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
@@ -204,14 +204,89 @@ def capture(packets: list[Packet], snaplen: int) -> bytes:
 def _pcap(packets: list[Packet], snaplen: int, stamp: Callable[[float], tuple[int, int]]) -> bytes:
     """Records of `packets` in the order given, each stamped (seconds, microseconds) by `stamp`."""
     out = [struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1)]
+    shapes: dict[tuple, bytes] = {}
     for packet in packets:
-        frame = _frame(packet)
+        frame = _frame(packet, shapes)
         sec, usec = stamp(packet.time)
         out.append(struct.pack("<IIII", sec, usec, min(len(frame), snaplen), len(frame)) + frame[:snaplen])
     return b"".join(out)
 
 
-def _frame(packet: Packet) -> bytes:
+# The fields that vary from packet to packet of one conversation: patched into the bytes of the first
+# packet of the same shape (every other field equal), the checksums and the ICRC computed again.
+_PATCHED = {IP: ("id",), BTH: ("psn",), AETH: ("msn",), TCP: ("seq", "ack"), Raw: ("load",)}
+# Fields whose value scapy derives from the rest: a packet that sets one is built by scapy.
+_DERIVED = frozenset({"len", "chksum", "ihl", "dataofs", "icrc"})
+
+
+def _frame(packet: Packet, shapes: dict[tuple, bytes]) -> bytes:
+    """The bytes of `packet`, as scapy builds them. A conversation's packets are a few shapes (data,
+    ACK, NAK, CNP; TCP segment, ACK) that differ in a PSN, an MSN, an IP id, TCP sequence numbers and
+    the payload's bytes: scapy builds the first of each shape (0.1 ms), the rest are its bytes with
+    those fields written in and the checksums and ICRC computed again (a tenth of the time)."""
+    layers = _shape_layers(packet)
+    if layers is None:
+        return _built(packet)
+    key = tuple(
+        (
+            type(layer),
+            tuple((k, _hashable(v)) for k, v in sorted(layer.fields.items()) if k not in _PATCHED.get(type(layer), ())),
+        )
+        for layer in layers
+    ) + ((len(layers[-1].load),) if type(layers[-1]) is Raw else ())
+    template = shapes.get(key)
+    if template is None:
+        shapes[key] = template = _built(packet)
+        return template
+    frame = bytearray(template)
+    by_type = {type(layer): layer for layer in layers}
+    ip = 14
+    l4 = ip + (frame[ip] & 0x0F) * 4
+    frame[ip + 4 : ip + 6] = by_type[IP].id.to_bytes(2, "big")
+    if Raw in by_type:
+        load = by_type[Raw].load
+        end = len(frame) - (4 if BTH in by_type else 0)  # a RoCE frame ends with its ICRC
+        frame[end - len(load) : end] = load
+    if TCP in by_type:
+        frame[l4 + 4 : l4 + 8] = by_type[TCP].seq.to_bytes(4, "big")
+        frame[l4 + 8 : l4 + 12] = by_type[TCP].ack.to_bytes(4, "big")
+    if BTH in by_type:
+        frame[l4 + 8 + 9 : l4 + 8 + 12] = by_type[BTH].psn.to_bytes(3, "big")
+    if AETH in by_type:
+        frame[l4 + 8 + 12 + 1 : l4 + 8 + 12 + 4] = by_type[AETH].msn.to_bytes(3, "big")
+    frame[ip + 10 : ip + 12] = b"\0\0"
+    frame[ip + 10 : ip + 12] = struct.pack("!H", checksum(bytes(frame[ip:l4])))
+    if BTH in by_type:
+        _roce_checks(frame, l4)
+    elif TCP in by_type:
+        frame[l4 + 16 : l4 + 18] = b"\0\0"
+        segment = bytes(frame[l4:])
+        summed = checksum(bytes(frame[ip + 12 : ip + 20]) + struct.pack("!BBH", 0, 6, len(segment)) + segment)
+        frame[l4 + 16 : l4 + 18] = struct.pack("!H", summed)
+    return bytes(frame)
+
+
+def _shape_layers(packet: Packet) -> list[Packet] | None:
+    """The layers of an Ethernet/IPv4 frame of UDP and RoCE, or TCP, layers whose bytes `_frame` can
+    patch (no derived field set by hand, a payload only last); None for any other packet."""
+    layers = []
+    layer = packet
+    while isinstance(layer, Packet) and type(layer) is not NoPayload:
+        if any(layer.fields.get(k) is not None for k in _DERIVED) or (layers and type(layers[-1]) is Raw):
+            return None
+        layers.append(layer)
+        layer = layer.payload
+    kinds = [type(layer) for layer in layers]
+    roce = kinds[:4] == [Ether, IP, UDP, BTH] and set(kinds[4:]) <= {AETH, Raw, CNPPadding}
+    tcp = kinds[:3] == [Ether, IP, TCP] and set(kinds[3:]) <= {Raw}
+    return layers if roce or tcp else None
+
+
+def _hashable(value: object) -> object:
+    return value if isinstance(value, (int, float, str, bytes)) else repr(value)
+
+
+def _built(packet: Packet) -> bytes:
     """The bytes of `packet`. A RoCEv2 frame (Ethernet, IPv4) is built with a zero ICRC, which is then
     computed here from those bytes, with the UDP checksum that covers it: the same bytes as scapy's
     BTH gives, at half the cost (it copies and rebuilds the packet for the ICRC alone)."""
@@ -223,14 +298,18 @@ def _frame(packet: Packet) -> bytes:
         frame = bytearray(bytes(packet))
     finally:
         bth.icrc = None
-    udp = 14 + (frame[14] & 0x0F) * 4
+    _roce_checks(frame, 14 + (frame[14] & 0x0F) * 4)
+    return bytes(frame)
+
+
+def _roce_checks(frame: bytearray, udp: int) -> None:
+    """Write the ICRC of a RoCEv2 frame, then the UDP checksum (if it has one) that covers it."""
     frame[-4:] = _icrc(frame[14:-4], udp - 14)
     if frame[udp + 6 : udp + 8] != b"\0\0":  # a UDP checksum (0 means none): it covers the ICRC
         frame[udp + 6 : udp + 8] = b"\0\0"
         segment = bytes(frame[udp:])
         summed = checksum(bytes(frame[26:34]) + struct.pack("!BBH", 0, 17, len(segment)) + segment)
         frame[udp + 6 : udp + 8] = struct.pack("!H", summed or 0xFFFF)
-    return bytes(frame)
 
 
 def _icrc(ip: bytearray, header: int) -> bytes:

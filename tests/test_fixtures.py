@@ -52,3 +52,21 @@ def test_fixture_fires_exactly_its_rules(folder, analysis_of):
     assert expected["synthetic"] is True
     fired = {f.rule_id for f in analysis_of(folder).findings}
     assert fired == set(expected["rules"])
+
+
+def test_frames_patched_from_a_shape_are_the_bytes_scapy_builds():
+    """synth.pcap builds the first packet of each shape with scapy and patches the rest: every frame of
+    conversations with every fault (NAKs, RNR, CNPs, PSN wrap, TCP loss, mirrored frames) is scapy's."""
+    from synth import pcap
+
+    made = [
+        lambda: pcap.roce_conversation(faults=pcap.RoceFaults(lost=(50, 200), rnr=(120,), congested=(10, 11, 12))),
+        lambda: pcap.roce_conversation(pcap.RoceQp(first_psn=0xFFFF00), messages=300),
+        lambda: pcap.tcp_stream(lost=(40, 150, 151), mirrored=True),
+    ]
+    for make in made:
+        packets, fresh = make(), make()
+        shapes: dict[tuple, bytes] = {}
+        patched = [pcap._frame(packet, shapes) for packet in packets]
+        assert 3 <= len(shapes) < len(packets) / 10, "most frames are patched"
+        assert patched == [bytes(packet) for packet in fresh]
