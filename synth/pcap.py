@@ -260,9 +260,7 @@ def _frame(packet: Packet, shapes: dict[tuple, bytes]) -> bytes:
         _roce_checks(frame, l4)
     elif TCP in by_type:
         frame[l4 + 16 : l4 + 18] = b"\0\0"
-        segment = bytes(frame[l4:])
-        summed = checksum(bytes(frame[ip + 12 : ip + 20]) + struct.pack("!BBH", 0, 6, len(segment)) + segment)
-        frame[l4 + 16 : l4 + 18] = struct.pack("!H", summed)
+        frame[l4 + 16 : l4 + 18] = struct.pack("!H", _segment_checksum(frame, l4, 6))
     return bytes(frame)
 
 
@@ -307,9 +305,13 @@ def _roce_checks(frame: bytearray, udp: int) -> None:
     frame[-4:] = _icrc(frame[14:-4], udp - 14)
     if frame[udp + 6 : udp + 8] != b"\0\0":  # a UDP checksum (0 means none): it covers the ICRC
         frame[udp + 6 : udp + 8] = b"\0\0"
-        segment = bytes(frame[udp:])
-        summed = checksum(bytes(frame[26:34]) + struct.pack("!BBH", 0, 17, len(segment)) + segment)
-        frame[udp + 6 : udp + 8] = struct.pack("!H", summed or 0xFFFF)
+        frame[udp + 6 : udp + 8] = struct.pack("!H", _segment_checksum(frame, udp, 17) or 0xFFFF)
+
+
+def _segment_checksum(frame: bytearray, at: int, protocol: int) -> int:
+    """The checksum of the TCP or UDP segment at `at` (its own checksum zeroed) with the IPv4 pseudo-header."""
+    segment = bytes(frame[at:])
+    return checksum(bytes(frame[26:34]) + struct.pack("!BBH", 0, protocol, len(segment)) + segment)
 
 
 def _icrc(ip: bytearray, header: int) -> bytes:
