@@ -280,7 +280,7 @@ def test_quoted_retransmissions_agree_with_tshark_in_the_injected_window(folder,
     context = analysis_of(folder).context
     start, end = _window(expected)
     (quoted,) = [
-        s for s in measure(context, context.step_series, start, end) if s.what == "TCP retransmissions of any kind"
+        s for s in measure(context, start, end) if s.what == "TCP retransmissions of any kind"
     ]
     ours = int(re.search(r"in the window \(([\d,]+)\)", quoted.text).group(1).replace(",", ""))
     theirs = expected["tshark"]["window"]["retransmissions"]

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import numpy as np
 import polars as pl
+import pytest
 
-from tracelens.derived.window_signals import blind_edge, dense_extent, level_extent
+from tracelens.derived.window_signals import _best_of, _overlapping_runs, blind_edge, dense_extent, level_extent
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
 
@@ -68,6 +70,24 @@ def test_a_long_series_finds_its_pause_and_its_plateau_by_bins(monkeypatch):
     test_one_long_pause_between_steps_is_its_own_window()
     test_contention_that_builds_up_began_when_its_ramp_did()
     test_noise_next_to_the_window_does_not_join_it()
+
+
+WINDOWS = [(1, 0, 0), (3, 0, 2), (50, 49, 49), (587, 259, 371), (1000, 0, 5), (1000, 0, 999)]  # steps, window
+
+
+@pytest.mark.parametrize("n, first, last", WINDOWS)
+def test_the_runs_over_a_window_are_those_of_every_run_that_overlap_it_in_the_same_order(n, first, last):
+    """The exact search scores only the runs that overlap the window: the same runs, in the order of
+    np.triu_indices, so the best run (the first of the highest scores) is the one all runs give,
+    ties included (steps of equal times)."""
+    every_i, every_j = np.triu_indices(n)
+    overlap = (every_i <= last) & (every_j >= first)
+    i, j = _overlapping_runs(n, first, last)
+    assert i.tolist() == every_i[overlap].tolist() and j.tolist() == every_j[overlap].tolist()
+    rng = np.random.default_rng(n)
+    for values in (rng.random(n) * 100, rng.integers(0, 3, n) * 10.0):  # ties, then none
+        ones = np.ones(n)
+        assert _best_of(values, ones, i, j, first, last) == _best_of(values, ones, every_i, every_j, first, last)
 
 
 def _times(seconds: list[float]) -> pl.Series:

@@ -43,12 +43,13 @@ as big is written to `workdir` (the step series: derived.stream_groups).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from datetime import datetime
 from functools import cached_property
 from pathlib import Path
 
 import polars as pl
 
-from tracelens.derived import counters, events, flows, hangs, hosts, ports, steps
+from tracelens.derived import counters, events, flows, hangs, hosts, ports, steps, window_signals
 from tracelens.derived.baseline import Baseline
 from tracelens.derived.flows import PacketWindows
 from tracelens.derived.steps import SlowSteps
@@ -78,6 +79,7 @@ class RunContext:
         self.workdir = workdir
         self.slow_steps = self.shared.steps  # what makes a step slow (a config's [steps])
         self.baseline = self.shared.baseline  # when a window's signal rose (a config's [baseline])
+        self._window_steps: dict[tuple[datetime, datetime], tuple[window_signals.Signal, ...]] = {}
 
     def __getitem__(self, name: str) -> pl.DataFrame:
         """Table `name`, aligned (a shortcut for `ctx.tables[name]`)."""
@@ -129,6 +131,15 @@ class RunContext:
     def run_time_s(self) -> float:
         """Total step time of the longest stream."""
         return self._timed[0].run_time_s
+
+    def step_signals(self, begin: datetime, end: datetime) -> tuple[window_signals.Signal, ...]:
+        """Per rank, its compute, communication, between-steps and step time inside [begin, end]
+        against outside it (window_signals.step_signals), once per window: TL402 and TL410 both judge
+        each slow stretch's own window."""
+        if (begin, end) not in self._window_steps:
+            signals = window_signals.step_signals(self.step_series, begin, end, self.baseline)
+            self._window_steps[begin, end] = tuple(signals)
+        return self._window_steps[begin, end]
 
     # -- fabric ----------------------------------------------------------------------------------
 

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
-from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
 from tracelens.derived.baseline import Baseline, LevelComparison, RateComparison
 from tracelens.derived.counters import kind_of
@@ -32,6 +32,9 @@ from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
 from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
 from tracelens.derived.stream_groups import StreamGroups
 from tracelens.prose import count, listing
+
+if TYPE_CHECKING:
+    from tracelens.derived import RunContext
 
 COARSE = timedelta(seconds=5)  # log lines with inferred times and counter dumps are placed this loosely
 EVIDENCE_ROWS = 5
@@ -69,16 +72,16 @@ class Signal:
     evidence: tuple[dict, ...] = field(default=(), compare=False)  # file, line, frame, text, host
 
 
-def measure(ctx: RunContext, series: StreamGroups, begin: datetime, end: datetime) -> list[Signal]:
-    """Every signal of the run for the window [begin, end] (packet analysis, counter deltas and host
-    names from the run's context, computed once for every window; `series`: the step series)."""
+def measure(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
+    """Every signal of the run for the window [begin, end] (packet analysis, counter deltas, host
+    names and the steps' signals from the run's context, computed once for every window)."""
     names = ctx.host_names
     return [
         *_packet_signals(ctx, names, begin, end),
         *_counter_signals(ctx, begin, end),
         *_nccl_signals(ctx, begin, end),
-        *_kernel_signals(ctx, series, begin, end),
-        *step_signals(series, begin, end, ctx.baseline),
+        *_kernel_signals(ctx, ctx.step_series, begin, end),
+        *ctx.step_signals(begin, end),
     ]
 
 
@@ -524,7 +527,7 @@ def _best_run(values: np.ndarray, first: int, last: int) -> tuple[int, int] | No
     longer ones as runs of bins whose best has its edges found step by step in the bins around them."""
     n = values.size
     if n <= EXTENT_STEPS:
-        best = _best_of(values, np.ones(n), *np.triu_indices(n), first, last)
+        best = _best_of(values, np.ones(n), *_overlapping_runs(n, first, last), first, last)
         return best[1:] if best else None
     width = -(-n // EXTENT_STEPS)
     found = [_best_of(values, np.ones(n), np.arange(n - d), np.arange(d, n), first, last) for d in range(2 * width)]
@@ -537,6 +540,16 @@ def _best_run(values: np.ndarray, first: int, last: int) -> tuple[int, int] | No
         found.append(_best_of(values, np.ones(n), i[i <= j], j[i <= j], first, last))
     scored = [(-score, i, j) for score, i, j in filter(None, found)]
     return min(scored)[1:] if scored else None  # the highest score, then the earliest run
+
+
+def _overlapping_runs(n: int, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+    """The runs i..j of n steps that overlap steps first..last, in the order of np.triu_indices(n)
+    (i, then j, ascending): only those can score, and a window's runs are a few of all n^2 / 2."""
+    rows = np.arange(last + 1)
+    starts = np.maximum(rows, first)  # j from there to the last step
+    lengths = n - starts
+    offsets = np.cumsum(lengths) - lengths  # where each i's runs begin in the output
+    return np.repeat(rows, lengths), np.arange(lengths.sum()) - np.repeat(offsets - starts, lengths)
 
 
 def _best_of(

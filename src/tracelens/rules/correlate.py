@@ -218,7 +218,7 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
     missing = _missing(t, episode.begin, episode.end)
 
     def judged(begin: datetime, end: datetime):
-        signals = measure(t, series, begin, end)
+        signals = measure(t, begin, end)
         return (begin, end), signals, *verdict(signals, _label(series, w, begin, end), missing)
 
     # measured on the slow steps' window, then again on the named cause's own window (its evidence's

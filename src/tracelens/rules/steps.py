@@ -8,7 +8,6 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
-from tracelens.derived.window_signals import step_signals
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
@@ -166,7 +165,7 @@ def comm_bound_steps(
     for ep in t.slow_episodes:  # one finding per slow stretch, however many logs saw the surge
         if ep.ordinary:
             continue  # the run's start-up or its own noise (TL401 says which)
-        signals = step_signals(series, ep.begin, ep.end, t.baseline)
+        signals = t.step_signals(ep.begin, ep.end)
         surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= comm_surge]
         comm_ms = max((s.change or 0.0 for s in surged), default=0.0)
         if not surged or any(
