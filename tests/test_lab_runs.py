@@ -279,9 +279,7 @@ def test_quoted_retransmissions_agree_with_tshark_in_the_injected_window(folder,
     expected = _expected(folder)
     context = analysis_of(folder).context
     start, end = _window(expected)
-    (quoted,) = [
-        s for s in measure(context, start, end) if s.what == "TCP retransmissions of any kind"
-    ]
+    (quoted,) = [s for s in measure(context, start, end) if s.what == "TCP retransmissions of any kind"]
     ours = int(re.search(r"in the window \(([\d,]+)\)", quoted.text).group(1).replace(",", ""))
     theirs = expected["tshark"]["window"]["retransmissions"]
     assert abs(ours - theirs) <= 0.1 * theirs, f"{folder.name}: we quote {quoted.text}; tshark counts {theirs}"
