@@ -451,7 +451,8 @@ class DeepSpeedParser:
             .otherwise(NOT_MINE)
         )
         kept = recs.filter(pl.col("ok") & ~pl.col("kind").is_in(NOISE))
-        for kind in HOT:
+        present = set(kept["kind"].unique().to_list())  # a chunk has one or two of the six hot kinds
+        for kind in (kind for kind in HOT if kind in present):
             rows = kept.filter(pl.col("kind") == kind)
             if rows.height:
                 hot = extract_hot(kind, rows)

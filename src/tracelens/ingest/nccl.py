@@ -673,6 +673,8 @@ class NcclParser:
 def _warn_blank_lines(records: pl.DataFrame, texts: pl.Series) -> pl.Series:
     """Indexes of the blank or prefix-only lines NCCL writes before each WARN (its leading '\\n')."""
     warns = records.filter((pl.col("level") == "WARN") & (pl.col("idx") > 0)).select("prefix", before=pl.col("idx") - 1)
+    if not warns.height:  # most chunks: no join to run
+        return warns["before"]
     warns = warns.join(records.select(before="idx"), on="before", how="anti")
     previous = texts.gather(warns["before"]).str.strip_chars()
     blank = (previous == "") | (previous == warns["prefix"].str.strip_chars())
