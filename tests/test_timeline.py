@@ -521,3 +521,34 @@ def test_shifts_that_fit_equally_are_named_as_runs_of_half_hours():
         "UTC-05:00",
         "any half-hour shift from UTC+01:00 to UTC+04:00",
     ]
+
+
+@pytest.mark.parametrize("shares_of", [3, 37])
+def test_clock_offsets_aggregated_a_share_of_the_events_at_a_time_are_those_of_all_at_once(monkeypatch, shares_of):
+    """The real lab run with a host 2.5 s ahead (steps), plus watchdog timeouts and both-ends packets:
+    however few sightings a share holds, each event's sightings stay together and the offsets are the same."""
+    from tracelens import timeline as time_model
+    from tracelens.analyze import aligned_run
+
+    def offsets() -> tuple[pl.DataFrame, list[str]]:
+        with aligned_run(FIXTURES / "lab-clock-skew", jobs=1) as (_, timeline, _):
+            return timeline.offsets, timeline.notes
+
+    whole, notes = offsets()
+    assert whole["applied"].any() and time_model.SIGHTINGS > 1_000
+    monkeypatch.setattr(time_model, "SIGHTINGS", shares_of)
+    shared, shared_notes = offsets()
+    assert shared.equals(whole) and shared_notes == notes
+    mixed = tables_from(
+        steps=_steps(T0) + _steps(T0 + timedelta(seconds=2.5), host="node02"),
+        packets=[
+            {"file": f"{host}.pcap", "frame": i, "host": host, "ts": at(i * 0.01 + lag), "src": "10.0.0.1",
+             "dst": "10.0.0.2", "proto": "roce", "ip_id": i, "digest": 1000 + i}
+            for host, lag in (("node01", 0.0), ("node02", 2.5)) for i in range(20)
+        ],
+    )  # fmt: skip
+    _, in_shares = aligned(mixed)
+    monkeypatch.setattr(time_model, "SIGHTINGS", 2_000_000)
+    _, at_once = aligned(mixed)
+    assert in_shares.offsets.equals(at_once.offsets) and set(in_shares.offsets["basis"]) == {"steps", "packets"}
+    assert in_shares.offsets["applied"].sum() == 2
