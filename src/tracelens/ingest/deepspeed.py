@@ -457,8 +457,7 @@ class DeepSpeedParser:
             if rows.height:
                 hot = extract_hot(kind, rows)
                 if self._spill is not None and kind in ds_assemble.STEP_SOURCES:  # assembled from disk (ds_assemble)
-                    self._spill.write(ds_assemble.BODIES, hot.select("line", "body"))
-                    self._spill.write(ds_assemble.ROWS + kind, hot.drop("body"))
+                    self._spill.write(ds_assemble.ROWS + kind, hot)
                 else:
                     self._hot[kind].append(hot)
         cold = kept.filter(~pl.col("kind").is_in(list(HOT)))

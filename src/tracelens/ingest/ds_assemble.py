@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
+import tempfile
 from functools import reduce
+from pathlib import Path
 
 import polars as pl
 
@@ -40,9 +43,9 @@ STEP_COLUMNS = [
 MESSAGE_PRIORITY = {"timers": 0, "iteration": 1, "pipe_step": 2, "progress": 3, "throughput": 4}
 
 
-BODIES = "ds_step_bodies"  # a big file's (line, body) of step lines, spilled chunk by chunk
-ROWS = "ds_rows_"  # + a step kind: a big file's step records (without their text), spilled chunk by chunk
+ROWS = "ds_rows_"  # + a step kind: a big file's step records (with their text), spilled chunk by chunk
 STREAM_ROWS = 1 << 19  # a big file's step records are assembled a group of whole streams of about this many at a time
+GROUPED_ROWS = 1 << 14  # rows each group's file holds in memory while the records are sorted out (a row group)
 
 
 def tables(
@@ -87,7 +90,9 @@ def spilled_steps(spill: Spill, provenance: list[pl.Expr]) -> pl.LazyFrame | Non
     """A big file's steps from its spilled step records, in memory that follows a group of streams,
     not the file: every step of a stream (host, rank) depends only on that stream's lines (Megatron's
     skipped count on its host's), so whole streams are assembled STREAM_ROWS records at a time, written
-    back, and merged in line order, which gives exactly the rows `steps` gives over the whole file."""
+    back, and merged in line order, which gives exactly the rows `steps` gives over the whole file.
+    The records are first sorted out by group in one pass (a file per group and kind): a scan of
+    every record per group made the assembly quadratic (a 3 GB log: 19 groups, 24 s)."""
     kinds = {
         kind: pl.concat([pl.scan_parquet(path) for path in spill.parts[ROWS + kind]], how="diagonal_relaxed")
         for kind in STEP_SOURCES
@@ -105,23 +110,34 @@ def spilled_steps(spill: Spill, provenance: list[pl.Expr]) -> pl.LazyFrame | Non
     key = ["host"] if per_host else ["host", "rank_key"]
     records = pl.concat([frame.select("host", rank_key) for frame in kinds.values()])
     counts = records.group_by(key).len().sort(key, nulls_last=True).collect(engine="streaming")
-    groups = counts.with_columns(_group=(pl.col("len").cum_sum() - pl.col("len")) // STREAM_ROWS)
-    bodies = spill.scans()[BODIES]
+    owner = counts.select(*key, _group=(pl.col("len").cum_sum() - pl.col("len")) // STREAM_ROWS)
+    by_group = Path(tempfile.mkdtemp(dir=spill.folder, prefix="by-group-"))
+    for kind, frame in kinds.items():  # in line order within each group's file
+        grouped = frame.with_columns(rank_key).join(owner.lazy(), on=key, nulls_equal=True, maintain_order="left")
+        grouped.drop("rank_key").sink_parquet(
+            pl.PartitionBy(by_group / kind, key="_group", include_key=False),
+            compression="lz4",
+            mkdir=True,
+            row_group_size=GROUPED_ROWS,
+        )
     written = []
-    for _, streams in groups.group_by("_group", maintain_order=True):
-        mine = streams.select(key).lazy()
-        hot = {
-            kind: frame.with_columns(rank_key)
-            .join(mine, on=key, how="semi", nulls_equal=True)
-            .drop("rank_key")
-            .collect(engine="streaming")
-            for kind, frame in kinds.items()
-        }
-        merged = steps({kind: rows for kind, rows in hot.items() if rows.height})
+    for group in range(owner["_group"].max() + 1):
+        hot = {kind: _of_group(by_group / kind, group) for kind in kinds}
+        hot = {kind: rows for kind, rows in hot.items() if rows.height}
+        merged = steps({kind: rows.drop("body") for kind, rows in hot.items()})
         if merged.height:
+            bodies = pl.concat([rows.select("line", "body") for rows in hot.values()]).lazy()
             written.append(spill.write("steps", _with_text(merged.with_columns(provenance), bodies)))
+        for kind in kinds:  # read: memory and disk follow a group
+            shutil.rmtree(by_group / kind / f"_group={group}", ignore_errors=True)
     scans = [pl.scan_parquet(path) for path in written if path is not None]
     return reduce(lambda a, b: a.merge_sorted(b, key="line"), scans) if scans else None
+
+
+def _of_group(folder: Path, group: int) -> pl.DataFrame:
+    """One group's records of a kind, as sorted out by spilled_steps (its files in the order written)."""
+    files = sorted((folder / f"_group={group}").glob("*.parquet"))
+    return pl.read_parquet(files, hive_partitioning=False) if files else pl.DataFrame()
 
 
 # ---------------------------------------------------------------- steps
