@@ -78,8 +78,8 @@ def tables(
 
 def _with_text(merged: pl.DataFrame, bodies: pl.LazyFrame) -> pl.DataFrame:
     """Step rows with the text of the line their timing comes from (`message`, joined on `message_line`).
-    The lines are picked from `bodies` by a filter, not a semi-join: a semi-join held every body it read
-    (a 3 GB DeepSpeed log's step text, once per group of streams: 2.8 GB peak)."""
+    The lines are picked from `bodies` by a filter: a semi-join held every body it read (over a 3 GB
+    log's spilled step text: 2.8 GB)."""
     wanted = pl.col("message_line").is_in(merged["message_line"].implode())
     text = bodies.select(message_line="line", message="body").filter(wanted)
     joined = merged.lazy().join(text, on="message_line", how="left", maintain_order="left")
