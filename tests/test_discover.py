@@ -112,3 +112,40 @@ def test_damaged_archive_is_an_input_error_and_missing_path_a_note(tmp_path: Pat
 )
 def test_host_from_path(path: str, host: str | None):
     assert host_from_path(PurePosixPath(path)) == host
+
+
+@pytest.mark.parametrize("apart", [1, 10_000])
+def test_formats_sniffed_after_listing_equal_those_sniffed_as_each_file_is_met(tmp_path, monkeypatch, apart):
+    """`analyze` has its worker processes sniff a folder of many files once all are listed: every fixture
+    run and corpus folder gives the same files, formats, names, hosts and errors as sniffing each file as it
+    is met (`apart` 1: every folder by the many-files path; 10,000: the few-files path), and a file that
+    vanishes before its sniff is an unreadable input, not a crash."""
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    from tests.helpers import CORPUS, FIXTURES
+    from tracelens import discover as discovery
+
+    monkeypatch.setattr(discovery, "SNIFF_APART", apart)
+    runs = [p for p in sorted(FIXTURES.iterdir()) if p.is_dir()]
+    runs += [p for p in sorted(CORPUS.iterdir()) if p.is_dir()] if CORPUS.is_dir() else []  # real logs, pastes
+    assert len(runs) > 30
+    with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
+        for i, run in enumerate(runs):
+            inline = discover(run, tmp_path / f"a{i}").files
+            deferred = discover(
+                run, tmp_path / f"b{i}", sniff_many=lambda paths: pool.map(discovery.sniff_file, paths)
+            ).files
+            strip = lambda f: (f.name, f.format, f.host_hint, f.size, f.error)  # noqa: E731
+            assert [strip(f) for f in deferred] == [strip(f) for f in inline], run.name
+    (tmp_path / "gone").mkdir()
+    (tmp_path / "gone" / "train.log").write_text("[2024-12-06 18:30:00,423] [INFO] [engine.py:1] step=1\n")
+
+    def vanished(paths):
+        for p in paths:
+            p.unlink()
+        return map(discovery.sniff_file, paths)
+
+    monkeypatch.setattr(discovery, "SNIFF_APART", 1)
+    (gone,) = discover(tmp_path / "gone", tmp_path / "c", sniff_many=vanished).files
+    assert gone.format == "unreadable" and gone.error.startswith("cannot be read:") and gone.name == "train.log"

@@ -8,7 +8,7 @@ import os
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from functools import partial
 from multiprocessing import get_context
@@ -21,7 +21,7 @@ from tracelens import scaleout
 from tracelens.config import Config, rename_hosts
 from tracelens.derived import RunContext
 from tracelens.derived.flows import event_times
-from tracelens.discover import discover
+from tracelens.discover import discover, sniff_file
 from tracelens.findings import Finding
 from tracelens.ingest import Account, IngestResult, InputFile, ingest_file, small_files, splits, with_host_hint
 from tracelens.rules import Rule, select_rules
@@ -166,19 +166,30 @@ def ingest_run(
     if ray is not None:
         return _ingest_on_ray(target, workdir, ray, progress)
     jobs = jobs or os.cpu_count() or 1
-    found = discover(target, workdir)
-    spill = workdir / "spill"  # big logs' rows go there as they are read, and small files' past HELD_BYTES
-    found.files = [replace(f, spill=spill) for f in found.files]
-    tables = RunTables()
-    items = small_files.work_items(found.files)
-    sizes = [sum(f.size for f in item) for item in items]
-    if jobs > 1 and len(items) > 1 and sum(sizes) >= PARALLEL_MIN_BYTES and max(sizes) * 2 < sum(sizes):
-        # spawn: polars' thread pool does not survive fork
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")) as pool:
-            units = pool.map(_ingest_item, items, chunksize=max(1, len(items) // (jobs * 16)))
+    with ExitStack() as closing:
+        pool: ProcessPoolExecutor | None = None
+
+        def workers() -> ProcessPoolExecutor:
+            """The worker processes, started when first needed (to sniff many files, or to ingest)."""
+            nonlocal pool
+            if pool is None:  # spawn: polars' thread pool does not survive fork
+                pool = closing.enter_context(ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn")))
+            return pool
+
+        def sniff_many(paths: list[Path]) -> Iterable[tuple[str, str | None]]:
+            return workers().map(sniff_file, paths, chunksize=max(1, len(paths) // (jobs * 4)))
+
+        found = discover(target, workdir, sniff_many=sniff_many if jobs > 1 else None)
+        spill = workdir / "spill"  # big logs' rows go there as they are read, and small files' past HELD_BYTES
+        found.files = [replace(f, spill=spill) for f in found.files]
+        tables = RunTables()
+        items = small_files.work_items(found.files)
+        sizes = [sum(f.size for f in item) for item in items]
+        if jobs > 1 and len(items) > 1 and sum(sizes) >= PARALLEL_MIN_BYTES and max(sizes) * 2 < sum(sizes):
+            units = workers().map(_ingest_item, items, chunksize=max(1, len(items) // (jobs * 16)))
             _collect(units, tables, len(found.files), progress, spill)
-    else:
-        _collect((_ingest_item(item, jobs) for item in items), tables, len(found.files), progress, spill)
+        else:
+            _collect((_ingest_item(item, jobs) for item in items), tables, len(found.files), progress, spill)
     return tables, found.notes
 
 
