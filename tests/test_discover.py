@@ -130,13 +130,13 @@ def test_formats_sniffed_after_listing_equal_those_sniffed_as_each_file_is_met(t
     runs = [p for p in sorted(FIXTURES.iterdir()) if p.is_dir()]
     runs += [p for p in sorted(CORPUS.iterdir()) if p.is_dir()] if CORPUS.is_dir() else []  # real logs, pastes
     assert len(runs) > 30
+    strip = lambda f: (f.name, f.format, f.host_hint, f.size, f.error)  # noqa: E731
     with ProcessPoolExecutor(2, mp_context=get_context("spawn")) as pool:
         for i, run in enumerate(runs):
             inline = discover(run, tmp_path / f"a{i}").files
             deferred = discover(
                 run, tmp_path / f"b{i}", sniff_many=lambda paths: pool.map(discovery.sniff_file, paths)
             ).files
-            strip = lambda f: (f.name, f.format, f.host_hint, f.size, f.error)  # noqa: E731
             assert [strip(f) for f in deferred] == [strip(f) for f in inline], run.name
     (tmp_path / "gone").mkdir()
     (tmp_path / "gone" / "train.log").write_text("[2024-12-06 18:30:00,423] [INFO] [engine.py:1] step=1\n")

@@ -239,6 +239,7 @@ class _Walker:
         self.result = Discovery()
         self.defer_sniffing = defer_sniffing  # plain files' formats are found once all are listed
         self.unsniffed: list[int] = []  # their places in result.files
+        self.heads: list[bytes] | None = []  # their heads while they are few (sniffed here, not read again)
         self._count = 0
         self._seen_folders: set[tuple[int, int]] = set()
         self.folder_run = False  # the run is a folder: a config file may sit at its top
@@ -286,15 +287,21 @@ class _Walker:
         elif self.defer_sniffing:
             fmt = ""
             self.unsniffed.append(len(self.result.files))
+            if self.heads is not None:
+                self.heads.append(head)
+                if len(self.heads) >= SNIFF_APART:  # many: their heads are read again where they are sniffed
+                    self.heads = None
         else:
             fmt = sniff_format(head)
         self.result.files.append(InputFile(path=path, name=label, format=fmt, host_hint=host_from_path(rel), size=size))
 
     def sniff(self, sniff_many: Sniffer) -> None:
-        """The deferred formats: by `sniff_many` for many files, here for a few."""
+        """The deferred formats: by `sniff_many` for many files, here, from their heads, for a few."""
         files = self.result.files
-        paths = [files[i].path for i in self.unsniffed]
-        found = sniff_many(paths) if len(paths) >= SNIFF_APART else map(sniff_file, paths)
+        if self.heads is None:
+            found = sniff_many([files[i].path for i in self.unsniffed])
+        else:
+            found = ((sniff_format(head), None) for head in self.heads)
         for i, (fmt, error) in zip(self.unsniffed, found, strict=True):
             files[i] = replace(files[i], format=fmt, error=error, path=Path(os.devnull) if error else files[i].path)
 

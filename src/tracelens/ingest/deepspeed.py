@@ -453,13 +453,11 @@ class DeepSpeedParser:
         kept = recs.filter(pl.col("ok") & ~pl.col("kind").is_in(NOISE))
         present = set(kept["kind"].unique().to_list())  # a chunk has one or two of the six hot kinds
         for kind in (kind for kind in HOT if kind in present):
-            rows = kept.filter(pl.col("kind") == kind)
-            if rows.height:
-                hot = extract_hot(kind, rows)
-                if self._spill is not None and kind in ds_assemble.STEP_SOURCES:  # assembled from disk (ds_assemble)
-                    self._spill.write(ds_assemble.ROWS + kind, hot)
-                else:
-                    self._hot[kind].append(hot)
+            hot = extract_hot(kind, kept.filter(pl.col("kind") == kind))
+            if self._spill is not None and kind in ds_assemble.STEP_SOURCES:  # assembled from disk (ds_assemble)
+                self._spill.write(ds_assemble.ROWS + kind, hot)
+            else:
+                self._hot[kind].append(hot)
         cold = kept.filter(~pl.col("kind").is_in(list(HOT)))
         if cold.height:
             self._cold.append(cold.select("line", "host", "ts", "ts_text", "rank", "kind", "body", "owner"))
