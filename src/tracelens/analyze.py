@@ -196,8 +196,9 @@ def ingest_run(
 def _ingest_on_ray(target: Path, workdir: Path, address: str, progress: Progress | None) -> tuple[RunTables, list[str]]:
     """Each file as a Ray task that writes its tables as Parquet partitions into `workdir` (shared
     storage); big text files are read here with their chunks parsed by Ray tasks."""
-    cpus = scaleout.connect(address)
+    cpus, started = scaleout.connect(address)
     found = discover(target, workdir)
+    found.notes += [started] if started else []
     spill = workdir / "spill"
     found.files = [replace(f, spill=spill) for f in found.files]
     cluster = scaleout.RayExecutor()

@@ -31,6 +31,7 @@ from tracelens.analyze import Analysis, aligned_run, analyze
 from tracelens.findings import Severity
 from tracelens.private_cache import cache_dir
 from tracelens.rules import all_rules
+from tracelens.scaleout import RayUnavailable
 from tracelens.tables import INPUTS
 
 app = typer.Typer(
@@ -196,6 +197,9 @@ def _guarded(command: Callable) -> Callable:
                 raise typer.Exit(128 + killed.signum) from None
             except (typer.Exit, typer.Abort):
                 raise
+            except RayUnavailable as exc:
+                out.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+                raise typer.Exit(2) from None
             except Exception as exc:
                 where = _crash_report()
                 first = (str(exc).splitlines() or [""])[0][:200]
@@ -289,7 +293,8 @@ def analyze_cmd(
             "--ray",
             help=(
                 "Ingest as tasks on a Ray cluster that sees RUN on shared storage: 'auto' (the cluster this "
-                "machine joined) or its address host:port. Needs tracelens\\[ray]."
+                "machine joined, else a local Ray instance started here) or its address host:port. "
+                "Needs tracelens\\[ray]."
             ),
         ),
     ] = None,

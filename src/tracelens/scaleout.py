@@ -12,6 +12,7 @@ run gives.
 from __future__ import annotations
 
 import shutil
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
@@ -23,11 +24,15 @@ from typing import Any
 import polars as pl
 
 
+class RayUnavailable(Exception):
+    """Why `--ray` cannot run here (no extra, nothing at the address): said in one line, not as a crash."""
+
+
 def _ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise RuntimeError("--ray needs the Ray extra: pip install 'tracelens[ray]'") from exc
+        raise RayUnavailable("--ray needs the Ray extra: pip install 'tracelens[ray]'") from exc
     return ray
 
 
@@ -43,13 +48,51 @@ def _remote(fn: Callable) -> Any:
     return _ray().remote(fn)
 
 
-def connect(address: str) -> int:
-    """Join the cluster at `address` ("auto": the one this machine is part of) unless this process
-    already runs Ray; the number of CPUs it offers."""
+ANSWER_S = 5.0  # how long an address is given to accept a connection (Ray itself retries for minutes)
+
+
+def connect(address: str) -> tuple[int, str | None]:
+    """Join the cluster at `address` unless this process already runs Ray: the number of CPUs it offers,
+    and a note for the report when this machine had none to join. "auto" is the cluster this machine
+    joined, else a local Ray instance started here (what `ray.init()` does), so that `--ray auto` runs
+    on a fresh install; an address where nothing answers is an error, said at once."""
     ray = _ray()
+    started_here = False
     if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
-    return max(int(ray.cluster_resources().get("CPU", 1)), 1)
+        if address == "auto":
+            try:
+                ray.init(address="auto", log_to_driver=False)
+            except ConnectionError:  # "Could not find any running Ray instance"
+                ray.init(include_dashboard=False, log_to_driver=False)
+                started_here = True
+        else:
+            _answers(address)
+            try:
+                ray.init(address=address, log_to_driver=False)
+            except ConnectionError as exc:  # it answers, but it is no Ray head (Ray gives up after ~20 s)
+                said = (str(exc).splitlines() or [""])[0]
+                raise RayUnavailable(f"--ray {address}: {said}; is that the head's GCS address?") from None
+    cpus = max(int(ray.cluster_resources().get("CPU", 1)), 1)
+    note = (
+        f"No Ray cluster was running on this machine: --ray auto started a local Ray instance ({cpus} CPUs). "
+        "To ingest on a cluster, join it first (`ray start --address HEAD:6379`) or give --ray HEAD:6379."
+    )
+    return cpus, note if started_here else None
+
+
+def _answers(address: str) -> None:
+    """Raise RayUnavailable unless something accepts a connection at `address` (host:port, or ray://host:port)."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        raise RayUnavailable(f"--ray {address!r} is not an address: give 'auto' or host:port (e.g. 10.0.0.1:6379)")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_S).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise RayUnavailable(
+            f"--ray {address}: nothing answers there ({reason}); start the head with `ray start --head` "
+            "and give the address it prints, or use --ray auto on a node of the cluster"
+        ) from None
 
 
 @contextmanager
