@@ -122,11 +122,12 @@ def spilled_steps(spill: Spill, provenance: list[pl.Expr]) -> pl.LazyFrame | Non
         )
     written = []
     for group in range(owner["_group"].max() + 1):
-        hot = {kind: _of_group(by_group / kind, group) for kind in kinds}
-        hot = {kind: rows for kind, rows in hot.items() if rows.height}
-        merged = steps({kind: rows.drop("body") for kind, rows in hot.items()})
+        # the records without their text (a stream of millions of records is held whole): the text of
+        # the lines the steps show is read back after, from the group's files
+        of_group = {kind: scan for kind in kinds if (scan := _of_group(by_group / kind, group)) is not None}
+        merged = steps({kind: scan.drop("body").collect() for kind, scan in of_group.items()})
         if merged.height:
-            bodies = pl.concat([rows.select("line", "body") for rows in hot.values()]).lazy()
+            bodies = pl.concat([scan.select("line", "body") for scan in of_group.values()])
             written.append(spill.write("steps", _with_text(merged.with_columns(provenance), bodies)))
         for kind in kinds:  # read: memory and disk follow a group
             shutil.rmtree(by_group / kind / f"_group={group}", ignore_errors=True)
@@ -134,10 +135,11 @@ def spilled_steps(spill: Spill, provenance: list[pl.Expr]) -> pl.LazyFrame | Non
     return reduce(lambda a, b: a.merge_sorted(b, key="line"), scans) if scans else None
 
 
-def _of_group(folder: Path, group: int) -> pl.DataFrame:
-    """One group's records of a kind, as sorted out by spilled_steps (its files in the order written)."""
+def _of_group(folder: Path, group: int) -> pl.LazyFrame | None:
+    """One group's records of a kind, as sorted out by spilled_steps (its files in the order written);
+    None when it has none."""
     files = sorted((folder / f"_group={group}").glob("*.parquet"))
-    return pl.read_parquet(files, hive_partitioning=False) if files else pl.DataFrame()
+    return pl.scan_parquet(files, hive_partitioning=False) if files else None
 
 
 # ---------------------------------------------------------------- steps
