@@ -198,8 +198,7 @@ def _guarded(command: Callable) -> Callable:
             except (typer.Exit, typer.Abort):
                 raise
             except RayUnavailable as exc:
-                out.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
-                raise typer.Exit(2) from None
+                raise _usage_error(str(exc)) from None
             except Exception as exc:
                 where = _crash_report()
                 first = (str(exc).splitlines() or [""])[0][:200]

@@ -73,11 +73,12 @@ def connect(address: str) -> tuple[int, str | None]:
                 said = (str(exc).splitlines() or [""])[0]
                 raise RayUnavailable(f"--ray {address}: {said}; is that the head's GCS address?") from None
     cpus = max(int(ray.cluster_resources().get("CPU", 1)), 1)
-    note = (
+    if not started_here:
+        return cpus, None
+    return cpus, (
         f"No Ray cluster was running on this machine: --ray auto started a local Ray instance ({cpus} CPUs). "
         "To ingest on a cluster, join it first (`ray start --address HEAD:6379`) or give --ray HEAD:6379."
     )
-    return cpus, note if started_here else None
 
 
 def _answers(address: str) -> None:
