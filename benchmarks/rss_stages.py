@@ -68,11 +68,13 @@ def _instrument() -> None:
     pipeline.ingest_run = _staged("ingest", pipeline.ingest_run)
     pipeline.align = _staged("align", pipeline.align)
     from tracelens import inferred, timeline
+    from tracelens.ingest import ds_assemble
 
     for module, names in (
         (timeline, ["inferred_log_times", "_zone", "_log_span", "_clock_offsets"]),
         (inferred, ["_files", "_lines", "_run_median", "_forward", "_placed", "_place_file", "_place_group"]),
         (inferred, ["_times_for", "_joined_by_range"]),
+        (ds_assemble, ["spilled_steps", "_stream_facts", "_pieces", "_assembled", "_with_text", "_rejoined"]),
     ):
         for name in names:
             setattr(module, name, _staged(f"{module.__name__.split('.')[-1]}.{name}", getattr(module, name)))

@@ -9,7 +9,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tests.helpers import FIXTURES
+from tests.helpers import CORPUS, FIXTURES
 from tracelens.ingest import IngestResult, InputFile, ds_assemble
 from tracelens.ingest.textlog import ingest
 from tracelens.tables import RunTables, conform, with_text
@@ -136,30 +136,80 @@ def test_spilled_tables_aligned_lazily_stream_what_the_tables_aligned_in_memory_
 
 
 STRAGGLER_LOG = FIXTURES / "scenario-straggler" / "node01" / "train.log"  # 8 ranks' timer lines, interleaved
+DS_LOGS = [  # step lines of every kind, and what their steps take from lines far before them
+    CORPUS
+    / "deepspeed"
+    / "DeepSpeedExamples__step3_rlhf_finetuning__actor_opt-1.3b_critic_opt-350m_globalBatchSize64.log",
+    CORPUS / "deepspeed" / "DeepSpeedExamples__step2_dpo_finetuning__opt-350M_globalBatchSize-32.log",
+    CORPUS / "deepspeed" / "gh_deepspeed_issue255_2020_forward_microstep.log",
+]
 
 
-@pytest.fixture(scope="module")
-def straggler_steps() -> pl.DataFrame:
-    """The straggler log's steps, every record in memory until the end (one reading for the module)."""
-    path = STRAGGLER_LOG
-    memory = ingest(InputFile(path, path.name, "log", size=path.stat().st_size), jobs=1, chunk_bytes=BIG_CHUNK)
-    return conform("steps", memory.tables["steps"])
+def every_carry_log(path: Path) -> Path:
+    """A synthetic two-host log (the formats of other-formats.md §1) of streams whose steps depend on lines
+    far before them, many chunks apart: two engines printing the same step numbers (rank 0), timer lines
+    before the first progress line (rank 1, counted back from it), timer lines and no progress line
+    (rank 2, counted), micro-step timers only (rank 3), ZeRO optimizer lines, and Megatron iterations whose
+    skipped counts are summed per host (rank 4)."""
+    logger = "[2023-06-21 07:39:{:02d},625] [INFO] [logging.py:96:log_dist] [Rank {}] "
+    timers = "time (ms) | fwd: {0}.00 | bwd: 2.00 | bwd_inner: 1.50 | bwd_allreduce: 0.50 | step: 3.00"
+    micro = "time (ms) | fwd_microstep: {0}.00 | bwd_microstep: 2.00 | step_microstep: 1.00"
+    zero = "time (ms) | optimizer_allgather: 0.{0} | optimizer_gradients: 0.20 | optimizer_step: 0.30"
+    iteration = (
+        " iteration {0:8d}/  317892 | consumed samples: {1:12d} | elapsed time per iteration (ms): 258{0}.1"
+        " | learning rate: 1.500E-04 | global batch size:    96 | lm loss: 1.085E+01 | loss scale: 1.0"
+        " | number of skipped iterations: {2:3d} | samples per second: 3.714 |"
+    )
+    lines = []
+    for host in ("node1", "node2"):
+        lines += [f"{host}: " + logger.format(0, 1) + timers.format(n) for n in range(1, 40)]
+    for n in range(1, 300):
+        for host in ("node1", "node2"):
+            log = f"{host}: " + logger.format(n % 60, "{}")
+            for engine in (0, 1):
+                lines += [
+                    log.format(0) + f"step={n}, skipped={engine}, lr=[0.1], mom=[0.9]",
+                    log.format(0) + timers.format(engine + n),
+                ]
+            lines += [
+                log.format(1) + f"step={n}, skipped=0, lr=[0.1], mom=[0.9]",
+                log.format(1) + timers.format(n),
+                log.format(1) + zero.format(n),
+            ]
+            lines += [log.format(2) + timers.format(n), log.format(3) + micro.format(n)]
+            lines.append(log.format(4) + iteration.format(n, 96 * n, n % 3).lstrip())
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
-@pytest.mark.parametrize("stream_rows", [1, 300, 1 << 19])
-def test_steps_of_a_big_file_assembled_a_group_of_streams_at_a_time_equal_the_whole_file(
-    straggler_steps, tmp_path, monkeypatch, stream_rows
-):
-    """A big file's step records are spilled chunk by chunk and assembled a group of whole streams (host,
-    rank) at a time, merged back in line order: the steps equal one assembly over the whole file in
-    memory, with groups of one stream, of a few, and of all."""
-    path = STRAGGLER_LOG
-    monkeypatch.setattr(ds_assemble, "STREAM_ROWS", stream_rows)
-    spilled = InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path)
-    disk = ingest(spilled, jobs=1, chunk_bytes=BIG_CHUNK)
-    expected = straggler_steps
-    assert expected["rank"].n_unique() == 8 and expected["message"].null_count() == 0
+@pytest.mark.parametrize("log", [STRAGGLER_LOG, *DS_LOGS, "every-carry"], ids=lambda log: Path(log).stem[:40])
+@pytest.mark.parametrize("piece_rows", [1, 300, 1 << 19])
+def test_steps_of_a_big_file_assembled_a_piece_at_a_time_equal_the_whole_file(tmp_path, monkeypatch, log, piece_rows):
+    """A big file's step records are spilled chunk by chunk and assembled a range of lines at a time, each
+    piece starting where the last left its streams, merged back in line order: the steps equal one
+    assembly over the whole file in memory, with pieces of one part (a chunk's records of a kind), of a
+    few hundred records, and of all of them."""
+    path = every_carry_log(tmp_path / "train.log") if log == "every-carry" else Path(log)
+    if not path.exists():
+        pytest.skip(f"corpus not found: {path}")
+    chunk = max(256, path.stat().st_size // 20)  # some 20 chunks, whatever the log
+    memory = ingest(InputFile(path, path.name, "log", size=path.stat().st_size), jobs=1, chunk_bytes=chunk)
+    expected = conform("steps", memory.tables["steps"])
+    monkeypatch.setattr(ds_assemble, "PIECE_ROWS", piece_rows)
+    spilled = InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / "spill")
+    disk = ingest(spilled, jobs=1, chunk_bytes=chunk)
     assert isinstance(disk.tables["steps"], pl.LazyFrame)
     assert conform("steps", disk.tables["steps"].collect()).equals(expected, null_equal=True)
-    groups = len(list(tmp_path.rglob("steps-*.parquet")))
-    assert groups == 8 if stream_rows == 1 else (groups == 1 if stream_rows > expected.height else 1 < groups < 8)
+    assert expected["message"].null_count() == 0 and expected.height > 8
+    pieces = len(list((tmp_path / "spill").rglob("steps-*.parquet")))
+    assert pieces == 1 if piece_rows == 1 << 19 else pieces > (3 if piece_rows == 1 else 0)
+    if log == "every-carry":  # the log is what its docstring says: each case is in the steps
+        engines = expected.filter(pl.col("rank") == 0).group_by("host", "step").agg(pl.col("engine").n_unique())
+        assert (engines["engine"] == 2).sum() >= 2 * 299
+        counted_back = expected.filter((pl.col("rank") == 1) & (pl.col("step") <= 0))
+        assert counted_back.height == 2 * 39 and counted_back["step"].min() == -38
+        counted = expected.filter(pl.col("rank") == 2)
+        assert counted["step"].to_list()[:3] == [1, 1, 2] and counted["step"].max() == 299
+        assert expected.filter(pl.col("rank") == 3)["fwd_ms"].drop_nulls().len() == 2 * 299
+        megatron = expected.filter(pl.col("iter_ms").is_not_null() & (pl.col("host") == "node2"))
+        assert megatron["skipped"].max() == sum(n % 3 for n in range(1, 300))

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import ast
 import json
-import shutil
-import tempfile
-from functools import reduce
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import polars as pl
 
@@ -39,13 +39,15 @@ STEP_COLUMNS = [
     "fwd_ms", "bwd_ms", "bwd_inner_ms", "bwd_allreduce_ms", "step_ms",
     "optimizer_allgather_ms", "optimizer_gradients_ms", "optimizer_step_ms",
 ]  # fmt: skip
+F = TypeVar("F", pl.DataFrame, pl.LazyFrame)
 # Where the row's time comes from, most telling first: its `message` is that line's text
 MESSAGE_PRIORITY = {"timers": 0, "iteration": 1, "pipe_step": 2, "progress": 3, "throughput": 4}
 
 
 ROWS = "ds_rows_"  # + a step kind: a big file's step records (with their text), spilled chunk by chunk
-STREAM_ROWS = 1 << 19  # a big file's step records are assembled a group of whole streams of about this many at a time
-GROUPED_ROWS = 1 << 14  # rows each group's file holds in memory while the records are sorted out (a row group)
+PIECE_ROWS = 1 << 18  # a big file's step records are assembled about this many at a time, in line order
+STREAM = ["host", "rank_key"]  # one rank's lines (rank_key: a line that names no rank is rank 0's)
+KEY = [*STREAM, "engine", "step"]  # one step row
 
 
 def tables(
@@ -64,16 +66,106 @@ def tables(
     ]
     out: dict[str, Frame] = {"comm_ops": comm_ops(hot.get("comm_op"), cold, parsed), "config": config(cold, parsed)}
     out = {name: frame.with_columns(provenance) for name, frame in out.items() if frame.height}
-    if spill is not None:
-        lazy = spilled_steps(spill, provenance)
-        if lazy is not None:
-            out["steps"] = lazy
-        return out
-    merged = steps(hot)
-    if merged.height:
-        bodies = pl.concat([part.select("line", "body") for part in hot.values() if "body" in part.columns]).lazy()
-        out["steps"] = _with_text(merged.with_columns(provenance), bodies)
+    merged = spilled_steps(spill) if spill is not None else steps(hot)
+    if merged is not None:
+        out["steps"] = merged.with_columns(provenance)
     return out
+
+
+def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
+    """One row per logged step: the progress, throughput, timer and Megatron lines of one step,
+    which DeepSpeed prints separately, merged by stream (host, rank), engine and step, with the text
+    of the line its timing comes from (`message`). None when the file logs no step."""
+    rows = _tagged(hot)
+    if rows is None:
+        return None
+    rows = _in_line_order(rows)
+    assembled, _ = _assembled(rows, _stream_facts(rows.lazy()), None)
+    merged = _merged(assembled)
+    if not merged.height:
+        return None
+    bodies = pl.concat([part.select("line", "body") for part in hot.values() if "body" in part.columns]).lazy()
+    return _finished(_with_text(merged, bodies))
+
+
+def spilled_steps(spill: Spill) -> pl.LazyFrame | None:
+    """A big file's steps from its spilled step records, in memory that follows PIECE_ROWS records, not
+    the file nor its biggest stream: the records are assembled a range of lines at a time, each piece
+    starting where the one before left every stream (_Carry), with what a stream's steps need from all
+    of it read first (_stream_facts). The pieces' rows, written back, are merged in line order, a step
+    whose lines fell in two pieces joined into one row: exactly the rows `steps` gives over the file."""
+    parts = {kind: spill.parts[ROWS + kind] for kind in STEP_SOURCES if ROWS + kind in spill.parts}
+    if not parts:
+        return None
+    facts = _stream_facts(_tagged({kind: _scan(paths).drop("body") for kind, paths in parts.items()}))
+    carry: _Carry | None = None
+    written = []
+    for in_piece, holding in _pieces(parts):
+        kinds = {kind: _scan(paths).filter(in_piece) for kind, paths in holding.items()}
+        rows = _tagged({kind: scan.drop("body").collect() for kind, scan in kinds.items()})
+        if rows is None:
+            continue
+        assembled, carry = _assembled(_in_line_order(rows), facts, carry)
+        bodies = pl.concat([scan.select("line", "body") for scan in kinds.values()])
+        written.append(spill.write("steps", _with_text(_merged(assembled), bodies)))
+    return _rejoined(spill, [path for path in written if path is not None])
+
+
+def _scan(paths: list[Path]) -> pl.LazyFrame:
+    """Spilled parts of one kind as one scan (a chunk without some column wrote none)."""
+    return pl.concat([pl.scan_parquet(path) for path in paths], how="diagonal_relaxed")
+
+
+def _pieces(parts: dict[str, list[Path]]) -> Iterator[tuple[pl.Expr, dict[str, list[Path]]]]:
+    """Ranges of lines of about PIECE_ROWS records each, cut where a part begins (a part holds one chunk's
+    records of a kind, so a range holds at most a part more): a filter for each range's lines, and the
+    parts, per kind, that hold some (a piece reads those alone: reading every part per piece made the
+    assembly quadratic in the file's size)."""
+    line = pl.col("line")
+    spans = pl.concat(
+        pl.scan_parquet(path).select(
+            kind=pl.lit(kind), path=pl.lit(str(path)), first=line.min(), last=line.max(), rows=pl.len()
+        )
+        for kind, paths in parts.items()
+        for path in paths
+    )
+    spans = spans.collect().sort("first")
+    cuts: list[int] = []
+    since = PIECE_ROWS
+    for first, rows in spans.select("first", "rows").iter_rows():
+        if since >= PIECE_ROWS:
+            cuts.append(first)
+            since = 0
+        since += rows
+    for lo, hi in zip(cuts, [*cuts[1:], None]):
+        in_piece = (line >= lo) if hi is None else (line >= lo) & (line < hi)
+        holding = spans.filter((pl.col("last") >= lo) & (pl.col("first") < hi if hi is not None else True))
+        yield (
+            in_piece,
+            {kind: [Path(p) for p in paths] for kind, paths in holding.group_by("kind").agg("path").iter_rows()},
+        )
+
+
+def _rejoined(spill: Spill, written: list[Path]) -> pl.LazyFrame | None:
+    """The steps table from the pieces' rows (each piece's in line order, and after the one before), a
+    step whose lines fell in two pieces (its progress line at the end of one, its timer line at the
+    start of the next) merged into one row again."""
+    if not written:
+        return None
+    rows = pl.concat([pl.scan_parquet(path) for path in written])
+    # candidates by a hash of the key (a group-by on the key itself held 3.2M steps' keys: +300 MB);
+    # merging a candidate that is no half leaves it as it is, so a collision costs nothing
+    hashed = pl.struct(KEY).hash()
+    twice = rows.group_by(hashed.alias("key")).len().filter(pl.col("len") > 1).collect(engine="streaming")
+    halves = rows.filter(hashed.is_in(twice["key"].implode())).collect(engine="streaming").sort("line")
+    if halves.height:
+        texts = halves.select("message_line", "message")
+        joined = _merged(halves).join(texts, on="message_line", how="left", maintain_order="left")
+        # a row's first line is no other row's: the halves are filtered out by it, which streams in order
+        # (an anti-join on the key held every row: +500 MB for 3.2M steps)
+        kept = rows.filter(~pl.col("line").is_in(halves["line"].implode()))
+        rows = kept.merge_sorted(pl.scan_parquet(spill.write("steps", joined)), key="line")
+    return _finished(rows)
 
 
 def _with_text(merged: pl.DataFrame, bodies: pl.LazyFrame) -> pl.DataFrame:
@@ -82,154 +174,188 @@ def _with_text(merged: pl.DataFrame, bodies: pl.LazyFrame) -> pl.DataFrame:
     log's spilled step text: 2.8 GB)."""
     wanted = pl.col("message_line").is_in(merged["message_line"].implode())
     text = bodies.select(message_line="line", message="body").filter(wanted)
-    joined = merged.lazy().join(text, on="message_line", how="left", maintain_order="left")
-    return joined.drop("message_line").collect(engine="streaming")
+    return merged.lazy().join(text, on="message_line", how="left", maintain_order="left").collect(engine="streaming")
 
 
-def spilled_steps(spill: Spill, provenance: list[pl.Expr]) -> pl.LazyFrame | None:
-    """A big file's steps from its spilled step records, in memory that follows a group of streams,
-    not the file: every step of a stream (host, rank) depends only on that stream's lines (Megatron's
-    skipped count on its host's), so whole streams are assembled STREAM_ROWS records at a time, written
-    back, and merged in line order, which gives exactly the rows `steps` gives over the whole file.
-    The records are first sorted out by group in one pass (a file per group and kind): a scan of
-    every record per group made the assembly quadratic (a 3 GB log: 19 groups, 24 s)."""
-    kinds = {
-        kind: pl.concat([pl.scan_parquet(path) for path in spill.parts[ROWS + kind]], how="diagonal_relaxed")
-        for kind in STEP_SOURCES
-        if ROWS + kind in spill.parts
-    }
-    if not kinds:
-        return None
-    rank_key = pl.col("rank").fill_null(0).alias("rank_key")
-    iteration = kinds.get("iteration")
-    per_host = (
-        iteration is not None
-        and "skipped_iterations" in iteration.collect_schema().names()
-        and iteration.select(pl.col("skipped_iterations").is_not_null().any()).collect().item()
-    )
-    key = ["host"] if per_host else ["host", "rank_key"]
-    records = pl.concat([frame.select("host", rank_key) for frame in kinds.values()])
-    counts = records.group_by(key).len().sort(key, nulls_last=True).collect(engine="streaming")
-    owner = counts.select(*key, _group=(pl.col("len").cum_sum() - pl.col("len")) // STREAM_ROWS)
-    by_group = Path(tempfile.mkdtemp(dir=spill.folder, prefix="by-group-"))
-    for kind, frame in kinds.items():  # in line order within each group's file
-        grouped = frame.with_columns(rank_key).join(owner.lazy(), on=key, nulls_equal=True, maintain_order="left")
-        grouped.drop("rank_key").sink_parquet(
-            pl.PartitionBy(by_group / kind, key="_group", include_key=False),
-            compression="lz4",
-            mkdir=True,
-            row_group_size=GROUPED_ROWS,
-        )
-    written = []
-    for group in range(owner["_group"].max() + 1):
-        # the records without their text (a stream of millions of records is held whole): the text of
-        # the lines the steps show is read back after, from the group's files
-        of_group = {kind: scan for kind in kinds if (scan := _of_group(by_group / kind, group)) is not None}
-        merged = steps({kind: scan.drop("body").collect() for kind, scan in of_group.items()})
-        if merged.height:
-            bodies = pl.concat([scan.select("line", "body") for scan in of_group.values()])
-            written.append(spill.write("steps", _with_text(merged.with_columns(provenance), bodies)))
-        for kind in kinds:  # read: memory and disk follow a group
-            shutil.rmtree(by_group / kind / f"_group={group}", ignore_errors=True)
-    scans = [pl.scan_parquet(path) for path in written if path is not None]
-    return reduce(lambda a, b: a.merge_sorted(b, key="line"), scans) if scans else None
-
-
-def _of_group(folder: Path, group: int) -> pl.LazyFrame | None:
-    """One group's records of a kind, as sorted out by spilled_steps (its files in the order written);
-    None when it has none."""
-    files = sorted((folder / f"_group={group}").glob("*.parquet"))
-    return pl.scan_parquet(files, hive_partitioning=False) if files else None
+def _finished(merged: F) -> F:
+    """The steps table's rows: without the assembly's keys, the engine as text."""
+    return merged.drop("rank_key", "message_line", "_priority").with_columns(pl.col("engine").cast(pl.String))
 
 
 # ---------------------------------------------------------------- steps
 
 
-def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame:
-    """One row per logged step: the progress, throughput, timer and Megatron lines of one step,
-    which DeepSpeed prints separately, merged by stream (host, rank, engine) and step."""
-    parts = [hot[k].with_columns(pl.lit(k).alias("source")) for k in STEP_SOURCES if k in hot]
+def _tagged(kinds: dict[str, F]) -> F | None:
+    """The step records of every kind in one frame, each with its `source` (the kind) and `rank_key`."""
+    parts = [kinds[kind].with_columns(source=pl.lit(kind)) for kind in STEP_SOURCES if kind in kinds]
     if not parts:
-        return pl.DataFrame()
+        return None
     rows = pl.concat(parts, how="diagonal_relaxed")
-    # in line order by a gather, not DataFrame.sort: the same rows, for about half the memory on top
-    # (3.2M timer records of one stream, 621 MB: +775 MB, where sort took +1,418 MB)
-    rows = rows[rows["line"].arg_sort()]
-    for col, dtype in {
-        "role": pl.String,
-        "skipped_iterations": pl.Float64,
-        "skipped": pl.Int64,
-        "step": pl.Int64,
-    }.items():
-        if col not in rows.columns:
-            rows = rows.with_columns(pl.lit(None, dtype).alias(col))
-    rows = rows.with_columns(pl.col("rank").fill_null(0).alias("rank_key"))
-    rows = _drop_shadowed_micro_timers(rows)
-    rows = _engines(rows)
-    rows = _timer_steps(rows)
-    # Megatron counts skipped iterations per logging interval; `skipped` is cumulative
-    rows = rows.with_columns(
-        pl.coalesce("skipped", pl.col("skipped_iterations").cum_sum().over("host", "engine"))
-        .cast(pl.Int64, strict=False)
-        .alias("skipped")
+    names = rows.collect_schema().names()
+    optional = {"role": pl.String, "skipped_iterations": pl.Float64, "skipped": pl.Int64, "step": pl.Int64}
+    missing = [pl.lit(None, dtype).alias(col) for col, dtype in optional.items() if col not in names]
+    return rows.with_columns(*missing, rank_key=pl.col("rank").fill_null(0))
+
+
+def _in_line_order(rows: pl.DataFrame) -> pl.DataFrame:
+    """The records in line order, by a gather, not DataFrame.sort: the same rows, for about half the
+    memory on top (3.2M timer records of one stream, 621 MB: +775 MB, where sort took +1,418 MB)."""
+    return rows[rows["line"].arg_sort()]
+
+
+def _counted() -> pl.Expr:
+    """1 for a timer line that stands for one step (global, or micro-step where no global ones are
+    logged), 0 for any other record."""
+    return ((pl.col("source") == "timers") & (pl.col("role") != "optimizer")).cast(pl.Int64, strict=False)
+
+
+def _kept() -> pl.Expr:
+    """Records of known roles, micro-step timer lines only in streams that log no global ones (the global
+    line holds their sum over the accumulation window)."""
+    role = pl.col("role")
+    return role.is_null() | role.is_in(["global", "optimizer"]) | ((role == "micro") & ~pl.col("_has_global"))
+
+
+def _stream_facts(rows: pl.LazyFrame) -> pl.DataFrame:
+    """What each stream's steps need from all of it, wherever a piece of it is assembled: whether it logs
+    global timer lines, its first progress line and that line's step, and the number of counted timer
+    lines before it (their steps are counted back from it)."""
+    first = (
+        rows.filter(pl.col("source") == "progress")
+        .group_by(STREAM)
+        .agg(_first_line=pl.col("line").min(), _first_step=pl.col("step").sort_by("line").first())
     )
-    key = ["host", "rank_key", "engine", "step"]
-    present = [c for c in STEP_COLUMNS if c in rows.columns]
+    has_global = rows.filter(pl.col("role") == "global").select(STREAM).unique().with_columns(_has_global=pl.lit(True))
+    facts = first.join(has_global, on=STREAM, how="full", coalesce=True, nulls_equal=True)
+    facts = facts.with_columns(pl.col("_has_global").fill_null(False)).collect(engine="streaming")
+    before_first = (
+        rows.filter(pl.col("source") == "timers")
+        .join(facts.lazy(), on=STREAM, nulls_equal=True)
+        .filter(_kept() & (_counted() == 1) & (pl.col("line") < pl.col("_first_line")))
+    )
+    counted = before_first.group_by(STREAM).agg(_before_first=pl.len().cast(pl.Int64))
+    facts = facts.join(counted.collect(engine="streaming"), on=STREAM, how="left", nulls_equal=True)
+    return facts.with_columns(pl.col("_before_first").fill_null(0))
+
+
+@dataclass(frozen=True)
+class _Carry:
+    """Where the records assembled so far left each stream, for the next piece: its engine, its last
+    progress step and the counted timer lines since that and in all (`streams`), how many progress lines
+    each of its step numbers had (`progress`: the n-th is engine n-1), and Megatron's skipped iterations
+    so far per host and engine (`skipped`)."""
+
+    streams: pl.DataFrame
+    progress: pl.DataFrame
+    skipped: pl.DataFrame
+
+
+def _assembled(rows: pl.DataFrame, facts: pl.DataFrame, carry: _Carry | None) -> tuple[pl.DataFrame, _Carry]:
+    """The records of a piece (all of a file's, or a range of its lines), in line order, each with its
+    engine and step, ready to merge; and where the piece leaves each stream."""
+    rows = rows.join(facts, on=STREAM, how="left", nulls_equal=True, maintain_order="left")
+    rows = rows.with_columns(pl.col("_has_global").fill_null(False)).filter(_kept())
+    rows = _engines(_at_start(rows, carry))
+    rows = _timer_steps(rows)
+    if carry is None:
+        rows = rows.with_columns(_skipped0=pl.lit(0.0))
+    else:
+        rows = rows.join(carry.skipped, on=["host", "engine"], how="left", nulls_equal=True, maintain_order="left")
+        rows = rows.with_columns(pl.col("_skipped0").fill_null(0.0))
+    # Megatron counts skipped iterations per logging interval; `skipped` is cumulative
+    skipped = pl.col("skipped_iterations").cum_sum().over("host", "engine") + pl.col("_skipped0")
+    rows = rows.with_columns(pl.coalesce("skipped", skipped).cast(pl.Int64, strict=False).alias("skipped"))
+    carry = _carried(rows, carry)
     by_priority = (
         pl.when(pl.col("role") == "optimizer")
         .then(9)
         .otherwise(pl.col("source").replace_strict(MESSAGE_PRIORITY, return_dtype=pl.Int8))
     )
-    merged = rows.group_by(key, maintain_order=True).agg(
+    return rows.with_columns(message_line="line", _priority=by_priority), carry
+
+
+CARRIED = ["_engine0", "_since0", "_timers0", "_seen0"]  # counts a piece starts from, 0 in the first
+
+
+def _at_start(rows: pl.DataFrame, carry: _Carry | None) -> pl.DataFrame:
+    """The records with where their stream stood when the piece began (nothing before the first piece)."""
+    if carry is not None:
+        rows = rows.join(carry.streams, on=STREAM, how="left", nulls_equal=True, maintain_order="left")
+        rows = rows.join(carry.progress, on=[*STREAM, "step"], how="left", nulls_equal=True, maintain_order="left")
+    else:
+        rows = rows.with_columns(pl.lit(None, pl.Int64).alias("_last0"), *(pl.lit(0).alias(c) for c in CARRIED))
+    return rows.with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in CARRIED)
+
+
+def _carried(rows: pl.DataFrame, carry: _Carry | None) -> _Carry:
+    """Where this piece leaves each stream: the carry for the next one."""
+    g, segment = pl.col("_g"), pl.col("_sf")
+    before = pl.when(segment.max() == 0).then(pl.col("_since0").first()).otherwise(0)  # no progress line here
+    streams = rows.group_by(STREAM, maintain_order=True).agg(
+        _engine0=pl.col("engine").last(),
+        _last0=pl.col("_last").last(),
+        _since0=g.filter(segment == segment.max()).sum() + before,
+        _timers0=pl.col("_timers0").first() + g.sum(),
+    )
+    progress = rows.filter(pl.col("source") == "progress").group_by(*STREAM, "step").agg(_seen0=pl.len().cast(pl.Int64))
+    skipped = rows.group_by("host", "engine").agg(
+        _skipped0=pl.col("_skipped0").first() + pl.col("skipped_iterations").sum()
+    )
+    if carry is not None:
+        streams = pl.concat([carry.streams, streams]).unique(STREAM, keep="last", maintain_order=True)
+        progress = pl.concat([carry.progress, progress]).group_by(*STREAM, "step").agg(pl.col("_seen0").sum())
+        skipped = pl.concat([carry.skipped, skipped]).unique(["host", "engine"], keep="last", maintain_order=True)
+    return _Carry(streams, progress, skipped)
+
+
+def _merged(rows: pl.DataFrame) -> pl.DataFrame:
+    """The records (or pieces' rows) of one (host, rank, engine, step) in one row: the first value of each
+    column in line order, the line the row's text comes from (`message_line`: the most telling source,
+    MESSAGE_PRIORITY). Merging merged rows again gives the same row, which is what joins a split step."""
+    present = [c for c in STEP_COLUMNS if c in rows.columns]
+    return rows.group_by(KEY, maintain_order=True).agg(
         pl.col("line").min(),
         pl.col("ts").drop_nulls().first(),
         pl.col("ts_text").filter(pl.col("ts").is_not_null()).first(),  # that time as printed
         pl.col("rank").drop_nulls().first(),
         *(pl.col(c).drop_nulls().first() for c in present),
-        pl.col("line").sort_by(by_priority).first().alias("message_line"),  # its text is joined by `tables`
+        pl.col("message_line").sort_by("_priority", maintain_order=True).first(),
+        pl.col("_priority").min(),
     )
-    return merged.drop("rank_key").with_columns(pl.col("engine").cast(pl.String)).sort("line")
-
-
-def _drop_shadowed_micro_timers(rows: pl.DataFrame) -> pl.DataFrame:
-    """Drop micro-step timer lines of streams that also log global ones; keep only known roles."""
-    has_global = (pl.col("role") == "global").any().over("host", "rank_key")
-    micro = pl.col("role") == "micro"
-    return rows.filter(pl.col("role").is_null() | pl.col("role").is_in(["global", "optimizer"]) | (micro & ~has_global))
 
 
 def _engines(rows: pl.DataFrame) -> pl.DataFrame:
     """Number the engines of each rank by repeats of its progress step numbers."""
     progress = pl.col("source") == "progress"
-    repeat = pl.when(progress).then(pl.int_range(pl.len()).over("host", "rank_key", "step", "source"))
-    return rows.with_columns(repeat.alias("engine")).with_columns(
-        pl.col("engine").forward_fill().over("host", "rank_key").fill_null(0)
-    )
+    repeat = pl.int_range(pl.len()).over(*STREAM, "step", "source") + pl.col("_seen0")
+    engine = pl.when(progress).then(repeat).forward_fill().over(STREAM).fill_null(pl.col("_engine0"))
+    return rows.with_columns(engine.alias("engine"))
 
 
 def _timer_steps(rows: pl.DataFrame) -> pl.DataFrame:
-    """The step of each timer line, from the progress lines around it (see the module doc)."""
-    stream = ["host", "rank_key"]
+    """The step of each timer line, from the progress lines around it (see the module doc): after one, the
+    last one's step plus the counted timer lines since it; before the first, that one's step less those
+    still to come before it; in a stream without any, by count."""
     is_p = (pl.col("source") == "progress").cast(pl.Int64, strict=False)
-    is_g = ((pl.col("source") == "timers") & (pl.col("role") != "optimizer")).cast(pl.Int64, strict=False)
-    p_step = pl.when(is_p == 1).then(pl.col("step"))
-    seg_fwd = is_p.cum_sum().over(stream)
-    seg_bwd = is_p.cum_sum(reverse=True).over(stream)
+    segment = is_p.cum_sum().over(STREAM)  # 0 until the piece's first progress line
     rows = rows.with_columns(
-        is_p.alias("_p"), is_g.alias("_g"), seg_fwd.alias("_sf"), seg_bwd.alias("_sb"),
-        p_step.forward_fill().over(stream).alias("_last"), p_step.backward_fill().over(stream).alias("_next"),
-    )  # fmt: skip
-    forward = pl.col("_last") + pl.col("_g").cum_sum().over(*stream, "_sf") - pl.col("_g")
-    backward = pl.col("_next") - pl.col("_g").cum_sum(reverse=True).over(*stream, "_sb")
-    counted = pl.col("_g").cum_sum().over(stream) + 1 - pl.col("_g")
-    timer_step = pl.coalesce(forward, backward, counted)
+        _g=_counted(),
+        _sf=segment,
+        _last=pl.when(is_p == 1).then(pl.col("step")).forward_fill().over(STREAM).fill_null(pl.col("_last0")),
+    )
+    g = pl.col("_g")
+    before = g.cum_sum().over(STREAM) - g + pl.col("_timers0")  # counted timer lines before this one
+    since = g.cum_sum().over(*STREAM, "_sf") - g + pl.when(pl.col("_sf") == 0).then(pl.col("_since0")).otherwise(0)
+    forward = pl.col("_last") + since
+    backward = pl.col("_first_step") - (pl.col("_before_first") - before)
+    counted = before + 1
     return rows.with_columns(
         pl.when(pl.col("source") == "timers")
-        .then(timer_step)
+        .then(pl.coalesce(forward, backward, counted))
         .otherwise(pl.col("step"))
         .cast(pl.Int64, strict=False)
         .alias("step")
-    ).drop("_p", "_g", "_sf", "_sb", "_last", "_next")
+    )
 
 
 # ---------------------------------------------------------------- comm_ops
