@@ -209,3 +209,12 @@ def test_a_stretch_warns_only_when_it_stands_out_from_the_run():
 def test_a_slow_start_is_the_run_start_up_not_a_warning():
     (start,) = fire(tables_from(steps=_wall_rows(_noisy({range(0, 60): 2.5}))), "TL401")
     assert start.severity == Severity.INFO and "start-up" in start.summary
+
+
+def test_a_zero_usual_pace_is_no_baseline():
+    """A logger that prints whole seconds (`%H:%M:%S`) and three 333 ms steps a second: two steps in three
+    show 0 ms between their lines, the third 1,000 ms, and a stretch of 1.5 s steps is unbroken. The
+    usual pace measured so, 0 ms, is no baseline to be slow against: it made that stretch "infx the
+    usual 0 ms per step". Nothing is claimed against it."""
+    times = [0.0, 0.0, 1000.0] * 100 + [1500.0] * 30 + [0.0, 0.0, 1000.0] * 30
+    assert fire(tables_from(steps=_wall_rows(times)), "TL401") == []

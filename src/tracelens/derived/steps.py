@@ -209,6 +209,7 @@ def sustained_windows(series: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> li
     usual = pl.col("time_ms").filter(pl.int_range(pl.len()) >= WARMUP_ROWS).quantile(0.25).over(STREAM)
     marked = series.with_columns(baseline_ms=usual).with_columns(
         slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS)
+        & (pl.col("baseline_ms") > 0)  # a 0 ms pace (steps shorter than their stamps resolve) is no baseline
         & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
     )
     return [
