@@ -91,11 +91,27 @@ def test_a_capture_walked_apart_reads_as_walked_in_process(multiflow, tmp_path, 
     assert read[True][1][0] == {"none": 60_000, "cut": 59_999, "corrupt": 28_100, "pcapng": 18}[damage]
 
 
-def test_both_directions_of_a_host_pair_share_a_bucket(multiflow):
+def test_a_bucket_holds_whole_connections_and_every_roce_qp_of_a_host_pair(multiflow, tmp_path, monkeypatch):
+    """Both directions of a TCP connection share a bucket, and so do all the RoCE QPs between two hosts
+    (a response names no data QP: it is paired among the hosts' QPs); the TCP connections between two
+    hosts are spread over buckets (a socket transport's capture between two nodes is many of them)."""
+    assert _packets(multiflow)["bucket"].n_unique() == 1  # 60k frames: one bucket of BUCKET_PACKETS
+    monkeypatch.setattr(pcap, "BUCKET_PACKETS", 5_000)
     packets = _packets(multiflow).with_columns(pl.col("src", "dst").cast(pl.String))
-    pairs = packets.select(a=pl.min_horizontal("src", "dst"), b=pl.max_horizontal("src", "dst"), bucket="bucket")
-    assert pairs.group_by("a", "b").agg(pl.col("bucket").n_unique())["bucket"].max() == 1
-    assert packets["bucket"].n_unique() == 1  # 60k frames: one bucket of BUCKET_PACKETS
+    hosts = [pl.min_horizontal("src", "dst").alias("a"), pl.max_horizontal("src", "dst").alias("b")]
+    ends = [pl.min_horizontal("sport", "dport").alias("p"), pl.max_horizontal("sport", "dport").alias("q")]
+    roce = packets.filter(pl.col("proto") == "roce").group_by(hosts).agg(pl.col("bucket").n_unique())
+    assert roce.height > 10 and roce["bucket"].max() == 1
+    tcp = packets.filter(pl.col("proto") == "tcp")
+    assert tcp.group_by(*hosts, *ends).agg(pl.col("bucket").n_unique())["bucket"].max() == 1
+    # the lab's real capture: four connections between two network namespaces, 8,771 TCP frames
+    lab = tmp_path / "lab-tcp-loss.pcap"
+    lab.write_bytes(gzip.decompress((FIXTURES / "lab-tcp-loss" / "capture.pcap.gz").read_bytes()))
+    monkeypatch.setattr(pcap, "BUCKET_PACKETS", 300)
+    tcp = _packets(lab).filter(pl.col("proto") == "tcp").with_columns(pl.col("src", "dst").cast(pl.String))
+    connections = tcp.group_by(*hosts, *ends).agg(pl.col("bucket").n_unique())
+    assert connections.height == 4 and connections["bucket"].max() == 1
+    assert tcp.group_by(hosts).agg(pl.col("bucket").n_unique())["bucket"].item() > 1
 
 
 @pytest.mark.parametrize(

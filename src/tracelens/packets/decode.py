@@ -216,11 +216,20 @@ def decode(view: ByteView, rec: Records, buckets: int = 1) -> tuple[pa.Table, np
     return _table(chunk, buckets), status
 
 
-def _pair_bucket(src: np.ndarray, dst: np.ndarray, buckets: int) -> np.ndarray:
-    """Which of `buckets` each frame's two addresses (their hashes, _mix) fall in, the same both ways:
-    every connection between two hosts, both its directions, lands in one bucket, whatever chunk
-    the frame came in. The per-connection analysis reads a bucket at a time."""
-    return ((src ^ dst) % np.uint64(buckets)).astype(np.int32)
+def _pair_bucket(chunk: _Chunk, src: np.ndarray, dst: np.ndarray, buckets: int) -> np.ndarray:
+    """Which of `buckets` each frame falls in, the same both ways, whatever chunk the frame came in: by
+    its two addresses (their hashes, _mix), so that every RoCE QP between two hosts lands in one bucket
+    (a response names no data QP: it is paired with one among the hosts' QPs), and for TCP by its two
+    ports as well, so that each connection lands in a bucket of its own (a capture of a socket
+    transport between two hosts is many connections, not one bucket). The per-connection analysis
+    reads a bucket at a time."""
+    pair = src ^ dst
+    tcp = np.flatnonzero((chunk.proto == _P["tcp"]) & chunk.valid.get("sport", False) & chunk.valid.get("dport", False))
+    if tcp.size:
+        ports = (chunk.values["sport"][tcp] ^ chunk.values["dport"][tcp]).astype(np.uint64)
+        with np.errstate(over="ignore"):
+            pair[tcp] += _mix(np.zeros(tcp.size, np.int8), ports, np.zeros(tcp.size, np.uint64))
+    return (pair % np.uint64(buckets)).astype(np.int32)
 
 
 def _mix(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
@@ -510,7 +519,7 @@ _LEADING_BYTES = np.array([(~((1 << (8 * (8 - n))) - 1)) & (2**64 - 1) for n in 
 def _table(chunk: _Chunk, buckets: int) -> pa.Table:
     src, src_hash = _addresses(*chunk.addr["src"])
     dst, dst_hash = _addresses(*chunk.addr["dst"])
-    chunk.put("bucket", np.arange(chunk.n), _pair_bucket(src_hash, dst_hash, buckets))
+    chunk.put("bucket", np.arange(chunk.n), _pair_bucket(chunk, src_hash, dst_hash, buckets))
     columns: dict[str, pa.Array] = {}
     for name in COLUMN_DTYPES:
         if name in chunk.values:
