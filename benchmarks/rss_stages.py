@@ -4,7 +4,8 @@
 
 Runs the whole analysis and the HTML report in this process while a thread reads /proc/self/statm
 every few milliseconds (tracemalloc does not see polars' allocations). Each sample is charged to the
-innermost stage running: ingest, align and its steps (`inferred._place_group`, `timeline._zone` ...),
+innermost stage running: ingest and a big DeepSpeed log's step assembly (`ds_assemble._assembled` ...),
+align and its steps (`inferred._place_group`, `timeline._zone` ...),
 settle, a derived result of the RunContext (`ctx.slow_windows` ...), a table read into memory
 (`table.nccl_comms`), a rule (`TL401`), a report section (`report.steps`) and the render. A spike
 shorter than a sample is seen only in the closing ru_maxrss. Prints, per stage, the RSS when it first
