@@ -3,6 +3,7 @@
 Workloads (benchmarks/workloads.py, written under --data, deleted at the end unless --keep):
   nccl-250mb / nccl-1gb / nccl-5gb   a 1,024-rank job's launcher stdout: per-rank init lines, COLL lines, training lines
   deepspeed             a DeepSpeed/Megatron-heavy log of the same job (every rank's timers each step)
+  deepspeed-one-stream  the same lines all on one host and rank: one stream of 3.2M step records
   folder-4096           4,096 per-rank NCCL_DEBUG_FILE logs, one folder per node
 
 Each is measured as a user runs it, in a fresh process from launch to exit (interpreter start and
@@ -35,6 +36,7 @@ WORKLOADS = {  # name -> (workloads.py arguments, size in MB)
     "nccl-1gb": ("nccl", 1000),
     "nccl-5gb": ("nccl", 5000),
     "deepspeed": ("deepspeed", 1000),
+    "deepspeed-one-stream": ("deepspeed-one-stream", 1000),
     "folder-4096": ("folder", 400),
 }
 POLARS_LINES = (
@@ -81,7 +83,7 @@ def same_findings(tracelens: str, log: Path, folder: Path, rounds: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-bench")
-    parser.add_argument("--only", default="nccl-1gb,nccl-5gb,deepspeed,folder-4096")
+    parser.add_argument("--only", default="nccl-1gb,nccl-5gb,deepspeed,deepspeed-one-stream,folder-4096")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=os.cpu_count())
     parser.add_argument("--keep", action="store_true")
@@ -97,7 +99,7 @@ def main() -> None:
     tracelens = str(Path(sys.executable).with_name("tracelens"))
     print(f"tracelens tables vs a polars line read, fresh processes, {load()}, --jobs {args.jobs}")
     print(
-        f"{'workload':<14}{'MB':>8}{'tool':>20}{'s (min-max)':>18}{'MB/s':>14}{'CPU s':>14}{'MB/CPU s':>10}"
+        f"{'workload':<22}{'MB':>8}{'tool':>20}{'s (min-max)':>18}{'MB/s':>14}{'CPU s':>14}{'MB/CPU s':>10}"
         f"{'peak RSS MB':>16}{'load':>7}"
     )
     base_path = os.environ.get("PYTHONPATH", "")
@@ -122,7 +124,7 @@ def main() -> None:
             cpu = sorted(c.cpu_s for c in children)
             rss = sorted(c.rss_mb for c in children)
             print(
-                f"{name:<14}{size:>8.0f}{tool:>20}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>18}"
+                f"{name:<22}{size:>8.0f}{tool:>20}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>18}"
                 f"{f'{size / secs[-1]:.0f}-{size / secs[0]:.0f}':>14}{f'{cpu[0]:.1f}-{cpu[-1]:.1f}':>14}"
                 f"{size / cpu[0]:>10.0f}{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}{at_start:>7.1f}",
                 flush=True,

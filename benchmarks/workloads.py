@@ -10,6 +10,7 @@ every rank and rank 0's `step=`, ThroughputTimer and Megatron `iteration` lines 
 
     python benchmarks/workloads.py nccl OUT.log --mb 1000
     python benchmarks/workloads.py deepspeed OUT.log --mb 500
+    python benchmarks/workloads.py deepspeed-one-stream OUT.log --mb 1000   # every line node001, rank 0
     python benchmarks/workloads.py folder OUT_DIR --files 4096 --mb 400
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -164,6 +166,14 @@ def deepspeed_lines(job: Job) -> Iterator[str]:
         yield from job.collectives(1)
 
 
+def one_stream(lines: Iterator[str]) -> Iterator[str]:
+    """The lines all on one host and rank (`node001: `, `[Rank 0]`): one stream of millions of step
+    records, the shape that once held a stream whole (benchmarks/README.md)."""
+    host, rank = re.compile(r"^node\d+: "), re.compile(r"\[Rank \d+\]")
+    for line in lines:
+        yield rank.sub("[Rank 0]", host.sub("node001: ", line, count=1))
+
+
 def write(path: Path, lines: Iterator[str], size: int) -> int:
     written = 0
     with path.open("w") as out:
@@ -199,7 +209,7 @@ def write_folder(folder: Path, files: int, size: int, seed: int = 3) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["nccl", "deepspeed", "folder"])
+    parser.add_argument("what", choices=["nccl", "deepspeed", "deepspeed-one-stream", "folder"])
     parser.add_argument("out", type=Path)
     parser.add_argument("--mb", type=int, default=1000)
     parser.add_argument("--files", type=int, default=4096)
@@ -209,7 +219,7 @@ def main() -> None:
         write_folder(args.out, args.files, args.mb << 20, args.seed)
     else:
         lines = nccl_lines(Job(args.seed)) if args.what == "nccl" else deepspeed_lines(Job(args.seed))
-        write(args.out, lines, args.mb << 20)
+        write(args.out, one_stream(lines) if args.what == "deepspeed-one-stream" else lines, args.mb << 20)
 
 
 if __name__ == "__main__":
