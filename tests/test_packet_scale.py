@@ -134,6 +134,153 @@ def test_analysis_in_buckets_equals_the_whole_on_fixtures(fixture, tmp_path, mon
     assert_frame_equal(bucketed.tcp, whole.tcp)
 
 
+def _capture(name: str, tmp_path: Path) -> Path:
+    """A capture of the repo by its path under fixtures/ or tests/captures/, unpacked."""
+    path = next(root / name for root in (FIXTURES, Path(__file__).parent / "captures") if (root / name).exists())
+    if path.suffix == ".gz":
+        (tmp_path / path.stem).write_bytes(gzip.decompress(path.read_bytes()))
+        path = tmp_path / path.stem
+    return path
+
+
+def _assert_same_analysis(a: flows.PacketAnalysis, b: flows.PacketAnalysis) -> None:
+    assert_frame_equal(a.qps, b.qps)
+    assert_frame_equal(a.tcp, b.tcp)
+    assert_frame_equal(a.events, b.events)
+
+
+@pytest.mark.parametrize(
+    "capture, piece",
+    [
+        ("lab-tcp-loss/capture.pcap.gz", 211),  # real kernel resends, SACK and D-SACK, four connections
+        ("lab-loss/capture.pcap.gz", 1_500),
+        ("kernel_retransmissions/loss-seen.pcap", 61),  # fast retransmissions after duplicate ACKs
+        ("kernel_retransmissions/duplicates.pcap", 61),  # the same frames captured twice
+        ("scenario-flaky-link/node02/capture-node02-mlx5_1.pcap", 29),  # NAKs and their resends
+        ("scenario-congestion/node02/capture-node02-mlx5_0.pcap", 29),  # CNPs and CE marks
+    ],
+)
+def test_a_bucket_in_pieces_gives_what_it_gives_whole(capture, piece, tmp_path, monkeypatch):
+    """A bucket bigger than PIECE_FRAMES is analysed a piece at a time, each piece starting where the
+    one before left every direction and QP: pieces of a few dozen frames give the whole's results."""
+    packets = _packets(_capture(capture, tmp_path))
+    whole = flows.analyze(packets)
+    monkeypatch.setattr(flows, "PIECE_FRAMES", piece)
+    assert len(flows._pieces(packets.lazy())) >= 10
+    _assert_same_analysis(flows.analyze(packets), whole)
+    assert whole.events.height > 0 or capture.endswith("duplicates.pcap")
+
+
+def test_one_big_connection_and_one_big_qp_in_pieces(tmp_path, monkeypatch):
+    """The shape that held a connection whole: one RoCE QP and one TCP connection, with the multi-flow
+    capture's slice of trouble (NAKs, an RNR NAK, CNPs, CE marks, TCP losses) inside, spilled the way
+    a run reads it and cut into pieces that each start mid-flow."""
+    path = tmp_path / "one-flow.pcap"
+    write_multiflow(path, 40_000, qps=1, tcp=1)
+    spilled = _packets(path, tmp_path / "spill")
+    whole = flows.analyze(spilled)
+    monkeypatch.setattr(flows, "PIECE_FRAMES", 2_500)
+    _assert_same_analysis(flows.analyze(spilled), whole)
+    kinds = set(whole.events["kind"].to_list())
+    assert {"NAK (PSN sequence error)", "RNR NAK", "CNP", "ECN-CE", "TCP retransmission"} <= kinds
+    assert whole.qps["packets"].max() > 10_000 and whole.tcp["segments"].max() > 5_000
+
+
+# a TCP connection where each state a piece carries decides something (ms after START, sender, flags,
+# seq, ack, bytes): a fast retransmission after duplicate ACKs, a keep-alive's answer (not a duplicate
+# ACK), a resend that is a loss and not reordering only because of when the sequence last advanced,
+# and a frame captured twice
+EDGES = [
+    (0.0, "c", "S", 0, 0, 0),
+    (1.0, "s", "SA", 100, 1, 0),
+    (1.1, "c", "A", 1, 101, 0),  # the handshake's round trip, 1.1 ms: the out-of-order window
+    (2.0, "c", "PA", 1, 101, 100),
+    (2.05, "s", "A", 101, 101, 0),
+    (2.1, "c", "PA", 101, 101, 100),
+    (2.15, "s", "A", 101, 201, 0),
+    (2.16, "s", "A", 101, 201, 0),  # the same frame again (same IP id): a capture duplicate
+    (2.2, "c", "PA", 301, 101, 100),  # 201-300 lost
+    (2.25, "s", "A", 101, 201, 0),  # duplicate ACK 1
+    (2.3, "s", "A", 101, 201, 0),  # duplicate ACK 2
+    (2.35, "c", "PA", 201, 101, 100),  # fast retransmission
+    (2.4, "s", "A", 101, 401, 0),
+    (10.0, "c", "A", 400, 101, 0),  # keep-alive
+    (10.1, "s", "A", 101, 401, 0),  # its answer
+    (20.0, "c", "PA", 401, 101, 100),
+    (20.05, "s", "A", 101, 501, 0),
+    (20.1, "c", "PA", 601, 101, 100),  # 501-600 lost; the sequence last advanced here
+    (20.5, "c", "A", 701, 101, 0),
+    (21.3, "c", "PA", 501, 101, 100),  # 1.2 ms after the advance: a retransmission, not reordering
+]
+
+
+def _edges_capture(path: Path) -> Path:
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.packet import Raw
+
+    from synth.pcap import START, RoceFaults, roce_conversation, write
+
+    hosts = {"c": ("10.0.1.1", "10.0.1.2", 40000, 5201), "s": ("10.0.1.2", "10.0.1.1", 5201, 40000)}
+    ip_ids = {"c": 100, "s": 7000}
+    packets = []
+    for ms, who, flags, seq, ack, size in EDGES:
+        src, dst, sport, dport = hosts[who]
+        again = packets and ms - EDGES[len(packets) - 1][0] < 0.02 and who == EDGES[len(packets) - 1][1]
+        ip_ids[who] += 0 if again else 1
+        tcp = TCP(sport=sport, dport=dport, flags=flags, seq=seq, ack=ack, window=512)
+        packet = Ether() / IP(src=src, dst=dst, id=ip_ids[who]) / tcp / Raw(b"x" * size)
+        packet.time = START + ms / 1000
+        packets.append(packet)
+    roce = roce_conversation(messages=20, faults=RoceFaults(lost=(4,), rnr=(9,), congested=(14,)), start=START + 0.03)
+    return write(path, packets + roce)
+
+
+def test_every_carry_of_a_piece_across_every_frame(tmp_path, monkeypatch):
+    """Pieces of one frame each: every state one piece hands the next decides an event here."""
+    packets = _packets(_edges_capture(tmp_path / "edges.pcap"))
+    whole = flows.analyze(packets)
+    kinds = whole.events.group_by("kind").len().sort("kind").rows()
+    assert kinds == [
+        ("CNP", 1),
+        ("ECN-CE", 1),
+        ("NAK (PSN sequence error)", 1),
+        ("PSN gap", 1),
+        ("RNR NAK", 1),
+        ("RoCE retransmission", 3),  # go-back-N after the NAK (two), the RNR NAK's resend
+        ("TCP retransmission", 2),
+        ("capture duplicate", 1),
+    ]
+    client = whole.tcp.filter(pl.col("sport") == 40000).row(0, named=True)
+    assert (client["fast_retransmissions"], client["loss_retransmissions"]) == (1, 2)
+    assert whole.tcp.filter(pl.col("sport") == 5201)["dup_acks"].item() == 2  # not the keep-alive's answer
+    assert whole.qps["nak_to_resend_ms"].item() > 0
+    monkeypatch.setattr(flows, "PIECE_FRAMES", 1)
+    assert len(flows._pieces(packets.lazy())) == packets.height
+    _assert_same_analysis(flows.analyze(packets), whole)
+
+
+def test_pieces_cover_a_bucket_whatever_its_frames(monkeypatch):
+    """Pieces are cut by frame number where the bucket's frames are, not by even ranges: a bucket whose
+    frames crowd into a few stretches of the capture still gets pieces of about PIECE_FRAMES."""
+    frame = np.concatenate([np.arange(0, 50_000), np.arange(10_000_000, 10_000_500), np.arange(90_000_000, 90_040_000)])
+    bucket = pl.LazyFrame({"frame": frame})
+    monkeypatch.setattr(flows, "PIECE_FRAMES", 10_000)
+    sizes = [piece.select(pl.len()).collect().item() for piece in flows._pieces(bucket)]
+    assert sum(sizes) == frame.size
+    assert len(sizes) >= 9 and max(sizes) <= 10_000 + 1_400  # one edge's frames over at most
+
+
+def test_a_qp_of_more_than_2_gb_adds_up(tmp_path):
+    """Byte counts are 64-bit: a long QP's bytes once wrapped around at 2 GB (a sum of 32-bit lengths)."""
+    packets = _packets(_capture("scenario-flaky-link/node02/capture-node02-mlx5_1.pcap", tmp_path))
+    big = packets.with_columns(length=pl.lit(1_000_000_000, pl.Int32), payload=pl.lit(1_000_000_000, pl.Int32))
+    qps = flows.analyze(big).qps
+    data = packets.filter(pl.col("proto") == "roce").height
+    assert qps["bytes"].sum() > 2**31 and qps["bytes"].sum() % 1_000_000_000 == 0
+    assert qps["bytes"].sum() < data * 1_000_000_000
+
+
 def test_a_big_capture_finds_what_its_slice_of_trouble_finds(tmp_path, multiflow):
     (tmp_path / "slice").mkdir()
     write_multiflow(tmp_path / "slice" / "capture.pcap", 0)

@@ -8,10 +8,11 @@ read in bounded memory on every core. In a run (the source has a spill folder,
 the run's private working folder) the rows go there as Parquet as they are
 decoded, one file per bucket of host pairs, and the table is a lazy scan of
 them: memory follows a chunk, not the capture, and the per-connection analysis
-(tracelens.derived.flows) reads one bucket's file at a time. Account: lines =
-frames read, parsed = frames with an IP, RoCE or InfiniBand header, ignored =
-other link-layer protocols (ARP, LLDP ...), unrecognized = frames on an unknown
-link type or with a cut or malformed network header.
+(tracelens.derived.flows) reads one bucket's file at a time (a big one a piece
+at a time). Account: lines = frames read, parsed = frames with an IP, RoCE or
+InfiniBand header, ignored = other link-layer protocols (ARP, LLDP ...),
+unrecognized = frames on an unknown link type or with a cut or malformed
+network header.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from tracelens.tables import SCHEMAS, TS, conform
 FORMAT = "pcap"
 PRIORITY = 10
 
-BUCKET_PACKETS = 250_000  # packets of a bucket the per-connection analysis holds at once (~700 bytes each at its peak)
+BUCKET_PACKETS = 250_000  # packets of a bucket, about: the per-connection analysis reads a bucket at a time
 MAX_BUCKETS = 256  # one open file each while the capture is read; beyond 64M packets, buckets grow instead
 SPILL_ROWS = 1 << 20  # rows held before each bucket's are written as a row group (~150 MB)
 DECODERS = 2  # chunks decoded at once, beside the record walk
