@@ -214,26 +214,35 @@ EDGES = [
 ]
 
 
-def _edges_capture(path: Path) -> Path:
+def _tcp_frames(rows: list[tuple]) -> list:
+    """Frames of one connection from (ms after START, sender, flags, seq, ack, bytes[, SACK block]);
+    a frame from the same sender under 0.02 ms after the one before is the same frame again."""
     from scapy.layers.inet import IP, TCP
     from scapy.layers.l2 import Ether
     from scapy.packet import Raw
 
-    from synth.pcap import START, RoceFaults, roce_conversation, write
+    from synth.pcap import START
 
     hosts = {"c": ("10.0.1.1", "10.0.1.2", 40000, 5201), "s": ("10.0.1.2", "10.0.1.1", 5201, 40000)}
     ip_ids = {"c": 100, "s": 7000}
     packets = []
-    for ms, who, flags, seq, ack, size in EDGES:
+    for i, (ms, who, flags, seq, ack, size, *sack) in enumerate(rows):
         src, dst, sport, dport = hosts[who]
-        again = packets and ms - EDGES[len(packets) - 1][0] < 0.02 and who == EDGES[len(packets) - 1][1]
+        again = i and ms - rows[i - 1][0] < 0.02 and who == rows[i - 1][1]
         ip_ids[who] += 0 if again else 1
-        tcp = TCP(sport=sport, dport=dport, flags=flags, seq=seq, ack=ack, window=512)
+        options = [("SAck", sack[0])] if sack else []
+        tcp = TCP(sport=sport, dport=dport, flags=flags, seq=seq, ack=ack, window=512, options=options)
         packet = Ether() / IP(src=src, dst=dst, id=ip_ids[who]) / tcp / Raw(b"x" * size)
         packet.time = START + ms / 1000
         packets.append(packet)
+    return packets
+
+
+def _edges_capture(path: Path) -> Path:
+    from synth.pcap import START, RoceFaults, roce_conversation, write
+
     roce = roce_conversation(messages=20, faults=RoceFaults(lost=(4,), rnr=(9,), congested=(14,)), start=START + 0.03)
-    return write(path, packets + roce)
+    return write(path, _tcp_frames(EDGES) + roce)
 
 
 def test_every_carry_of_a_piece_across_every_frame(tmp_path, monkeypatch):
@@ -258,6 +267,23 @@ def test_every_carry_of_a_piece_across_every_frame(tmp_path, monkeypatch):
     monkeypatch.setattr(flows, "PIECE_FRAMES", 1)
     assert len(flows._pieces(packets.lazy())) == packets.height
     _assert_same_analysis(flows.analyze(packets), whole)
+
+
+def test_a_d_sack_across_the_sequence_wrap_names_its_resend(tmp_path):
+    """A D-SACK block is matched with the resends in the 64 KB stretches of sequence space it covers,
+    across the 32-bit wrap too: here the block starts 50 bytes before the wrap, the resend after it."""
+    from synth.pcap import write
+
+    near_wrap = (1 << 32) - 50
+    rows = [
+        (0.0, "c", "PA", near_wrap, 1, 100),
+        (0.1, "c", "PA", 50, 1, 100),
+        (200.0, "c", "PA", 50, 1, 100),  # resent, though the receiver had it: a D-SACK says so
+        (200.5, "s", "A", 1, 150, 0, (near_wrap, 150)),
+    ]
+    analysis = flows.analyze(_packets(write(tmp_path / "wrap.pcap", _tcp_frames(rows))))
+    resends = analysis.events.filter(pl.col("kind").str.starts_with("TCP"))
+    assert resends.select("frame", "kind").rows() == [(3, flows.TCP_SPURIOUS)]
 
 
 def test_pieces_cover_a_bucket_whatever_its_frames(monkeypatch):

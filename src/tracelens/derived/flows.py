@@ -677,9 +677,17 @@ def _tcp(
 def _tcp_table(every: Callable[[str], pl.DataFrame]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The per-direction table, and the retransmissions' events, classified (see the module doc)."""
     resends, dsacks = every("resends"), every("dsacks")
+    # a resend is matched with the D-SACK blocks over its 64 KB of sequence space, not with every block of
+    # its direction: a lossy connection with thousands of each would have paired millions
+    window, windows = 1 << 16, 1 << 16  # 64 KB, and as many of them in the 32-bit space
+    first = pl.col("sack_left") // window
+    touched = (
+        pl.col("sack_left") % window + (pl.col("sack_right") - pl.col("sack_left")) % (1 << 32) + window - 1
+    ) // window
+    blocks = dsacks.with_columns(key=pl.int_ranges(first, first + touched)).explode("key")
     dsacked = (
-        resends.select(*DIRECTION, "order", "seq")
-        .join(dsacks, on=DIRECTION)
+        resends.select(*DIRECTION, "order", "seq", key=pl.col("seq") // window)
+        .join(blocks.with_columns(pl.col("key") % windows), on=[*DIRECTION, "key"])
         .filter(
             pl.col("sack_order") > pl.col("order"),
             _modular_diff(pl.col("seq"), pl.col("sack_left")) >= 0,
