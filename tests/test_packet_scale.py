@@ -286,6 +286,37 @@ def test_a_d_sack_across_the_sequence_wrap_names_its_resend(tmp_path):
     assert resends.select("frame", "kind").rows() == [(3, flows.TCP_SPURIOUS)]
 
 
+def test_the_median_psn_from_bins_is_the_median():
+    """A QP's median PSN (what pairs its ACKs) is found from counts per bin of PSNs and a second
+    reading of the middle bins only: it equals the median of all its PSNs, odd and even counts, PSNs
+    in one bin or spread over thousands, read in one piece or in three."""
+    rng = np.random.default_rng(3)
+    sizes, spreads = [1, 2, 7, 1_000, 1_001, 30_000], [10, 4_096, 1 << 24]
+    qps = [(q, n, spread) for q, (n, spread) in enumerate((n, s) for n in sizes for s in spreads)]
+    psn = np.concatenate([rng.integers(0, spread, n) for _, n, spread in qps])
+    frames = pl.DataFrame(
+        {
+            "file": "f",
+            "src": "a",
+            "dst": "b",
+            "dest_qp": np.repeat([q for q, _, _ in qps], [n for _, n, _ in qps]),
+            "psn": psn,
+            "proto": "roce",
+            "duplicate": False,
+            "opcode": 4,
+        }
+    ).sample(fraction=1.0, shuffle=True, seed=1)
+    expected = flows._roce_data_frames(frames).group_by(flows.DATA_QP).agg(data_psn=pl.col("psn").median())
+    for pieces in (1, 3):
+        bounds = np.linspace(0, frames.height, pieces + 1).astype(int)
+        slices = [frames.slice(lo, hi - lo) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        data = [flows._roce_data_frames(part) for part in slices]
+        counts = pl.concat(d.group_by(*flows.DATA_QP, flows._psn_bin()).agg(n=pl.len()) for d in data)
+        counts = counts.group_by(*flows.DATA_QP, "bin").agg(pl.col("n").sum()).sort(*flows.DATA_QP, "bin")
+        medians = flows._median_psns(counts, lambda columns, slices=slices: iter(slices))
+        assert_frame_equal(medians, expected, check_row_order=False)
+
+
 def test_pieces_cover_a_bucket_whatever_its_frames(monkeypatch):
     """Pieces are cut by frame number where the bucket's frames are, not by even ranges: a bucket whose
     frames crowd into a few stretches of the capture still gets pieces of about PIECE_FRAMES."""
