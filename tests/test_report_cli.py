@@ -89,6 +89,21 @@ def test_cli_analyze_writes_report_json_and_tables(tmp_path: Path):
     assert {p.stem for p in tables.glob("*.parquet")} >= {"nccl_events", "nccl_channels", "inputs", "packets", "steps"}
 
 
+def test_progress_names_the_stages_after_the_files(tmp_path: Path):
+    """The progress bar stands full once the files are read; a big run's alignment and capture
+    analysis then take a while, and the bar says which is running."""
+    from tracelens.analyze import analyze
+
+    run = tmp_path / "run42"
+    _write_log(run / "node01", [f"node01:1:1 [0] NCCL INFO {SCRIPT}"])
+    _write_log(run / "node02", [f"node02:1:1 [0] NCCL INFO {SCRIPT}"])
+    seen: list[tuple[int, int, str]] = []
+    analyze(run, jobs=1, progress=lambda done, total, name: seen.append((done, total, name))).close()
+    assert [name for *_, name in seen][-2:] == ["aligning the timeline", "running the rules, analysing captures"]
+    assert seen[-1][:2] == seen[-2][:2] == (2, 2)
+    assert {name for *_, name in seen[:-2]} == {"node01/train.log", "node02/train.log"}
+
+
 def test_cli_exit_codes(tmp_path: Path):
     missing = runner.invoke(app, ["analyze", str(tmp_path / "nope")])
     assert missing.exit_code == 2 and "no such file or folder" in missing.output

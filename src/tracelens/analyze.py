@@ -309,6 +309,7 @@ def aligned_run(
         )
     with folder_made as folder:
         read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
+        _stage(progress, read, "aligning the timeline")
         events = partial(event_times, windows=config.shared.packets)  # the capture's NAKs, resends ... as analysed
         renamed = rename_hosts(read, config.hosts)
         tables, timeline = align(renamed, tz or config.tz, capture_events=events, workdir=Path(folder) / "spill")
@@ -317,6 +318,14 @@ def aligned_run(
         if workdir is not None:
             tables = tables.settled(Path(folder) / "aligned", but=STREAMED)
         yield tables, timeline, notes
+
+
+def _stage(progress: Progress | None, tables: RunTables, label: str) -> None:
+    """Name the stage after the files are read on the progress bar: the bar stands full, and a big
+    run's alignment or capture analysis takes a while."""
+    if progress:
+        files = tables.height("inputs")
+        progress(files, files, label)
 
 
 def analyze(
@@ -345,6 +354,7 @@ def analyze(
             tables.load()
         context = RunContext(tables, config.shared, workdir=folder / "derived" if folder is not None else None)
         rules = select_rules(select or config.select, ignore or config.ignore)
+        _stage(progress, tables, "running the rules, analysing captures")
         findings, not_run = run_rules(context, rules, config)
     return Analysis(
         target=target,
