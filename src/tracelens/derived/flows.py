@@ -73,7 +73,7 @@ SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 # Flows and QPs are kept per capture file: two captures of one flow (both ends of a link)
 # must not merge into one stream where every segment looks resent.
 DIRECTION = ["file", "src", "sport", "dst", "dport"]
-QP = ["file", "src", "dst", "dest_qp"]
+DATA_QP = ["file", "src", "dst", "qp"]  # a data QP, from the data direction (src = requester)
 # The columns the analysis reads (every frame's, RoCE's and TCP's own, the duplicate check's): a bucket is
 # held with these alone (ts_text, msn, the FECN/BECN bits ... stay on disk: 194 -> 150 MB for 1.25M RoCE
 # frames)
@@ -81,9 +81,8 @@ FRAME = ["file", "frame", "ts", "src", "dst", "length", "payload"]
 ROCE_READ = ["ecn", "opcode", "dest_qp", "psn", "syndrome"]
 TCP_READ = ["sport", "dport", "seq", "ack", "flags", "window", "sack_left", "sack_right"]
 READ = [*FRAME, *ROCE_READ, *TCP_READ, "proto", "ip_id", "digest"]
-# what a big bucket's first reading needs (its duplicates, the facts every piece needs), and its second
-DUPLICATE_READ = ["file", "frame", "ts", "proto", "src", "dst", "sport", "dport", "opcode", "ip_id", "digest"]
-FACTS_READ = [*DUPLICATE_READ, "dest_qp", "psn", "seq", "flags"]
+# what a big bucket's first reading needs (its duplicates, then the median PSN's bins and the handshake)
+FACTS_READ = [*DIRECTION, "frame", "ts", "proto", "ip_id", "digest", "opcode", "dest_qp", "psn", "seq", "flags"]
 MEDIAN_READ = ["file", "frame", "proto", "src", "dst", "opcode", "dest_qp", "psn"]
 # Worst first; ties broken by the flow's identity: group_by's order varies from run to run, the report must not.
 QP_ORDER, QP_DESCENDING = ["trouble", "packets", "file", "src", "dst", "qp"], [True, True, False, False, False, False]
@@ -369,7 +368,6 @@ def _direction_label() -> pl.Expr:
 
 # -- RoCE ---------------------------------------------------------------------------------------
 
-DATA_QP = ["file", "src", "dst", "qp"]  # a data QP, from the data direction (src = requester)
 RESPONSE = ["file", "src", "dst", "dest_qp"]  # a response's requester QP, from the response direction
 ROCE_CARRIED = {"rel_psn": pl.Int64, "reach": pl.Int64}  # the PSN unwrapped, and the highest so far
 
@@ -443,15 +441,15 @@ def _roce(frames: pl.DataFrame, carry: _Carry, facts: _Facts) -> tuple[dict[str,
 def _roce_data(data: pl.DataFrame, carry: _Carry) -> pl.DataFrame:
     """Data packets per QP with their PSN fate: retransmitted, or how many PSNs are missing before them."""
     data = _with_context(data.with_columns(qp=pl.col("dest_qp")), carry.roce, ROCE_CARRIED)
-    data = data.with_columns(rel_psn=_unwrapped("psn", 24, QP, "rel_psn")).with_columns(
-        reach=pl.when("context").then("reach").otherwise("rel_psn").cum_max().over(QP)
+    data = data.with_columns(rel_psn=_unwrapped("psn", 24, DATA_QP, "rel_psn")).with_columns(
+        reach=pl.when("context").then("reach").otherwise("rel_psn").cum_max().over(DATA_QP)
     )
-    highest = pl.col("reach").shift(1).over(QP)
+    highest = pl.col("reach").shift(1).over(DATA_QP)
     data = data.with_columns(
         retransmitted=(pl.col("rel_psn") <= highest).fill_null(False),
         missing=(pl.col("rel_psn") - highest - 1).clip(lower_bound=0).fill_null(0),
     )
-    carry.roce = _last_rows(data, QP) if carry.more else None
+    carry.roce = _last_rows(data, DATA_QP) if carry.more else None
     return _own(data)
 
 
