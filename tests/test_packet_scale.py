@@ -239,9 +239,11 @@ def _tcp_frames(rows: list[tuple]) -> list:
 
 
 def _edges_capture(path: Path) -> Path:
-    from synth.pcap import START, RoceFaults, roce_conversation, write
+    from synth.pcap import START, RoceFaults, RoceQp, roce_conversation, write
 
-    roce = roce_conversation(messages=20, faults=RoceFaults(lost=(4,), rnr=(9,), congested=(14,)), start=START + 0.03)
+    faults = RoceFaults(lost=(4,), rnr=(9,), congested=(14,))
+    wrapping = RoceQp(first_psn=(1 << 24) - 6)  # the PSNs wrap around 24 bits mid-conversation
+    roce = roce_conversation(wrapping, messages=20, faults=faults, start=START + 0.03)
     return write(path, _tcp_frames(EDGES) + roce)
 
 
