@@ -41,6 +41,26 @@ def _whole(packets: pl.DataFrame) -> flows.PacketAnalysis:
     return flows.analyze(packets.with_columns(bucket=pl.lit(0, pl.Int32)))
 
 
+def _unpacked(path: Path, tmp_path: Path) -> Path:
+    """A capture of the repo, gunzipped into `tmp_path` when it is kept gzipped."""
+    if path.suffix != ".gz":
+        return path
+    (tmp_path / path.stem).write_bytes(gzip.decompress(path.read_bytes()))
+    return tmp_path / path.stem
+
+
+def _capture(name: str, tmp_path: Path) -> Path:
+    """A capture of the repo by its path under fixtures/ or tests/captures/, unpacked."""
+    path = next(root / name for root in (FIXTURES, Path(__file__).parent / "captures") if (root / name).exists())
+    return _unpacked(path, tmp_path)
+
+
+def _assert_same_analysis(a: flows.PacketAnalysis, b: flows.PacketAnalysis) -> None:
+    assert_frame_equal(a.qps, b.qps)
+    assert_frame_equal(a.tcp, b.tcp)
+    assert_frame_equal(a.events, b.events)
+
+
 def test_analysis_in_buckets_equals_the_whole(multiflow, tmp_path, monkeypatch):
     monkeypatch.setattr(pcap, "BUCKET_PACKETS", 5_000)
     spilled = _packets(multiflow, tmp_path / "spill")  # a lazy scan of one Parquet file per bucket
@@ -51,9 +71,7 @@ def test_analysis_in_buckets_equals_the_whole(multiflow, tmp_path, monkeypatch):
     whole = _whole(packets)
     for bucketed in (flows.analyze(spilled), flows.analyze(packets)):
         assert bucketed.qps.height == 301 and bucketed.tcp.height == 602
-        assert_frame_equal(bucketed.qps, whole.qps)
-        assert_frame_equal(bucketed.tcp, whole.tcp)
-        assert_frame_equal(bucketed.events, whole.events)
+        _assert_same_analysis(bucketed, whole)
     kinds = set(whole.events["kind"].to_list())
     assert {"NAK (PSN sequence error)", "RNR NAK", "CNP", "ECN-CE", "TCP retransmission"} <= kinds
 
@@ -105,8 +123,7 @@ def test_a_bucket_holds_whole_connections_and_every_roce_qp_of_a_host_pair(multi
     tcp = packets.filter(pl.col("proto") == "tcp")
     assert tcp.group_by(*hosts, *ends).agg(pl.col("bucket").n_unique())["bucket"].max() == 1
     # the lab's real capture: four connections between two network namespaces, 8,771 TCP frames
-    lab = tmp_path / "lab-tcp-loss.pcap"
-    lab.write_bytes(gzip.decompress((FIXTURES / "lab-tcp-loss" / "capture.pcap.gz").read_bytes()))
+    lab = _capture("lab-tcp-loss/capture.pcap.gz", tmp_path)
     monkeypatch.setattr(pcap, "BUCKET_PACKETS", 300)
     tcp = _packets(lab).filter(pl.col("proto") == "tcp").with_columns(pl.col("src", "dst").cast(pl.String))
     connections = tcp.group_by(*hosts, *ends).agg(pl.col("bucket").n_unique())
@@ -119,34 +136,11 @@ def test_a_bucket_holds_whole_connections_and_every_roce_qp_of_a_host_pair(multi
 )
 def test_analysis_in_buckets_equals_the_whole_on_fixtures(fixture, tmp_path, monkeypatch):
     monkeypatch.setattr(pcap, "BUCKET_PACKETS", 300)
-    captures = []
-    for path in sorted((FIXTURES / fixture).rglob("*.pcap*")):
-        if path.suffix == ".gz":
-            (tmp_path / path.stem).write_bytes(gzip.decompress(path.read_bytes()))
-            path = tmp_path / path.stem
-        captures.append(path)
+    captures = [_unpacked(path, tmp_path) for path in sorted((FIXTURES / fixture).rglob("*.pcap*"))]
     assert captures
     spilled = pl.concat([_packets(c, tmp_path / "spill") for c in captures], how="diagonal_relaxed")
     packets = spilled.collect()
-    whole, bucketed = _whole(packets), flows.analyze(spilled)
-    assert_frame_equal(bucketed.events, whole.events)
-    assert_frame_equal(bucketed.qps, whole.qps)
-    assert_frame_equal(bucketed.tcp, whole.tcp)
-
-
-def _capture(name: str, tmp_path: Path) -> Path:
-    """A capture of the repo by its path under fixtures/ or tests/captures/, unpacked."""
-    path = next(root / name for root in (FIXTURES, Path(__file__).parent / "captures") if (root / name).exists())
-    if path.suffix == ".gz":
-        (tmp_path / path.stem).write_bytes(gzip.decompress(path.read_bytes()))
-        path = tmp_path / path.stem
-    return path
-
-
-def _assert_same_analysis(a: flows.PacketAnalysis, b: flows.PacketAnalysis) -> None:
-    assert_frame_equal(a.qps, b.qps)
-    assert_frame_equal(a.tcp, b.tcp)
-    assert_frame_equal(a.events, b.events)
+    _assert_same_analysis(flows.analyze(spilled), _whole(packets))
 
 
 @pytest.mark.parametrize(

@@ -636,7 +636,7 @@ def _tcp(
         how="left",
         maintain_order="left",
     )
-    carry.tcp = _last_rows(segments.drop("rev_dup_acks", "candidate"), DIRECTION) if carry.more else None
+    carry.tcp = _last_rows(segments, DIRECTION) if carry.more else None
     segments = _own(segments)
     fast = (
         pl.col("candidate")

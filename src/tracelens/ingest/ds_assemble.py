@@ -171,14 +171,16 @@ def _rejoined(spill: Spill, written: list[Path]) -> pl.LazyFrame | None:
 def _with_text(merged: pl.DataFrame, bodies: Frame) -> pl.DataFrame:
     """Step rows with the text of the line their timing comes from (`message`, joined on `message_line`).
     The lines are picked from `bodies` by a filter: a semi-join held every body it read (over a 3 GB
-    log's spilled step text: 2.8 GB). Spilled bodies are read by the streaming engine, a small file's
-    in memory are not (as in _stream_facts)."""
+    log's spilled step text: 2.8 GB)."""
     wanted = pl.col("message_line").is_in(merged["message_line"].implode())
     text = bodies.lazy().select(message_line="line", message="body").filter(wanted)
-    joined = merged.lazy().join(text, on="message_line", how="left", maintain_order="left")
-    return (
-        joined.collect(engine="in-memory") if isinstance(bodies, pl.DataFrame) else joined.collect(engine="streaming")
-    )
+    return _collected(merged.lazy().join(text, on="message_line", how="left", maintain_order="left"), bodies)
+
+
+def _collected(query: pl.LazyFrame, source: Frame) -> pl.DataFrame:
+    """`query` over `source`, collected by the streaming engine when `source` is spilled (a scan), in
+    memory when it is a small file's DataFrame (a streaming query costs it ~1 ms more)."""
+    return query.collect(engine="in-memory" if isinstance(source, pl.DataFrame) else "streaming")
 
 
 def _finished(merged: F) -> F:
@@ -223,9 +225,8 @@ def _kept() -> pl.Expr:
 def _stream_facts(records: Frame) -> pl.DataFrame:
     """What each stream's steps need from all of it, wherever a piece of it is assembled: whether it logs
     global timer lines, its first progress line and that line's step, and the number of counted timer
-    lines before it (their steps are counted back from it). One query: spilled records are scanned by
-    the streaming engine, a small file's in memory are not (three streaming queries cost ~2 ms a file
-    more, 8 CPU s over a folder of 4,096 per-rank logs)."""
+    lines before it (their steps are counted back from it). One query, _collected (three streaming
+    queries cost a small file ~2 ms more, 8 CPU s over a folder of 4,096 per-rank logs)."""
     rows = records.lazy()
     first = (
         rows.filter(pl.col("source") == "progress")
@@ -242,9 +243,7 @@ def _stream_facts(records: Frame) -> pl.DataFrame:
     )
     counted = before_first.group_by(STREAM).agg(_before_first=pl.len().cast(pl.Int64))
     facts = facts.join(counted, on=STREAM, how="left", nulls_equal=True)
-    facts = facts.with_columns(pl.col("_before_first").fill_null(0))
-    eager = isinstance(records, pl.DataFrame)
-    return facts.collect(engine="in-memory") if eager else facts.collect(engine="streaming")
+    return _collected(facts.with_columns(pl.col("_before_first").fill_null(0)), records)
 
 
 @dataclass(frozen=True)
