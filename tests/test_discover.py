@@ -108,10 +108,31 @@ def test_damaged_archive_is_an_input_error_and_missing_path_a_note(tmp_path: Pat
         ("10.0.143.177/stdout.log", "10.0.143.177"),
         ("001_nccl147_v23_ib.log", None),
         ("perfquery-0900.txt", None),
+        ("rank3/train.log", None),
+        ("node-a/logs/rank3.log", None),
+        ("2024-05-01/train.log", None),
     ],
 )
 def test_host_from_path(path: str, host: str | None):
     assert host_from_path(PurePosixPath(path)) == host
+
+
+@pytest.mark.parametrize(
+    "layout, hosts",
+    [
+        ({"node-a/rank0.log", "node-b/rank2.log"}, {"node-a", "node-b"}),
+        ({"master/logs/a.log", "worker-b/logs/b.log", "pcap/c.log"}, {"master", "worker-b", None}),
+        ({"run/node-a/a.log", "run/node-b/b.log"}, {"node-a", "node-b"}),
+        ({"logs/a.log", "pcap/b.log"}, {None}),  # folders that say what is inside them, not where it came from
+        ({"trainer/a.log"}, {None}),  # a lone folder without a digit does not split the run by host
+        ({"rank0/a.log", "rank1/b.log"}, {None}),  # a folder per rank is not a host
+    ],
+)
+def test_sibling_folders_split_a_run_by_host_whatever_their_names(tmp_path: Path, layout: set[str], hosts: set):
+    for name in layout:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(NCCL_LINE)
+    assert {f.host_hint for f in discover(tmp_path, tmp_path / ".w").files} == hosts
 
 
 @pytest.mark.parametrize("apart", [1, 10_000])

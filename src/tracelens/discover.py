@@ -26,7 +26,7 @@ import tarfile
 import time
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO
@@ -216,16 +216,37 @@ class _RatioExceeded(ValueError):
 
 
 _HOST_FOLDER = re.compile(r"^(?:[A-Za-z][\w-]*\d[\w-]*|(?:\d{1,3}\.){3}\d{1,3})$")
+_IP = re.compile(r"^(?:\d{1,3}\.){3}\d{1,3}$")
 _HOST_IN_NAME = re.compile(
     r"(?<![A-Za-z0-9])((?:node|gpu|host|worker|compute|dgx|hgx)[-_]?\d+|ip-\d+-\d+-\d+-\d+|(?:\d{1,3}\.){3}\d{1,3})(?![0-9])",
     re.IGNORECASE,
 )
+# Folder names that say what is inside (a kind of input, a rank, a copy of the run), not which host it came from.
+_CONTENT_FOLDER = re.compile(
+    r"^(?:logs?|pcaps?|captures?|tcpdump|counters?|perfquery|ibstat|fabric|nccl|deepspeed|ds|torch|pytorch|traces?|"
+    r"profiler?s?|profiles?|kineto|dumps?|stacks?|pyspy|py-spy|flight[-_]?recorder|fr|fr[-_]traces?|hangs?|tmp|temp|"
+    r"out|outputs?|results?|data|configs?|config|settings|metrics|tensorboard|tb|kernel|dmesg|syslog|journal|"
+    r"hosts?|nodes?|gpus?|nvidia-smi|dcgm|sys|system|net|network|iface|interfaces|checkpoints?|ckpt|runs?|"
+    r"artifacts?|artefacts?|attachments?|misc|other|raw|debug|stdout|stderr|before|after|good|bad|slow|fast|"
+    r"baseline|healthy|broken|old|new|current|previous|latest|report|reports|\d[\d._-]*|"
+    r"(?:local[-_]?|global[-_]?)?ranks?[-_]?\d*|proc(?:ess)?[-_]?\d*|pid[-_]?\d+|"
+    r"(?:[\w-]*[-_])?(?:logs?|traces?|dumps?|pcaps?|captures?|counters?|results?|outputs?))$",
+    re.IGNORECASE,
+)
 
 
-def host_from_path(rel: PurePosixPath) -> str | None:
-    """A host suggested by a file's path: the nearest node-like folder, else a node-like piece of the name."""
-    for part in reversed(rel.parts[:-1]):
-        if _HOST_FOLDER.match(part):
+def host_folder(name: str) -> bool:
+    """Whether a folder's name can be a host's: anything but a name that says what is inside."""
+    return bool(_IP.match(name)) or not _CONTENT_FOLDER.match(name)
+
+
+def host_from_path(rel: PurePosixPath, host_folders: Set[PurePosixPath] = frozenset()) -> str | None:
+    """A host suggested by a file's path: the nearest folder that is a host's (a node-like name, or one
+    of `host_folders`: sibling folders that split the run by host, whatever their names), else a
+    node-like piece of the file's name."""
+    folders = rel.parents
+    for part, folder in zip(rel.parts[-2::-1], folders):
+        if host_folder(part) and (_HOST_FOLDER.match(part) or folder in host_folders):
             return part
     found = _HOST_IN_NAME.search(rel.name)
     return found.group(1) if found else None
@@ -242,6 +263,7 @@ class _Walker:
         self.heads: list[bytes] | None = []  # their heads while they are few (sniffed here, not read again)
         self._count = 0
         self._seen_folders: set[tuple[int, int]] = set()
+        self.host_folders: set[PurePosixPath] = set()  # sibling folders that split the run by host
         self.folder_run = False  # the run is a folder: a config file may sit at its top
 
     def _scratch(self) -> Path:
@@ -256,7 +278,7 @@ class _Walker:
     def unreadable(self, label: str, reason: str, rel: PurePosixPath | None = None) -> None:
         """A file that cannot be read: an input with an error, counted and shown like any other."""
         reason = reason.replace(str(self.workdir), "<extraction folder>")
-        hint = host_from_path(rel) if rel is not None else None
+        hint = host_from_path(rel, self.host_folders) if rel is not None else None
         self.result.files.append(
             InputFile(path=Path(os.devnull), name=label, format="unreadable", host_hint=hint, error=reason)
         )
@@ -293,7 +315,9 @@ class _Walker:
                     self.heads = None
         else:
             fmt = sniff_format(head)
-        self.result.files.append(InputFile(path=path, name=label, format=fmt, host_hint=host_from_path(rel), size=size))
+        self.result.files.append(
+            InputFile(path=path, name=label, format=fmt, host_hint=host_from_path(rel, self.host_folders), size=size)
+        )
 
     def sniff(self, sniff_many: Sniffer) -> None:
         """The deferred formats: by `sniff_many` for many files, here, from their heads, for a few."""
@@ -399,6 +423,9 @@ class _Walker:
             self.unreadable(label_prefix.rstrip("/!") or str(root), f"folder cannot be read: {_reason(exc)}")
             return
         self._seen_folders.add((info.st_dev, info.st_ino))
+        hosts = [e.name for e in entries if not e.name.startswith(".") and host_folder(e.name) and _is_folder(e)]
+        if len(hosts) >= 2:  # node-a/ and node-b/: the run is split by host, whatever the names
+            self.host_folders.update(rel_base / name for name in hosts)
         for entry in entries:
             if entry.name.startswith("."):
                 continue  # hidden files and folders (.git, .DS_Store ...)
@@ -427,6 +454,13 @@ class _Walker:
                 self.unreadable(
                     label, f"skipped: not a regular file ({_file_type(info.st_mode)}), not opened", rel_path
                 )
+
+
+def _is_folder(entry: os.DirEntry) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _float(value) -> float:
