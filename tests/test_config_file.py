@@ -260,8 +260,8 @@ def test_baseline_table_sets_when_a_window_signal_rose_for_every_rule_that_judge
     assert verdict["verdict"]["cause"] == "link" and verdict["severity"] == "critical" and default["TL402"]
     (run / "tracelens.toml").write_text("[baseline]\nrise = 1000\n")
     (verdict,) = window_findings()["TL410"]
-    assert verdict["verdict"]["cause"] is None and verdict["severity"] == "info"
-    assert "cause undetermined" in verdict["title"]
+    assert verdict["verdict"]["cause"] == "comm" and verdict["verdict"]["confidence"] == "medium"
+    assert "bad link" not in verdict["title"] and not verdict["ports"]
     (run / "tracelens.toml").write_text("[baseline]\nlevel_rise = 1000\n")
     assert window_findings()["TL402"] == []
 

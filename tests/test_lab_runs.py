@@ -77,8 +77,10 @@ def _cases(folders: list[Path], check: str) -> list:
 
 
 def _named(finding: Finding) -> set[str]:
-    """The causes a finding names: its verdict's cause, and those its title words."""
-    said = {cause for cause, words in NAMES.items() if re.search(words, finding.title, re.I)}
+    """The causes a finding names: its verdict's cause, and those its title words (the runner-up it
+    names as such is not blamed)."""
+    title = re.sub(r" \(runner-up: [^)]*\)", "", finding.title)
+    said = {cause for cause, words in NAMES.items() if re.search(words, title, re.I)}
     verdict = finding.verdict
     return said | {verdict.cause} if verdict and verdict.cause else said
 

@@ -132,12 +132,17 @@ class RunContext:
         """Total step time of the longest stream."""
         return self._timed[0].run_time_s
 
+    @cached_property
+    def forward_waits(self) -> bool:
+        """Whether forward holds collectives (ZeRO-3): then it is not a rank's own work."""
+        return window_signals.forward_waits(self.tables)
+
     def step_signals(self, begin: datetime, end: datetime) -> tuple[window_signals.Signal, ...]:
         """Per rank, its compute, communication, between-steps and step time inside [begin, end]
         against outside it (window_signals.step_signals), once per window: TL402 and TL410 both judge
         each slow stretch's own window."""
         if (begin, end) not in self._window_steps:
-            signals = window_signals.step_signals(self.step_series, begin, end, self.baseline)
+            signals = window_signals.step_signals(self.step_series, begin, end, self.baseline, self.forward_waits)
             self._window_steps[begin, end] = tuple(signals)
         return self._window_steps[begin, end]
 
@@ -174,6 +179,11 @@ class RunContext:
         """Per capture file: its frames and the time of its first and last (the packets table is
         read for these two columns only: in a run it is a lazy scan)."""
         return flows.capture_spans(self.tables.frame("packets"))
+
+    @cached_property
+    def throughput_bins(self) -> pl.DataFrame:
+        """Bytes per 10 ms between each pair of captured addresses (the peak-rate signal's input)."""
+        return window_signals.throughput_bins(self.tables)
 
     @cached_property
     def host_names(self) -> dict[str, str]:

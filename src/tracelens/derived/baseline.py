@@ -152,3 +152,11 @@ class LevelComparison:
         if not self.comparable or ratio is None or inside is None or outside is None:
             return False
         return ratio >= self.limits.level_rise and inside - outside >= self.limits.level_sigmas * self.spread
+
+    @property
+    def fell(self) -> bool:
+        """The mirror of `rose`: the level fell as far below its level outside (a straggler's wait)."""
+        ratio, inside, outside = self.ratio, self.inside, self.outside
+        if not self.comparable or ratio is None or inside is None or outside is None:
+            return False
+        return ratio * self.limits.level_rise <= 1 and outside - inside >= self.limits.level_sigmas * self.spread

@@ -35,6 +35,7 @@ from tracelens.prose import count, listing
 
 if TYPE_CHECKING:
     from tracelens.derived import RunContext
+    from tracelens.tables import RunTables
 
 COARSE = timedelta(seconds=5)  # log lines with inferred times and counter dumps are placed this loosely
 EVIDENCE_ROWS = 5
@@ -262,8 +263,16 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
     flows = flows.join(spans, on="file").group_by("proto", "pair").agg(pl.col("first").min(), pl.col("last").max())
     events = analysis.events.with_columns(pair=pair, text=pl.format("{}: {}", "kind", "flow"))
     signals = []
+    bins = ctx.throughput_bins.with_columns(
+        pair=pl.concat_list(pl.col("a").replace(names), pl.col("b").replace(names)).list.sort().list.join(" ↔ "),
+        a=pl.col("a").replace(names),
+        b=pl.col("b").replace(names),
+    )
     for row in flows.sort("proto", "pair").iter_rows(named=True):
         hosts = tuple(row["pair"].split(" ↔ "))
+        if row["proto"] == "tcp" or not flows.filter(pl.col("pair") == row["pair"], pl.col("proto") == "tcp").height:
+            ceiling = _ceiling_signal(bins.filter(pl.col("pair") == row["pair"]), row["pair"], hosts, begin, end)
+            signals += [ceiling] if ceiling else []
         for what, cause, kinds in PACKET_SIGNALS[row["proto"]]:
             mine = events.filter(pl.col("pair") == row["pair"], pl.col("kind").is_in(kinds))
             rows = _rows(mine.select("file", "frame", "text", "ts"), begin, end)
@@ -284,6 +293,64 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
                 )
             )
     return signals
+
+
+THROUGHPUT_BIN = timedelta(milliseconds=10)  # short enough that a transfer's burst fills a bin at line rate
+CEILING_QUANTILE = 0.9  # the busy bins' rate that stands for the path's peak
+CEILING_FALL = 0.5  # the window's peak rate at this share of the peak outside or less: a ceiling
+CEILING_MIN_BINS = 20
+
+
+def throughput_bins(tables: RunTables) -> pl.DataFrame:
+    """Bytes per THROUGHPUT_BIN from each address to each other (`a` to `b`), over every capture:
+    what _ceiling_signal reads, computed once per run."""
+    return (
+        tables.scan("packets")
+        .filter(pl.col("ts").is_not_null(), pl.col("src").is_not_null(), pl.col("dst").is_not_null())
+        .group_by(
+            pl.col("src").cast(pl.String).alias("a"),
+            pl.col("dst").cast(pl.String).alias("b"),
+            pl.col("ts").dt.truncate(THROUGHPUT_BIN).alias("bin"),
+        )
+        .agg(pl.col("length").cast(pl.Int64).sum().alias("bytes"))
+        .collect(engine="streaming")
+    )
+
+
+def _ceiling_signal(
+    bins: pl.DataFrame, pair: str, hosts: tuple[str, ...], begin: datetime, end: datetime
+) -> Signal | None:
+    """Whether the path between a pair of hosts carried less at its busiest in the window than outside
+    it, in either direction: the CEILING_QUANTILE of its busy bins' rates. A rate limit or a congested
+    path caps every burst past it; random loss stalls transfers (the sender waits for a timeout) but
+    what it sends between stalls still goes at the path's full rate, so its busy bins stay as fast.
+    A capture on one side sees the cap only in the direction that crossed it before being captured."""
+    seconds = THROUGHPUT_BIN.total_seconds()
+    found = []
+    for (a, b), direction in bins.group_by("a", "b", maintain_order=True):
+        inside = direction.filter(pl.col("bin").is_between(begin, end))["bytes"]
+        outside = direction.filter(~pl.col("bin").is_between(begin, end))["bytes"]
+        if inside.len() < CEILING_MIN_BINS or outside.len() < CEILING_MIN_BINS:
+            continue
+        peak_in = float(inside.quantile(CEILING_QUANTILE) or 0.0) / seconds
+        peak_out = float(outside.quantile(CEILING_QUANTILE) or 0.0) / seconds
+        if peak_out > 0:
+            found.append((peak_in / peak_out, peak_in, peak_out, f"{a} → {b}"))
+    if not found:
+        return None
+    ratio, peak_in, peak_out, way = min(found)
+    capped = ratio <= CEILING_FALL
+    verdict = "a ceiling: every burst was capped" if capped else "no ceiling (bursts as fast as outside)"
+    text = (
+        f"{pair}: the path's peak rate ({way}, busiest {1 - CEILING_QUANTILE:.0%} of "
+        f"{THROUGHPUT_BIN.total_seconds() * 1000:.0f} ms bins) {_rate(peak_in)} in the window vs {_rate(peak_out)} "
+        f"outside it ({ratio:.2f}x): {verdict}"
+    )
+    return Signal("packets", "ceiling", "peak rate", pair, capped, True, text, hosts, ratio=ratio)
+
+
+def _rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s * 8 / 1e6:.3g} Mbit/s"
 
 
 def _counter_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
@@ -433,22 +500,36 @@ def _kernel_signals(ctx: RunContext, series: StreamGroups, begin: datetime, end:
 
 # -- levels ---------------------------------------------------------------------------------------
 
-COMPUTE_PHASES = {"fwd_ms": "forward", "bwd_compute_ms": "backward", "optimizer_ms": "optimizer step"}
+
+def forward_waits(tables: RunTables) -> bool:
+    """Whether the job's forward holds collectives: ZeRO-3 all-gathers each layer's parameters in it."""
+    keys = ["zero_optimization.stage", "zero_optimization_stage"]
+    stage = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
+    rows = tables.scan("config").filter(pl.col("key").is_in(keys)).select(stage).collect()
+    return bool((rows["value"] == 3).any())
 
 
-def step_levels(series: pl.DataFrame) -> pl.DataFrame:
-    """Per step row: compute_total_ms (the phases of COMPUTE_PHASES), comm_ms, and between_ms: the
-    wall time between this step line and the one before it that the timers do not account for."""
-    bwd_compute = pl.coalesce("bwd_inner_ms", pl.col("bwd_ms") - pl.col("bwd_allreduce_ms").fill_null(0))
-    optimizer = pl.coalesce("optimizer_step_ms", pl.col("step_ms") - pl.col("optimizer_allgather_ms").fill_null(0))
+def step_levels(series: pl.DataFrame, forward_waits: bool = False) -> pl.DataFrame:
+    """Per step row, the parts of the timing model (docs/timing-model.md):
+
+    - own_ms: the rank's own work, the timed phases that wait for no other rank: forward and the
+      optimizer's local step. Under ZeRO-3 (`forward_waits`) forward all-gathers the parameters, so
+      it holds waiting and only the optimizer step is left;
+    - wait_ms: the rest of the timed step, the phases that hold a collective and so the wait for the
+      last rank to arrive: backward (its gradient all-reduce or reduce-scatter overlaps it), ZeRO's
+      all-gather, and forward under ZeRO-3;
+    - comm_ms: the collectives' own timers (`bwd_allreduce`, `optimizer_allgather`), a part of wait_ms;
+    - between_ms: the wall time between this step line and the one before it that the timers do not
+      account for (data loading, checkpoints, evaluation)."""
     gap = (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds() / 1000
     covered = (pl.col("step") - pl.col("step").shift().over(timing.STREAM)).cast(pl.Float64)
     timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
     fine = (pl.col("ts").dt.millisecond() != 0).any().over(timing.STREAM)
+    optimizer = pl.col("optimizer_step_ms").fill_null(0.0)
+    own = optimizer if forward_waits else pl.col("fwd_ms") + optimizer
     return series.with_columns(
-        fwd_ms=pl.col("fwd_ms"), bwd_compute_ms=bwd_compute, optimizer_ms=optimizer
-    ).with_columns(
-        compute_total_ms=pl.sum_horizontal(list(COMPUTE_PHASES), ignore_nulls=True).replace(0.0, None),
+        own_ms=pl.when(timers.is_not_null()).then(own),
+        wait_ms=timers - own,
         between_ms=pl.when(fine & (covered == 1)).then(
             (gap - pl.coalesce("iter_ms", timers).fill_null(0.0)).clip(lower_bound=0)
         ),
@@ -485,11 +566,16 @@ def _level(inside: pl.Series, outside: pl.Series, limits: Baseline, mean: bool =
 
 
 LEVELS = {
-    "compute_total_ms": ("compute", "compute time"),
-    "comm_ms": ("comm", "communication time"),
+    "own_ms": ("own", "own work (forward and optimizer step)"),
+    "wait_ms": ("wait", "time in phases that wait for the other ranks (backward with its all-reduce, all-gathers)"),
+    "comm_ms": ("comm", "collective time (all-reduce and all-gather timers)"),
     "between_ms": ("between", "time between steps outside the timers"),
     "time_ms": ("step", "step time"),
 }
+# levels judged by their mean: the time lost to waiting and stalls adds up over the steps (a lost
+# packet stalls one step in five by a timeout), while a rank's own work is a level its median shows
+MEAN_LEVELS = ("wait", "comm", "between")
+OWN_UNDER_ZERO3 = "own work (optimizer step; under ZeRO-3 forward all-gathers the parameters)"
 
 
 def level_extent(
@@ -600,15 +686,21 @@ LEVEL_COLUMNS = [*timing.STREAM, "step", "line", "ts", "message", "time_ms", "co
 LEVEL_COLUMNS += ["bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "optimizer_step_ms", "optimizer_allgather_ms"]
 
 
-def step_signals(series: StreamGroups, begin: datetime, end: datetime, limits: Baseline = Baseline()) -> list[Signal]:
-    """Per rank (stream), its compute, communication, between-steps and step time inside the window
-    against outside it, judged by `limits` (the RunContext's baseline), and its communication pace;
-    the series read a group of whole streams at a time."""
-    return [s for frame in series.frames(LEVEL_COLUMNS) for s in _stream_signals(frame, begin, end, limits)]
+def step_signals(
+    series: StreamGroups, begin: datetime, end: datetime, limits: Baseline = Baseline(), forward_waits: bool = False
+) -> list[Signal]:
+    """Per rank (stream), the parts of its steps (step_levels) inside the window against outside it,
+    judged by `limits` (the RunContext's baseline); `forward_waits`: the job runs ZeRO-3, whose
+    forward all-gathers the parameters. The series is read a group of whole streams at a time."""
+    return [
+        s for frame in series.frames(LEVEL_COLUMNS) for s in _stream_signals(frame, begin, end, limits, forward_waits)
+    ]
 
 
-def _stream_signals(series: pl.DataFrame, begin: datetime, end: datetime, limits: Baseline) -> list[Signal]:
-    timed = step_levels(series).with_columns(start=pl.col("ts").shift().over(timing.STREAM))
+def _stream_signals(
+    series: pl.DataFrame, begin: datetime, end: datetime, limits: Baseline, forward_waits: bool
+) -> list[Signal]:
+    timed = step_levels(series, forward_waits).with_columns(start=pl.col("ts").shift().over(timing.STREAM))
     timed = timed.filter(pl.col("ts").is_not_null(), pl.int_range(pl.len()).over(timing.STREAM) >= timing.WARMUP_ROWS)
     signals = []
     for (file, host, rank, _engine), stream in timed.group_by(timing.STREAM, maintain_order=True):
@@ -616,17 +708,19 @@ def _stream_signals(series: pl.DataFrame, begin: datetime, end: datetime, limits
         outside = stream.filter(~pl.col("ts").is_between(begin, end))
         who = (f"rank {rank}" if rank is not None and rank >= 0 else file) + (f" ({host})" if host else "")
         for column, (cause, what) in LEVELS.items():
-            level = _level(inside[column], outside[column], limits, mean=cause == "between")
+            level = _level(inside[column], outside[column], limits, mean=cause in MEAN_LEVELS)
             if level.inside is None or level.outside is None:
                 continue
+            if cause == "own" and forward_waits:
+                what = OWN_UNDER_ZERO3
             ratio = level.ratio
-            verdict = "rose" if level.rose else "no rise"
+            verdict = "rose" if level.rose else "fell" if level.fell else "no rise"
             how = f"{ratio:.2f}x" if ratio is not None else "n/a"
             text = (
-                f"{who}: {what} {level.inside:.0f} ms per step{' on average' if cause == 'between' else ''} in the "
+                f"{who}: {what} {level.inside:.0f} ms per step{' on average' if cause in MEAN_LEVELS else ''} in the "
                 f"window vs {level.outside:.0f} ms outside it ({how}): {verdict}"
             )
-            if cause == "compute" and level.rose:
+            if cause in ("own", "wait"):
                 text += _phases(inside, outside)
             evidence = tuple(inside.select("file", "line", "host", text="message").head(2).to_dicts())
             signals.append(
@@ -661,7 +755,7 @@ def _pace_signal(who: str, host: str | None, rank: int | None, inside: pl.Series
     job asks (a rate limit, a congested or downshifted path) slows every step's all-reduce to a
     steady pace, so even the window's fast steps are slow; random loss slows the steps that lost a
     segment and leaves the rest (lab-loss: the lower quartile fell to 0.5x while retransmissions
-    tripled). A straggler's peers wait every step too: rules.causes weighs it with compute time."""
+    tripled). A straggler's peers wait every step too: rules.causes weighs it with own work."""
     inside, outside = inside.drop_nulls(), outside.drop_nulls()
     if inside.len() < PACE_MIN_STEPS or outside.len() < 3 or not outside.median():
         return None
@@ -686,10 +780,13 @@ def _pace_signal(who: str, host: str | None, rank: int | None, inside: pl.Series
     )
 
 
+PHASES = {"fwd_ms": "forward", "bwd_ms": "backward", "optimizer_step_ms": "optimizer step", "step_ms": "step"}
+
+
 def _phases(inside: pl.DataFrame, outside: pl.DataFrame) -> str:
-    """` (forward 3.1x, optimizer step 2.9x)`: which compute phases grew."""
+    """` (forward 3.1x, backward 1.0x ...)`: how each timed phase changed."""
     parts = []
-    for column, name in COMPUTE_PHASES.items():
+    for column, name in PHASES.items():
         a, b = inside[column].drop_nulls().median(), outside[column].drop_nulls().median()
         if a is not None and b:
             parts.append(f"{name} {a / b:.1f}x")

@@ -1,27 +1,29 @@
 """The competing causes of one slow window, each with its evidence for and against, and the verdict.
 
-Inputs are the window's signals (derived.window_signals), each measured against the same run
-outside the window. Only a signal that rose counts for a cause; one that was checked and stayed
-at its baseline counts against the causes it would have shown. The candidates:
+The causes follow the timing model of a synchronous data-parallel step (docs/timing-model.md):
+every rank enters each collective, which completes when the last rank arrives, so a rank's step
+is its own work plus its wait for the last rank (plus the transfer). Inputs are the window's
+signals (derived.window_signals), each measured against the same run outside the window; per
+rank they are its own work (forward and optimizer step), its wait (the phases that hold a
+collective: backward with its overlapped all-reduce, all-gathers), and the time between steps.
 
-- straggler: the compute time of some ranks rose while the others' stayed flat (and their
-  communication or step time rose: they waited for it). Compute time is the rank's own work,
-  so a network problem cannot raise it: when compute rose on some ranks only, that outranks
-  network signals in the same window, which are then listed as a possible effect (a stalled
-  peer makes the other side's TCP stack probe and retransmit).
-- contention: the compute time of every rank that logs timers rose (every host busy, not one).
-- input pipeline or checkpoint: the wall time between step lines that the timers do not cover
-  rose on the ranks, with compute and communication flat.
-- bad link, congestion, receiver, NCCL failures: their packet, counter or NCCL signals rose
-  above the baseline; each independent source (packets, counters, NCCL) counts once, and the
-  communication time rising while compute stayed flat counts as one more.
-- a throughput ceiling (congestion or a bandwidth limit) against a lossy link: when every rank's
-  communication time rose on its fast steps too (the pace signal: every transfer slowed) with
-  compute flat, and no port's own errors rose, the retransmissions are the ceiling's tail drops
-  and count for congestion; random loss slows only the transfers that lost a segment.
+- straggler: some ranks' own work rose while the others' stayed flat; the others' wait rose
+  (they waited for it) and the slow ranks waited least. A network problem cannot raise a rank's
+  own work, so network signals in the same window are then a possible effect at most.
+- contention: every rank's own work rose (every host busy, not one).
+- input pipeline or checkpoint: the wall time between steps that the timers do not cover rose
+  on most ranks, more than their wait did, with their own work flat.
+- a bad link, congestion, a slow receiver, NCCL failures: their packet, counter or NCCL
+  signals rose above the baseline; each independent source counts once, and every rank
+  waiting longer while no rank's own work rose counts as one more. A ceiling on the path's
+  peak rate (every burst capped) makes the retransmissions a ceiling's tail drops: congestion
+  or a bandwidth limit, not a lossy link.
+- slower collectives on every rank: every rank waited longer and no rank's own work rose,
+  with no network source that rose to say more (captures and counters name the rest).
 
 The best score wins; a cause with no risen signal is never named, and the verdict is
-"undetermined" with what to collect.
+"undetermined" with what to collect. The confidence is high only where the named cause beats
+the runner-up by MARGIN, and the verdict names the runner-up.
 """
 
 from __future__ import annotations
@@ -32,14 +34,28 @@ from dataclasses import dataclass, replace
 from tracelens.derived.events import CAUSES
 from tracelens.derived.window_signals import Signal
 from tracelens.findings import Verdict
+from tracelens.prose import listing
 
 NAMES = {
     **CAUSES,
     "congestion": "congestion or a bandwidth limit (the path carried less than the job sent)",
     "contention": "CPU or GPU contention on every rank",
     "input": "an input pipeline or checkpoint stall (the time between steps: data loader, checkpoint or evaluation)",
+    "comm": "slower collectives on every rank (every rank waited longer while no rank's own work rose)",
+}
+SHORT = {
+    "link": "a bad link",
+    "congestion": "congestion",
+    "receiver": "a slow receiver",
+    "failure": "NCCL failures",
+    "straggler": "a straggler",
+    "contention": "contention",
+    "input": "an input stall",
+    "comm": "slower collectives",
+    "socket": "NCCL on sockets",
 }
 NETWORK = ("link", "congestion", "receiver", "failure")
+MARGIN = 1.0  # a verdict is sure (confidence high) when its score beats the runner-up's by this much
 FIXES = {
     "link": (
         "Find the loss on the named path: `ethtool -S <iface>` drops and errors, `ip -s link`, "
@@ -65,6 +81,9 @@ FIXES = {
     "input": "Time the data loader and checkpoints separately: more DataLoader workers (`num_workers`, `pin_memory`, "
     "`prefetch_factor`), data on local disk, asynchronous checkpointing or a longer checkpoint interval.",
     "socket": "See TL101/TL412: make the HCAs visible to NCCL again.",
+    "comm": "Every rank waited longer in its collectives while none computed longer: the network or the "
+    "collective's path. Capture the link (`tcpdump -s 96`) and read the port counters (`perfquery -x`, "
+    "`ethtool -S <iface>`) over the next slow stretch to tell loss from a bandwidth limit.",
 }
 COLLECT_TIMERS = (
     "per-rank step timers on every rank (DeepSpeed `wall_clock_breakdown: true` and `steps_per_print: 1`, "
@@ -84,13 +103,15 @@ class Candidate:
 
 def candidates(signals: list[Signal]) -> list[Candidate]:
     """Every cause some risen signal supports, best first."""
-    found = [*_rank_causes(signals), *_network_causes(signals)]
+    network = _network_causes(signals)
+    # a network source that rose names what slowed the collectives
+    found = [c for c in _rank_causes(signals) if not (network and c.cause == "comm")] + network
     if any(c.cause in ("straggler", "contention") for c in found):
         for c in found:
-            if c.cause in NETWORK:  # compute rose: the network is at most an effect
+            if c.cause in NETWORK:  # a rank's own work rose: the network is at most an effect
                 c.score = min(c.score, 0.9)
                 c.because.append(
-                    "the compute time of some rank rose in the same window, which no network problem "
+                    "the own work of some rank rose in the same window, which no network problem "
                     "causes: these network signals may be an effect of the slow rank"
                 )
     return sorted(found, key=lambda c: -c.score)
@@ -100,69 +121,91 @@ def _by(signals: list[Signal], cause: str) -> list[Signal]:
     return [s for s in signals if s.source == "steps" and s.cause == cause and s.comparable]
 
 
+def _change(signal: Signal | None) -> float:
+    return signal.change or 0.0 if signal is not None else 0.0
+
+
+def arrival(signals: list[Signal]) -> dict[str, float]:
+    """Per rank, how much longer it waited in the window than outside it (ms per step): the change of
+    its collective timers where they hold the wait (the all-reduce after backward), else of all its
+    waiting phases (with overlapped communication backward holds the wait). Whichever the ranks differ
+    in most: a cause that slows every rank alike moves both alike, a late rank shows in the one that
+    holds the wait. The rank that waited least arrived last."""
+    by = {cause: {s.where: _change(s) for s in _by(signals, cause)} for cause in ("comm", "wait")}
+    spread = {cause: max(v.values()) - min(v.values()) if len(v) >= 2 else 0.0 for cause, v in by.items()}
+    best = "comm" if by["comm"].keys() >= by["wait"].keys() and spread["comm"] >= spread["wait"] else "wait"
+    return by[best]
+
+
+def late_ranks(waited: dict[str, float]) -> list[str]:
+    """The ranks that arrived last: those below the widest gap in how much longer each waited."""
+    if len(waited) < 2:
+        return []
+    order = sorted(waited, key=lambda w: waited[w])
+    cut = max(range(len(order) - 1), key=lambda i: waited[order[i + 1]] - waited[order[i]]) + 1
+    return order[:cut]
+
+
+# The share of the other ranks' lost time spent waiting for the late ones at which a straggler and
+# contention on every rank tie: the late ranks then slowed half as much again as the others did.
+LATE_SHARE = 1 / 3
+
+
+@dataclass(frozen=True)
+class _Ranks:
+    """The ranks' step signals in one window, by rank (`where`)."""
+
+    own: dict[str, Signal]
+    wait: dict[str, Signal]
+    between: dict[str, Signal]
+    waited: dict[str, float]  # arrival()
+
+    @classmethod
+    def of(cls, signals: list[Signal]) -> _Ranks:
+        own = {s.where: s for s in _by(signals, "own")}
+        waited = {w: v for w, v in arrival(signals).items() if w in own}
+        wait, between = ({s.where: s for s in _by(signals, c)} for c in ("wait", "between"))
+        return cls(own, wait, between, waited)
+
+    def lost(self, ranks: list[str]) -> float:
+        """What the ranks lost per step in the window (their middle): own work, waiting and stalls."""
+        return _middle([sum(_change(d.get(w)) for d in (self.own, self.wait, self.between)) for w in ranks])
+
+    def waited_for(self, late: list[str], others: list[str]) -> float:
+        """How much longer `others` waited per step than `late` (their middles)."""
+        return _middle([self.waited[w] for w in others if w in self.waited]) - _middle(
+            [self.waited[w] for w in late if w in self.waited]
+        )
+
+
 def _rank_causes(signals: list[Signal]) -> list[Candidate]:
-    compute, comm, between, step = (_by(signals, c) for c in ("compute", "comm", "between", "step"))
-    rose = [s for s in compute if s.rose]
-    flat = [s for s in compute if not s.rose]
-    # in a collective the last rank to arrive waits least: ranks whose communication rose waited for the others
-    waiters = {s.where for s in comm if s.rose}
-    leaders = [s for s in rose if s.where not in waiters]
-    waiting = [s for s in rose if s.where in waiters]
-    found = []
-    if leaders and waiting and max(s.ratio or 0 for s in leaders) >= max(s.ratio or 0 for s in waiting):
-        # every rank computed slower (the busy host takes CPU from its neighbours too), but some waited for the others
-        waited = [s for s in comm if s.rose]
-        found.append(
-            Candidate(
-                "straggler",
-                3.0,
-                [s.text for s in leaders]
-                + [f"{s.text} (it waited)" for s in waited][:3]
-                + [f"{s.text}, less than the straggler's" for s in waiting][:3],
-                sorted({h for s in leaders for h in s.hosts}),
-                sorted({s.rank for s in leaders if s.rank is not None}),
-                [],
-            )
-        )
-    elif rose and flat:
-        waited = [s for s in comm + step if s.rose and s.where in {f.where for f in flat}]
-        found.append(
-            Candidate(
-                "straggler",
-                2.0 + (1.0 if waited else 0.0),
-                [s.text for s in rose] + [s.text for s in flat][:3] + [f"{s.text} (it waited)" for s in waited][:3],
-                sorted({h for s in rose for h in s.hosts}),
-                sorted({s.rank for s in rose if s.rank is not None}),
-                [],
-            )
-        )
-    elif rose and len(rose) >= 2:
-        found.append(
-            Candidate("contention", 2.0, [s.text for s in rose][:6], sorted({h for s in rose for h in s.hosts}), [], [])
-        )
-    elif rose:  # one rank logs compute timers: straggler or everyone, cannot tell; named as the rank's own slowdown
-        found.append(
-            Candidate(
-                "straggler",
-                1.0,
-                [s.text for s in rose],
-                sorted({h for s in rose for h in s.hosts}),
-                sorted({s.rank for s in rose if s.rank is not None}),
-                [],
-            )
-        )
-    stalled = [s for s in between if s.rose]
-    # a lossy or congested network stalls the collectives outside the timers too: the input side
-    # only when it stayed flat
-    network_rose = any(s.rose and s.source != "steps" and s.cause in NETWORK for s in signals)
-    work_flat = not rose and not any(s.rose for s in comm) and not network_rose
-    if stalled and work_flat and len(stalled) * 2 > len(between):
+    ranks = _Ranks.of(signals)
+    slow = [s for s in ranks.own.values() if s.rose]
+    found = _slow_ranks(ranks, slow) if slow else _late_ranks(ranks)
+    stalled = [s for s in ranks.between.values() if s.rose]
+    # a stall between steps, not a slower collective: the time outside the timers grew more than the waiting
+    outgrew = all(_change(s) > _change(ranks.wait.get(s.where)) for s in stalled)
+    if stalled and not slow and outgrew and len(stalled) * 2 > len(ranks.between):
+        every = len(stalled) == len(ranks.between) and len(stalled) >= 2
         found.append(
             Candidate(
                 "input",
-                1.0 + (1.0 if len(stalled) == len(between) and len(between) >= 2 else 0.5),
-                [s.text for s in stalled][:4] + [s.text for s in compute + comm][:4],
+                1.0 + (1.0 if every else 0.5),
+                [s.text for s in stalled][:4] + [s.text for s in [*ranks.own.values(), *ranks.wait.values()]][:4],
                 sorted({h for s in stalled for h in s.hosts}),
+                [],
+                [],
+            )
+        )
+    waited = [s for s in ranks.wait.values() if s.rose]
+    if ranks.own and not slow and waited and len(waited) == len(ranks.wait) and not found:
+        found.append(
+            Candidate(
+                "comm",
+                1.0,
+                [s.text for s in sorted(waited, key=lambda s: -_change(s))][:4]
+                + [s.text for s in ranks.own.values()][:2],
+                [],
                 [],
                 [],
             )
@@ -170,15 +213,94 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
     return found
 
 
+def _slow_ranks(ranks: _Ranks, slow: list[Signal]) -> list[Candidate]:
+    """Some rank's own work rose: a straggler (the late ranks, the others waiting for them), contention
+    on every rank (every rank slower by itself), or both weighed by the share of the others' lost time
+    they spent waiting."""
+    every = len(slow) == len(ranks.own) >= 2
+    late = late_ranks(ranks.waited)
+    if not late or _middle([_change(ranks.own[w]) for w in late]) <= max(
+        _change(ranks.own[w]) for w in ranks.own if w not in late
+    ):
+        late = [] if every else [s.where for s in slow]  # no rank arrived last: those whose own work rose
+    others = [w for w in ranks.own if w not in late]
+    waited = max(ranks.waited_for(late, others), 0.0) if late and others else 0.0
+    lost = ranks.lost(others) if others else 0.0
+    share = min(waited / lost, 1.0) if lost > 0 else 0.0
+    found = []
+    if late and (not every or share > 0):
+        lead = sorted((ranks.own[w] for w in late), key=lambda s: -_change(s))
+        because = [s.text for s in lead]
+        if others:
+            because.append(
+                f"the other ranks waited {waited:.0f} ms per step longer than {listing([s.where for s in lead])}, "
+                f"which arrived last at the collectives: {share:.0%} of the {lost:.0f} ms per step they lost"
+            )
+        because += [f"{ranks.wait[w].text} (it waited)" for w in others if w in ranks.wait][:2]
+        score = (2.0 + _unit(share / LATE_SHARE - 1.0) if every else 3.0) if len(ranks.own) >= 2 else 1.0
+        hosts = sorted({h for s in lead for h in s.hosts})
+        found.append(
+            Candidate("straggler", score, because, hosts, sorted({s.rank for s in lead if s.rank is not None}), [])
+        )
+    if every:
+        because = [s.text for s in sorted(slow, key=lambda s: -_change(s))][:4]
+        because.append(f"every rank's own work rose; they spent {share:.0%} of the time they lost waiting for the last")
+        hosts = sorted({h for s in slow for h in s.hosts})
+        found.append(Candidate("contention", 2.0 + _unit(1.0 - share / LATE_SHARE), because, hosts, [], []))
+    return found
+
+
+def _late_ranks(ranks: _Ranks) -> list[Candidate]:
+    """No timer shows a rank's own work rise (ZeRO-3's forward waits, or the work ran between the
+    timers), but every other rank waited longer while the late ones did not: they arrived last."""
+    late = late_ranks(ranks.waited)
+    others = [w for w in ranks.waited if w not in late]
+    if not late or not all(w in ranks.wait for w in ranks.waited):
+        return []
+    waited = ranks.waited_for(late, others)
+    if (
+        not all(ranks.wait[w].rose for w in others)
+        or any(ranks.wait[w].rose for w in late)
+        or waited < 0.5 * _middle([ranks.waited[w] for w in others])
+    ):
+        return []
+    stalled = [ranks.between[w] for w in late if w in ranks.between and ranks.between[w].rose]
+    lead = [ranks.wait[w] for w in late]
+    because = [
+        f"the other ranks waited {waited:.0f} ms per step longer than {listing(late)}: "
+        f"{'they' if len(late) > 1 else 'it'} arrived last at the collectives"
+    ]
+    because += [s.text for s in stalled] + [s.text for s in lead][:2]
+    hosts = sorted({h for s in lead for h in s.hosts})
+    ranks_ = sorted({s.rank for s in lead if s.rank is not None})
+    return [Candidate("straggler", 1.5 + (0.5 if stalled else 0.0), because, hosts, ranks_, [])]
+
+
+def _unit(x: float) -> float:
+    return min(max(x, 0.0), 1.0)
+
+
+def _middle(values: list[float]) -> float:
+    """The median of `values` (0 for none)."""
+    if not values:
+        return 0.0
+    values = sorted(values)
+    n = len(values)
+    return values[n // 2] if n % 2 else (values[n // 2 - 1] + values[n // 2]) / 2
+
+
 def _network_causes(signals: list[Signal]) -> list[Candidate]:
-    compute_flat = all(not s.rose for s in _by(signals, "compute"))
-    comm_rose = [s for s in _by(signals, "comm") if s.rose]
+    own = _by(signals, "own")
+    wait = _by(signals, "wait")
+    # the model agrees with a network cause: every rank waited longer while no rank's own work rose
+    model = bool(own) and not any(s.rose for s in own) and bool(wait) and all(s.rose for s in wait)
     pace = _by(signals, "pace")
-    paced = bool(pace) and all(s.rose for s in pace) and compute_flat
+    paced = bool(pace) and all(s.rose for s in pace) and not any(s.rose for s in own)
+    ceilings = [s for s in signals if s.cause == "ceiling" and s.rose] + (pace if paced else [])
     rose_by = {cause: [s for s in signals if s.source != "steps" and s.cause == cause and s.rose] for cause in NETWORK}
-    if paced and not any(s.locating for s in rose_by["link"]):
-        # every rank's every transfer slowed to a steady pace, and no port's own errors rose: the
-        # drops are a ceiling's (a rate limiter's or a full queue's tail drops), not a lossy link's
+    if ceilings and not any(s.locating for s in rose_by["link"]):
+        # every transfer slowed to a ceiling and no port's own errors rose: the drops are a ceiling's
+        # (a rate limiter's or a full queue's tail drops), not a lossy link's
         rose_by["congestion"] += [
             replace(s, text=f"{s.text} (tail drops at the ceiling: every transfer slowed with them)")
             for s in rose_by["link"]
@@ -189,14 +311,14 @@ def _network_causes(signals: list[Signal]) -> list[Candidate]:
         rose = rose_by[cause]
         if not rose:
             continue
-        steady = cause == "congestion" and paced
-        score = len({s.source for s in rose}) + (0.5 if comm_rose and compute_flat else 0.0) + (1.0 if steady else 0.0)
+        steady = cause == "congestion" and bool(ceilings)
+        score = len({s.source for s in rose}) + (0.5 if model else 0.0) + (1.0 if steady else 0.0)
         located = [s for s in rose if s.locating]
         hosts = sorted({h for s in (located or rose) for h in s.hosts})
         because = (
-            ([s.text for s in pace] if steady else [])
+            ([s.text for s in ceilings] if steady else [])
             + [s.text for s in rose][:6]
-            + ([s.text for s in comm_rose][:2] if compute_flat else [])
+            + ([s.text for s in wait][:2] if model else [])
         )
         found.append(Candidate(cause, score, because, hosts, [], sorted({s.port for s in located if s.port})))
     return found
@@ -221,21 +343,27 @@ def against(signals: list[Signal], named: str | None, where: Set[str] = frozense
     return out
 
 
-def verdict(signals: list[Signal], label: str, missing: list[str]) -> tuple[Verdict, Candidate | None]:
-    """The verdict for one window (`label`: `steps 294-371 (02:10:05 to 02:10:50 UTC)`)."""
+def verdict(
+    signals: list[Signal], label: str, missing: list[str], forward_waits: bool = False
+) -> tuple[Verdict, Candidate | None]:
+    """The verdict for one window (`label`: `steps 294-371 (02:10:05 to 02:10:50 UTC)`); `forward_waits`:
+    ZeRO-3, whose forward holds collectives, so no timer measures a rank's own work alone."""
     found = candidates(signals)
     not_available = list(missing)
-    if not _by(signals, "compute"):
+    own = _by(signals, "own")
+    if not own:
         not_available.append(
-            f"no per-rank compute timers: a straggler cannot be told from a network problem; collect {COLLECT_TIMERS}"
+            f"no per-rank step timers: a slow rank cannot be told from a network problem; collect {COLLECT_TIMERS}"
         )
-    elif (
-        len({s.where for s in _by(signals, "compute")}) == 1
-        and len({s.where for s in signals if s.source == "steps"}) >= 1
-    ):
-        only = _by(signals, "compute")[0].where
+    elif forward_waits:
         not_available.append(
-            f"compute timers from {only} only: whether the other ranks were slow too (contention on every "
+            "under ZeRO-3 forward all-gathers the parameters, so no timer measures a rank's own work alone: a slow "
+            "rank and a slow network raise every rank's timers alike; a PyTorch profiler trace of every rank shows "
+            "which rank entered each collective last"
+        )
+    elif len({s.where for s in own}) == 1 and len({s.where for s in signals if s.source == "steps"}) >= 1:
+        not_available.append(
+            f"step timers from {own[0].where} only: whether the other ranks were slow too (contention on every "
             f"rank) or waited for it (a straggler) cannot be told apart; collect {COLLECT_TIMERS}"
         )
     best = found[0] if found and found[0].score >= 1.0 else None
@@ -243,18 +371,16 @@ def verdict(signals: list[Signal], label: str, missing: list[str]) -> tuple[Verd
         collect = "; ".join(missing) if missing else COLLECT_TIMERS
         head = f"Slow {label}: cause undetermined, no signal rose above its level outside the window; collect {collect}"
         return Verdict(None, "undetermined", head, [], against(signals, None), not_available, ""), None
-    confidence = "high" if best.score >= 2.0 and (len(found) < 2 or found[1].score < best.score) else "medium"
-    where = " and ".join(best.hosts) if best.hosts else "the run"
-    if best.ranks:
-        where = (
-            f"rank {', '.join(map(str, best.ranks))} on {where}"
-            if best.hosts
-            else f"rank {', '.join(map(str, best.ranks))}"
-        )
-    if best.ports:
-        where += " (" + ", ".join(f"{p.rpartition(':')[0]} port {p.rpartition(':')[2]}" for p in best.ports) + ")"
-    head = f"Slow {label}: {NAMES[best.cause]} on {where}, confidence {confidence}"
-    others = [f"also considered: {NAMES[c.cause]} (score {c.score:.1f}): {c.because[0]}" for c in found[1:3]]
+    runner_up = found[1] if len(found) > 1 else None
+    sure = best.score >= 2.0 and (runner_up is None or best.score - runner_up.score >= MARGIN)
+    confidence = "high" if sure else "medium"
+    head = f"Slow {label}: {NAMES[best.cause]} on {_where(best)}, confidence {confidence}"
+    if runner_up is not None:
+        head += f" (runner-up: {SHORT[runner_up.cause]})"
+    others = [
+        f"runner-up: {NAMES[c.cause]} (score {c.score:.1f} against {best.score:.1f}): {c.because[0]}"
+        for c in found[1:3]
+    ]
     rose_at = {s.where for s in signals if s.rose and s.cause == best.cause}
     return Verdict(
         best.cause,
@@ -265,3 +391,14 @@ def verdict(signals: list[Signal], label: str, missing: list[str]) -> tuple[Verd
         not_available,
         FIXES.get(best.cause, ""),
     ), best
+
+
+def _where(best: Candidate) -> str:
+    """`rank 3 on node-b`, `ranks 2, 3 on node-b`, `node01 and node02 (mlx5_1 port 1)` or `the run`."""
+    where = " and ".join(best.hosts) if best.hosts else "the run"
+    if best.ranks:
+        ranks = f"rank{'s' if len(best.ranks) > 1 else ''} {', '.join(map(str, best.ranks))}"
+        where = f"{ranks} on {where}" if best.hosts else ranks
+    if best.ports:
+        where += " (" + ", ".join(f"{p.rpartition(':')[0]} port {p.rpartition(':')[2]}" for p in best.ports) + ")"
+    return where

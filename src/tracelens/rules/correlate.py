@@ -116,12 +116,13 @@ def _span(begin: datetime, end: datetime) -> str:
     return f"{begin:%H:%M:%S} to {end:%H:%M:%S} UTC"
 
 
-# the step levels that are a cause's own evidence (a straggler's: its own ranks' compute time)
+# the step levels that are a cause's own evidence (a straggler's: its own ranks' own work)
 CAUSE_LEVELS = {
-    "straggler": ("compute",),
-    "contention": ("compute",),
+    "straggler": ("own",),
+    "contention": ("own",),
     "input": ("between",),
-    **{cause: ("comm",) for cause in NETWORK},
+    "comm": ("wait",),
+    **{cause: ("wait",) for cause in NETWORK},
 }
 
 
@@ -219,7 +220,7 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
 
     def judged(begin: datetime, end: datetime):
         signals = measure(t, begin, end)
-        return (begin, end), signals, *verdict(signals, _label(series, w, begin, end), missing)
+        return (begin, end), signals, *verdict(signals, _label(series, w, begin, end), missing, t.forward_waits)
 
     # measured on the slow steps' window, then again on the named cause's own window (its evidence's
     # edges): the quoted rates and levels are then those of the window the finding gives

@@ -130,7 +130,7 @@ def step_time_spikes(
         "comm_surge": Setting(
             "times the usual",
             "Communication time in a slow stretch at this multiple of its usual or more, "
-            "with no rank's compute rising above its own baseline, is a surge.",
+            "with no rank's own work (forward, optimizer step) rising above its baseline, is a surge.",
         ),
     },
 )
@@ -142,7 +142,7 @@ def comm_bound_steps(
     wall_clock_breakdown's timers: `bwd_allreduce` (the all-reduce or reduce-scatter that did
     not overlap with the backward pass) plus ZeRO's `optimizer_allgather`. Either the share
     is high throughout (35% or more of the step), or it surges in a slow stretch of steps
-    (twice its usual time, over three steps at least) while forward and backward compute stay
+    (twice its usual time, over three steps at least) while every rank's own work (forward and optimizer step) stays
     flat on every rank: one finding per stretch, however many logs saw it.
 
     Why it slows the run: time in these timers is time the GPUs wait for the network. A high
@@ -169,18 +169,19 @@ def comm_bound_steps(
         surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= comm_surge]
         comm_ms = max((s.change or 0.0 for s in surged), default=0.0)
         if not surged or any(
-            s.rose and (s.cause == "compute" or s.cause == "between" and (s.change or 0.0) > comm_ms) for s in signals
+            s.rose and (s.cause == "own" or s.cause == "between" and (s.change or 0.0) > comm_ms) for s in signals
         ):
-            continue  # some rank computed longer (a straggler: the others waited) or stalled longer between steps
-        compute = max((s.ratio for s in signals if s.cause == "compute" and s.ratio), default=1.0)
+            continue  # some rank's own work rose (a straggler: the others waited) or it stalled longer between steps
+        compute = max((s.ratio for s in signals if s.cause == "own" and s.ratio), default=1.0)
         w, top = ep.worst, max(surged, key=lambda s: s.ratio or 0.0)
         seen = f", seen in the logs of {count(len(surged), 'rank')}" if len(surged) > 1 else ""
         yield Finding(  # rule_id: stamped by Rule.run
             severity=Severity.WARNING,
             title=f"Gradient communication surged in {w.label}",
             summary=(
-                f"In {w.label} the gradient all-reduce/all-gather took {top.ratio:.1f}x its usual time while forward "
-                f"and backward compute stayed at {compute:.2f}x{seen}: the network slowed down, not the model."
+                f"In {w.label} the gradient all-reduce/all-gather took {top.ratio:.1f}x its usual time while every "
+                f"rank's own work (forward and optimizer step) stayed at {compute:.2f}x{seen}: the network slowed "
+                "down, not the model."
             ),
             evidence=step_evidence(t, w.file, w.lines[:3]) + [e for s in surged for e in row_evidence(s.evidence, 2)],
             hosts=sorted({h for s in surged for h in s.hosts}),
