@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -148,6 +148,7 @@ class Window:
     lines: tuple[int, ...]
     comm_ratio: float | None  # comm time inside over the stream's median, where timers show it
     compute_ratio: float | None
+    stall: bool = False  # a step that stalled (_stalls_apart), kept apart from the slow steps around it
 
     @property
     def label(self) -> str:
@@ -197,7 +198,7 @@ def slow_windows(series: pl.DataFrame) -> list[Window]:
         slow_rows = stream.filter(pl.col("slow"))["i"].to_list()
         for first, last in _runs(slow_rows):
             inside = stream.filter(pl.col("i").is_between(first, last) & pl.col("slow"))
-            windows.append(_window(key, stream, inside))
+            windows += [replace(_window(key, stream, part), stall=stall) for part, stall in _stalls_apart(inside)]
     return sorted(windows, key=lambda w: -w.cost_s)
 
 
@@ -215,6 +216,22 @@ def sustained_windows(series: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> li
     return [
         w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= slow.sustained_steps
     ]
+
+
+STALL_RATIO = 5.0  # a step this many times its stream's usual step stalled: an event of its own
+
+
+def _stalls_apart(inside: pl.DataFrame) -> list[tuple[pl.DataFrame, bool]]:
+    """A slow stretch cut at its stalls, each part with whether it stalled: a step that took STALL_RATIO x
+    its stream's usual step or more (a dead link's one 14 s step among a busy start's 1 s steps) is a
+    window of its own, and so is each run of slow steps around it, so that each gets its own cause."""
+    stalled = (inside["time_ms"] >= STALL_RATIO * inside["baseline_ms"]).fill_null(False)
+    if not stalled.any() or stalled.all():
+        return [(inside, bool(stalled.all()))]
+        return [(inside, False)]
+    piece = (stalled | stalled.shift(1, fill_value=False)).cum_sum()
+    parts = inside.with_columns(piece=piece, stalled=stalled).group_by("piece", maintain_order=True)
+    return [(part.drop("piece", "stalled"), bool(part["stalled"][0])) for _, part in parts]
 
 
 def _runs(rows: list[int]) -> list[tuple[int, int]]:
@@ -287,6 +304,11 @@ class Episode:
         return max(self.windows, key=lambda w: w.cost_s)
 
     @property
+    def stall(self) -> bool:
+        """A stall: one step (or a few) that took many times the usual, not a slow stretch."""
+        return all(w.stall for w in self.windows)
+
+    @property
     def cost_s(self) -> float:
         return self.worst.cost_s  # every rank waits for the slowest: the run lost the worst stream's time, not the sum
 
@@ -312,12 +334,15 @@ def slow_episodes(series: Timed, wall: Timed, slow: SlowSteps = SlowSteps()) -> 
             found.append((begin, w.end, w, total))  # type: ignore[arg-type]
     merged: list[tuple[datetime, datetime, list[Window], float]] = []
     margin = timedelta(seconds=EPISODE_MARGIN_S)
-    for begin, last, w, total in sorted(found, key=lambda s: s[0]):
-        if merged and begin <= merged[-1][1] + margin:
-            first, end, group, run = merged[-1]
-            merged[-1] = (first, max(end, last), [*group, w], max(run, total))
-        else:
-            merged.append((begin, last, [w], total))
+    for stall in (False, True):  # a stall is an episode of its own, whatever slow steps run around it
+        kind: list[tuple[datetime, datetime, list[Window], float]] = []
+        for begin, last, w, total in sorted((f for f in found if f[2].stall == stall), key=lambda s: s[0]):
+            if kind and begin <= kind[-1][1] + margin:
+                first, end, group, run = kind[-1]
+                kind[-1] = (first, max(end, last), [*group, w], max(run, total))
+            else:
+                kind.append((begin, last, [w], total))
+        merged += kind
     episodes = []
     for b, e, ws, run in merged:
         stream = _worst_stream(wall.series, ws)
@@ -346,8 +371,10 @@ def _ordinary(stream: pl.DataFrame, begin: datetime, end: datetime) -> str:
     if stream.height == 0:
         return ""
     steady = stream.slice(WARMUP_ROWS)
-    inside = steady.filter(pl.col("ts") >= begin, pl.col("start") <= end)
-    outside = steady.filter((pl.col("ts") < begin) | (pl.col("start") > end))
+    # the steps that ran within [begin, end] (a step's line is printed at its end, `start` is the line before)
+    within = (pl.col("start") >= begin - timedelta(milliseconds=1)) & (pl.col("ts") <= end)
+    inside = steady.filter(within)
+    outside = steady.filter(~within)
     if steady.filter(pl.col("ts") < begin).height < MIN_BEFORE_ROWS:
         return f"start-up: fewer than {MIN_BEFORE_ROWS} steady steps before it to compare with"
     rows = max(3, min(inside.height, outside.height // 2))

@@ -271,8 +271,12 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
     for row in flows.sort("proto", "pair").iter_rows(named=True):
         hosts = tuple(row["pair"].split(" ↔ "))
         if row["proto"] == "tcp" or not flows.filter(pl.col("pair") == row["pair"], pl.col("proto") == "tcp").height:
-            ceiling = _ceiling_signal(bins.filter(pl.col("pair") == row["pair"]), row["pair"], hosts, begin, end)
-            signals += [ceiling] if ceiling else []
+            mine = bins.filter(pl.col("pair") == row["pair"])
+            found = (
+                _silence_signal(mine, row["pair"], hosts, begin, end),
+                _ceiling_signal(mine, row["pair"], hosts, begin, end),
+            )
+            signals += [s for s in found if s is not None]
         for what, cause, kinds in PACKET_SIGNALS[row["proto"]]:
             mine = events.filter(pl.col("pair") == row["pair"], pl.col("kind").is_in(kinds))
             rows = _rows(mine.select("file", "frame", "text", "ts"), begin, end)
@@ -347,6 +351,44 @@ def _ceiling_signal(
         f"outside it ({ratio:.2f}x): {verdict}"
     )
     return Signal("packets", "ceiling", "peak rate", pair, capped, True, text, hosts, ratio=ratio)
+
+
+SILENCE_MIN = timedelta(seconds=1)  # a direction silent this long, while the other still sent, is no pause
+SILENCE_RATIO = 5.0  # ... and this many times its usual longest silence outside the window:
+SILENCE_QUANTILE = 0.99  # this quantile of its silences (a job's start-up idles for seconds once)
+SILENCE_RETRIES = 3  # bins the other direction sent into the silence: a sender's timeouts back off 0.2, 0.4, 0.8 s
+
+
+def _silence_signal(
+    bins: pl.DataFrame, pair: str, hosts: tuple[str, ...], begin: datetime, end: datetime
+) -> Signal | None:
+    """Whether one direction of a pair fell silent in the window while the other kept sending: a dead
+    link (a blackout, a flapping port) stops everything that crosses it, and the sender retransmits
+    into the silence with a growing backoff. A pause of the job stops both directions."""
+    found = []
+    for (a, b), direction in bins.group_by("a", "b", maintain_order=True):
+        times = direction["bin"].sort()
+        reverse = bins.filter(pl.col("a") == b, pl.col("b") == a)["bin"]
+        gaps = pl.DataFrame({"from": times.shift(1), "to": times}).drop_nulls()
+        inside = gaps.filter(pl.col("to") > begin, pl.col("from") < end)
+        outside = gaps.filter((pl.col("to") <= begin) | (pl.col("from") >= end))
+        if inside.height == 0 or outside.height < CEILING_MIN_BINS:
+            continue
+        longest = inside.with_columns(gap=pl.col("to") - pl.col("from")).sort("gap").row(-1, named=True)
+        usual = (outside["to"] - outside["from"]).quantile(SILENCE_QUANTILE, "higher")
+        answered = reverse.is_between(longest["from"], longest["to"], closed="none").sum()
+        found.append((longest["gap"], usual, answered, f"{a} → {b}", longest["from"]))
+    if not found:
+        return None
+    gap, usual, answered, way, since = max(found, key=lambda f: f[0])
+    dead = gap >= SILENCE_MIN and gap >= SILENCE_RATIO * usual and answered >= SILENCE_RETRIES
+    verdict = "the link was dead" if dead else "no silence"
+    text = (
+        f"{pair}: {way} sent nothing for {gap.total_seconds():.1f} s from {since:%H:%M:%S} while the other "
+        f"direction sent {answered} bins of packets (its silences outside the window: up to "
+        f"{usual.total_seconds():.2f} s): {verdict}"
+    )
+    return Signal("packets", "link", "silence", pair, dead, True, text, hosts, ratio=gap / usual if usual else None)
 
 
 def _rate(bytes_per_s: float) -> str:

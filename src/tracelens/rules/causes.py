@@ -296,7 +296,8 @@ def _network_causes(signals: list[Signal]) -> list[Candidate]:
     model = bool(own) and not any(s.rose for s in own) and bool(wait) and all(s.rose for s in wait)
     pace = _by(signals, "pace")
     paced = bool(pace) and all(s.rose for s in pace) and not any(s.rose for s in own)
-    ceilings = [s for s in signals if s.cause == "ceiling" and s.rose] + (pace if paced else [])
+    dead = any(s.what == "silence" and s.rose for s in signals)  # a silent direction: nothing got through
+    ceilings = [] if dead else [s for s in signals if s.cause == "ceiling" and s.rose] + (pace if paced else [])
     rose_by = {cause: [s for s in signals if s.source != "steps" and s.cause == cause and s.rose] for cause in NETWORK}
     if ceilings and not any(s.locating for s in rose_by["link"]):
         # every transfer slowed to a ceiling and no port's own errors rose: the drops are a ceiling's

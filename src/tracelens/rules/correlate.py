@@ -225,7 +225,7 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
     # measured on the slow steps' window, then again on the named cause's own window (its evidence's
     # edges): the quoted rates and levels are then those of the window the finding gives
     window, signals, diagnosis, best = judged(episode.begin, episode.end)
-    for _ in range(2):
+    for _ in range(0 if episode.stall else 2):  # a stall's window is its step, not its cause's stretch
         own = _evidence_window(signals, best, *window) if best else None
         if own is None or own == window:
             break
