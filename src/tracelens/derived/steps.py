@@ -223,9 +223,14 @@ STALL_RATIO = 5.0  # a step this many times its stream's usual step stalled: an 
 
 def _stalls_apart(inside: pl.DataFrame) -> list[tuple[pl.DataFrame, bool]]:
     """A slow stretch cut at its stalls, each part with whether it stalled: a step that took STALL_RATIO x
-    its stream's usual step or more (a dead link's one 14 s step among a busy start's 1 s steps) is a
-    window of its own, and so is each run of slow steps around it, so that each gets its own cause."""
-    stalled = (inside["time_ms"] >= STALL_RATIO * inside["baseline_ms"]).fill_null(False)
+    its stream's usual step or more, and as much more than the other slow steps around it (a dead
+    link's one 14 s step among a busy start's 1 s steps), is a window of its own, and so is each run
+    of slow steps around it, so that each gets its own cause."""
+    took = inside["time_ms"]
+    stalled = (took >= STALL_RATIO * inside["baseline_ms"]).fill_null(False)
+    around = took.filter(~stalled).median()  # the slow steps around it: a straggler's are all long
+    if around is not None:
+        stalled &= took >= STALL_RATIO * around
     if not stalled.any() or stalled.all():
         return [(inside, bool(stalled.all()))]
         return [(inside, False)]
@@ -332,23 +337,46 @@ def slow_episodes(series: Timed, wall: Timed, slow: SlowSteps = SlowSteps()) -> 
         ]
         for w, begin in zip(costly, _first_step_starts(side.series, costly)):
             found.append((begin, w.end, w, total))  # type: ignore[arg-type]
-    merged: list[tuple[datetime, datetime, list[Window], float]] = []
     margin = timedelta(seconds=EPISODE_MARGIN_S)
-    for stall in (False, True):  # a stall is an episode of its own, whatever slow steps run around it
-        kind: list[tuple[datetime, datetime, list[Window], float]] = []
-        for begin, last, w, total in sorted((f for f in found if f[2].stall == stall), key=lambda s: s[0]):
-            if kind and begin <= kind[-1][1] + margin:
-                first, end, group, run = kind[-1]
-                kind[-1] = (first, max(end, last), [*group, w], max(run, total))
-            else:
-                kind.append((begin, last, [w], total))
-        merged += kind
+    slow_stretches = _merged([f for f in found if not f[2].stall], margin)
+    # a stall is an episode of its own, next to slow steps (a dead link after a busy start), but one
+    # among a slow stretch's steps is part of it (a lossy link stalls some steps for a timeout)
+    stalls = [
+        f
+        for f in found
+        if f[2].stall
+        and not any(first - margin <= f[0] and f[1] <= end + margin for first, end, _, _ in slow_stretches)
+    ]
+    for begin, last, w, total in found:
+        if w.stall and not any(f[2] is w for f in stalls):
+            i = next(
+                i
+                for i, (first, end, _, _) in enumerate(slow_stretches)
+                if first - margin <= begin and last <= end + margin
+            )
+            first, end, group, run = slow_stretches[i]
+            slow_stretches[i] = (first, end, [*group, w], max(run, total))
+    merged = slow_stretches + _merged(stalls, margin)
     episodes = []
     for b, e, ws, run in merged:
         stream = _worst_stream(wall.series, ws)
         begin, end = _trimmed(stream, b, e)
         episodes.append(Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, _ordinary(stream, begin, end)))
     return sorted(episodes, key=lambda ep: -ep.cost_s)
+
+
+def _merged(
+    found: list[tuple[datetime, datetime, Window, float]], margin: timedelta
+) -> list[tuple[datetime, datetime, list[Window], float]]:
+    """Windows (first step's start, last time, window, run time) this close in time, as one stretch each."""
+    merged: list[tuple[datetime, datetime, list[Window], float]] = []
+    for begin, last, w, total in sorted(found, key=lambda s: s[0]):
+        if merged and begin <= merged[-1][1] + margin:
+            first, end, group, run = merged[-1]
+            merged[-1] = (first, max(end, last), [*group, w], max(run, total))
+        else:
+            merged.append((begin, last, [w], total))
+    return merged
 
 
 def _worst_stream(wall: StreamGroups, windows: list[Window]) -> pl.DataFrame:

@@ -317,6 +317,7 @@ def throughput_bins(tables: RunTables) -> pl.DataFrame:
             pl.col("ts").dt.truncate(THROUGHPUT_BIN).alias("bin"),
         )
         .agg(pl.col("length").cast(pl.Int64).sum().alias("bytes"))
+        .sort("a", "b", "bin")
         .collect(engine="streaming")
     )
 
@@ -380,7 +381,7 @@ def _silence_signal(
         found.append((longest["gap"], usual, answered, f"{a} → {b}", longest["from"]))
     if not found:
         return None
-    gap, usual, answered, way, since = max(found, key=lambda f: f[0])
+    gap, usual, answered, way, since = max(found)
     dead = gap >= SILENCE_MIN and gap >= SILENCE_RATIO * usual and answered >= SILENCE_RETRIES
     verdict = "the link was dead" if dead else "no silence"
     text = (
