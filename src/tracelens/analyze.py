@@ -21,6 +21,7 @@ from tracelens import scaleout
 from tracelens.config import Config, rename_hosts
 from tracelens.derived import RunContext
 from tracelens.derived.flows import event_times
+from tracelens.derived.hosts import untied
 from tracelens.discover import discover, sniff_file
 from tracelens.findings import Finding
 from tracelens.ingest import Account, IngestResult, InputFile, ingest_file, small_files, splits, with_host_hint
@@ -356,6 +357,7 @@ def analyze(
         rules = select_rules(select or config.select, ignore or config.ignore)
         _stage(progress, tables, "running the rules, analysing captures")
         findings, not_run = run_rules(context, rules, config)
+        notes += [n for n in (untied(tables, context.host_names),) if n]
     return Analysis(
         target=target,
         context=context,
