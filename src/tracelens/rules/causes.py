@@ -106,7 +106,7 @@ def candidates(signals: list[Signal]) -> list[Candidate]:
     network = _network_causes(signals)
     # a network source that rose names what slowed the collectives
     found = [c for c in _rank_causes(signals) if not (network and c.cause == "comm")] + network
-    if any(c.cause in ("straggler", "contention") for c in found):
+    if any(s.rose for s in _by(signals, "own")):
         for c in found:
             if c.cause in NETWORK:  # a rank's own work rose: the network is at most an effect
                 c.score = min(c.score, 0.9)
@@ -183,8 +183,13 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
     slow = [s for s in ranks.own.values() if s.rose]
     found = _slow_ranks(ranks, slow) if slow else _late_ranks(ranks)
     stalled = [s for s in ranks.between.values() if s.rose]
-    # a stall between steps, not a slower collective: the time outside the timers grew more than the waiting
-    outgrew = all(_change(s) > _change(ranks.wait.get(s.where)) for s in stalled)
+    # a stall between steps, not a slower collective: the time outside the timers grew more than the
+    # waiting did, or the waiting rose nowhere (ranks stalled out of step wait for each other a little)
+    # with no network source risen to say the collectives themselves slowed
+    network = any(s.rose and s.source != "steps" and s.cause in NETWORK for s in signals)
+    outgrew = all(_change(s) > _change(ranks.wait.get(s.where)) for s in stalled) or not (
+        network or any(s.rose for s in ranks.wait.values())
+    )
     if stalled and not slow and outgrew and len(stalled) * 2 > len(ranks.between):
         every = len(stalled) == len(ranks.between) and len(stalled) >= 2
         found.append(
@@ -250,9 +255,12 @@ def _slow_ranks(ranks: _Ranks, slow: list[Signal]) -> list[Candidate]:
     return found
 
 
+LATE_WAIT = 0.25  # a late rank waited at most this share of what the others waited longer
+
+
 def _late_ranks(ranks: _Ranks) -> list[Candidate]:
     """No timer shows a rank's own work rise (ZeRO-3's forward waits, or the work ran between the
-    timers), but every other rank waited longer while the late ones did not: they arrived last."""
+    timers), but every other rank waited longer while the late ones hardly did: they arrived last."""
     late = late_ranks(ranks.waited)
     others = [w for w in ranks.waited if w not in late]
     if not late or not all(w in ranks.wait for w in ranks.waited):
@@ -261,7 +269,7 @@ def _late_ranks(ranks: _Ranks) -> list[Candidate]:
     if (
         not all(ranks.wait[w].rose for w in others)
         or any(ranks.wait[w].rose for w in late)
-        or waited < 0.5 * _middle([ranks.waited[w] for w in others])
+        or _middle([ranks.waited[w] for w in late]) > LATE_WAIT * _middle([ranks.waited[w] for w in others])
     ):
         return []
     stalled = [ranks.between[w] for w in late if w in ranks.between and ranks.between[w].rose]

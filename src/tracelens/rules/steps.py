@@ -53,8 +53,9 @@ def step_time_spikes(
     for its noise and no fixed number of milliseconds is assumed. Step time comes from
     Megatron's iteration time, else wall_clock_breakdown's timers, else the time between
     progress lines. A stretch warns only when it stands out from the run itself: fewer than
-    5% of the equally long stretches outside it were as slow, and it is not the run's
-    start-up (ten steady steps before it at least); otherwise it is told at info, with why.
+    5% of the equally long stretches outside it were as slow, it is not the run's start-up
+    (ten steady steps before it at least), and it is no mild slowdown (its median step under
+    [steps] slow_ratio times the usual); otherwise it is told at info, with why.
     Isolated spikes (one or two slow steps) warn only when together they cost 15% of the
     run's step time.
 
@@ -82,14 +83,21 @@ def step_time_spikes(
         w = ep.worst
         seen = f"seen in the logs of {ep.streams} ranks" if ep.streams > 1 else f"engine {w.engine}"
         loud = Severity.CRITICAL if ep.share >= critical_share else Severity.WARNING
+        # a stretch no slower than the run often is, its start-up, or a mild one, is told, not warned of
+        # (TL410 warns of a mild stretch when a cause rose with it)
+        ordinary = ep.ordinary or (
+            f"a mild slowdown ({w.ratio:.2f}x, under [steps] slow_ratio {t.slow_steps.slow_ratio:g}x); TL410 says "
+            "whether any cause rose with it"
+            if w.ratio < t.slow_steps.slow_ratio
+            else ""
+        )
         yield Finding(
-            # a stretch no slower than the run often is, or its start-up, is told, not warned of
-            severity=Severity.INFO if ep.ordinary else loud,
+            severity=Severity.INFO if ordinary else loud,
             title=f"Slow steps: {w.label} took {w.ratio:.1f}x the usual step time",
             summary=f"{w.label} ({w.steps} steps, {seen}) took {w.ratio:.1f}x the usual "
             f"{w.baseline_ms:.0f} ms per step (worst {w.peak_ms:.0f} ms), {_basis_note(w.basis)}; "
             f"they cost {w.cost_s:.1f} s, {ep.share:.0%} of the run's step time."
-            + (f" Not a warning: {ep.ordinary}." if ep.ordinary else ""),
+            + (f" Not a warning: {ordinary}." if ordinary else ""),
             evidence=step_evidence(t, w.file, w.lines),
             cost_seconds=w.cost_s,
             hosts=[x.host for x in ep.windows if x.host],
