@@ -15,53 +15,25 @@ wrong, so that main stays green and the mark goes when the correlation rules are
 
 from __future__ import annotations
 
-import json
 import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from tracelens.analyze import Analysis
-from tracelens.findings import Finding, Severity
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
-
-def _expected(folder: Path) -> dict:
-    return json.loads((folder / "expected.json").read_text())
+from tests.helpers import FIXTURES
+from tests.helpers.lab import FAMILY, expected_of, families, listing, loud_of, named, span, stated_offsets, window_of
+from tracelens.findings import Severity
 
 
 def _from_run_sh(folder: Path) -> bool:
     """lab/run.sh's fixtures say their scenario (lab/hang's lab-hang-* runs are tested elsewhere)."""
-    return (folder / "expected.json").is_file() and "scenario" in _expected(folder)
+    return (folder / "expected.json").is_file() and "scenario" in expected_of(folder)
 
 
 LAB = sorted(p for p in FIXTURES.glob("lab-*") if _from_run_sh(p))
-RUNS = [p for p in LAB if _expected(p)["scenario"] != "tcp-loss"]
-IMPAIRED = [p for p in RUNS if _expected(p)["cause"]]
-
-# What a title must say to name each injected cause.
-NAMES = {
-    "link": r"bad link|packet loss|lossy",
-    "congestion": r"congest|bandwidth|rate limit|throttl",
-    "straggler": r"straggler|slow rank",
-    "contention": r"contention|every rank|all ranks",
-    "input": r"input pipeline|data[ -]?loader|input stall",
-    "checkpoint": r"checkpoint|input pipeline or checkpoint",
-}
-FAMILY = {
-    "link": "network",
-    "congestion": "network",
-    "socket": "network",
-    "receiver": "network",
-    "failure": "network",
-    "straggler": "straggler",
-    "contention": "contention",
-    "input": "input",
-    "checkpoint": "input",
-}
-NETWORK_RULES = re.compile(r"TL(10[79]|2\d\d|30[0-46-9])$")  # TL305 (capture duplicates) is an artefact
+RUNS = [p for p in LAB if expected_of(p)["scenario"] != "tcp-loss"]
+IMPAIRED = [p for p in RUNS if expected_of(p)["cause"]]
 
 # (fixture, check) -> what the analysis gets wrong there today.
 KNOWN_WRONG: dict[tuple[str, str], str] = {}
@@ -76,49 +48,10 @@ def _cases(folders: list[Path], check: str) -> list:
     ]
 
 
-def _named(finding: Finding) -> set[str]:
-    """The causes a finding names: its verdict's cause, and those its title words (the runner-up it
-    names as such is not blamed)."""
-    title = re.sub(r" \(runner-up: [^)]*\)", "", finding.title)
-    said = {cause for cause, words in NAMES.items() if re.search(words, title, re.I)}
-    verdict = finding.verdict
-    return said | {verdict.cause} if verdict and verdict.cause else said
-
-
-def _families(finding: Finding) -> set[str]:
-    """The cause families a finding blames."""
-    blamed = {FAMILY.get(cause, cause) for cause in _named(finding)}
-    if finding.rule_id == "TL404":
-        blamed.add("straggler")
-    if NETWORK_RULES.match(finding.rule_id):
-        blamed.add("network")
-    return blamed
-
-
-def _listing(findings: list[Finding]) -> str:
-    return "\n".join(
-        f"  {f.rule_id} {f.severity.label} hosts={f.hosts} ranks={f.ranks} window={_span(f.window)}: {f.title}"
-        for f in findings[:8]
-    )
-
-
-def _span(window) -> str:
-    return f"{window[0].isoformat()} .. {window[1].isoformat()}" if window else "none"
-
-
-def _window(expected: dict) -> tuple[datetime, datetime]:
-    start, end = (datetime.fromisoformat(t) for t in expected["window"])
-    return start, end
-
-
-def _loud(analysis: Analysis) -> list[Finding]:
-    return [f for f in analysis.findings if f.severity >= Severity.WARNING]
-
-
 def test_the_lab_fixtures_are_real_and_described():
     assert {"lab-clean", "lab-loss", "lab-straggler"} <= {p.name for p in LAB}
     for folder in LAB:
-        expected = _expected(folder)
+        expected = expected_of(folder)
         assert expected["real"] is True and expected["synthetic"] is False, folder.name
         readme = (folder / "README.md").read_text()
         assert "real run" in readme or "real capture" in readme, folder.name
@@ -131,24 +64,24 @@ def test_the_lab_fixtures_are_real_and_described():
 
 @pytest.mark.parametrize("folder", _cases(IMPAIRED, "cause"))
 def test_top_verdict_names_the_injected_cause(folder, analysis_of):
-    expected = _expected(folder)
+    expected = expected_of(folder)
     findings = analysis_of(folder).findings
     assert findings, f"{folder.name}: no finding at all"
     top = findings[0]
-    context = f"{folder.name}: injected {expected['description']}; findings, first first:\n{_listing(findings)}"
+    context = f"{folder.name}: injected {expected['description']}; findings, first first:\n{listing(findings)}"
     assert top.severity >= Severity.WARNING, context
-    assert expected["cause"] in _named(top), f"the top finding does not name {expected['cause']}\n{context}"
+    assert expected["cause"] in named(top), f"the top finding does not name {expected['cause']}\n{context}"
 
 
 @pytest.mark.parametrize("folder", _cases(IMPAIRED, "window"))
 def test_top_verdict_window_is_the_injected_one(folder, analysis_of):
-    expected = _expected(folder)
-    start, end = _window(expected)
+    expected = expected_of(folder)
+    start, end = window_of(expected)
     slack = (end - start) * expected["tolerance"]
     top = analysis_of(folder).findings[0]
     context = (
         f"{folder.name}: the top finding ({top.rule_id}) must span "
-        f"{_span((start, end))} within {slack}; it spans {_span(top.window)}"
+        f"{span((start, end))} within {slack}; it spans {span(top.window)}"
     )
     assert top.window is not None, context
     assert abs(top.window[0] - start) <= slack and abs(top.window[1] - end) <= slack, context
@@ -156,7 +89,7 @@ def test_top_verdict_window_is_the_injected_one(folder, analysis_of):
 
 @pytest.mark.parametrize("folder", _cases(IMPAIRED, "where"))
 def test_top_verdict_names_the_right_hosts_and_ranks(folder, analysis_of):
-    expected = _expected(folder)
+    expected = expected_of(folder)
     top = analysis_of(folder).findings[0]
     context = (
         f"{folder.name}: expected hosts {expected['hosts']} ranks {expected['ranks']}; the top finding "
@@ -169,32 +102,32 @@ def test_top_verdict_names_the_right_hosts_and_ranks(folder, analysis_of):
 
 @pytest.mark.parametrize("folder", _cases(IMPAIRED, "others"))
 def test_no_loud_finding_blames_another_cause(folder, analysis_of):
-    expected = _expected(folder)
+    expected = expected_of(folder)
     family = FAMILY[expected["cause"]]
-    wrong = [f for f in _loud(analysis_of(folder)) if _families(f) - {family}]
+    wrong = [f for f in loud_of(analysis_of(folder)) if families(f) - {family}]
     assert not wrong, (
-        f"{folder.name}: injected {expected['cause']}, yet warnings blame another cause:\n{_listing(wrong)}"
+        f"{folder.name}: injected {expected['cause']}, yet warnings blame another cause:\n{listing(wrong)}"
     )
 
 
 @pytest.mark.parametrize("folder", _cases([FIXTURES / "lab-clean"], "clean"))
 def test_clean_run_has_no_warning(folder, analysis_of):
-    loud = _loud(analysis_of(folder))
-    assert not loud, f"a clean real run got warnings:\n{_listing(loud)}"
+    loud = loud_of(analysis_of(folder))
+    assert not loud, f"a clean real run got warnings:\n{listing(loud)}"
 
 
 @pytest.mark.parametrize("folder", _cases([FIXTURES / "lab-clean"], "blame"))
 def test_clean_run_blames_no_cause(folder, analysis_of):
     """Weaker than no warning at all: the shared machine's noise may leave slow steps, but nothing is to blame."""
-    blaming = [f for f in _loud(analysis_of(folder)) if _families(f)]
-    assert not blaming, f"a clean real run got warnings that blame a cause:\n{_listing(blaming)}"
+    blaming = [f for f in loud_of(analysis_of(folder)) if families(f)]
+    assert not blaming, f"a clean real run got warnings that blame a cause:\n{listing(blaming)}"
 
 
 @pytest.mark.parametrize("folder", _cases(RUNS, "once-per-stretch"))
 def test_one_loud_finding_per_rule_and_stretch(folder, analysis_of):
     """A slow stretch seen in the logs of several ranks, or in several of one rank's windows, is one finding
     of each rule (lab-loss once had ten TL402 warnings, one per slow step of either rank)."""
-    loud = [f for f in _loud(analysis_of(folder)) if f.window]
+    loud = [f for f in loud_of(analysis_of(folder)) if f.window]
     twice = [
         (a, b)
         for i, a in enumerate(loud)
@@ -202,60 +135,54 @@ def test_one_loud_finding_per_rule_and_stretch(folder, analysis_of):
         if a.rule_id == b.rule_id and a.window[0] <= b.window[1] and b.window[0] <= a.window[1]
     ]
     assert not twice, f"{folder.name}: the same stretch reported twice:\n" + "\n".join(
-        _listing([a, b]) for a, b in twice
+        listing([a, b]) for a, b in twice
     )
 
 
-SKEWED = [p for p in RUNS if "clock_offset_s" in _expected(p)]
+SKEWED = [p for p in RUNS if "clock_offset_s" in expected_of(p)]
 
 
 @pytest.mark.parametrize("folder", _cases(SKEWED, "offset"))
 def test_skewed_clock_is_measured_and_stated(folder, analysis_of):
-    ((host, offset),) = _expected(folder)["clock_offset_s"].items()
-    notes = analysis_of(folder).notes
-    stated = [
-        float(m.group(1))
-        for n in notes
-        if host in n and re.search(r"clock|offset|ahead|behind", n, re.I)
-        for m in re.finditer(r"([0-9]+(?:\.[0-9]+)?) ?s\b", n)
-    ]
-    assert any(abs(v - abs(offset)) <= 0.5 for v in stated), (
-        f"{folder.name}: no note states {host}'s {offset:+} s offset within 0.5 s: {notes}"
+    ((host, offset),) = expected_of(folder)["clock_offset_s"].items()
+    stated = stated_offsets(analysis_of(folder), host)
+    assert any(abs(abs(v) - abs(offset)) <= 0.5 for v in stated), (
+        f"{folder.name}: no note states {host}'s {offset:+} s offset within 0.5 s: {analysis_of(folder).notes}"
     )
 
 
 @pytest.mark.parametrize("folder", _cases(SKEWED, "once"))
 def test_skewed_clock_window_is_found_once(folder, analysis_of):
-    start, end = _window(_expected(folder))
+    start, end = window_of(expected_of(folder))
     margin = timedelta(seconds=10)
     causes = [
         f
-        for f in _loud(analysis_of(folder))
+        for f in loud_of(analysis_of(folder))
         if re.match(r"TL41\d$", f.rule_id)
         and f.window
         and f.window[0] <= end + margin
         and f.window[1] >= start - margin
     ]
-    assert len(causes) == 1, f"{folder.name}: the slow window must come out once, at the true time:\n{_listing(causes)}"
+    assert len(causes) == 1, f"{folder.name}: the slow window must come out once, at the true time:\n{listing(causes)}"
 
 
-TCP = [p for p in LAB if _expected(p).get("scenario") == "tcp-loss"]
+TCP = [p for p in LAB if expected_of(p).get("scenario") == "tcp-loss"]
 
 
 @pytest.mark.parametrize("folder", _cases(TCP, "tcp"))
 def test_tcp_loss_capture_gets_a_retransmission_warning(folder, analysis_of):
-    expected = _expected(folder)
+    expected = expected_of(folder)
     fired = [f for f in analysis_of(folder).findings if f.rule_id == expected["rule"]]
     assert fired and max(f.severity for f in fired) >= Severity.WARNING, (
         f"{folder.name}: {expected['tshark']['retransmissions']} of "
         f"{expected['tshark']['data_segments']} segments retransmitted "
-        f"(tshark) and no {expected['rule']} warning:\n{_listing(analysis_of(folder).findings)}"
+        f"(tshark) and no {expected['rule']} warning:\n{listing(analysis_of(folder).findings)}"
     )
 
 
 @pytest.mark.parametrize("folder", _cases(TCP, "count"))
 def test_tcp_loss_retransmissions_agree_with_tshark(folder, analysis_of):
-    expected = _expected(folder)["tshark"]
+    expected = expected_of(folder)["tshark"]
     quoted = [
         tuple(map(int, m.groups()))
         for f in analysis_of(folder).findings
@@ -271,16 +198,16 @@ def test_tcp_loss_retransmissions_agree_with_tshark(folder, analysis_of):
 
 @pytest.mark.parametrize(
     "folder",
-    _cases([p for p in RUNS if _expected(p)["window"] and "window" in _expected(p).get("tshark", {})], "tshark"),
+    _cases([p for p in RUNS if expected_of(p)["window"] and "window" in expected_of(p).get("tshark", {})], "tshark"),
 )
-def test_quoted_retransmissions_agree_with_tshark_in_the_injected_window(folder, analysis_of):
+def test_quoted_retransmissions_agree_with_tshark_in_the_injectedwindow_of(folder, analysis_of):
     """The count a verdict quotes for a window ("TCP retransmissions of any kind ... in the window (N)")
     is tshark's `tcp.analysis.retransmission` among data segments for the same window, within 10%."""
     from tracelens.derived.window_signals import measure
 
-    expected = _expected(folder)
+    expected = expected_of(folder)
     context = analysis_of(folder).context
-    start, end = _window(expected)
+    start, end = window_of(expected)
     (quoted,) = [s for s in measure(context, start, end) if s.what == "TCP retransmissions of any kind"]
     ours = int(re.search(r"in the window \(([\d,]+)\)", quoted.text).group(1).replace(",", ""))
     theirs = expected["tshark"]["window"]["retransmissions"]

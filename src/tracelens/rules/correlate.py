@@ -277,7 +277,8 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
         window=window,
         cost_seconds=episode.cost_s,
         ports=best.ports if best else [],
-        score=(best.score if best else 0.0) + episode.share,
+        # a start-up window is told, never blamed: it ranks by its cost alone
+        score=(best.score if best and not startup else 0.0) + episode.share,
         verdict=diagnosis,
     )
 

@@ -1,0 +1,153 @@
+"""What a verdict must say about a real lab run (fixtures/lab-* and fixtures/lab-matrix/*), shared by
+the lab tests and lab/score.py: the causes a finding names, their families, and the matrix's checks.
+
+Each run's expected.json says what was injected (`cause`), where (`hosts`, `ranks`), when (`window`,
+UTC) and, for a skewed clock, by how much (`clock_offsets`). A finding names a cause through its
+title, the headline a person reads first, or its structured verdict's cause; the runner-up a title
+names as such is not blamed. Rules that are evidence of one cause by nature (TL404 a straggler,
+TL2xx/TL3xx the network) blame it whatever their wording.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from tests.helpers import FIXTURES
+from tracelens.analyze import Analysis
+from tracelens.findings import Finding, Severity
+
+MATRIX = FIXTURES / "lab-matrix"
+
+# What a title must say to name each injected cause.
+NAMES = {
+    "link": r"bad link|packet loss|lossy",
+    "congestion": r"congest|bandwidth|rate limit|throttl",
+    "straggler": r"straggler|slow rank",
+    "contention": r"contention|every rank|all ranks",
+    "input": r"input pipeline|data[ -]?loader|input stall",
+    "checkpoint": r"checkpoint|input pipeline or checkpoint",
+    "hang": r"\bhang|\bhung|desync|stuck|stopped",
+}
+FAMILY = {
+    "link": "network",
+    "congestion": "network",
+    "socket": "network",
+    "receiver": "network",
+    "failure": "network",
+    "comm": "network",
+    "straggler": "straggler",
+    "contention": "contention",
+    "input": "input",
+    "checkpoint": "input",
+    "hang": "hang",
+}
+NETWORK_RULES = re.compile(r"TL(10[79]|2\d\d|30[0-46-9])$")  # TL305 (capture duplicates) is an artefact
+CONFIGURATION_RULES = re.compile(r"TL5\d\d$")  # what a clean run may still be told: its settings
+WINDOW_SLACK = timedelta(seconds=6)  # a verdict's window edges, against the injected ones
+OFFSET_SLACK_S = 0.2  # a stated clock offset, against the injected one
+
+
+def expected_of(folder: Path) -> dict:
+    return json.loads((folder / "expected.json").read_text())
+
+
+def matrix_runs(held_out: bool) -> list[Path]:
+    """The lab matrix's runs, the held-out part or the rest (lab/README.md)."""
+    runs = sorted(p.parent for p in MATRIX.glob("*/expected.json"))
+    return [p for p in runs if expected_of(p).get("held_out", False) == held_out]
+
+
+def named(finding: Finding) -> set[str]:
+    """The causes a finding names: its verdict's cause, and those its title words."""
+    title = re.sub(r" \(runner-up: [^)]*\)", "", finding.title)
+    said = {cause for cause, words in NAMES.items() if re.search(words, title, re.I)}
+    verdict = finding.verdict
+    return said | {verdict.cause} if verdict and verdict.cause else said
+
+
+def families(finding: Finding) -> set[str]:
+    """The cause families a finding blames."""
+    blamed = {FAMILY.get(cause, cause) for cause in named(finding)}
+    if finding.rule_id == "TL404":
+        blamed.add("straggler")
+    if NETWORK_RULES.match(finding.rule_id):
+        blamed.add("network")
+    return blamed
+
+
+def loud_of(analysis: Analysis) -> list[Finding]:
+    return [f for f in analysis.findings if f.severity >= Severity.WARNING]
+
+
+def listing(findings: list[Finding]) -> str:
+    return "\n".join(
+        f"  {f.rule_id} {f.severity.label} hosts={f.hosts} ranks={f.ranks} window={span(f.window)}: {f.title}"
+        for f in findings[:8]
+    )
+
+
+def span(window) -> str:
+    return f"{window[0].isoformat()} .. {window[1].isoformat()}" if window else "none"
+
+
+def window_of(run: dict) -> tuple[datetime, datetime]:
+    start, end = (datetime.fromisoformat(t) for t in run["window"])
+    return start, end
+
+
+def stated_offsets(analysis: Analysis, host: str) -> list[float]:
+    """The clock offsets (s) the analysis's notes state for `host`."""
+    return [
+        float(m.group(1))
+        for n in analysis.notes
+        if host in n and re.search(r"clock|offset|ahead|behind", n, re.I)
+        for m in re.finditer(r"([+-]?[0-9]+(?:\.[0-9]+)?) ?s\b", n)
+    ]
+
+
+MATRIX_CHECKS = ("cause", "window", "where", "offset")
+
+
+def matrix_check(folder: Path, analysis: Analysis, check: str) -> str | None:
+    """One of issue 34's checks of a lab matrix run: "" when it passes, why when it fails, None when it
+    does not apply. cause: the top finding names the injected cause (a clean run: no warning beyond
+    its configuration); window: its window within WINDOW_SLACK of the injected one; where: a slow rank's
+    rank and host; offset: a skewed clock's offset stated within OFFSET_SLACK_S."""
+    run = expected_of(folder)
+    cause = run["cause"]
+    findings = analysis.findings
+    top = findings[0] if findings else None
+    context = f"\n{listing(findings)}"
+    if check == "cause":
+        if cause is None:
+            noisy = [f for f in loud_of(analysis) if not CONFIGURATION_RULES.match(f.rule_id)]
+            return f"a clean run got warnings:\n{listing(noisy)}" if noisy else ""
+        if top is None or top.severity < Severity.WARNING:
+            return f"no warning names {cause}{context}"
+        return "" if FAMILY[cause] in families(top) else f"the top finding does not name {cause}{context}"
+    if cause is None:
+        return None
+    if check == "window":
+        if top is None or top.window is None:
+            return f"the top finding has no window{context}"
+        start, end = window_of(run)
+        far = abs(top.window[0] - start) > WINDOW_SLACK or (cause != "hang" and abs(top.window[1] - end) > WINDOW_SLACK)
+        return f"window {span(top.window)}, injected {span((start, end))}{context}" if far else ""
+    if check == "where":
+        if cause != "straggler":
+            return None
+        if top is None or (top.ranks, top.hosts) != (run["ranks"], run["hosts"]):
+            return f"expected ranks {run['ranks']} on {run['hosts']}{context}"
+        return ""
+    if check == "offset":
+        offsets = run.get("clock_offsets") or {}
+        if not offsets:
+            return None
+        ((host, offset),) = offsets.items()
+        stated = stated_offsets(analysis, host)
+        ok = any(abs(abs(v) - abs(offset)) <= OFFSET_SLACK_S for v in stated)
+        return "" if ok else f"no note states {host}'s {offset:+} s within {OFFSET_SLACK_S} s: {analysis.notes}"
+    raise ValueError(check)
