@@ -99,7 +99,9 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
             .otherwise(pl.lit("timestamps"))
             .alias("basis"),
             pl.when(pl.col("iter_ms").is_null() & timers.is_null()).then(covered).otherwise(1.0).alias("steps_covered"),
-            pl.sum_horizontal("bwd_allreduce_ms", "optimizer_allgather_ms").alias("comm_ms"),
+            pl.when(pl.any_horizontal(pl.col("bwd_allreduce_ms", "optimizer_allgather_ms").is_not_null()))
+            .then(pl.sum_horizontal("bwd_allreduce_ms", "optimizer_allgather_ms"))
+            .alias("comm_ms"),  # null where no collective timer was logged
             (pl.col("fwd_ms") + pl.coalesce("bwd_inner_ms", pl.col("bwd_ms") - pl.col("bwd_allreduce_ms"))).alias(
                 "compute_ms"
             ),

@@ -1,0 +1,43 @@
+"""Score the lab matrix as issue 34 checks a verdict: python lab/score.py [--held-out] (from the repository root).
+
+For every run of fixtures/lab-matrix (the development part, or with --held-out the held-out part), the
+top finding's headline and each check of tests/helpers/lab.py (cause, window, where, offset): a
+Markdown table for lab/README.md and the count of runs that pass every check that applies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.helpers.lab import MATRIX_CHECKS, expected_of, matrix_check, matrix_runs  # noqa: E402
+from tracelens.analyze import analyze  # noqa: E402
+
+MARK = {"": "yes", None: "–"}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--held-out", action="store_true", help="score the held-out part instead")
+    args = parser.parse_args()
+    runs = matrix_runs(held_out=args.held_out)
+    print("| run | injected | verdict (top finding) | " + " | ".join(MATRIX_CHECKS) + " |")
+    print("|---" * (3 + len(MATRIX_CHECKS)) + "|")
+    passed = 0
+    for folder in runs:
+        analysis = analyze(folder)
+        results = [matrix_check(folder, analysis, check) for check in MATRIX_CHECKS]
+        passed += all(r in ("", None) for r in results)
+        top = analysis.findings[0] if analysis.findings else None
+        headline = f"{top.rule_id} {top.severity.label}: {top.title}" if top else "no finding"
+        cells = [MARK.get(r, "**no**") for r in results]
+        cause = expected_of(folder)["scenario"]
+        print(f"| {folder.name} | {cause} | {headline.replace('|', '/')} | " + " | ".join(cells) + " |")
+    print(f"\n{passed} of {len(runs)} runs pass every check that applies.")
+
+
+if __name__ == "__main__":
+    main()
