@@ -9,7 +9,7 @@
 set -euo pipefail
 LAB=$(cd "$(dirname "$0")" && pwd)
 FIXTURE=${1:-$(dirname "$LAB")/fixtures/lab-tcp-loss}
-PY=${LAB_PYTHON:-/work/labenv/bin/python}
+PY=${LAB_PYTHON:-$LAB/.venv/bin/python}   # lab/setup.sh's venv by default
 LOSS=${TCP_LOSS_PERMILLE:-5}   # per mille of packets dropped each way
 NS=(tl-lab-a tl-lab-b); DEV=(tl-veth-a tl-veth-b); IP=(10.99.0.1 10.99.0.2)
 WORK=$(mktemp -d /tmp/tracelens-lab-tcp.XXXXXX)

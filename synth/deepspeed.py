@@ -1,6 +1,6 @@
 """DeepSpeed's own lines for synthetic runs: config echo, progress, timers, throughput.
 
-Formats as DeepSpeed 0.10.1+ prints them (../shared/docs/other-formats.md §1): the
+Formats as DeepSpeed 0.10.1+ prints them (docs/formats/deepspeed.md): the
 logger prefix, log_dist's `[Rank N] `, `step=`, wall_clock_breakdown's micro and global
 timers, ZeRO's optimizer timers and the ThroughputTimer. `DeepSpeedTraining` is a story
 event for `runs.Scenario`; `ds_config` gives the matching ds_config.json content.

@@ -1,4 +1,4 @@
-"""Synthetic fabric dumps as the real tools print them (docs: other-formats.md §2):
+"""Synthetic fabric dumps as the real tools print them (docs/formats/fabric.md):
 `perfquery` (basic and -x), the same PMA counters and the mlx5 hw_counters read from sysfs
 (`grep "" .../ports/1/counters/* .../hw_counters/*`, what RoCE ports, which have no LID
 to query, leave), `ibstat` and `ethtool -S`, each after a `date` line, as a collection

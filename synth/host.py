@@ -1,5 +1,5 @@
-"""Host evidence for the whole-run scenarios, in the documented formats (other-formats.md,
-the corpus' host/ samples): `nvidia-smi dmon -o DT` loops and `dmesg -T` kernel logs with the
+"""Host evidence for the whole-run scenarios, in the documented formats (docs/formats/gpu.md,
+docs/formats/kernel.md): `nvidia-smi dmon -o DT` loops and `dmesg -T` kernel logs with the
 mlx5 link-flap and TX-timeout sequences no public sample shows. Times follow the story spans
 (`Run.spans`), printed in the hosts' local time as the tools print them.
 """

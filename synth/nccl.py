@@ -2,7 +2,7 @@
 
 The functions here return the lines (or message bodies) of one process; which
 words and fields appear depends on the version, following the per-version
-tables of docs/nccl-formats.md (section numbers in the comments). When lines
+tables of docs/formats/nccl.md. When lines
 are printed, interleaved and into which file is `runs`' business.
 """
 
@@ -32,7 +32,7 @@ class Version:
 
     @property
     def banner(self) -> str:
-        return f"NCCL version {self.text}+cuda{self.cuda}"  # §1.6
+        return f"NCCL version {self.text}+cuda{self.cuda}"
 
 
 @dataclass(frozen=True)
@@ -77,17 +77,17 @@ class Process:
         return self._fit(f"{self.host.name}:{self.pid}:{tid or self.pid} [{self.dev}] NCCL INFO {message}")
 
     def warn(self, where: str, message: str, tid: int, when: datetime) -> list[str]:
-        """A WARN comes after an empty line (§1.1); from 2.26 it carries a local-time stamp (§1.4)."""
+        """A WARN comes after an empty line; from 2.26 it carries a local-time stamp."""
         stamp = when.strftime("[%Y-%m-%d %H:%M:%S] ") if self.version.at_least("2.26") else ""
         return ["", self._fit(f"{stamp}{self.host.name}:{self.pid}:{tid} [{self.dev}] {where} NCCL WARN {message}")]
 
     def _fit(self, line: str) -> str:
-        """Up to 2.28 a line is formatted into a 1024-byte buffer and cut at 1023 characters (§1.1)."""
+        """Up to 2.28 a line is formatted into a 1024-byte buffer and cut at 1023 characters."""
         return line if self.version.at_least("2.29") else line[:1023]
 
 
 def env_echo(name: str, value: str) -> str:
-    """Integer parameters end with a period, string ones do not (§2.1)."""
+    """Integer parameters end with a period, string ones do not."""
     return f"{name} set by environment to {value}{'.' if value.lstrip('-').isdigit() else ''}"
 
 
@@ -97,7 +97,7 @@ def process_start(proc: Process) -> list[str]:
     major, minor = v.cuda.split(".")
     lines = [f"cudaDriverVersion {int(major) * 1000 + int(minor) * 10}"]
     if v.at_least("2.23"):
-        lines.append(v.banner)  # from 2.23 an INFO line of every process (§1.6)
+        lines.append(v.banner)  # from 2.23 an INFO line of every process
     lines += [env_echo(k, val) for k, val in host.env if k == "NCCL_SOCKET_IFNAME"]
     lines.append(f"Bootstrap : Using {host.iface}:{host.ip}<0>")
     if v.at_least("2.19"):
@@ -117,7 +117,7 @@ def process_start(proc: Process) -> list[str]:
 
 
 def net_init(proc: Process) -> list[str]:
-    """Which network NCCL picks on this host, and why (§2.1)."""
+    """Which network NCCL picks on this host, and why."""
     host = proc.host
     lines = [env_echo(k, val) for k, val in host.env if k != "NCCL_SOCKET_IFNAME"]
     oob = f"{host.iface}:{host.ip}<0>"
@@ -135,7 +135,7 @@ def net_init(proc: Process) -> list[str]:
 
 
 def gdr_disabled(proc: Process) -> list[str]:
-    """Per-HCA GPUDirect RDMA verdicts, NET subsystem lines (§2.2): shown with NCCL_DEBUG_SUBSYS=INIT,NET."""
+    """Per-HCA GPUDirect RDMA verdicts, NET subsystem lines: shown with NCCL_DEBUG_SUBSYS=INIT,NET."""
     return [f"NET/IB : GPU Direct RDMA Disabled for HCA {i} '{hca}'" for i, hca in enumerate(proc.host.hcas)]
 
 
@@ -203,7 +203,7 @@ class Comm:
 
 
 def _dev(comm: Comm, rank: int) -> str:
-    return f"{rank}[{comm.members[rank].proc.dev}]"  # nvmlDev in 2.18+ (§2)
+    return f"{rank}[{comm.members[rank].proc.dev}]"  # nvmlDev in 2.18+
 
 
 def _via(host: Host, channel: int) -> str:
@@ -213,7 +213,7 @@ def _via(host: Host, channel: int) -> str:
 
 
 def connection_lines(comm: Comm, rank: int, edges: list[tuple[int, int]], channel: int) -> list[str]:
-    """`Channel CC/0 : a[d] -> b[d] ...` lines this rank prints for the given connections (§2)."""
+    """`Channel CC/0 : a[d] -> b[d] ...` lines this rank prints for the given connections."""
     lines = []
     me = comm.members[rank].proc.host
     for src, dst in edges:
@@ -227,7 +227,7 @@ def connection_lines(comm: Comm, rank: int, edges: list[tuple[int, int]], channe
 
 
 def _ring_order(comm: Comm, channel: int, version: Version) -> str:
-    """Rank 0 prints each ring: ` %3d` for the first 20 ranks up to 2.22, ` %*d` for all of them from 2.23 (§2.3)."""
+    """Rank 0 prints each ring: ` %3d` for the first 20 ranks up to 2.22, ` %*d` for all of them from 2.23."""
     head = f"Channel {channel:02d}/{comm.channels:02d} :"
     if version.at_least("2.23"):
         width = len(str(comm.nranks - 1))
@@ -249,7 +249,7 @@ def _affinity(dev: int, gpus: int) -> str:
 
 
 def comm_init(comm: Comm, rank: int, timings: Callable[[], list[float]]) -> list[str]:
-    """Everything one member prints from Init START to Init COMPLETE (§2.3, §2.4).
+    """Everything one member prints from Init START to Init COMPLETE.
 
     `timings` gives the eight phase durations of 2.22.3+'s `Init timings` line.
     """
@@ -304,7 +304,7 @@ def bus_id(dev: int) -> str:
     return _BUS_IDS[dev % len(_BUS_IDS)]
 
 
-# Where each version's IB completion WARN is raised and how it words it (§3.1).
+# Where each version's IB completion WARN is raised and how it words it.
 _IB_WARN_SITE = (("2.28.7", 2543), ("2.23", 2121), ("2.20", 1909), ("2.18", 1295))
 _WC_STATUS = {5: "IBV_WC_WR_FLUSH_ERR", 12: "IBV_WC_RETRY_EXC_ERR"}
 _WC_OPCODE = {0: "IBV_WC_SEND", 128: "IBV_WC_RECV"}
@@ -326,7 +326,7 @@ class IbError:
 
 
 def ib_completion_error(proc: Process, err: IbError, when: datetime) -> list[str]:
-    """The completion WARN and the error propagation that follows it up to the proxy thread (§1.7, §3.1)."""
+    """The completion WARN and the error propagation that follows it up to the proxy thread."""
     v = proc.version
     gids = f" localGid {err.local_gid} remoteGids{err.remote_gid}"
     if v.at_least("2.28.7"):

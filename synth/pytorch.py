@@ -1,4 +1,4 @@
-"""PyTorch ProcessGroupNCCL error lines, in the `[rankN]:[EMMDD hh:mm:ss.nnnnnnnnn file:line]` form (§5.1).
+"""PyTorch ProcessGroupNCCL error lines, in the `[rankN]:[EMMDD hh:mm:ss.nnnnnnnnn file:line]` form.
 
 The nine-digit fraction comes from CLOCK_MONOTONIC in c10 logging, not from the
 wall clock, so callers pass it separately from the time.
@@ -31,7 +31,7 @@ def _prefix(rank: int, when: datetime, mono_ns: int, where: str) -> str:
 
 
 def watchdog_timeout(rank: int, work: Work, ran_ms: int, when: datetime, mono_ns: int) -> list[str]:
-    """The watchdog's timeout line and the exception report that follows it (PyTorch 2.3-2.5 wording, §5.2)."""
+    """The watchdog's timeout line and the exception report that follows it (PyTorch 2.3-2.5 wording)."""
     return [
         _prefix(rank, when, mono_ns, "ProcessGroupNCCL.cpp:607")
         + (

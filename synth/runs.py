@@ -265,7 +265,7 @@ class Run:
 
     def _show_version(self, proc: Process) -> None:
         """Up to 2.22 a communicator's rank 0 prints the version bare on stdout (also as INFO into a
-        debug file); from 2.23 every process prints it as INFO, done in `process_start` (§1.6)."""
+        debug file); from 2.23 every process prints it as INFO, done in `process_start`."""
         proc.version_shown = True
         if proc.version.at_least("2.23"):
             return

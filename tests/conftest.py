@@ -12,13 +12,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 # Under pytest-xdist every core runs a worker: a polars thread pool per worker as wide as the machine
-# only makes the workers' threads take turns (2 cores: 143 -> 134 s for the suite with one thread each).
+# only makes the workers' threads take turns.
 # Set before polars is first imported; a POLARS_MAX_THREADS of the caller's own wins.
 if "PYTEST_XDIST_WORKER" in os.environ:
     os.environ.setdefault("POLARS_MAX_THREADS", "1")
     # Each worker on a core of its own: polars runs every operation on its pool thread while the calling
-    # thread waits, and on a virtual machine waking a thread on the other core costs about 150 us (a
-    # filter of a 20-row frame: 200 us across cores, 60 us on one). Its subprocesses inherit the core.
+    # thread waits, and on a virtual machine waking a thread on the other core costs more than a small
+    # operation itself. Its subprocesses inherit the core.
     if hasattr(os, "sched_setaffinity"):
         cores = sorted(os.sched_getaffinity(0))
         worker = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw") or 0)

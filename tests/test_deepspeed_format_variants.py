@@ -1,5 +1,5 @@
 """DeepSpeed log variants the corpus lacks: other versions and launchers, built line by line from
-the formats documented in ../shared/docs/other-formats.md §1 (section numbers below refer to it).
+the formats documented in docs/formats/deepspeed.md.
 
 Each test writes a small log in one version's or wrapper's shape and checks what lands in
 `steps`, `comm_ops` and `config`, and how the lines are counted.
@@ -13,9 +13,9 @@ import pytest
 
 from tracelens.ingest import InputFile, textlog
 
-LOGGER = "[2023-06-21 07:39:09,625] [INFO] [logging.py:96:log_dist] "  # v0.2+ (§1.1)
+LOGGER = "[2023-06-21 07:39:09,625] [INFO] [logging.py:96:log_dist] "  # v0.2+
 RANK0 = LOGGER + "[Rank 0] "
-TIMER = "[2023-06-21 07:39:09,626] [INFO] [timer.py:260:stop] "  # ThroughputTimer: no [Rank N] (§1.4)
+TIMER = "[2023-06-21 07:39:09,626] [INFO] [timer.py:260:stop] "  # ThroughputTimer: no [Rank N]
 PROGRESS = "step={}, skipped=0, lr=[0.0001, 0.0001], mom=[(0.9, 0.95), (0.9, 0.95)]"
 
 
@@ -33,7 +33,7 @@ def counts(result) -> tuple[int, int, int]:
     return result.account.parsed, result.account.unrecognized, result.account.ignored
 
 
-# ---------------------------------------------------------------- versions of the step lines (§1.2-§1.4)
+# ---------------------------------------------------------------- versions of the step lines
 
 
 def test_v01_logger_progress_and_bare_timers(tmp_path):
@@ -192,7 +192,7 @@ def test_megatron_iteration_lines(tmp_path, prefix):
     )
 
 
-# ---------------------------------------------------------------- wrappers (§1.1)
+# ---------------------------------------------------------------- wrappers
 
 WRAPPED = [
     ("worker-0: ", {"host": "worker-0"}),  # pdsh, host names
@@ -304,7 +304,7 @@ def test_engines_interleaved_on_many_hosts(tmp_path):
     assert got == [("n1", 0, "0", 4, 1.0), ("n1", 0, "1", 3, 2.0), ("n2", 8, "0", 4, 1.5), ("n2", 8, "1", 3, 2.5)]
 
 
-# ---------------------------------------------------------------- comms logger (§1.6)
+# ---------------------------------------------------------------- comms logger
 
 
 def test_comms_logger_verbose_both_eras(tmp_path):
@@ -377,7 +377,7 @@ def test_comms_summary_with_callers_and_straggler_table(tmp_path):
     assert counts(result) == (len(lines) + 1, 0, 0)
 
 
-# ---------------------------------------------------------------- config echo and launcher (§1.1, §1.5)
+# ---------------------------------------------------------------- config echo and launcher
 
 
 def config_of(result) -> dict[str, str]:

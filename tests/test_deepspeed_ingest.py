@@ -1,4 +1,4 @@
-"""DeepSpeed ingest: every format of other-formats.md §1, the real corpus, and the vectorized kinds
+"""DeepSpeed ingest: every format of docs/formats/deepspeed.md, the real corpus, and the vectorized kinds
 against the grammar."""
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def test_ds_config_bad_json_is_one_line_error(tmp_path):
 
 
 # Synthetic lines in the documented shapes of the hot kinds the fixtures do not log
-# (other-formats.md §1.2-1.6), so the agreement test covers every kind without the corpus.
+# (docs/formats/deepspeed.md), so the agreement test covers every kind without the corpus.
 SYNTHETIC_HOT = [
     "[2024-03-01 10:00:00,001] [INFO] [logging.py:96:log_dist] [Rank 0] comm op: all_reduce | time (ms): 3.21"
     " | msg size: 256.0 MB | algbw (Gbps): 652.11 | busbw (Gbps): 611.35",

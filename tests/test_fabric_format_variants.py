@@ -1,4 +1,4 @@
-"""Fabric dump variants the corpus lacks (other-formats.md §2), generated in each tool's own layout:
+"""Fabric dump variants the corpus lacks (docs/formats/fabric.md), generated in each tool's own layout:
 perfquery -a / -X / -E / -D / -T blocks, DR-path and GID port ids, old headers and names, RS-FEC;
 ibstat with several CAs and odd rates; ibstatus of several devices; full ibv_devinfo -v;
 ethtool -S of mlx5 (hundreds of counters) and of other drivers; rdma statistic; sysfs greps."""

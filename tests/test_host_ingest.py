@@ -430,7 +430,8 @@ DEVINFO_V = """hca_id:\tmlx5_0
 
 
 def test_ibv_devinfo_v_gid_table_and_the_low_active_mtu(tmp_path):
-    """`ibv_devinfo -v` as rdma-core prints it (other-formats.md 2.4): GIDs with RoCE v1/v2, active_mtu 1024 of 4096."""
+    """`ibv_devinfo -v` as rdma-core prints it (docs/formats/fabric.md): GIDs with RoCE v1/v2, active_mtu
+    1024 of 4096."""
     from tests.helpers import fire
     from tracelens.analyze import ingest_run
 

@@ -1,5 +1,5 @@
 """NCCL/PyTorch log variants the real corpus lacks or has only once, built from the formats
-documented in ../shared/docs/nccl-formats.md (section numbers in the comments).
+documented in docs/formats/nccl.md and docs/formats/pytorch.md.
 
 Real logs beyond the corpus show wordings, eras and launchers it does not; each case
 here is one such documented variant, checked for its kind and the table values that matter.
@@ -58,7 +58,7 @@ def one_record(tmp_path: Path, line: str) -> tuple[dict, dict[str, pl.DataFrame]
 
 # (line, kind, table, {column: value} of that table's first row); table None = only the kind.
 BODIES = [
-    # §1.2 2.30.7: the WARN names the function; §3.1 completion errors, every wording
+    # 2.30.7: the WARN names the function; completion errors, every wording
     (warn("NET/IB: Got completion from peer 10.0.0.1<50000> with status=IBV_WC_RETRY_EXC_ERR(12) opcode=IBV_WC_SEND(0) vendor_err=129 localGid ::ffff:10.0.0.2 remoteGids::ffff:10.0.0.1 hca mlx5_0", "transport/net_ib/p2p.cc:688 (ncclIbTest)"),
      "ib_completion", "nccl_errors", {"kind": "ib_completion", "status": 12, "status_name": "IBV_WC_RETRY_EXC_ERR", "opcode": 0, "vendor_err": 129, "peer": "10.0.0.1<50000>"}),
     (warn("NET/IB/GIN: Got completion from peer 10.0.0.1<50000> with status=IBV_WC_REM_ACCESS_ERR(10) opcode=IBV_WC_RDMA_WRITE(1) vendor_err=136 localGid ::ffff:10.0.0.2 remoteGids::ffff:10.0.0.1 hca mlx5_0", "transport/net_ib/gin.cc:412 (ncclGinIbTest)"),
@@ -77,7 +77,7 @@ BODIES = [
      "ib_completion", "nccl_errors", {"status": 12, "peer": "10.2.0.5<33092>"}),
     (warn("NET/IB : Got completion with error 12, opcode 1, len 32768, vendor err 129", "transport/net_ib.cc:789"),  # <=2.9, no peer
      "ib_completion", "nccl_errors", {"status": 12, "opcode": 1, "peer": None}),
-    # §3.3 async events of every era, verbs calls
+    # async events of every era, verbs calls
     (warn("NET/IB : Got async event : port error"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
     (warn("NET/IB : mlx5_0:1 Got async event : port error"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
     (warn("NET/IB : mlx5_0:1 async fatal event: port error(10)"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
@@ -90,7 +90,7 @@ BODIES = [
     (warn("NET/IB : Attempted to connect incompatible devices: [0]mlx5_0:1/IB and [1]mlx5_1:1/RoCE. Try selecting NICs of only one link type using NCCL_IB_HCA"),
      "ib_device_error", None, {}),
     (warn("lib wrapper not initialized.", "misc/ibvwrap.cc:173"), "libibverbs_missing", "nccl_net", {"what": "ib_missing", "name": "no_libibverbs"}),
-    # §4 socket failures, 2.4-2.12 and 2.16+ wordings
+    # socket failures, 2.4-2.12 and 2.16+ wordings
     (warn("Connect to 10.0.0.2<43000> failed : Connection refused", "include/socket.h:415"), "socket_error", "nccl_errors", {"kind": "socket"}),
     (info("Call to connect returned Connection refused, retrying"), "socket_error", None, {}),
     (warn("Net : Connection closed by remote peer", "include/socket.h:422"), "socket_error", "nccl_errors", {"kind": "socket"}),
@@ -105,7 +105,7 @@ BODIES = [
     (warn("NET/IB : No IP interface found.", "transport/net_ib.cc:390"), "ib_no_ip_interface", "nccl_net", {"what": "ib_missing", "name": "no_ip_interface"}),
     (info("NET/IB : No device found."), "ib_no_device", "nccl_net", {"what": "ib_missing", "name": "no_device"}),
     (info("Failed to open libibverbs.so[.1]"), "libibverbs_missing", "nccl_net", {"name": "no_libibverbs"}),  # INFO from 2.11
-    # §2.1 network choice and plugins: aws-ofi-nccl names with spaces, HPC-X, non-device plugins
+    # network choice and plugins: aws-ofi-nccl names with spaces, HPC-X, non-device plugins
     (info("Using network AWS Libfabric"), "network", "nccl_net", {"what": "network", "name": "AWS Libfabric"}),
     (info("NET/Plugin: Loaded net plugin NCCL RDMA Plugin (v4)"), "plugin", "nccl_net", {"what": "plugin", "name": "NCCL RDMA Plugin (v4)"}),
     (info("NET/Plugin: Loaded net plugin AWS Libfabric (v7)"), "plugin", "nccl_net", {"name": "AWS Libfabric (v7)"}),
@@ -116,7 +116,7 @@ BODIES = [
     (info("Using non-device net plugin version 0"), "plugin", None, {}),
     (info("TUNER/Plugin: Using internal tuner plugin."), "plugin", None, {}),
     (info("NCCL_IB_DISABLE set by environment to 1."), "env_set", "nccl_env", {"name": "NCCL_IB_DISABLE", "value": "1"}),
-    # §2 transports per channel
+    # transports per channel
     (info("Channel 00/0 : 0[0] -> 8[0] [send] via NET/AWS Libfabric/0/GDRDMA"), "channel_conn", "nccl_channels",
      {"transport": "NET", "net": "AWS Libfabric", "nic": 0, "gdr": True, "direction": "send", "src_rank": 0, "dst_rank": 8}),
     (info("Channel 01/0 : 8[0] -> 0[0] [receive] via NET/Libfabric/0/GDRDMA"), "channel_conn", "nccl_channels", {"net": "Libfabric", "direction": "receive"}),
@@ -130,7 +130,7 @@ BODIES = [
     (info("NVLS multicast support is available on dev 0"), "setup_info", None, {}),
     (info("NVLS multicast support is not available on dev 0"), "setup_info", None, {}),
     (info("Connected all rings, use ring PXN 0 GDR 1"), "connected", None, {}),
-    # §2.4 communicator lifecycle, 2.29+ `[Rank N] ` and split communicators
+    # communicator lifecycle, 2.29+ `[Rank N] ` and split communicators
     (info("[Rank 5] ncclCommInitRankConfig comm 0x55d3c0 rank 5 nranks 16 cudaDev 5 nvmlDev 5 busId ac000 commId 0x8a1f2e3d4c5b6a79 - Init START"),
      "comm_init", "nccl_comms", {"rank": 5, "nranks": 16, "cuda_dev": 5, "bus_id": "ac000", "comm_hash": "0x8a1f2e3d4c5b6a79", "event": "init_start"}),
     (info("[Rank 5] ncclCommInitRankConfig comm 0x55d3c0 rank 5 nranks 16 cudaDev 5 nvmlDev 5 busId ac000 commId 0x8a1f2e3d4c5b6a79 - Init COMPLETE"),
@@ -143,12 +143,12 @@ BODIES = [
     (info("Init timings - ncclCommInitRankConfig: rank 5 nranks 16 total 1.23 (kernels 0.10, alloc 0.01, bootstrap 0.20, allgathers 0.01, topo 0.30, graphs 0.02, connections 0.50, rest 0.09)"),
      "init_timings", None, {}),
     (info("HINT: Default value is 20, which is ~30 seconds before error."), "ib_hint", None, {}),
-    # §1.7, §4 error propagation and other failures
+    # error propagation and other failures
     (info("proxy.cc:874 -> 6 [Progress Thread]"), "error_propagation", None, {}),
     (warn("proxy.cc:979 -> 3 [Progress Thread]", "proxy.cc:979"), "error_propagation", "nccl_errors", {"kind": "warn"}),
     (warn("Error : ring 0 does not loop back to start (3 != 0)", "graph/rings.cc:40"), "graph_error", None, {}),
     (warn("CollNet is not supported or fails to initialize, ignoring NCCL_ALGO=COLLNET", "graph/tuning.cc:148"), "graph_error", None, {}),
-    # §1.1 CALL level: no [dev]
+    # CALL level: no [dev]
     ("gpu-node-3:4052:4052 NCCL CALL ncclCommInitRank(0x7ffd5c,16,0x1f2e3d,5)", "api_call", None, {}),
 ]  # fmt: skip
 
@@ -176,7 +176,7 @@ def test_every_documented_nccl_line_is_classified(tmp_path):
 LAUNCHER_PREFIXES = [
     ("node07: ", "node07"),  # pdsh (DeepSpeed multi-node)
     ("node07.cluster.local: ", "node07"),  # pdsh with a FQDN: cut at the first dot, as NCCL names hosts
-    ("10.0.143.177: ", "10.0.143.177"),  # pdsh with IPs in the hostfile (corpus 070)
+    ("10.0.143.177: ", "10.0.143.177"),  # pdsh with IPs in the hostfile
     ("[1,0]<stdout>:", None),  # Open MPI --tag-output
     ("[1,12]<stderr>:", None),
     ("[rank0]:", None),  # torchrun --role rank --tee 3
@@ -214,11 +214,11 @@ def test_launcher_prefixes_on_warn_and_its_blank_line(tmp_path, prefix, pdsh_hos
 @pytest.mark.parametrize(
     ("line", "host", "pid", "tid"),
     [
-        ("64:215:576 [0] NCCL INFO Using network IB", "64", 215, 576),  # numeric hostname (corpus 042)
+        ("64:215:576 [0] NCCL INFO Using network IB", "64", 215, 576),  # a numeric hostname
         ("2e5hmh4t0q1th5f:88:157 [0] NCCL INFO Using network IB", "2e5hmh4t0q1th5f", 88, 157),  # container id
         ("0a1b2c3d4e5f:88:88 [0] NCCL INFO Using network IB", "0a1b2c3d4e5f", 88, 88),  # hex docker id
-        ("-worker-1:946:988 [0] NCCL INFO Using network IB", "-worker-1", 946, 988),  # cut by the user (089)
-        ("<cluster_name>:926:1151 [7] NCCL INFO Using network IB", "<cluster_name>", 926, 1151),  # redacted (005)
+        ("-worker-1:946:988 [0] NCCL INFO Using network IB", "-worker-1", 946, 988),  # cut by the user
+        ("<cluster_name>:926:1151 [7] NCCL INFO Using network IB", "<cluster_name>", 926, 1151),  # redacted
         ("ip-10-0-143-177:2819:2819 [0] NCCL INFO Using network IB", "ip-10-0-143-177", 2819, 2819),
         ("llm-pretrain-70b-a1b2c3d4e5f6a7b8-worker-17-0f1e2d3c4b5a69788796a5b4c3d2e1f0-gpu-h100-80gb:12:13 [0] NCCL INFO Using network IB",
          "llm-pretrain-70b-a1b2c3d4e5f6a7b8-worker-17-0f1e2d3c4b5a69788796a5b4c3d2e1f0-gpu-h100-80gb", 12, 13),  # long k8s name
@@ -234,7 +234,7 @@ def test_crlf_tabs_and_shipper_lines_between_records(tmp_path):
     path = tmp_path / "cloudwatch.log"
     lines = [
         "algo-1:88:88 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>\t",
-        "2024-12-04T05:27:42.076Z",  # CloudWatch's own stamp between records (corpus 076)
+        "2024-12-04T05:27:42.076Z",  # CloudWatch's own stamp between records
         "algo-1:88:88 [0] NCCL INFO Using network AWS Libfabric",
         "2024-12-04T05:27:42.077Z",
         "\talgo-1:88:88 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/AWS Libfabric/0/GDRDMA",
@@ -247,7 +247,7 @@ def test_crlf_tabs_and_shipper_lines_between_records(tmp_path):
     assert tables["nccl_channels"]["via"].to_list() == ["NET/AWS Libfabric/0/GDRDMA"]
 
 
-# ------------------------------------------------------------------ timestamps (§1.4)
+# ------------------------------------------------------------------ timestamps
 
 
 @pytest.mark.parametrize(
@@ -277,7 +277,7 @@ def test_nccl_timestamps_of_custom_formats(tmp_path, stamp, ts):
 def test_timestamps_on_info_behind_a_launcher_stamp(tmp_path):
     _, tables = ingest_text(
         tmp_path,
-        " 2025-02-18 12:54 gpu-node-3:4052:4052 [7] NCCL INFO misc/socket.cc:47 -> 3",  # shipper stamp (corpus 016)
+        " 2025-02-18 12:54 gpu-node-3:4052:4052 [7] NCCL INFO misc/socket.cc:47 -> 3",  # a log shipper's stamp
         "[default0]:[2025-02-18 12:54:03.250] gpu-node-3:4052:4052 [0] NCCL INFO Using network IB",
     )
     assert tables["nccl_events"]["ts"].to_list() == [
@@ -287,7 +287,7 @@ def test_timestamps_on_info_behind_a_launcher_stamp(tmp_path):
     assert tables["nccl_events"]["prefix"].to_list() == [" 2025-02-18 12:54 ", "[default0]:"]
 
 
-# ------------------------------------------------------------------ PyTorch (§5)
+# ------------------------------------------------------------------ PyTorch
 
 WORK = "WorkNCCL(SeqNum=12, OpType=ALLREDUCE, NumelIn=1048576, NumelOut=1048576, Timeout(ms)=600000)"
 OLD_WORK = "WorkNCCL(SeqNum=5, OpType=BROADCAST, Timeout(ms)=1800000)"
@@ -298,7 +298,7 @@ PG = "[PG ID 0 PG GUID 0(default_pg) Rank 1]"
     ("line", "kind", "expected"),
     [
         (f"[rank3]:[E ProcessGroupNCCL.cpp:523] [Rank 3] Watchdog caught collective operation timeout: {WORK} ran for 600123 milliseconds before timing out.",
-         "watchdog_timeout", {"rank": 3, "seq": 12, "op_type": "ALLREDUCE", "timeout_ms": 600000, "ran_ms": 600123}),  # transitional (087)
+         "watchdog_timeout", {"rank": 3, "seq": 12, "op_type": "ALLREDUCE", "timeout_ms": 600000, "ran_ms": 600123}),  # transitional: rank prefix, no time
         (f"[rank1]:[E1107 10:00:00.123456789 ProcessGroupNCCL.cpp:632] {PG} Watchdog caught collective operation timeout: {WORK} ran for 600045 milliseconds before timing out.",
          "watchdog_timeout", {"rank": 1, "seq": 12, "ran_ms": 600045}),
         (f"[rank1]:[E1107 10:00:00.123456789 ProcessGroupNCCL.cpp:1234] [Rank 1] Work {WORK} timed out in blocking wait.",
@@ -306,7 +306,7 @@ PG = "[PG ID 0 PG GUID 0(default_pg) Rank 1]"
         (f"[E ProcessGroupNCCL.cpp:456] [Rank 1] Work {OLD_WORK} timed out in blocking wait (NCCL_BLOCKING_WAIT=1).",
          "blocking_wait_timeout", {"rank": 1, "seq": 5, "op_type": "BROADCAST"}),
         (f"[E ProcessGroupNCCL.cpp:828] NCCL watchdog thread terminated with exception: [Rank 2] Watchdog caught collective operation timeout: {OLD_WORK} ran for 1800543 milliseconds before timing out.",
-         "watchdog_timeout", {"rank": 2, "seq": 5, "timeout_ms": 1800000, "ran_ms": 1800543}),  # 2.0-2.1 (081)
+         "watchdog_timeout", {"rank": 2, "seq": 5, "timeout_ms": 1800000, "ran_ms": 1800543}),  # 2.0-2.1
         (f"[rank1]:[E1107 10:00:00.123456789 ProcessGroupNCCL.cpp:1234] {PG} Process group watchdog thread terminated with exception: {PG} Watchdog caught collective operation timeout: {WORK} ran for 600543 milliseconds before timing out.",
          "watchdog_timeout", {"rank": 1, "seq": 12}),
         (f"[rank1]:[E1107 10:00:00.123456789 ProcessGroupNCCL.cpp:1234] {PG}  failure detected by watchdog at work sequence id: 120049 PG status: last enqueued work: 120051, last completed work: 120048",
@@ -316,7 +316,7 @@ PG = "[PG ID 0 PG GUID 0(default_pg) Rank 1]"
         (f"[rank1]:[F1107 10:00:00.223456789 ProcessGroupNCCL.cpp:1350] {PG} {PG} Terminating the process after attempting to dump debug info, due to collective timeout or exception.",
          "watchdog_abort", {"rank": 1}),
         ("[E ProcessGroupNCCL.cpp:455] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data. To avoid this inconsistency, we are taking the entire process down.",
-         "watchdog_abort", {}),  # <=1.9 (086)
+         "watchdog_abort", {}),  # <=1.9
         ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, remote process exited or there was a network error, NCCL version 2.21.5",
          "nccl_runtime_error", {}),
         ("torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
@@ -369,7 +369,7 @@ REMOTE = "ncclRemoteError: A call failed possibly due to a network error or a re
         ([f"{REMOTE} Last error:", COMPLETION_18], [PARSED, PARSED]),  # two lines
         ([REMOTE, "Last error:", COMPLETION_18], [PARSED, NOT_MINE, PARSED]),  # NCCLUtils' own line breaks
         ([f"node02: {REMOTE} Last error:", f"node02: {COMPLETION_18}"], [PARSED, PARSED]),  # behind pdsh
-        ([f"{REMOTE} Last error: {COMPLETION_18}"], [PARSED]),  # a Markdown collapse (corpus 085)
+        ([f"{REMOTE} Last error: {COMPLETION_18}"], [PARSED]),  # a Markdown collapse
     ],
 )
 def test_the_nccl_warn_pytorch_quotes_is_an_ib_completion(tmp_path, lines, statuses):
@@ -400,7 +400,7 @@ def two_node_job(
         lines = [proc.info(m) for m in process_start(proc) + net_init(proc)]
         lines += [proc.info(m, proc.init_tid) for m in comm_init(comm, rank, lambda: [0.05] * 8)]
         if rank == 0 and not v.at_least("2.23"):
-            lines.insert(1, v.banner)  # up to 2.22 rank 0 prints the version bare on stdout (§1.6)
+            lines.insert(1, v.banner)  # up to 2.22 rank 0 prints the version bare on stdout
         per_rank.append(lines)
     return comm, per_rank
 

@@ -1,7 +1,6 @@
 """grammars/nccl.lark on single message bodies, and the vectorized kinds proven equal to it.
 
-Synthetic bodies follow the formats in ../shared/docs/nccl-formats.md (section numbers
-in the comments); the corpus part reads ../shared/corpus/nccl when present.
+Synthetic bodies follow the formats in docs/formats/nccl.md; the corpus part reads ../shared/corpus/nccl when present.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from tracelens.ingest.nccl import FIELDS, VECTOR_KINDS, match_vector, parse_body
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"real-log corpus not found at {CORPUS}")
 
-# Bodies of the regex-matched kinds in every era's wording (§2, §2.4, §1.7, §4).
+# Bodies of the regex-matched kinds in every era's wording.
 VECTOR_BODIES = [
     "Ring 00 : 1 -> 0 via NET/IB/0",  # 2.3
     "Ring 00 : 0[0] -> 1[1] via P2P/IPC",  # 2.3 P2P
@@ -95,7 +94,7 @@ def test_vector_kinds_equal_grammar_on_corpus():
 @pytest.mark.parametrize(
     ("body", "kind", "expected"),
     [
-        ("NCCL version 2.8.3+cudaCUDA_MAJOR.CUDA_MINOR", "version", {"nccl_version": "2.8.3"}),  # TF build, §1.6
+        ("NCCL version 2.8.3+cudaCUDA_MAJOR.CUDA_MINOR", "version", {"nccl_version": "2.8.3"}),  # a TensorFlow build
         ("NCCL_IB_TIMEOUT set by environment to 18.", "env_set", {"env_name": "NCCL_IB_TIMEOUT", "env_value": "18."}),
         ("NCCL_IB_HCA set to mlx5_0,mlx5_1", "env_set", {"env_name": "NCCL_IB_HCA", "env_value": "mlx5_0,mlx5_1"}),
         ("Using internal Network IB", "network", {"net_name": "IB"}),  # 2.3

@@ -1,7 +1,7 @@
 """NCCL log ingest: envelopes, launcher prefixes, accounting, and the six nccl_* tables.
 
 Expected values were read off the quoted lines themselves. Synthetic lines follow
-../shared/docs/nccl-formats.md; corpus tests read ../shared/corpus/nccl when present.
+docs/formats/nccl.md; corpus tests read ../shared/corpus/nccl when present.
 """
 
 from __future__ import annotations

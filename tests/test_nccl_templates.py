@@ -18,7 +18,7 @@ from tracelens.ingest.lines import read_chunks
 from tracelens.ingest.nccl import CANDIDATE_MARKS, FIELDS, _grammar, parse_body, parse_recipes, split_records
 from tracelens.ingest.templates import MARK, TemplateParser, masked
 
-# Kinds that neither the corpus nor the fixtures print (formats: ../shared/docs/nccl-formats.md).
+# Kinds that neither the corpus nor the fixtures print (formats: docs/formats/nccl.md).
 EXTRA_BODIES = [
     "NET/IB : mlx5_ib0:1 communicator encountered a fatal error (detected in ncclIbTest)",
     "NVML failure 999 'Unknown Error'",

@@ -146,7 +146,7 @@ DS_LOGS = [  # step lines of every kind, and what their steps take from lines fa
 
 
 def every_carry_log(path: Path) -> Path:
-    """A synthetic two-host log (the formats of other-formats.md §1) of streams whose steps depend on lines
+    """A synthetic two-host log (the formats of docs/formats/deepspeed.md) of streams whose steps depend on lines
     far before them, many chunks apart: two engines printing the same step numbers (rank 0), timer lines
     before the first progress line (rank 1, counted back from it), timer lines and no progress line
     (rank 2, counted), micro-step timers only (rank 3), ZeRO optimizer lines, and Megatron iterations whose

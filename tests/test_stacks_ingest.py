@@ -18,7 +18,7 @@ def test_real_pyspy_dump_of_a_rank_stuck_in_its_data_loader():
     result, stacks = _stacks(FIXTURES / "lab-hang-sleep" / "rank2" / "pyspy_rank2.txt", "rank2/pyspy_rank2.txt")
     (row,) = stacks.to_dicts()
     assert (row["tool"], row["rank"], row["thread_name"], row["thread_state"]) == ("py-spy", 2, "MainThread", "idle")
-    assert row["pid"] == int(row["thread_id"]) and row["process"].startswith("/work/hangenv/bin/python")
+    assert row["pid"] == int(row["thread_id"]) and row["process"].split()[0].endswith("/bin/python")
     assert (row["frames"][0]["name"], row["frames"][0]["filename"], row["frames"][0]["line"]) == (
         "Loader.next_batch",
         "worker.py",

@@ -48,7 +48,7 @@ def _whole(groups: StreamGroups) -> pl.DataFrame:
 
 # groups of one stream on the smaller runs (one step's rows in the comparison's groups of steps), of a
 # few hundred rows on all: two-stream lab runs in two groups, many-stream runs in several (the 56
-# streams of 100 steps of pairs in six groups of 1,000 rows: at 150 its 28 groups took 9 s)
+# streams of 100 steps of pairs in six groups of 1,000 rows: groups of 150 would make the test slow)
 CASES = [(folder, 1) for folder in FOLDERS if folder.startswith(("ds-", "scenario-"))] + [
     (folder, 1000 if folder == "pairs" else 150) for folder in FOLDERS
 ]

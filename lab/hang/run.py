@@ -1,6 +1,6 @@
 """Launch a hang scenario of lab/hang/worker.py on this machine and keep what it left behind.
 
-    /work/hangenv/bin/python lab/hang/run.py SCENARIO OUT_DIR [--world 4] [--bad-rank 2] [--bad-step 6]
+    lab/hang/.venv/bin/python lab/hang/run.py SCENARIO OUT_DIR [--world 4] [--bad-rank 2] [--bad-step 6]
 
 Starts one process per rank (gloo over 127.0.0.1, TORCH_FR_BUFFER_SIZE=2000), each rank's
 stdout to OUT_DIR/rankN/train.log. For `kill` it sends SIGKILL to the bad rank once that rank

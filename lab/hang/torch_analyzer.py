@@ -1,6 +1,6 @@
 """Run PyTorch's own Flight Recorder analyzer (torchfrtrace) on a lab/hang fixture's pickles.
 
-    /work/hangenv/bin/python lab/hang/torch_analyzer.py fixtures/lab-hang-skip
+    lab/hang/.venv/bin/python lab/hang/torch_analyzer.py fixtures/lab-hang-skip
 
 torch 2.13's gloo backend writes `pg_config` as one empty group ({"": {"ranks": "[]"}}), and
 the analyzer cannot match entries without the groups' members (KeyError in build_db). So the

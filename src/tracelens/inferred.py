@@ -41,7 +41,7 @@ LOG_TABLES = (
 )
 C10_RESOLUTION = timedelta(seconds=1)
 RANGE_LINES = 1 << 18  # lines of a big file placed at a time: what memory follows
-GROUP_LINES = RANGE_LINES  # lines of small files placed together (at 4x, 1.9 GB not 1.1 GB on 1.6 GB of small logs)
+GROUP_LINES = RANGE_LINES  # lines of small files placed together: what memory follows for a folder of them
 
 KEY = ["file", "line"]
 TIMES = ["_ts", "_quality", "_lo", "_hi"]  # what a table's rows are joined with
@@ -122,7 +122,7 @@ def _lines(rows: pl.DataFrame) -> pl.DataFrame:
     where one of them has it. `_dated`: the line printed a dated time (a c10 clock is not one);
     `_context`: a line carried in from another range (none here)."""
     # the earliest time of each line: one stable sort, then the first row of each (file, line) run (a hash
-    # `unique` and a second sort cost 7x more: 1.7 s CPU on a 250 MB log's 2M rows)
+    # `unique` and a second sort would cost several times more)
     rows = rows.filter(pl.col("file").is_not_null() & pl.col("line").is_not_null())
     rows = rows.sort("file", "line", "ts", nulls_last=True, maintain_order=True)
     first_of_line = pl.any_horizontal(pl.col(KEY) != pl.col(KEY).shift()).fill_null(True)

@@ -1,6 +1,6 @@
 """A cache folder only the current user can write, checked before every use.
 
-The NCCL grammar takes about 1 s to build and 0.06 s to load from lark's cache, but lark's
+The NCCL grammar takes far longer to build than to load from lark's cache, but lark's
 own default cache is a pickle at a predictable name in the shared temporary folder: another
 user of a login node could plant one there and have it executed. The cache lives here
 instead, in a folder owned by this user that no one else can write, and a cache file is

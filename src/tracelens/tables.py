@@ -573,7 +573,7 @@ class RunTables:
             if parts is None:
                 self._frames[name] = empty(name)
             elif len(parts) == 1 and isinstance(parts[0], pl.DataFrame):
-                # as it is: a copy would stay beside the part (a 10M-packet capture is 1.1 GB)
+                # as it is: a copy would stay beside the part (a big capture's table is gigabytes)
                 self._frames[name] = parts[0]
             else:
                 self._frames[name] = self._lazy(name).collect()

@@ -75,8 +75,7 @@ SYN, FIN, RST, ACK = 0x02, 0x01, 0x04, 0x10
 DIRECTION = ["file", "src", "sport", "dst", "dport"]
 DATA_QP = ["file", "src", "dst", "qp"]  # a data QP, from the data direction (src = requester)
 # The columns the analysis reads (every frame's, RoCE's and TCP's own, the duplicate check's): a bucket is
-# held with these alone (ts_text, msn, the FECN/BECN bits ... stay on disk: 194 -> 150 MB for 1.25M RoCE
-# frames)
+# held with these alone (ts_text, msn, the FECN/BECN bits ... stay on disk)
 FRAME = ["file", "frame", "ts", "src", "dst", "length", "payload"]
 ROCE_READ = ["ecn", "opcode", "dest_qp", "psn", "syndrome"]
 TCP_READ = ["sport", "dport", "seq", "ack", "flags", "window", "sack_left", "sack_right"]
@@ -230,7 +229,7 @@ def _read(
     before, offset = None, 0
     for i, piece in enumerate(pieces):
         frames = piece.select(columns).collect()
-        # a bucket of one capture is read in frame order: sorting it again copied every row (+580 MB for 2.5M)
+        # a bucket of one capture is read in frame order: sorting it again would copy every row
         frames = (frames if frames["frame"].is_sorted() else frames.sort("frame")).with_row_index("order", offset)
         offset += frames.height
         if i < len(duplicates):
@@ -306,8 +305,8 @@ def _median_psns(counts: pl.DataFrame, read: Callable[[list[str]], Iterator[pl.D
         _roce_data_frames(frames).select(*DATA_QP, _psn_bin(), "psn").join(bins, on=[*DATA_QP, "bin"], how="semi")
         for frames in read(MEDIAN_READ)
     )
-    # each bin's PSNs sorted as a list, and the wanted rank's taken (a sort of every row by the QP's
-    # text columns took 47 ms where a QP's PSNs all fit one bin)
+    # each bin's PSNs sorted as a list, and the wanted rank's taken (not a sort of every row by the QP's
+    # text columns)
     sorted_bins = in_bins.group_by(*DATA_QP, "bin").agg(pl.col("psn").sort())
     middle = pl.col("psn").list.get(pl.col("at"))
     return sorted_bins.join(wanted, on=[*DATA_QP, "bin"]).group_by(DATA_QP).agg(data_psn=middle.mean())
@@ -534,8 +533,8 @@ def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame, carry: _Carry) -> 
     )
     if carry.naks is not None:
         naks = pl.concat([carry.naks, naks])
-    # only the data packets of the PSNs a NAK names can be its resend: the as-of join grouped every
-    # packet by its PSN (a bucket of one 5M-packet QP peaked 200-300 MB higher)
+    # only the data packets of the PSNs a NAK names can be its resend, so the as-of join groups those
+    # alone, not every packet by its PSN
     resent = data.select("order", *named, "ts").join(
         naks.select(named).unique(), on=named, how="semi", nulls_equal=True, maintain_order="left"
     )
@@ -611,7 +610,7 @@ def _tcp(
         & ~pl.col("rev_keepalive")
     ).fill_null(False)
     # the count since the ack last moved: the direction's running count less its value when the run began
-    # (a window per run of one ack held a group per ack value: +430 MB for a connection of 5M segments)
+    # (not a window per run of one ack, which holds a group per ack value)
     run_starts = (~_as_before("ack")).fill_null(True)
     total = pl.col("dup_acks_total")
     before_run = (

@@ -2,7 +2,7 @@
 
 A line parser for `textlog` (see its LineParser): every line of a launcher's stdout
 comes through here, and only lines in DeepSpeed's shapes are claimed. How a line is read
-(formats: ../shared/docs/other-formats.md §1):
+(formats: docs/formats/deepspeed.md):
 
 1. The envelope is split off, vectorized: a launcher's tag (pdsh `host: `, torchrun
    `[default0]:` / `[rank3]:`, Open MPI `[1,3]<stdout>:`), any junk (tqdm bars), the logger
@@ -39,7 +39,7 @@ from tracelens.ingest.ds_grammar import HEADS, SIZE_UNITS, parse_body
 from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, byte_slice, within_datetime_range
 from tracelens.tables import Spill
 
-# ---------------------------------------------------------------- envelope (§1.1)
+# ---------------------------------------------------------------- envelope
 
 _TS = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
 # Where the envelope starts (after a launcher tag, tqdm junk ...), then the whole envelope from there
@@ -185,9 +185,9 @@ _AT_START = rf"{LAUNCHER_TAG}(?:{ENVELOPE_START}|(?:\[Rank -?\d+\] )?(?:{_BARE_H
 
 
 def candidate_lines(text: pl.Series) -> pl.Series:
-    """`text.str.contains(CANDIDATE)`, four times faster: the envelope anywhere in a line is searched
-    only in lines that do not have it (or a bare head) right after the launcher tag and that hold a
-    time stamp, which every envelope does (the unanchored search cost 50 ms per 32 MB of NCCL lines)."""
+    """`text.str.contains(CANDIDATE)`, cheaper: the envelope anywhere in a line is searched only in
+    lines that do not have it (or a bare head) right after the launcher tag and that hold a time
+    stamp, which every envelope does (an unanchored search over every NCCL line costs the most)."""
     hit = text.str.contains(_AT_START)
     rows = (~hit & text.str.contains(_TS)).arg_true()
     return hit.scatter(rows, text.gather(rows).str.contains(ENVELOPE_START)) if rows.len() else hit
@@ -249,7 +249,7 @@ HOT: dict[str, str] = {
     ),
 }
 
-# Timer names, both schemes (§1.3), `_microstep` suffix optional -> steps column
+# Timer names, both schemes (0.10.1 shortened them), `_microstep` suffix optional -> steps column
 TIMERS = {
     "fwd_ms": ("fwd", "forward"),
     "bwd_ms": ("bwd", "backward"),
@@ -429,7 +429,7 @@ class DeepSpeedParser:
         """Claim the chunk's DeepSpeed lines; only candidate lines are read, unless a block is open."""
         block_open = any(owner is not None for owner in self._open.values())
         candidates = candidate_lines(chunk["text"])
-        if not block_open and not candidates.any():  # an NCCL or application chunk: nothing to read (~10 ms saved)
+        if not block_open and not candidates.any():  # an NCCL or application chunk: nothing to read
             return pl.repeat(NOT_MINE, chunk.height, dtype=pl.UInt8, eager=True)
         if block_open or may_open_block(chunk.filter(candidates)["text"]):
             return self._feed(chunk)  # continuation lines look like anything: read every line

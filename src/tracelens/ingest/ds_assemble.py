@@ -153,7 +153,7 @@ def _rejoined(spill: Spill, written: list[Path]) -> pl.LazyFrame | None:
     if not written:
         return None
     rows = pl.concat([pl.scan_parquet(path) for path in written])
-    # candidates by a hash of the key (a group-by on the key itself held 3.2M steps' keys: +300 MB);
+    # candidates by a hash of the key (a group-by on the key itself would hold every step's key);
     # merging a candidate that is no half leaves it as it is, so a collision costs nothing
     hashed = pl.struct(KEY).hash()
     twice = rows.group_by(hashed.alias("key")).len().filter(pl.col("len") > 1).collect(engine="streaming")
@@ -162,7 +162,7 @@ def _rejoined(spill: Spill, written: list[Path]) -> pl.LazyFrame | None:
         texts = halves.select("message_line", "message")
         joined = _merged(halves).join(texts, on="message_line", how="left", maintain_order="left")
         # a row's first line is no other row's: the halves are filtered out by it, which streams in order
-        # (an anti-join on the key held every row: +500 MB for 3.2M steps)
+        # (an anti-join on the key would hold every row)
         kept = rows.filter(~pl.col("line").is_in(halves["line"].implode()))
         rows = kept.merge_sorted(pl.scan_parquet(spill.write("steps", joined)), key="line")
     return _finished(rows)
@@ -170,8 +170,8 @@ def _rejoined(spill: Spill, written: list[Path]) -> pl.LazyFrame | None:
 
 def _with_text(merged: pl.DataFrame, bodies: Frame) -> pl.DataFrame:
     """Step rows with the text of the line their timing comes from (`message`, joined on `message_line`).
-    The lines are picked from `bodies` by a filter: a semi-join held every body it read (over a 3 GB
-    log's spilled step text: 2.8 GB)."""
+    The lines are picked from `bodies` by a filter: a semi-join would hold every body it read (all
+    of a big log's spilled step text)."""
     wanted = pl.col("message_line").is_in(merged["message_line"].implode())
     text = bodies.lazy().select(message_line="line", message="body").filter(wanted)
     return _collected(merged.lazy().join(text, on="message_line", how="left", maintain_order="left"), bodies)
@@ -179,7 +179,7 @@ def _with_text(merged: pl.DataFrame, bodies: Frame) -> pl.DataFrame:
 
 def _collected(query: pl.LazyFrame, source: Frame) -> pl.DataFrame:
     """`query` over `source`, collected by the streaming engine when `source` is spilled (a scan), in
-    memory when it is a small file's DataFrame (a streaming query costs it ~1 ms more)."""
+    memory when it is a small file's DataFrame (the streaming engine's set-up would cost it more than the query)."""
     return query.collect(engine="in-memory" if isinstance(source, pl.DataFrame) else "streaming")
 
 
@@ -205,7 +205,7 @@ def _tagged(kinds: dict[str, F]) -> F | None:
 
 def _in_line_order(rows: pl.DataFrame) -> pl.DataFrame:
     """The records in line order, by a gather, not DataFrame.sort: the same rows, for about half the
-    memory on top (3.2M timer records of one stream, 621 MB: +775 MB, where sort took +1,418 MB)."""
+    memory on top."""
     return rows[rows["line"].arg_sort()]
 
 
@@ -225,8 +225,8 @@ def _kept() -> pl.Expr:
 def _stream_facts(records: Frame) -> pl.DataFrame:
     """What each stream's steps need from all of it, wherever a piece of it is assembled: whether it logs
     global timer lines, its first progress line and that line's step, and the number of counted timer
-    lines before it (their steps are counted back from it). One query, _collected (three streaming
-    queries cost a small file ~2 ms more, 8 CPU s over a folder of 4,096 per-rank logs)."""
+    lines before it (their steps are counted back from it). One query, _collected (each query
+    is a fixed cost, paid once per small file of a folder of thousands)."""
     rows = records.lazy()
     first = (
         rows.filter(pl.col("source") == "progress")

@@ -1,7 +1,7 @@
 """NCCL_DEBUG and PyTorch ProcessGroupNCCL lines -> nccl_* tables.
 
 grammars/nccl.lark is the spec of every message body (one rule per kind); this module is
-the engine, built for logs of hundreds of MB (DESIGN §5: lark per line runs at 2 MB/s):
+the engine, built for logs of hundreds of MB (lark once per line would be far too slow for those):
 
 1. *Envelope*, vectorized: polars finds the record in each line (`host:pid:tid [dev]
    [file:line] NCCL LEVEL `, the pre-2.3 `[dev] INFO`, `[rankN]:[E.. ProcessGroupNCCL.cpp:N]`,
@@ -71,7 +71,7 @@ class _Fields(Transformer):
 
 def _cache_path(text: str) -> str | bool:
     """Where lark may keep the built parser: a file in the user's private cache folder named by the
-    grammar, lark and Python versions, or False (build each time, about 1 s) when none is safe.
+    grammar, lark and Python versions, or False (build each time) when none is safe.
     Never lark's `cache=True`, a pickle in the shared temporary folder (see private_cache)."""
     key = hashlib.sha256(f"{text}{lark.__version__}{sys.version_info[:2]}".encode()).hexdigest()[:24]
     return cache_file(f"nccl-grammar-{key}.lark") or False
@@ -80,7 +80,7 @@ def _cache_path(text: str) -> str | bool:
 class _Grammar:
     """grammars/nccl.lark as an LALR parser with one start symbol per kind.
 
-    LALR is ~200x faster than Earley here, and a start per kind keeps the contextual lexer
+    LALR is much faster than Earley here, and a start per kind keeps the contextual lexer
     from confusing one kind's first word with another's free text. The kinds are the
     alternatives of the grammar's `message` rule; a body is tried only against the kinds
     whose first terminal matches its start, in the grammar's order.
@@ -232,8 +232,8 @@ EVENTS_ONLY = frozenset({"coll_op", "proxy_trace", "error_propagation", "init_ti
 
 def _candidates(texts: pl.Series, undecided: pl.Series, literals: list[str]) -> pl.Series:
     """Positions of the undecided texts a kind's regex may take: those holding its one literal (a
-    memchr pass, 3 ms per 180k bodies), or, for several literals, all undecided ones (the anchored
-    regex fails on their first words, 8 ms; polars' contains_any takes 33)."""
+    memchr pass), or, for several literals, all undecided ones (the anchored regex fails fast on
+    their first words, cheaper than polars' contains_any over them)."""
     if len(literals) == 1:
         return (texts.str.contains(literals[0], literal=True) & undecided).arg_true()
     return undecided.arg_true()
@@ -300,13 +300,13 @@ _CPP_WRAPPED = (
 _TERMINATE = r"^(?P<prefix>.*?)(?P<msg>terminate called after throwing an instance of '[^']*'.*)$"
 _CUDA_ERROR = r"^(?P<prefix>.*?)(?P<msg>(?:\w+\.)*\w*Error: CUDA (?:error|out of memory).*)$"
 # NCCLUtils quotes NCCL's last WARN (2.13+): `ncclRemoteError: ... Last error:` and the WARN's text on the
-# next line, or on the same line once collapsed (corpus 085).
+# next line, or on the same line once collapsed (a paste that lost its line breaks).
 _LAST_ERROR = r"^(?P<prefix>.*?)(?:(?:[\w.]*Error|nccl\w+): .*)?Last error: ?(?P<msg>.*)$"
 _SEVERITY = {"E": "ERROR", "W": "WARN", "I": "INFO", "F": "FATAL"}
 
 _NCCL_TS = r"\[(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?$"  # 2.26+ NCCL_DEBUG_TIMESTAMP_FORMAT default
 _WRAPPER_TS = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?)"  # launcher/shipper timestamp with a full date
-# pdsh's `host: `; a name is cut at its first dot as NCCL cuts its own (§1.1), an IPv4 address is kept whole
+# pdsh's `host: `; a name is cut at its first dot as NCCL cuts its own, an IPv4 address is kept whole
 _PDSH_HOST = r"^((?:\d+\.){3}\d+|[A-Za-z0-9][\w-]*)[\w.-]*: "
 
 RECORD_COLUMNS = ["idx", "prefix", "ts", "ts_text", "host", "pid", "tid", "cuda_dev", "level", "msg", "bad_number"]
@@ -334,10 +334,10 @@ def _with_head(records: pl.LazyFrame) -> pl.LazyFrame:
     """Split each record's `head` into prefix, ts, host, pid, tid, cuda_dev.
 
     Heads repeat per thread (`host:pid:tid [dev] `), so the regexes run on the distinct
-    heads and are joined back: 3x faster than capturing on every line.
+    heads and are joined back, not captured on every line.
     """
     numbers = {"pid": pl.Int64, "tid": pl.Int64, "dev": pl.Int32}
-    # the regex once, its groups unnested (each `struct.field` of an extract_groups expression ran it again: 2x slower)
+    # the regex once, its groups unnested (each `struct.field` of an extract_groups expression runs it again)
     heads = records.select("head").unique().with_columns(parts=pl.col("head").str.extract_groups(_HEAD)).unnest("parts")
     heads = heads.with_columns(
         pid=pl.col("pid").cast(pl.Int64, strict=False),
@@ -369,7 +369,7 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
         .collect()
     )
     glued = marked["msg"].str.contains(_MARK)
-    if glued.any():  # two records on one line (concurrent writes, corpus 001): keep the last one
+    if glued.any():  # two records on one line (concurrent writes): keep the last one
         parts = marked.filter(glued)["text"].str.extract_groups(_GLUED).struct.unnest()
         marked = pl.concat([marked.filter(~glued), marked.filter(glued).with_columns(parts)]).sort("idx")
     marked = _with_head(marked.lazy()).filter(pl.col("host").is_not_null() | pl.col("cuda_dev").is_not_null())
@@ -492,7 +492,7 @@ def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
     candidates = lines.filter(pl.col("text").str.contains_any(CANDIDATE_MARKS))
     candidates = candidates.with_columns(pl.col("text").str.strip_chars_end())
     nccl = _nccl_records(candidates)
-    # eager: in a lazy plan the filter went before the anti-join, onto every candidate (40 ms a chunk)
+    # eager: a lazy plan would push the filter before the anti-join, onto every candidate
     rest = candidates.join(nccl.select("idx"), on="idx", how="anti")
     rest = rest.filter(pl.col("text").str.contains_any(OTHER_MARKS))
     quoted = _quoted_errors(lines)
@@ -501,7 +501,7 @@ def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
     other = _other_records(rest.lazy(), quoted.lazy())
     if rest.height or quoted.height:
         others = other.collect()
-    else:  # no PyTorch record, no quote: the plan's six regex branches are not run (5 of a small file's 30 ms)
+    else:  # no PyTorch record, no quote: the plan's six regex branches are not run (a fixed cost per small file)
         others = pl.DataFrame(schema=other.collect_schema())
     records = pl.concat([nccl, others], how="diagonal").sort("idx")
     return records.with_columns(msg=pl.col("msg").str.strip_chars_start())
@@ -604,7 +604,7 @@ class NcclParser:
         return records, fields
 
     def _join_continuations(self, records: pl.DataFrame, texts: pl.Series) -> tuple[pl.DataFrame, list[int]]:
-        """Re-parse unknown records with the hard-wrapped lines that follow them (corpus 071, 083).
+        """Re-parse unknown records with the hard-wrapped lines that follow them (a paste wrapped at a fixed width).
 
         A record that fails to parse, followed by lines that are no record, may have been
         wrapped by a terminal: join the next line, and more while each piece has the width

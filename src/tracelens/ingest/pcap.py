@@ -41,7 +41,7 @@ PRIORITY = 10
 
 BUCKET_PACKETS = 250_000  # packets of a bucket, about: the per-connection analysis reads a bucket at a time
 MAX_BUCKETS = 256  # one open file each while the capture is read; beyond 64M packets, buckets grow instead
-SPILL_ROWS = 1 << 20  # rows held before each bucket's are written as a row group (~150 MB)
+SPILL_ROWS = 1 << 20  # rows held before each bucket's are written as a row group (a row group has a fixed cost)
 DECODERS = 2  # chunks decoded at once, beside the record walk
 WALK_APART_BYTES = 64 << 20  # captures from this size are walked by a process of their own
 
@@ -223,8 +223,8 @@ class _BucketFiles:
 
 
 def _give_back_freed_memory() -> None:
-    """Return the decode's freed heap to the system (glibc keeps it otherwise: about 90 MB per million
-    packets stayed in the process after a capture was read)."""
+    """Return the decode's freed heap to the system (glibc keeps it otherwise, in proportion to the
+    packets read, for the rest of the run)."""
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):

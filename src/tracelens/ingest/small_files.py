@@ -1,6 +1,6 @@
 """Many small text logs read as one: a folder of per-rank logs (4,096 for a 512-node job).
 
-Read one by one, a small log costs what its polars calls and parser set-up cost (60-90 ms),
+Read one by one, a small log costs what its polars calls and parser set-up cost,
 whatever its size. Here a batch of small logs is read into one frame whose lines are keyed by
 file and line (lines.FILE_SHIFT), with an empty row before each file so that nothing the NCCL
 parser looks at across lines (a wrapped record, the blank line before a WARN, a `Last error:`

@@ -1,7 +1,7 @@
 """Parse message bodies by template: the grammar once per template, the values back by position.
 
 A large job prints one distinct body per rank, channel and peer (`Trees [0] 12/-1/-1->5->3`,
-`Bootstrap : Using eth0:10.0.3.17<0>`), and lark costs about 1 ms per body (DESIGN §5). What
+`Bootstrap : Using eth0:10.0.3.17<0>`), and a lark parse per body would cost the most of all. What
 repeats is the body's *template*: the body with its numbers and hex ids masked. This module
 masks every body (vectorized), parses one representative body per new template with the
 grammar, and records where each field's text lies in it: literal text and token positions (a
@@ -11,7 +11,7 @@ few hundred in a real log), not the number of bodies.
 
 The grammar stays the spec. A field whose text does not start and end on token boundaries (a
 terminal that splits a number) makes its template untemplatable: those bodies get no kind here
-and the caller parses them one by one, as before. Tests prove the template path equal to the
+and the caller parses them one by one. Tests prove the template path equal to the
 grammar on every corpus body and on generated bodies of every kind.
 """
 

@@ -67,8 +67,7 @@ def ingest(
             _read_split(source, parsers, account, jobs, chunk_bytes, workers)
         else:
             # Threads, not processes: the parse is polars work that releases the GIL, and threads
-            # pay no start-up or pickling (235 MB varied-body log, loaded 2-core machine: 11.9 s in
-            # one thread, 11.0 s with two spawned processes, 8.2 s with two threads).
+            # pay no start-up or pickling of the chunks' tables.
             with ThreadPoolExecutor(jobs) as pool:
                 _read_split(source, parsers, account, jobs, chunk_bytes, pool, shared=True)
     else:
@@ -87,8 +86,8 @@ def _spill(source: InputFile, chunk_bytes: int) -> Spill | None:
 
 def _read_in_threads(source: InputFile, parsers: list[LineParser], account: Account, chunk_bytes: int) -> None:
     # The parsers read each chunk side by side while the next chunk is read: the work is mostly
-    # polars, which releases the GIL, so two cores do it in two thirds of the time (300 MB
-    # benchmark log: 3.3 s -> 2.2-2.6 s). Each parser still sees the chunks in order, one at a time.
+    # polars, which releases the GIL, so a second core takes a share of it. Each parser still sees
+    # the chunks in order, one at a time.
     with ThreadPoolExecutor(max_workers=len(parsers) + 1) as pool:
         chunks = read_chunks(source.path, chunk_bytes)
         upcoming = pool.submit(next, chunks, None)

@@ -3,8 +3,8 @@
 The walk (CaptureReader.walk) is Python from record to record and holds the
 interpreter all along; the chunks already walked are decoded meanwhile in
 threads, whose numpy calls each wait for the interpreter when they return (up
-to its switch interval, 5 ms): beside a walk in the same process they ran at a
-quarter of their speed. Apart, the walk takes a core's share and the decoders
+to its switch interval, 5 ms): beside a walk in the same process they spend most
+of their time waiting for it. Apart, the walk takes a core's share and the decoders
 the rest. The child sends each chunk's Walked (where its records start, the
 section's interfaces, what the walk noted) down a pipe and stops when the pipe
 is full: it walks at most a chunk ahead.

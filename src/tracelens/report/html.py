@@ -25,7 +25,7 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 @functools.cache
 def environment() -> Environment:
     """The Jinja2 environment of every tracelens page: templates from reports/, everything escaped.
-    One per process: it keeps the templates it compiled (about 0.1 s a report otherwise), and reloads
+    One per process: it keeps the templates it compiled (compiling them again would cost each report), and reloads
     one whose file changed."""
     env = Environment(
         loader=FileSystemLoader(data_dir("reports")),

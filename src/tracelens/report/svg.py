@@ -2,10 +2,10 @@
 marks (lines, stacked areas, bars, ticks and intervals in lanes, shaded windows), axes with
 ticks and titles, and a legend.
 
-Why not Altair and vl-convert: starting the converter's JavaScript engine alone took 2-3 s and
-Altair's schema validation another 2 s, for a report that must be written in under a second
-(benchmarks/README.md). The charts are the same declarative idea, kept small: a Figure is
-described by its panels and marks, then rendered once. Every text that came from the run
+Why not Altair and vl-convert: starting the converter's JavaScript engine and Altair's schema
+validation cost seconds each, for a report that must be written in under a second. The charts are
+the same declarative idea, kept small: a Figure is described by its panels and marks, then
+rendered once. Every text that came from the run
 (series names, lanes, labels) is XML-escaped.
 """
 
