@@ -410,3 +410,17 @@ def test_the_repository_refers_only_to_itself():
     assert not unexpected, unexpected
     stale = sorted(set(KNOWN_OUTSIDE_REFERENCES) - set(found))
     assert not stale, f"no longer name anything outside the repository: drop them from the exceptions: {stale}"
+
+
+def test_links_between_the_repository_documents_resolve():
+    """A relative Markdown link (`[formats](docs/formats/README.md)`) names a file of the repository."""
+    broken = []
+    for name, text in _repository_text_files():
+        if not name.endswith(".md") or RECORDED.match(name):
+            continue
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z][a-z+.-]*:|#", target):  # a URL or an anchor of the same page
+                continue
+            if not ((REPO / name).parent / target.split("#")[0]).exists():
+                broken.append(f"{name}: {target}")
+    assert not broken, broken
