@@ -23,6 +23,8 @@ RULE_OF = {
     "ib_unavailable": "TL101",
     **{kind: "TL109" for kind in _FAILURE_KINDS},
     **{kind: "TL110" for kind in _GPU_KINDS},
+    "foreign_connection": "TL109",  # as information
+    "warn": "",  # a WARN no rule reads by its kind (aws-ofi-nccl's GDR verdict goes to TL104 through nccl_net)
 }
 
 
