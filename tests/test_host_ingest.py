@@ -374,6 +374,12 @@ def test_older_latency_table_and_notes(tmp_path):
             True,
         ),  # short-precise
         ("2024-12-06T18:31:01,123456+01:00 mlx4_en: eth2: Link Down\n", "link_down", True),  # dmesg --time-format iso
+        # journalctl -k in the output modes a monitoring agent may choose (synthetic, systemd's documented shapes)
+        ("2024-12-06T18:31:01+0100 node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", True),  # short-iso
+        ("2024-12-06T18:31:01.123456+0100 node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", True),  # -precise
+        ("Fri 2024-12-06 17:31:01 UTC node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", True),  # short-full
+        ("1733506261.123456 node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", True),  # short-unix
+        ("[ 1234.567890] node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", False),  # short-monotonic
     ],
 )
 def test_kernel_prefix_variants(tmp_path, text, kind, timed):
@@ -385,6 +391,10 @@ def test_kernel_prefix_variants(tmp_path, text, kind, timed):
     assert rows["kind"].unique().to_list() == [kind] and rows["ts"].is_not_null().all() == timed
     if "+01:00" in text:
         assert str(rows["ts"][0]) == "2024-12-06 17:31:01.123456+00:00" and rows["zoned"].all()
+    if " node02 kernel: " in text:
+        assert rows["host"].unique().to_list() == ["node02"]
+        if timed and not text.startswith("Dec"):  # these print the year and their zone
+            assert str(rows["ts"][0]).startswith("2024-12-06 17:31:01") and rows["zoned"].all()
 
 
 def test_show_gids_trailer_and_ipoib_ifconfig(tmp_path):
