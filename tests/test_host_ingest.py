@@ -467,3 +467,26 @@ def test_nvidia_smi_failures_and_a_header_per_loop(tmp_path):
     fmt, result = read(path)
     assert fmt == "nvidia_smi" and result.account.unrecognized == 0 and result.account.parsed == 5
     assert result.tables["gpu_samples"]["util_gpu"].to_list() == [35.0, 36.0]
+
+
+def test_perftest_with_a_gpu_buffer(tmp_path):
+    """`ib_read_bw --use_cuda=0` (a GPUDirect RDMA test; synthetic, perftest's printf wording): the GPU
+    buffer's set-up and tear-down lines are read, not unrecognized, and the result row still is."""
+    path = tmp_path / "read-bw.txt"
+    path.write_text(
+        "                    RDMA_Read BW Test\n Dual-port       : OFF\t\tDevice         : mlx5_0\n"
+        " Outstand reads  : 16\n Mtu             : 4096[B]\n Link type       : IB\n"
+        "initializing CUDA\nThere are 8 devices supporting CUDA, picking first...\n"
+        "[pid = 4242, dev = 0] device name = [NVIDIA A100-SXM4-80GB]\ncreating CUDA Ctx\n"
+        "making it the current CUDA Ctx\ncuMemAlloc() of a 131072 bytes GPU buffer\n"
+        "allocated GPU buffer address at 00007f0c9d3b1000 pointer=0x7f0c9d3b1000\n"
+        " local address: LID 0x05 QPN 0x0175 PSN 0x6e3d2f OUT 0x10 RKey 0x1fd9ee VAddr 0x007f0c9d3b1000\n"
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+        " 65536      1000             11756.84            11753.53\t\t   0.188056\n"
+        "destroying current CUDA Ctx\n"
+    )
+    fmt, result = read(path)
+    assert fmt == "perftest" and result.account.unrecognized == 0, result.account.samples
+    row = result.tables["perftest"].row(0, named=True)
+    assert (row["test"], row["device"], row["bw_avg"]) == ("RDMA_Read BW Test", "mlx5_0", 11753.53)
+
