@@ -490,3 +490,21 @@ def test_perftest_with_a_gpu_buffer(tmp_path):
     row = result.tables["perftest"].row(0, named=True)
     assert (row["test"], row["device"], row["bw_avg"]) == ("RDMA_Read BW Test", "mlx5_0", 11753.53)
 
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "2019-06-02T16:13:44.884Z: [1,0]<stdout>:",  # Open MPI's tag after a shipper's time
+        "gpu-node-7 [stderr] ",  # a benchmark runner's host and stream
+        "| 2024-12-04T05:27:42.076Z | ",  # a CloudWatch console table
+    ],
+)
+def test_nccl_tests_behind_shippers_and_runners(tmp_path, prefix):
+    """A real all_reduce_perf output with each prefix put before every line reads as the plain one does."""
+    original = corpus_file("ocihpcoke_allreduce_2x8A100")
+    path = tmp_path / "prefixed.txt"
+    path.write_text("".join(prefix + line for line in original.read_text().splitlines(keepends=True)))
+    plain, prefixed = read(original)[1], read(path)[1]
+    columns = ["kind", "size_bytes", "placement", "busbw_gbs", "wrong", "nranks", "rank_hosts"]
+    assert prefixed.tables["nccl_tests"].select(columns).equals(plain.tables["nccl_tests"].select(columns))
+    assert prefixed.account.unrecognized == 0 and prefixed.account.parsed == plain.account.parsed
