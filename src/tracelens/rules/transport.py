@@ -69,8 +69,9 @@ def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
 def socket_transport(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL carrying traffic over NET/Socket (TCP) instead of InfiniBand or RoCE:
-    `Using network Socket`, `NET/IB : No device found`, `Failed to open libibverbs.so`,
-    `NCCL_IB_DISABLE=1`, or channels connected `via NET/Socket`.
+    `Using network Socket` (2.3-2.4: `CUDA Dev 0, IP Interfaces : ...`, `Socket NIC
+    distance`), `NET/IB : No device found`, `Failed to open libibverbs.so`, `NCCL_IB_DISABLE=1`
+    (echoed by NCCL or on the launcher's command line), or channels connected `via NET/Socket`.
 
     Why it slows the run: the socket transport goes through the kernel TCP stack and host
     memory, reaching a few GB/s at best where an IB or RoCE NIC with GPUDirect RDMA reaches
