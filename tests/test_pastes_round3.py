@@ -214,6 +214,16 @@ def test_ib_enabled_on_the_command_line_fires_nothing(tmp_path: Path):
     assert "TL102" not in fired and "TL101" not in fired
 
 
+def test_mpich_genv_settings(tmp_path: Path):
+    text = "mpiexec -n 16 -ppn 8 -genv NCCL_IB_DISABLE 1 -genv NCCL_SOCKET_IFNAME=eth0 -env NCCL_DEBUG INFO ./train\n"
+    env = _analyze(tmp_path, text).tables["nccl_env"].sort("name")
+    assert env.select("name", "value").rows() == [
+        ("NCCL_DEBUG", "INFO"),
+        ("NCCL_IB_DISABLE", "1"),
+        ("NCCL_SOCKET_IFNAME", "eth0"),
+    ]
+
+
 def test_deepspeed_runner_exports_are_settings(tmp_path: Path):
     text = (
         "[2023-06-21 07:39:01,100] [INFO] [runner.py:555:main] cmd = pdsh -S -f 1024 -w worker-0,worker-1 "

@@ -290,9 +290,10 @@ _BARE_VERSION = r"^(?P<prefix>.*?)(?P<msg>NCCL version \d\S*)$"
 # A launcher's command line that sets NCCL_* variables (`$ mpirun -np 16 -x NCCL_IB_DISABLE=1 ...`)
 _LAUNCH = (
     r"^(?P<prefix>.*?)(?P<msg>(?:mpirun|mpiexec|orterun|srun|torchrun|horovodrun|deepspeed|pdsh)\s.*"
-    r"\bNCCL_\w+=.*)$"
+    r"\bNCCL_\w+[=\s].*)$"
 )
-_LAUNCH_ENV = r"\bNCCL_[A-Z0-9_]+=[^\s;]*"  # `-x NAME=value`, `export NAME=value;`
+# `-x NAME=value` (Open MPI), `export NAME=value;` (DeepSpeed's pdsh), `-genv NAME value` (MPICH, Intel MPI)
+_LAUNCH_ENV = r"\bNCCL_[A-Z0-9_]+=[^\s;]*|-g?env\s+NCCL_[A-Z0-9_]+\s+[^\s;-][^\s;]*"
 # A watchdog or NCCL error inside a C++ exception's text: `  what():  [PG 3 Rank 5] Process group watchdog
 # thread terminated with exception: ...`, `c10::DistBackendError: [Rank 1] Watchdog caught ...`, and the
 # `terminate called after throwing an instance of '...'` line before it; CUDA errors PyTorch raises.
@@ -878,8 +879,8 @@ def _env(records: pl.DataFrame) -> pl.DataFrame:
         .select(
             *PROVENANCE,
             "pid",
-            name=pair.str.extract(r"^([^=]+)="),
-            value=pair.str.extract(r"=(.*)$").str.strip_chars("'\""),
+            name=pair.str.extract(r"(NCCL_[A-Z0-9_]+)"),
+            value=pair.str.extract(r"NCCL_[A-Z0-9_]+(?:=|\s+)(.*)$").str.strip_chars("'\""),
         )
     )
     return pl.concat([echoed, launched])
