@@ -480,6 +480,7 @@ def test_perftest_with_a_gpu_buffer(tmp_path):
         "[pid = 4242, dev = 0] device name = [NVIDIA A100-SXM4-80GB]\ncreating CUDA Ctx\n"
         "making it the current CUDA Ctx\ncuMemAlloc() of a 131072 bytes GPU buffer\n"
         "allocated GPU buffer address at 00007f0c9d3b1000 pointer=0x7f0c9d3b1000\n"
+        " Device not recognized to implement inline feature. Disabling it\n"
         " local address: LID 0x05 QPN 0x0175 PSN 0x6e3d2f OUT 0x10 RKey 0x1fd9ee VAddr 0x007f0c9d3b1000\n"
         " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
         " 65536      1000             11756.84            11753.53\t\t   0.188056\n"
