@@ -80,7 +80,7 @@ BODIES = [
     # §3.3 async events of every era, verbs calls
     (warn("NET/IB : Got async event : port error"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
     (warn("NET/IB : mlx5_0:1 Got async event : port error"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
-    (warn("NET/IB : mlx5_1:1 Got async event : client reregistration"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
+    (warn("NET/IB : mlx5_1:1 Got async event : client reregistration"), "ib_async_event", "nccl_errors", {"kind": "ib_sm_event"}),
     (warn("NET/IB : mlx5_0:1 async fatal event: port error(10)"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
     (warn("NET/IB : mlx5_0:1 Got async error event: local catastrophic error"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
     (warn("Call to ibv_modify_qp failed with error Connection timed out errno 110", "misc/ibvwrap.cc:187"), "verbs_call", "nccl_errors", {"kind": "verbs_call"}),

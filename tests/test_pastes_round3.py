@@ -312,3 +312,18 @@ node01:1:1 [0] NCCL INFO Using network IB
     assert "TL105" not in _fired(analysis) and _account(analysis)["unrecognized"] == 0
     lo = text.replace("eth0:10.0.0.1", "lo:127.0.0.1")
     assert "TL105" in _fired(_analyze(tmp_path / "b", lo))
+
+
+def test_only_incidents_reach_the_network_timeline(tmp_path: Path):
+    """Foreign traffic and subnet-manager events are no incident; a stuck watchdog is a stall."""
+    from tracelens.derived import RunContext
+
+    text = (
+        "[2025-01-14 03:12:55] node01:1:9 [0] misc/socket.cc:422 NCCL WARN socketFinalizeAccept: wrong magic 1 != 2\n"
+        "[2025-01-14 03:12:56] node01:1:2 [0] transport/net_ib.cc:98 NCCL WARN NET/IB : mlx5_1:1 Got async event : client reregistration\n"
+        "[2025-01-14 03:12:57] node01:1:2 [0] transport/net_ib.cc:98 NCCL WARN NET/IB : mlx5_1:1 Got async event : port error\n"
+        f"2025-01-14 03:20:57 {HEARTBEAT}\n"
+    )
+    analysis = _analyze(tmp_path, text)
+    events = RunContext(analysis.tables).network_events.filter(pl.col("source") == "NCCL")
+    assert events.select("cause", "what").rows() == [("link", "IB async event"), ("stall", "watchdog stuck")]

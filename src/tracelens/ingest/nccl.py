@@ -752,6 +752,9 @@ ERROR_KINDS = {
 # out-of-memory, whatever reports it, is its own kind.
 _CUDA_RESULT = r"unhandled cuda error|ncclUnhandledCudaError|Cuda failure"
 _OUT_OF_MEMORY = r"(?i)out of memory|Failed to CUDA (?:calloc|malloc|host alloc)"
+# ibv_event_type texts of the subnet manager's own events (an SM restart or handover reregisters
+# clients, moves LIDs): IB async events that break nothing
+_SM_EVENT = r"(?i)LID change|P_?key change|SM change|client reregistration|GID table change|port active"
 PYTORCH_ERRORS = [k for k in ERROR_KINDS if k.startswith("pt_")] + ["pt_watchdog_terminated"]
 
 COMM_EVENTS = {"START": "init_start", "COMPLETE": "init_complete", "Destroy": "destroy", "Abort": "abort"}
@@ -906,6 +909,7 @@ def _errors(records: pl.DataFrame) -> pl.DataFrame:
         .when(kind.is_in(["cuda_failure", "pt_cuda_error", "pt_nccl_error"])
               & pl.col("msg").str.contains(_OUT_OF_MEMORY)).then(pl.lit("oom"))
         .when((kind == "pt_nccl_error") & pl.col("msg").str.contains(_CUDA_RESULT)).then(pl.lit("cuda"))
+        .when((kind == "ib_async_event") & pl.col("async_event").str.contains(_SM_EVENT)).then(pl.lit("ib_sm_event"))
         .otherwise(kind.replace_strict(ERROR_KINDS, default="warn")),
         async_event=pl.when(kind == "ib_fatal").then(pl.lit("communicator fatal error")).otherwise("async_event"),
         status=status, status_name=status_name,

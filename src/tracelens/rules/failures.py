@@ -271,11 +271,9 @@ def gpu_error(ctx: RunContext) -> Iterator[Finding]:
     yield from _per_kind(ctx, _GPU_KINDS, _GPU_KINDS.get, ", a GPU or build problem, not the network")
 
 
-# ibv_event_type texts (ibv_event_type_str) by what they break; the subnet manager's own events
-# (an SM restart or handover reregisters clients, moves LIDs) break nothing.
-SM_EVENT = "subnet manager event"
+# ibv_event_type texts (ibv_event_type_str) by what they break (the subnet manager's own events,
+# which break nothing, are read apart: ib_sm_event).
 _ASYNC_CLASSES = [
-    (SM_EVENT, r"LID change|P_?key change|SM change|client reregistration|GID table change|port active"),
     ("port error", r"port error"),
     ("QP fatal", r"work queue|QP|path migration error|SRQ"),
     ("CQ error", r"CQ error"),
@@ -312,18 +310,17 @@ def ib_async_events(ctx: RunContext) -> Iterator[Finding]:
     Subnet-manager events (`client reregistration`, `LID change`, `SM change`) follow an SM
     restart or handover and are not failures: they are reported as information.
     """
-    rows = ctx["nccl_errors"].filter(pl.col("kind") == "ib_async_event")
-    if rows.height == 0:
-        return
-    rows = rows.with_columns(event_class=_async_class(pl.coalesce("async_event", "message"))).sort("file", "line")
-    sm = rows.filter(pl.col("event_class") == SM_EVENT)
+    sm = ctx["nccl_errors"].filter(pl.col("kind") == "ib_sm_event").sort("file", "line")
     if sm.height:
         summary = (
             f"{count(sm.height, 'subnet-manager event')} on {_hosts_text(sm)} ({_count_list(sm, 'async_event')}): "
             "the subnet manager restarted or handed over; not a failure."
         )
         yield _of_rows(ctx, "InfiniBand subnet-manager events", summary, sm, Severity.INFO)
-    rows = rows.filter(pl.col("event_class") != SM_EVENT)
+    rows = ctx["nccl_errors"].filter(pl.col("kind") == "ib_async_event")
+    if rows.height == 0:
+        return
+    rows = rows.with_columns(event_class=_async_class(pl.coalesce("async_event", "message"))).sort("file", "line")
     for (host,), group in rows.group_by(["host"], maintain_order=True):
         first = group.row(0, named=True)
         summary = (
