@@ -25,7 +25,7 @@ RULE_OF = {
     **{kind: "TL109" for kind in _FAILURE_KINDS},
     **{kind: "TL110" for kind in _GPU_KINDS},
     "foreign_connection": "TL109",  # as information
-    "warn": "",  # a WARN no rule reads by its kind (aws-ofi-nccl's GDR verdict goes to TL104 through nccl_net)
+    "gdr_disabled": "TL104",  # aws-ofi-nccl's verdict, which TL104 reads from nccl_net
 }
 
 

@@ -315,10 +315,12 @@ node01:1:1 [0] NCCL INFO Using network IB
 
 
 def test_only_incidents_reach_the_network_timeline(tmp_path: Path):
-    """Foreign traffic and subnet-manager events are no incident; a stuck watchdog is a stall."""
+    """Foreign traffic, subnet-manager events and a plugin's GPUDirect verdict are no incident; a stuck
+    watchdog is a stall."""
     from tracelens.derived import RunContext
 
     text = (
+        "[2025-01-14 03:12:54] node01:1:1 [0] platform_init:245 NCCL WARN NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge\n"
         "[2025-01-14 03:12:55] node01:1:9 [0] misc/socket.cc:422 NCCL WARN socketFinalizeAccept: wrong magic 1 != 2\n"
         "[2025-01-14 03:12:56] node01:1:2 [0] transport/net_ib.cc:98 NCCL WARN NET/IB : mlx5_1:1 Got async event : client reregistration\n"
         "[2025-01-14 03:12:57] node01:1:2 [0] transport/net_ib.cc:98 NCCL WARN NET/IB : mlx5_1:1 Got async event : port error\n"

@@ -44,8 +44,9 @@ _NCCL_CAUSE = {
     "watchdog_timeout": "stall", "blocking_wait_timeout": "stall", "watchdog_exception": "stall",
     "watchdog_abort": "stall", "watchdog_stuck": "stall",
 }  # fmt: skip
-# nccl_errors kinds that are no incident: foreign traffic NCCL dropped, the subnet manager's own events
-_NCCL_NO_INCIDENT = ["foreign_connection", "ib_sm_event"]
+# nccl_errors kinds that are no incident: foreign traffic NCCL dropped, the subnet manager's own events,
+# a plugin's set-up verdict on GPUDirect RDMA
+_NCCL_NO_INCIDENT = ["foreign_connection", "ib_sm_event", "gdr_disabled"]
 _COUNTER_CAUSE = {
     "link down": "link",
     "physical errors": "link",

@@ -733,6 +733,7 @@ ERROR_KINDS = {
     "socket_error": "socket",
     "foreign_connection": "foreign_connection",
     "ofi_error": "plugin",
+    "ofi_gdr": "gdr_disabled",
     "bootstrap_error": "bootstrap",
     "proxy_error": "proxy",
     "version_mismatch": "version_mismatch",
