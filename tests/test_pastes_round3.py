@@ -329,3 +329,26 @@ def test_only_incidents_reach_the_network_timeline(tmp_path: Path):
     analysis = _analyze(tmp_path, text)
     events = RunContext(analysis.tables).network_events.filter(pl.col("source") == "NCCL")
     assert events.select("cause", "what").rows() == [("link", "IB async event"), ("stall", "watchdog stuck")]
+
+
+def test_ofi_plugin_versions_in_both_wordings(tmp_path: Path):
+    """aws-ofi-nccl names its version `Initializing aws-ofi-nccl 1.7.4-aws` (1.7+) or `Using aws-ofi-nccl
+    1.5.0aws` (before): a host on the older plugin shows in either wording (synthetic lines)."""
+    text = (
+        "node01:10:10 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.7.4-aws\n"
+        "node02:20:20 [0] NCCL INFO NET/OFI Using aws-ofi-nccl 1.5.0aws\n"
+    )
+    plugins = _analyze(tmp_path, text).tables["nccl_net"].filter(pl.col("what") == "plugin")
+    assert plugins.select("host", "name").rows() == [
+        ("node01", "aws-ofi-nccl 1.7.4-aws"),
+        ("node02", "aws-ofi-nccl 1.5.0aws"),
+    ]
+
+
+def test_corpus_ofi_plugin_version(tmp_path: Path):
+    analysis = _corpus_run(tmp_path, "host/nccltests", "eksblueprints_efa")
+    plugins = analysis.tables["nccl_net"].filter(pl.col("what") == "plugin")
+    assert plugins.select("host", "name").rows() == [
+        ("test-nccl-efa-worker-0", "aws-ofi-nccl 1.5.0aws"),
+        ("test-nccl-efa-worker-1", "aws-ofi-nccl 1.5.0aws"),
+    ]
