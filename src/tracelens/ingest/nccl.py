@@ -522,6 +522,8 @@ def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
 
 # ------------------------------------------------------------------ the line parser
 
+WRAPPED_LINES = 12  # continuation lines a hard-wrapped record may take (a 1,400-character message at 116 columns)
+
 
 @dataclass
 class ChunkRecords:
@@ -621,7 +623,9 @@ class NcclParser:
 
         A record that fails to parse, followed by lines that are no record, may have been
         wrapped by a terminal: join the next line, and more while each piece has the width
-        of the first line. Keep the join only if the grammar then recognizes it.
+        of the first line (up to WRAPPED_LINES). Keep the longest join the grammar then
+        recognizes: a message with a free-text tail (the heartbeat monitor's, 7 lines at 116
+        columns) takes all its lines, one without (a completion error) only those it needs.
         """
         unknown = records.filter(pl.col("kind") == UNKNOWN)
         if not unknown.height:
@@ -631,17 +635,18 @@ class NcclParser:
         for idx, msg in zip(unknown["idx"].to_list(), unknown["msg"].to_list()):
             width, nxt = len(texts[idx]), idx + 1
             pieces: list[int] = []
-            while nxt < len(texts) and nxt not in taken and texts[nxt].strip() and len(pieces) < 3:
+            while nxt < len(texts) and nxt not in taken and texts[nxt].strip() and len(pieces) < WRAPPED_LINES:
                 if pieces and len(texts[nxt - 1]) != width:
                     break
                 pieces.append(nxt)
                 nxt += 1
-            for glue in ("", " "):
-                body = glue.join([msg, *(texts[i] for i in pieces)]).strip()
-                if pieces and self._lark(body)[0] != UNKNOWN:
+            joins = ((n, glue) for n in range(len(pieces), 0, -1) for glue in ("", " "))
+            for n, glue in joins:
+                body = glue.join([msg, *(texts[i] for i in pieces[:n])]).strip()
+                if self._lark(body)[0] != UNKNOWN:
                     fixed[idx] = (body, self._parsed[body][0])
-                    continued.extend(pieces)
-                    taken.update(pieces)
+                    continued.extend(pieces[:n])
+                    taken.update(pieces[:n])
                     break
         if not fixed:
             return records, []
