@@ -255,6 +255,12 @@ def test_prefixes_before_nccl_records(tmp_path: Path, line: str, host: str, pid:
     assert _account(analysis)["parsed"] == 1
 
 
+def test_collector_host_before_a_pytorch_record(tmp_path: Path):
+    line = f"2024-12-04 05:27:43.123456 worker-9 >> [rank5]:[E1204 05:27:43.123456789 ProcessGroupNCCL.cpp:616] {WATCHDOG}\n"
+    (finding,) = _fired(_analyze(tmp_path, line))["TL108"]
+    assert finding.hosts == ["worker-9"]
+
+
 def test_bare_version_behind_a_torchrun_tag(tmp_path: Path):
     analysis = _analyze(tmp_path, "[default0]:NCCL version 2.18.1+cuda12.1\n")
     events = analysis.tables["nccl_events"]

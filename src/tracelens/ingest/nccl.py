@@ -316,7 +316,8 @@ _NCCL_TS = r"\[(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?$"  # 2.26+ NCC
 _WRAPPER_TS = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?)"  # launcher/shipper timestamp with a full date
 # pdsh's `host: `; a name is cut at its first dot as NCCL cuts its own (§1.1), an IPv4 address is kept whole
 _PDSH_HOST = r"^((?:\d+\.){3}\d+|[A-Za-z0-9][\w-]*)[\w.-]*: "
-# a log collector's `<date time> worker-9 >> ` before a record whose own host field is empty (`:168:1228 [2]`)
+# a log collector's `<date time> worker-9 >> ` before a line: the host of PyTorch's records, and of NCCL's
+# when its own host field is empty (`:168:1228 [2]`)
 _COLLECTOR_HOST = r"(?:^|\s)([A-Za-z0-9][\w-]*)[\w.-]* >> $"
 
 RECORD_COLUMNS = ["idx", "prefix", "ts", "ts_text", "host", "pid", "tid", "cuda_dev", "level", "msg", "bad_number"]
@@ -466,7 +467,7 @@ def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
     version = records(_BARE_VERSION, pl.lit("VERSION"))
     launch = records(_LAUNCH, pl.lit("INFO"))
     wrapped = [records(pattern, pl.lit("ERROR")) for pattern in (_CPP_WRAPPED, _TERMINATE, _CUDA_ERROR)]
-    pdsh_host = pl.col("prefix").str.extract(_PDSH_HOST)
+    pdsh_host = pl.coalesce(pl.col("prefix").str.extract(_PDSH_HOST), pl.col("prefix").str.extract(_COLLECTOR_HOST))
     warns = quoted.with_columns(level=pl.lit("WARN"), clock=pl.lit(None, pl.String), **none)
     found = pl.concat([warns, c10, error, *wrapped, version, launch], how="diagonal").unique(
         "idx", keep="first", maintain_order=True
