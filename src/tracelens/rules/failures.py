@@ -77,7 +77,7 @@ def ib_completion_errors(ctx: RunContext) -> Iterator[Finding]:
 
 
 _TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception", "watchdog_abort"]
-STUCK = "watchdog_stuck"  # the heartbeat monitor: the watchdog thread itself hung
+_STUCK = "watchdog_stuck"  # the heartbeat monitor: the watchdog thread itself hung
 
 
 @rule("TL108", "collective-timeout", Severity.CRITICAL, needs=("nccl_errors",))
@@ -103,7 +103,7 @@ def collective_timeout(ctx: RunContext) -> Iterator[Finding]:
     in a CUDA or NCCL call (often `cudaEventDestroy` or an abort that never returns, or
     another thread holding the GIL): `py-spy dump --native` on the rank shows where.
     """
-    stuck = ctx["nccl_errors"].filter(pl.col("kind") == STUCK)
+    stuck = ctx["nccl_errors"].filter(pl.col("kind") == _STUCK)
     if stuck.height:
         stuck = stuck.sort("file", "line")
         ranks = sorted(set(stuck["rank"].drop_nulls().to_list()))
@@ -320,8 +320,8 @@ def ib_async_events(ctx: RunContext) -> Iterator[Finding]:
     rows = ctx["nccl_errors"].filter(pl.col("kind") == "ib_async_event")
     if rows.height == 0:
         return
-    rows = rows.with_columns(event_class=_async_class(pl.coalesce("async_event", "message"))).sort("file", "line")
-    for (host,), group in rows.group_by(["host"], maintain_order=True):
+    rows = rows.with_columns(event_class=_async_class(pl.coalesce("async_event", "message")))
+    for (host,), group in rows.sort("file", "line").group_by(["host"], maintain_order=True):
         first = group.row(0, named=True)
         summary = (
             f"{group.height} IB async event(s) on {host or 'an unnamed host'}: {_count_list(group, 'event_class')}; "
