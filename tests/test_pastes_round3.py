@@ -134,9 +134,12 @@ def test_efa_gdr_disabled_in_the_plugins_words_fires_tl104(tmp_path: Path):
 
 
 def test_efa_channels_without_gdrdma_do_not_fire_tl104(tmp_path: Path):
-    text = EFA_GDR_OFF.replace("nccl_net_ofi_create_plugin", "x").splitlines()
+    text = EFA_GDR_OFF.splitlines()
     healthy = "\n".join(line for line in text if "GDR disabled" not in line) + "\n"
-    assert "TL104" not in _fired(_analyze(tmp_path, healthy))
+    # NCCL's own per-device line names the plugin's network (2.18+): the plugin's words decide on EFA
+    healthy += "ip-10-0-1-5:120:125 [0] NCCL INFO NET/AWS Libfabric : GPU Direct RDMA Disabled for HCA 0 'rdmap16s27'\n"
+    analysis = _analyze(tmp_path, healthy)
+    assert "TL104" not in _fired(analysis) and _account(analysis)["unrecognized"] == 0
 
 
 def test_corpus_efa_run_on_instances_without_gdr_does_not_fire_tl104(tmp_path: Path):

@@ -862,7 +862,9 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
         records.filter(kind.is_in(list(missing))).select(
             *base, what=pl.lit("ib_missing"), name=kind.replace_strict(missing)
         ),
-        records.filter(kind.is_in(["gdr_hca", "gdr_gpu"]) & (pl.col("gdr_net").fill_null("") != "Socket")).select(
+        records.filter(
+            kind.is_in(["gdr_hca", "gdr_gpu"]) & ~pl.col("gdr_net").fill_null("").str.contains("(?i)^socket$|libfabric")
+        ).select(
             *base, what=pl.lit("gdr_") + pl.col("gdr_state").str.to_lowercase(), name="gdr_name"
         ),
         records.filter(kind == "ofi_gdr").select(*base, what=pl.lit("gdr_disabled"), name=pl.lit("OFI")),
