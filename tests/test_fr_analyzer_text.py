@@ -105,3 +105,22 @@ def test_report_behind_a_launcher_tag_or_the_root_loggers_prefix(tmp_path):
         rows = _read(path).tables["fr_entries"]
         cols = ["rank", "pg_name", "collective_seq_id", "op", "input_sizes"]
         assert rows.select(cols).equals(plain.select(cols))
+
+
+def test_synthetic_block_head_with_a_colon(tmp_path):
+    """`Not all ranks joining collective: sequence number: N`, as a public thread shows it (synthetic
+    copy of that shape): read as the comma form is, every line of the block parsed."""
+    text = tmp_path / "fr.txt"
+    text.write_text(
+        "Not all ranks joining collective: sequence number: 31117\ninternal record id: 31116\n"
+        "group info: 0:default_pg\ncollective: nccl:all_reduce\nmissing ranks: {3, 4, 5, 6, 7}\n"
+        "input sizes: [[1024]]\noutput sizes: [[1024]]\nworld size: 8\nexpected ranks: {0, 1, 2, 3, 4, 5, 6, 7}\n"
+        "collective state: scheduled\ncollective stack trace:\n"
+        " all_reduce at /usr/lib/python3/dist-packages/torch/distributed/distributed_c10d.py:2501\n"
+        " train_step at /workspace/train.py:212\n"
+    )
+    result = _read(text)
+    rows = result.tables["fr_entries"]
+    assert sorted(rows["rank"]) == [0, 1, 2] and set(rows["collective_seq_id"]) == {31117}
+    assert set(rows["state"]) == {"scheduled"}
+    assert result.account.parsed == result.account.lines == 13

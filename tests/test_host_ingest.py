@@ -374,6 +374,12 @@ def test_older_latency_table_and_notes(tmp_path):
             True,
         ),  # short-precise
         ("2024-12-06T18:31:01,123456+01:00 mlx4_en: eth2: Link Down\n", "link_down", True),  # dmesg --time-format iso
+        # journalctl -k in the output modes a monitoring agent may choose (synthetic, systemd's documented shapes)
+        ("2024-12-06T18:31:01+0100 node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", True),  # short-iso
+        ("2024-12-06T18:31:01.123456+0100 node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", True),  # -precise
+        ("Fri 2024-12-06 17:31:01 UTC node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", True),  # short-full
+        ("1733506261.123456 node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", True),  # short-unix
+        ("[ 1234.567890] node02 kernel: mlx4_en: eth2: Link Down\n", "link_down", False),  # short-monotonic
     ],
 )
 def test_kernel_prefix_variants(tmp_path, text, kind, timed):
@@ -385,6 +391,10 @@ def test_kernel_prefix_variants(tmp_path, text, kind, timed):
     assert rows["kind"].unique().to_list() == [kind] and rows["ts"].is_not_null().all() == timed
     if "+01:00" in text:
         assert str(rows["ts"][0]) == "2024-12-06 17:31:01.123456+00:00" and rows["zoned"].all()
+    if " node02 kernel: " in text:
+        assert rows["host"].unique().to_list() == ["node02"]
+        if timed and not text.startswith("Dec"):  # these print the year and their zone
+            assert str(rows["ts"][0]).startswith("2024-12-06 17:31:01") and rows["zoned"].all()
 
 
 def test_show_gids_trailer_and_ipoib_ifconfig(tmp_path):
@@ -458,3 +468,45 @@ def test_nvidia_smi_failures_and_a_header_per_loop(tmp_path):
     fmt, result = read(path)
     assert fmt == "nvidia_smi" and result.account.unrecognized == 0 and result.account.parsed == 5
     assert result.tables["gpu_samples"]["util_gpu"].to_list() == [35.0, 36.0]
+
+
+def test_perftest_with_a_gpu_buffer(tmp_path):
+    """`ib_read_bw --use_cuda=0` (a GPUDirect RDMA test; synthetic, perftest's printf wording): the GPU
+    buffer's set-up and tear-down lines are read, not unrecognized, and the result row still is."""
+    path = tmp_path / "read-bw.txt"
+    path.write_text(
+        "                    RDMA_Read BW Test\n Dual-port       : OFF\t\tDevice         : mlx5_0\n"
+        " Outstand reads  : 16\n Mtu             : 4096[B]\n Link type       : IB\n"
+        "initializing CUDA\nThere are 8 devices supporting CUDA, picking first...\n"
+        "[pid = 4242, dev = 0] device name = [NVIDIA A100-SXM4-80GB]\ncreating CUDA Ctx\n"
+        "making it the current CUDA Ctx\ncuMemAlloc() of a 131072 bytes GPU buffer\n"
+        "allocated GPU buffer address at 00007f0c9d3b1000 pointer=0x7f0c9d3b1000\n"
+        " Device not recognized to implement inline feature. Disabling it\n"
+        " local address: LID 0x05 QPN 0x0175 PSN 0x6e3d2f OUT 0x10 RKey 0x1fd9ee VAddr 0x007f0c9d3b1000\n"
+        " #bytes     #iterations    BW peak[MB/sec]    BW average[MB/sec]   MsgRate[Mpps]\n"
+        " 65536      1000             11756.84            11753.53\t\t   0.188056\n"
+        "destroying current CUDA Ctx\n"
+    )
+    fmt, result = read(path)
+    assert fmt == "perftest" and result.account.unrecognized == 0, result.account.samples
+    row = result.tables["perftest"].row(0, named=True)
+    assert (row["test"], row["device"], row["bw_avg"]) == ("RDMA_Read BW Test", "mlx5_0", 11753.53)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "2019-06-02T16:13:44.884Z: [1,0]<stdout>:",  # Open MPI's tag after a shipper's time
+        "gpu-node-7 [stderr] ",  # a benchmark runner's host and stream
+        "| 2024-12-04T05:27:42.076Z | ",  # a CloudWatch console table
+    ],
+)
+def test_nccl_tests_behind_shippers_and_runners(tmp_path, prefix):
+    """A real all_reduce_perf output with each prefix put before every line reads as the plain one does."""
+    original = corpus_file("ocihpcoke_allreduce_2x8A100")
+    path = tmp_path / "prefixed.txt"
+    path.write_text("".join(prefix + line for line in original.read_text().splitlines(keepends=True)))
+    plain, prefixed = read(original)[1], read(path)[1]
+    columns = ["kind", "size_bytes", "placement", "busbw_gbs", "wrong", "nranks", "rank_hosts"]
+    assert prefixed.tables["nccl_tests"].select(columns).equals(plain.tables["nccl_tests"].select(columns))
+    assert prefixed.account.unrecognized == 0 and prefixed.account.parsed == plain.account.parsed

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
-from tests.helpers import NO_FINDINGS, tables_from
+from tests.helpers import NO_FINDINGS, corpus_dir, tables_from
 from tests.helpers.host import gpu, iface, kev, nccl_row, perf, port, rates
+from tracelens.analyze import analyze
 from tracelens.derived import RunContext
 from tracelens.report.sections import host, timeline
 from tracelens.resources import data_dir
@@ -47,7 +48,7 @@ def test_host_section_tables():
         "Xid 79: GPU has fallen off the bus",
     )
     nccl, ib = ctx["benchmarks"]
-    assert (nccl["result"], nccl["line"], nccl["share"]) == ("busbw 41.3 GB/s", "200 GB/s", "21%")
+    assert (nccl["result"], nccl["line"], nccl["share"]) == ("busbw 41.3 GB/s (out-of-place)", "200 GB/s", "21%")
     assert (ib["result"], ib["line"], ib["share"]) == ("88.0 Gb/s", "200 Gb/s", "44%")
     assert ctx["gpus"][0]["host"] == "node01" and ctx["gpus"][0]["gpus"] == 2
     html = render(ctx)
@@ -64,3 +65,15 @@ def test_the_timeline_draws_a_gpu_lane_for_the_scenario(analysis_of):
     assert "GPU util. %" in svg
     ctx = host.context(analysis.context, analysis)
     assert {e["what"] for e in ctx["events"]} >= {"link down", "NIC transmit timeout"}
+
+
+def test_benchmark_line_of_a_real_run_names_its_column_and_average(tmp_path):
+    """superbench's alltoall_perf: 224.31 GB/s out-of-place and 226.16 in-place at 8 GiB, `# Avg bus
+    bandwidth : 58.6481`."""
+    (path,) = corpus_dir("host/nccltests").glob("superbench_alltoall*")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / path.name).write_bytes(path.read_bytes())
+    analysis = analyze(run)
+    (bench,) = host.context(RunContext(analysis.tables), NO_FINDINGS)["benchmarks"]
+    assert bench["result"] == "busbw 224.31 GB/s (out-of-place); Avg bus bandwidth 58.6481 GB/s"

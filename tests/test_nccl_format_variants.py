@@ -80,6 +80,7 @@ BODIES = [
     # async events of every era, verbs calls
     (warn("NET/IB : Got async event : port error"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
     (warn("NET/IB : mlx5_0:1 Got async event : port error"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
+    (warn("NET/IB : mlx5_1:1 Got async event : client reregistration"), "ib_async_event", "nccl_errors", {"kind": "ib_sm_event"}),
     (warn("NET/IB : mlx5_0:1 async fatal event: port error(10)"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
     (warn("NET/IB : mlx5_0:1 Got async error event: local catastrophic error"), "ib_async_event", "nccl_errors", {"kind": "ib_async_event"}),
     (warn("Call to ibv_modify_qp failed with error Connection timed out errno 110", "misc/ibvwrap.cc:187"), "verbs_call", "nccl_errors", {"kind": "verbs_call"}),
@@ -99,7 +100,8 @@ BODIES = [
     (warn("socketStartConnect: exceeded timeouts (34)", "misc/socket.cc:575"), "socket_error", "nccl_errors", {"kind": "socket"}),
     (warn("socketProgressOpt: Call to recv from 10.0.0.2<45763> failed : Connection reset by peer", "misc/socket.cc:49"), "socket_error", "nccl_errors", {"kind": "socket"}),
     (warn("socketPollConnect poll() failed with error Connection refused", "misc/socket.cc:460"), "socket_error", "nccl_errors", {"kind": "socket"}),
-    (warn("socketFinalizeAccept: wrong magic 1234 != 5678", "misc/socket.cc:416"), "socket_error", "nccl_errors", {"kind": "socket"}),
+    (warn("socketFinalizeAccept: wrong magic 1234 != 5678", "misc/socket.cc:416"), "foreign_connection", "nccl_errors", {"kind": "foreign_connection"}),
+    (warn("Net : Socket creation failed : Address family not supported by protocol", "include/socket.h:361"), "socket_error", "nccl_errors", {"kind": "socket"}),  # 2.3-2.12
     (warn("Bootstrap : no socket interface found", "bootstrap.cc:61"), "socket_error", "nccl_errors", {"kind": "socket"}),
     (warn("NET/Socket : No usable listening interface found", "transport/net_socket.cc:70"), "socket_error", "nccl_errors", {"kind": "socket"}),
     (warn("NET/IB : No IP interface found.", "transport/net_ib.cc:390"), "ib_no_ip_interface", "nccl_net", {"what": "ib_missing", "name": "no_ip_interface"}),
@@ -113,6 +115,15 @@ BODIES = [
     (info("NET/OFI Using Libfabric version 1.18"), "plugin", None, {}),
     (info("NET/OFI Selected Provider is efa (found 4 nics)"), "plugin", None, {}),
     (info("NET/OFI Setting FI_EFA_FORK_SAFE environment variable to 1"), "plugin", None, {}),
+    # aws-ofi-nccl's own failures and GPUDirect verdict (its WARNs name the function, not the file)
+    (warn("NET/OFI No NIC info for dev 0", "nccl_net_ofi_init:1189"), "ofi_error", "nccl_errors", {"kind": "plugin"}),
+    (warn("NET/OFI Couldn't open AV. RC: -22, ERROR: Invalid argument", "ofi_init:1136"), "ofi_error", "nccl_errors", {"kind": "plugin"}),
+    (warn("NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge", "nccl_net_ofi_create_plugin:812"), "ofi_gdr", "nccl_net", {"what": "gdr_disabled", "name": "OFI"}),
+    # 2.3-2.4: the network each GPU's data takes, named by its device list (2.3's socket network says `IP`)
+    (info("CUDA Dev 0, IP Interfaces : lo(SOC) eth0(PXB)"), "net_distance", "nccl_net", {"what": "network", "name": "Socket"}),
+    (info("CUDA Dev 2, IB Ports : mlx5_3/1(SOC) mlx5_2/1(SOC) mlx5_1/1(PIX) mlx5_0/1(PHB)"), "net_distance", "nccl_net", {"what": "network", "name": "IB"}),
+    (info("CUDA Dev 6[6], Socket NIC distance :  PHB"), "net_distance", "nccl_net", {"what": "network", "name": "Socket"}),
+    (info("RAS client listening socket at ::1<28028>"), "setup_info", None, {}),  # 2.24+: loopback by design
     (info("Using non-device net plugin version 0"), "plugin", None, {}),
     (info("TUNER/Plugin: Using internal tuner plugin."), "plugin", None, {}),
     (info("NCCL_IB_DISABLE set by environment to 1."), "env_set", "nccl_env", {"name": "NCCL_IB_DISABLE", "value": "1"}),

@@ -55,6 +55,13 @@ EXTRA_BODIES = [
     "=== System : maxBw 24.0 totalBw 48.0 ===",
     "Pattern 4, crossNic 0, nChannels 2, bw 12.000000/12.000000, type SYS/PIX, sameChannels 1",
     "NET/Socket : 2 interfaces found",
+    "CUDA Dev 0, IP Interfaces : lo(SOC) eth0(PXB)",
+    "NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge",
+    "NET/OFI Couldn't open AV. RC: -22, ERROR: Invalid argument",
+    "socketFinalizeAccept: wrong magic 5454502f312e3120 != 3c9e0b7ac70a7b6c",
+    "mpirun -np 16 -H node01:8,node02:8 -x NCCL_IB_DISABLE=1 python train.py",
+    "[PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making "
+    "progress in monitoring enqueued collectives.",
     "NET/Socket : Using 4 threads and 2 sockets per thread",
     "[Proxy Service] Device 3 CPU core 42",
     "NET/IB : No device found.",

@@ -20,9 +20,12 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "nccl-network-messages.md"
 RULE_OF = {
     "ib_completion": "TL107",
     "ib_async_event": "TL111",
+    "ib_sm_event": "TL111",  # as information
     "ib_unavailable": "TL101",
     **{kind: "TL109" for kind in _FAILURE_KINDS},
     **{kind: "TL110" for kind in _GPU_KINDS},
+    "foreign_connection": "TL109",  # as information
+    "gdr_disabled": "TL104",  # aws-ofi-nccl's verdict, which TL104 reads from nccl_net
 }
 
 

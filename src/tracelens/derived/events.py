@@ -42,8 +42,11 @@ CAUSES = {
 _NCCL_CAUSE = {
     "ib_completion": "link", "ib_async_event": "link",
     "watchdog_timeout": "stall", "blocking_wait_timeout": "stall", "watchdog_exception": "stall",
-    "watchdog_abort": "stall",
+    "watchdog_abort": "stall", "watchdog_stuck": "stall",
 }  # fmt: skip
+# nccl_errors kinds that are no incident: foreign traffic NCCL dropped, the subnet manager's own events,
+# a plugin's set-up verdict on GPUDirect RDMA
+_NCCL_NO_INCIDENT = ["foreign_connection", "ib_sm_event", "gdr_disabled"]
 _COUNTER_CAUSE = {
     "link down": "link",
     "physical errors": "link",
@@ -114,7 +117,8 @@ def _peer_host(peer: pl.Expr, names: dict[str, str]) -> pl.Expr:
 
 def _nccl(tables: RunTables, names: dict[str, str]) -> pl.DataFrame:
     kind = pl.col("kind").str.replace_all("_", " ").str.replace("^ib ", "IB ")
-    errors = tables["nccl_errors"].select(
+    errors = tables["nccl_errors"].filter(~pl.col("kind").is_in(_NCCL_NO_INCIDENT))
+    errors = errors.select(
         pl.lit("NCCL").alias("source"),
         pl.col("kind").replace_strict(_NCCL_CAUSE, default="failure").alias("cause"),
         pl.coalesce(pl.format("{} ({})", kind, "status_name"), kind).alias("what"),

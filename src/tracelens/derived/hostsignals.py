@@ -108,6 +108,14 @@ def port_rates(tables: RunTables) -> pl.DataFrame:
     )
 
 
+def largest_size(run: pl.DataFrame) -> pl.DataFrame:
+    """An nccl-tests run's result at its largest message size, the figure quoted for it: the
+    out-of-place row (nccl-tests' first busbw column), or the in-place one when only it was read."""
+    largest = run.filter(pl.col("size_bytes") == run["size_bytes"].max())
+    out = largest.filter(pl.col("placement") == "out", pl.col("busbw_gbs").is_not_null())
+    return out if out.height else largest
+
+
 PHYSICAL = r"^(?:en|eth|ib|bond|p\d+p\d|mlx|hsn|roce)"  # names of NIC ports (not docker0, veth, cali...)
 
 

@@ -3,7 +3,8 @@
 The default report has one block per collective that did not match on every rank
 (torch/distributed/flight_recorder/components/utils.py, EntryState.log):
 
-    Not all ranks joining collective, sequence number: 6     (2.6+; 2.5: `... collective 6 at entry 4`)
+    Not all ranks joining collective, sequence number: 6     (2.6+, also `collective: sequence number: 6`;
+                                                             2.5: `... collective 6 at entry 4`)
     Input/output mismatch in the collective sequence number: 6
     Collective sequence number: 6 has errors
     internal record id: 29
@@ -43,7 +44,7 @@ FORMAT = "fr_analyzer"
 PRIORITY = 6
 
 _BLOCK = re.compile(
-    r"^(?:Not all ranks joining collective(?:, sequence number:)? (?P<a>\d+)(?: at entry (?P<entry>\d+))?"
+    r"^(?:Not all ranks joining collective(?:[,:] sequence number:)? (?P<a>\d+)(?: at entry (?P<entry>\d+))?"
     r"|Input/output mismatch in the collective sequence number: (?P<b>\d+)"
     r"|Collective sequence number: (?P<c>\d+) has errors"
     r"|Collective (?P<d>\d+) at entry (?P<entry2>\d+) has errors)\s*$"

@@ -29,10 +29,13 @@ PRIORITY = 95
 
 _PREFIX = (
     r"^(?:(?P<level>[a-z]+\s*:[a-z]+\s*): )?"  # dmesg -x: `kern  :err   : `
-    r"(?:\[\s*(?P<up>\d+\.\d+)\]"
+    r"(?:\[\s*(?P<up>\d+\.\d+)(?: <\s*[\d.]+>)?\](?:\s+(?P<monohost>\S+) kernel:)?"  # journalctl -o short-monotonic
     r"|\[\s*\+(?P<delta>\d+\.\d+)\]"
     r"|\[(?P<ctime>\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
     r"|(?P<iso>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:[+-]\d\d:?\d\d|Z)?)(?:\s+(?P<isohost>\S+) kernel:)?"
+    # journalctl -k -o short-full, -o short-unix
+    r"|\w{3} (?P<full>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?) (?P<fzone>\w+)\s+(?P<fullhost>\S+) kernel:"
+    r"|(?P<unix>\d{9,10}\.\d+)\s+(?P<unixhost>\S+) kernel:"
     r"|(?P<kmsg>\d+,\d+,(?P<kus>\d+),[^;]*;)"
     r"|(?P<stime>\w{3} [ \d]\d \d\d:\d\d:\d\d)(?:\.(?P<sfrac>\d+))?\s+(?P<shost>\S+)\s+(?P<tag>[\w./-]+)(?:\[\d+\])?:"
     r"|(?P<bare>kernel:))"
@@ -41,6 +44,10 @@ _PREFIX = (
 _SNIFF = LineStart(
     rb"(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |"
     rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
+    # journalctl -k -o short-iso[-precise], short-full, short-unix (a monitoring agent's choice): the host
+    # and `kernel:` after the time tell them from other logs that start with a time
+    rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:[+-]\d\d:?\d\d|Z)"
+    rb"|\w{3} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \w+|\d{9,10}\.\d+) \S+ kernel: |"
     rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: "
     rb"|-- (?:Logs begin|Journal begins|Boot [0-9a-f]))"
 )
@@ -177,17 +184,27 @@ def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
     )
     tag = pl.col("body").str.extract_groups(_DEVICE_TAG)
     xid = pl.col("body").str.extract(r"^NVRM: Xid \((?:PCI:)?([^)]*)\): (\d+)", 2).cast(pl.Int64, strict=False)
-    ts = pl.coalesce(ctime, iso_ts, stime)
+    # short-full prints the zone's abbreviation: only UTC/GMT say which; others are local wall time
+    full = pl.col("full").str.to_datetime(strict=False, time_unit="ns").dt.replace_time_zone("UTC")
+    full_zoned = pl.col("fzone").is_in(["UTC", "GMT"])
+    unix = pl.from_epoch(
+        (pl.col("unix").cast(pl.Float64, strict=False) * 1e6).round().cast(pl.Int64), time_unit="us"
+    ).dt.replace_time_zone("UTC")
+    ts = pl.coalesce(ctime, iso_ts, stime, full, unix.dt.cast_time_unit("ns"))
     syslog = pl.col("stime") + pl.when(pl.col("sfrac").is_not_null()).then("." + pl.col("sfrac")).otherwise(pl.lit(""))
     recs = recs.with_columns(
         kind=classify(pl.col("body")),
         ts=ts,
-        ts_text=pl.when(ts.is_not_null()).then(pl.coalesce("ctime", "iso", syslog)),  # as printed
-        printed_zone=pl.col("iso").is_not_null() & iso_zoned,
+        ts_text=pl.when(ts.is_not_null()).then(pl.coalesce("ctime", "iso", syslog, "full", "unix")),  # as printed
+        printed_zone=(pl.col("iso").is_not_null() & iso_zoned)
+        | (pl.col("full").is_not_null() & full_zoned)
+        | pl.col("unix").is_not_null(),
         uptime_s=pl.coalesce(
             pl.col("up").cast(pl.Float64, strict=False), pl.col("kus").cast(pl.Float64, strict=False) / 1e6
         ),
-        syslog_host=pl.coalesce("isohost", pl.when(pl.col("tag").is_not_null()).then(pl.col("shost"))),
+        syslog_host=pl.coalesce(
+            "isohost", "monohost", "fullhost", "unixhost", pl.when(pl.col("tag").is_not_null()).then(pl.col("shost"))
+        ),
         t=tag,
         xid=xid,
         message=pl.col("body"),

@@ -43,7 +43,8 @@ FIELDS = frozenset(
     "nccl_version cuda_version env_name env_value oob_name net_name gdr_state gdr_name plugin_name"
     " internal_plugin channel conn src_rank dst_rank src_dev dst_dev direction via comm_id comm_hash rank"
     " nranks comm_cuda_dev nvml_dev bus_id comm_event src_file src_line result strerror thread_tag verb peer"
-    " status status_sym opcode vendor_err seq op_type timeout_ms ran_ms ifaddr ibdev oob gdr_net async_event".split()
+    " status status_sym opcode vendor_err seq op_type timeout_ms ran_ms ifaddr ibdev oob gdr_net async_event"
+    " distance_net heartbeat_s".split()
 )
 LIST_FIELDS = frozenset({"ifaddr", "ibdev"})  # repeated: interface and device lists
 
@@ -270,7 +271,7 @@ _OLD_MARK = r"\] INFO "  # NCCL ≤2.2: `host:pid:tid [dev] INFO msg`, no NCCL w
 # NCCL ≤2.2 WARN: `host:pid:tid [dev] include/socket.h:360 WARN Call to connect failed : Connection timed out`
 _OLD_WARN = r"^(?P<head>.*\[\d+\] )[\w./+-]+\.(?:cc|c|cu|h|hpp|cpp):\d+ WARN (?P<msg>.*)$"
 _HEAD = (
-    r"^(?P<prefix>.*?)(?:(?P<host>[^\s:\[\]()]+):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
+    r"^(?P<prefix>.*?)(?:(?P<host>[^\s:\[\]()]*):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
     r"(?:\d+\.\d+ \S+:\d+ )?(?:\S+:\d+ (?:\([^)]*\) )?)?$"
 )
 _GLUED = r"^(?P<head>.*)NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT) (?P<msg>.*)$"  # last record of a glued line
@@ -286,13 +287,20 @@ _PYTORCH_ERROR = (
     r"|InvalidUsage|InProgress)(?:Error)?: ).*)$"
 )
 _BARE_VERSION = r"^(?P<prefix>.*?)(?P<msg>NCCL version \d\S*)$"
+# A launcher's command line that sets NCCL_* variables (`$ mpirun -np 16 -x NCCL_IB_DISABLE=1 ...`)
+_LAUNCH = (
+    r"^(?P<prefix>.*?)(?P<msg>(?:mpirun|mpiexec|orterun|srun|torchrun|horovodrun|deepspeed|pdsh)\s.*"
+    r"\bNCCL_\w+[=\s].*)$"
+)
+# `-x NAME=value` (Open MPI), `export NAME=value;` (DeepSpeed's pdsh), `-genv NAME value` (MPICH, Intel MPI)
+_LAUNCH_ENV = r"\bNCCL_[A-Z0-9_]+=[^\s;]*|-g?env\s+NCCL_[A-Z0-9_]+\s+[^\s;-][^\s;]*"
 # A watchdog or NCCL error inside a C++ exception's text: `  what():  [PG 3 Rank 5] Process group watchdog
 # thread terminated with exception: ...`, `c10::DistBackendError: [Rank 1] Watchdog caught ...`, and the
 # `terminate called after throwing an instance of '...'` line before it; CUDA errors PyTorch raises.
 _WATCHDOG_TEXT = (
     r"(?:\[[^\]]*Rank \d+\]\s*)?(?:Process group watchdog thread terminated|NCCL watchdog thread terminated"
     r"|Watchdog caught collective|Work WorkNCCL|Exception \(either an error or timeout\)|failure detected by watchdog"
-    r"|Timeout at NCCL work|Some NCCL operations)"
+    r"|Timeout at NCCL work|Some NCCL operations|ProcessGroupNCCL's watchdog got stuck|Heartbeat monitor timed out)"
 )
 _CPP_WRAPPED = (
     r"^(?P<prefix>.*?)(?:what\(\):|(?:\w+(?:::|\.))*\w*(?:Error|Exception):)\s*(?P<msg>" + _WATCHDOG_TEXT + r".*)$"
@@ -308,6 +316,9 @@ _NCCL_TS = r"\[(\d{4}-\d\d-\d\d[ T_]\d\d:\d\d:\d\d(?:\.\d+)?)\] ?$"  # 2.26+ NCC
 _WRAPPER_TS = r"(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d(?:[.,]\d+)?)?)"  # launcher/shipper timestamp with a full date
 # pdsh's `host: `; a name is cut at its first dot as NCCL cuts its own, an IPv4 address is kept whole
 _PDSH_HOST = r"^((?:\d+\.){3}\d+|[A-Za-z0-9][\w-]*)[\w.-]*: "
+# a log collector's `<date time> worker-9 >> ` before a line: the host of PyTorch's records, and of NCCL's
+# when its own host field is empty (`:168:1228 [2]`)
+_COLLECTOR_HOST = r"(?:^|\s)([A-Za-z0-9][\w-]*)[\w.-]* >> $"
 
 RECORD_COLUMNS = ["idx", "prefix", "ts", "ts_text", "host", "pid", "tid", "cuda_dev", "level", "msg", "bad_number"]
 
@@ -340,6 +351,7 @@ def _with_head(records: pl.LazyFrame) -> pl.LazyFrame:
     # the regex once, its groups unnested (each `struct.field` of an extract_groups expression runs it again)
     heads = records.select("head").unique().with_columns(parts=pl.col("head").str.extract_groups(_HEAD)).unnest("parts")
     heads = heads.with_columns(
+        host=pl.when(pl.col("host") == "").then(pl.col("prefix").str.extract(_COLLECTOR_HOST)).otherwise("host"),
         pid=pl.col("pid").cast(pl.Int64, strict=False),
         tid=pl.col("tid").cast(pl.Int64, strict=False),
         cuda_dev=pl.col("dev").cast(pl.Int32, strict=False),
@@ -453,10 +465,11 @@ def _other_records(rest: pl.LazyFrame, quoted: pl.LazyFrame) -> pl.LazyFrame:
     c10 = records(_PYTORCH, sev, clock=pl.col("parts").struct.field("clock"))
     error = records(_PYTORCH_ERROR, pl.lit("ERROR"))
     version = records(_BARE_VERSION, pl.lit("VERSION"))
+    launch = records(_LAUNCH, pl.lit("INFO"))
     wrapped = [records(pattern, pl.lit("ERROR")) for pattern in (_CPP_WRAPPED, _TERMINATE, _CUDA_ERROR)]
-    pdsh_host = pl.col("prefix").str.extract(_PDSH_HOST)
+    pdsh_host = pl.coalesce(pl.col("prefix").str.extract(_PDSH_HOST), pl.col("prefix").str.extract(_COLLECTOR_HOST))
     warns = quoted.with_columns(level=pl.lit("WARN"), clock=pl.lit(None, pl.String), **none)
-    found = pl.concat([warns, c10, error, *wrapped, version], how="diagonal").unique(
+    found = pl.concat([warns, c10, error, *wrapped, version, launch], how="diagonal").unique(
         "idx", keep="first", maintain_order=True
     )
     return _split_prefix(found.with_columns(host=pdsh_host)).select(*RECORD_COLUMNS, "clock")
@@ -483,6 +496,7 @@ OTHER_MARKS = [
     "what():",
     "terminate called",
     "Exception: ",
+    "NCCL_",
 ]
 
 
@@ -508,6 +522,8 @@ def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
 
 
 # ------------------------------------------------------------------ the line parser
+
+WRAPPED_LINES = 12  # continuation lines a hard-wrapped record may take (a 1,400-character message at 116 columns)
 
 
 @dataclass
@@ -608,7 +624,9 @@ class NcclParser:
 
         A record that fails to parse, followed by lines that are no record, may have been
         wrapped by a terminal: join the next line, and more while each piece has the width
-        of the first line. Keep the join only if the grammar then recognizes it.
+        of the first line (up to WRAPPED_LINES). Keep the longest join the grammar then
+        recognizes: a message with a free-text tail (the heartbeat monitor's, 7 lines at 116
+        columns) takes all its lines, one without (a completion error) only those it needs.
         """
         unknown = records.filter(pl.col("kind") == UNKNOWN)
         if not unknown.height:
@@ -618,17 +636,18 @@ class NcclParser:
         for idx, msg in zip(unknown["idx"].to_list(), unknown["msg"].to_list()):
             width, nxt = len(texts[idx]), idx + 1
             pieces: list[int] = []
-            while nxt < len(texts) and nxt not in taken and texts[nxt].strip() and len(pieces) < 3:
+            while nxt < len(texts) and nxt not in taken and texts[nxt].strip() and len(pieces) < WRAPPED_LINES:
                 if pieces and len(texts[nxt - 1]) != width:
                     break
                 pieces.append(nxt)
                 nxt += 1
-            for glue in ("", " "):
-                body = glue.join([msg, *(texts[i] for i in pieces)]).strip()
-                if pieces and self._lark(body)[0] != UNKNOWN:
+            joins = ((n, glue) for n in range(len(pieces), 0, -1) for glue in ("", " "))
+            for n, glue in joins:
+                body = glue.join([msg, *(texts[i] for i in pieces[:n])]).strip()
+                if self._lark(body)[0] != UNKNOWN:
                     fixed[idx] = (body, self._parsed[body][0])
-                    continued.extend(pieces)
-                    taken.update(pieces)
+                    continued.extend(pieces[:n])
+                    taken.update(pieces[:n])
                     break
         if not fixed:
             return records, []
@@ -718,12 +737,16 @@ ERROR_KINDS = {
     "ib_no_device": "ib_unavailable",
     "ib_no_ip_interface": "ib_unavailable",
     "socket_error": "socket",
+    "foreign_connection": "foreign_connection",
+    "ofi_error": "plugin",
+    "ofi_gdr": "gdr_disabled",
     "bootstrap_error": "bootstrap",
     "proxy_error": "proxy",
     "version_mismatch": "version_mismatch",
     "pt_watchdog_timeout": "watchdog_timeout",
     "pt_watchdog_exception": "watchdog_exception",
     "pt_blocking_wait_timeout": "blocking_wait_timeout",
+    "pt_watchdog_stuck": "watchdog_stuck",
     "pt_nccl_error": "nccl_runtime_error",
     "pt_process_down": "watchdog_abort",
     "cuda_failure": "cuda",
@@ -736,6 +759,9 @@ ERROR_KINDS = {
 # out-of-memory, whatever reports it, is its own kind.
 _CUDA_RESULT = r"unhandled cuda error|ncclUnhandledCudaError|Cuda failure"
 _OUT_OF_MEMORY = r"(?i)out of memory|Failed to CUDA (?:calloc|malloc|host alloc)"
+# ibv_event_type texts of the subnet manager's own events (an SM restart or handover reregisters
+# clients, moves LIDs): IB async events that break nothing
+_SM_EVENT = r"(?i)LID change|P_?key change|SM change|client reregistration|GID table change|port active"
 PYTORCH_ERRORS = [k for k in ERROR_KINDS if k.startswith("pt_")] + ["pt_watchdog_terminated"]
 
 COMM_EVENTS = {"START": "init_start", "COMPLETE": "init_complete", "Destroy": "destroy", "Abort": "abort"}
@@ -793,6 +819,10 @@ def _comms(records: pl.DataFrame, versions: pl.DataFrame) -> pl.DataFrame:
     )  # fmt: skip
 
 
+# The network a `CUDA Dev N, <net> ...` line names, by the word it uses (2.3's socket network says `IP Interfaces`).
+DISTANCE_NETS = {"IP": "Socket"}
+
+
 def _net(records: pl.DataFrame) -> pl.DataFrame:
     kind = pl.col("kind")
     base = [*PROVENANCE, "pid"]
@@ -802,7 +832,10 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
         "libibverbs_missing": "no_libibverbs",
         "ib_no_ip_interface": "no_ip_interface",
     }
-    named = [*iface_what, "network", "ib_sideband", "ib_devices", "ib_device", *missing, "gdr_hca", "gdr_gpu", "plugin"]
+    named = [
+        *iface_what, "network", "net_distance", "ib_sideband", "ib_devices", "ib_device", *missing,
+        "gdr_hca", "gdr_gpu", "ofi_gdr", "plugin",
+    ]  # fmt: skip
     records = records.filter(kind.is_in(named) | pl.col("oob").is_not_null())  # the rows any part below reads
     if records.is_empty():
         return records  # no network record (most chunks of a big log): its eight parts are not built
@@ -817,6 +850,9 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
     plugin = pl.coalesce("plugin_name", pl.when(pl.col("internal_plugin").is_not_null()).then(pl.lit("internal")))
     parts = [
         records.filter(kind == "network").select(*base, what=pl.lit("network"), name="net_name"),
+        records.filter(kind == "net_distance").select(
+            *base, what=pl.lit("network"), name=pl.col("distance_net").replace(DISTANCE_NETS)
+        ),
         ifaces.select(*base, "what", name=iface.struct.field("name"), address=iface.struct.field("address")),
         records.filter(kind == "ib_sideband").select(*base, what=pl.lit("oob_if"), name="oob_name"),
         records.filter(kind.is_in(["ib_devices", "ib_device"])).select(*base, dev="ibdev").explode("dev").select(
@@ -826,22 +862,40 @@ def _net(records: pl.DataFrame) -> pl.DataFrame:
         records.filter(kind.is_in(list(missing))).select(
             *base, what=pl.lit("ib_missing"), name=kind.replace_strict(missing)
         ),
-        records.filter(kind.is_in(["gdr_hca", "gdr_gpu"]) & (pl.col("gdr_net").fill_null("") != "Socket")).select(
+        records.filter(
+            kind.is_in(["gdr_hca", "gdr_gpu"]) & ~pl.col("gdr_net").fill_null("").str.contains("(?i)^socket$|libfabric")
+        ).select(
             *base, what=pl.lit("gdr_") + pl.col("gdr_state").str.to_lowercase(), name="gdr_name"
         ),
+        records.filter(kind == "ofi_gdr").select(*base, what=pl.lit("gdr_disabled"), name=pl.lit("OFI")),
         records.filter((kind == "plugin") & plugin.is_not_null()).select(*base, what=pl.lit("plugin"), name=plugin),
     ]  # fmt: skip
     return pl.concat(parts, how="diagonal_relaxed").sort("line", maintain_order=True)
 
 
 def _env(records: pl.DataFrame) -> pl.DataFrame:
+    """Settings NCCL echoed, and those a launcher's command line gives every rank."""
     value = pl.col("env_value")
-    return records.filter(pl.col("kind").is_in(["env_set", "env_ib_hca"])).select(
+    echoed = records.filter(pl.col("kind").is_in(["env_set", "env_ib_hca"])).select(
         *PROVENANCE,
         "pid",
         name="env_name",
         value=pl.when(value.str.contains(r"^-?\d+\.$")).then(value.str.strip_suffix(".")).otherwise(value),
     )
+    pair = pl.col("pair")
+    launched = (
+        records.filter(pl.col("kind") == "launch_command")
+        .select(*PROVENANCE, "pid", pair=pl.col("msg").str.extract_all(_LAUNCH_ENV))
+        .explode("pair")
+        .drop_nulls("pair")
+        .select(
+            *PROVENANCE,
+            "pid",
+            name=pair.str.extract(r"(NCCL_[A-Z0-9_]+)"),
+            value=pair.str.extract(r"NCCL_[A-Z0-9_]+(?:=|\s+)(.*)$").str.strip_chars("'\""),
+        )
+    )
+    return pl.concat([echoed, launched])
 
 
 def _errors(records: pl.DataFrame) -> pl.DataFrame:
@@ -864,6 +918,7 @@ def _errors(records: pl.DataFrame) -> pl.DataFrame:
         .when(kind.is_in(["cuda_failure", "pt_cuda_error", "pt_nccl_error"])
               & pl.col("msg").str.contains(_OUT_OF_MEMORY)).then(pl.lit("oom"))
         .when((kind == "pt_nccl_error") & pl.col("msg").str.contains(_CUDA_RESULT)).then(pl.lit("cuda"))
+        .when((kind == "ib_async_event") & pl.col("async_event").str.contains(_SM_EVENT)).then(pl.lit("ib_sm_event"))
         .otherwise(kind.replace_strict(ERROR_KINDS, default="warn")),
         async_event=pl.when(kind == "ib_fatal").then(pl.lit("communicator fatal error")).otherwise("async_event"),
         status=status, status_name=status_name,
@@ -871,7 +926,10 @@ def _errors(records: pl.DataFrame) -> pl.DataFrame:
         vendor_err=pl.col("vendor_err").cast(pl.Int64, strict=False), peer="peer",
         rank=pl.when(kind.str.starts_with("pt_")).then(pl.col("rank").cast(pl.Int64, strict=False)),
         seq=pl.col("seq").cast(pl.Int64, strict=False), op_type="op_type",
-        timeout_ms=pl.col("timeout_ms").cast(pl.Int64, strict=False),
+        # the heartbeat monitor's timeout is in seconds
+        timeout_ms=pl.coalesce(
+            pl.col("timeout_ms").cast(pl.Int64, strict=False), pl.col("heartbeat_s").cast(pl.Int64, strict=False) * 1000
+        ),
         ran_ms=pl.col("ran_ms").cast(pl.Int64, strict=False), message="msg",
     )  # fmt: skip
 

@@ -1,6 +1,7 @@
 """nccl-tests output (`all_reduce_perf` and the other `*_perf`) into nccl_tests, as a line
 parser of the shared text-log pass: the results come interleaved with NCCL INFO lines and
-behind launcher prefixes (`[1,0]<stdout>:` of Open MPI, `host: ` of pdsh).
+behind launcher prefixes (`[1,0]<stdout>:` of Open MPI, `host: ` of pdsh, a runner's
+`host [stderr] `, a shipper's time: ingest/prefixes.py).
 
 grammars/nccl_tests.lark is the spec. Result rows are many and all distinct, so they are
 read with the equivalent vectorized split (tests prove it agrees with the grammar):
@@ -17,9 +18,10 @@ import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.lines import NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.ingest.prefixes import LAUNCHER_PREFIX
 from tracelens.tables import PROVENANCE_COLUMNS
 
-PREFIX = r"^(?P<prefix>(?:\[\d+,\d+\]<std(?:out|err)>:|[\w.-]+: )?)"
+PREFIX = rf"^(?P<prefix>{LAUNCHER_PREFIX})"
 _ROW = PREFIX + r"\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<dtype>[a-z][a-z0-9_]*)\s+(?P<rest>(?:\S+\s+){7,9}\S+)\s*$"
 _HEADER = PREFIX + (
     r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:size|\(B\)|out-of-place)\b| Out of bounds values"

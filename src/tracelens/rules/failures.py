@@ -77,6 +77,7 @@ def ib_completion_errors(ctx: RunContext) -> Iterator[Finding]:
 
 
 _TIMEOUT_KINDS = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception", "watchdog_abort"]
+_STUCK = "watchdog_stuck"  # the heartbeat monitor: the watchdog thread itself hung
 
 
 @rule("TL108", "collective-timeout", Severity.CRITICAL, needs=("nccl_errors",))
@@ -86,7 +87,8 @@ def collective_timeout(ctx: RunContext) -> Iterator[Finding]:
     operation timeout: WorkNCCL(SeqNum=..., OpType=..., Timeout(ms)=...)`), blocking-wait
     timeouts, watchdog exceptions and the watchdog taking the process down ("Some NCCL
     operations have failed or timed out"), grouped per collective (operation and sequence
-    number) with the ranks that reported it.
+    number) with the ranks that reported it; and PyTorch's heartbeat monitor finding the
+    watchdog thread itself stuck (`ProcessGroupNCCL's watchdog got stuck for 480 seconds`).
 
     Why it slows the run: a collective that never completes means some rank never joined it
     (crashed, stuck in data loading or in a different code path) or the network stopped
@@ -97,8 +99,23 @@ def collective_timeout(ctx: RunContext) -> Iterator[Finding]:
     rank logged and the SeqNum each reports (a rank with a lower last-completed work is the
     one behind); enable the flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000,
     TORCH_NCCL_DUMP_ON_TIMEOUT=1) and NCCL_DEBUG=INFO; look for IB completion errors or link
-    errors in the same minutes. Raising the timeout hides the cause.
+    errors in the same minutes. Raising the timeout hides the cause. A stuck watchdog hangs
+    in a CUDA or NCCL call (often `cudaEventDestroy` or an abort that never returns, or
+    another thread holding the GIL): `py-spy dump --native` on the rank shows where.
     """
+    stuck = ctx["nccl_errors"].filter(pl.col("kind") == _STUCK)
+    if stuck.height:
+        stuck = stuck.sort("file", "line")
+        ranks = sorted(set(stuck["rank"].drop_nulls().to_list()))
+        timeout = stuck["timeout_ms"].drop_nulls()
+        after = f" for {int(timeout.max()) // 1000} s" if timeout.len() else ""
+        summary = (
+            f"PyTorch's heartbeat monitor found the NCCL watchdog thread stuck{after} on "
+            f"{count(len(ranks), 'rank') if ranks else 'unnamed ranks'}"
+            + (f" ({numbers_text(ranks)})" if ranks else "")
+            + ": a CUDA or NCCL call hung, and the process was taken down."
+        )
+        yield _of_rows(ctx, "NCCL watchdog stuck", summary, stuck, ranks=ranks)
     rows = ctx["nccl_errors"].filter(pl.col("kind").is_in(_TIMEOUT_KINDS))
     if rows.height == 0:
         return
@@ -148,6 +165,7 @@ _FAILURE_KINDS = {
     "version_mismatch": "NCCL version mismatches",
     "verbs_call": "IB verbs call failures",
     "ib_device": "IB device errors",
+    "plugin": "network plugin failures",
 }
 
 
@@ -156,9 +174,13 @@ def communication_failure(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL failures outside the data path: socket connects refused or aborted,
     connections closed by the remote peer, bootstrap errors, proxy-thread failures, IB verbs
-    calls that failed (`ibv_create_qp`, `ibv_modify_qp`), and the `NCCL error in: ...
-    unhandled system error` errors PyTorch raises from them. CUDA, NVML and out-of-memory
-    errors are not network failures (TL110), nor are IB async events (TL111).
+    calls that failed (`ibv_create_qp`, `ibv_modify_qp`), a network plugin that could not start
+    (aws-ofi-nccl's `NET/OFI No NIC info for dev 0`, `Couldn't open AV`), and the `NCCL error in:
+    ... unhandled system error` errors PyTorch raises from them. CUDA, NVML and out-of-memory
+    errors are not network failures (TL110), nor are IB async events (TL111). Connections
+    from something that is not NCCL (`socketFinalizeAccept: wrong magic`: a port scanner or
+    an HTTP health check reaching an NCCL port) are reported apart, as information: NCCL
+    drops them and goes on.
 
     Why it slows the run: the communicator cannot be built or is torn down, so the job fails
     at start-up or hangs at its next collective; these lines usually name the first rank and
@@ -168,33 +190,55 @@ def communication_failure(ctx: RunContext) -> Iterator[Finding]:
     a wrong NCCL_SOCKET_IFNAME or an unreachable address; `Connection closed by remote peer`
     means the peer process died first (look at its log); `ibv_modify_qp failed` with
     `Network is unreachable` or a timeout means a wrong RoCE GID (NCCL_IB_GID_INDEX) or a
-    port that is down (`ibstat`).
+    port that is down (`ibstat`); `Call to ibv_create_cq failed ... Cannot allocate memory`
+    points at the locked-memory limit (`ulimit -l unlimited`, `--ulimit memlock=-1` in
+    containers). A plugin failure (`NET/OFI ...`) means the EFA/libfabric stack is missing
+    or mismatched: check `fi_info -p efa`, the aws-ofi-nccl and libfabric versions, and that
+    the EFA devices are passed into the container.
     """
     yield from _per_kind(ctx, _FAILURE_KINDS, lambda kind: f"NCCL {_FAILURE_KINDS[kind]}", "")
+    foreign = ctx["nccl_errors"].filter(pl.col("kind") == "foreign_connection")
+    if foreign.height:
+        summary = (
+            f"{count(foreign.height, 'connection')} with the wrong magic on {_hosts_text(foreign)}: something that "
+            "is not NCCL (a port scanner, an HTTP health check) connected to an NCCL port; NCCL dropped it. "
+            "Not a failure by itself."
+        )
+        yield _of_rows(
+            ctx, "Connections from outside NCCL reached its ports", summary, foreign.sort("file", "line"), Severity.INFO
+        )
 
 
 def _per_kind(ctx: RunContext, kinds: dict[str, str], title, note: str) -> Iterator[Finding]:
     """One finding per error kind in `kinds`: how many, on how many hosts, and the first message."""
     rows = ctx["nccl_errors"].filter(pl.col("kind").is_in(list(kinds)))
     for (kind,), group in rows.sort("file", "line").group_by(["kind"], maintain_order=True):
-        hosts = hosts_of(group)
         first = (group["message"][0] or "")[:160]
-        summary = (
-            f"{group.height} {kinds[kind]} on "
-            f"{count(len(hosts), 'host') if hosts else 'unnamed hosts'}{note}; first: {first}"
-        )
-        yield _critical(ctx, title(kind), summary, group, hosts)
+        summary = f"{group.height} {kinds[kind]} on {_hosts_text(group)}{note}; first: {first}"
+        yield _of_rows(ctx, title(kind), summary, group)
 
 
-def _critical(ctx: RunContext, title: str, summary: str, group: pl.DataFrame, hosts: list[str]) -> Finding:
-    """A critical finding whose evidence, ranks and time window are those of `group`'s lines."""
+def _hosts_text(rows: pl.DataFrame) -> str:
+    hosts = hosts_of(rows)
+    return count(len(hosts), "host") if hosts else "unnamed hosts"
+
+
+def _of_rows(
+    ctx: RunContext,
+    title: str,
+    summary: str,
+    group: pl.DataFrame,
+    severity: Severity = Severity.CRITICAL,
+    ranks: list[int] | None = None,
+) -> Finding:
+    """A finding whose evidence, hosts, ranks (unless given) and time window are those of `group`'s lines."""
     return Finding(
-        severity=Severity.CRITICAL,
+        severity=severity,
         title=title,
         summary=summary,
         evidence=evidence(group),
-        hosts=hosts,
-        ranks=ranks_of(ctx, group),
+        hosts=hosts_of(group),
+        ranks=ranks_of(ctx, group) if ranks is None else ranks,
         window=time_window(group),
     )
 
@@ -227,9 +271,10 @@ def gpu_error(ctx: RunContext) -> Iterator[Finding]:
     yield from _per_kind(ctx, _GPU_KINDS, _GPU_KINDS.get, ", a GPU or build problem, not the network")
 
 
-# ibv_event_type texts (ibv_event_type_str) by what they break.
+# ibv_event_type texts (ibv_event_type_str) by what they break (the subnet manager's own events,
+# which break nothing, are read apart: ib_sm_event).
 _ASYNC_CLASSES = [
-    ("port error", r"port error|LID change|P_key change|SM change|client reregistration"),
+    ("port error", r"port error"),
     ("QP fatal", r"work queue|QP|path migration error|SRQ"),
     ("CQ error", r"CQ error"),
     ("device fatal", r"local catastrophic error|device fatal|communicator fatal"),
@@ -262,7 +307,16 @@ def ib_async_events(ctx: RunContext) -> Iterator[Finding]:
     driver or firmware (`dmesg` for mlx5 errors, `mlxfwmanager` for the firmware level) or at
     memory registration with GPUDirect (nvidia-peermem loaded, NCCL_NET_GDR_LEVEL).
     A device fatal (local catastrophic error) needs the HCA reset: `mlxfwreset` or a reboot.
+    Subnet-manager events (`client reregistration`, `LID change`, `SM change`) follow an SM
+    restart or handover and are not failures: they are reported as information.
     """
+    sm = ctx["nccl_errors"].filter(pl.col("kind") == "ib_sm_event").sort("file", "line")
+    if sm.height:
+        summary = (
+            f"{count(sm.height, 'subnet-manager event')} on {_hosts_text(sm)} ({_count_list(sm, 'async_event')}): "
+            "the subnet manager restarted or handed over; not a failure."
+        )
+        yield _of_rows(ctx, "InfiniBand subnet-manager events", summary, sm, Severity.INFO)
     rows = ctx["nccl_errors"].filter(pl.col("kind") == "ib_async_event")
     if rows.height == 0:
         return
@@ -273,4 +327,4 @@ def ib_async_events(ctx: RunContext) -> Iterator[Finding]:
             f"{group.height} IB async event(s) on {host or 'an unnamed host'}: {_count_list(group, 'event_class')}; "
             f"first: {(first['async_event'] or first['message'] or '')[:120]}"
         )
-        yield _critical(ctx, "InfiniBand async error events", summary, group, [host] if host else [])
+        yield _of_rows(ctx, "InfiniBand async error events", summary, group)

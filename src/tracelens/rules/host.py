@@ -16,6 +16,7 @@ from tracelens.derived.hostsignals import (
     DROP_RATIO,
     KIND_TEXT,
     incidents,
+    largest_size,
     pci_owners,
     port_rates,
     shared_links,
@@ -508,7 +509,7 @@ def nccl_tests_below_link(t: RunContext, *, busbw_share: float = 0.6) -> Iterato
             )
         if len(hosts) < 2:
             continue
-        largest = run.filter(pl.col("size_bytes") == run["size_bytes"].max())
+        largest = largest_size(run)
         busbw = float(largest["busbw_gbs"].max())
         rate = _rate_of(rates, hosts) or _usual_rate(run)
         if rate is None:

@@ -18,6 +18,11 @@ def _is_socket(col: str = "net") -> pl.Expr:
     return pl.col(col).str.to_lowercase() == "socket"
 
 
+def _is_libfabric(col: str = "net") -> pl.Expr:
+    """aws-ofi-nccl's networks (`AWS Libfabric`, `Libfabric`; its own lines say `OFI`)."""
+    return pl.col(col).str.to_lowercase().str.contains("libfabric|ofi")
+
+
 def _ib_hcas_seen(ctx: RunContext) -> bool:
     """Whether the run shows InfiniBand/RoCE hardware anywhere (NCCL device lists or port dumps)."""
     return any_row(ctx.scan("nccl_net"), pl.col("what") == "ib_device") or ctx["ib_ports"].height > 0
@@ -64,8 +69,9 @@ def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
 def socket_transport(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL carrying traffic over NET/Socket (TCP) instead of InfiniBand or RoCE:
-    `Using network Socket`, `NET/IB : No device found`, `Failed to open libibverbs.so`,
-    `NCCL_IB_DISABLE=1`, or channels connected `via NET/Socket`.
+    `Using network Socket` (2.3-2.4: `CUDA Dev 0, IP Interfaces : ...`, `Socket NIC
+    distance`), `NET/IB : No device found`, `Failed to open libibverbs.so`, `NCCL_IB_DISABLE=1`
+    (echoed by NCCL or on the launcher's command line), or channels connected `via NET/Socket`.
 
     Why it slows the run: the socket transport goes through the kernel TCP stack and host
     memory, reaching a few GB/s at best where an IB or RoCE NIC with GPUDirect RDMA reaches
@@ -204,7 +210,10 @@ def mixed_transports(ctx: RunContext) -> Iterator[Finding]:
 def gdr_not_used(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: InfiniBand/RoCE channels connected without `/GDRDMA` (GPUDirect RDMA), and
-    `GPU Direct RDMA Disabled` lines.
+    `GPU Direct RDMA Disabled` lines. On AWS EFA (the libfabric plugin, `via NET/AWS
+    Libfabric/0`) a channel without `/GDRDMA` is normal where the instance type has no
+    GPUDirect (g4dn, p3dn): there only the plugin's own `GDR disabled on GDR-supported
+    instance type` counts.
 
     Why it slows the run: without GPUDirect RDMA the NIC cannot read and write GPU memory
     directly, so every transfer is staged through host memory over PCIe twice, costing
@@ -213,24 +222,33 @@ def gdr_not_used(ctx: RunContext) -> Iterator[Finding]:
     How to fix: load the peer-memory module (`modprobe nvidia-peermem`, or nv_peer_mem on old
     drivers; or use DMA-BUF with a recent driver and kernel), check the GPU and NIC share a PCIe
     switch (`nvidia-smi topo -m`), remove `NCCL_NET_GDR_LEVEL=0` / `NCCL_NET_GDR_READ=0` if set,
-    and look for `via NET/IB/<n>/GDRDMA` in the log.
+    and look for `via NET/IB/<n>/GDRDMA` in the log. On EFA: set `FI_EFA_USE_DEVICE_RDMA=1`,
+    use an aws-ofi-nccl built with CUDA and a libfabric with FI_HMEM support, and look for
+    `via NET/AWS Libfabric/<n>/GDRDMA`.
     """
     where = ["file", "line", "host", "pid"]
     channels = (
         ctx.scan("nccl_channels")
-        .filter((pl.col("transport") == "NET") & ~_is_socket() & pl.col("net").is_not_null())
+        .filter((pl.col("transport") == "NET") & ~_is_socket() & ~_is_libfabric() & pl.col("net").is_not_null())
         .select(*where, "gdr")
         .collect()
     )
     no_gdr = channels.filter(pl.col("gdr").not_())
-    disabled = ctx.scan("nccl_net").filter(pl.col("what") == "gdr_disabled").select(where).collect()
+    disabled = ctx.scan("nccl_net").filter(pl.col("what") == "gdr_disabled").select(*where, "name").collect()
     if no_gdr.height == 0 and disabled.height == 0:
         return
+    by_plugin = disabled.filter(_is_libfabric("name"))
     parts = []
     if no_gdr.height:
         parts.append(f"{no_gdr.height} of {count(channels.height, 'network channel connection')} without /GDRDMA")
-    if disabled.height:
-        parts.append(f"{count(disabled.height, '`GPU Direct RDMA Disabled` line')}")
+    if disabled.height > by_plugin.height:
+        parts.append(f"{count(disabled.height - by_plugin.height, '`GPU Direct RDMA Disabled` line')}")
+    if by_plugin.height:
+        parts.append(
+            f"the libfabric (EFA) plugin says `GDR disabled on GDR-supported instance type` "
+            f"({count(by_plugin.height, 'line')})"
+        )
+    disabled = disabled.select(where)
     gdr_env = (
         ctx.scan("nccl_env")
         .filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))

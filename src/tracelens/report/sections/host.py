@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracelens.derived import RunContext
-from tracelens.derived.hostsignals import KIND_TEXT, incidents, port_rates
+from tracelens.derived.hostsignals import KIND_TEXT, incidents, largest_size, port_rates
 
 if TYPE_CHECKING:
     from tracelens.analyze import Analysis
@@ -124,8 +124,10 @@ def _benchmarks(t) -> list[dict]:
     rates = port_rates(t).group_by("host").agg(pl.col("rate_gbps").sum(), pl.col("rate_gbps").max().alias("port_gbps"))
     out = []
     tests = t["nccl_tests"].filter(pl.col("kind") == "row")
-    for (file, _run), run in tests.group_by("file", "run", maintain_order=True):
-        largest = run.filter(pl.col("size_bytes") == run["size_bytes"].max())
+    averages = t["nccl_tests"].filter(pl.col("kind") == "average")
+    for (file, run_id), run in tests.group_by("file", "run", maintain_order=True):
+        largest = largest_size(run)
+        average = averages.filter(pl.col("file") == file, pl.col("run") == run_id)["busbw_gbs"]
         hosts = [h for h in (run["rank_hosts"].drop_nulls().first() or "").split(",") if h]
         link = rates.filter(pl.col("host").is_in(hosts))["rate_gbps"].min() if len(hosts) > 1 else None
         busbw = largest["busbw_gbs"].max()
@@ -134,7 +136,12 @@ def _benchmarks(t) -> list[dict]:
                 "what": run["test"].drop_nulls().first() or "nccl-tests",
                 "file": file,
                 "size": f"{largest['size_bytes'][0]:,} B",
-                "result": f"busbw {busbw:g} GB/s" if busbw is not None else "no busbw read",
+                "result": (
+                    f"busbw {busbw:g} GB/s ({largest['placement'][0]}-of-place)"
+                    if busbw is not None
+                    else "no busbw read"
+                )
+                + (f"; Avg bus bandwidth {average[0]:g} GB/s" if average.len() else ""),
                 "line": f"{link / 8:g} GB/s" if link else "",
                 "share": f"{busbw / (link / 8):.0%}" if link and busbw is not None else "",
                 "where": ", ".join(hosts),
