@@ -26,6 +26,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tracelens import __version__
 from tracelens import config as config_file
 from tracelens.analyze import Analysis, RuleFailure, aligned_run, analyze
 from tracelens.findings import Severity
@@ -42,6 +43,22 @@ app = typer.Typer(
     rich_markup_mode="rich",
 )
 out = Console(stderr=True, soft_wrap=True)
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"tracelens {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    pass
 
 
 class FailOn(str, Enum):
