@@ -25,8 +25,9 @@ runner = CliRunner()
 
 
 @pytest.fixture()
-def broken_rule(monkeypatch):
-    """BROKEN raises on every run (as a rule's bug meets an odd input)."""
+def broken_rule(monkeypatch, tmp_path):
+    """BROKEN raises on every run (as a rule's bug meets an odd input); crash reports go to tmp_path."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
     def fail(ctx, **settings):
         raise ValueError(MESSAGE)
@@ -64,6 +65,7 @@ def test_a_rule_that_raises_is_listed_as_failed_and_the_others_stand(broken_rule
     assert "1 rule failed" in terminal and f"{BROKEN} " in terminal and "[red]mlx5_1" in terminal
     assert "\x1b" not in terminal and "second line" not in terminal
     traceback_file = Path(terminal.split("please report it with them): ")[1].split()[0])
+    assert traceback_file.parent == tmp_path / "cache" / "tracelens"
     assert "raise ValueError(MESSAGE)" in traceback_file.read_text()
 
 
