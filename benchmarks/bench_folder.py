@@ -27,7 +27,15 @@ from _measure import load, python, repeated, run
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {"ranks-4096": (4096, 211), "small-5000": (5000, 10)}  # name -> (files, MB)
-CLI = "import sys; from tracelens.cli import app; sys.argv[0] = 'tracelens'; app()"
+# The command as its entry point runs it, process settings included; a checkout given with --src that
+# has no entry point module is run through its cli.
+CLI = """import sys
+try:
+    from tracelens.__main__ import main
+except ImportError:
+    from tracelens.cli import app as main
+sys.argv[0] = 'tracelens'
+main()"""
 
 
 BASE_PATH = os.environ.get("PYTHONPATH", "")

@@ -40,6 +40,14 @@ from tests.helpers import (  # noqa: F401
 from tracelens.analyze import Analysis, analyze
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--snapshot-update",
+        action="store_true",
+        help="Rewrite tests/snapshots/ from the fixture runs' findings instead of checking them (test_snapshots.py).",
+    )
+
+
 @pytest.fixture(scope="session")
 def analysis_of() -> Callable[[Path | str], Analysis]:
     """`analysis_of(folder)`: the analysis of a committed fixture folder (a path, or a name under

@@ -55,7 +55,7 @@ def test_the_joined_root_cause_ranks_above_its_symptoms():
         steps=steps(slow=SLOW),
         ib_counters=counters("node02", "mlx5_1", "SymbolErrorCounter", [0, 0, 3000, 6000, 6000, 6000, 6000]),
     )
-    findings, _ = run_rules(RunContext(t), select_rules(["TL2", "TL4"]))
+    findings = run_rules(RunContext(t), select_rules(["TL2", "TL4"])).findings
     assert [f.rule_id for f in findings][:2] == ["TL410", "TL401"]
 
 

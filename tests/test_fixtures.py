@@ -9,14 +9,13 @@ import pytest
 
 from synth.runs import write
 from synth.scenarios import SCENARIOS
+from tests.helpers import FIXTURES, RUNS
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-# The generator's fixtures; real lab runs (expected.json "real": true) have their own tests.
-FOLDERS = sorted(
-    p
-    for p in FIXTURES.iterdir()
-    if (p / "expected.json").is_file() and not json.loads((p / "expected.json").read_text()).get("real", False)
-)
+# The generator's runs at the top of fixtures/ (fixtures/pairs has its own generator and tests); real
+# lab runs (expected.json "real": true) have their own tests.
+FOLDERS = [
+    p for p in RUNS if p.parent == FIXTURES and not json.loads((p / "expected.json").read_text()).get("real", False)
+]
 
 
 def _tree(root: Path) -> dict[str, bytes]:

@@ -71,7 +71,7 @@ def test_step_analysis_by_groups_of_streams_equals_one_pass_in_memory(
         assert _whole(getattr(grouped, name)).equals(_whole(getattr(memory, name)), null_equal=True), name
     for name in ("slow_windows", "sustained_windows", "slow_episodes", "run_time_s"):
         assert getattr(grouped, name) == getattr(memory, name), name
-    findings, _ = run_rules(grouped, analysis.rules, analysis.config)
+    findings = run_rules(grouped, analysis.rules, analysis.config).findings
     assert [f.to_json() for f in findings] == [f.to_json() for f in analysis.findings]
     for section in (steps_section, timeline_section):
         assert section.context(grouped, analysis) == section.context(memory, analysis), section.__name__
@@ -119,7 +119,7 @@ def test_a_big_run_whose_step_rows_have_no_step_number_has_no_step_findings(anal
     analysis.tables["steps"].with_columns(step=pl.lit(None, pl.Int64)).write_parquet(path)
     context = RunContext(analysis.tables.with_frames({"steps": pl.scan_parquet(path)}), workdir=tmp_path / "derived")
     assert _whole(context.step_series).height == 0 and context.slow_episodes == []
-    findings, _ = run_rules(context, analysis.rules, analysis.config)
+    findings = run_rules(context, analysis.rules, analysis.config).findings
     assert not [f for f in findings if f.rule_id in {"TL401", "TL402", "TL403", "TL404", "TL410", "TL412"}]
     assert steps_section.context(context, analysis)["streams"] == []
     assert pace(context) is None

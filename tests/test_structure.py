@@ -99,7 +99,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("rules", ("tracelens.findings", "tracelens.rules")),
     ("pipeline", ("tracelens.analyze", "tracelens.config", "tracelens.scaleout", "tracelens.compare")),
     ("report", ("tracelens.report",)),
-    ("cli", ("tracelens.cli",)),
+    ("cli", ("tracelens.cli", "tracelens.__main__")),
 ]
 
 

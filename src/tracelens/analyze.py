@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
@@ -42,11 +43,33 @@ PARALLEL_MIN_BYTES = 64 << 20
 HELD_BYTES = 256 << 20
 
 
+@dataclass(frozen=True)
+class RuleFailure:
+    """A rule that raised on this run (a bug in tracelens): its findings are lost, every other rule's
+    stand. `error` is the exception's type and the first line of its message, cut short and printable
+    characters only (the message may quote the input); `traceback` the whole of it, for a bug report."""
+
+    rule: Rule
+    error: str
+    traceback: str
+
+    @classmethod
+    def of(cls, rule: Rule, exc: Exception) -> RuleFailure:
+        first = (str(exc).splitlines() or [""])[0][:200]
+        said = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        printable = "".join(c if c.isprintable() else "\ufffd" for c in said)
+        return cls(rule, printable, "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+
+    def to_json(self) -> dict:
+        return {"rule": self.rule.id, "error": self.error}
+
+
 @dataclass
 class Analysis:
     """Everything one run produced: its context (aligned tables and derived results), its findings
     (root causes first), the rules checked, those that could not run (with what input they lack),
-    and the notes the report and terminal must show (refused archive members, the zone decision ...)."""
+    those that failed, and the notes the report and terminal must show (refused archive members,
+    the zone decision ...)."""
 
     target: Path
     context: RunContext
@@ -56,6 +79,7 @@ class Analysis:
     timeline: Timeline = field(default_factory=Timeline)
     comparison: Comparison | None = None  # against a good run, with `analyze --baseline`
     not_run: list[tuple[Rule, list[str]]] = field(default_factory=list)  # (rule, inputs that would let it run)
+    failed: list[RuleFailure] = field(default_factory=list)  # rules that raised
     config: Config = field(default_factory=Config)  # the config file's choices (none: the defaults)
     # the run's working folder, removed when the analysis goes: its captures' packets are read from there
     workdir: tempfile.TemporaryDirectory | None = None
@@ -67,8 +91,8 @@ class Analysis:
 
     @property
     def checked(self) -> list[Rule]:
-        """The rules that ran (their input was there)."""
-        skipped = {r.id for r, _ in self.not_run}
+        """The rules that ran to the end (their input was there, and they did not fail)."""
+        skipped = {r.id for r, _ in self.not_run} | {f.rule.id for f in self.failed}
         return [r for r in self.rules if r.id not in skipped]
 
     def close(self) -> None:
@@ -252,12 +276,20 @@ def _collect(
         tables.add("inputs", pl.DataFrame(rows, infer_schema_length=None))
 
 
-def run_rules(
-    ctx: RunContext, rules: list[Rule], config: Config | None = None
-) -> tuple[list[Finding], list[tuple[Rule, list[str]]]]:
-    """Run every rule whose input is there, with the settings and severities of `config`; return the
-    findings and the rules that could not run (with the inputs that would let them). Findings are
-    ordered by evidence score, then worst first, causes before symptoms, then by rule id.
+@dataclass
+class RulesRun:
+    """What running the rules gave: the findings, ranked; the rules that could not run (with the
+    inputs that would let them); the rules that failed."""
+
+    findings: list[Finding]
+    not_run: list[tuple[Rule, list[str]]]
+    failed: list[RuleFailure]
+
+
+def run_rules(ctx: RunContext, rules: list[Rule], config: Config | None = None) -> RulesRun:
+    """Run every rule whose input is there, with the settings and severities of `config`. A rule that
+    raises is a failed rule, not a failed run: the report still says what every other rule found.
+    Findings are ordered by evidence score, then worst first, causes before symptoms, then by rule id.
 
     Only the correlation rules (TL41x) score their findings (see Finding.score): a finding
     that joins several sources into the cause of a slow window or a hang comes first. Among
@@ -267,14 +299,19 @@ def run_rules(
     config = config or Config()
     findings: list[Finding] = []
     not_run: list[tuple[Rule, list[str]]] = []
+    failed: list[RuleFailure] = []
     for r in rules:
         lacking = r.missing_inputs(ctx.tables)
         if lacking:
             not_run.append((r, lacking))
-        else:
+            continue
+        try:
             findings.extend(r.run(ctx, config.settings.get(r.id), config.severity.get(r.id)))
+        except Exception as exc:
+            failed.append(RuleFailure.of(r, exc))
     symptoms = {r.id for r in rules if r.kind == "symptom"}
-    return sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in symptoms, f.rule_id)), not_run
+    ranked = sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in symptoms, f.rule_id))
+    return RulesRun(ranked, not_run, failed)
 
 
 # Tables the rules and the report read as lazy scans, a bucket or a few columns at a time: a capture's packets.
@@ -356,16 +393,17 @@ def analyze(
         context = RunContext(tables, config.shared, workdir=folder / "derived" if folder is not None else None)
         rules = select_rules(select or config.select, ignore or config.ignore)
         _stage(progress, tables, "running the rules, analysing captures")
-        findings, not_run = run_rules(context, rules, config)
+        ran = run_rules(context, rules, config)
         notes += [n for n in (untied(tables, context.host_names),) if n]
     return Analysis(
         target=target,
         context=context,
-        findings=findings,
+        findings=ran.findings,
         rules=rules,
         notes=notes + timeline.notes,
         timeline=timeline,
-        not_run=not_run,
+        not_run=ran.not_run,
+        failed=ran.failed,
         config=config,
         workdir=workdir,
     )

@@ -26,8 +26,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from tracelens import __version__
 from tracelens import config as config_file
-from tracelens.analyze import Analysis, aligned_run, analyze
+from tracelens.analyze import Analysis, RuleFailure, aligned_run, analyze
 from tracelens.findings import Severity
 from tracelens.private_cache import cache_dir
 from tracelens.rules import all_rules
@@ -44,6 +45,22 @@ app = typer.Typer(
 out = Console(stderr=True, soft_wrap=True)
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"tracelens {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", "-V", callback=_print_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    pass
+
+
 class FailOn(str, Enum):
     never = "never"
     warning = "warning"
@@ -51,8 +68,11 @@ class FailOn(str, Enum):
 
 
 # Exit statuses: 0 analysed, 1 findings at --fail-on, 2 usage error or nothing readable,
-# 3 a bug in tracelens (never 1: a CI gate must not read a crash as "findings"), 128+N killed by signal N.
+# 3 a bug in tracelens (never 1: a CI gate must not read a crash as "findings"), 4 analysed and every
+# output written, but a rule failed (a bug in tracelens: its findings are missing; wins over 1),
+# 128+N killed by signal N.
 INTERNAL_ERROR = 3
+RULE_FAILED = 4
 CORES = os.cpu_count() or 1
 JOBS_HELP = "Processes for ingest: files side by side, and the chunks of one big file (default: every core)."
 _RULE_ID = re.compile(r"^TL\d{1,3}$")
@@ -153,9 +173,9 @@ def _raise_killed(signum: int, _frame) -> None:
     raise _Killed(signum)
 
 
-def _crash_report() -> Path:
-    """Write the current traceback to a new file only this user can read, and return its path:
-    in the private cache folder, else a fresh temporary file."""
+def _crash_report(text: str) -> Path:
+    """Write a traceback to a new file only this user can read, and return its path: in the private
+    cache folder, else a fresh temporary file."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     folder = cache_dir()
     if folder is not None:
@@ -165,7 +185,7 @@ def _crash_report() -> Path:
         fd, name = tempfile.mkstemp(prefix=f"tracelens-crash-{stamp}-", suffix=".txt")  # 0600, unpredictable name
         path = Path(name)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(traceback.format_exc())
+        fh.write(text)
     return path
 
 
@@ -200,7 +220,7 @@ def _guarded(command: Callable) -> Callable:
             except RayUnavailable as exc:
                 raise _usage_error(str(exc)) from None
             except Exception as exc:
-                where = _crash_report()
+                where = _crash_report(traceback.format_exc())
                 first = (str(exc).splitlines() or [""])[0][:200]
                 out.print(
                     f"[red]internal error:[/] {type(exc).__name__}: {escape(first)} (a bug in tracelens; "
@@ -210,6 +230,15 @@ def _guarded(command: Callable) -> Callable:
                 raise typer.Exit(INTERNAL_ERROR) from None
 
     return run
+
+
+def _failed_rules_report(failures: list[RuleFailure]) -> list[tuple[str, Path]]:
+    """The tracebacks of the rules that failed, in a crash report to send with a bug report: the
+    output line that names it (none when no rule failed)."""
+    if not failures:
+        return []
+    text = "\n".join(f"{f.rule.id} {f.rule.name} failed:\n{f.traceback}" for f in failures)
+    return [("Failed rules' tracebacks (a bug in tracelens; please report it with them)", _crash_report(text))]
 
 
 def _require_zone(tz: str | None) -> None:
@@ -306,7 +335,7 @@ def analyze_cmd(
     ] = False,
     config_path: Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
-    """Analyse a run and write the HTML report (exit 0 analysed, 1 findings at --fail-on, 2 nothing readable)."""
+    """Analyse a run, write its HTML report (exit 0 analysed, 1 findings at --fail-on, 2 unreadable, 4 a rule failed)"""
     from tracelens.report.html import write as write_html
     from tracelens.report.markdown import write as write_markdown
     from tracelens.report.summary import to_json
@@ -343,6 +372,8 @@ def analyze_cmd(
         if tables_dir:
             analysis.tables.write_parquet(tables_dir)
             written.append(("Tables", tables_dir))
+        failed = [f for _, f in analysis.comparison.failed] if analysis.comparison else analysis.failed
+        written += _failed_rules_report(failed)
         # The summary is the command's output (stdout, so it can be piped or saved); progress and errors go to stderr.
         console = Console(soft_wrap=True)
         print_summary(console, analysis, written, verbose=verbose)
@@ -352,6 +383,8 @@ def analyze_cmd(
             )
         if not analysis.readable:
             raise typer.Exit(2)
+        if failed:
+            raise typer.Exit(RULE_FAILED)
         if fail_on is not FailOn.never and any(f.severity >= Severity.parse(fail_on.value) for f in analysis.findings):
             raise typer.Exit(1)
 
@@ -389,8 +422,9 @@ def diff_cmd(
     config_path: Annotated[Path | None, typer.Option("--config", help=CONFIG_HELP)] = None,
 ) -> None:
     """Compare a good run with a slow one: what changed (NCCL, DeepSpeed config, ports, traffic, steps),
-    ranked by how much of the slowdown it explains."""
+    ranked by how much of the slowdown it explains (exit 4 when a rule failed on either run)."""
     from tracelens.compare import compare
+    from tracelens.report.diff import failed_lines
     from tracelens.report.diff import write as write_diff
     from tracelens.report.markdown import write_diff as write_diff_markdown
 
@@ -421,6 +455,12 @@ def diff_cmd(
         if markdown:
             out.print(f"Markdown: {write_diff_markdown(comparison, markdown, command=_command_line())}")
         out.print(f"Report: [bold]{report}[/]", highlight=False)
+        for line in failed_lines(comparison):
+            out.print(f"[red]error:[/] {escape(line)}", highlight=False)
+        for label, path in _failed_rules_report([f for _, f in comparison.failed]):
+            out.print(f"{label}: {escape(str(path))}", highlight=False)
+        if comparison.failed:
+            raise typer.Exit(RULE_FAILED)
 
 
 @app.command("tables")

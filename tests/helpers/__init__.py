@@ -19,6 +19,9 @@ REPO = Path(__file__).resolve().parents[2]
 CORPUS = REPO.parent / "shared" / "corpus"
 FIXTURES = REPO / "fixtures"
 SCENARIOS = sorted(p.name for p in FIXTURES.glob("scenario-*") if p.is_dir())
+# Every committed run the tests analyse: a folder under fixtures/, at any depth, that holds an
+# expected.json (the generator's runs, fixtures/pairs/<run>, the lab's runs, however they are grouped).
+RUNS = sorted({p.parent for p in FIXTURES.rglob("expected.json")}, key=lambda p: p.relative_to(FIXTURES).as_posix())
 
 # What a report section reads from an analysis when a test gives it no findings.
 NO_FINDINGS = SimpleNamespace(findings=[], timeline=Timeline(), notes=[])

@@ -261,6 +261,7 @@ def check_run(analysis, files: dict[str, bytes], html: str, as_json: dict) -> li
                 problems.append(f"{row['file']}: {row['lines']} lines read, the file has {want}")
             if row["lines"] != row["parsed"] + row["ignored"] + row["unrecognized"]:
                 problems.append(f"{row['file']}: lines not all accounted for: {row}")
+    problems += [f"rule {f.rule.id} failed: {f.traceback}" for f in analysis.failed]
     problems += [f"HTML: {p}" for p in html_problems(html)[:3]]
     try:
         json.dumps(as_json, allow_nan=False, default=str)

@@ -38,7 +38,7 @@ from tracelens.prose import count
 from tracelens.stats import rate_rise_p
 
 if TYPE_CHECKING:
-    from tracelens.analyze import Analysis
+    from tracelens.analyze import Analysis, RuleFailure
     from tracelens.config import Config
 
 # The input each area of change is read from (tracelens.compare.facts.sources).
@@ -128,6 +128,7 @@ class Comparison:
     unavailable: list[str] = field(default_factory=list)  # areas only one run (or neither) has
     gone_findings: list[str] = field(default_factory=list)  # findings of the good run the bad one lacks
     config: Config | None = None  # the config file the runs were read with (the slow run's)
+    failed: list[tuple[str, RuleFailure]] = field(default_factory=list)  # rules that failed, by run ("good", "slow")
 
     @property
     def config_label(self) -> str:
@@ -163,6 +164,7 @@ class Comparison:
             "changes": [c.to_json() for c in self.changes],
             "unchanged": self.unchanged, "unavailable": self.unavailable, "gone_findings": self.gone_findings,
             "config": str(self.config.source) if self.config and self.config.source else None,
+            "rules_failed": [{"run": run, **f.to_json()} for run, f in self.failed],
         }  # fmt: skip
         if self.pace:
             data["steps"] = {
@@ -222,8 +224,9 @@ def compare(good: Analysis, bad: Analysis) -> Comparison:
         changed_sources.add("steps")
     unchanged = sorted(both - changed_sources)
     gone = sorted({f"{f.rule_id} {f.title}" for f in good.findings} - {f"{f.rule_id} {f.title}" for f in bad.findings})
+    failed = [("good", f) for f in good.failed] + [("slow", f) for f in bad.failed]
     return Comparison(
-        str(good.target), str(bad.target), pace_change, changes, unchanged, unavailable, gone, config=bad.config
+        str(good.target), str(bad.target), pace_change, changes, unchanged, unavailable, gone, bad.config, failed
     )
 
 

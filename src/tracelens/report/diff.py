@@ -12,6 +12,7 @@ from tracelens.compare import Comparison
 from tracelens.compare.timing import Pace
 from tracelens.report import svg
 from tracelens.report.html import CSP, environment
+from tracelens.report.summary import failure_line
 from tracelens.resources import data_dir
 
 
@@ -83,7 +84,13 @@ def context(comparison: Comparison) -> dict:
         "unchanged": comparison.unchanged,
         "unavailable": comparison.unavailable,
         "gone_findings": comparison.gone_findings,
+        "failed": failed_lines(comparison),
     }
+
+
+def failed_lines(comparison: Comparison) -> list[str]:
+    """The rules that failed on either run, each named with its run."""
+    return [f"{run} run: {failure_line(f)}" for run, f in comparison.failed]
 
 
 def render(comparison: Comparison) -> str:

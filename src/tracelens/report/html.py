@@ -80,6 +80,7 @@ def render(analysis: Analysis) -> str:
         config=analysis.config.label,
         rules=analysis.checked,
         not_run=analysis.not_run,
+        failed=analysis.failed,
     )
 
 

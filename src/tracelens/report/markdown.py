@@ -17,7 +17,8 @@ from tracelens.analyze import Analysis
 from tracelens.compare import Comparison
 from tracelens.findings import Finding
 from tracelens.prose import count
-from tracelens.report.summary import verdict, when_and_cost
+from tracelens.report.diff import failed_lines
+from tracelens.report.summary import failure_line, verdict, when_and_cost
 
 MAX_FINDINGS = 50  # table rows; the rest are counted
 EVIDENCE_FINDINGS = 3  # findings whose first evidence lines are quoted
@@ -109,6 +110,16 @@ def _findings(findings: list[Finding]) -> list[str]:
     return out
 
 
+def _failed(lines: list[str]) -> list[str]:
+    """The rules that failed (a bug in tracelens), one bullet each."""
+    if not lines:
+        return []
+    return ["### Rules that failed", "", "A bug in tracelens; every other rule's findings stand.", ""] + [
+        *(f"- {inline(line)}" for line in lines),
+        "",
+    ]
+
+
 def _inputs(analysis: Analysis) -> list[str]:
     rows = analysis.tables["inputs"].sort("file").to_dicts()
     out = [
@@ -129,7 +140,8 @@ def _inputs(analysis: Analysis) -> list[str]:
 
 def render(analysis: Analysis, command: str = "") -> str:
     """The summary as Markdown text."""
-    lines = _verdict(analysis) + _findings(analysis.findings) + _inputs(analysis)
+    failed = [failure_line(f) for f in analysis.failed]
+    lines = _verdict(analysis) + _findings(analysis.findings) + _failed(failed) + _inputs(analysis)
     return "\n".join(lines + _footer(command, analysis.config.label))
 
 
@@ -156,6 +168,7 @@ def render_diff(comparison: Comparison, command: str = "") -> str:
     for title, items in (("Unchanged", comparison.unchanged), ("Not compared", comparison.unavailable)):
         if items:
             lines += [f"**{title}:** {inline(', '.join(items))}", ""]
+    lines += _failed(failed_lines(comparison))
     return "\n".join(lines + _footer(command, comparison.config_label))
 
 

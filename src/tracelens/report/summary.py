@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from tracelens import __version__
-from tracelens.analyze import Analysis
+from tracelens.analyze import Analysis, RuleFailure
 from tracelens.findings import Severity
 from tracelens.prose import clock, count, duration, span
 
@@ -51,10 +51,12 @@ def verdict(analysis: Analysis) -> RunVerdict:
     if not serious:
         minor = len(analysis.findings)
         checked = f"{count(len(analysis.checked), 'rule')} checked over {count(files, 'file')}: none found a problem"
+        failed = ", ".join(f.rule.id for f in analysis.failed)
         return RunVerdict(
             severity="ok",
             headline="No problem found",
-            because=[checked + (f"; {count(minor, 'informational note')} below." if minor else ".")],
+            because=[checked + (f"; {count(minor, 'informational note')} below." if minor else ".")]
+            + ([f"Not checked: {failed} failed (a bug in tracelens)."] if failed else []),
         )
     top = serious[0]
     return RunVerdict(
@@ -82,6 +84,11 @@ def when_and_cost(v: RunVerdict) -> str:
     return ", ".join(p for p in parts if p)
 
 
+def failure_line(failure: RuleFailure) -> str:
+    """'TL401 step-time-spikes failed: ValueError: ...', as every output lists a failed rule."""
+    return f"{failure.rule.id} {failure.rule.name} failed: {failure.error}"
+
+
 def to_json(analysis: Analysis) -> dict:
     """Findings and input accounting, for tickets and scripts."""
     return {
@@ -93,5 +100,6 @@ def to_json(analysis: Analysis) -> dict:
         "notes": analysis.notes,
         "rules_checked": [r.id for r in analysis.checked],
         "rules_not_run": [{"rule": r.id, "needs": needs} for r, needs in analysis.not_run],
+        "rules_failed": [f.to_json() for f in analysis.failed],
         "config": str(analysis.config.source) if analysis.config.source else None,
     } | ({"comparison": analysis.comparison.to_json()} if analysis.comparison else {})

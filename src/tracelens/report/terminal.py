@@ -16,7 +16,7 @@ from rich.markup import escape
 from tracelens.analyze import Analysis
 from tracelens.findings import Finding, Severity
 from tracelens.prose import count
-from tracelens.report.summary import RunVerdict, verdict, when_and_cost
+from tracelens.report.summary import RunVerdict, failure_line, verdict, when_and_cost
 
 STYLE = {"critical": "bold red", "warning": "yellow", "info": "blue", "ok": "green", "unreadable": "bold red"}
 MAX_NOTES = 4  # notes and read errors printed; the report has them all
@@ -123,6 +123,14 @@ def print_summary(console: Console, analysis: Analysis, written: list[tuple[str,
             _finding_line(console, f)
             if verbose:
                 _print_details(console, f)
+    if analysis.failed:
+        console.print(
+            f"\n[bold red]{count(len(analysis.failed), 'rule')} failed[/] (a bug in tracelens; every other rule's "
+            "findings stand):",
+            highlight=False,
+        )
+        for failure in analysis.failed:
+            console.print(f"  {escape(_clip(failure_line(failure), 2 * console.width - 3))}", highlight=False)
     console.print()
     _print_inputs(console, analysis)
     console.print(f"Config: {escape(analysis.config.label)}", highlight=False)
