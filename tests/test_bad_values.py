@@ -4,6 +4,7 @@ met with a null, an unrecognised line or a one-line error, and the rest of the r
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -186,3 +187,45 @@ def test_an_over_long_line_followed_by_more_lines_keeps_the_count(tmp_path: Path
     path.write_bytes(b"a\n" + b"z" * (3 << 20) + b"\nb\nc")
     texts = pl.concat(list(read_chunks(path, chunk_bytes=1 << 20)))["text"].to_list()
     assert [t[:1] for t in texts] == ["a", "z", "b", "c"] and len(texts[1]) == 1 << 20
+
+
+DS_STEP = (
+    "[2024-05-01 10:00:{s:02d},000] [INFO] [logging.py:96:log_dist] [Rank 0] "
+    "step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+)
+DS_TIMERS = "[Rank 0] time (ms) | fwd: {fwd} | bwd: 240.10 | bwd_inner: 200.00 | bwd_allreduce: 40.10 | step: 30.00"
+DS_THROUGHPUT = (
+    "[2024-05-01 10:00:{s:02d},001] [INFO] [timer.py:260:stop] epoch=0/micro_step={step}/global_step={step}, "
+    "RunningAvgSamplesPerSec=120.5, CurrSamplesPerSec={curr}, MemAllocated=4.1GB, MaxMemAllocated=6.2GB"
+)
+
+
+@pytest.mark.parametrize("value", ["1e309", "99999999999999999999", "-1e400", "nan"])
+def test_a_deepspeed_value_out_of_range_is_a_bad_value_of_its_line(tmp_path: Path, value: str):
+    """Fuzz find: a timer of 1e309 or 20 digits failed the step-start derivation (f64 to i64), a
+    throughput of infinity the chart's axis (exit 3). Such a value is its line's fault: the line is
+    unrecognised and shown, its row left out, the rest read."""
+    lines = []
+    for i in range(12):
+        bad = i == 6
+        lines += [
+            DS_STEP.format(s=i, step=i + 1),
+            DS_TIMERS.format(fwd=value if bad else "120.50"),
+            DS_THROUGHPUT.format(s=i, step=i + 1, curr=value if bad else f"{120 + i}.0"),
+        ]
+    analysis = _run(tmp_path, {"node01/train.log": "\n".join(lines) + "\n"})
+    row = _input(analysis, "node01/train.log")
+    assert (row["lines"], row["unrecognized"], row["parsed"]) == (36, 2, 34) and not row["errors"]
+    assert sorted(s["line"] for s in row["samples"]) == [20, 21]
+    steps = analysis.tables["steps"]
+    for column in ("fwd_ms", "samples_per_sec"):
+        values = steps[column].drop_nulls()
+        assert values.len() > 0 and values.is_finite().all() and values.abs().max() < 1e6, column
+
+
+def test_a_chart_axis_over_infinite_or_huge_values_still_has_ticks():
+    from tracelens.report.svg import Scale
+
+    for lo, hi in ((0.0, float("inf")), (-1e308, 1e308), (float("nan"), 1.0)):
+        ticks = Scale(lo, hi, 0, 100, zero=True).ticks(4)
+        assert ticks and all(math.isfinite(t) for t, _ in ticks)

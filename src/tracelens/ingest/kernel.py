@@ -22,7 +22,7 @@ import polars as pl
 
 from tracelens.ingest import Account, IngestResult, InputFile, LineStart
 from tracelens.ingest.hostlines import IGNORED, PARSED, account, context, merge, provenance
-from tracelens.ingest.lines import read_chunks
+from tracelens.ingest.lines import number, read_chunks
 
 FORMAT = "kernel_log"
 PRIORITY = 95
@@ -184,9 +184,7 @@ def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
         ts=ts,
         ts_text=pl.when(ts.is_not_null()).then(pl.coalesce("ctime", "iso", syslog)),  # as printed
         printed_zone=pl.col("iso").is_not_null() & iso_zoned,
-        uptime_s=pl.coalesce(
-            pl.col("up").cast(pl.Float64, strict=False), pl.col("kus").cast(pl.Float64, strict=False) / 1e6
-        ),
+        uptime_s=pl.coalesce(number(pl.col("up")), number(pl.col("kus")) / 1e6),
         syslog_host=pl.coalesce("isohost", pl.when(pl.col("tag").is_not_null()).then(pl.col("shost"))),
         t=tag,
         xid=xid,

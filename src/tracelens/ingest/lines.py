@@ -61,6 +61,26 @@ def within_datetime_range(text: pl.Expr) -> pl.Expr:
     return pl.when(year.is_between(*NS_YEARS)).then(text)
 
 
+# Past this magnitude a number read from text is a bad value of its line, not a measurement: `1e309`
+# reads as infinity, and no time (ms), rate or size a run prints comes near it, while a larger one
+# overflows the time arithmetic downstream (milliseconds to nanoseconds in 64 bits).
+NUMBER_LIMIT = 1e12
+
+
+def number(text: pl.Expr) -> pl.Expr:
+    """`text` as a float, null where it is no number, not finite (nan, inf, 1e309) or past NUMBER_LIMIT."""
+    value = text.cast(pl.Float64, strict=False)
+    return pl.when(value.abs() <= NUMBER_LIMIT).then(value)
+
+
+def checked_float(text: str) -> float:
+    """`number` for one value in Python: a float, or ValueError for one that is no measurement."""
+    value = float(text)
+    if not abs(value) <= NUMBER_LIMIT:  # also false for nan
+        raise ValueError(f"number out of range: {text}")
+    return value
+
+
 def _split_lines(block: bytes) -> pl.Series:
     """Lines of a block by a plain split: exact for any byte (NUL, lone CR), at about 400 MB/s."""
     text = pl.Series("text", [block.decode("utf-8", errors="replace")])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.ingest.lines import NOT_MINE, PARSED, UNRECOGNIZED, number
 from tracelens.tables import PROVENANCE_COLUMNS
 
 PREFIX = r"^(?P<prefix>(?:\[\d+,\d+\]<std(?:out|err)>:|[\w.-]+: )?)"
@@ -85,7 +85,7 @@ class NcclTestsParser:
             old=pl.when(text.str.contains(_COLUMN_HEADER)).then(text.str.contains(r"busbw\s+error")),
             test=text.str.extract(_TEST, 1),
             rank=text.str.extract_groups(_RANK),
-            avg=text.str.extract(_AVG, 2).cast(pl.Float64, strict=False),
+            avg=number(text.str.extract(_AVG, 2)),
         ).unnest("row")
         claimed = found["header"] | found["size"].is_not_null()
         if not claimed.any() and not self.parts:
@@ -199,11 +199,11 @@ def _rows(rows: pl.DataFrame) -> pl.DataFrame:
                         "root"
                     ),
                     pl.lit(place).alias("placement"),
-                    pl.col(f"time_{place}").cast(pl.Float64, strict=False).alias("time_us"),
-                    pl.col(f"algbw_{place}").cast(pl.Float64, strict=False).alias("algbw_gbs"),
-                    pl.col(f"busbw_{place}").cast(pl.Float64, strict=False).alias("busbw_gbs"),
+                    number(pl.col(f"time_{place}")).alias("time_us"),
+                    number(pl.col(f"algbw_{place}")).alias("algbw_gbs"),
+                    number(pl.col(f"busbw_{place}")).alias("busbw_gbs"),
                     pl.when(~pl.col("old")).then(flag.cast(pl.Int64, strict=False)).alias("wrong"),
-                    pl.when(pl.col("old")).then(flag.cast(pl.Float64, strict=False)).alias("error"),
+                    pl.when(pl.col("old")).then(number(flag)).alias("error"),
                 )
             )
     return pl.concat(frames) if frames else pl.DataFrame()
