@@ -19,6 +19,7 @@ from tracelens.ingest.ds_assemble import flatten, render
 
 FORMAT = "ds_config"
 PRIORITY = 50  # before the text-log catch-all; JSON that names DeepSpeed's own sections
+READS_LINES = False  # the whole file at once, not through the line reader
 MARKERS = (
     b'"zero_optimization"',
     b'"train_micro_batch_size_per_gpu"',

@@ -106,10 +106,20 @@ def _csv_lines(block: bytes) -> pl.Series | None:
     return lines if lines.len() == block.count(b"\n") + 1 else None
 
 
+def _cut_long(lines: pl.Series) -> pl.Series:
+    """Lines longer than MAX_LINE_BYTES as their head (`long_lines` finds them for the account)."""
+    long = (lines.str.len_bytes() > MAX_LINE_BYTES).arg_true()
+    if not long.len():
+        return lines
+    heads = [text.encode()[:MAX_LINE_BYTES].decode("utf-8", errors="ignore") for text in lines.gather(long)]
+    return lines.scatter(long, heads)
+
+
 def _frame(block: bytes, first_line: int) -> pl.DataFrame:
     lines = _csv_lines(block)
     if lines is None:
         lines = _split_lines(block)
+    lines = _cut_long(lines)
     lines = unpaste(lines)  # a log pasted from a tracker or chat, put back as printed
     return pl.DataFrame(
         {"line": pl.int_range(first_line, first_line + lines.len(), dtype=pl.Int64, eager=True), "text": lines}
@@ -174,3 +184,36 @@ def read_span(path: Path, offset: int, length: int, first_line: int) -> pl.DataF
     with path.open("rb") as fh:
         fh.seek(offset)
         return _frame(fh.read(length), first_line)
+
+
+def long_lines(path: Path, max_line: int = MAX_LINE_BYTES, block_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
+    """(line number, length in bytes) of each line of the file longer than `max_line`: the lines the
+    reader keeps only the head of. One pass, in steps of about `max_line` bytes: the last newline
+    within `max_line` bytes of a line's start ends every line before it short enough, and no
+    newline there makes the line a long one."""
+    found: list[tuple[int, int]] = []
+    line, start, long_from = 1, 0, None  # the current line, where it starts, and since when it is known long
+    with path.open("rb") as fh:
+        while block := fh.read(block_bytes):
+            base, i = fh.tell() - len(block), 0
+            while i < len(block):
+                if long_from is not None:
+                    end = block.find(b"\n", i)
+                    if end < 0:
+                        break
+                    found.append((line, base + end - start))
+                    line, start, long_from, i = line + 1, base + end + 1, None, end + 1
+                    continue
+                window_end = start + max_line + 1 - base  # a newline before it ends the line short enough
+                last = block.rfind(b"\n", i, min(window_end, len(block)))
+                if last >= 0:
+                    line += block.count(b"\n", i, last + 1)
+                    start, i = base + last + 1, last + 1
+                elif window_end <= len(block):
+                    long_from, i = start, window_end
+                else:
+                    break
+    size = path.stat().st_size
+    if long_from is not None or size - start > max_line:
+        found.append((line, size - start))
+    return found
