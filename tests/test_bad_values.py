@@ -304,3 +304,21 @@ def test_a_long_stack_frame_line_in_analyzer_text_costs_no_more_than_its_bytes(t
     assert elapsed < 5
     (frames,) = result.tables["fr_entries"]["frames"].to_list()
     assert [f["line"] for f in frames] == [3245, 3245]
+
+
+def test_a_pcap_record_claiming_2_31_bytes_is_named_as_such_not_a_byte_order_mismatch(tmp_path: Path):
+    """Fuzz find: snaplen 0xFFFFFFFF and a first caplen of 2^31 were blamed on the byte order (2^31
+    read the other way round is 128). The header's own version says its order is right."""
+    import struct
+
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 0xFFFFFFFF, 1)
+    path = tmp_path / "cap.pcap"
+    path.write_bytes(header + struct.pack("<IIII", 1, 0, 2**31, 2**31) + b"\0" * 64)
+    (error,) = ingest_file(
+        InputFile(path=path, name="cap.pcap", format="pcap", size=path.stat().st_size)
+    ).account.errors
+    assert "claims 2,147,483,648 captured bytes" in error and "byte order" not in error
+    rewritten = tmp_path / "swapped.pcap"  # the magic rewritten big-endian, the records still little-endian
+    rewritten.write_bytes(struct.pack(">I", 0xA1B2C3D4) + header[4:] + struct.pack("<IIII", 1, 0, 60, 60) + b"\0" * 60)
+    errors = ingest_file(InputFile(path=rewritten, name="s.pcap", format="pcap", size=140)).account.errors
+    assert "byte order does not match" in errors[0]
