@@ -45,8 +45,8 @@ class Account:
 
     lines: int = 0  # lines (or packets) read
     parsed: int = 0  # classified into a specific kind
-    ignored: int = 0  # known but irrelevant (blank, application output, noise)
-    unrecognized: int = 0  # looked like a record of a known format, but no kind matched
+    ignored: int = 0  # known but irrelevant: blank, or recognised by a parser as noise
+    unrecognized: int = 0  # read but not understood: no kind of a known format matched, or no parser claimed it
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was read in part (lines cut to their head)
     samples: list[tuple[int, str]] = field(default_factory=list)  # (line, text) of unrecognized

@@ -3,7 +3,7 @@
 The default report has one block per collective that did not match on every rank
 (torch/distributed/flight_recorder/components/utils.py, EntryState.log):
 
-    Not all ranks joining collective, sequence number: 6     (2.6+; 2.5: `... collective 6 at entry 4`)
+    Not all ranks joining collective, sequence number: 6     (2.6+, also with `:` for `,`; 2.5: `... collective 6 at entry 4`)
     Input/output mismatch in the collective sequence number: 6
     Collective sequence number: 6 has errors
     internal record id: 29
@@ -43,7 +43,7 @@ FORMAT = "fr_analyzer"
 PRIORITY = 6
 
 _BLOCK = re.compile(
-    r"^(?:Not all ranks joining collective(?:, sequence number:)? (?P<a>\d+)(?: at entry (?P<entry>\d+))?"
+    r"^(?:Not all ranks joining collective(?:[,:] sequence number:)? (?P<a>\d+)(?: at entry (?P<entry>\d+))?"
     r"|Input/output mismatch in the collective sequence number: (?P<b>\d+)"
     r"|Collective sequence number: (?P<c>\d+) has errors"
     r"|Collective (?P<d>\d+) at entry (?P<entry2>\d+) has errors)\s*$"
@@ -271,7 +271,11 @@ def ingest(source: InputFile) -> IngestResult:
         i += 1
     result.account.lines = len(lines)
     result.account.parsed = len(parsed)
-    result.account.ignored = len(lines) - len(parsed)
+    unread = [(n, t) for i, (n, t) in enumerate(lines) if i not in parsed]
+    blank = sum(1 for _, t in unread if not t.strip())
+    result.account.ignored = blank
+    result.account.unrecognized = len(unread) - blank
+    result.account.add_samples([(n, t) for n, t in unread if t.strip()])
     frame_type = pl.List(pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64}))
     if reader.entries:
         result.add(

@@ -69,10 +69,10 @@ def account(lines: pl.DataFrame, status: pl.Series) -> Account:
     status = pl.select(
         pl.when(status.is_null() & comment).then(pl.lit(IGNORED, pl.UInt8)).otherwise(status)
     ).to_series()
-    status = status.fill_null(UNRECOGNIZED)
+    status = status.fill_null(UNRECOGNIZED).replace(NOT_MINE, UNRECOGNIZED)
     counts = dict(zip(*status.value_counts().to_dict(as_series=False).values()))
     acc.parsed = counts.get(PARSED, 0)
-    acc.ignored = counts.get(IGNORED, 0) + counts.get(NOT_MINE, 0)
+    acc.ignored = counts.get(IGNORED, 0)
     acc.unrecognized = counts.get(UNRECOGNIZED, 0)
     if acc.unrecognized:
         bad = lines.filter(status == UNRECOGNIZED).head(20)

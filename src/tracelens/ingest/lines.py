@@ -39,6 +39,20 @@ def strongest_claim(claims: list[pl.Series]) -> pl.Series:
     return frame.select(pl.max_horizontal(pl.all()).fill_null(NOT_MINE)).to_series()
 
 
+def settled(status: pl.Expr, text: pl.Expr) -> pl.Expr:
+    """A line's status as the account counts it: a line no parser claimed is unrecognised, unless it
+    is blank (known to hold nothing). Known but irrelevant is only what a parser recognised as such."""
+    unclaimed = status.fill_null(NOT_MINE) == NOT_MINE
+    blank = text.str.strip_chars() == ""
+    return (
+        pl.when(unclaimed & blank)
+        .then(pl.lit(IGNORED, pl.UInt8))
+        .when(unclaimed)
+        .then(pl.lit(UNRECOGNIZED, pl.UInt8))
+        .otherwise(status.cast(pl.UInt8))
+    )
+
+
 def byte_slice(text: pl.Expr, start: pl.Expr | int, length: pl.Expr | int | None = None) -> pl.Expr:
     """Slice of `text` by byte offsets, as `str.find` returns them. `str.slice` and `str.head`
     count characters, which differ from bytes once non-ASCII text (a tqdm bar, an accented
