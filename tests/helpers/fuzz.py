@@ -305,8 +305,8 @@ def check_run(analysis, files: dict[str, bytes], html: str, as_json: dict) -> li
             want = expected_lines(files[row["file"]])
             if row["lines"] != want:
                 problems.append(f"{row['file']}: {row['lines']} lines read, the file has {want}")
-            if row["lines"] != row["parsed"] + row["ignored"] + row["unrecognized"]:
-                problems.append(f"{row['file']}: lines not all accounted for: {row}")
+        if row["lines"] != row["parsed"] + row["ignored"] + row["unrecognized"]:
+            problems.append(f"{row['file']}: lines not all accounted for: {row}")
     problems += [f"HTML: {p}" for p in html_problems(html)[:3]]
     terminal = io.StringIO()
     print_summary(Console(file=terminal, width=120), analysis, [], verbose=True)
