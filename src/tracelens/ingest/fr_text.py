@@ -3,7 +3,7 @@
 The default report has one block per collective that did not match on every rank
 (torch/distributed/flight_recorder/components/utils.py, EntryState.log):
 
-    Not all ranks joining collective, sequence number: 6     (2.6+, also with `:` for `,`; 2.5: `... collective 6 at entry 4`)
+    Not all ranks joining collective, sequence number: 6     (2.6+, also `collective:`; 2.5: `... 6 at entry 4`)
     Input/output mismatch in the collective sequence number: 6
     Collective sequence number: 6 has errors
     internal record id: 29

@@ -42,10 +42,11 @@ _SNIFF = LineStart(
     rb"(?:[a-z]+\s*:[a-z]+\s*: )?(?:\[\s*\+?\d+\.\d{6}\] |\[\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\] |"
     rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[,.]\d{6}[+-]\d\d:\d\d |"
     rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: "
-    rb"|-- (?:Logs begin|Journal begins|Boot [0-9a-f]))"
+    rb"|-- (?:Logs begin|Journal begins|Boot [0-9a-f]|No entries --)|No journal files were found\.)"
 )
 _JOURNAL_BANNER = (
     r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot) .*--?\s*$|^-- No entries --$"
+    r"|^No journal files were found\.$"
 )
 
 _DEVICE_TAG = (

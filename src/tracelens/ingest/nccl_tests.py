@@ -22,7 +22,7 @@ from tracelens.tables import PROVENANCE_COLUMNS
 PREFIX = r"^(?P<prefix>(?:\[\d+,\d+\]<std(?:out|err)>:|[\w.-]+: )?)"
 _ROW = PREFIX + r"\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<dtype>[a-z][a-z0-9_]*)\s+(?P<rest>(?:\S+\s+){7,9}\S+)\s*$"
 _HEADER = PREFIX + (
-    r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:size|\(B\)|out-of-place)\b| Out of bounds values"
+    r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:(?:size|out-of-place)\b|\(B\))| Out of bounds values"
     r"| Avg bus bandwidth"
     r"| nccl-tests version| Collective test (?:starting|concluded)| Rank lists? (?:trimmed|shortened)|\s+\.\.\.)"
 )
