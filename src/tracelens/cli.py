@@ -157,10 +157,11 @@ class _Stop:
     Python runs a signal handler only between bytecodes of the main thread, so a kill arriving
     during a long polars computation would wait for it, and unwinding waits for the worker pools.
     A watcher thread reads the signal from the wakeup fd as it arrives: past GRACE seconds it
-    removes the run's temporary folder (every temporary file of the run is in it, workers'
-    included) and ends the process with 128+N."""
+    removes the run's temporary folder (the run's temporary files are all made in it: the
+    extraction folder, spilled tables, a capture's packets) and ends the process with 128+N."""
 
     GRACE = 3.0
+    ENDING = (signal.SIGTERM, signal.SIGINT)
 
     def __init__(self) -> None:
         self.signum: int | None = None
@@ -175,9 +176,12 @@ class _Stop:
         return signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
 
     def _watch(self) -> None:
-        byte = os.read(self._read, 1)
-        if not byte or not byte[0]:  # the run ended first
-            return
+        while True:
+            byte = os.read(self._read, 1)
+            if not byte or not byte[0]:  # the run ended first
+                return
+            if byte[0] in self.ENDING:  # another signal with a Python handler is none of ours
+                break
         self.signum = byte[0]
         if not self._unwound.wait(self.GRACE):
             self.remove_folder()
@@ -248,19 +252,13 @@ def _signals_end_the_run() -> Iterator[_Stop | None]:
         yield None
         return
     stop = _Stop()
-    handled = (signal.SIGTERM, signal.SIGINT)
-    previous = {s: signal.signal(s, stop.handler) for s in handled}
+    previous = {s: signal.signal(s, stop.handler) for s in _Stop.ENDING}
     previous_fd = stop.start()
-    saved_tempdir, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
-    tempfile.tempdir = os.environ["TMPDIR"] = str(stop.folder)  # worker processes inherit it
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(stop.folder)
     try:
         yield stop
     finally:
         tempfile.tempdir = saved_tempdir
-        if saved_env is None:
-            os.environ.pop("TMPDIR", None)
-        else:
-            os.environ["TMPDIR"] = saved_env
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         signal.set_wakeup_fd(previous_fd)
