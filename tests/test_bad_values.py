@@ -4,6 +4,7 @@ met with a null, an unrecognised line or a one-line error, and the rest of the r
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from tracelens.analyze import analyze
 from tracelens.derived.steps import ratio_of_medians
 from tracelens.findings import Evidence
 from tracelens.ingest import InputFile, ingest_file, sniff_format
-from tracelens.ingest.lines import read_chunks
+from tracelens.ingest.lines import long_lines, read_chunks
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
 
@@ -174,8 +175,11 @@ def test_a_200_mb_line_without_newline_is_read_as_one_bounded_line(tmp_path: Pat
     chunks = list(read_chunks(path, chunk_bytes=8 << 20))
     texts = pl.concat(chunks)["text"]
     assert texts.len() == 2 and len(texts[1]) == 1 << 20  # one line, its first MiB
-    result = ingest_file(InputFile(path=path, name="huge.log", format="log"))
+    result = ingest_file(InputFile(path=path, name="huge.log", format="log", size=path.stat().st_size))
     assert result.account.lines == 2
+    assert result.account.notes == [
+        "1 line longer than 1 MiB, read as its first MiB: line 2 (209,715,200 bytes)"
+    ]  # the cut is said, not silent
     for _, text in result.account.samples:
         assert len(text) < 1000
     assert len(Evidence("f", 1, "y" * 10_000_000).text) < 3000
@@ -186,3 +190,135 @@ def test_an_over_long_line_followed_by_more_lines_keeps_the_count(tmp_path: Path
     path.write_bytes(b"a\n" + b"z" * (3 << 20) + b"\nb\nc")
     texts = pl.concat(list(read_chunks(path, chunk_bytes=1 << 20)))["text"].to_list()
     assert [t[:1] for t in texts] == ["a", "z", "b", "c"] and len(texts[1]) == 1 << 20
+
+
+DS_STEP = (
+    "[2024-05-01 10:00:{s:02d},000] [INFO] [logging.py:96:log_dist] [Rank 0] "
+    "step={step}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+)
+DS_TIMERS = "[Rank 0] time (ms) | fwd: {fwd} | bwd: 240.10 | bwd_inner: 200.00 | bwd_allreduce: 40.10 | step: 30.00"
+DS_THROUGHPUT = (
+    "[2024-05-01 10:00:{s:02d},001] [INFO] [timer.py:260:stop] epoch=0/micro_step={step}/global_step={step}, "
+    "RunningAvgSamplesPerSec=120.5, CurrSamplesPerSec={curr}, MemAllocated=4.1GB, MaxMemAllocated=6.2GB"
+)
+
+
+@pytest.mark.parametrize("value", ["1e309", "99999999999999999999", "-1e400", "nan"])
+def test_a_deepspeed_value_out_of_range_is_a_bad_value_of_its_line(tmp_path: Path, value: str):
+    """Fuzz find: a timer of 1e309 or 20 digits failed the step-start derivation (f64 to i64), a
+    throughput of infinity the chart's axis (exit 3). Such a value is its line's fault: the line is
+    unrecognised and shown, its row left out, the rest read."""
+    lines = []
+    for i in range(12):
+        bad = i == 6
+        lines += [
+            DS_STEP.format(s=i, step=i + 1),
+            DS_TIMERS.format(fwd=value if bad else "120.50"),
+            DS_THROUGHPUT.format(s=i, step=i + 1, curr=value if bad else f"{120 + i}.0"),
+        ]
+    analysis = _run(tmp_path, {"node01/train.log": "\n".join(lines) + "\n"})
+    row = _input(analysis, "node01/train.log")
+    assert (row["lines"], row["unrecognized"], row["parsed"]) == (36, 2, 34) and not row["errors"]
+    assert sorted(s["line"] for s in row["samples"]) == [20, 21]
+    steps = analysis.tables["steps"]
+    for column in ("fwd_ms", "samples_per_sec"):
+        values = steps[column].drop_nulls()
+        assert values.len() > 0 and values.is_finite().all() and values.abs().max() < 1e6, column
+
+
+def test_a_chart_axis_over_infinite_or_huge_values_still_has_ticks():
+    from tracelens.report.svg import Scale
+
+    for lo, hi in ((0.0, float("inf")), (-1e308, 1e308), (float("nan"), 1.0)):
+        ticks = Scale(lo, hi, 0, 100, zero=True).ticks(4)
+        assert ticks and all(math.isfinite(t) for t, _ in ticks)
+
+
+def test_long_lines_are_found_in_one_pass_whatever_the_block_size(tmp_path: Path):
+    path = tmp_path / "mixed.log"
+    lengths = [0, 3, 10, 11, 40, 2, 10, 25, 1, 12]
+    path.write_bytes(b"\n".join(b"x" * n for n in lengths))  # no newline after the last
+    want = [(i + 1, n) for i, n in enumerate(lengths) if n > 10]
+    for block in (1, 3, 7, 11, 64, 1 << 20):
+        assert long_lines(path, max_line=10, block_bytes=block) == want, block
+
+
+def test_a_line_over_a_mib_inside_a_block_is_cut_to_its_head_and_noted(tmp_path: Path):
+    path = tmp_path / "nccl.log"
+    head = b"node01:100:100 [0] NCCL INFO Using network IB\n"
+    path.write_bytes(head + b"y" * (5 << 20) + b"\n" + head)
+    texts = pl.concat(list(read_chunks(path)))["text"]
+    assert [len(t) for t in texts.to_list()] == [len(head) - 1, 1 << 20, len(head) - 1]
+    result = ingest_file(InputFile(path=path, name="nccl.log", format="log", size=path.stat().st_size))
+    assert (result.account.lines, result.account.parsed) == (3, 2)
+    assert result.account.notes and "line 2 (5,242,880 bytes)" in result.account.notes[0]
+
+
+def _ingest_timed(path: Path, data: bytes) -> tuple[float, object]:
+    path.write_bytes(data)
+    started = time.perf_counter()
+    result = ingest_file(InputFile(path=path, name=path.name, format=sniff_format(data[:65536]), size=len(data)))
+    return time.perf_counter() - started, result
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"x" * (100 << 10),
+        b"\x00" * (1 << 20),
+        b"/sys/class/infiniband/mlx5_0/ports/1/hw_counters/" + b"a" * (100 << 10),
+    ],
+)
+def test_one_long_line_in_a_sysfs_counter_dump_costs_no_more_than_its_bytes(tmp_path: Path, line: bytes):
+    """Fuzz find: a backtracking regex made one 100 KiB line take 70 s (25 KiB: 5 s)."""
+    dump = b"".join(
+        b"/sys/class/infiniband/mlx5_0/ports/1/counters/%s:%d\n" % (n, i)
+        for i, n in enumerate([b"symbol_error", b"link_downed", b"port_xmit_data"])
+    )
+    elapsed, result = _ingest_timed(tmp_path / "sysfs.txt", dump + line + b"\n" + dump)
+    assert elapsed < 5 and result.account.parsed == 6 and result.account.unrecognized == 1
+
+
+def test_one_long_line_in_an_nvidia_smi_csv_loop_costs_no_more_than_its_bytes(tmp_path: Path):
+    """Fuzz find: one 5 MiB line in a query loop took 116 s and 4.9 GB (Earley over the whole line)."""
+    header = b"index, utilization.gpu [%], power.draw [W], clocks.current.sm [MHz]\n"
+    row = b"0, 26 %, 83.92 W, 1320 MHz\n"
+    elapsed, result = _ingest_timed(
+        tmp_path / "smi.csv", header + row * 5 + (row[:-1] + b" ") * (200_000) + b"\n" + row * 5
+    )
+    assert elapsed < 20 and result.account.parsed == 11 and result.account.unrecognized == 1
+    assert result.tables["gpu_samples"].height == 10
+
+
+def test_a_long_stack_frame_line_in_analyzer_text_costs_no_more_than_its_bytes(tmp_path: Path):
+    frame = b" all_reduce at /venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3245"
+    text = (
+        b"Not all ranks joining collective, sequence number: 6\ngroup info: 0:default_pg\ncollective: nccl:all_reduce\n"
+        b"missing ranks: {1}\nexpected ranks: {0, 1}\ncollective state: scheduled\ncollective stack trace:\n"
+        + frame * 700
+        + b"\n"
+        + frame
+        + b"\n"
+    )
+    elapsed, result = _ingest_timed(tmp_path / "frtrace.txt", text)
+    assert elapsed < 5
+    (frames,) = result.tables["fr_entries"]["frames"].to_list()
+    assert [f["line"] for f in frames] == [3245, 3245]
+
+
+def test_a_pcap_record_claiming_2_31_bytes_is_named_as_such_not_a_byte_order_mismatch(tmp_path: Path):
+    """Fuzz find: snaplen 0xFFFFFFFF and a first caplen of 2^31 were blamed on the byte order (2^31
+    read the other way round is 128). The header's own version says its order is right."""
+    import struct
+
+    header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 0xFFFFFFFF, 1)
+    path = tmp_path / "cap.pcap"
+    path.write_bytes(header + struct.pack("<IIII", 1, 0, 2**31, 2**31) + b"\0" * 64)
+    (error,) = ingest_file(
+        InputFile(path=path, name="cap.pcap", format="pcap", size=path.stat().st_size)
+    ).account.errors
+    assert "claims 2,147,483,648 captured bytes" in error and "byte order" not in error
+    rewritten = tmp_path / "swapped.pcap"  # the magic rewritten big-endian, the records still little-endian
+    rewritten.write_bytes(struct.pack(">I", 0xA1B2C3D4) + header[4:] + struct.pack("<IIII", 1, 0, 60, 60) + b"\0" * 60)
+    errors = ingest_file(InputFile(path=rewritten, name="s.pcap", format="pcap", size=140)).account.errors
+    assert "byte order does not match" in errors[0]

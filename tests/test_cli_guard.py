@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 from typer.testing import CliRunner
 
@@ -92,20 +94,107 @@ def test_tables_refuses_a_file_as_output_folder_and_exits_2_on_an_empty_folder(t
     assert empty.exit_code == 2 and "Nothing readable" in _no_traceback(empty)
 
 
-def test_an_unexpected_error_exits_3_with_one_line_and_the_traceback_file(run: Path, tmp_path: Path, monkeypatch):
+class PanicException(BaseException):
+    """What polars raises when its Rust code panics (memory running out in a callback): a BaseException."""
+
+
+@pytest.mark.parametrize(
+    "error", [KeyError("something internal\nsecond line"), PanicException("called `Result::unwrap()`: out of memory")]
+)
+def test_an_unexpected_error_of_any_type_exits_3_with_one_line_and_the_traceback_file(
+    run: Path, tmp_path: Path, monkeypatch, error: BaseException
+):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
     def broken(*args, **kwargs):
-        raise KeyError("something internal\nsecond line")
+        raise error
 
     monkeypatch.setattr(cli, "analyze", broken)
     result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
     assert result.exit_code == INTERNAL_ERROR != 1
     output = _no_traceback(result)
     (line,) = [text for text in output.splitlines() if "internal error" in text]
-    where = Path(line.rsplit(" ", 1)[-1].rstrip(")"))
-    assert where.is_file() and "KeyError" in where.read_text() and "Traceback" in where.read_text()
+    assert f"internal error: {type(error).__name__}: " in line and "crash reports are kept there" in line
+    where = Path(line.split("traceback written to ", 1)[1].split(" ", 1)[0])
+    assert where.parent == tmp_path / "cache" / "tracelens" and where.is_file()
+    assert type(error).__name__ in where.read_text() and "Traceback" in where.read_text()
     assert where.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_no_crash_report_writes_no_traceback_file_and_says_so(run: Path, tmp_path: Path, monkeypatch, how: str):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))  # where a crash file would go without a cache
+    (tmp_path / "tmp").mkdir()
+
+    def broken(*args, **kwargs):
+        raise KeyError("internal")
+
+    monkeypatch.setattr(cli, "analyze", broken)
+    argv = ["analyze", str(run), "-o", str(tmp_path / "r.html")]
+    if how == "option":
+        argv.append("--no-crash-report")
+    else:
+        monkeypatch.setenv("TRACELENS_NO_CRASH_REPORT", "1")
+    result = runner.invoke(app, argv)
+    assert result.exit_code == INTERNAL_ERROR
+    assert "no traceback written" in _no_traceback(result)
+    assert not list(tmp_path.rglob("crash-*")) and not list(tmp_path.rglob("tracelens-crash-*"))
+
+
+def test_a_kill_inside_a_polars_callback_ends_the_run_with_the_signals_status(run: Path, tmp_path: Path, monkeypatch):
+    """polars raises an exception from a callback again with its own text appended to the arguments:
+    the status comes from the signal received, not from the exception."""
+
+    def killed_in_callback(*args, **kwargs):
+        def udf(value: int) -> int:
+            if value == 3:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)  # the handler raises here
+            return value
+
+        pl.DataFrame({"a": list(range(10))}).select(pl.col("a").map_elements(udf, return_dtype=pl.Int64))
+
+    monkeypatch.setattr(cli, "analyze", killed_in_callback)
+    started = time.monotonic()
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
+    assert result.exit_code == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in _no_traceback(result) and time.monotonic() - started < 5
+
+
+WONT_STOP = """
+import sys, time, typer
+from tracelens.cli import _guarded
+app = typer.Typer()
+
+@app.command()
+@_guarded
+def main() -> None:
+    import tempfile
+    open(tempfile.mkstemp()[1], "w").write("x")
+    print("ready", flush=True)
+    try:
+        time.sleep(60)
+    except BaseException:  # swallowed, as code the signal interrupts may do
+        time.sleep(60)
+
+app()
+"""
+
+
+def test_a_run_that_does_not_unwind_is_ended_promptly_and_its_files_removed(tmp_path: Path):
+    (tmp_path / "tmp").mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WONT_STOP], env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM and time.monotonic() - sent < cli._Stop.GRACE + 3
+    assert "stopped by SIGTERM" in err and "Traceback" not in err
+    assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_a_target_in_a_folder_the_user_cannot_enter_is_a_usage_error(tmp_path: Path, monkeypatch):
@@ -153,7 +242,7 @@ def test_sigterm_and_sigint_remove_the_private_extraction_folder(tmp_path: Path)
             env={**os.environ, "TMPDIR": str(tmp)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         deadline = time.monotonic() + 60
-        while not list(tmp.glob("tracelens-*/x1/*")) and time.monotonic() < deadline:
+        while not list(tmp.glob("tracelens-*/**/x1/*")) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert list(tmp.glob("tracelens-*")), "the run never started extracting"
         proc.send_signal(sig)

@@ -190,3 +190,47 @@ def test_a_fifo_given_as_target_is_not_opened(tmp_path: Path):
     os.mkfifo(tmp_path / "pipe")
     found = discover(tmp_path / "pipe", tmp_path / "w")
     assert "a FIFO" in _errors(found)["pipe"]
+
+
+def _written(work: Path) -> int:
+    return sum(p.stat().st_size for p in work.rglob("*") if p.is_file())
+
+
+def test_a_zip_of_many_members_each_under_the_member_ratio_is_refused_before_writing(tmp_path: Path):
+    """Fuzz find: 1,024 members of 10 MiB in a 13 MB zip wrote 10 GB (the member check starts at
+    64 MiB). Scaled down: 64 members of 1 MiB zeros, the member check from 4 MiB."""
+    path = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for i in range(64):
+            zf.writestr(f"m{i:02}.log", b"\0" * (1 << 20))
+    work = tmp_path / "w"
+    found = discover(path, work, Limits(ratio_after=4 << 20))
+    error = _errors(found)["bomb.zip"]
+    assert error.startswith("not extracted:") and "overall expansion ratio cap" in error and "64 MiB" in error
+    assert _readable(found) == [] and _written(work) == 0
+    _no_private_path(found, work)
+
+
+def test_a_compressed_tar_of_many_members_stops_once_it_expands_past_the_ratio(tmp_path: Path):
+    path = tmp_path / "bomb.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for i in range(64):
+            info = tarfile.TarInfo(f"m{i:02}.log")
+            info.size = 1 << 20
+            tar.addfile(info, io.BytesIO(b"\0" * info.size))
+    work = tmp_path / "w"
+    found = discover(path, work, Limits(ratio_after=4 << 20))
+    error = _errors(found)["bomb.tar.gz"]
+    assert error.startswith("extraction stopped:") and "overall expansion ratio cap" in error
+    assert _written(work) <= 250 * path.stat().st_size < 32 << 20  # stopped at the cap, not after all 64 MiB
+
+
+def test_a_member_larger_than_the_size_left_is_refused_before_it_is_written(tmp_path: Path):
+    path = tmp_path / "big.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        zf.writestr("a.log", LINE)
+        zf.writestr("b.log", os.urandom(600_000))
+    work = tmp_path / "w"
+    found = discover(path, work, Limits(total_bytes=500_000))
+    assert _readable(found) == ["big.zip!a.log"] and "total size cap" in _errors(found)["big.zip"]
+    assert _written(work) == len(LINE)

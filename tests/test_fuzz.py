@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,19 @@ def test_mutated_inputs_never_crash_and_every_line_is_accounted_for(tmp_path: Pa
     analysis = analyze(tmp_path / "run")
     problems = fuzz.check_run(analysis, files, render(analysis), to_json(analysis))
     assert not problems, f"seed {SEED} batch {batch}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("name, data", fuzz.hostile(), ids=lambda v: Path(v).name if isinstance(v, str) else "")
+def test_each_hostile_seed_is_read_whole_and_fast(tmp_path: Path, name: str, data: bytes):
+    """The seeds an outside campaign broke tracelens with (exit 3, quadratic lines, escapes, a bomb),
+    each as it is; mutated, they are in every batch's pool too."""
+    rel = Path(name).name
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / rel).write_bytes(data)
+    started = time.perf_counter()
+    analysis = analyze(tmp_path / "run")
+    problems = fuzz.check_run(analysis, {rel: data}, render(analysis), to_json(analysis))
+    assert not problems and time.perf_counter() - started < 60
 
 
 def _fr_entry(seq: int, **values) -> dict:

@@ -89,13 +89,18 @@ def test_every_host_corpus_file_is_expected():
         assert [k for k in EXPECTED if path.name.startswith(k)], f"{path.name} has no expectation"
 
 
+# Lines of other programs around the tool's output (ssh's host-key warnings, kubectl, a job script's
+# echo, an empty line behind an MPI tag): no parser reads them, so they are unrecognised.
+FOREIGN_LINES = {"eksblueprints_efa_allreduce": 3, "ocihpcoke_allreduce_2x8A100": 3, "ocihpcoke_slurm_allreduce": 5}
+
+
 @pytest.mark.parametrize("part", sorted(EXPECTED))
 def test_corpus_file_is_read_with_no_unrecognized_line(part):
     fmt, result = read(corpus_file(part))
     expected_format, table, rows = EXPECTED[part]
     assert fmt == expected_format
     assert result.account.errors == []
-    assert result.account.unrecognized == 0, result.account.samples
+    assert result.account.unrecognized == FOREIGN_LINES.get(part, 0), result.account.samples
     assert result.account.parsed > 0
     if table:
         assert result.tables[table].height == rows
@@ -327,6 +332,9 @@ REAL = REPO / "lab" / "host-evidence" / "out"
 @pytest.mark.parametrize("path", sorted(REAL.glob("*.txt")), ids=lambda p: p.name)
 def test_real_listings_from_this_machine(path):
     fmt, result = read(path)
+    if path.name.endswith("-ethtool.txt"):  # `ethtool IFACE` (link settings) is no format tracelens reads
+        assert fmt == "log" and result.account.unrecognized == result.account.lines - result.account.ignored > 0
+        return
     assert result.account.errors == [] and result.account.unrecognized == 0, result.account.samples
     if "ip" in path.name or "ifconfig" in path.name:
         assert fmt == "interfaces"

@@ -193,6 +193,14 @@ def test_version_skew_and_setting_skew():
     assert "NCCL_SOCKET_IFNAME = bond0 / eth0" in findings[1].summary
 
 
+def test_a_setting_set_to_nothing_is_the_empty_value_in_the_skew():
+    """Fuzz find (exit 3): `NCCL_TREE_THRESHOLD set by environment to` with no value left a null
+    that the setting skew's sentence could not join."""
+    tables = healthy(nccl_env=[{"host": "node03", "pid": 31, "name": "NCCL_SOCKET_IFNAME", "value": None}])
+    (finding,) = [f for f in fire(tables, "TL106") if "settings" in f.title]
+    assert "NCCL_SOCKET_IFNAME = (empty) / eth0" in finding.summary
+
+
 def test_ib_completion_errors_grouped_per_host_with_first_real_error():
     err = {"host": "node02", "pid": 21, "kind": "ib_completion", "peer": "10.0.0.1<4242>"}
     tables = healthy(

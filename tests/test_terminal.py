@@ -100,3 +100,36 @@ def test_the_command_prints_the_summary_and_where_everything_went(tmp_path: Path
     assert lines[0].startswith("OK No problem found")
     assert f"Report: {report}" in result.stdout and f"Markdown: {md}" in result.stdout
     assert report.is_file() and md.read_text().startswith("## tracelens: OK: No problem found")
+
+
+# What a hostile input could send a terminal: clear screen, conceal text, a window title, the
+# 8-bit CSI, a right-to-left override that reorders what follows.
+HOSTILE = ["\x1b[2J\x1b[H", "\x1b[8m", "\x1b]0;owned\x07", "\x9b31m", "\u202e", "\r", "\x08"]
+
+
+def test_shown_escapes_every_control_sequence_and_markup():
+    from tracelens.report.terminal import shown
+
+    for seq in HOSTILE:
+        text = shown(f"before {seq} after [bold]x[/]")
+        assert not any(ch in text for ch in "\x1b\x07\x9b\u202e\r\x08"), repr(text)
+        assert text.startswith("before \\") and "\\[bold]" in text
+    assert shown("tab\tstays") == "tab\tstays"
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]])
+def test_control_characters_from_inputs_never_reach_the_terminal(tmp_path: Path, verbose: list[str]):
+    run = tmp_path / "run"
+    (run / "node01").mkdir(parents=True)
+    warn = "node01:100:100 [0] misc/socket.cc:50 NCCL WARN Call to connect failed : {seq}Connection timed out"
+    (run / "node01" / "nccl.log").write_text(
+        "node01:100:100 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>\n"
+        + "\n".join(warn.format(seq=seq) for seq in HOSTILE)
+        + "\n"
+    )
+    (run / "node01" / "evil\x1b]0;owned\x07\x1b[2J.bin").write_bytes(b"\x00" * 5000)
+    result = CliRunner().invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html"), *verbose])
+    assert result.exit_code == 0, result.output
+    printed = result.output
+    assert "evil\\x1b]0;owned\\x07\\x1b[2J.bin" in printed  # the name, shown as its escapes
+    assert not any(ch in printed for ch in "\x1b\x07\x9b\u202e\r\x08"), repr(printed)

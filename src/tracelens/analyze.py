@@ -142,6 +142,7 @@ def _input_row(source: InputFile, acc: Account, hosts: list[str]) -> dict:
         "ignored": acc.ignored,
         "unrecognized": acc.unrecognized,
         "errors": acc.errors,
+        "notes": acc.notes,
         "samples": [{"line": line, "text": text} for line, text in acc.samples],
     }
 

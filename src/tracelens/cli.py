@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -31,6 +34,7 @@ from tracelens import config as config_file
 from tracelens.analyze import Analysis, RuleFailure, aligned_run, analyze
 from tracelens.findings import Severity
 from tracelens.private_cache import cache_dir
+from tracelens.report.terminal import shown
 from tracelens.rules import all_rules
 from tracelens.scaleout import RayUnavailable
 from tracelens.tables import INPUTS
@@ -79,7 +83,7 @@ _RULE_ID = re.compile(r"^TL\d{1,3}$")
 
 
 def _usage_error(message: str) -> typer.Exit:
-    out.print(f"[red]error:[/] {escape(message)}", highlight=False)
+    out.print(f"[red]error:[/] {shown(message)}", highlight=False)
     return typer.Exit(2)
 
 
@@ -162,15 +166,68 @@ def _check_output_folder(path: Path, option: str) -> None:
 
 class _Killed(BaseException):
     """SIGTERM/SIGINT turned into an exception, so every `with` block (the private extraction
-    folder above all) is cleaned up on the way out."""
+    folder above all) is cleaned up on the way out. What ends the run is the signal recorded in
+    _Stop, not this exception's arguments: code it passes through (a polars callback) may raise it
+    again with other ones."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
+
+class _Stop:
+    """The signal that ends the run, and the run's own temporary folder.
+
+    Python runs a signal handler only between bytecodes of the main thread, so a kill arriving
+    during a long polars computation would wait for it, and unwinding waits for the worker pools.
+    A watcher thread reads the signal from the wakeup fd as it arrives: past GRACE seconds it
+    removes the run's temporary folder (the run's temporary files are all made in it: the
+    extraction folder, spilled tables, a capture's packets) and ends the process with 128+N."""
+
+    GRACE = 3.0
+    ENDING = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.folder = Path(tempfile.mkdtemp(prefix="tracelens-"))
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._unwound = threading.Event()
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> int:
+        self._watcher.start()
+        return signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+
+    def _watch(self) -> None:
+        while True:
+            byte = os.read(self._read, 1)
+            if not byte or not byte[0]:  # the run ended first
+                return
+            if byte[0] in self.ENDING:  # another signal with a Python handler is none of ours
+                break
+        self.signum = byte[0]
+        if not self._unwound.wait(self.GRACE):
+            self.remove_folder()
+            os.write(2, f"stopped by {signal.Signals(self.signum).name}; temporary files removed.\n".encode())
+            os._exit(128 + self.signum)
+
+    def handler(self, signum: int, _frame) -> None:
         self.signum = signum
+        raise _Killed(signum)
+
+    def remove_folder(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def close(self) -> None:
+        self._unwound.set()
+        os.write(self._write, b"\0")
+        self._watcher.join()
+        os.close(self._read)
+        os.close(self._write)
+        self.remove_folder()
 
 
-def _raise_killed(signum: int, _frame) -> None:
-    raise _Killed(signum)
+CRASH_REPORT_HELP = (
+    "Write no traceback file when tracelens fails (they go to ~/.cache/tracelens; "
+    "TRACELENS_NO_CRASH_REPORT=1 does the same, for shared machines)."
+)
 
 
 def _crash_report(text: str) -> Path:
@@ -189,46 +246,79 @@ def _crash_report(text: str) -> Path:
     return path
 
 
+def _internal_error(exc: BaseException, trace: str | None) -> typer.Exit:
+    """One line for an unexpected error, and where its traceback was written (`trace`: None when the
+    user asked for no crash report)."""
+    first = (str(exc).splitlines() or [""])[0][:200]
+    if trace is not None:
+        how = (
+            f"please report it with the traceback written to {_crash_report(trace)} "
+            "(crash reports are kept there; --no-crash-report or TRACELENS_NO_CRASH_REPORT=1 writes none)"
+        )
+    else:
+        how = "no traceback written (--no-crash-report or TRACELENS_NO_CRASH_REPORT); run again without it for one"
+    out.print(
+        f"[red]internal error:[/] {type(exc).__name__}: {shown(first)} (a bug in tracelens; {shown(how)})",
+        highlight=False,
+    )
+    return typer.Exit(INTERNAL_ERROR)
+
+
 @contextmanager
-def _signals_end_the_run() -> Iterator[None]:
-    handled = (signal.SIGTERM, signal.SIGINT)
+def _signals_end_the_run() -> Iterator[_Stop | None]:
+    """While the command runs: SIGTERM and SIGINT end it (see _Stop), and temporary files go in the
+    run's own folder. Outside the main thread (tests calling the app from a thread) signals are left alone."""
+    if threading.current_thread() is not threading.main_thread():
+        yield None
+        return
+    stop = _Stop()
+    previous = {s: signal.signal(s, stop.handler) for s in _Stop.ENDING}
+    previous_fd = stop.start()
+    saved_tempdir, tempfile.tempdir = tempfile.tempdir, str(stop.folder)
     try:
-        previous = {s: signal.signal(s, _raise_killed) for s in handled}
-    except ValueError:  # not the main thread (tests calling the app from a thread): leave signals alone
-        previous = {}
-    try:
-        yield
+        yield stop
     finally:
+        tempfile.tempdir = saved_tempdir
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        signal.set_wakeup_fd(previous_fd)
+        stop.close()
 
 
 def _guarded(command: Callable) -> Callable:
-    """Run a command so that no traceback ever reaches the user: a kill cleans up and exits 128+N,
-    an unexpected error prints one line and where its traceback was written, and exits 3."""
+    """Run a command so that no traceback ever reaches the user: a signal cleans up and exits 128+N,
+    anything unexpected (any exception type, a panic in polars' Rust code included) prints one line
+    and where its traceback was written, and exits 3. Adds --no-crash-report to the command."""
 
     @functools.wraps(command)
-    def run(*args, **kwargs):
-        with _signals_end_the_run():
+    def run(*args, no_crash_report: bool = False, **kwargs):
+        with _signals_end_the_run() as stop:
             try:
                 return command(*args, **kwargs)
-            except _Killed as killed:
-                out.print(f"[red]stopped[/] by {signal.Signals(killed.signum).name}; temporary files removed.")
-                raise typer.Exit(128 + killed.signum) from None
             except (typer.Exit, typer.Abort):
                 raise
             except RayUnavailable as exc:
                 raise _usage_error(str(exc)) from None
-            except Exception as exc:
-                where = _crash_report(traceback.format_exc())
-                first = (str(exc).splitlines() or [""])[0][:200]
-                out.print(
-                    f"[red]internal error:[/] {type(exc).__name__}: {escape(first)} (a bug in tracelens; "
-                    f"please report it with the traceback written to {where})",
-                    highlight=False,
-                )
-                raise typer.Exit(INTERNAL_ERROR) from None
+            except BaseException as exc:
+                if stop is not None and stop.signum is not None:
+                    out.print(f"[red]stopped[/] by {signal.Signals(stop.signum).name}; temporary files removed.")
+                    raise typer.Exit(128 + stop.signum) from None
+                if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                    raise
+                failed, trace = exc, traceback.format_exc()
+        report = not no_crash_report and os.environ.get("TRACELENS_NO_CRASH_REPORT", "") in ("", "0")
+        # written here, after the run's temporary folder is gone (a fallback crash file must outlive it)
+        raise _internal_error(failed, trace if report else None) from None
 
+    option = inspect.Parameter(
+        "no_crash_report",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=False,
+        annotation=Annotated[bool, typer.Option("--no-crash-report", help=CRASH_REPORT_HELP)],
+    )
+    signature = inspect.signature(command, eval_str=True)
+    run.__signature__ = signature.replace(parameters=[*signature.parameters.values(), option])  # type: ignore[attr-defined]
+    run.__annotations__ = {**command.__annotations__, "no_crash_report": option.annotation}
     return run
 
 
@@ -379,7 +469,7 @@ def analyze_cmd(
         print_summary(console, analysis, written, verbose=verbose)
         if analysis.comparison:
             console.print(
-                f"[bold]Against {escape(str(baseline))}:[/] {escape(analysis.comparison.verdict)}", highlight=False
+                f"[bold]Against {shown(str(baseline))}:[/] {shown(analysis.comparison.verdict)}", highlight=False
             )
         if not analysis.readable:
             raise typer.Exit(2)
@@ -395,7 +485,7 @@ def _analyze_with_progress(run: Path, closing: ExitStack, **options) -> Analysis
         task = bar.add_task("", total=None)
 
         def step(done: int, total: int, name: str) -> None:
-            bar.update(task, completed=done, total=total, description=name[-60:])
+            bar.update(task, completed=done, total=total, description=shown(name[-60:]))
 
         analysis = analyze(run, progress=step, **options)
     closing.callback(analysis.close)  # its working folder goes when the command is done, not at exit
@@ -441,11 +531,11 @@ def diff_cmd(
         comparison = compare(
             *(_analyze_with_progress(run, analyses, jobs=jobs, tz=tz, config=config) for run in (good, bad))
         )
-        out.print(f"Config: {escape(config.label)}", highlight=False)
-        out.print(f"[bold]{escape(comparison.verdict)}[/]", highlight=False)
+        out.print(f"Config: {shown(config.label)}", highlight=False)
+        out.print(f"[bold]{shown(comparison.verdict)}[/]", highlight=False)
         for i, change in enumerate(comparison.changes[:10], start=1):
             explains = f"  [{change.explains_ms:+,.0f} ms/step]" if change.explains_ms is not None else ""
-            out.print(f"{i:>2}. {escape(change.sentence)}{explains}", highlight=False)
+            out.print(f"{i:>2}. {shown(change.sentence)}{explains}", highlight=False)
         if len(comparison.changes) > 10:
             out.print(f"    ... and {len(comparison.changes) - 10} more in the report")
         write_diff(comparison, report)
@@ -485,21 +575,21 @@ def tables_cmd(
     config = _config(config_path, run)  # its host aliases and zone, as analyze applies them
     with _progress() as bar:
         task = bar.add_task("", total=None)
-        progress = lambda d, t, n: bar.update(task, completed=d, total=t, description=n[-60:])  # noqa: E731
+        progress = lambda d, t, n: bar.update(task, completed=d, total=t, description=shown(n[-60:]))  # noqa: E731
         with aligned_run(run, jobs=jobs, tz=tz, config=config, progress=progress) as (tables, timeline, notes):
             written = tables.write_parquet(output)  # spilled tables streamed from their parts, aligned on the way
     for note in notes + timeline.notes:
-        out.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
+        out.print(f"[yellow]note:[/] {shown(note)}", highlight=False)
     for path in written:
         out.print(f"{path}  ({pl.scan_parquet(path).select(pl.len()).collect().item():,} rows)", highlight=False)
     inputs = tables["inputs"]
     for err in (e for errs in inputs["errors"].to_list() for e in errs or []) if inputs.height else []:
-        out.print(f"[red]error:[/] {escape(err)}", highlight=False)
+        out.print(f"[red]error:[/] {shown(err)}", highlight=False)
     if not inputs.height or not int(inputs["parsed"].sum()):
         why = (
             "no input contained evidence tracelens understands"
             if inputs.height
-            else f"no file found in {escape(str(run))}"
+            else f"no file found in {shown(str(run))}"
         )
         out.print(f"[red]Nothing readable:[/] {why}.")
         raise typer.Exit(2)

@@ -55,7 +55,7 @@ class Limits:
 
     total_bytes: int = 16 * _GIB  # everything extracted from one target
     members: int = 100_000  # archive members, over all archives
-    ratio: int = 250  # expanded/compressed size of a member (or a compressed stream) ...
+    ratio: int = 250  # expanded/compressed size of a member, a compressed stream or a whole archive ...
     ratio_after: int = 64 << 20  # ... once it has expanded past this many bytes
     depth: int = 3  # archives inside archives
 
@@ -173,41 +173,81 @@ def _reason(exc: BaseException) -> str:
 
 
 def _size(n: int) -> str:
-    return f"{n / _GIB:g} GiB" if n >= _GIB else f"{n >> 20} MiB"
+    if n >= _GIB:
+        return f"{n / _GIB:.3g} GiB"
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n:,} bytes"
 
 
 class _Budget:
-    """Bytes and members left to extract from one target, and the expansion ratio checks."""
+    """Bytes and members left to extract from one target, and the expansion ratio checks: of each
+    member, and of each archive over all its members (many members each under the member check)."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
         self.bytes = 0
         self.members = 0
+        self.archive_size = 0  # compressed size of the archive being extracted
+        self.archive_bytes = 0  # and what it expanded to so far
 
-    def member(self) -> None:
+    def member(self, declared: int = 0) -> None:
+        """Count a member before it is written; `declared`: its size, when the archive says it."""
         self.members += 1
         if self.members > self.limits.members:
             raise CapReached(
                 f"more than {self.limits.members:,} archive members (member cap; TRACELENS_MAX_MEMBERS raises it)"
             )
+        if self.bytes + declared > self.limits.total_bytes:
+            raise self._total_cap()
+
+    def _total_cap(self) -> CapReached:
+        return CapReached(
+            f"extracted data passed {_size(self.limits.total_bytes)} "
+            "(total size cap; TRACELENS_MAX_EXTRACT_GB raises it)"
+        )
+
+    def too_expanded(self, expanded: int, compressed: int) -> bool:
+        """Whether `expanded` bytes from `compressed` are past the ratio cap."""
+        return expanded > self.limits.ratio_after and expanded > self.limits.ratio * max(compressed, 1)
+
+    def archive(self, size: int, declared: int = 0) -> None:
+        """Start extracting an archive of `size` bytes; `declared`: what its directory says its
+        members expand to, refused before anything is written when that is past the ratio cap."""
+        self.archive_size, self.archive_bytes = size, 0
+        if self.too_expanded(declared, size):
+            raise CapReached(
+                f"its members would expand to {_size(declared)}, more than {self.limits.ratio}x the archive's "
+                f"{_size(size)} (overall expansion ratio cap, a likely archive bomb)"
+            )
+
+    def member_bomb(self, what: str, declared: int, compressed: int) -> None:
+        """Refuse a member whose declared size is past the ratio cap, before it is written."""
+        if self.too_expanded(declared, compressed):
+            raise _RatioExceeded(self._ratio_message(what, compressed, declared))
+
+    def _ratio_message(self, what: str, compressed: int, written: int) -> str:
+        return (
+            f"{what} expands more than {self.limits.ratio}x its compressed size ({_size(compressed)} -> over "
+            f"{_size(written)}: expansion ratio cap, a likely archive bomb)"
+        )
 
     def copy(self, src: BinaryIO | gzip.GzipFile, out: BinaryIO, compressed: int, what: str) -> None:
-        """Copy a decompressing stream, stopping at the total-size cap or when `what` expands more
-        than the ratio cap over its `compressed` size."""
+        """Copy a decompressing stream, stopping at the total-size cap, when the archive being
+        extracted expands past the ratio cap over its size, or when `what` expands more than the
+        ratio cap over its `compressed` size."""
         written = 0
         while block := src.read(_COPY_BLOCK):
             written += len(block)
             self.bytes += len(block)
+            self.archive_bytes += len(block)
             if self.bytes > self.limits.total_bytes:
+                raise self._total_cap()
+            if self.too_expanded(self.archive_bytes, self.archive_size):
                 raise CapReached(
-                    f"extracted data passed {_size(self.limits.total_bytes)} (total size cap; "
-                    "TRACELENS_MAX_EXTRACT_GB raises it)"
+                    f"it expands more than {self.limits.ratio}x its {_size(self.archive_size)} "
+                    "(overall expansion ratio cap, a likely archive bomb)"
                 )
-            if written > self.limits.ratio_after and written > self.limits.ratio * max(compressed, 1):
-                raise _RatioExceeded(
-                    f"{what} expands more than {self.limits.ratio}x its compressed size ({_size(compressed)} -> over "
-                    f"{_size(written)}: expansion ratio cap, a likely archive bomb)"
-                )
+            if self.too_expanded(written, compressed):
+                raise _RatioExceeded(self._ratio_message(what, compressed, written))
             out.write(block)
 
 
@@ -332,6 +372,7 @@ class _Walker:
     def visit_gzip(self, path: Path, label: str, rel: PurePosixPath, depth: int, size: int) -> None:
         target = self._scratch() / (path.name[:-3] if path.name.endswith(".gz") else path.name + ".out")
         try:
+            self.budget.archive(size)  # no directory: its expansion is checked as it streams
             self.budget.member()
             with gzip.open(path, "rb") as src, target.open("wb") as out:
                 self.budget.copy(src, out, size, label)
@@ -351,22 +392,30 @@ class _Walker:
 
     def visit_archive(self, path: Path, label: str, rel: PurePosixPath, depth: int) -> None:
         dest = self._scratch()
+        before = self.budget.members
         try:
             if zipfile.is_zipfile(path):
                 self._extract_zip(path, label, dest)
             else:
                 self._extract_tar(path, label, dest)
         except CapReached as exc:
-            self.unreadable(label, f"extraction stopped: {exc}; the members before it are read", rel)
+            if self.budget.members == before:
+                self.unreadable(label, f"not extracted: {exc}", rel)
+            else:
+                self.unreadable(label, f"extraction stopped: {exc}; the members before it are read", rel)
         except _MEMBER_ERRORS as exc:
             self.unreadable(label, f"damaged archive, read what could be extracted: {_reason(exc)}", rel)
         self.visit_tree(dest, f"{label}!", rel.parent, depth + 1, follow_links=False)
 
-    def _extract_member(self, label: str, name: str, dest: Path, open_member, compressed: int, mtime: float) -> None:
-        """Extract one member; a damaged one becomes an error and the next member is tried."""
-        self.budget.member()
+    def _extract_member(
+        self, label: str, name: str, dest: Path, open_member, compressed: int, mtime: float, declared: int
+    ) -> None:
+        """Extract one member of `declared` size (as the archive says it); a damaged one, or one
+        past the ratio cap, becomes an error and the next member is tried."""
+        self.budget.member(declared)
         target = None
         try:
+            self.budget.member_bomb(f"member {name!r}", declared, compressed)
             target = _safe_target(dest, name)
             target.parent.mkdir(parents=True, exist_ok=True)
             with open_member() as src, target.open("wb") as out:
@@ -382,6 +431,7 @@ class _Walker:
 
     def _extract_tar(self, archive: Path, label: str, dest: Path) -> None:
         compressed = archive.stat().st_size  # per-member sizes are unknown in a compressed tar: ratio of the whole
+        self.budget.archive(compressed)  # no directory: its expansion is checked as it streams
         with tarfile.open(archive, "r:*") as tar:
             for member in tar:
                 problem = _member_problem(member.name)
@@ -394,22 +444,41 @@ class _Walker:
                     continue
                 if member.isfile():
                     self._extract_member(
-                        label, member.name, dest, lambda m=member: tar.extractfile(m), compressed, _float(member.mtime)
+                        label,
+                        member.name,
+                        dest,
+                        lambda m=member: tar.extractfile(m),
+                        compressed,
+                        _float(member.mtime),
+                        member.size,
                     )
 
     def _extract_zip(self, archive: Path, label: str, dest: Path) -> None:
         with zipfile.ZipFile(archive) as zf:
+            members = []
             for info in zf.infolist():
                 problem = _member_problem(info.filename)
                 if problem is None and stat.S_ISLNK(info.external_attr >> 16):
                     problem = "link (links are not followed)"
                 if problem:
                     self.note(f"{label}: refused member {info.filename!r}: {problem}")
-                    continue
-                if not info.is_dir():
-                    self._extract_member(
-                        label, info.filename, dest, lambda i=info: zf.open(i), info.compress_size, _zip_mtime(info)
-                    )
+                elif not info.is_dir():
+                    members.append(info)
+            # the directory says what every member expands to (zipfile reads no more than that): the
+            # archive is refused before anything is written when, over the members not refused one
+            # by one, it is past the ratio cap
+            declared = sum(i.file_size for i in members if not self.budget.too_expanded(i.file_size, i.compress_size))
+            self.budget.archive(archive.stat().st_size, declared)
+            for info in members:
+                self._extract_member(
+                    label,
+                    info.filename,
+                    dest,
+                    lambda i=info: zf.open(i),
+                    info.compress_size,
+                    _zip_mtime(info),
+                    info.file_size,
+                )
 
     def visit_tree(
         self, root: Path, label_prefix: str, rel_base: PurePosixPath, depth: int, follow_links: bool

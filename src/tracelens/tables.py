@@ -446,6 +446,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("ignored", pa.int64()),
             pa.field("unrecognized", pa.int64()),
             pa.field("errors", pa.list_(pa.string())),
+            pa.field("notes", pa.list_(pa.string())),  # what was read only in part
             pa.field(
                 "samples",
                 pa.list_(pa.struct([pa.field("line", pa.int64()), pa.field("text", pa.string())])),

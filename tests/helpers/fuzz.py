@@ -19,7 +19,10 @@ import zipfile
 from html.parser import HTMLParser
 from pathlib import Path
 
+from rich.console import Console
+
 from tests.helpers import FIXTURES
+from tracelens.report.terminal import print_summary
 
 # Synthetic lines of every text format, the forms people paste included.
 SYNTHETIC = {
@@ -72,6 +75,46 @@ LinkDownedCounter:...............255
 """,
 }
 
+
+def hostile() -> list[tuple[str, bytes]]:
+    """Inputs an outside fuzz campaign broke tracelens with, kept as seeds: numbers out of range,
+    long lines for backtracking regexes and Earley, a run of NUL bytes, terminal escape sequences,
+    a pcap record of 2^31 bytes, a zip of many members each under the member ratio cap."""
+    step = "[2024-05-01 10:00:0{i},000] [INFO] [logging.py:96:log_dist] [Rank 0] step={i}, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]\n"
+    timers = "[Rank 0] time (ms) | fwd: {v} | bwd: 240.10 | bwd_inner: 200.00 | bwd_allreduce: 40.10 | step: 30.00\n"
+    speed = (
+        "[2024-05-01 10:00:0{i},001] [INFO] [timer.py:260:stop] epoch=0/micro_step={i}/global_step={i}, "
+        "RunningAvgSamplesPerSec=120.5, CurrSamplesPerSec={v}, MemAllocated=4.1GB, MaxMemAllocated=6.2GB\n"
+    )
+    values = ["120.5", "1e309", "99999999999999999999", "121.0", "nan", "122.0"]
+    deepspeed = "".join(step.format(i=i) + timers.format(v=v) + speed.format(i=i, v=v) for i, v in enumerate(values))
+    warn = "node01:100:100 [0] misc/socket.cc:50 NCCL WARN Call to connect failed : {}Connection timed out\n"
+    escapes = "".join(warn.format(seq) for seq in ["\x1b[2J\x1b[H", "\x1b[8m", "\x1b]0;owned\x07", "\x9b31m", "\u202e"])
+    sysfs = "".join(f"/sys/class/infiniband/mlx5_0/ports/1/counters/port_xmit_data:{i}\n" for i in range(3))
+    csv = "index, utilization.gpu [%], power.draw [W], clocks.current.sm [MHz]\n" + "0, 26 %, 83.92 W, 1320 MHz\n" * 3
+    nccl = "node01:100:100 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC\n" * 80
+    frame = " all_reduce at /venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:3245"
+    analyzer = (
+        "Not all ranks joining collective: sequence number: 6\ngroup info: 0:default_pg\ncollective: nccl:all_reduce\n"
+        "missing ranks: {1}\nexpected ranks: {0, 1}\ncollective state: scheduled\ncollective stack trace:\n"
+    )
+    pcap = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 0xFFFFFFFF, 1) + struct.pack("<IIII", 1, 0, 2**31, 2**31)
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        for i in range(80):  # 80 MiB declared from about 80 KB: past the overall ratio cap
+            zf.writestr(f"m{i:02}.log", bytes(1 << 20))
+    return [
+        ("hostile/ds-out-of-range.log", deepspeed.encode()),
+        ("hostile/escapes.log", escapes.encode()),
+        ("hostile/sysfs-long-line.txt", (sysfs + "x" * (32 << 10) + "\n" + sysfs).encode()),
+        ("hostile/smi-long-line.csv", (csv + "0, 26 %, 83.92 W, 1320 MHz " * 1200 + "\n" + csv).encode()),
+        ("hostile/nul-run.log", nccl.encode() + bytes(8 << 10) + b"\n" + nccl.encode()),
+        ("hostile/analyzer-long-frame.txt", (analyzer + frame * 300 + "\n" + frame + "\n").encode()),
+        ("hostile/snaplen.pcap", pcap + bytes(64)),
+        ("hostile/many-members.zip", bomb.getvalue()),
+    ]
+
+
 BAD_NUMBERS = [
     "99999999999999999999", "18446744073709551616", "18446744073709551615", "9223372036854775808", "4294967295",
     "-1", "0", "1e400", "-1e400", "NaN", "Infinity", "-Infinity", "00000000000000000000000000000001",
@@ -94,7 +137,7 @@ def sources(limit: int = 0) -> list[tuple[str, bytes]]:
     ]
     if limit:
         found = [(name, trimmed(data, limit)) for name, data in found]
-    return found + [(f"synthetic/{name}", text.encode()) for name, text in SYNTHETIC.items()]
+    return found + [(f"synthetic/{name}", text.encode()) for name, text in SYNTHETIC.items()] + hostile()
 
 
 def trimmed(data: bytes, limit: int) -> bytes:
@@ -105,7 +148,7 @@ def trimmed(data: bytes, limit: int) -> bytes:
     if data[:2] == b"\x1f\x8b":
         inner = gzip.decompress(data)
         return data if len(inner) <= limit else gzip.compress(trimmed(inner, limit), mtime=0)
-    if len(data) <= limit:
+    if len(data) <= limit or data[:4] == b"PK\x03\x04":  # a zip is cut nowhere: its directory is at its end
         return data
     if data[:4] in PCAP_MAGICS:
         end, order = 24, PCAP_MAGICS[data[:4]]
@@ -247,6 +290,9 @@ def expected_lines(data: bytes) -> int:
     return data.count(b"\n") + (0 if data.endswith(b"\n") or not data else 1)
 
 
+TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
 def check_run(analysis, files: dict[str, bytes], html: str, as_json: dict) -> list[str]:
     """Every property a run must keep; returns what broke (empty when all holds)."""
     problems = []
@@ -259,10 +305,14 @@ def check_run(analysis, files: dict[str, bytes], html: str, as_json: dict) -> li
             want = expected_lines(files[row["file"]])
             if row["lines"] != want:
                 problems.append(f"{row['file']}: {row['lines']} lines read, the file has {want}")
-            if row["lines"] != row["parsed"] + row["ignored"] + row["unrecognized"]:
-                problems.append(f"{row['file']}: lines not all accounted for: {row}")
+        if row["lines"] != row["parsed"] + row["ignored"] + row["unrecognized"]:
+            problems.append(f"{row['file']}: lines not all accounted for: {row}")
     problems += [f"rule {f.rule.id} failed: {f.traceback}" for f in analysis.failed]
     problems += [f"HTML: {p}" for p in html_problems(html)[:3]]
+    terminal = io.StringIO()
+    print_summary(Console(file=terminal, width=120), analysis, [], verbose=True)
+    if control := TERMINAL_CONTROL.search(terminal.getvalue()):
+        problems.append(f"terminal: control character {control[0]!r} from the inputs")
     try:
         json.dumps(as_json, allow_nan=False, default=str)
     except ValueError as exc:

@@ -20,7 +20,8 @@ from types import ModuleType
 
 import polars as pl
 
-from tracelens.ingest.lines import CHUNK_BYTES
+from tracelens.ingest.lines import CHUNK_BYTES, MAX_LINE_BYTES, long_lines
+from tracelens.prose import count
 
 SAMPLE_LIMIT = 20
 
@@ -44,9 +45,10 @@ class Account:
 
     lines: int = 0  # lines (or packets) read
     parsed: int = 0  # classified into a specific kind
-    ignored: int = 0  # known but irrelevant (blank, application output, noise)
-    unrecognized: int = 0  # looked like a record of a known format, but no kind matched
+    ignored: int = 0  # known but irrelevant: blank, or recognised by a parser as noise
+    unrecognized: int = 0  # read but not understood: no kind of a known format matched, or no parser claimed it
     errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was read in part (lines cut to their head)
     samples: list[tuple[int, str]] = field(default_factory=list)  # (line, text) of unrecognized
 
     def add_samples(self, rows: list[tuple[int, str]]) -> None:
@@ -176,9 +178,23 @@ def ingest_file(source: InputFile, jobs: int = 1, workers: Executor | None = Non
         return result
     try:
         if getattr(module, "SPLITS", False) and jobs > 1:
-            return module.ingest(source, jobs=jobs, workers=workers)
-        return module.ingest(source)
+            result = module.ingest(source, jobs=jobs, workers=workers)
+        else:
+            result = module.ingest(source)
     except Exception as exc:  # one bad file must not stop the run
         result = IngestResult()
         result.account.errors.append(f"{source.name}: could not be read: {type(exc).__name__}: {exc}")
         return result
+    if getattr(module, "READS_LINES", True) and source.size > MAX_LINE_BYTES:
+        result.account.notes += long_lines_note(source.path)
+    return result
+
+
+def long_lines_note(path: Path) -> list[str]:
+    """The note on the lines the reader cut to their head, if any."""
+    long = long_lines(path)
+    if not long:
+        return []
+    shown = ", ".join(f"line {line:,} ({size:,} bytes)" for line, size in long[:3])
+    more = f" and {len(long) - 3:,} more" if len(long) > 3 else ""
+    return [f"{count(len(long), 'line')} longer than {MAX_LINE_BYTES >> 20} MiB, read as its first MiB: {shown}{more}"]

@@ -36,7 +36,15 @@ import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, ds_assemble
 from tracelens.ingest.ds_grammar import HEADS, SIZE_UNITS, parse_body
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, byte_slice, within_datetime_range
+from tracelens.ingest.lines import (
+    IGNORED,
+    NOT_MINE,
+    PARSED,
+    UNRECOGNIZED,
+    byte_slice,
+    number,
+    within_datetime_range,
+)
 from tracelens.tables import Spill
 
 # ---------------------------------------------------------------- envelope
@@ -277,19 +285,52 @@ def timer_column(name: str) -> str | None:
 
 def msg_bytes(size: pl.Expr, unit: pl.Expr) -> pl.Expr:
     scale = unit.replace_strict(SIZE_UNITS, [float(1024**i) for i in range(len(SIZE_UNITS))], return_dtype=pl.Float64)
-    return (size.cast(pl.Float64, strict=False) * scale).round(0).cast(pl.Int64, strict=False)
+    return (number(size) * scale).round(0).cast(pl.Int64, strict=False)
 
 
-def _num(name: str) -> pl.Expr:
-    return pl.col(name).cast(pl.Float64, strict=False)
+def _int(text: pl.Expr) -> pl.Expr:
+    return text.cast(pl.Int64, strict=False)
 
 
-def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
-    """Fields of the hot `kind` from records (line, host, ts, rank, body) known to match HOT[kind]."""
+def _hot_fields(kind: str) -> dict[str, tuple[pl.Expr, Callable[[pl.Expr], pl.Expr]]]:
+    """The numbers a hot kind's body holds: column -> (its text, how it is read)."""
+    col = pl.col
+    if kind == "progress":
+        return {"step": (col("step"), _int), "skipped": (col("skipped"), _int), "lr": (col("lr"), number)}
+    if kind == "throughput":
+        return {
+            "epoch": (pl.coalesce("epoch", "epoch_v07"), _int),
+            "micro_step": (col("micro_step"), _int),
+            "step": (pl.coalesce("step", "step_v07"), _int),
+            "samples_per_sec": (col("curr"), number),
+            "avg_samples_per_sec": (pl.coalesce("avg", "avg_v06"), number),
+        }
+    if kind == "pipe_step":
+        return {
+            "step": (col("step"), _int),
+            "iter_ms": (col("iter_s"), number),
+            "samples_per_sec": (col("sps"), number),
+        }
+    if kind == "iteration":
+        megatron = {
+            c: (col("body").str.extract(rf"\| *{_escape(label)}: *({N}) *(?:\||$)", 1), number)
+            for c, label in MEGATRON.items()
+        }
+        return {"step": (col("step"), _int), **megatron}
+    return {  # comm_op
+        "latency_ms": (col("latency"), number),
+        "msg_bytes": (col("size"), number),
+        "algbw_gbps": (col("algbw"), number),
+        "busbw_gbps": (col("busbw"), number),
+    }
+
+
+def extract_hot(kind: str, recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
+    """Fields of the hot `kind` from records (line, host, ts, rank, body) known to match HOT[kind], and
+    the lines of records with a bad value (a number out of range): those are left out."""
     if kind == "timers":
         return _timers(recs)
     groups = recs.with_columns(pl.col("body").str.extract_groups(HOT[kind]).alias("g")).unnest("g")
-    body = pl.col("body")
     rank = (
         pl.coalesce(pl.col("rank0").cast(pl.Int64, strict=False), pl.col("rank"))
         if "rank0" in groups.columns
@@ -297,48 +338,24 @@ def extract_hot(kind: str, recs: pl.DataFrame) -> pl.DataFrame:
     )
     base = [pl.col("line"), pl.col("host"), pl.col("ts"), pl.col("ts_text"), rank.alias("rank")]
     if kind != "comm_op":  # the text a step row shows as its evidence
-        base.append(body)
-    if kind == "progress":
-        fields = [
-            pl.col("step").cast(pl.Int64, strict=False),
-            pl.col("skipped").cast(pl.Int64, strict=False),
-            _num("lr").alias("lr"),
-        ]
-    elif kind == "throughput":
-        fields = [
-            pl.coalesce("epoch", "epoch_v07").cast(pl.Int64, strict=False).alias("epoch"),
-            pl.col("micro_step").cast(pl.Int64, strict=False),
-            pl.coalesce("step", "step_v07").cast(pl.Int64, strict=False).alias("step"),
-            _num("curr").alias("samples_per_sec"),
-            pl.coalesce(_num("avg"), _num("avg_v06")).alias("avg_samples_per_sec"),
-        ]
-    elif kind == "pipe_step":
-        fields = [
-            pl.col("step").cast(pl.Int64, strict=False),
-            (_num("iter_s") * 1000).alias("iter_ms"),
-            _num("sps").alias("samples_per_sec"),
-        ]
-    elif kind == "iteration":
-        fields = [pl.col("step").cast(pl.Int64, strict=False)] + [
-            body.str.extract(rf"\| *{_escape(label)}: *({N}) *(?:\||$)", 1).cast(pl.Float64, strict=False).alias(col)
-            for col, label in MEGATRON.items()
-        ]
-    else:  # comm_op
-        fields = [
-            pl.col("op"),
-            pl.col("caller"),
-            msg_bytes(pl.col("size"), pl.col("unit")).alias("msg_bytes"),
-            _num("latency").alias("latency_ms"),
-            _num("algbw").alias("algbw_gbps"),
-            _num("busbw").alias("busbw_gbps"),
-        ]
-    return groups.select(*base, *fields)
+        base.append(pl.col("body"))
+    fields = _hot_fields(kind)
+    read = {name: parse(text) for name, (text, parse) in fields.items()}
+    bad = pl.any_horizontal(text.is_not_null() & read[name].is_null() for name, (text, _) in fields.items())
+    if kind == "pipe_step":
+        read["iter_ms"] = read["iter_ms"] * 1000
+    elif kind == "comm_op":
+        read = {"op": pl.col("op"), "caller": pl.col("caller"), **read}
+        read["msg_bytes"] = msg_bytes(pl.col("size"), pl.col("unit"))
+    rows = groups.select(*base, *(value.alias(name) for name, value in read.items()), bad.alias("_bad"))
+    return rows.filter(~pl.col("_bad")).drop("_bad"), rows.filter(pl.col("_bad"))["line"]
 
 
-def _timers(recs: pl.DataFrame) -> pl.DataFrame:
+def _timers(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
     """Timer records: the bodies split into their cells, not one regex per column (see _timer_columns)."""
     body = pl.col("body")
-    return recs.select(
+    columns, bad = _timer_columns(recs["body"])
+    rows = recs.select(
         "line",
         "host",
         "ts",
@@ -346,29 +363,32 @@ def _timers(recs: pl.DataFrame) -> pl.DataFrame:
         body.str.extract(r"^rank=(-?\d+) ", 1).cast(pl.Int64, strict=False).fill_null(pl.col("rank")).alias("rank"),
         body,
         _timer_role(body).alias("role"),
-    ).with_columns(**_timer_columns(recs["body"]))
+    ).with_columns(**columns)
+    return rows.filter(~bad), rows.filter(bad)["line"]
 
 
-def _timer_columns(body: pl.Series) -> dict[str, pl.Series]:
-    """The TIMERS columns of timer bodies. After `time (ms) | `, a body is `name: value` cells
-    joined by ` | `: as one list of tokens they alternate name, value. The distinct names
-    are mapped to their columns once, the values scattered back to their bodies' rows."""
+def _timer_columns(body: pl.Series) -> tuple[dict[str, pl.Series], pl.Series]:
+    """The TIMERS columns of timer bodies, and which bodies hold a bad value. After `time (ms) | `,
+    a body is `name: value` cells joined by ` | `: as one list of tokens they alternate name, value.
+    The distinct names are mapped to their columns once, the values scattered back to their bodies' rows."""
     cells = byte_slice(body, body.str.find("time (ms) | ", literal=True) + len("time (ms) | "))
     tokens = (
         pl.DataFrame({"token": cells.str.replace_all(" | ", ": ", literal=True).str.split(": ")})
         .with_row_index("row")
         .explode("token")
     )
-    row, name, value = (
+    row, name, text = (
         tokens["row"].gather_every(2),
         tokens["token"].gather_every(2),
         tokens["token"].gather_every(2, 1),
     )
     column = name.replace_strict({n: timer_column(n) for n in name.unique()}, return_dtype=pl.String)
-    value = value.cast(pl.Float64, strict=False)
-    return {
+    value = pl.select(number(pl.lit(text))).to_series()
+    bad = pl.repeat(False, body.len(), eager=True).scatter(row.filter(value.is_null() & text.is_not_null()), True)
+    columns = {
         col: _nulls(body, pl.Float64).scatter(row.filter(column == col), value.filter(column == col)) for col in TIMERS
     }
+    return columns, bad
 
 
 def _timer_role(body: pl.Expr) -> pl.Expr:
@@ -441,19 +461,12 @@ class DeepSpeedParser:
         recs = recs.with_columns(classify(recs).alias("kind"))
         recs = self._continuations(recs)
         recs = recs.with_columns(ok=_hot_ok(recs) | self._parse_cold(recs))
-        status = (
-            pl.when(pl.col("ok") & pl.col("kind").is_in(NOISE))
-            .then(IGNORED)
-            .when(pl.col("ok"))
-            .then(PARSED)
-            .when(pl.col("kind").is_not_null() | (pl.col("prefix") == "deepspeed"))
-            .then(UNRECOGNIZED)
-            .otherwise(NOT_MINE)
-        )
         kept = recs.filter(pl.col("ok") & ~pl.col("kind").is_in(NOISE))
         present = set(kept["kind"].unique().to_list())  # a chunk has one or two of the six hot kinds
+        bad: list[pl.Series] = []
         for kind in (kind for kind in HOT if kind in present):
-            hot = extract_hot(kind, kept.filter(pl.col("kind") == kind))
+            hot, bad_lines = extract_hot(kind, kept.filter(pl.col("kind") == kind))
+            bad.append(bad_lines)
             if self._spill is not None and kind in ds_assemble.STEP_SOURCES:  # assembled from disk (ds_assemble)
                 self._spill.write(ds_assemble.ROWS + kind, hot)
             else:
@@ -461,6 +474,15 @@ class DeepSpeedParser:
         cold = kept.filter(~pl.col("kind").is_in(list(HOT)))
         if cold.height:
             self._cold.append(cold.select("line", "host", "ts", "ts_text", "rank", "kind", "body", "owner"))
+        status = (
+            pl.when(pl.col("ok") & pl.col("kind").is_in(NOISE))
+            .then(IGNORED)
+            .when(pl.col("ok") & ~pl.col("line").is_in(pl.concat([pl.Series([], dtype=pl.Int64), *bad]).implode()))
+            .then(PARSED)
+            .when(pl.col("kind").is_not_null() | (pl.col("prefix") == "deepspeed"))
+            .then(UNRECOGNIZED)
+            .otherwise(NOT_MINE)
+        )
         return recs.select(status.cast(pl.UInt8, strict=False)).to_series()
 
     def _continuations(self, recs: pl.DataFrame) -> pl.DataFrame:

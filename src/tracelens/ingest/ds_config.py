@@ -19,6 +19,7 @@ from tracelens.ingest.ds_assemble import flatten, render
 
 FORMAT = "ds_config"
 PRIORITY = 50  # before the text-log catch-all; JSON that names DeepSpeed's own sections
+READS_LINES = False  # the whole file at once, not through the line reader
 MARKERS = (
     b'"zero_optimization"',
     b'"train_micro_batch_size_per_gpu"',
@@ -31,6 +32,13 @@ def sniff(head: bytes) -> bool:
     return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{") and any(m in head for m in MARKERS)
 
 
+def _unread(result: IngestResult, error: str) -> IngestResult:
+    """A file that is no config: its error, and every line it has counted unrecognised."""
+    result.account.errors.append(error)
+    result.account.unrecognized = result.account.lines
+    return result
+
+
 def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
     text = source.path.read_bytes().decode("utf-8", errors="replace")
@@ -38,16 +46,11 @@ def ingest(source: InputFile) -> IngestResult:
     try:
         settings = json.loads(text.lstrip("\ufeff"))
     except json.JSONDecodeError as exc:
-        result.account.errors.append(
-            f"{source.name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        )
-        return result
+        return _unread(result, f"{source.name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
     except RecursionError:
-        result.account.errors.append(f"{source.name}: JSON nested too deeply to be a DeepSpeed config")
-        return result
+        return _unread(result, f"{source.name}: JSON nested too deeply to be a DeepSpeed config")
     if not isinstance(settings, dict):
-        result.account.errors.append(f"{source.name}: not a DeepSpeed config (the JSON is not an object)")
-        return result
+        return _unread(result, f"{source.name}: not a DeepSpeed config (the JSON is not an object)")
     pairs = flatten(settings)
     rows = [
         {"line": line, "key": key, "value": render(value)} for (key, value), line in zip(pairs, _key_lines(text, pairs))

@@ -11,6 +11,7 @@ from functools import cache
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
+from tracelens.ingest.lines import checked_float
 from tracelens.resources import grammar_text
 
 # kind -> (first words of its body, printed without a logger prefix by some version)
@@ -69,7 +70,7 @@ class Record(Transformer):
         return dict(zip(values[::2], values[1::2]))
 
     def timer(self, children):
-        return (str(children[0]), float(children[1]))
+        return (str(children[0]), checked_float(children[1]))
 
     def mfield(self, children):
         return (children[0].strip(), children[1].strip())
@@ -84,7 +85,7 @@ class Record(Transformer):
         return dict(children)
 
     def msg_size(self, children):
-        return ("msg_bytes", round(float(children[0]) * 1024 ** SIZE_UNITS.index(str(children[1]))))
+        return ("msg_bytes", round(checked_float(children[0]) * 1024 ** SIZE_UNITS.index(str(children[1]))))
 
     def latency_columns(self, _):
         return ("straggler", False)
@@ -99,7 +100,7 @@ def _value(item):
     if item.type == "INT":
         return int(item)
     if item.type == "NUMBER":
-        return float(item)
+        return checked_float(item)
     if item.type in ("PYNUMBER", "BIG_INT"):
         text = item.replace(",", "")
         return int(text) if text.lstrip("-").isdigit() else float(text)

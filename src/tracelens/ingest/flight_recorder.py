@@ -40,6 +40,7 @@ from tracelens.ingest import IngestResult, InputFile, safe_pickle
 
 FORMAT = "flight_recorder"
 PRIORITY = 5  # before the text formats: a JSON or dict-text dump is text too
+READS_LINES = False  # the whole file at once, not through the line reader
 
 _PICKLE_HEAD = re.compile(rb"^\x80[\x02-\x05]")
 _JSON_HEAD = re.compile(rb'^\s*\{\s*"(?:version|entries|pg_config|pg_status|comm_lib_version|nccl_comm_state)"')

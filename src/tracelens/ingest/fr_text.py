@@ -54,7 +54,6 @@ _FIELD = re.compile(
     r"expected ranks|collective state|error msg|total input numel|total output numel|collective stack trace)"
     r":\s?(?P<value>.*)$"
 )
-_FRAME = re.compile(r"^\s*(?P<name>\S.*?) at (?P<file>.+?):(?P<line>\d+)\s*$")
 _CULPRIT = re.compile(
     r"Culprit rank (?P<rank>\d+); Error type: (?P<kind>\w+)(?:, (?P<detail>[^;]*?))?(?=, Culprit rank|$)"
 )
@@ -88,6 +87,16 @@ def sniff(head: bytes) -> bool:
         "input_sizes=" in line for line in lines
     )
     return blocks or listing
+
+
+def _frame(text: str) -> dict | None:
+    """`name at file:line`, a frame of a collective's stack trace (split, not a regex: a regex with
+    two open-ended parts costs the square of a long line's length)."""
+    name, at, rest = text.strip().partition(" at ")
+    file, colon, line = rest.rpartition(":")
+    if not (name and at and file and line.isascii() and line.isdigit()):
+        return None
+    return {"name": name, "filename": file, "line": int(line)}
 
 
 def _set(value: str) -> list[int]:
@@ -225,10 +234,8 @@ def ingest(source: InputFile) -> IngestResult:
                 if (f := _FIELD.match(body.strip())) and not in_trace:
                     fields[f.group("key")] = f.group("value").strip()
                     in_trace = f.group("key") == "collective stack trace"
-                elif in_trace and (fr := _FRAME.match(body)):
-                    frames.append(
-                        {"name": fr.group("name"), "filename": fr.group("file"), "line": int(fr.group("line"))}
-                    )
+                elif in_trace and (fr := _frame(body)):
+                    frames.append(fr)
                 elif f := _FIELD.match(body.strip()):
                     fields[f.group("key")] = f.group("value").strip()
                 else:
@@ -265,7 +272,11 @@ def ingest(source: InputFile) -> IngestResult:
         i += 1
     result.account.lines = len(lines)
     result.account.parsed = len(parsed)
-    result.account.ignored = len(lines) - len(parsed)
+    unread = [(n, t) for i, (n, t) in enumerate(lines) if i not in parsed]
+    blank = sum(1 for _, t in unread if not t.strip())
+    result.account.ignored = blank
+    result.account.unrecognized = len(unread) - blank
+    result.account.add_samples([(n, t) for n, t in unread if t.strip()])
     frame_type = pl.List(pl.Struct({"name": pl.String, "filename": pl.String, "line": pl.Int64}))
     if reader.entries:
         result.add(

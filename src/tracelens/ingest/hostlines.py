@@ -69,10 +69,10 @@ def account(lines: pl.DataFrame, status: pl.Series) -> Account:
     status = pl.select(
         pl.when(status.is_null() & comment).then(pl.lit(IGNORED, pl.UInt8)).otherwise(status)
     ).to_series()
-    status = status.fill_null(UNRECOGNIZED)
+    status = status.fill_null(UNRECOGNIZED).replace(NOT_MINE, UNRECOGNIZED)
     counts = dict(zip(*status.value_counts().to_dict(as_series=False).values()))
     acc.parsed = counts.get(PARSED, 0)
-    acc.ignored = counts.get(IGNORED, 0) + counts.get(NOT_MINE, 0)
+    acc.ignored = counts.get(IGNORED, 0)
     acc.unrecognized = counts.get(UNRECOGNIZED, 0)
     if acc.unrecognized:
         bad = lines.filter(status == UNRECOGNIZED).head(20)
@@ -107,6 +107,11 @@ def local_time(text: pl.Expr, fmt: str) -> pl.Expr:
     return text.str.strip_chars().str.to_datetime(fmt, strict=False, time_unit="ns").dt.replace_time_zone("UTC")
 
 
+# The longest line a host tool prints: the widest `--query-gpu` CSV header (every field, with units)
+# is under half of it.
+TEMPLATE_CHARS = 16 << 10
+
+
 class TemplateGrammar:
     """A lark grammar of a format's line kinds, applied to line templates: numbers that start
     a word masked to 0 (`inet6` and `mlx5_0` keep theirs), so that a loop's thousands of lines
@@ -123,7 +128,10 @@ class TemplateGrammar:
 
     @lru_cache(maxsize=100_000)  # noqa: B019 (one instance per grammar, alive for the whole run)
     def kind(self, template: str) -> str | None:
-        """The grammar's kind of a line template, or None when no rule fits."""
+        """The grammar's kind of a line template, or None when no rule fits or it is longer than
+        any line of these tools (Earley's cost grows with the square of a line's length)."""
+        if len(template) > TEMPLATE_CHARS:
+            return None
         try:
             return self._lark.parse(template).data
         except LarkError:

@@ -20,7 +20,7 @@ FORMAT = "hw_counters"
 PRIORITY = 100
 
 _SYSFS = re.compile(
-    r"^\s*(?:\S*?/?(?P<dev>[^/\s]+)/ports/(?P<port>\d+)/)?(?P<dir>hw_counters|counters)/(?P<name>\w+):(?P<value>\d+)\s*$"
+    r"^\s*(?:(?:\S*/)?(?P<dev>[^/\s]+)/ports/(?P<port>\d+)/)?(?P<dir>hw_counters|counters)/(?P<name>\w+):(?P<value>\d+)\s*$"
 )
 _RDMA = re.compile(r"^\s*link\s+(?P<dev>[^\s/]+)/(?P<port>\d+)\s+(?P<pairs>(?:[A-Za-z_]\w*\s+\d+\s*)+)$")
 _SYSFS_SNIFF = re.compile(rb"/ports/\d+/(?:hw_)?counters/\w+:\d+")

@@ -22,7 +22,7 @@ import polars as pl
 
 from tracelens.ingest import Account, IngestResult, InputFile, LineStart
 from tracelens.ingest.hostlines import IGNORED, PARSED, account, context, merge, provenance
-from tracelens.ingest.lines import read_chunks
+from tracelens.ingest.lines import number, read_chunks
 
 FORMAT = "kernel_log"
 PRIORITY = 95
@@ -49,10 +49,11 @@ _SNIFF = LineStart(
     rb"(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[,.]\d+)?(?:[+-]\d\d:?\d\d|Z)"
     rb"|\w{3} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \w+|\d{9,10}\.\d+) \S+ kernel: |"
     rb"\d+,\d+,\d+,[^;\n]*;|\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ kernel: |kernel: "
-    rb"|-- (?:Logs begin|Journal begins|Boot [0-9a-f]))"
+    rb"|-- (?:Logs begin|Journal begins|Boot [0-9a-f]|No entries --)|No journal files were found\.)"
 )
 _JOURNAL_BANNER = (
     r"^-- (?:Logs begin at|Journal begins at|Boot [0-9a-f]+|No entries|Reboot) .*--?\s*$|^-- No entries --$"
+    r"|^No journal files were found\.$"
 )
 
 _DEVICE_TAG = (
@@ -199,9 +200,7 @@ def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
         printed_zone=(pl.col("iso").is_not_null() & iso_zoned)
         | (pl.col("full").is_not_null() & full_zoned)
         | pl.col("unix").is_not_null(),
-        uptime_s=pl.coalesce(
-            pl.col("up").cast(pl.Float64, strict=False), pl.col("kus").cast(pl.Float64, strict=False) / 1e6
-        ),
+        uptime_s=pl.coalesce(number(pl.col("up")), number(pl.col("kus")) / 1e6),
         syslog_host=pl.coalesce(
             "isohost", "monohost", "fullhost", "unixhost", pl.when(pl.col("tag").is_not_null()).then(pl.col("shost"))
         ),

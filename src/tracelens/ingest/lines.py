@@ -39,6 +39,20 @@ def strongest_claim(claims: list[pl.Series]) -> pl.Series:
     return frame.select(pl.max_horizontal(pl.all()).fill_null(NOT_MINE)).to_series()
 
 
+def settled(status: pl.Expr, text: pl.Expr) -> pl.Expr:
+    """A line's status as the account counts it: a line no parser claimed is unrecognised, unless it
+    is blank (known to hold nothing). Known but irrelevant is only what a parser recognised as such."""
+    unclaimed = status.fill_null(NOT_MINE) == NOT_MINE
+    blank = text.str.strip_chars() == ""
+    return (
+        pl.when(unclaimed & blank)
+        .then(pl.lit(IGNORED, pl.UInt8))
+        .when(unclaimed)
+        .then(pl.lit(UNRECOGNIZED, pl.UInt8))
+        .otherwise(status.cast(pl.UInt8))
+    )
+
+
 def byte_slice(text: pl.Expr, start: pl.Expr | int, length: pl.Expr | int | None = None) -> pl.Expr:
     """Slice of `text` by byte offsets, as `str.find` returns them. `str.slice` and `str.head`
     count characters, which differ from bytes once non-ASCII text (a tqdm bar, an accented
@@ -59,6 +73,26 @@ def within_datetime_range(text: pl.Expr) -> pl.Expr:
     """`text` (a time starting with a 4-digit year) where its year fits a nanosecond timestamp, else null."""
     year = text.str.slice(0, 4).cast(pl.Int32, strict=False)
     return pl.when(year.is_between(*NS_YEARS)).then(text)
+
+
+# Past this magnitude a number read from text is a bad value of its line, not a measurement: `1e309`
+# reads as infinity, and no time (ms), rate or size a run prints comes near it, while a larger one
+# overflows the time arithmetic downstream (milliseconds to nanoseconds in 64 bits).
+NUMBER_LIMIT = 1e12
+
+
+def number(text: pl.Expr) -> pl.Expr:
+    """`text` as a float, null where it is no number, not finite (nan, inf, 1e309) or past NUMBER_LIMIT."""
+    value = text.cast(pl.Float64, strict=False)
+    return pl.when(value.abs() <= NUMBER_LIMIT).then(value)
+
+
+def checked_float(text: str) -> float:
+    """`number` for one value in Python: a float, or ValueError for one that is no measurement."""
+    value = float(text)
+    if not abs(value) <= NUMBER_LIMIT:  # also false for nan
+        raise ValueError(f"number out of range: {text}")
+    return value
 
 
 def _split_lines(block: bytes) -> pl.Series:
@@ -86,10 +120,20 @@ def _csv_lines(block: bytes) -> pl.Series | None:
     return lines if lines.len() == block.count(b"\n") + 1 else None
 
 
+def _cut_long(lines: pl.Series) -> pl.Series:
+    """Lines longer than MAX_LINE_BYTES as their head (`long_lines` finds them for the account)."""
+    long = (lines.str.len_bytes() > MAX_LINE_BYTES).arg_true()
+    if not long.len():
+        return lines
+    heads = [text.encode()[:MAX_LINE_BYTES].decode("utf-8", errors="ignore") for text in lines.gather(long)]
+    return lines.scatter(long, heads)
+
+
 def _frame(block: bytes, first_line: int) -> pl.DataFrame:
     lines = _csv_lines(block)
     if lines is None:
         lines = _split_lines(block)
+    lines = _cut_long(lines)
     lines = unpaste(lines)  # a log pasted from a tracker or chat, put back as printed
     return pl.DataFrame(
         {"line": pl.int_range(first_line, first_line + lines.len(), dtype=pl.Int64, eager=True), "text": lines}
@@ -154,3 +198,36 @@ def read_span(path: Path, offset: int, length: int, first_line: int) -> pl.DataF
     with path.open("rb") as fh:
         fh.seek(offset)
         return _frame(fh.read(length), first_line)
+
+
+def long_lines(path: Path, max_line: int = MAX_LINE_BYTES, block_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
+    """(line number, length in bytes) of each line of the file longer than `max_line`: the lines the
+    reader keeps only the head of. One pass, in steps of about `max_line` bytes: the last newline
+    within `max_line` bytes of a line's start ends every line before it short enough, and no
+    newline there makes the line a long one."""
+    found: list[tuple[int, int]] = []
+    line, start, long_from = 1, 0, None  # the current line, where it starts, and since when it is known long
+    with path.open("rb") as fh:
+        while block := fh.read(block_bytes):
+            base, i = fh.tell() - len(block), 0
+            while i < len(block):
+                if long_from is not None:
+                    end = block.find(b"\n", i)
+                    if end < 0:
+                        break
+                    found.append((line, base + end - start))
+                    line, start, long_from, i = line + 1, base + end + 1, None, end + 1
+                    continue
+                window_end = start + max_line + 1 - base  # a newline before it ends the line short enough
+                last = block.rfind(b"\n", i, min(window_end, len(block)))
+                if last >= 0:
+                    line += block.count(b"\n", i, last + 1)
+                    start, i = base + last + 1, last + 1
+                elif window_end <= len(block):
+                    long_from, i = start, window_end
+                else:
+                    break
+    size = path.stat().st_size
+    if long_from is not None or size - start > max_line:
+        found.append((line, size - start))
+    return found

@@ -17,14 +17,14 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.ingest.lines import NOT_MINE, PARSED, UNRECOGNIZED, number
 from tracelens.ingest.prefixes import LAUNCHER_PREFIX
 from tracelens.tables import PROVENANCE_COLUMNS
 
 PREFIX = rf"^(?P<prefix>{LAUNCHER_PREFIX})"
 _ROW = PREFIX + r"\s*(?P<size>\d+)\s+(?P<count>\d+)\s+(?P<dtype>[a-z][a-z0-9_]*)\s+(?P<rest>(?:\S+\s+){7,9}\S+)\s*$"
 _HEADER = PREFIX + (
-    r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:size|\(B\)|out-of-place)\b| Out of bounds values"
+    r"#(?:\s*$| nThread | Using devices| +Rank +\d+ | +(?:(?:size|out-of-place)\b|\(B\))| Out of bounds values"
     r"| Avg bus bandwidth"
     r"| nccl-tests version| Collective test (?:starting|concluded)| Rank lists? (?:trimmed|shortened)|\s+\.\.\.)"
 )
@@ -87,7 +87,7 @@ class NcclTestsParser:
             old=pl.when(text.str.contains(_COLUMN_HEADER)).then(text.str.contains(r"busbw\s+error")),
             test=text.str.extract(_TEST, 1),
             rank=text.str.extract_groups(_RANK),
-            avg=text.str.extract(_AVG, 2).cast(pl.Float64, strict=False),
+            avg=number(text.str.extract(_AVG, 2)),
         ).unnest("row")
         claimed = found["header"] | found["size"].is_not_null()
         if not claimed.any() and not self.parts:
@@ -201,11 +201,11 @@ def _rows(rows: pl.DataFrame) -> pl.DataFrame:
                         "root"
                     ),
                     pl.lit(place).alias("placement"),
-                    pl.col(f"time_{place}").cast(pl.Float64, strict=False).alias("time_us"),
-                    pl.col(f"algbw_{place}").cast(pl.Float64, strict=False).alias("algbw_gbs"),
-                    pl.col(f"busbw_{place}").cast(pl.Float64, strict=False).alias("busbw_gbs"),
+                    number(pl.col(f"time_{place}")).alias("time_us"),
+                    number(pl.col(f"algbw_{place}")).alias("algbw_gbs"),
+                    number(pl.col(f"busbw_{place}")).alias("busbw_gbs"),
                     pl.when(~pl.col("old")).then(flag.cast(pl.Int64, strict=False)).alias("wrong"),
-                    pl.when(pl.col("old")).then(flag.cast(pl.Float64, strict=False)).alias("error"),
+                    pl.when(pl.col("old")).then(number(flag)).alias("error"),
                 )
             )
     return pl.concat(frames) if frames else pl.DataFrame()

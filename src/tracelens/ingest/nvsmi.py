@@ -28,6 +28,7 @@ from tracelens.ingest.hostlines import (
     provenance,
     read_lines,
 )
+from tracelens.ingest.lines import number
 
 FORMAT = "nvidia_smi"
 PRIORITY = 90
@@ -118,7 +119,7 @@ def sniff(head: bytes) -> bool:
 
 
 def _number(col: pl.Expr) -> pl.Expr:
-    return col.str.extract(_NUMBER, 1).cast(pl.Float64, strict=False)
+    return number(col.str.extract(_NUMBER, 1))
 
 
 def _throttle(col: pl.Expr) -> pl.Expr:

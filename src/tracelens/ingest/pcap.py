@@ -38,6 +38,7 @@ from tracelens.tables import SCHEMAS, TS, conform
 
 FORMAT = "pcap"
 PRIORITY = 10
+READS_LINES = False  # the whole file at once, not through the line reader
 
 BUCKET_PACKETS = 250_000  # packets of a bucket, about: the per-connection analysis reads a bucket at a time
 MAX_BUCKETS = 256  # one open file each while the capture is read; beyond 64M packets, buckets grow instead

@@ -26,6 +26,7 @@ from tracelens.ingest.hostlines import (
     provenance,
     read_lines,
 )
+from tracelens.ingest.lines import number
 from tracelens.tables import PROVENANCE_COLUMNS
 
 FORMAT = "perftest"
@@ -104,9 +105,11 @@ def ingest(source: InputFile) -> IngestResult:
             frames.append(
                 rows.with_columns(
                     [
-                        cells.list.get(i)
-                        .cast(pl.Int64 if n in ("bytes", "iterations") else pl.Float64, strict=False)
-                        .alias(n)
+                        (
+                            cells.list.get(i).cast(pl.Int64, strict=False)
+                            if n in ("bytes", "iterations")
+                            else number(cells.list.get(i))
+                        ).alias(n)
                         for i, n in enumerate(names)
                     ]
                 )

@@ -21,6 +21,7 @@ from lark import Transformer
 
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.dumps import DumpLine, LineParser, read_dump
+from tracelens.ingest.lines import checked_float
 
 STATES = {1: "Down", 2: "Initializing", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
 PHYS_STATES = {
@@ -100,7 +101,10 @@ def read_int(text: str) -> int | None:
 
 def read_float(text: str) -> float | None:
     m = re.match(r"\s*(\d+(?:\.\d+)?)", text)
-    return float(m[1]) if m else None
+    try:
+        return checked_float(m[1]) if m else None
+    except ValueError:  # no rate a port reports
+        return None
 
 
 def read_width(text: str) -> str | None:

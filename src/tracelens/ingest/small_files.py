@@ -31,7 +31,15 @@ from tracelens.ingest import (
     stacks,
     with_host_hint,
 )
-from tracelens.ingest.lines import FILE_SHIFT, IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, file_of, strongest_claim
+from tracelens.ingest.lines import (
+    FILE_SHIFT,
+    IGNORED,
+    PARSED,
+    UNRECOGNIZED,
+    file_of,
+    settled,
+    strongest_claim,
+)
 from tracelens.ingest.pasted import unpaste
 
 SMALL_BYTES = 1 << 20  # a file this small is one chunk for textlog too
@@ -189,14 +197,22 @@ def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchRes
 
 def _accounts(result: BatchResult, files: list[InputFile], lines: pl.DataFrame, hosts: list[pl.DataFrame]) -> None:
     """Each file's account from its lines' statuses (the empty rows between files are no lines)."""
-    lines = lines.filter((pl.col("line") & _LINE_MASK) > 0)
+    lines = lines.filter((pl.col("line") & _LINE_MASK) > 0).with_columns(
+        claimed=pl.col("status"), status=settled(pl.col("status"), pl.col("text"))
+    )
     counts = lines.group_by("idx").agg(
         lines=pl.len(),
         parsed=(pl.col("status") == PARSED).sum(),
         unrecognized=(pl.col("status") == UNRECOGNIZED).sum(),
-        ignored=pl.col("status").is_in([IGNORED, NOT_MINE]).sum(),
+        ignored=(pl.col("status") == IGNORED).sum(),
     )
-    bad = lines.filter(pl.col("status") == UNRECOGNIZED).group_by("idx", maintain_order=True).head(SAMPLE_LIMIT)
+    # samples as textlog keeps them: the lines a parser came close to first
+    bad = (
+        lines.filter(pl.col("status") == UNRECOGNIZED)
+        .sort("idx", pl.col("claimed") != UNRECOGNIZED, "line")
+        .group_by("idx", maintain_order=True)
+        .head(SAMPLE_LIMIT)
+    )
     samples: dict[int, list[tuple[int, str]]] = {}
     for idx, line, text in bad.select("idx", pl.col("line") & _LINE_MASK, "text").iter_rows():
         samples.setdefault(idx, []).append((line, text))

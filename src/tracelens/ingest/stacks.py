@@ -44,9 +44,9 @@ _RAY = re.compile(r"^Stack dump for (?P<ps>\S+\s+(?P<pid>\d+).*)$")
 _FAULT_THREAD = re.compile(
     r"^(?:(?:Current thread|Thread) (?P<tid>0x[0-9A-Fa-f]+)|Stack) \(most recent call first\):\s*$"
 )
-_FAULT_FRAME = re.compile(r"^\s+File \"(?P<file>[^\"]*)\", line (?P<line>\d+) in (?P<name>.+?)\s*$")
+_FAULT_FRAME = re.compile(r"^\s+File \"(?P<file>[^\"]*)\", line (?P<line>\d+) in (?P<name>.*\S)\s*$")
 _TB_HEAD = re.compile(r"^Traceback \(most recent call last\):\s*$")
-_TB_FRAME = re.compile(r"^\s+File \"(?P<file>[^\"]*)\", line (?P<line>\d+), in (?P<name>.+?)\s*$")
+_TB_FRAME = re.compile(r"^\s+File \"(?P<file>[^\"]*)\", line (?P<line>\d+), in (?P<name>.*\S)\s*$")
 _EXCEPTION = re.compile(r"^(?P<exc>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout)\w*)(?::\s*(?P<msg>.*))?$")
 _ABORT = re.compile(r"^terminate called after throwing an instance of '(?P<type>[^']+)'\s*$")
 _WHAT = re.compile(r"^\s*what\(\):\s+(?P<msg>.*)$")

@@ -3,7 +3,8 @@
 A launcher's stdout mixes DeepSpeed lines, NCCL lines and application output,
 so a log is not one format: each parser in LINE_PARSERS looks at every chunk,
 claims the lines it knows, and the file's account takes the strongest claim
-per line. Lines nobody claims are counted as ignored (application output).
+per line. Lines nobody claims are unrecognised (application output, or a form
+no parser knows yet), blank ones known but irrelevant.
 """
 
 from __future__ import annotations
@@ -16,16 +17,26 @@ from typing import Protocol
 
 import polars as pl
 
-from tracelens.ingest import Account, IngestResult, InputFile, deepspeed, looks_like_text, nccl, nccl_tests, stacks
+from tracelens.ingest import (
+    SAMPLE_LIMIT,
+    Account,
+    IngestResult,
+    InputFile,
+    deepspeed,
+    looks_like_text,
+    nccl,
+    nccl_tests,
+    stacks,
+)
 from tracelens.ingest.lines import (
     CHUNK_BYTES,
     IGNORED,
-    NOT_MINE,
     PARSED,
     UNRECOGNIZED,
     chunk_spans,
     read_chunks,
     read_span,
+    settled,
     strongest_claim,
 )
 from tracelens.tables import Spill
@@ -149,14 +160,18 @@ def _parse_nccl(
 
 
 def _account(account: Account, chunk: pl.DataFrame, claims_per_parser: list[pl.Series]) -> None:
-    """Count each line of the chunk under its strongest claim; keep samples of the unrecognised."""
-    status = strongest_claim(claims_per_parser)
+    """Count each line of the chunk under its strongest claim (settled: see lines.settled); keep samples
+    of the unrecognised, those a parser came close to first (a known kind that did not parse)."""
+    claimed = strongest_claim(claims_per_parser)
+    status = chunk.select(settled(pl.lit(claimed), pl.col("text"))).to_series()
     counts = status.value_counts()
     by_code = dict(zip(counts[counts.columns[0]].to_list(), counts["count"].to_list()))
     account.lines += chunk.height
     account.parsed += by_code.get(PARSED, 0)
     account.unrecognized += by_code.get(UNRECOGNIZED, 0)
-    account.ignored += by_code.get(IGNORED, 0) + by_code.get(NOT_MINE, 0)
-    if by_code.get(UNRECOGNIZED) and len(account.samples) < 20:
-        bad = chunk.filter(status == UNRECOGNIZED).head(20)
-        account.add_samples(list(zip(bad["line"].to_list(), bad["text"].to_list())))
+    account.ignored += by_code.get(IGNORED, 0)
+    if by_code.get(UNRECOGNIZED) and len(account.samples) < SAMPLE_LIMIT:
+        near = chunk.filter(claimed == UNRECOGNIZED).head(SAMPLE_LIMIT)
+        rest = chunk.filter((status == UNRECOGNIZED) & (claimed != UNRECOGNIZED)).head(SAMPLE_LIMIT)
+        for bad in (near, rest):
+            account.add_samples(list(zip(bad["line"].to_list(), bad["text"].to_list())))

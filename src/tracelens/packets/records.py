@@ -215,17 +215,22 @@ class CaptureReader:
                 continue
             if caplen > MAX_CAPLEN:
                 kept = frames + len(starts)
-                swapped = int.from_bytes(
-                    raw[pos + 8 : pos + 12], "big" if caplen_at.__self__.format[0] == "<" else "little"
+                order = caplen_at.__self__.format[0]
+                other = ">" if order == "<" else "<"
+                swapped = struct.unpack_from(other + "I", raw, pos + 8)[0]
+                # the header's own version (2.4) says whether its byte order is its records': blame
+                # the order only when the header reads right the other way round
+                header_swapped = (
+                    struct.unpack_from(order + "HH", raw, 4) != (2, 4) == struct.unpack_from(other + "HH", raw, 4)
                 )
                 why = (
                     "the file header's byte order does not match its records' (the header says "
-                    f"{'little' if caplen_at.__self__.format[0] == '<' else 'big'}-endian; the records read as the "
+                    f"{'little' if order == '<' else 'big'}-endian; the records read as the "
                     "other), so no packet can be read: the capture was damaged or its header rewritten"
-                    if kept == 0 and swapped <= MAX_CAPLEN
+                    if kept == 0 and swapped <= MAX_CAPLEN and header_swapped
                     else (
-                        f"record at byte {pos} (frame {kept + 1}) claims {caplen} "
-                        "captured bytes, so the file is corrupt from there"
+                        f"record at byte {pos} (frame {kept + 1}) claims {caplen:,} captured bytes, more than a "
+                        f"packet can hold ({MAX_CAPLEN:,}), so the file is corrupt from there"
                     )
                 )
                 self.walk_notes.append(f"{why}; kept the {kept} packets before it")

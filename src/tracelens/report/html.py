@@ -50,11 +50,15 @@ def backticks_as_code(text: str) -> Markup:
 MAX_INPUT_ROWS = 50  # input files listed open; the rest (read in full) are folded
 
 
+def _needs_attention(row: dict) -> bool:
+    return bool(row["unrecognized"] or row["errors"] or row["notes"])
+
+
 def _inputs_split(inputs: list[dict]) -> dict:
     """The files that need attention (unrecognised lines, errors) first, then the rest, folded past
     MAX_INPUT_ROWS: a run of thousands of files keeps a short page."""
-    ordered = sorted(inputs, key=lambda row: not (row["unrecognized"] or row["errors"]))
-    cut = max(MAX_INPUT_ROWS, sum(1 for row in inputs if row["unrecognized"] or row["errors"]))
+    ordered = sorted(inputs, key=lambda row: not _needs_attention(row))
+    cut = max(MAX_INPUT_ROWS, sum(1 for row in inputs if _needs_attention(row)))
     return {"inputs_shown": ordered[:cut], "inputs_folded": ordered[cut:]}
 
 

@@ -125,12 +125,12 @@ def _inputs(analysis: Analysis) -> list[str]:
     out = [
         "### Inputs read",
         "",
-        "| File | Format | Host | Read | Parsed | Unrecognised |",
-        "|---|---|---|---:|---:|---:|",
+        "| File | Format | Host | Read | Parsed | Known but irrelevant | Unrecognised |",
+        "|---|---|---|---:|---:|---:|---:|",
     ]
     out += [
         f"| {inline(r['file'])} | {inline(r['format'])} | {inline(r['host'] or '')} | {r['lines'] or 0:,} | "
-        f"{r['parsed'] or 0:,} | {r['unrecognized'] or 0:,} |"
+        f"{r['parsed'] or 0:,} | {r['ignored'] or 0:,} | {r['unrecognized'] or 0:,} |"
         for r in rows[:MAX_INPUTS]
     ]
     if len(rows) > MAX_INPUTS:

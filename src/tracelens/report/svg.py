@@ -52,6 +52,8 @@ class Scale:
     zero: bool = False  # numeric y scales start at 0
 
     def __post_init__(self) -> None:
+        if not math.isfinite(self.hi - self.lo):  # an infinite value, or a span past what a float holds
+            self.lo, self.hi = 0.0, 1.0
         if self.zero:
             self.lo = min(self.lo, 0.0)
         if self.hi <= self.lo:

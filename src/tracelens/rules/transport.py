@@ -361,7 +361,9 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
             hosts=hosts_of(first),
         )
     env = ctx.scan("nccl_env").filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS)))
-    env = env.select("file", "line", "host", "pid", "name", v=pl.col("value").str.strip_chars().str.strip_chars("."))
+    # `NCCL_X set by environment to` with nothing after it is a setting too: the empty value
+    value = pl.col("value").fill_null("").str.strip_chars().str.strip_chars(".")
+    env = env.select("file", "line", "host", "pid", "name", v=value)
     skewed = (
         env.group_by("name")
         .agg(pl.col("v").n_unique().alias("n"), pl.col("v").unique().sort().alias("values"))
@@ -374,7 +376,9 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
     names = skewed["name"].to_list()
     rows = env.filter(pl.col("name").is_in(names)).collect().sort("file", "line")
     rows = rows.unique(["name", "v", "host"], keep="first")
-    described = "; ".join(f"{r['name']} = {' / '.join(r['values'])}" for r in skewed.iter_rows(named=True))
+    described = "; ".join(
+        f"{r['name']} = {' / '.join(v or '(empty)' for v in r['values'])}" for r in skewed.iter_rows(named=True)
+    )
     yield Finding(
         severity=Severity.WARNING,
         title="NCCL settings differ across the run",
