@@ -474,7 +474,7 @@ def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signa
     )
     if spans.height == 0:
         return []
-    stall = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception", "watchdog_abort"]
+    stall = ["watchdog_timeout", "blocking_wait_timeout", "watchdog_exception", "watchdog_abort", "watchdog_stuck"]
     errors = ctx["nccl_errors"].filter(~pl.col("kind").is_in(stall), pl.col("ts").is_not_null())
     signals = []
     for row in spans.sort("host").iter_rows(named=True):
