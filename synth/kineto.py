@@ -13,8 +13,9 @@ correlation id), times in microseconds after `baseTimeNanoseconds`. `traceName` 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TextIO
 
 BASE_NS = 1_767_225_600_000_000_000  # 2026-01-01 00:00 UTC: the traces' times count from it
 MAIN_TID, BACKWARD_TID, GLOO_TID = 1000, 1001, 1002
@@ -38,6 +39,7 @@ class Job:
     late: dict[int, dict[int, float]] = field(default_factory=dict)  # rank -> {step: extra forward ms}
     sequence_numbers: bool = True  # record_param_comms carries `Seq` (PyTorch 2.3+)
     clock_ms: dict[int, float] = field(default_factory=dict)  # rank -> how far ahead its host's clock runs
+    detail: int = 0  # small operators (and kernels) per forward pass
 
     def extra_ms(self, rank: int, step: int) -> float:
         return self.late.get(rank, {}).get(step, 0.0)
@@ -88,7 +90,8 @@ def _collective_args(job: Job, bucket: int, seq: int) -> dict:
     return args | ({"Seq": seq} if job.sequence_numbers else {})
 
 
-def _play(job: Job) -> list[_Rank]:
+def _steps(job: Job) -> Iterator[list[_Rank]]:
+    """Step by step, every rank with that step's events (and only those)."""
     ranks = [_Rank(r, 4000 + 17 * r, job.clock_ms.get(r, 0.0)) for r in range(job.world)]
     now = 100.0  # ms after BASE_NS
     seq = 0
@@ -104,9 +107,11 @@ def _play(job: Job) -> list[_Rank]:
             done_prev = end
         finish = done_prev + job.optimizer_ms
         for r, fwd_end in zip(ranks, ready):
+            r.events = []
             r.span("user_annotation", f"ProfilerStep#{step}", MAIN_TID, start, finish + job.gap_ms - start)
             r.span("user_annotation", "## forward ##", MAIN_TID, start + 0.1, fwd_end - start - 0.1)
             r.span("cpu_op", "aten::linear", MAIN_TID, start + 0.2, fwd_end - start - 0.3)
+            _detail(job, r, start + 0.2, fwd_end - start - 0.3)
             if job.gpu:
                 r.launch(
                     "gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", COMPUTE_STREAM, start + 0.1, 0.3, bytes=1 << 20
@@ -128,23 +133,48 @@ def _play(job: Job) -> list[_Rank]:
             r.span("user_annotation", "Optimizer.step#SGD.step", MAIN_TID, done_prev, job.optimizer_ms)
             if job.gpu:
                 r.launch("kernel", "multi_tensor_apply_kernel", COMPUTE_STREAM, done_prev, job.optimizer_ms)
+        yield ranks
         seq += 2
         now = finish + job.gap_ms
-    return ranks
+
+
+def _detail(job: Job, r: _Rank, start_ms: float, dur_ms: float) -> None:
+    """`job.detail` small operators inside the forward pass, as a real trace has hundreds: each an aten op
+    holding a deeper one (three and four deep: below what tracelens keeps) and its kernel's launch."""
+    if not job.detail:
+        return
+    each = dur_ms / job.detail
+    for k in range(job.detail):
+        at = start_ms + k * each
+        r.span("cpu_op", "aten::add", MAIN_TID, at, each * 0.9, **{"Input Dims": [[1024, 1024], [1024, 1024]]})
+        r.span("cpu_op", "aten::empty_strided", MAIN_TID, at + each * 0.1, each * 0.2)
+        if job.gpu:
+            r.launch("kernel", "vectorized_elementwise_kernel<4, add>", COMPUTE_STREAM, at + each * 0.5, each * 0.3)
 
 
 def traces(job: Job) -> dict[int, str]:
     """Rank -> the text of its trace file."""
-    return {r.rank: _text(job, r) for r in _play(job)}
+    events: dict[int, list[dict]] = {r: [] for r in range(job.world)}
+    for ranks in _steps(job):
+        for r in ranks:
+            events[r.rank] += r.events
+    return {rank: "".join(_lines(job, rank, [mine])) for rank, mine in events.items()}
 
 
-def _text(job: Job, r: _Rank) -> str:
+def write(job: Job, rank: int, out: TextIO) -> None:
+    """Rank `rank`'s trace, written to `out` a step at a time (a benchmark's gigabyte trace)."""
+    for text in _lines(job, rank, ([r.events for r in ranks if r.rank == rank][0] for ranks in _steps(job))):
+        out.write(text)
+
+
+def _lines(job: Job, rank: int, steps: Iterable[list[dict]]) -> Iterator[str]:
+    """Kineto's layout: the head's keys, one event a line in `traceEvents`, then the tail's keys."""
     head = {
         "schemaVersion": 1,
         "deviceProperties": [{"id": 0, "name": "NVIDIA A100-SXM4-80GB", "numSms": 108}] if job.gpu else [],
         "distributedInfo": {
             "backend": "nccl" if job.gpu else "gloo",
-            "rank": r.rank,
+            "rank": rank,
             "world_size": job.world,
             "pg_count": 1,
             "pg_config": [
@@ -157,16 +187,15 @@ def _text(job: Job, r: _Rank) -> str:
         "traceName": "synthetic: written by tracelens's generator (synth/kineto.py)",
         "baseTimeNanoseconds": BASE_NS,
     }
-    return "".join(_lines(head, r.events, tail))
-
-
-def _lines(head: dict, events: list[dict], tail: dict) -> Iterator[str]:
-    """Kineto's layout: the head's keys, one event a line in `traceEvents`, then the tail's keys."""
     yield "{\n"
     for key, value in head.items():
         yield f'  "{key}": {json.dumps(value)},\n'
     yield '  "traceEvents": [\n'
-    yield ",\n".join("  " + json.dumps(e) for e in sorted(events, key=lambda e: (e["ts"], -e["dur"])))
+    separator = ""
+    for events in steps:
+        ordered = sorted(events, key=lambda e: (e["ts"], -e["dur"]))
+        yield separator + ",\n".join("  " + json.dumps(e) for e in ordered)
+        separator = ",\n"
     yield "\n  ],\n"
     yield ",\n".join(f'  "{key}": {json.dumps(value)}' for key, value in tail.items())
     yield "\n}\n"

@@ -79,6 +79,7 @@ def test_real_trace(name, tmp_path):
     assert sniff_format(path.read_bytes()[:65536]) == "kineto"
     spans, meta, result = read(path)
     assert result.account.lines == events and result.account.parsed == spans.height
+    assert sum(batch.height for batch in kineto._chunked(path, {})) == events  # the fast reader, no fallback
     assert (result.account.errors == []) == (rank is not None)  # an unknown rank is said
     assert (meta["rank"], meta["rank_source"], meta["world_size"], meta["backend"], meta["nccl_version"]) == (
         rank, source, world, backend, nccl,

@@ -473,7 +473,6 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("step", pa.int64()),  # the ProfilerStep whose CPU span holds the span's start (or launch)
         pa.field("depth", pa.int32()),  # CPU spans: nesting depth on the thread, 0 = top level
         pa.field("correlation", pa.int64()),
-        pa.field("external_id", pa.int64()),
         # collectives (record_param_comms and NCCL kernels' args)
         pa.field("backend", pa.string()),  # nccl, gloo ... (the op's prefix)
         pa.field("collective", pa.string()),  # allreduce, broadcast, all_gather ...

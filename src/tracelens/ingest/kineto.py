@@ -31,6 +31,7 @@ import itertools
 import json
 import re
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +51,17 @@ _SNIFF = re.compile(
     rb'^\s*\{\s*"(?:schemaVersion|deviceProperties|distributedInfo|traceEvents|record_shapes|displayTimeUnit)"\s*:'
 )
 _BOUNDARY = re.compile(rb'\}\s*,\s*(?=\{\s*"[A-Za-z_ ]{1,32}"\s*:)')
+_KINETO_SEPARATOR = b"},\n  {"
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 
-# The args read, as text (cast below): what the collectives, kernels and copies say.
-ARGS = {
-    "External id": "external_id",
-    "correlation": "correlation",
-    "stream": "stream",
-    "device": "device",
-    "bytes": "bytes",
+# The args read, as text (made integers below: ROCm writes a stream as "0x0"). Every event's ids
+# and placement ...
+SPAN_ARGS = {"correlation": "correlation", "stream": "stream", "device": "device", "bytes": "bytes"}
+# ... and a collective's, as text (cast below), for the few events that carry them: record_param_comms
+# and NCCL kernels
+COLLECTIVE_ARGS = {
     "Collective name": "collective",
     "In msg nelems": "in_nelems",
     "Out msg nelems": "out_nelems",
@@ -73,20 +74,8 @@ ARGS = {
     "Src Rank": "src_rank",
     "Dst Rank": "dst_rank",
 }
-_INT_ARGS = (
-    "external_id",
-    "correlation",
-    "stream",
-    "device",
-    "bytes",
-    "in_nelems",
-    "out_nelems",
-    "group_size",
-    "seq",
-    "src_rank",
-    "dst_rank",
-)
-_READ_SCHEMA = {
+_COLLECTIVE_INTS = ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank")
+_EVENT_SCHEMA = {
     "ph": pl.String,
     "cat": pl.String,
     "name": pl.String,
@@ -94,8 +83,15 @@ _READ_SCHEMA = {
     "tid": pl.String,
     "ts": pl.Float64,
     "dur": pl.Float64,
-    "args": pl.Struct(dict.fromkeys(ARGS, pl.String)),
 }
+_SPAN_SCHEMA = _EVENT_SCHEMA | {"args": pl.Struct(dict.fromkeys(SPAN_ARGS, pl.String))}
+_COLLECTIVE_SCHEMA = {"args": pl.Struct(dict.fromkeys(COLLECTIVE_ARGS, pl.String))}
+# a batch of events as Trace.keep takes it: the event's fields and its args', flat
+FLAT_SCHEMA = (
+    _EVENT_SCHEMA
+    | dict.fromkeys(SPAN_ARGS.values(), pl.Int64)
+    | {c: pl.Int64 if c in _COLLECTIVE_INTS else pl.String for c in COLLECTIVE_ARGS.values()}
+)
 CPU_CATS = ("cpu_op", "user_annotation")
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
@@ -151,8 +147,7 @@ class Trace:
     def keep(self, batch: pl.DataFrame) -> None:
         """Sort a batch of raw events into CPU spans, GPU spans and launches (the columns each needs)."""
         self.events += batch.height
-        flat = batch.filter(pl.col("ph") == "X").unnest("args").rename(ARGS)
-        flat = flat.with_columns(pl.col(c).cast(pl.Float64, strict=False).cast(pl.Int64) for c in _INT_ARGS)
+        flat = batch.filter(pl.col("ph") == "X")
         cpu = flat.filter(pl.col("cat").is_in(CPU_CATS))
         if cpu.height:
             self.cpu.append(cpu.drop("ph", "stream", "device", "bytes", "correlation"))
@@ -179,6 +174,14 @@ def read_trace(path: Path) -> Trace:
 
 
 def _chunked(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
+    """The events, a chunk's lines at a time: the next chunk is split into lines (Python, holding the
+    GIL) in a thread while polars parses this one (without it), so two cores share the work."""
+    for lines in _ahead(_event_lines(path, meta)):
+        yield _lines_frame(lines)
+
+
+def _event_lines(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
+    """The events array's text, a chunk at a time, one event per line; the other keys into `meta`."""
     with path.open("rb") as fh:
         head = b""
         while (found := _EVENTS_KEY.search(head)) is None:
@@ -187,24 +190,85 @@ def _chunked(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
                 raise ValueError("no traceEvents array")
             head += more
         meta.update(_object_text(head[: found.start()]))
+        body = head[found.end() :]
+        split = _split_kineto if _KINETO_SEPARATOR in body else _split_any
         carry = b""
-        pieces = iter(lambda: fh.read(CHUNK_BYTES), b"")
-        for chunk in itertools.chain([head[found.end() :]], pieces):
-            lines = _BOUNDARY.sub(b"}\n", carry + chunk.replace(b"\n", b" ").replace(b"\r", b" "))
-            cut = lines.rfind(b"\n")
-            if cut < 0:
-                carry = lines
-                continue
-            carry = lines[cut + 1 :]
-            yield _lines_frame(lines[:cut])
+        for chunk in itertools.chain([body], iter(lambda: fh.read(CHUNK_BYTES), b"")):
+            lines, carry = split(carry + chunk)
+            if lines:
+                yield lines
     last, trailer = _split_tail(carry.decode("utf-8", errors="replace"))
     meta.update(trailer)
     if last is not None:
-        yield _lines_frame(json.dumps(last).encode())
+        yield json.dumps(last).encode()
+
+
+def _split_any(text: bytes) -> tuple[bytes, bytes]:
+    """The whole events of `text`, one a line, and the rest (the start of the next event)."""
+    lines = _BOUNDARY.sub(b"}\n", text.replace(b"\n", b" ").replace(b"\r", b" "))
+    cut = lines.rfind(b"\n")
+    return (b"", text) if cut < 0 else (lines[:cut], lines[cut + 1 :])
+
+
+def _split_kineto(text: bytes) -> tuple[bytes, bytes]:
+    """`_split_any` for Kineto's own layout, a few times faster: its separator between events,
+    `},` newline, two spaces, `{`, holds a raw newline, so it is never inside a string, and its indent
+    is the events array's (an object nested in an event is indented deeper). The rest of a separator
+    cut by the chunk's end is found with the next chunk."""
+    marked = text.replace(_KINETO_SEPARATOR, b"}\x1e{")  # a raw control byte never occurs in JSON text
+    cut = marked.rfind(b"\x1e")
+    if cut < 0:
+        return b"", text
+    lines = marked[:cut].replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\x1e", b"\n")
+    return lines, marked[cut + 1 :]
+
+
+def _ahead(items: Iterator[bytes]) -> Iterator[bytes]:
+    """`items`, each made in a thread while the one before is used."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(next, items, None)
+        while (item := pending.result()) is not None:
+            pending = pool.submit(next, items, None)
+            yield item
 
 
 def _lines_frame(lines: bytes) -> pl.DataFrame:
-    return pl.read_ndjson(io.BytesIO(lines), schema=_READ_SCHEMA)
+    """The events of one event per line, flat (FLAT_SCHEMA): every event with its ids, and the
+    collective args read again from the lines of the few events that carry them (reading them from
+    every line would double the cost)."""
+    events = _integers(pl.read_ndjson(io.BytesIO(lines), schema=_SPAN_SCHEMA).unnest("args").rename(SPAN_ARGS))
+    carries = (pl.col("ph") == "X") & (
+        (pl.col("name") == PARAM_COMMS) | ((pl.col("cat") == "kernel") & pl.col("name").str.starts_with("nccl"))
+    )
+    rows = events.select(carries.arg_true().alias("_row"))["_row"]
+    split = lines.split(b"\n") if rows.len() else []
+    if rows.len() == 0 or len(split) != events.height:  # (never unequal: one event a line by construction)
+        return events.with_columns(pl.lit(None, dtype=FLAT_SCHEMA[c]).alias(c) for c in COLLECTIVE_ARGS.values())
+    picked = b"\n".join([split[i] for i in rows.to_list()])
+    args = _collective_columns(pl.read_ndjson(io.BytesIO(picked), schema=_COLLECTIVE_SCHEMA).unnest("args"))
+    return (
+        events.with_row_index("_row")
+        .join(args.with_columns(_row=rows), on="_row", how="left", maintain_order="left")
+        .drop("_row")
+    )
+
+
+def _collective_columns(args: pl.DataFrame) -> pl.DataFrame:
+    """The collective args, renamed and typed."""
+    return _integers(args.rename(COLLECTIVE_ARGS))
+
+
+_INTEGERS = (*SPAN_ARGS.values(), *_COLLECTIVE_INTS)
+
+
+def _integers(frame: pl.DataFrame) -> pl.DataFrame:
+    """The integer args of `frame` as integers, from decimal, float or hex text (anything else: null)."""
+    present = [c for c in _INTEGERS if c in frame.columns and frame.schema[c] == pl.String]
+    hexed = [pl.col(c).str.strip_prefix("0x").str.to_integer(base=16, strict=False) for c in present]
+    plain = [pl.col(c).cast(pl.Float64, strict=False).cast(pl.Int64) for c in present]
+    return frame.with_columns(
+        pl.when(pl.col(c).str.starts_with("0x")).then(h).otherwise(d).alias(c) for c, h, d in zip(present, hexed, plain)
+    )
 
 
 def _object_text(head: bytes) -> dict[str, Any]:
@@ -249,17 +313,23 @@ def _evented(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
             if isinstance(event, dict):
                 rows.append(_flat_event(event))
             if len(rows) >= _EVENT_BATCH:
-                yield pl.DataFrame(rows, schema=_READ_SCHEMA)
+                yield _flat_frame(rows)
                 rows = []
     if rows:
-        yield pl.DataFrame(rows, schema=_READ_SCHEMA)
+        yield _flat_frame(rows)
+
+
+def _flat_frame(rows: list[dict]) -> pl.DataFrame:
+    frame = pl.DataFrame(rows, schema=_EVENT_SCHEMA | dict.fromkeys([*SPAN_ARGS, *COLLECTIVE_ARGS], pl.String))
+    spans = _integers(frame.rename(SPAN_ARGS))
+    return spans.drop(*COLLECTIVE_ARGS).hstack(_collective_columns(frame.select(*COLLECTIVE_ARGS)))
 
 
 def _flat_event(event: dict) -> dict[str, Any]:
     args = _dict(event.get("args"))
     out: dict[str, Any] = {k: _text(event.get(k)) for k in ("ph", "cat", "name", "pid", "tid")}
     out.update({k: _number(event.get(k)) for k in ("ts", "dur")})
-    out["args"] = {k: _text(args.get(k)) for k in ARGS}
+    out.update({k: _text(args.get(k)) for k in [*SPAN_ARGS, *COLLECTIVE_ARGS]})
     return out
 
 
@@ -333,7 +403,7 @@ def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
 def _concat(frames: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
     if frames:
         return pl.concat(frames, how="diagonal_relaxed")
-    return pl.DataFrame(schema={c: _READ_SCHEMA.get(c, pl.Float64) for c in columns})
+    return pl.DataFrame(schema={c: FLAT_SCHEMA.get(c, pl.Float64) for c in columns})
 
 
 def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
@@ -354,7 +424,7 @@ def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
 def _cpu_spans(cpu: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     """The CPU ops and annotations at most MAX_DEPTH deep on their thread (collectives apart)."""
     spans = cpu.filter(~pl.col("name").str.contains(COMM_OP) & (pl.col("name") != PARAM_COMMS))
-    spans = _with_depth(spans.select("cat", "name", "pid", "tid", "start_us", "dur_us", "external_id"))
+    spans = _with_depth(spans.select("cat", "name", "pid", "tid", "start_us", "dur_us"))
     kind = (
         pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
         .then(pl.lit("step"))
