@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TextIO
 
-BASE_NS = 1_767_225_600_000_000_000  # 2026-01-01 00:00 UTC: the traces' times count from it
+BASE_NS = 1_767_225_600_000_000_000  # 2026-01-01 00:00 UTC
+START_MS = 100.0  # the first step's start, after the base time
 MAIN_TID, BACKWARD_TID, GLOO_TID = 1000, 1001, 1002
 COMPUTE_STREAM, COMM_STREAM = 7, 20
 GRAD_ELEMENTS = (25_000_000, 8_000_000)  # the two buckets
@@ -40,6 +41,7 @@ class Job:
     sequence_numbers: bool = True  # record_param_comms carries `Seq` (PyTorch 2.3+)
     clock_ms: dict[int, float] = field(default_factory=dict)  # rank -> how far ahead its host's clock runs
     detail: int = 0  # small operators (and kernels) per forward pass
+    base_ns: int = BASE_NS  # the traces' times count from it
 
     def extra_ms(self, rank: int, step: int) -> float:
         return self.late.get(rank, {}).get(step, 0.0)
@@ -93,7 +95,7 @@ def _collective_args(job: Job, bucket: int, seq: int) -> dict:
 def _steps(job: Job) -> Iterator[list[_Rank]]:
     """Step by step, every rank with that step's events (and only those)."""
     ranks = [_Rank(r, 4000 + 17 * r, job.clock_ms.get(r, 0.0)) for r in range(job.world)]
-    now = 100.0  # ms after BASE_NS
+    now = START_MS
     seq = 0
     for step in range(job.first_step, job.first_step + job.steps):
         start = now
@@ -185,7 +187,7 @@ def _lines(job: Job, rank: int, steps: Iterable[list[dict]]) -> Iterator[str]:
     }
     tail = {
         "traceName": "synthetic: written by tracelens's generator (synth/kineto.py)",
-        "baseTimeNanoseconds": BASE_NS,
+        "baseTimeNanoseconds": job.base_ns,
     }
     yield "{\n"
     for key, value in head.items():
@@ -199,3 +201,32 @@ def _lines(job: Job, rank: int, steps: Iterable[list[dict]]) -> Iterator[str]:
     yield "\n  ],\n"
     yield ",\n".join(f'  "{key}": {json.dumps(value)}' for key, value in tail.items())
     yield "\n}\n"
+
+
+def step_ms(job: Job, step: int) -> tuple[float, float]:
+    """When step `step` starts and ends, in ms after the base time (the same on every rank)."""
+    spans = {}
+    for ranks in _steps(job):
+        first = ranks[0].events[0]  # the ProfilerStep span
+        spans[int(first["name"].split("#")[1])] = (first["ts"] / 1000, (first["ts"] + first["dur"]) / 1000)
+    return spans[step]
+
+
+@dataclass(frozen=True)
+class ProfilerTraces:
+    """A story event (synth.runs): every rank writes its profiler trace (`job`'s ranks are the run's
+    processes, in order) beside its host's logs, `node01/rank-0.pt.trace.json`; the steps a late rank
+    slows are the story span "slow"."""
+
+    job: Job
+
+    def play(self, run) -> None:  # a synth.runs.Run (not imported: runs imports the story events)
+        start = run.utc(run.now)
+        job = replace(self.job, base_ns=int(start.timestamp()) * 10**9)
+        for rank, text in traces(job).items():
+            run.attach(f"{run.procs[rank].host.name}/rank-{rank}.pt.trace.json", text.encode())
+        slow = sorted({step for steps in job.late.values() for step in steps})
+        if slow:
+            begin, end = step_ms(job, slow[0])[0], step_ms(job, slow[-1])[1]
+            run.spans["slow"] = (run.now + begin / 1000, run.now + end / 1000)
+        run.now += step_ms(job, job.first_step + job.steps - 1)[1] / 1000 + 1.0

@@ -326,3 +326,23 @@ def test_derived_tables_are_empty_without_traces():
     assert ctx.trace_breakdown.height == 0 and ctx.collective_arrivals.height == 0
     assert fire(RunTables(), "TL431") == [] and derived.rank_waits(ctx.collective_arrivals).height == 0
     assert json.dumps(list(ctx.trace_breakdown.columns))
+
+
+def test_straggler_fixture_report(analysis_of):
+    from datetime import datetime, timedelta
+
+    from tracelens.report.html import render
+
+    analysis = analysis_of("profiler-straggler")
+    top = json.loads((Path(__file__).resolve().parents[1] / "fixtures/profiler-straggler/expected.json").read_text())[
+        "top"
+    ]
+    (finding,) = analysis.findings
+    assert (finding.rule_id, finding.ranks, finding.hosts) == (top["rule"], top["ranks"], top["hosts"])
+    begin, end = (datetime.fromisoformat(t) for t in top["window"])
+    slack = timedelta(seconds=top["tolerance_s"])
+    assert finding.window is not None
+    assert begin - slack <= finding.window[0] and finding.window[1] <= end + slack
+    html = render(analysis)
+    assert '<section id="traces">' in html and html.count('class="trace-lane"') == 4
+    assert html.count("trace-bar trace-last") == 3  # rank 2 arrived last in steps 15-17
