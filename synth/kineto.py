@@ -53,7 +53,7 @@ class _Rank:
     pid: int
     clock_ms: float = 0.0
     events: list[dict] = field(default_factory=list)
-    correlation: int = 0
+    correlation: int = 1_000_000  # CUPTI's ids are large by the time a profiled step runs
 
     def span(self, cat: str, name: str, tid: int | str, start_ms: float, dur_ms: float, **args) -> None:
         pid: int | str = self.pid if cat not in ("kernel", "gpu_memcpy", "gpu_memset") else 0
