@@ -134,6 +134,10 @@ def ingest(source: InputFile) -> IngestResult:
     return result
 
 
+_CPU_COLUMNS = ["cat", "name", "pid", "tid", "ts", "dur"]
+_GPU_COLUMNS = ["cat", "name", "ts", "dur", *SPAN_ARGS.values()]
+
+
 class Trace:
     """What a file held: the top-level keys but the events, the kept events per kind, and counts."""
 
@@ -141,6 +145,7 @@ class Trace:
         self.meta: dict[str, Any] = {}
         self.events = 0
         self.cpu: list[pl.DataFrame] = []
+        self.calls: list[pl.DataFrame] = []  # record_param_comms, with the collective's args
         self.gpu: list[pl.DataFrame] = []
         self.launches: list[pl.DataFrame] = []
 
@@ -148,12 +153,19 @@ class Trace:
         """Sort a batch of raw events into CPU spans, GPU spans and launches (the columns each needs)."""
         self.events += batch.height
         flat = batch.filter(pl.col("ph") == "X")
+        # a collective's args only on the rows that carry them: a column of nulls costs memory too
         cpu = flat.filter(pl.col("cat").is_in(CPU_CATS))
+        calls = cpu["name"] == PARAM_COMMS
         if cpu.height:
-            self.cpu.append(cpu.drop("ph", "stream", "device", "bytes", "correlation"))
+            self.cpu.append(cpu.filter(~calls).select(_CPU_COLUMNS))
+        if calls.any():
+            self.calls.append(cpu.filter(calls).drop("ph", *SPAN_ARGS.values()))
         gpu = flat.filter(pl.col("cat").is_in(list(GPU_KINDS)))
+        nccl = gpu["name"].str.starts_with("nccl")
         if gpu.height:
-            self.gpu.append(gpu.drop("ph", "pid", "tid"))
+            self.gpu.append(gpu.filter(~nccl).select(_GPU_COLUMNS))
+        if nccl.any():
+            self.gpu.append(gpu.filter(nccl).drop("ph", "pid", "tid"))
         launches = flat.filter(pl.col("cat").is_in(LAUNCH_CATS), pl.col("correlation").is_not_null())
         if launches.height:
             self.launches.append(launches.select("correlation", launch_us="ts"))
@@ -377,14 +389,18 @@ EPOCH_MIN_US = 1e15  # 2001: a trace time below this (and no baseTimeNanoseconds
 def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
     """One row per kept span of the trace, with its step, depth and time in UTC."""
     base = _base_us(trace.meta)
-    cpu = _concat(trace.cpu, ["cat", "name", "pid", "tid", "ts", "dur"])
-    gpu = _concat(trace.gpu, ["cat", "name", "ts", "dur"])
+    cpu = _concat(trace.cpu, _CPU_COLUMNS)
+    calls = _concat(trace.calls, [*_CPU_COLUMNS, *COLLECTIVE_ARGS.values()])
+    gpu = _concat(trace.gpu, _GPU_COLUMNS)
     launches = _concat(trace.launches, ["correlation", "launch_us"])
-    cpu = cpu.with_columns(start_us=pl.col("ts") + base, dur_us=pl.col("dur").fill_null(0.0)).drop("ts", "dur")
-    gpu = gpu.with_columns(start_us=pl.col("ts") + base, dur_us=pl.col("dur").fill_null(0.0)).drop("ts", "dur")
+    trace.cpu, trace.calls, trace.gpu, trace.launches = [], [], [], []  # their memory goes with the last reference
+    cpu, calls, gpu = (
+        frame.with_columns(start_us=pl.col("ts") + base, dur_us=pl.col("dur").fill_null(0.0)).drop("ts", "dur")
+        for frame in (cpu, calls, gpu)
+    )
     launches = launches.with_columns(pl.col("launch_us") + base)
     steps = _steps(cpu)
-    cpu_rows = pl.concat([_cpu_spans(cpu, steps), _collectives(cpu)], how="diagonal_relaxed")
+    cpu_rows = pl.concat([_cpu_spans(cpu, steps), _collectives(cpu, calls)], how="diagonal_relaxed")
     rows = pl.concat([cpu_rows, _gpu_spans(gpu, launches)], how="diagonal_relaxed")
     rows = _in_steps(rows, steps).with_columns(
         file=pl.lit(name),
@@ -437,7 +453,8 @@ def _cpu_spans(cpu: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 
 def _with_depth(spans: pl.DataFrame) -> pl.DataFrame:
     """Each span's nesting depth on its thread (0: inside no other), levels peeled off one at a time:
-    a span is at the current level when it starts at or after the end of every earlier span left."""
+    a span is at the current level when it starts at or after the end of every earlier span left.
+    Spans deeper than MAX_DEPTH are left out."""
     spans = spans.with_columns(end=pl.col("start_us") + pl.col("dur_us")).sort(
         ["pid", "tid", "start_us", "dur_us"], descending=[False, False, False, True]
     )
@@ -450,19 +467,17 @@ def _with_depth(spans: pl.DataFrame) -> pl.DataFrame:
         marked = rest.with_columns(_top=covered.is_null() | (pl.col("start_us") >= covered))
         done.append(marked.filter("_top").with_columns(depth=pl.lit(level, dtype=pl.Int32)))
         rest = marked.filter(~pl.col("_top"))
-    if rest.height:
-        done.append(rest.with_columns(depth=pl.lit(MAX_DEPTH + 1, dtype=pl.Int32)))
     if not done:
         return spans.with_columns(depth=pl.lit(None, dtype=pl.Int32)).drop("end")
     return pl.concat(done).drop("_top", "end")
 
 
-def _collectives(cpu: pl.DataFrame) -> pl.DataFrame:
+def _collectives(cpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """One row per collective call on the CPU: `record_param_comms` (sizes, dtype, group, sequence
     number) with the `nccl:*`/`gloo:*` op on the same thread that starts inside it (PyTorch 2) or
     holds it (older); an op with no such call (gloo's worker threads) is a row of its own, and a call
     with neither an op nor a collective name, or that only waits for one (`wait`), is no row."""
-    calls = cpu.filter(pl.col("name") == PARAM_COMMS).drop("cat").sort("start_us")
+    calls = calls.drop("cat").sort("start_us")
     ops = (
         cpu.filter(pl.col("name").str.contains(COMM_OP))
         .select("pid", "tid", op="name", op_start="start_us", op_end=pl.col("start_us") + pl.col("dur_us"))
