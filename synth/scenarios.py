@@ -6,9 +6,10 @@ from dataclasses import replace
 
 from synth import deepspeed, host, incidents
 from synth.fabric import FabricPort
+from synth.kineto import Job, ProfilerTraces
 from synth.nccl import Host, Version
 from synth.pytorch import Work
-from synth.runs import CounterDumps, IbRetryExceeded, Scenario, Training, WatchdogTimeout
+from synth.runs import Cause, CounterDumps, IbRetryExceeded, Scenario, Training, WatchdogTimeout
 
 NODE01 = Host("node01", "10.0.0.1", env=(("NCCL_SOCKET_IFNAME", "eth0"),))
 NODE02 = replace(NODE01, name="node02", ip="10.0.0.2")
@@ -139,3 +140,25 @@ SCENARIOS += deepspeed.scenarios(pair())  # DeepSpeed steps and config: healthy,
 ROCE_PAIR = pair(link_layer="RoCE", env=(("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_IB_GID_INDEX", "3")))
 SCENARIOS += incidents.scenarios(ROCE_PAIR)
 SCENARIOS += host.scenarios(ROCE_PAIR)
+# PyTorch profiler traces of every rank: a healthy run, and one where rank 2's forward pass is slower
+SCENARIOS += (
+    Scenario(
+        name="profiler-healthy",
+        description="A 2-node x 2-GPU data-parallel run profiled on every rank (torch.profiler, Kineto JSON): "
+        "12 steps, the ranks arrive at each gradient all-reduce together and the first bucket's transfer runs "
+        "beside the backward pass. No rule may fire.",
+        rules=(),
+        hosts=pair(gpus=2),
+        story=(ProfilerTraces(Job(steps=12)),),
+    ),
+    Scenario(
+        name="profiler-straggler",
+        description="The same profiled run, but in steps 15-17 rank 2 (node02) spends 40 ms more in its forward "
+        "pass: it starts every all-reduce of those steps last, and the three other ranks' NCCL kernels start "
+        "40 ms earlier and wait for it.",
+        rules=("TL431",),
+        hosts=pair(gpus=2),
+        story=(ProfilerTraces(Job(steps=12, late={2: dict.fromkeys(range(15, 18), 40.0)})),),
+        cause=Cause("TL431", hosts=("node02",), span="slow", ranks=(2,), tolerance_s=0.5),
+    ),
+)

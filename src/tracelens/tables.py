@@ -434,6 +434,60 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("lat_p999_us", pa.float64()),
         pa.field("run", pa.int64()),
     ),
+    # One row per PyTorch profiler (Kineto) trace file: whose it is and what it holds.
+    "trace_ranks": _schema(
+        pa.field("rank", pa.int64()),  # null when neither the trace nor its path says
+        pa.field("rank_source", pa.string()),  # distributedInfo, file name, folder, unknown
+        pa.field("world_size", pa.int64()),
+        pa.field("backend", pa.string()),  # nccl, gloo ...
+        pa.field("nccl_version", pa.string()),
+        pa.field("pg_count", pa.int64()),
+        pa.field("pg_config", pa.string()),  # distributedInfo's process groups, as JSON text
+        pa.field("device_name", pa.string()),  # the first GPU of deviceProperties
+        pa.field("base_time_ns", pa.int64()),  # baseTimeNanoseconds: the trace's times count from it
+        pa.field("schema_version", pa.int64()),
+        pa.field("events", pa.int64()),  # trace events read
+        pa.field("spans", pa.int64()),  # rows kept in trace_spans
+        pa.field("kernels", pa.int64()),
+        pa.field("steps", pa.int64()),  # ProfilerStep spans
+        pa.field("first_step", pa.int64()),
+        pa.field("last_step", pa.int64()),
+    ),
+    # One row per kept span of a profiler trace (tracelens.ingest.kineto); `ts` is its start in UTC
+    # (null when the trace's clock is not wall-clock time), `start_us`/`end_us` the same in epoch
+    # microseconds (the trace's own clock), exact to the trace's precision.
+    "trace_spans": _schema(
+        pa.field("rank", pa.int64()),
+        # step (ProfilerStep#N), annotation, cpu_op, collective (a CPU collective call), kernel, memcpy, memset
+        pa.field("kind", pa.string()),
+        pa.field("category", pa.string()),  # GPU spans: computation, communication, memory, other (HTA's classes)
+        pa.field("name", pa.string()),
+        pa.field("pid", pa.string()),
+        pa.field("tid", pa.string()),  # CPU spans' thread
+        pa.field("device", pa.int64()),  # GPU spans' device and stream
+        pa.field("stream", pa.int64()),
+        pa.field("start_us", pa.float64()),
+        pa.field("dur_us", pa.float64()),
+        pa.field("end_us", pa.float64()),
+        pa.field("launch_us", pa.float64()),  # GPU spans: when the CPU called the launch (correlation id)
+        pa.field("step", pa.int64()),  # the ProfilerStep whose CPU span holds the span's start (or launch)
+        pa.field("depth", pa.int32()),  # CPU spans: nesting depth on the thread, 0 = top level
+        pa.field("correlation", pa.int64()),
+        # collectives (record_param_comms and NCCL kernels' args)
+        pa.field("backend", pa.string()),  # nccl, gloo ... (the op's prefix)
+        pa.field("collective", pa.string()),  # allreduce, broadcast, all_gather ...
+        pa.field("in_nelems", pa.int64()),
+        pa.field("out_nelems", pa.int64()),
+        pa.field("dtype", pa.string()),
+        pa.field("group_size", pa.int64()),
+        pa.field("pg_name", pa.string()),
+        pa.field("pg_desc", pa.string()),
+        pa.field("pg_ranks", pa.string()),  # as written: "[0, 1]"
+        pa.field("seq", pa.int64()),  # the collective's sequence number in its group, when the trace has it
+        pa.field("src_rank", pa.int64()),  # point-to-point ops
+        pa.field("dst_rank", pa.int64()),
+        pa.field("bytes", pa.int64()),  # memcpy / memset
+    ),
     # One row per input file: what was read and how much of it was understood.
     "inputs": pa.schema(
         [
@@ -479,6 +533,8 @@ INPUTS: dict[str, str] = {
     "gids": "RoCE GID tables (show_gids)",
     "nccl_tests": "nccl-tests output (all_reduce_perf ...)",
     "perftest": "perftest output (ib_write_bw ...)",
+    "trace_ranks": "PyTorch profiler traces (torch.profiler, Kineto JSON) of the ranks",
+    "trace_spans": "PyTorch profiler traces (torch.profiler, Kineto JSON) of the ranks",
     "inputs": "any readable input",
 }
 

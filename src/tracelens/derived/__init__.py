@@ -49,7 +49,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracelens.derived import counters, events, flows, hangs, hosts, ports, steps, window_signals
+from tracelens.derived import counters, events, flows, hangs, hosts, ports, steps, traces, window_signals
 from tracelens.derived.baseline import Baseline
 from tracelens.derived.flows import PacketWindows
 from tracelens.derived.steps import SlowSteps
@@ -216,3 +216,22 @@ class RunContext:
     def network_events(self) -> pl.DataFrame:
         """NCCL errors, counter rises and packet events on one UTC axis (tracelens.derived.events)."""
         return events.network_events(self.tables, self.counter_deltas, self.packets, self.host_names)
+
+    # -- profiler traces (tracelens.derived.traces) ---------------------------------------------
+
+    @cached_property
+    def trace_breakdown(self) -> pl.DataFrame:
+        """Per rank and ProfilerStep (and per rank over the whole trace, `step` null): the window and
+        its computation, communication (overlapped and exposed), memory and idle time, in us."""
+        return traces.breakdown(self.scan("trace_spans"))
+
+    @cached_property
+    def collective_arrivals(self) -> pl.DataFrame:
+        """Per collective matched across the ranks' traces, each rank's arrival, its wait for the last
+        rank (clock and duration based) and whether it came last."""
+        return traces.arrivals(self.scan("trace_spans"))
+
+    @cached_property
+    def trace_waits(self) -> pl.DataFrame:
+        """Per rank and step: its collectives, the time it waited for later ranks and how often it came last."""
+        return traces.rank_waits(self.collective_arrivals)

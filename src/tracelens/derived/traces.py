@@ -1,0 +1,257 @@
+"""What the ranks' profiler traces say per rank and step (the spans of tracelens.ingest.kineto).
+
+Temporal breakdown (Holistic Trace Analysis's definitions): on a rank's GPU, in a window of time,
+computation is the time some computation kernel runs, communication the time some NCCL kernel
+runs, of which *overlapped* is the part some computation kernel runs too and *exposed* the rest;
+memory is the time only copies or sets run; idle is the time nothing runs. So
+computation + exposed communication + memory + idle = the window. The windows are the rank's
+steps on the GPU: from the first GPU span launched by ProfilerStep#N to the first launched by
+step N+1 (the last step ends with its last span), and, for the whole trace, the first span's start
+to the last one's end (HTA's span). A span running past its window's end is cut there and its
+rest counted in the next window. A rank without GPU spans (a CPU-only gloo run) is measured on
+its CPU: the step's span is the window, the collective calls are communication, the top-level
+ops the rest of the step are computation (nothing overlaps on one thread).
+
+Arrivals: every rank's trace has the same collectives in the same order, so a collective is
+matched across ranks by its process group and its sequence number (`Seq`, when the trace has
+it) or else its position among the group's collectives of its step. A rank *arrives* when its
+NCCL kernel starts (on a GPU) or its collective call starts (CPU only); the collective cannot
+finish before the last arrival, so each rank *waits* last arrival minus its arrival. The ranks'
+clocks differ between hosts: a collective ends at about the same moment on every rank, so a
+host's clock offset is the median, over the collectives, of how much later its ranks' ends are
+than the median end; arrivals are corrected by it (ranks of one host share a clock: no offset).
+`wait_by_duration_us` (a rank's collective time minus the shortest rank's) needs no clock at all:
+on a GPU the NCCL kernel's time is the waiting plus the transfer.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+GPU_KINDS = ("kernel", "memcpy", "memset")
+RANK_STEP = ["rank", "step"]
+MIN_OFFSET_COLLECTIVES = 3  # matched collectives a host needs for its clock offset to be estimated
+TIE_US = 1.0  # ranks arriving within this of each other arrived together: none of them came last
+
+BREAKDOWN_SCHEMA = {
+    "rank": pl.Int64,
+    "step": pl.Int64,  # null: the whole trace
+    "basis": pl.String,  # gpu or cpu
+    "start_us": pl.Float64,
+    "window_us": pl.Float64,
+    "computation_us": pl.Float64,
+    "communication_us": pl.Float64,
+    "overlapped_comm_us": pl.Float64,
+    "exposed_comm_us": pl.Float64,
+    "memory_us": pl.Float64,
+    "idle_us": pl.Float64,
+}
+
+
+def _union_us(spans: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
+    """Per group, the length of the union of its [start_us, end_us) intervals."""
+    ordered = spans.sort([*by, "start_us"])
+    reach = pl.col("end_us").cum_max().shift(1).over(by)
+    segment = (reach.is_null() | (pl.col("start_us") > reach)).cum_sum().over(by)
+    return (
+        ordered.with_columns(_seg=segment)
+        .group_by([*by, "_seg"])
+        .agg(pl.col("start_us").min(), pl.col("end_us").max())
+        .group_by(by)
+        .agg(((pl.col("end_us") - pl.col("start_us")).sum()).alias("union_us"))
+    )
+
+
+def _measures(spans: pl.LazyFrame, windows: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
+    """The breakdown of `spans` (category, start_us, end_us, and `by`) in `windows` (by, window_us)."""
+    sets = {
+        "c": ["computation"],
+        "m": ["communication"],
+        "cm": ["computation", "communication"],
+        "all": ["computation", "communication", "memory"],
+    }
+    out = windows
+    for label, cats in sets.items():
+        union = _union_us(spans.filter(pl.col("category").is_in(cats)), by).rename({"union_us": label})
+        out = out.join(union, on=by, how="left")
+    out = out.with_columns(pl.col(label).fill_null(0.0) for label in sets)
+    return out.select(
+        *by,
+        "basis",
+        "start_us",
+        "window_us",
+        computation_us=pl.col("c"),
+        communication_us=pl.col("m"),
+        overlapped_comm_us=pl.col("c") + pl.col("m") - pl.col("cm"),
+        exposed_comm_us=pl.col("cm") - pl.col("c"),
+        memory_us=pl.col("all") - pl.col("cm"),
+        idle_us=(pl.col("window_us") - pl.col("all")).clip(lower_bound=0.0),
+    )
+
+
+def _gpu_spans(spans: pl.LazyFrame) -> pl.LazyFrame:
+    return spans.filter(pl.col("kind").is_in(GPU_KINDS)).select("rank", "step", "category", "start_us", "end_us")
+
+
+def _gpu_windows(gpu: pl.LazyFrame) -> pl.LazyFrame:
+    """Per rank and step, the step's window on the GPU: its first span's start to the next step's."""
+    firsts = (
+        gpu.filter(pl.col("step").is_not_null())
+        .group_by(RANK_STEP)
+        .agg(pl.col("start_us").min(), pl.col("end_us").max().alias("last_end"))
+        .sort(RANK_STEP)
+    )
+    nxt = pl.col("start_us").shift(-1).over("rank")
+    return firsts.with_columns(end_us=pl.coalesce(nxt, pl.col("last_end"))).select(
+        *RANK_STEP, "start_us", "end_us", window_us=pl.col("end_us") - pl.col("start_us"), basis=pl.lit("gpu")
+    )
+
+
+def _in_windows(gpu: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
+    """The GPU spans placed in the window their start falls in, cut at its end; the cut-off rest
+    goes into the window after."""
+    starts = windows.select("rank", w_step="step", w_start="start_us", w_end="end_us").sort("w_start")
+
+    def place(rows: pl.LazyFrame) -> pl.LazyFrame:
+        return (
+            rows.sort("start_us")
+            .join_asof(starts, left_on="start_us", right_on="w_start", by="rank", check_sortedness=False)
+            .filter(pl.col("w_step").is_not_null(), pl.col("start_us") < pl.col("w_end"))
+        )
+
+    placed = place(gpu.drop("step"))
+    inside = placed.select(
+        "rank", step="w_step", category="category", start_us="start_us", end_us=pl.min_horizontal("end_us", "w_end")
+    )
+    rest = placed.filter(pl.col("end_us") > pl.col("w_end")).select(
+        "rank", "category", start_us="w_end", end_us="end_us"
+    )
+    spill = place(rest).select(
+        "rank", step="w_step", category="category", start_us="start_us", end_us=pl.min_horizontal("end_us", "w_end")
+    )
+    return pl.concat([inside, spill])
+
+
+def _cpu_breakdown(spans: pl.LazyFrame, gpu_ranks: pl.LazyFrame) -> pl.LazyFrame:
+    """Ranks without GPU spans: per step, on the CPU, collective calls against the other top-level spans."""
+    steps = spans.filter(pl.col("kind") == "step").join(gpu_ranks, on="rank", how="anti")
+    windows = steps.select(*RANK_STEP, "start_us", window_us="dur_us", basis=pl.lit("cpu"))
+    work = spans.filter(
+        pl.col("step").is_not_null(),
+        (pl.col("kind") == "collective") | ((pl.col("depth") == 1) & pl.col("kind").is_in(["cpu_op", "annotation"])),
+    ).select(
+        *RANK_STEP,
+        "start_us",
+        "end_us",
+        category=pl.when(pl.col("kind") == "collective").then(pl.lit("communication")).otherwise(pl.lit("computation")),
+    )
+    work = work.join(windows.select(RANK_STEP), on=RANK_STEP, how="semi")
+    return _measures(work, windows, RANK_STEP)
+
+
+def breakdown(spans: pl.LazyFrame) -> pl.DataFrame:
+    """Per rank and step, and per rank over the whole trace (`step` null): the temporal breakdown."""
+    spans = spans.filter(pl.col("rank").is_not_null())
+    gpu = _gpu_spans(spans)
+    windows = _gpu_windows(gpu)
+    per_step = _measures(_in_windows(gpu, windows), windows.drop("end_us"), RANK_STEP)
+    whole_windows = gpu.group_by("rank").agg(
+        pl.col("start_us").min(), window_us=pl.col("end_us").max() - pl.col("start_us").min(), basis=pl.lit("gpu")
+    )
+    whole = _measures(gpu.drop("step"), whole_windows, ["rank"]).with_columns(step=pl.lit(None, dtype=pl.Int64))
+    cpu = _cpu_breakdown(spans, gpu.select("rank").unique())
+    frames = [f.select(list(BREAKDOWN_SCHEMA)).cast(BREAKDOWN_SCHEMA) for f in (per_step, whole, cpu)]  # type: ignore[arg-type]
+    return pl.concat(frames).collect().sort("rank", "step", nulls_last=True)
+
+
+ARRIVAL_SCHEMA = {
+    "rank": pl.Int64,
+    "host": pl.String,
+    "step": pl.Int64,
+    "pg": pl.String,  # the process group's name, else the GPU stream ("stream 7"), else "default"
+    "key": pl.Int64,  # the collective's sequence number, or its position in the group's collectives of the step
+    "collective": pl.String,
+    "arrival_us": pl.Float64,  # on the rank's clock corrected by its host's offset
+    "end_us": pl.Float64,
+    "dur_us": pl.Float64,
+    "clock_offset_us": pl.Float64,
+    "last_arrival_us": pl.Float64,
+    "wait_us": pl.Float64,  # last arrival minus this rank's
+    "wait_by_duration_us": pl.Float64,  # this rank's collective time minus the shortest rank's
+    "last": pl.Boolean,  # this rank arrived last (and not together with every other)
+    "ranks": pl.UInt32,  # ranks whose traces have the collective
+}
+
+
+def _collective_rows(spans: pl.LazyFrame) -> pl.LazyFrame:
+    """Each rank's collectives: its NCCL kernels when it has any, else its CPU collective calls."""
+    kernels = spans.filter(pl.col("category") == "communication")
+    has_kernels = kernels.select("rank").unique()
+    calls = spans.filter(pl.col("kind") == "collective").join(has_kernels, on="rank", how="anti")
+    rows = pl.concat([kernels, calls], how="diagonal_relaxed").filter(pl.col("rank").is_not_null())
+    pg = pl.coalesce("pg_name", pl.format("stream {}", "stream"), pl.lit("default"))
+    rows = rows.with_columns(pg=pg).sort("start_us")
+    position = pl.int_range(pl.len()).over(["rank", "pg", "step"])
+    return rows.select(
+        "rank",
+        "host",
+        "step",
+        "pg",
+        key=pl.coalesce("seq", position).cast(pl.Int64),
+        collective=pl.coalesce("collective", "name"),
+        arrival_us="start_us",
+        end_us="end_us",
+        dur_us="dur_us",
+        keyed=pl.col("seq").is_not_null(),
+    )
+
+
+def arrivals(spans: pl.LazyFrame) -> pl.DataFrame:
+    """Per collective matched across ranks, each rank's arrival, wait and whether it came last."""
+    rows = _collective_rows(spans)
+    # without sequence numbers, the position counts within a step: the step is part of the match
+    rows = rows.with_columns(_step=pl.when("keyed").then(pl.lit(None, dtype=pl.Int64)).otherwise("step"))
+    match = ["pg", "_step", "key"]
+    rows = rows.with_columns(ranks=pl.len().over(match)).filter(pl.col("ranks") > 1)
+    rows = _with_offsets(rows, match)
+    rows = rows.with_columns(arrival_us=pl.col("arrival_us") - pl.col("clock_offset_us"))
+    last = pl.col("arrival_us").max().over(match)
+    out = rows.with_columns(
+        last_arrival_us=last,
+        wait_us=last - pl.col("arrival_us"),
+        wait_by_duration_us=pl.col("dur_us") - pl.col("dur_us").min().over(match),
+        last=(pl.col("arrival_us") == last) & (last - pl.col("arrival_us").min().over(match) > TIE_US),
+    )
+    return out.select(list(ARRIVAL_SCHEMA)).cast(ARRIVAL_SCHEMA).collect().sort("pg", "step", "key", "rank")  # type: ignore[arg-type]
+
+
+def _with_offsets(rows: pl.LazyFrame, match: list[str]) -> pl.LazyFrame:
+    """The rows with their host's clock offset (0 for the host whose clock the others are read on)."""
+    hosts = rows.select(pl.col("host").n_unique()).collect().item()
+    if hosts < 2:
+        return rows.with_columns(clock_offset_us=pl.lit(0.0))
+    late = (pl.col("end_us") - pl.col("end_us").median().over(match)).alias("late")
+    per_host = (
+        rows.with_columns(late)
+        .group_by("host")
+        .agg(pl.col("late").median().alias("clock_offset_us"), pl.len().alias("n"))
+        .with_columns(
+            clock_offset_us=pl.when(pl.col("n") >= MIN_OFFSET_COLLECTIVES).then("clock_offset_us").otherwise(0.0)
+        )
+        .drop("n")
+    )
+    return rows.join(per_host, on="host", how="left").with_columns(pl.col("clock_offset_us").fill_null(0.0))
+
+
+def rank_waits(arrived: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and step: collectives, the time spent waiting for later ranks, and how often it came last."""
+    return (
+        arrived.group_by(RANK_STEP)
+        .agg(
+            collectives=pl.len(),
+            wait_us=pl.col("wait_us").sum(),
+            wait_by_duration_us=pl.col("wait_by_duration_us").sum(),
+            last=pl.col("last").sum(),
+        )
+        .sort(RANK_STEP)
+    )

@@ -1,0 +1,585 @@
+"""PyTorch profiler traces: Kineto's Chrome-trace JSON (`*.pt.trace.json`, `rank-N.json`, gzipped or not).
+
+A trace is one JSON object: `schemaVersion`, `deviceProperties`, `distributedInfo` (rank, world
+size, backend, process groups, NCCL version), `traceEvents` (the spans), and after them
+`traceName` and `baseTimeNanoseconds` (when present, every `ts` is microseconds after it; older
+traces write epoch microseconds). Rows go to `trace_ranks` (one per file) and `trace_spans`
+(one per kept span): every ProfilerStep#N, the CPU ops and user annotations at most
+MAX_DEPTH deep on their thread (the step, its phases and their first ops: deeper ones are the
+many small aten calls no rule reads), every collective call (`record_param_comms` with its
+collective name, sizes, dtype, group and sequence number, joined with the `nccl:*`/`gloo:*` op
+inside it), and every GPU kernel, memcpy and memset with its stream, each placed in the step
+whose CPU span launched it (through the launch's correlation id).
+
+Streaming: a trace can be gigabytes. The events array is read a chunk at a time; raw newlines
+are whitespace in JSON (a string holds `\\n`, never a newline), so a chunk becomes one event per
+line by turning them into spaces and the separators between events into newlines, and polars
+reads those lines (only the fields kept) in Rust. A separator is `}`, `,`, `{` and then a quoted
+key and a colon, which never occurs inside a JSON string (a quote there is escaped); a trace
+whose spans nest objects in arrays could still split wrongly, and its batch then fails to
+parse: such a file is read again with ijson, event by event, slower but exact. Only the kept
+spans' columns stay in memory: memory follows the chunk and the kept rows, not the file.
+
+Rank: `distributedInfo.rank`, else a `rank-3` / `rank_3` / `rank3` in the file name, else in a
+folder; else unknown (null), and the account says so.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import ijson
+import polars as pl
+
+from tracelens.ingest import IngestResult, InputFile
+
+FORMAT = "kineto"
+PRIORITY = 4  # before the Flight Recorder's JSON (a trace is JSON too)
+
+MAX_DEPTH = 2  # CPU spans kept: depth 0 (ProfilerStep, top-level ops), 1 and 2 on their thread
+CHUNK_BYTES = 32 << 20
+_HEAD_LIMIT = 64 << 20  # the `traceEvents` key must come within this much of the start
+
+_SNIFF = re.compile(
+    rb'^\s*\{\s*"(?:schemaVersion|deviceProperties|distributedInfo|traceEvents|record_shapes|displayTimeUnit)"\s*:'
+)
+_BOUNDARY = re.compile(rb'\}\s*,\s*(?=\{\s*"[A-Za-z_ ]{1,32}"\s*:)')
+_KINETO_SEPARATOR = b"},\n  {"
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
+
+# The args read, as text (made integers below: ROCm writes a stream as "0x0"). Every event's ids
+# and placement ...
+SPAN_ARGS = {"correlation": "correlation", "stream": "stream", "device": "device", "bytes": "bytes"}
+# ... and a collective's, as text (cast below), for the few events that carry them: record_param_comms
+# and NCCL kernels
+COLLECTIVE_ARGS = {
+    "Collective name": "collective",
+    "In msg nelems": "in_nelems",
+    "Out msg nelems": "out_nelems",
+    "dtype": "dtype",
+    "Group size": "group_size",
+    "Process Group Name": "pg_name",
+    "Process Group Description": "pg_desc",
+    "Process Group Ranks": "pg_ranks",
+    "Seq": "seq",
+    "Src Rank": "src_rank",
+    "Dst Rank": "dst_rank",
+}
+_COLLECTIVE_INTS = ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank")
+_EVENT_SCHEMA = {
+    "ph": pl.String,
+    "cat": pl.String,
+    "name": pl.String,
+    "pid": pl.String,
+    "tid": pl.String,
+    "ts": pl.Float64,
+    "dur": pl.Float64,
+}
+_SPAN_SCHEMA = _EVENT_SCHEMA | {"args": pl.Struct(dict.fromkeys(SPAN_ARGS, pl.String))}
+_COLLECTIVE_SCHEMA = {"args": pl.Struct(dict.fromkeys(COLLECTIVE_ARGS, pl.String))}
+# a batch of events as Trace.keep takes it: the event's fields and its args', flat
+FLAT_SCHEMA = (
+    _EVENT_SCHEMA
+    | dict.fromkeys(SPAN_ARGS.values(), pl.Int64)
+    | {c: pl.Int64 if c in _COLLECTIVE_INTS else pl.String for c in COLLECTIVE_ARGS.values()}
+)
+CPU_CATS = ("cpu_op", "user_annotation")
+GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
+LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+COMM_OP = r"^(?:nccl|gloo|mpi|ucc|xccl):"  # a collective op's name: its backend, a colon, the op
+PARAM_COMMS = "record_param_comms"
+# GPU span classes, as Holistic Trace Analysis draws them: NCCL kernels communicate, copies and sets
+# move memory, a kernel named like a copy or a sync is neither, every other kernel computes
+COMMUNICATION_KERNEL = r"^nccl.*Kernel"
+MEMORY_KERNEL = r"^(?:Memcpy|Memset|dma)"
+OTHER_KERNEL = r"Memcpy|Memset|Sync"
+
+
+def sniff(head: bytes) -> bool:
+    """A JSON object whose first key is one Kineto writes, with trace events in it."""
+    return bool(_SNIFF.match(head)) and (b'"traceEvents"' in head or b'"deviceProperties"' in head)
+
+
+def ingest(source: InputFile) -> IngestResult:
+    result = IngestResult()
+    try:
+        trace = read_trace(source.path)
+    except (ValueError, OSError, ijson.JSONError) as exc:
+        result.account.errors.append(f"{source.name}: not a readable profiler trace: {exc}")
+        return result
+    rank, rank_source = _rank(trace.meta, source.name)
+    if rank is None:
+        result.account.errors.append(
+            f"{source.name}: no distributedInfo and no rank in the file name or folder (like rank-3): "
+            "its spans are read but belong to no rank"
+        )
+    spans = span_rows(trace, rank, source.name)
+    result.account.lines = trace.events
+    result.account.parsed = spans.height
+    result.account.ignored = trace.events - spans.height
+    host = trace.meta.get("host_name")
+    if isinstance(host, str) and host:
+        spans = spans.with_columns(host=pl.lit(host))
+    result.add("trace_spans", spans)
+    result.add("trace_ranks", _rank_row(trace, spans, rank, rank_source, source.name))
+    return result
+
+
+_CPU_COLUMNS = ["cat", "name", "pid", "tid", "ts", "dur"]
+_GPU_COLUMNS = ["cat", "name", "ts", "dur", *SPAN_ARGS.values()]
+
+
+class Trace:
+    """What a file held: the top-level keys but the events, the kept events per kind, and counts."""
+
+    def __init__(self) -> None:
+        self.meta: dict[str, Any] = {}
+        self.events = 0
+        self.cpu: list[pl.DataFrame] = []
+        self.calls: list[pl.DataFrame] = []  # record_param_comms, with the collective's args
+        self.gpu: list[pl.DataFrame] = []
+        self.launches: list[pl.DataFrame] = []
+
+    def keep(self, batch: pl.DataFrame) -> None:
+        """Sort a batch of raw events into CPU spans, GPU spans and launches (the columns each needs)."""
+        self.events += batch.height
+        flat = batch.filter(pl.col("ph") == "X")
+        # a collective's args only on the rows that carry them: a column of nulls costs memory too
+        cpu = flat.filter(pl.col("cat").is_in(CPU_CATS))
+        calls = cpu["name"] == PARAM_COMMS
+        if cpu.height:
+            self.cpu.append(cpu.filter(~calls).select(_CPU_COLUMNS))
+        if calls.any():
+            self.calls.append(cpu.filter(calls).drop("ph", *SPAN_ARGS.values()))
+        gpu = flat.filter(pl.col("cat").is_in(list(GPU_KINDS)))
+        nccl = gpu["name"].str.starts_with("nccl")
+        if gpu.height:
+            self.gpu.append(gpu.filter(~nccl).select(_GPU_COLUMNS))
+        if nccl.any():
+            self.gpu.append(gpu.filter(nccl).drop("ph", "pid", "tid"))
+        launches = flat.filter(pl.col("cat").is_in(LAUNCH_CATS), pl.col("correlation").is_not_null())
+        if launches.height:
+            self.launches.append(launches.select("correlation", launch_us="ts"))
+
+
+def read_trace(path: Path) -> Trace:
+    """The trace's kept events, read a chunk at a time; with ijson, event by event, when a chunk's
+    lines do not parse (a span that nests objects inside arrays split in the wrong place)."""
+    trace = Trace()
+    try:
+        for batch in _chunked(path, trace.meta):
+            trace.keep(batch)
+    except pl.exceptions.ComputeError:
+        trace = Trace()
+        for batch in _evented(path, trace.meta):
+            trace.keep(batch)
+    return trace
+
+
+def _chunked(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
+    """The events, a chunk's lines at a time: the next chunk is split into lines (Python, holding the
+    GIL) in a thread while polars parses this one (without it), so two cores share the work."""
+    for lines in _ahead(_event_lines(path, meta)):
+        yield _lines_frame(lines)
+
+
+def _event_lines(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
+    """The events array's text, a chunk at a time, one event per line; the other keys into `meta`."""
+    with path.open("rb") as fh:
+        head = b""
+        while (found := _EVENTS_KEY.search(head)) is None:
+            more = fh.read(1 << 20)
+            if not more or len(head) > _HEAD_LIMIT:
+                raise ValueError("no traceEvents array")
+            head += more
+        meta.update(_object_text(head[: found.start()]))
+        body = head[found.end() :]
+        split = _split_kineto if _KINETO_SEPARATOR in body else _split_any
+        carry = b""
+        for chunk in itertools.chain([body], iter(lambda: fh.read(CHUNK_BYTES), b"")):
+            lines, carry = split(carry + chunk)
+            if lines:
+                yield lines
+    last, trailer = _split_tail(carry.decode("utf-8", errors="replace"))
+    meta.update(trailer)
+    if last is not None:
+        yield json.dumps(last).encode()
+
+
+def _split_any(text: bytes) -> tuple[bytes, bytes]:
+    """The whole events of `text`, one a line, and the rest (the start of the next event)."""
+    lines = _BOUNDARY.sub(b"}\n", text.replace(b"\n", b" ").replace(b"\r", b" "))
+    cut = lines.rfind(b"\n")
+    return (b"", text) if cut < 0 else (lines[:cut], lines[cut + 1 :])
+
+
+def _split_kineto(text: bytes) -> tuple[bytes, bytes]:
+    """`_split_any` for Kineto's own layout, a few times faster: its separator between events,
+    `},` newline, two spaces, `{`, holds a raw newline, so it is never inside a string, and its indent
+    is the events array's (an object nested in an event is indented deeper). The rest of a separator
+    cut by the chunk's end is found with the next chunk."""
+    marked = text.replace(_KINETO_SEPARATOR, b"}\x1e{")  # a raw control byte never occurs in JSON text
+    cut = marked.rfind(b"\x1e")
+    if cut < 0:
+        return b"", text
+    lines = marked[:cut].replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\x1e", b"\n")
+    return lines, marked[cut + 1 :]
+
+
+def _ahead(items: Iterator[bytes]) -> Iterator[bytes]:
+    """`items`, each made in a thread while the one before is used."""
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(next, items, None)
+        while (item := pending.result()) is not None:
+            pending = pool.submit(next, items, None)
+            yield item
+
+
+def _lines_frame(lines: bytes) -> pl.DataFrame:
+    """The events of one event per line, flat (FLAT_SCHEMA): every event with its ids, and the
+    collective args read again from the lines of the few events that carry them (reading them from
+    every line would double the cost)."""
+    events = _integers(pl.read_ndjson(io.BytesIO(lines), schema=_SPAN_SCHEMA).unnest("args").rename(SPAN_ARGS))
+    carries = (pl.col("ph") == "X") & (
+        (pl.col("name") == PARAM_COMMS) | ((pl.col("cat") == "kernel") & pl.col("name").str.starts_with("nccl"))
+    )
+    rows = events.select(carries.arg_true().alias("_row"))["_row"]
+    split = lines.split(b"\n") if rows.len() else []
+    if rows.len() == 0 or len(split) != events.height:  # (never unequal: one event a line by construction)
+        return events.with_columns(pl.lit(None, dtype=FLAT_SCHEMA[c]).alias(c) for c in COLLECTIVE_ARGS.values())
+    picked = b"\n".join([split[i] for i in rows.to_list()])
+    args = _collective_columns(pl.read_ndjson(io.BytesIO(picked), schema=_COLLECTIVE_SCHEMA).unnest("args"))
+    return (
+        events.with_row_index("_row")
+        .join(args.with_columns(_row=rows), on="_row", how="left", maintain_order="left")
+        .drop("_row")
+    )
+
+
+def _collective_columns(args: pl.DataFrame) -> pl.DataFrame:
+    """The collective args, renamed and typed."""
+    return _integers(args.rename(COLLECTIVE_ARGS))
+
+
+_INTEGERS = (*SPAN_ARGS.values(), *_COLLECTIVE_INTS)
+
+
+def _integers(frame: pl.DataFrame) -> pl.DataFrame:
+    """The integer args of `frame` as integers, from decimal, float or hex text (anything else: null)."""
+    present = [c for c in _INTEGERS if c in frame.columns and frame.schema[c] == pl.String]
+    hexed = [pl.col(c).str.strip_prefix("0x").str.to_integer(base=16, strict=False) for c in present]
+    plain = [pl.col(c).cast(pl.Float64, strict=False).cast(pl.Int64) for c in present]
+    return frame.with_columns(
+        pl.when(pl.col(c).str.starts_with("0x")).then(h).otherwise(d).alias(c) for c, h, d in zip(present, hexed, plain)
+    )
+
+
+def _object_text(head: bytes) -> dict[str, Any]:
+    """The keys before `traceEvents` (`{ "schemaVersion": 1, ..., `), as a dict; {} if they do not parse."""
+    text = head.decode("utf-8", errors="replace").strip().rstrip(",")
+    try:
+        value = json.loads(text + "}") if text.startswith("{") else {}
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _split_tail(text: str) -> tuple[dict | None, dict[str, Any]]:
+    """The last event and the keys after the events array (`], "traceName": ..., "baseTimeNanoseconds": ...}`)."""
+    text = text.strip()
+    last = None
+    if text.startswith("{"):
+        last, end = json.JSONDecoder().raw_decode(text)
+        text = text[end:].strip()
+    if not text.startswith("]"):
+        raise ValueError("the traceEvents array does not end")
+    rest = text[1:].strip()
+    trailer: dict[str, Any] = {}
+    if rest.startswith(","):
+        value = json.loads("{" + rest[1:])
+        trailer = value if isinstance(value, dict) else {}
+    return (last if isinstance(last, dict) else None), trailer
+
+
+_EVENT_BATCH = 100_000
+
+
+def _evented(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
+    """The events with ijson (any JSON), in batches; the other top-level keys into `meta`."""
+    with path.open("rb") as fh:
+        for key, value in ijson.kvitems(fh, "", use_float=True):
+            if key != "traceEvents":
+                meta[key] = value
+    rows: list[dict] = []
+    with path.open("rb") as fh:
+        for event in ijson.items(fh, "traceEvents.item", use_float=True):
+            if isinstance(event, dict):
+                rows.append(_flat_event(event))
+            if len(rows) >= _EVENT_BATCH:
+                yield _flat_frame(rows)
+                rows = []
+    if rows:
+        yield _flat_frame(rows)
+
+
+def _flat_frame(rows: list[dict]) -> pl.DataFrame:
+    frame = pl.DataFrame(rows, schema=_EVENT_SCHEMA | dict.fromkeys([*SPAN_ARGS, *COLLECTIVE_ARGS], pl.String))
+    spans = _integers(frame.rename(SPAN_ARGS))
+    return spans.drop(*COLLECTIVE_ARGS).hstack(_collective_columns(frame.select(*COLLECTIVE_ARGS)))
+
+
+def _flat_event(event: dict) -> dict[str, Any]:
+    args = _dict(event.get("args"))
+    out: dict[str, Any] = {k: _text(event.get(k)) for k in ("ph", "cat", "name", "pid", "tid")}
+    out.update({k: _number(event.get(k)) for k in ("ts", "dur")})
+    out.update({k: _text(args.get(k)) for k in [*SPAN_ARGS, *COLLECTIVE_ARGS]})
+    return out
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def _number(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+# -- rows -----------------------------------------------------------------------------------------
+
+
+def _rank(meta: dict[str, Any], name: str) -> tuple[int | None, str]:
+    info = meta.get("distributedInfo")
+    if isinstance(info, dict) and isinstance(info.get("rank"), int):
+        return info["rank"], "distributedInfo"
+    base = name.rsplit("!", 1)[-1]
+    leaf, _, folders = base.rpartition("/")[2], None, base.rpartition("/")[0]
+    if found := _RANK_IN_NAME.search(leaf):
+        return int(found.group(1)), "file name"
+    if in_path := _RANK_IN_NAME.findall(folders):
+        return int(in_path[-1]), "folder"
+    return None, "unknown"
+
+
+def _base_us(meta: dict[str, Any]) -> float:
+    base = meta.get("baseTimeNanoseconds")
+    return base / 1000 if isinstance(base, (int, float)) else 0.0
+
+
+EPOCH_MIN_US = 1e15  # 2001: a trace time below this (and no baseTimeNanoseconds) is not wall-clock time
+
+
+def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
+    """One row per kept span of the trace, with its step, depth and time in UTC."""
+    base = _base_us(trace.meta)
+    cpu = _concat(trace.cpu, _CPU_COLUMNS)
+    calls = _concat(trace.calls, [*_CPU_COLUMNS, *COLLECTIVE_ARGS.values()])
+    gpu = _concat(trace.gpu, _GPU_COLUMNS)
+    launches = _concat(trace.launches, ["correlation", "launch_us"])
+    trace.cpu, trace.calls, trace.gpu, trace.launches = [], [], [], []  # their memory goes with the last reference
+    cpu, calls, gpu = (
+        frame.with_columns(start_us=pl.col("ts") + base, dur_us=pl.col("dur").fill_null(0.0)).drop("ts", "dur")
+        for frame in (cpu, calls, gpu)
+    )
+    launches = launches.with_columns(pl.col("launch_us") + base)
+    steps = _steps(cpu)
+    cpu_rows = pl.concat([_cpu_spans(cpu, steps), _collectives(cpu, calls)], how="diagonal_relaxed")
+    rows = pl.concat([cpu_rows, _gpu_spans(gpu, launches)], how="diagonal_relaxed")
+    rows = _in_steps(rows, steps).with_columns(
+        file=pl.lit(name),
+        rank=pl.lit(rank, dtype=pl.Int64),
+        end_us=pl.col("start_us") + pl.col("dur_us"),
+    )
+    wall = rows["start_us"].min() is not None and rows["start_us"].min() >= EPOCH_MIN_US  # type: ignore[operator]
+    return rows.with_columns(
+        ts=pl.from_epoch((pl.col("start_us") * 1000).cast(pl.Int64), "ns").dt.replace_time_zone("UTC")
+        if wall
+        else pl.lit(None, dtype=pl.Datetime("ns", "UTC")),
+        ts_quality=pl.lit("exact" if wall else "none"),
+    ).sort("start_us")
+
+
+def _concat(frames: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
+    if frames:
+        return pl.concat(frames, how="diagonal_relaxed")
+    return pl.DataFrame(schema={c: FLAT_SCHEMA.get(c, pl.Float64) for c in columns})
+
+
+def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
+    """The ProfilerStep#N spans: step number, pid, start and end."""
+    return (
+        cpu.filter(pl.col("name").str.starts_with("ProfilerStep#"))
+        .select(
+            step=pl.col("name").str.extract(_STEP.pattern, 1).cast(pl.Int64),
+            step_pid=pl.col("pid"),
+            step_start=pl.col("start_us"),
+            step_end=pl.col("start_us") + pl.col("dur_us"),
+        )
+        .drop_nulls("step")
+        .sort("step_start")
+    )
+
+
+def _cpu_spans(cpu: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """The CPU ops and annotations at most MAX_DEPTH deep on their thread (collectives apart)."""
+    spans = cpu.filter(~pl.col("name").str.contains(COMM_OP) & (pl.col("name") != PARAM_COMMS))
+    spans = _with_depth(spans.select("cat", "name", "pid", "tid", "start_us", "dur_us"))
+    kind = (
+        pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
+        .then(pl.lit("step"))
+        .when(pl.col("cat") == "user_annotation")
+        .then(pl.lit("annotation"))
+        .otherwise(pl.lit("cpu_op"))
+    )
+    return spans.filter(pl.col("depth") <= MAX_DEPTH).with_columns(kind=kind).drop("cat")
+
+
+def _with_depth(spans: pl.DataFrame) -> pl.DataFrame:
+    """Each span's nesting depth on its thread (0: inside no other), levels peeled off one at a time:
+    a span is at the current level when it starts at or after the end of every earlier span left.
+    Spans deeper than MAX_DEPTH are left out."""
+    spans = spans.with_columns(end=pl.col("start_us") + pl.col("dur_us")).sort(
+        ["pid", "tid", "start_us", "dur_us"], descending=[False, False, False, True]
+    )
+    done = []
+    rest = spans
+    for level in range(MAX_DEPTH + 1):
+        if rest.height == 0:
+            break
+        covered = pl.col("end").cum_max().shift(1).over(["pid", "tid"])
+        marked = rest.with_columns(_top=covered.is_null() | (pl.col("start_us") >= covered))
+        done.append(marked.filter("_top").with_columns(depth=pl.lit(level, dtype=pl.Int32)))
+        rest = marked.filter(~pl.col("_top"))
+    if not done:
+        return spans.with_columns(depth=pl.lit(None, dtype=pl.Int32)).drop("end")
+    return pl.concat(done).drop("_top", "end")
+
+
+def _collectives(cpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """One row per collective call on the CPU: `record_param_comms` (sizes, dtype, group, sequence
+    number) with the `nccl:*`/`gloo:*` op on the same thread that starts inside it (PyTorch 2) or
+    holds it (older); an op with no such call (gloo's worker threads) is a row of its own, and a call
+    with neither an op nor a collective name, or that only waits for one (`wait`), is no row."""
+    calls = calls.drop("cat").sort("start_us")
+    ops = (
+        cpu.filter(pl.col("name").str.contains(COMM_OP))
+        .select("pid", "tid", op="name", op_start="start_us", op_end=pl.col("start_us") + pl.col("dur_us"))
+        .sort("op_start")
+    )
+    call_end = pl.col("start_us") + pl.col("dur_us")
+    pairs = []
+    for strategy, holds in (
+        ("forward", pl.col("op_start") <= call_end),  # the op starts inside the call
+        ("backward", pl.col("op_end") >= pl.col("start_us")),  # the op holds the call
+    ):
+        found = calls.join_asof(
+            ops,
+            left_on="start_us",
+            right_on="op_start",
+            by=["pid", "tid"],
+            strategy=strategy,
+            check_sortedness=False,
+        )
+        pairs.append(found.with_columns(pl.when(holds).then(pl.struct("op", "op_start")).alias(strategy)))
+    named = (
+        pairs[0]
+        .with_columns(backward=pairs[1]["backward"])
+        .with_columns(pick=pl.coalesce("forward", "backward"))
+        .with_columns(op=pl.col("pick").struct.field("op"), op_start=pl.col("pick").struct.field("op_start"))
+        .drop("forward", "backward", "pick", "op_end")
+    )
+    named = named.with_columns(name=pl.coalesce("op", "collective")).filter(
+        pl.col("name").is_not_null(), pl.col("collective").fill_null("") != "wait"
+    )
+    matched = named.filter(pl.col("op").is_not_null()).select("pid", "tid", "op_start")
+    alone = ops.join(matched, on=["pid", "tid", "op_start"], how="anti").select(
+        "pid", "tid", name="op", start_us="op_start", dur_us=pl.col("op_end") - pl.col("op_start")
+    )
+    rows = pl.concat([named.drop("op", "op_start"), alone], how="diagonal_relaxed")
+    return rows.with_columns(
+        kind=pl.lit("collective"),
+        collective=pl.coalesce("collective", pl.col("name").str.split(":").list.last()),
+        backend=pl.col("name").str.extract(r"^(\w+):", 1),
+    )
+
+
+def _gpu_spans(gpu: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """Kernels, copies and sets with their class and the time their launch was called."""
+    first = launches.unique("correlation", keep="first")
+    rows = gpu.join(first, on="correlation", how="left") if gpu.height else gpu.with_columns(launch_us=pl.lit(None))
+    name = pl.col("name")
+    category = (
+        pl.when(name.str.contains(COMMUNICATION_KERNEL))
+        .then(pl.lit("communication"))
+        .when((pl.col("cat") != "kernel") | name.str.contains(MEMORY_KERNEL))
+        .then(pl.lit("memory"))
+        .when(name.str.contains(OTHER_KERNEL))
+        .then(pl.lit("other"))
+        .otherwise(pl.lit("computation"))
+    )
+    return rows.with_columns(
+        kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"), category=category, tid=pl.lit(None)
+    ).drop("cat")
+
+
+def _in_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """Each span's ProfilerStep: the step whose CPU span holds its start (a GPU span's launch)."""
+    at = pl.coalesce("launch_us", "start_us") if "launch_us" in rows.columns else pl.col("start_us")
+    rows = rows.with_columns(_at=at).sort("_at")
+    if steps.height == 0:
+        return rows.with_columns(step=pl.lit(None, dtype=pl.Int64)).drop("_at")
+    placed = rows.join_asof(steps, left_on="_at", right_on="step_start", strategy="backward")
+    return placed.with_columns(step=pl.when(pl.col("_at") < pl.col("step_end")).then("step")).drop(
+        "_at", "step_pid", "step_start", "step_end"
+    )
+
+
+def _rank_row(trace: Trace, spans: pl.DataFrame, rank: int | None, rank_source: str, name: str) -> pl.DataFrame:
+    meta = trace.meta
+    info = _dict(meta.get("distributedInfo"))
+    devices = meta.get("deviceProperties")
+    devices = devices if isinstance(devices, list) else []
+    steps = spans.filter(pl.col("kind") == "step")
+    return pl.DataFrame(
+        [
+            {
+                "file": name,
+                "rank": rank,
+                "rank_source": rank_source,
+                "world_size": info.get("world_size"),
+                "backend": info.get("backend"),
+                "nccl_version": info.get("nccl_version"),
+                "pg_count": info.get("pg_count"),
+                "pg_config": json.dumps(info["pg_config"]) if "pg_config" in info else None,
+                "device_name": next((d.get("name") for d in devices if isinstance(d, dict)), None),
+                "base_time_ns": meta.get("baseTimeNanoseconds"),
+                "schema_version": meta.get("schemaVersion"),
+                "events": trace.events,
+                "spans": spans.height,
+                "kernels": spans.filter(pl.col("kind") == "kernel").height,
+                "steps": steps.height,
+                "first_step": steps["step"].min(),
+                "last_step": steps["step"].max(),
+                "host": trace.meta.get("host_name") if isinstance(trace.meta.get("host_name"), str) else None,
+                "ts": spans["ts"].min(),
+                "ts_quality": spans["ts_quality"][0] if spans.height else "none",
+            }
+        ]
+    )

@@ -1,0 +1,348 @@
+"""PyTorch profiler traces (tracelens.ingest.kineto): the real traces of ../shared/corpus/kineto read with
+their ranks, steps, kernels and collectives; the generated traces of synth/kineto.py measured per rank
+and step (tracelens.derived.traces), and TL430/TL431 fired on them or not."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from synth.kineto import Job, traces
+from tests.helpers import corpus_dir, fire
+from tracelens.derived import RunContext
+from tracelens.derived import traces as derived
+from tracelens.ingest import InputFile, kineto, sniff_format
+from tracelens.tables import RunTables, conform
+
+# file -> (events, rank, rank source, world size, backend, NCCL version, steps, kernels, NCCL kernels,
+#          collective calls by name)
+CORPUS = {
+    "hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz": (
+        220, None, "unknown", None, None, None, (1, 2), 14, 0, {},
+    ),
+    "hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz": (
+        30, 34, "distributedInfo", 300, "gloo", None, (551, 551), 0, 0, {"gloo:all_reduce": 10},
+    ),
+    "hta_distributed_info_unavailable_distributed_info_not_found.json.gz": (
+        2467, None, "unknown", None, None, None, (1009, 1009), 0, 0, {"nccl:all_to_all": 6},
+    ),
+    "hta_nccl_parser_config_nccl_data.json.gz": (
+        40573, 0, "distributedInfo", 2, "nccl", "2.17.1", (4, 6), 2700, 21,
+        {"nccl:all_reduce": 15, "nccl:broadcast": 6},
+    ),
+    "hta_trace_diff_control_control.json.gz": (
+        109123, 3, "distributedInfo", 8, "nccl", None, (1009, 1014), 8568, 60,
+        {"nccl:all_reduce": 18, "nccl:all_to_all": 42},
+    ),
+    "hta_trace_diff_test_test.json.gz": (
+        105167, 1, "distributedInfo", 2, "nccl", None, (1009, 1014), 9876, 64,
+        {"nccl:all_reduce": 18, "nccl:all_to_all": 42},
+    ),
+    "hta_trace_filter_sampled_rank-0.json.gz": (
+        4855, 0, "distributedInfo", 128, "nccl", None, (551, 552), 1154, 10,
+        {"nccl:_all_gather_base": 2, "nccl:all_reduce": 4, "nccl:all_to_all": 4},
+    ),
+    "hta_trace_filter_sampled_rank-1.json.gz": (
+        4720, 1, "distributedInfo", 128, "nccl", None, (551, 552), 1104, 10,
+        {"nccl:_all_gather_base": 2, "nccl:all_reduce": 4, "nccl:all_to_all": 4},
+    ),
+}  # fmt: skip
+
+
+def unpacked(name: str, folder: Path) -> Path:
+    """A corpus trace, gunzipped into `folder` (as tracelens.discover unpacks a single .gz)."""
+    out = folder / name.removesuffix(".gz")
+    with gzip.open(corpus_dir("kineto") / name) as src, out.open("wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def read(path: Path, name: str | None = None) -> tuple[pl.DataFrame, dict, kineto.IngestResult]:
+    result = kineto.ingest(InputFile(path, name or path.name, "kineto"))
+    ranks = conform("trace_ranks", result.tables["trace_ranks"]).row(0, named=True)
+    return conform("trace_spans", result.tables["trace_spans"]), ranks, result
+
+
+def test_the_corpus_holds_the_traces_listed():
+    assert sorted(p.name for p in corpus_dir("kineto").glob("*.gz")) == sorted(CORPUS)
+
+
+@pytest.mark.parametrize("name", sorted(CORPUS))
+def test_real_trace(name, tmp_path):
+    events, rank, source, world, backend, nccl, steps, kernels, nccl_kernels, calls = CORPUS[name]
+    path = unpacked(name, tmp_path)
+    assert sniff_format(path.read_bytes()[:65536]) == "kineto"
+    spans, meta, result = read(path)
+    assert result.account.lines == events and result.account.parsed == spans.height
+    assert sum(batch.height for batch in kineto._chunked(path, {})) == events  # the fast reader, no fallback
+    assert (result.account.errors == []) == (rank is not None)  # an unknown rank is said
+    assert (meta["rank"], meta["rank_source"], meta["world_size"], meta["backend"], meta["nccl_version"]) == (
+        rank, source, world, backend, nccl,
+    )  # fmt: skip
+    assert (meta["first_step"], meta["last_step"]) == steps
+    assert spans.filter(pl.col("kind") == "kernel").height == kernels
+    assert spans.filter(pl.col("category") == "communication").height == nccl_kernels
+    called = spans.filter(pl.col("kind") == "collective")["name"].value_counts()
+    assert dict(called.iter_rows()) == calls
+    # sane spans: wall-clock times of the trace's day, nothing negative, every GPU span in a class
+    assert spans["ts_quality"].unique().to_list() == ["exact"]
+    assert spans["ts"].dt.year().is_between(2022, 2025).all()
+    assert (spans["dur_us"] >= 0).all() and (spans["end_us"] >= spans["start_us"]).all()
+    gpu = spans.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"]))
+    assert gpu["category"].null_count() == 0 and gpu["stream"].null_count() == 0
+    assert spans.filter(pl.col("kind") == "cpu_op")["depth"].max() <= kineto.MAX_DEPTH
+
+
+def test_base_time_and_collective_arguments(tmp_path):
+    spans, _, _ = read(unpacked("hta_nccl_parser_config_nccl_data.json.gz", tmp_path))
+    # ts counts from baseTimeNanoseconds: the profiler's own log says 17:15 local (PDT) on 2024-05-22
+    assert str(spans["ts"].min()) == "2024-05-23 00:15:22.416787+00:00"
+    call = spans.filter(pl.col("kind") == "collective").sort("start_us").row(0, named=True)
+    assert (call["name"], call["collective"], call["backend"], call["dtype"]) == (
+        "nccl:broadcast", "broadcast", "nccl", "Float",
+    )  # fmt: skip
+    assert (call["pg_name"], call["pg_desc"], call["pg_ranks"], call["group_size"]) == ("0", "default_pg", "[0, 1]", 2)
+    kernel = spans.filter(pl.col("correlation") == 60047).row(0, named=True)
+    assert kernel["name"].startswith("ncclKernel_AllReduce_RING_LL_Sum_float")
+    assert (kernel["category"], kernel["collective"], kernel["in_nelems"], kernel["stream"]) == (
+        "communication", "allreduce", 6637568, 40,
+    )  # fmt: skip
+    # every GPU span is placed in the step whose CPU span launched it (its launch precedes it)
+    gpu = spans.filter(pl.col("kind") == "kernel")
+    assert gpu["launch_us"].null_count() == 0 and (gpu["launch_us"] <= gpu["start_us"]).all()
+    assert gpu["step"].drop_nulls().unique().sort().to_list() == [4, 5, 6]
+
+
+def test_old_traces_pair_the_call_with_the_op_that_holds_it(tmp_path):
+    spans, _, _ = read(unpacked("hta_trace_diff_control_control.json.gz", tmp_path))
+    calls = spans.filter(pl.col("kind") == "collective")
+    # PyTorch 1.x: `nccl:all_to_all` holds an argument-less record_param_comms; one row per call
+    assert calls.filter(pl.col("name") == "nccl:all_to_all")["collective"].unique().to_list() == ["all_to_all"]
+
+
+def test_chunk_boundaries_and_the_event_by_event_reader_agree(tmp_path, monkeypatch):
+    path = unpacked("hta_trace_filter_sampled_rank-0.json.gz", tmp_path)  # one line: events split mid-line
+    whole, _, _ = read(path)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 4096)
+    chunked, _, _ = read(path)
+    meta: dict = {}
+    evented = kineto.Trace()
+    for batch in kineto._evented(path, meta):
+        evented.keep(batch)
+    evented.meta = meta
+    by_events = kineto.span_rows(evented, 0, path.name)
+    columns = ["kind", "name", "start_us", "dur_us", "step", "depth", "stream", "collective"]
+    assert whole.select(columns).equals(chunked.select(columns))
+    assert whole.select(columns).equals(conform("trace_spans", by_events).select(columns))
+
+
+def test_a_span_that_nests_objects_is_read_event_by_event(tmp_path):
+    text = traces(Job(world=2, steps=3))[0]
+    # an argument that holds objects: `}, {"name": ...` inside one event looks like a separator
+    nested = text.replace(
+        '"args": {"Collective name"', '"args": {"frames": [{"name": "a"}, {"name": "b"}], "Collective name"'
+    )
+    plain, nest = tmp_path / "rank-0.json", tmp_path / "nested" / "rank-0.json"
+    nest.parent.mkdir()
+    plain.write_text(text)
+    nest.write_text(nested)
+    assert nested != text
+    columns = ["kind", "name", "start_us", "seq", "pg_name"]
+    assert read(plain)[0].select(columns).equals(read(nest)[0].select(columns))
+
+
+@pytest.mark.parametrize(
+    ("name", "rank", "source"),
+    [
+        ("run/rank-3.pt.trace.json", 3, "file name"),
+        ("run/host1_rank_12.1234.pt.trace.json", 12, "file name"),
+        ("run/rank5/worker.pt.trace.json", 5, "folder"),
+        ("run/worker.pt.trace.json", None, "unknown"),
+    ],
+)
+def test_rank_without_distributed_info(tmp_path, name, rank, source):
+    text = traces(Job(world=2, steps=2))[1]
+    start, end = text.index('  "distributedInfo"'), text.index('  "traceEvents"')
+    path = tmp_path / "t.json"
+    path.write_text(text[:start] + text[end:])
+    spans, meta, result = read(path, name)
+    assert (meta["rank"], meta["rank_source"]) == (rank, source)
+    assert spans["rank"].unique().to_list() == [rank]
+    assert bool(result.account.errors) == (rank is None)
+
+
+def test_not_a_trace_is_an_error_not_a_crash(tmp_path):
+    path = tmp_path / "cut.json"
+    path.write_text(traces(Job(world=2, steps=2))[0][:5000])
+    result = kineto.ingest(InputFile(path, path.name, "kineto"))
+    assert result.tables == {} and "not a readable profiler trace" in result.account.errors[0]
+
+
+# -- derived: breakdown and arrivals on generated traces ---------------------------------------------
+
+
+def context(tmp_path: Path, job: Job) -> RunContext:
+    """The generated traces of `job`, two ranks per host (node01, node02 ...), as a run's tables."""
+    tables = RunTables()
+    for rank, text in traces(job).items():
+        host = f"node{rank // 2 + 1:02d}"
+        path = tmp_path / host / f"rank-{rank}.pt.trace.json"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        result = kineto.ingest(InputFile(path, f"{host}/{path.name}", "kineto"))
+        for name, frame in result.tables.items():
+            tables.add(name, frame.with_columns(host=pl.lit(host)))
+    return RunContext(tables)
+
+
+STRAGGLER = {2: {step: 40.0 for step in range(20, 25)}}  # rank 2's forward 40 ms slower in steps 20-24
+
+
+def test_breakdown_per_step_adds_up_to_the_window(tmp_path):
+    ctx = context(tmp_path, Job())
+    steps = ctx.trace_breakdown.filter(pl.col("step").is_not_null())
+    assert steps.height == 4 * 20 and steps["basis"].unique().to_list() == ["gpu"]
+    parts = steps["computation_us"] + steps["exposed_comm_us"] + steps["memory_us"] + steps["idle_us"]
+    assert ((parts - steps["window_us"]).abs() < 0.01).all()
+    # the generator's step: 0.5 + 30 + 60 ms of kernels, buckets of 12 ms (half hidden by the backward
+    # pass: 30 ms remain) and 6 ms after it, 8 ms optimizer, a 0.3 ms copy under the forward kernels' gap
+    step = steps.filter(pl.col("rank") == 0, pl.col("step") == 12).row(0, named=True)
+    assert step["window_us"] == pytest.approx(105_500)
+    assert step["computation_us"] == pytest.approx(98_000)
+    assert (step["communication_us"], step["overlapped_comm_us"], step["exposed_comm_us"]) == pytest.approx(
+        (18_000, 12_000, 6_000)
+    )
+    whole = ctx.trace_breakdown.filter(pl.col("step").is_null(), pl.col("rank") == 0).row(0, named=True)
+    mine = steps.filter(pl.col("rank") == 0)
+    assert whole["computation_us"] == pytest.approx(mine["computation_us"].sum())
+    assert whole["window_us"] == pytest.approx(mine["window_us"].sum())  # the steps' windows tile the whole
+
+
+def test_who_arrived_last_and_each_ranks_wait(tmp_path):
+    ctx = context(tmp_path, Job(late=STRAGGLER))
+    arrived = ctx.collective_arrivals
+    assert arrived.height == 4 * 20 * 2 and arrived["ranks"].unique().to_list() == [4]
+    assert arrived["key"].n_unique() == 40  # matched by Seq
+    late = arrived.filter(pl.col("step").is_between(20, 24))
+    assert late.filter("last")["rank"].unique().to_list() == [2]
+    assert late.filter(pl.col("rank") != 2)["wait_us"].to_list() == pytest.approx([40_000] * 30)
+    assert late.filter(pl.col("rank") == 2)["wait_us"].to_list() == [0.0] * 10
+    assert (late["wait_us"] - late["wait_by_duration_us"]).abs().max() < 0.01
+    # healthy steps: every rank arrives together, nobody is last
+    assert arrived.filter(~pl.col("step").is_between(20, 24))["last"].sum() == 0
+    waits = ctx.trace_waits.filter(pl.col("step") == 21).sort("rank")
+    assert waits["wait_us"].to_list() == pytest.approx([80_000, 80_000, 0, 80_000])
+    assert waits["last"].to_list() == [0, 0, 2, 0]
+
+
+def test_clock_offsets_between_hosts_are_measured_and_removed(tmp_path):
+    ahead = {rank: 2_500.0 for rank in (2, 3)}  # node02's clock runs 2.5 s ahead
+    ctx = context(tmp_path, Job(late=STRAGGLER, clock_ms=ahead, sequence_numbers=False))
+    arrived = ctx.collective_arrivals
+    offsets = dict(arrived.group_by("host").agg(pl.col("clock_offset_us").first()).iter_rows())
+    assert offsets["node02"] - offsets["node01"] == pytest.approx(2_500_000, abs=1)
+    late = arrived.filter(pl.col("step").is_between(20, 24))
+    assert late.filter("last")["rank"].unique().to_list() == [2]
+    assert late.filter(pl.col("rank") != 2)["wait_us"].to_list() == pytest.approx([40_000] * 30, abs=1)
+
+
+def test_cpu_only_gloo_traces(tmp_path):
+    ctx = context(tmp_path, Job(gpu=False, late=STRAGGLER))
+    steps = ctx.trace_breakdown
+    assert steps["basis"].unique().to_list() == ["cpu"] and steps["step"].null_count() == 0
+    late = ctx.collective_arrivals.filter(pl.col("step").is_between(20, 24))
+    assert late.filter("last")["rank"].unique().to_list() == [2]
+    assert [f.ranks for f in fire(ctx.tables, "TL431")] == [[2]]
+
+
+def test_real_pair_of_ranks_matches_its_collectives(tmp_path):
+    tables = RunTables()
+    for name in ("hta_trace_filter_sampled_rank-0.json.gz", "hta_trace_filter_sampled_rank-1.json.gz"):
+        _, _, result = read(unpacked(name, tmp_path))
+        for table, frame in result.tables.items():
+            tables.add(table, frame)
+    arrived = RunContext(tables).collective_arrivals
+    # the same 10 NCCL kernels on both ranks, matched by stream and position in the step
+    assert arrived.height == 20 and arrived.group_by("pg", "step", "key").len()["len"].to_list() == [2] * 10
+    assert (arrived["wait_us"] >= 0).all()
+
+
+# -- rules -------------------------------------------------------------------------------------------
+
+
+def test_tl431_names_the_last_arriving_rank(tmp_path):
+    (finding,) = fire(context(tmp_path, Job(late=STRAGGLER)).tables, "TL431")
+    assert finding.ranks == [2] and finding.hosts == ["node02"]
+    assert "slow steps 20-24" in finding.title and "10 of 10" in finding.title
+    assert "waited 80.00 ms per step" in finding.summary
+
+
+def test_tl431_stays_quiet_when_ranks_arrive_together(tmp_path):
+    assert fire(context(tmp_path, Job()).tables, "TL431") == []
+
+
+def test_tl431_stays_quiet_when_the_wait_is_small(tmp_path):
+    slightly = {2: {step: 0.5 for step in range(10, 30)}}  # rank 2 always last, by 0.5 ms of 105 ms steps
+    assert fire(context(tmp_path, Job(late=slightly)).tables, "TL431") == []
+    (finding,) = fire(context(tmp_path, Job(late=slightly)).tables, "TL431", min_wait_share=0.001)
+    assert finding.ranks == [2] and "whole trace" in finding.summary
+
+
+def test_tl430_fires_on_exposed_communication(tmp_path):
+    # the first bucket's 40 ms run 30 ms beside the backward pass, the second's 45 ms after it: 55 of 154.5 ms
+    slow_network = Job(transfer_ms=(40.0, 45.0))
+    (finding,) = fire(context(tmp_path, slow_network).tables, "TL430")
+    assert finding.ranks == [0, 1, 2, 3]
+    assert finding.title.startswith("Exposed communication: 36% of the median step")
+
+
+def test_tl430_stays_quiet_when_communication_overlaps(tmp_path):
+    assert fire(context(tmp_path, Job()).tables, "TL430") == []  # 6 of 105.5 ms exposed
+
+
+# -- report ------------------------------------------------------------------------------------------
+
+
+def test_report_section_has_a_row_and_a_lane_per_rank(tmp_path):
+    from tests.helpers import NO_FINDINGS
+    from tracelens.report.sections import traces as section
+
+    data = section.context(context(tmp_path, Job(late=STRAGGLER)), NO_FINDINGS)
+    assert [r["rank"] for r in data["ranks"]] == [0, 1, 2, 3]
+    assert [lane["rank"] for lane in data["lanes"]] == [0, 1, 2, 3]
+    rank2 = data["lanes"][2]["bars"]
+    assert [bar["step"] for bar in rank2 if bar["last"]] == [20, 21, 22, 23, 24]
+    assert data["ranks"][0]["last"] == 0 and data["ranks"][2]["last"] == 10
+    assert section.context(RunContext(RunTables()), NO_FINDINGS) is None
+
+
+def test_derived_tables_are_empty_without_traces():
+    ctx = RunContext(RunTables())
+    assert ctx.trace_breakdown.height == 0 and ctx.collective_arrivals.height == 0
+    assert fire(RunTables(), "TL431") == [] and derived.rank_waits(ctx.collective_arrivals).height == 0
+    assert json.dumps(list(ctx.trace_breakdown.columns))
+
+
+def test_straggler_fixture_report(analysis_of):
+    from datetime import datetime, timedelta
+
+    from tracelens.report.html import render
+
+    analysis = analysis_of("profiler-straggler")
+    top = json.loads((Path(__file__).resolve().parents[1] / "fixtures/profiler-straggler/expected.json").read_text())[
+        "top"
+    ]
+    (finding,) = analysis.findings
+    assert (finding.rule_id, finding.ranks, finding.hosts) == (top["rule"], top["ranks"], top["hosts"])
+    begin, end = (datetime.fromisoformat(t) for t in top["window"])
+    slack = timedelta(seconds=top["tolerance_s"])
+    assert finding.window is not None
+    assert begin - slack <= finding.window[0] and finding.window[1] <= end + slack
+    html = render(analysis)
+    assert '<section id="traces">' in html and html.count('class="trace-lane"') == 4
+    assert html.count("trace-bar trace-last") == 3  # rank 2 arrived last in steps 15-17
