@@ -6,7 +6,8 @@ RoCE GID NCCL is told to use.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import polars as pl
 
@@ -26,6 +27,7 @@ from tracelens.derived.steps import MARGIN
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
+from tracelens.rules.evidence import evidence, row_evidence
 
 MAX_EVIDENCE = 8
 # Without the hosts' port dumps: the NIC each GPU of such a node usually has (one per GPU,
@@ -42,29 +44,18 @@ USUAL_NIC_PER_GPU = {
 }
 
 
-def _evidence(rows: pl.DataFrame, text: str = "message") -> list[Evidence]:
-    return [
-        Evidence(file=r["file"], line=r["line"], text=str(r.get(text) or ""), host=r.get("host"))
-        for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)
-    ]
-
-
 def _samples_evidence(t: RunContext, hosts: list[str], begin, end) -> list[Evidence]:
     rows = (
         t["gpu_samples"]
         .filter(pl.col("host").is_in(hosts), pl.col("ts").is_between(begin - MARGIN, end + MARGIN))
         .sort("ts")
     )
-    return [
-        Evidence(
-            file=r["file"],
-            line=r["line"],
-            host=r["host"],
-            text=f"GPU {r['gpu']} at {r['util_gpu']:.0f}% ({r['source']}, {r['ts']:%H:%M:%S})",
-        )
-        for r in rows.head(3).iter_rows(named=True)
-        if r["util_gpu"] is not None
-    ]
+    shown = rows.head(3).filter(pl.col("util_gpu").is_not_null())
+    return row_evidence(shown.iter_rows(named=True), 3, _gpu_sample)
+
+
+def _gpu_sample(row: Mapping[str, Any]) -> str:
+    return f"GPU {row['gpu']} at {row['util_gpu']:.0f}% ({row['source']}, {row['ts']:%H:%M:%S})"
 
 
 @rule(
@@ -136,11 +127,7 @@ def gpu_utilisation_in_slow_window(
                     f"{count(window.height, 'network event')} {'points' if window.height == 1 else 'point'} at "
                     f"{CAUSES.get(top['cause'], top['cause'])} on {top['host']}: the GPUs waited on the network."
                 ),
-                evidence=_samples_evidence(t, hosts, ep.begin, ep.end)
-                + [
-                    Evidence(file=r["file"], line=r["line"], frame=r["frame"], text=r["text"] or "", host=r["host"])
-                    for r in window.head(3).iter_rows(named=True)
-                ],
+                evidence=_samples_evidence(t, hosts, ep.begin, ep.end) + row_evidence(window.iter_rows(named=True), 3),
                 hosts=hosts,
                 window=(ep.begin, ep.end),
             )
@@ -429,7 +416,7 @@ def kernel_events(
             title=f"{host or 'host'}: {group.height} {what}"
             + (f" ({details[0]})" if kind == "xid" and details else ""),
             summary=summary,
-            evidence=_evidence(group),
+            evidence=evidence(group.head(MAX_EVIDENCE)),
             hosts=[host] if host else [],
             window=(times.min(), times.max()) if times.len() else None,
             ports=sorted(set(group["netdev"].drop_nulls().to_list())),
@@ -543,19 +530,13 @@ def _usual_rate(run: pl.DataFrame) -> tuple[float, str] | None:
 
 
 def _benchmark_finding(severity: Severity, title: str, summary: str, rows: pl.DataFrame, hosts: list[str]) -> Finding:
-    return Finding(severity=severity, title=title, summary=summary, evidence=_rows_evidence(rows), hosts=hosts)
+    shown = evidence(rows.head(MAX_EVIDENCE), _benchmark)
+    return Finding(severity=severity, title=title, summary=summary, evidence=shown, hosts=hosts)
 
 
-def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
-    return [
-        Evidence(
-            file=r["file"],
-            line=r["line"],
-            host=r["host"],
-            text=f"{r['size_bytes']} bytes {r['placement']}-of-place: busbw {r['busbw_gbs']} GB/s, #wrong {r['wrong']}",
-        )
-        for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)
-    ]
+def _benchmark(row: Mapping[str, Any]) -> str:
+    where = f"{row['size_bytes']} bytes {row['placement']}-of-place"
+    return f"{where}: busbw {row['busbw_gbs']} GB/s, #wrong {row['wrong']}"
 
 
 @rule(
@@ -668,7 +649,7 @@ def roce_gid_index(t: RunContext) -> Iterator[Finding]:
             severity=Severity.WARNING,
             title=f"{host or 'A host'}: NCCL_IB_GID_INDEX={index} is not a RoCE v2 IPv4 GID there",
             summary=f"NCCL uses GID index {index}, but on {host or 'this host'} {have}{better}.",
-            evidence=_evidence(t.tables.with_text(env_rows.head(1)), "message")
+            evidence=evidence(t.tables.with_text(env_rows.head(1)))
             + [
                 Evidence(
                     file=r["file"],
