@@ -416,7 +416,7 @@ def kernel_events(
             title=f"{host or 'host'}: {group.height} {what}"
             + (f" ({details[0]})" if kind == "xid" and details else ""),
             summary=summary,
-            evidence=evidence(group.head(MAX_EVIDENCE)),
+            evidence=row_evidence(group.iter_rows(named=True), MAX_EVIDENCE, "message"),
             hosts=[host] if host else [],
             window=(times.min(), times.max()) if times.len() else None,
             ports=sorted(set(group["netdev"].drop_nulls().to_list())),
@@ -530,7 +530,7 @@ def _usual_rate(run: pl.DataFrame) -> tuple[float, str] | None:
 
 
 def _benchmark_finding(severity: Severity, title: str, summary: str, rows: pl.DataFrame, hosts: list[str]) -> Finding:
-    shown = evidence(rows.head(MAX_EVIDENCE), _benchmark)
+    shown = row_evidence(rows.iter_rows(named=True), MAX_EVIDENCE, _benchmark)
     return Finding(severity=severity, title=title, summary=summary, evidence=shown, hosts=hosts)
 
 
