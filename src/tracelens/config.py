@@ -54,8 +54,9 @@ KEYS = ("select", "ignore", "tz", "severity", "rules", *SHARED, "hosts")
 
 @dataclass(frozen=True)
 class SharedSettings:
-    """A shared settings table ([steps], [baseline], [packets]): its settings (the defaults are
-    those of the RunContext's Shared), a title, and which rules read it (for `tracelens rules ID`)."""
+    """One group of shared settings ([steps], [baseline], [packets], each a table of the config file):
+    its settings (the defaults are those of the RunContext's Shared), a title, and which rules read it
+    (for `tracelens rules ID`)."""
 
     title: str
     readers: str
