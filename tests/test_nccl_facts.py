@@ -46,7 +46,7 @@ def test_builds_for_other_cuda_versions_are_one_nccl_version():
     assert [f.title for f in fire(same, "TL106")] == []
     other = _versions(("node01", "NCCL version 2.21.5+cuda12.4"), ("node02", "NCCL version 2.9.9+cuda12.4"))
     (finding,) = fire(other, "TL106")
-    assert finding.summary == "2 NCCL versions: 2.21.5 on node01; 2.9.9 on node02."
+    assert finding.summary == "2 NCCL versions: 2.9.9 on node02; 2.21.5 on node01."  # in release order
 
 
 def test_a_hosts_versions_sort_by_number_not_text():
@@ -96,5 +96,5 @@ def test_rules_report_and_diff_say_the_same_version_of_real_logs(tmp_path):
     }
 
     (skew,) = [f for f in analysis.findings if f.title == "NCCL versions differ across the run"]
-    assert skew.summary == "2 NCCL versions: 2.21.5 on node01, node02; 2.7.8 on node03."
+    assert skew.summary == "2 NCCL versions: 2.7.8 on node03; 2.21.5 on node01, node02."
     assert {e.text for e in skew.evidence} == {"NCCL version 2.21.5+cuda12.4", "NCCL version 2.7.8+cuda11.1"}

@@ -19,17 +19,14 @@ from tracelens.tables import RunTables
 
 # the first x.y.z of a version line's message, and the build tag glued to it
 VERSION = r"(\d+\.\d+\.\d+)([\w.+-]*)"
+# versions in the order they were released: 2.9.9 before 2.10.0
+RELEASE_ORDER = pl.col("version").str.split(".").list.eval(pl.element().cast(pl.Int64))
 
 
 @dataclass(frozen=True)
 class Version:
     version: str  # 2.21.5
     build: str  # +cuda12.4 as printed after the version; "" when none
-
-    @property
-    def key(self) -> tuple[int, ...]:
-        """For sorting: 2.9.9 before 2.10.0."""
-        return tuple(int(n) for n in self.version.split("."))
 
 
 @dataclass(frozen=True)
@@ -148,11 +145,15 @@ def hosts(tables: RunTables, version_lines: pl.DataFrame) -> list[NcclHost]:
     out = []
     for host in sorted(processes["host"].drop_nulls().to_list()) + ([None] if processes["host"].has_nulls() else []):
         part = {name: frames.get(host, empty) for name, frames in split.items()}
-        found = part["versions"].select("version", "build").unique().rows() if part["versions"].height else []
+        found = (
+            part["versions"].select("version", "build").unique().sort(RELEASE_ORDER, "build").rows()
+            if part["versions"].height
+            else []
+        )
         out.append(
             NcclHost(
                 host=host,
-                versions=tuple(sorted((Version(v, b) for v, b in found), key=lambda v: (v.key, v.build))),
+                versions=tuple(Version(v, b) for v, b in found),
                 processes=int(part["processes"]["n"][0]),
                 ranks=tuple(part["ranks"]["rank"][0]) if part["ranks"].height else (),
                 net=tuple(NetRow(*r) for r in part["net"].drop("host").rows()) if part["net"].height else (),

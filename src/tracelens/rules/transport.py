@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.derived import RunContext
+from tracelens.derived.nccl import RELEASE_ORDER
 from tracelens.findings import Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import rule
@@ -341,7 +342,7 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
     versions = ctx.nccl_versions
     if versions["version"].n_unique() > 1:
         first = versions.sort("file", "line").unique(["version", "host"], keep="first")
-        per_version = first.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort("version")
+        per_version = first.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort(RELEASE_ORDER)
         described = "; ".join(
             f"{r['version']} on {', '.join(r['host']) or 'unnamed host'}" for r in per_version.iter_rows(named=True)
         )
