@@ -11,7 +11,7 @@ from lark import Lark
 from tests.helpers import corpus_dir
 from tests.helpers.fabric import read, sniffed, write
 from tracelens.ingest import ethtool, hw_counters, perfquery
-from tracelens.ingest.dumps import parse_time
+from tracelens.ingest.shell_context import parse_time
 from tracelens.resources import grammar_text
 
 # --- the real corpus -------------------------------------------------------------------
@@ -219,6 +219,14 @@ def test_hostname_command_and_legacy_names(tmp_path):
     rows = read(write(tmp_path, "pq.txt", text)).tables["ib_counters"]
     assert rows["counter"].to_list() == ["SymbolErrorCounter", "PortXmitWait"]
     assert set(rows["host"]) == {"node12"}
+
+
+def test_a_prompt_names_its_host_whatever_the_command_and_ssh_names_the_one_it_ran_on(tmp_path):
+    prompt = read(write(tmp_path, "pq.txt", "root@gpu-node07:~$ cd /data/dumps\n" + BLOCK.format(n=2)))
+    assert set(prompt.tables["ib_counters"]["host"]) == {"gpu-node07"}
+    assert prompt.account.unrecognized == 0 and prompt.account.ignored == 1
+    remote = read(write(tmp_path, "pq2.txt", "ssh root@gpu-node05 perfquery 7 1\n" + BLOCK.format(n=2)))
+    assert set(remote.tables["ib_counters"]["host"]) == {"gpu-node05"}
 
 
 def test_xmit_wait_dropped_when_the_port_cannot_count_it(tmp_path):

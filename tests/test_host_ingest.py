@@ -15,7 +15,8 @@ from lark import Lark
 
 from tests.helpers import REPO, corpus_dir
 from tracelens.ingest import InputFile, ingest_file, kernel, sniff_format
-from tracelens.ingest.hostlines import context, read_lines
+from tracelens.ingest.lines import read_lines
+from tracelens.ingest.shell_context import context
 from tracelens.resources import grammar_text
 
 # folder/file-name part -> (format, table, rows)
@@ -157,6 +158,21 @@ def test_headerless_csv_takes_fields_from_the_command(tmp_path):
     rows = result.tables["gpu_samples"]
     assert fmt == "nvidia_smi" and result.account.unrecognized == 0
     assert rows["util_gpu"].to_list() == [35.0, 97.0] and rows["power_w"].to_list() == [120.5, 290.1]
+
+
+def test_the_context_lines_dumps_know_name_the_host_of_host_evidence_too(tmp_path):
+    """One reader of the lines pasted around a tool's output: `hostname`'s output names the host and
+    a `...` where the paste was shortened is context, as in a perfquery dump."""
+    path = tmp_path / "smi.txt"
+    path.write_text(
+        "$ hostname\ngpu-node12\n"
+        "$ nvidia-smi --query-gpu=timestamp,index,utilization.gpu,power.draw --format=csv,noheader,nounits -l 1\n"
+        "2024/12/06 18:31:01.100, 0, 35, 120.5\n...\n2024/12/06 18:31:09.100, 0, 97, 290.1\n"
+    )
+    fmt, result = read(path)
+    rows = result.tables["gpu_samples"]
+    assert fmt == "nvidia_smi" and result.account.unrecognized == 0
+    assert rows["util_gpu"].to_list() == [35.0, 97.0] and set(rows["host"]) == {"gpu-node12"}
 
 
 def test_headerless_csv_without_a_command_is_counted_unrecognized(tmp_path):

@@ -141,7 +141,7 @@ def test_nccl_section_shows_each_hosts_network_and_transports(analysis_of):
     ctx = nccl.context(analysis.context, analysis)
     hosts = {h["host"]: h for h in ctx["hosts"]}
     assert hosts["node01"]["networks"] == ["IB"] and hosts["node02"]["networks"] == ["Socket"]
-    assert hosts["node01"]["versions"] == ["2.21.5+cuda12.4"]
+    assert hosts["node01"]["versions"] == [{"version": "2.21.5", "build": "+cuda12.4"}]
     assert {(t["transport"], t["net"]) for t in hosts["node02"]["transports"]} >= {("NET", "Socket")}
     assert any(i.startswith("bootstrap eth0 (10.0.0.2)") for i in hosts["node02"]["interfaces"])
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from markupsafe import escape
 from typer.testing import CliRunner
 
@@ -12,9 +13,10 @@ from tests.helpers import tables_from
 from tracelens.cli import app
 from tracelens.config import load
 from tracelens.derived import RunContext, Shared
+from tracelens.findings import Severity
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
-from tracelens.rules import KINDS, all_rules
+from tracelens.rules import KINDS, all_rules, rule
 from tracelens.tables import INPUTS, SCHEMAS
 
 
@@ -132,3 +134,22 @@ def test_report_and_json_list_the_rules_that_could_not_run_and_what_would_let_th
     html = render(analysis)
     assert f"{len(not_run)} rule(s) could not run for lack of input" in html
     assert f'<span class="rule">TL201</span> link-physical-errors: needs {escape(INPUTS["ib_counters"])}' in html
+
+
+def test_the_registry_says_whether_a_table_shared_settings_or_kind_is_unknown():
+    def check(ctx):
+        """
+        What it finds: nothing, a rule made to be refused.
+        Why it slows the run: it does not, the registry refuses it before it can run.
+        How to fix: name a table of the run, a group of shared settings and a kind that exist.
+        """
+        yield from ()
+
+    refused = {
+        "needs unknown table(s) ['step']": dict(needs=("steps|step",)),
+        "reads unknown shared settings ['step']": dict(needs=("steps",), reads=("step",)),
+        "unknown kind 'symptoms'": dict(kind="symptoms"),
+    }
+    for message, declared in refused.items():
+        with pytest.raises(ValueError, match=re.escape(message)):
+            rule("TL999", "refused", Severity.INFO, **declared)(check)

@@ -652,9 +652,9 @@ def rules_cmd(
     console.print("[bold]Needs[/]\n" + "\n".join(f"- {escape(n)}" for n in needs) + "\n", highlight=False)
     _print_settings(console, f"Settings (in a tracelens.toml: [rules.{r.id}])", r.settings)
     for name in r.shared:
-        section = config_file.SECTIONS[name]
-        title = f"\n{section.title} (in a tracelens.toml: [{name}], for every rule that {section.readers})"
-        _print_settings(console, title, section.settings)
+        group = config_file.SHARED_SETTINGS[name]
+        title = f"\n{group.title} (in a tracelens.toml: [{name}], for every rule that {group.readers})"
+        _print_settings(console, title, group.settings)
 
 
 def _print_settings(console: Console, title: str, settings: tuple) -> None:

@@ -12,7 +12,7 @@ in both (in pyproject.toml under `tool.tracelens`):
     [rules.TL203]
     wait_warns = 0.10                # a setting `tracelens rules TL203` lists
     [steps]
-    slow_ratio = 2.0                 # what makes a step slow, for every rule and the report (SECTIONS)
+    slow_ratio = 2.0                 # what makes a step slow, for every rule and the report (SHARED_SETTINGS)
     sustained_ratio = 1.5
     [baseline]
     rise = 2.0                       # when a signal rose in a slow window (TL402, TL410)
@@ -53,29 +53,32 @@ KEYS = ("select", "ignore", "tz", "severity", "rules", *SHARED, "hosts")
 
 
 @dataclass(frozen=True)
-class Section:
-    """A shared settings table ([steps], [baseline], [packets]): its settings (the defaults are
-    those of the RunContext's Shared), a title, and which rules read it (for `tracelens rules ID`)."""
+class SharedSettings:
+    """One group of shared settings ([steps], [baseline], [packets], each a table of the config file):
+    its settings (the defaults are those of the RunContext's Shared), a title, and which rules read it
+    (for `tracelens rules ID`)."""
 
     title: str
     readers: str
     settings: tuple[Setting, ...]
 
 
-def _section(name: str, title: str, readers: str, described: dict[str, tuple[str, str]], **bounds: float) -> Section:
-    """The Section of Shared's field `name`: every field of its dataclass, described (unit, sentence)."""
+def _shared_settings(
+    name: str, title: str, readers: str, described: dict[str, tuple[str, str]], **bounds: float
+) -> SharedSettings:
+    """The description of Shared's field `name`: every field of its dataclass, described (unit, sentence)."""
     defaults = getattr(Shared(), name)
     names = [f.name for f in fields(defaults)]
     if set(names) != set(described):
         raise ValueError(f"[{name}]: settings {names} must all be described, no more ({sorted(described)})")
     settings = tuple(Setting(*described[n], n, getattr(defaults, n), bounds.get(n)) for n in names)
-    return Section(title, readers, settings)
+    return SharedSettings(title, readers, settings)
 
 
 # The settings of results several rules share: each is one table of the config file, validated like
 # a rule's settings, and read from the RunContext (ctx.shared) by every rule and report section.
-SECTIONS = {
-    "steps": _section(
+SHARED_SETTINGS = {
+    "steps": _shared_settings(
         "steps",
         "Slow steps",
         "reads steps",
@@ -101,7 +104,7 @@ SECTIONS = {
             ),
         },
     ),
-    "baseline": _section(
+    "baseline": _shared_settings(
         "baseline",
         "Baseline test",
         "judges a slow window against the rest of the run",
@@ -127,7 +130,7 @@ SECTIONS = {
         },
         confidence=1.0,
     ),
-    "packets": _section(
+    "packets": _shared_settings(
         "packets",
         "Packet windows",
         "reads packets",
@@ -149,7 +152,7 @@ SECTIONS = {
         },
     ),
 }
-assert tuple(SECTIONS) == SHARED
+assert tuple(SHARED_SETTINGS) == SHARED
 TYPE_NAMES = {
     float: "a number",
     int: "a whole number",
@@ -288,11 +291,9 @@ def _parse(path: Path, data: dict[str, Any], prefix: str) -> Config:
         **{
             name: replace(
                 getattr(Shared(), name),
-                **_values(
-                    name, section.settings, _table(data, name, fail), lambda k, why, n=name: fail(f"{n}{k}", why)
-                ),
+                **_values(name, group.settings, _table(data, name, fail), lambda k, why, n=name: fail(f"{n}{k}", why)),
             )
-            for name, section in SECTIONS.items()
+            for name, group in SHARED_SETTINGS.items()
         }
     )
     hosts = _table(data, "hosts", fail)

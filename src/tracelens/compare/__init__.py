@@ -212,7 +212,7 @@ def compare(good: Analysis, bad: Analysis) -> Comparison:
     pace_change = compare_pace(good_pace, bad_pace) if good_pace and bad_pace else None
 
     raw = [
-        *_fact_changes(run_facts(good.tables), run_facts(bad.tables), both),
+        *_fact_changes(run_facts(good.context), run_facts(bad.context), both),
         *_rate_changes(run_rates(good.context), run_rates(bad.context)),
         *_run_changes(good, bad),
         *_finding_changes(good, bad),

@@ -11,6 +11,8 @@ import re
 
 import polars as pl
 
+from tracelens.derived import RunContext
+from tracelens.derived.nccl import NcclHost
 from tracelens.tables import RunTables
 
 SCHEMA = {"area": pl.String, "key": pl.String, "host": pl.String, "value": pl.String, "phase": pl.String}
@@ -23,15 +25,16 @@ _DS_PHASE = (
     (r"^(?:bf16|fp16|amp)\.|precision", "compute"),
 )  # fmt: skip
 MAX_VALUE_CHARS = 160
+NOT_NAMED = "(host not named)"
 ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 _IGNORED_CONFIG = (
     r"^launcher\.|_path$|^checkpoint|^tensorboard|^wandb|^csv_monitor|^comet|^steps_per_print$|^wall_clock_breakdown$"
 )
 
 
-def run_facts(tables: RunTables) -> pl.DataFrame:
+def run_facts(ctx: RunContext) -> pl.DataFrame:
     """Every comparable fact of a run: NCCL set-up, DeepSpeed configuration and fabric ports."""
-    parts = [_nccl(tables), _deepspeed(tables), _ports(tables)]
+    parts = [_nccl(ctx.nccl_hosts), _deepspeed(ctx.tables), _ports(ctx.tables)]
     return (
         pl.concat([p for p in parts if p.height], how="vertical")
         if any(p.height for p in parts)
@@ -58,63 +61,36 @@ def _frame(rows: pl.DataFrame, area: str, key: pl.Expr | str, value: pl.Expr, ph
     return rows.select(
         area=pl.lit(area),
         key=key_expr,
-        host=pl.col("host").fill_null("(host not named)"),
+        host=pl.col("host").fill_null(NOT_NAMED),
         value=value,
         phase=phase_expr,
     ).cast(SCHEMA)  # type: ignore[arg-type]
 
 
-def _joined(frame: pl.DataFrame, area: str, key: str, value: pl.Expr, phase: str) -> pl.DataFrame:
-    """One fact per host: the sorted distinct values of `value` on that host, joined."""
-    per_host = frame.select(pl.col("host").fill_null("(host not named)"), v=value).drop_nulls("v")
-    grouped = per_host.group_by("host").agg(pl.col("v").unique().sort().str.join(", "))
-    return _frame(grouped, area, key, pl.col("v"), phase)
-
-
-COMPARED = {
-    "nccl_comms": ["host", "nccl_version"],
-    "nccl_net": ["host", "what", "name", "port"],
-    "nccl_channels": ["host", "transport", "net", "gdr"],
-    "nccl_env": ["host", "name", "value"],
-}
-
-
-def _nccl(tables: RunTables) -> pl.DataFrame:
-    # read for the columns compared (a big run's tables are big)
-    comms, net, channels, env = (
-        tables.scan(name).select(columns).collect(engine="streaming") for name, columns in COMPARED.items()
-    )
-    what = pl.col("what")
-    inter = pl.col("transport").is_in(["NET", "COLLNET"])
-    label = pl.concat_str(
-        pl.col("transport"),
-        pl.when(pl.col("net").is_not_null()).then(pl.lit("/") + pl.col("net")).otherwise(pl.lit("")),
-        pl.when(pl.col("gdr")).then(pl.lit("/GDRDMA")).otherwise(pl.lit("")),
-    )  # fmt: skip
-    parts = [
-        _joined(comms, "NCCL", "NCCL version", pl.col("nccl_version"), "all-reduce"),
-        _joined(net.filter(what == "network"), "NCCL", "network", pl.col("name"), "all-reduce"),
-        _joined(net.filter(what == "plugin"), "NCCL", "net plugin", pl.col("name"), "all-reduce"),
-        _joined(net.filter(what == "ib_device"), "NCCL", "HCAs used", pl.format("{}:{}", "name", "port"), "all-reduce"),
-        _joined(net.filter(what == "socket_if"), "NCCL", "socket interface", pl.col("name"), "all-reduce"),
-        _joined(channels.filter(inter), "NCCL", "inter-node transport", label, "all-reduce"),
-        _joined(channels.filter(~inter), "NCCL", "intra-node transport", label, "all-reduce"),
-        _settings(env),
-    ]
-    return pl.concat(parts, how="vertical")
-
-
-def _settings(env: pl.DataFrame) -> pl.DataFrame:
-    """Every echoed NCCL_* setting per host; a setting echoed on some hosts is "(not set)" on the others."""
-    if env.height == 0:
-        return pl.DataFrame(schema=SCHEMA)
-    echoed = env.select(pl.col("host").fill_null("(host not named)"), "name", "value").unique(
-        ["host", "name"], keep="last"
-    )
-    hosts = echoed.select("host").unique()
-    names = echoed.select("name").unique()
-    every = hosts.join(names, how="cross").join(echoed, on=["host", "name"], how="left")
-    return _frame(every, "NCCL setting", pl.col("name"), pl.col("value").fill_null("(not set)"), "all-reduce")
+def _nccl(hosts: list[NcclHost]) -> pl.DataFrame:
+    """Per host its NCCL facts, each the distinct values joined; a setting echoed on some hosts
+    is "(not set)" on the others that echo settings (a host that echoes none may just not log them)."""
+    rows = []
+    for h in hosts:
+        facts = {  # each the host's distinct values, sorted (versions oldest first)
+            "NCCL version": list(dict.fromkeys(v.version for v in h.versions)),
+            "network": h.named("network"),
+            "net plugin": h.named("plugin"),
+            "HCAs used": sorted({f"{r.name}:{r.port}" for r in h.net if r.what == "ib_device" and r.port is not None}),
+            "socket interface": h.named("socket_if"),
+            "inter-node transport": sorted({t.label for t in h.transports if t.inter_node and t.label}),
+            "intra-node transport": sorted({t.label for t in h.transports if not t.inter_node and t.label}),
+        }
+        host = h.host or NOT_NAMED
+        rows += [("NCCL", key, host, ", ".join(values)) for key, values in facts.items() if values]
+    echoed = sorted({name for h in hosts for name, _ in h.settings})
+    for h in (h for h in hosts if h.settings):
+        values: dict[str, list[str]] = {}
+        for name, value in h.settings:
+            values.setdefault(name, []).append(value)
+        host = h.host or NOT_NAMED
+        rows += [("NCCL setting", name, host, " / ".join(values.get(name, ["(not set)"]))) for name in echoed]
+    return pl.DataFrame([(*r, "all-reduce") for r in rows], schema=SCHEMA, orient="row")
 
 
 def _normal(value: str | None) -> str | None:
@@ -146,7 +122,7 @@ def _deepspeed(tables: RunTables) -> pl.DataFrame:
     for pattern, name in reversed(_DS_PHASE):
         phase = pl.when(key.str.contains(pattern)).then(pl.lit(name)).otherwise(phase)
     rows = config.select(
-        pl.col("host").fill_null("(host not named)"),
+        pl.col("host").fill_null(NOT_NAMED),
         key=key,
         value=pl.col("value").map_elements(_normal, return_dtype=pl.String),
         phase=phase,

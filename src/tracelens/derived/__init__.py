@@ -49,7 +49,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracelens.derived import counters, events, flows, hangs, hosts, ports, steps, traces, window_signals
+from tracelens.derived import counters, events, flows, hangs, hosts, nccl, ports, steps, traces, window_signals
 from tracelens.derived.baseline import Baseline
 from tracelens.derived.flows import PacketWindows
 from tracelens.derived.steps import SlowSteps
@@ -145,6 +145,23 @@ class RunContext:
             signals = window_signals.step_signals(self.step_series, begin, end, self.baseline, self.forward_waits)
             self._window_steps[begin, end] = tuple(signals)
         return self._window_steps[begin, end]
+
+    # -- NCCL set-up -----------------------------------------------------------------------------
+
+    @cached_property
+    def nccl_versions(self) -> pl.DataFrame:
+        """One row per `NCCL version` line, with its version (2.21.5) and build (+cuda12.4) apart."""
+        return nccl.versions(self.tables)
+
+    @property
+    def nccl_settings(self) -> pl.LazyFrame:
+        """The echoed NCCL_* settings, values as set (without the period of NCCL's sentence)."""
+        return nccl.settings(self.tables)
+
+    @cached_property
+    def nccl_hosts(self) -> list[nccl.NcclHost]:
+        """Per host, what NCCL said about its set-up: versions, networks, HCAs, transports, settings."""
+        return nccl.hosts(self.tables, self.nccl_versions)
 
     # -- fabric ----------------------------------------------------------------------------------
 

@@ -3,9 +3,9 @@ hw_counters) share: reading a dump's lines with the time and host each belongs t
 
 People collect these dumps with small scripts, so around the tool's own lines a file
 may hold `date` output, a `hostname` line, the shell prompt and command that made it,
-`#` comments, blank lines and `...` where a paste was shortened. Those context lines are read here,
-once for every format; each format module only gives a line parser (usually its lark
-grammar, see `LineGrammar`) and turns the parsed lines into rows.
+`#` comments, blank lines and `...` where a paste was shortened. Those context lines are read by
+tracelens.ingest.shell_context, as for the host evidence; each format module only gives a line
+parser (usually its lark grammar, see `LineGrammar`) and turns the parsed lines into rows.
 
 Time of a dump block: the last timestamp line before it (the first one in the file for
 blocks above any), else a time in the file name, else the file's modification time;
@@ -16,11 +16,9 @@ blocks above any), else a time in the file name, else the file's modification ti
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
-from email.utils import parsedate_to_datetime
+from datetime import date, datetime, timezone
 from functools import cached_property
 from typing import Any
 
@@ -28,45 +26,11 @@ import polars as pl
 from lark import Lark, LarkError, Transformer
 
 from tracelens.ingest import Account, InputFile
-from tracelens.ingest.lines import read_chunks
+from tracelens.ingest.lines import IGNORED, PARSED, read_lines
+from tracelens.ingest.shell_context import USER_AT_HOST, filled, marks
 from tracelens.resources import grammar_text
 
 EXACT, FILENAME, MTIME = "exact", "filename", "mtime"
-
-# Zone names `date` prints that have one meaning; any other name is read as UTC wall time
-# (the offset between two dumps of one host, which is what deltas need, stays right).
-_ZONES = {
-    "UTC": 0,
-    "GMT": 0,
-    "Z": 0,
-    "EST": -5,
-    "EDT": -4,
-    "CST": -6,
-    "CDT": -5,
-    "MST": -7,
-    "MDT": -6,
-    "PST": -8,
-    "PDT": -7,
-    "CET": 1,
-    "CEST": 2,
-    "EET": 2,
-    "EEST": 3,
-    "JST": 9,
-    "KST": 9,
-}
-_MONTHS = {m: i for i, m in enumerate("Jan Feb Mar Apr May Jun Jul Aug Sep Oct Nov Dec".split(), start=1)}
-_DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
-_MON = r"(?P<mon>Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_CLOCK = r"(?P<h>\d{1,2}):(?P<mi>\d\d):(?P<s>\d\d)\s*(?P<ampm>AM|PM)?"
-_ZONE = r"(?P<zone>[A-Z]{1,5}|[+-]\d{4})"
-_LABEL = re.compile(r"^(?:#\s*)?(?:timestamp|date|time|collected(?: at)?)\s*[:=]?\s*", re.I)
-_EPOCH = re.compile(r"^(?P<epoch>1\d{9})(?:\.\d+)?$")
-_ISO = re.compile(
-    r"^(?P<date>\d{4}-\d\d-\d\d)[T ](?P<time>\d\d:\d\d:\d\d)(?:[.,](?P<frac>\d+))?"
-    r"(?P<zone>Z|[+-]\d\d:?\d\d)?(?:\s+(?:UTC|GMT))?$"
-)
-_DATE_C = re.compile(rf"^{_DAY}\s+{_MON}\s+(?P<d>\d{{1,2}})\s+{_CLOCK}\s+(?:{_ZONE}\s+)?(?P<y>\d{{4}})$")
-_DATE_LOCALE = re.compile(rf"^{_DAY},?\s+(?P<d>\d{{1,2}})\s+{_MON}\s+(?P<y>\d{{4}}),?\s+{_CLOCK}(?:\s+{_ZONE})?$")
 
 _NAME_DATETIME = re.compile(
     r"(?<![\dA-Za-z])(?P<y>20\d\d)-?(?P<mo>[01]\d)-?(?P<d>[0-3]\d)[T_.\- ]?"
@@ -75,55 +39,9 @@ _NAME_DATETIME = re.compile(
 _NAME_EPOCH = re.compile(r"(?<![\dA-Za-z])(?P<epoch>1\d{9})(?!\d)")
 _NAME_CLOCK = re.compile(r"(?<![\dA-Za-z])(?P<h>[01]\d|2[0-3])(?P<mi>[0-5]\d)(?P<s>[0-5]\d)?(?![\dA-Za-z])")
 
-_HOST_LINE = re.compile(r"^(?:#\s*)?(?:host|hostname|node)\s*[:=]\s*(?P<host>[A-Za-z0-9][\w.-]*)$", re.I)
-_PROMPT_HOST = re.compile(r"[\w.-]+@(?P<host>[A-Za-z0-9][\w.-]*)")
 _TOOLS = r"perfquery|ibstat|ibstatus|ibv_devinfo|ethtool|grep|cat|hostname|date|rdma|ibqueryerrors"
 _COMMAND = re.compile(rf"(?:^|[\s$#>%/])(?P<tool>{_TOOLS})(?:\s|$)")
-_ELISION = re.compile(r"^[.…\s]*$")  # blank, or `...` where a paste was shortened
-
-
-def _zone_offset(zone: str | None) -> timezone:
-    if not zone:
-        return timezone.utc
-    if zone[0] in "+-":
-        minutes = int(zone[1:3]) * 60 + int(zone[3:5])
-        return timezone(timedelta(minutes=minutes if zone[0] == "+" else -minutes))
-    return timezone(timedelta(hours=_ZONES.get(zone, 0)))
-
-
-def _from_parts(m: re.Match) -> datetime:
-    hour = int(m["h"]) % 12 + (12 if m["ampm"] == "PM" else 0) if m["ampm"] else int(m["h"])
-    local = datetime(int(m["y"]), _MONTHS[m["mon"]], int(m["d"]), hour, int(m["mi"]), int(m["s"]))
-    return local.replace(tzinfo=_zone_offset(m["zone"])).astimezone(timezone.utc)
-
-
-_CANDIDATE = re.compile(r"\d:\d\d|^\D{0,20}1\d{9}(?:\.\d+)?$")  # a clock, or an epoch alone
-
-
-def parse_time(text: str) -> datetime | None:
-    """The UTC time a timestamp line states (`date` in its usual forms, ISO 8601, epoch), or None."""
-    if not _CANDIDATE.search(text):
-        return None
-    text = _LABEL.sub("", text.strip())
-    if m := _EPOCH.match(text):
-        return datetime.fromtimestamp(int(m["epoch"]), timezone.utc)
-    if m := _ISO.match(text):
-        # in the one form Python 3.10's fromisoformat reads too: six fraction digits, `+HH:MM` for Z and +HHMM
-        zone = (m["zone"] or "").replace("Z", "+00:00")
-        zone = f"{zone[:3]}:{zone[-2:]}" if zone else ""
-        stamp = datetime.fromisoformat(f"{m['date']}T{m['time']}.{(m['frac'] or '').ljust(6, '0')[:6]}{zone}")
-        return (stamp if stamp.tzinfo else stamp.replace(tzinfo=timezone.utc)).astimezone(timezone.utc)
-    if (m := _DATE_C.match(text)) or (m := _DATE_LOCALE.match(text)):
-        try:
-            return _from_parts(m)
-        except ValueError:
-            return None
-    if "," in text and re.match(rf"^{_DAY},", text):  # date -R
-        try:
-            return parsedate_to_datetime(text).astimezone(timezone.utc)
-        except (TypeError, ValueError):
-            return None
-    return None
+_USER_AT_HOST = re.compile(USER_AT_HOST)
 
 
 def file_time(source: InputFile) -> tuple[datetime, str]:
@@ -169,28 +87,6 @@ class DumpLine:
         }
 
 
-class _Marks:
-    """Values stated at some lines (times, hosts); each line takes the last one above it, else the first."""
-
-    def __init__(self) -> None:
-        self.lines: list[int] = []
-        self.values: list[Any] = []
-
-    def add(self, line: int, value: Any) -> None:
-        self.lines.append(line)
-        self.values.append(value)
-
-    def above(self, line: int) -> Any:
-        """The last value stated above `line`, or None."""
-        index = bisect_right(self.lines, line) - 1
-        return self.values[index] if index >= 0 else None
-
-    def at(self, line: int) -> Any:
-        """The last value stated above `line`, else the first one stated below it, else None."""
-        found = self.above(line)
-        return found if found is not None or not self.values else self.values[0]
-
-
 LineParser = Callable[[str], Any]  # a line's text -> its value, or None if not a line of the format
 
 
@@ -211,50 +107,50 @@ def _numbers_fit(value: Any) -> bool:
 
 
 def read_dump(source: InputFile, parse_line: LineParser) -> tuple[list[DumpLine], Account]:
-    """Read a dump: the lines `parse_line` understood, with time and host, and the file's account."""
-    account = Account()
-    parsed: list[tuple[int, str, Any]] = []
-    times, hosts, commands = _Marks(), _Marks(), _Marks()
+    """Read a dump: the lines `parse_line` understood, with time and host, and the file's account. Of
+    the other lines, a tool's command (`perfquery -x`, `ssh root@node05 ethtool -S ens1f0`) names the
+    host of the output below it (`user@host`) and is each line's `command`; `#` comments are ignored."""
+    lines = marks(read_lines(source))
+    account = Account(lines=lines.height)
+    parsed: dict[int, Any] = {}
+    commands: dict[int, tuple[str, str | None]] = {}
     unrecognized: list[tuple[int, str]] = []
-    expect_host = False  # the line after a `hostname` command is its output
-    for chunk in read_chunks(source.path):
-        for number, raw in chunk.iter_rows():
-            account.lines += 1
-            text = raw.strip()
-            if expect_host and re.fullmatch(r"[A-Za-z0-9][\w.-]*", text):
-                hosts.add(number, text)
-                account.parsed += 1
-                expect_host = False
-                continue
-            expect_host = False
-            if (stamp := parse_time(text)) is not None:
-                times.add(number, stamp)
-                account.parsed += 1
-            elif m := _HOST_LINE.match(text):
-                hosts.add(number, m["host"])
-                account.parsed += 1
-            elif (value := parse_line(raw)) is not None and _numbers_fit(value):
-                parsed.append((number, raw, value))
-                account.parsed += 1
-            elif m := _COMMAND.search(text):
-                expect_host = m["tool"] == "hostname"
-                commands.add(number, text[m.start("tool") :])
-                if prompt := _PROMPT_HOST.search(text[: m.start() + 1]):
-                    hosts.add(number, prompt["host"])
-                account.ignored += 1
-            elif _ELISION.match(text) or text.startswith("#"):  # a comment of the collecting script
-                account.ignored += 1
-            else:
-                account.unrecognized += 1
-                unrecognized.append((number, raw))
+    rest = lines.filter(pl.col("ctx").is_null() | (pl.col("ctx") == IGNORED))  # a prompt line shows its command
+    for number, raw, status in rest.select("line", "text", "ctx").iter_rows():
+        if status is None and (value := parse_line(raw)) is not None and _numbers_fit(value):
+            parsed[number] = value
+        elif m := _COMMAND.search(text := raw.strip()):
+            host = _USER_AT_HOST.search(text[: m.start() + 1])
+            commands[number] = (text[m.start("tool") :], host["host"] if host else None)
+        elif status is None and not text.startswith("#"):  # a comment of the collecting script
+            unrecognized.append((number, raw))
+    statuses = lines["ctx"].value_counts().rows()
+    account.parsed = sum(n for status, n in statuses if status == PARSED) + len(parsed)
+    account.unrecognized = len(unrecognized)
+    account.ignored = account.lines - account.parsed - account.unrecognized
     account.add_samples(unrecognized)
-    fallback = None if len(times.values) == len(parsed) == 0 else file_time(source)
-    lines = []
-    for number, raw, value in parsed:
-        stamp = times.at(number)
-        ts, quality = (stamp, EXACT) if stamp is not None else fallback  # type: ignore[misc]
-        lines.append(DumpLine(number, raw, value, ts, quality, hosts.at(number), commands.above(number)))
-    return lines, account
+    if not parsed:
+        return [], account
+    ran = pl.DataFrame(
+        [(n, command, host) for n, (command, host) in commands.items()],
+        schema={"line": pl.Int64, "command": pl.String, "ran_on": pl.String},
+        orient="row",
+    )
+    lines = filled(
+        lines.join(ran, on="line", how="left", maintain_order="left").with_columns(
+            prompt_host=pl.coalesce("prompt_host", "ran_on"), command=pl.col("command").forward_fill()
+        )
+    )
+    fallback = file_time(source)
+    out = []
+    for number, raw, stamp, host, command in (
+        lines.filter(pl.col("line").is_in(list(parsed)))
+        .select("line", "text", "stamp", "prompt_host", "command")
+        .iter_rows()
+    ):
+        ts, quality = (stamp, EXACT) if stamp is not None else fallback
+        out.append(DumpLine(number, raw, parsed[number], ts, quality, host, command))
+    return out, account
 
 
 class LineGrammar:

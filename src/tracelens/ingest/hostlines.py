@@ -1,12 +1,7 @@
 """What the host-evidence formats (nvidia-smi, dcgmi, kernel logs, ip/ifconfig/show_gids,
-perftest) share: a file as one frame of lines, the context lines people paste around a
-tool's output, and the account from a per-line status.
-
-People collect these outputs with small scripts or paste them into tickets, so around
-the tool's own lines a file may hold `date` output, the shell prompt and command that made
-it, a `hostname` line, and blank lines. Those are read here, vectorized, once for every
-format: `context` marks them, gives each line the time of the last `date` line above it
-and the host of the last prompt or host line above it.
+perftest) share: the account from a per-line status, the provenance of their rows, and the
+grammar of their line templates. The context lines around a tool's output (`date`, prompts,
+host lines) are read by tracelens.ingest.shell_context, as for the fabric dumps.
 """
 
 from __future__ import annotations
@@ -17,47 +12,8 @@ import polars as pl
 from lark import Lark, LarkError
 
 from tracelens.ingest import Account, InputFile
-from tracelens.ingest.dumps import parse_time
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED, read_chunks
+from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
 from tracelens.resources import grammar_text
-
-# `user@host:~$ cmd`, `[user@host dir]# cmd`, `$ cmd`, `(venv) user@host$ cmd`
-PROMPT = r"^\s*(?:\([^)]*\)\s*)?(?:\[?[\w.-]+@(?P<host>[A-Za-z0-9][\w.-]*)[^$#]*?\]?\s*[$#]|\$)\s+\S"
-HOST_LINE = r"^\s*(?:#\s*)?(?:host|hostname|node)\s*[:=]\s*(?P<host>[A-Za-z0-9][\w.-]*)\s*$"
-_CLOCKISH = r"\d:\d\d|^\D{0,20}1\d{9}(?:\.\d+)?$"
-
-
-def read_lines(source: InputFile) -> pl.DataFrame:
-    """The whole file as columns `line` (1-based) and `text`."""
-    chunks = list(read_chunks(source.path))
-    return pl.concat(chunks) if chunks else pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
-
-
-def context(lines: pl.DataFrame) -> pl.DataFrame:
-    """Add `ctx` (a status for context lines, null for others), `stamp` (the UTC-as-read time
-    of the last `date` line above, else the first below) and `prompt_host`."""
-    text = pl.col("text")
-    blank = text.str.strip_chars() == ""
-    prompt = text.str.contains(PROMPT)
-    host_line = text.str.contains(f"(?i){HOST_LINE}")
-    candidates = lines.filter(~blank & ~prompt & text.str.contains(_CLOCKISH) & (text.str.len_chars() < 60))
-    stamps = {n: parse_time(t) for n, t in candidates.select("line", "text").iter_rows()}
-    stamps = {n: t for n, t in stamps.items() if t is not None}
-    stamp_col = (
-        pl.Series("stamp", [stamps.get(n) for n in lines["line"]], dtype=pl.Datetime("us", "UTC")) if stamps else None
-    )
-    out = lines.with_columns(
-        ctx=pl.when(blank | prompt).then(pl.lit(IGNORED, pl.UInt8)).when(host_line).then(pl.lit(PARSED, pl.UInt8)),
-        prompt_host=pl.coalesce(text.str.extract(PROMPT, 1), text.str.extract(f"(?i){HOST_LINE}", 1)),
-    )
-    if stamp_col is None:
-        return out.with_columns(stamp=pl.lit(None, pl.Datetime("us", "UTC")), is_date=pl.lit(False))
-    out = out.with_columns(stamp_col, is_date=stamp_col.is_not_null())
-    return out.with_columns(
-        ctx=pl.when(pl.col("is_date")).then(pl.lit(PARSED, pl.UInt8)).otherwise("ctx"),
-        stamp=pl.col("stamp").forward_fill().fill_null(strategy="backward"),
-        prompt_host=pl.col("prompt_host").forward_fill().fill_null(strategy="backward"),
-    )
 
 
 def account(lines: pl.DataFrame, status: pl.Series) -> Account:

@@ -21,8 +21,9 @@ from datetime import datetime, timezone
 import polars as pl
 
 from tracelens.ingest import Account, IngestResult, InputFile, LineStart
-from tracelens.ingest.hostlines import IGNORED, PARSED, account, context, merge, provenance
+from tracelens.ingest.hostlines import IGNORED, PARSED, account, merge, provenance
 from tracelens.ingest.lines import number, read_chunks
+from tracelens.ingest.shell_context import context
 
 FORMAT = "kernel_log"
 PRIORITY = 95

@@ -11,10 +11,14 @@ from __future__ import annotations
 import io
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from tracelens.ingest.pasted import unpaste
+
+if TYPE_CHECKING:
+    from tracelens.ingest import InputFile
 
 CHUNK_BYTES = 32 << 20
 MAX_LINE_BYTES = 1 << 20  # longer lines (no NCCL or DeepSpeed line comes near) keep their head only
@@ -185,6 +189,12 @@ def read_chunks(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataF
     for _, _, first_line, block in _blocks(path, chunk_bytes):
         assert block is not None
         yield _frame(block, first_line)
+
+
+def read_lines(source: InputFile) -> pl.DataFrame:
+    """The whole file as columns `line` (1-based) and `text` (for a file small enough to read at once)."""
+    chunks = list(read_chunks(source.path))
+    return pl.concat(chunks) if chunks else pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
 
 
 def chunk_spans(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, int, int]]:

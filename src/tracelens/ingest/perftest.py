@@ -21,12 +21,11 @@ from tracelens.ingest.hostlines import (
     PARSED,
     TemplateGrammar,
     account,
-    context,
     local_time,
     provenance,
-    read_lines,
 )
-from tracelens.ingest.lines import number
+from tracelens.ingest.lines import number, read_lines
+from tracelens.ingest.shell_context import context
 from tracelens.tables import PROVENANCE_COLUMNS
 
 FORMAT = "perftest"

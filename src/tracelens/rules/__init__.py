@@ -50,14 +50,14 @@ class Rule:
     severity: Severity
     func: RuleFunc
     kind: Kind = "cause"
-    needs: tuple[str, ...] = ()  # table names; "a|b": either
+    needs: tuple[str, ...] = ()  # names of tables (tracelens.tables.SCHEMAS); "a|b": either
     settings: tuple[Setting, ...] = field(default=())
-    reads: tuple[str, ...] = ()  # shared settings tables (tracelens.derived.SHARED) beyond those its needs imply
+    reads: tuple[str, ...] = ()  # names of shared settings (tracelens.derived.SHARED) beyond those its needs imply
 
     @property
     def shared(self) -> tuple[str, ...]:
-        """The shared settings tables ([steps], [baseline], [packets]) the rule's results depend on:
-        those it `reads`, and [steps] or [packets] when it needs that table."""
+        """The shared settings ([steps], [baseline], [packets]) the rule's results depend on: those it
+        `reads`, and steps or packets when it needs the table of that name."""
         needed = {name for need in self.needs for name in need.split("|")}
         return tuple(s for s in SHARED if s in self.reads or s in needed)
 
@@ -108,7 +108,7 @@ def rule(
 ) -> Callable[[RuleFunc], RuleFunc]:
     """Register a rule function under `rule_id` (TL1xx transport ... TL6xx host). `settings`
     describes each keyword-only parameter of the function (whose default is the setting's); `reads`
-    names the shared settings tables its derived results depend on besides its needs' (e.g. "baseline")."""
+    names the shared settings its derived results depend on besides its needs' (e.g. "baseline")."""
 
     def register(func: RuleFunc) -> RuleFunc:
         if rule_id in _REGISTRY:
@@ -116,10 +116,14 @@ def rule(
         missing = [s for s in _SECTIONS if s + ":" not in (func.__doc__ or "")]
         if missing:
             raise ValueError(f"rule {rule_id} docstring lacks: {', '.join(missing)}")
-        unknown = [n for need in needs for n in need.split("|") if n not in SCHEMAS]
-        unknown += [s for s in reads if s not in SHARED]
-        if unknown or kind not in KINDS:
-            raise ValueError(f"rule {rule_id}: unknown table(s) {unknown} or kind {kind!r}")
+        tables = [n for need in needs for n in need.split("|") if n not in SCHEMAS]
+        if tables:
+            raise ValueError(f"rule {rule_id}: needs unknown table(s) {tables} (tracelens.tables.SCHEMAS)")
+        shared = [s for s in reads if s not in SHARED]
+        if shared:
+            raise ValueError(f"rule {rule_id}: reads unknown shared settings {shared} (one of {list(SHARED)})")
+        if kind not in KINDS:
+            raise ValueError(f"rule {rule_id}: unknown kind {kind!r} (one of {list(KINDS)})")
         declared = _declared(rule_id, func, settings or {})
         _REGISTRY[rule_id] = Rule(rule_id, name, severity, func, kind, needs, declared, reads)
         return func

@@ -8,15 +8,17 @@ Each finding names the config change.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived.steps import COMM_BOUND_SHARE
-from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings import Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
+from tracelens.rules.evidence import evidence
 
 ZERO = "zero_optimization"
 DEFAULT_BUCKET = 500_000_000  # DeepSpeed's reduce_bucket_size / allgather_bucket_size default
@@ -45,11 +47,8 @@ def _number(value: str | None) -> float | None:
     return number if math.isfinite(number) else None  # NaN, Infinity, 1e400: no setting a rule can use
 
 
-def _evidence(rows: pl.DataFrame) -> list[Evidence]:
-    return [
-        Evidence(file=r["file"], line=r["line"], text=f"{r['key']} = {r['value']}", host=r["host"])
-        for r in rows.iter_rows(named=True)
-    ]
+def _setting(row: Mapping[str, Any]) -> str:
+    return f"{row['key']} = {row['value']}"
 
 
 def _zero_stages(ctx: RunContext) -> set[int]:
@@ -85,7 +84,7 @@ def overlap_comm_off(ctx: RunContext) -> Iterator[Finding]:
             summary=f"ZeRO stage {max(stages)} runs with overlap_comm false ({count(off.height, 'setting')}): gradient "
             "reduction waits for the backward pass instead of overlapping it.",
             fix='Set "zero_optimization": {"overlap_comm": true} in ds_config.json.',
-            evidence=_evidence(off),
+            evidence=evidence(off, _setting),
         )
 
 
@@ -129,7 +128,7 @@ def small_comm_bucket(ctx: RunContext, *, small_bucket: int = SMALL_BUCKET) -> I
                 'Set "zero_optimization": {"reduce_bucket_size": 5e8, '
                 '"allgather_bucket_size": 5e8} (or as large as memory allows).'
             ),
-            evidence=_evidence(small),
+            evidence=evidence(small, _setting),
         )
 
 
@@ -164,7 +163,7 @@ def cpu_offload(ctx: RunContext) -> Iterator[Finding]:
             severity=Severity.INFO,
             title="ZeRO offloads to the CPU",
             summary=f"ZeRO offload is on ({', '.join(what)}): optimizer state or parameters cross PCIe every step.",
-            evidence=_evidence(offloaded),
+            evidence=evidence(offloaded, _setting),
         )
 
 
@@ -207,5 +206,5 @@ def no_grad_accumulation(ctx: RunContext, *, comm_bound_share: float = COMM_BOUN
             summary=f"gradient_accumulation_steps is 1 while the gradient all-reduce/all-gather take {share:.0%} "
             "of each step: the full gradient volume crosses the network for every micro-batch.",
             fix='Set "gradient_accumulation_steps" to 4 or more (keeping train_batch_size consistent).',
-            evidence=_evidence(single),
+            evidence=evidence(single, _setting),
         )

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
+from typing import Any
 
 import polars as pl
 
@@ -10,14 +13,25 @@ from tracelens.derived import RunContext
 from tracelens.findings import Evidence
 from tracelens.tables import Frame
 
+Text = str | Callable[[Mapping[str, Any]], str]  # the column holding a row's text, or how to write it from the row
 
-def evidence(rows: pl.DataFrame) -> list[Evidence]:
-    """Evidence for each row (columns file, line, host, message), in file and line order."""
-    rows = rows.unique(["file", "line"]).sort("file", "line")
-    return [
-        Evidence(file=r["file"], line=r["line"], text=r.get("message") or "", host=r.get("host"))
-        for r in rows.iter_rows(named=True)
-    ]
+
+def _from_row(row: Mapping[str, Any], text: Text) -> Evidence:
+    """The one piece of evidence a row (a line, or a capture's frame) gives."""
+    said = row.get(text) if isinstance(text, str) else text(row)
+    return Evidence(
+        file=row["file"], line=row.get("line"), frame=row.get("frame"), text=str(said or ""), host=row.get("host")
+    )
+
+
+def evidence(rows: pl.DataFrame, text: Text = "message") -> list[Evidence]:
+    """Evidence for the rows (columns file, line, host and the text's), in file and line order, once per
+    distinct line and text."""
+    found: dict[tuple, Evidence] = {}
+    for row in rows.sort("file", "line", maintain_order=True).iter_rows(named=True):
+        one = _from_row(row, text)
+        found.setdefault((one.file, one.line, one.text), one)
+    return list(found.values())
 
 
 def hosts_of(*frames: Frame) -> list[str]:
@@ -63,15 +77,10 @@ def step_evidence(ctx: RunContext, file: str, lines) -> list[Evidence]:
     near = pl.col("line").is_between(min(lines), max(lines))  # the row groups that can hold them, by statistics
     rows = ctx.scan("steps").filter(near, pl.col("file") == file, pl.col("line").is_in(lines))
     rows = rows.select("file", "line", "host", "message").collect(engine="streaming").sort("line")
-    return [
-        Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"])
-        for r in rows.iter_rows(named=True)
-    ]
+    return evidence(rows)
 
 
-def row_evidence(rows, limit: int) -> list[Evidence]:
-    """Evidence for the first `limit` rows a window signal kept (dicts with file, line or frame, text, host)."""
-    return [
-        Evidence(file=r["file"], line=r.get("line"), frame=r.get("frame"), text=r.get("text") or "", host=r.get("host"))
-        for r in list(rows)[:limit]
-    ]
+def row_evidence(rows: Iterable[Mapping[str, Any]], limit: int, text: Text = "text") -> list[Evidence]:
+    """Evidence for the first `limit` rows (dicts with file, line or frame, host and the text's), in the order
+    given: a window signal's rows, ranked by whoever kept them."""
+    return [_from_row(row, text) for row in itertools.islice(rows, limit)]

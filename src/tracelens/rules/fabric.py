@@ -9,7 +9,8 @@ covers an unknown time, maybe months before the run, so it is only info.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import polars as pl
 
@@ -29,6 +30,7 @@ from tracelens.derived.ports import nccl_devices, port_label, ranks_on
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import during
 from tracelens.rules import Setting, rule
+from tracelens.rules.evidence import evidence, row_evidence
 
 
 def _rising(deltas: pl.DataFrame, pattern: str) -> pl.DataFrame:
@@ -42,16 +44,8 @@ def _in_run(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.filter(pl.col("start").is_not_null())
 
 
-def _evidence(rows: pl.DataFrame) -> list[Evidence]:
-    return [
-        Evidence(
-            file=r["file"],
-            line=r["line"],
-            host=r["host"],
-            text=f"{r['counter']}: {r['after']}" + (f" (was {r['before']})" if r["before"] is not None else ""),
-        )
-        for r in rows.sort("file", "line").iter_rows(named=True)
-    ]
+def _counter(row: Mapping[str, Any]) -> str:
+    return f"{row['counter']}: {row['after']}" + (f" (was {row['before']})" if row["before"] is not None else "")
 
 
 def _port_findings(
@@ -75,7 +69,7 @@ def _port_findings(
             severity=severity_of(in_run) if in_run.height else Severity.INFO,
             title=title,
             summary=f"{port_label(host, node, ca, port)}: {'; '.join(phrases)}{when}.",
-            evidence=_evidence(group),
+            evidence=evidence(group, _counter),
             hosts=[host] if host else [],
             ranks=ranks_on(ctx.port_ranks, host, ca, port),
             window=window,
@@ -369,10 +363,6 @@ def roce_priority(ctx: RunContext, *, zero_share: float = 0.99) -> Iterator[Find
                 f"{elsewhere['counter'][0]} moves on "
                 f"{port_label(elsewhere['host'][0], elsewhere['node'][0], None, None) or 'another NIC'}."
             ),
-            evidence=_evidence(mine)
-            + [
-                Evidence(file=r["file"], line=r["line"], text=r["counter"], host=r["host"])
-                for r in elsewhere.head(3).iter_rows(named=True)
-            ],
+            evidence=evidence(mine, _counter) + row_evidence(elsewhere.iter_rows(named=True), 3, "counter"),
             hosts=[nic_row["host"]] if nic_row["host"] else [],
         )

@@ -8,8 +8,9 @@ when dumps are present, through the RunContext's first_stopped.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 import polars as pl
 
@@ -17,19 +18,16 @@ from tracelens.derived import RunContext, hangs
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import ranks_text
 from tracelens.rules import Setting, rule
+from tracelens.rules.evidence import row_evidence
 
 
-def _entry_text(e: dict) -> str:
+def _entry_text(e: Mapping[str, Any]) -> str:
     when = f", enqueued {e['ts']:%H:%M:%S.%f}"[:-3] + " UTC" if e.get("ts") else ""
     return (
         f"rank {e['rank']}: {e.get('profiling_name') or e.get('op')} #{e.get('collective_seq_id')} of process group "
         f"{e['pg']} {e.get('status')}, sizes {e.get('input_sizes')}{when}, at "
         f"{hangs.frame_text(hangs.call_site(e.get('frames')))}"
     )
-
-
-def _evidence(e: dict) -> Evidence:
-    return Evidence(file=e["file"], line=e.get("line"), text=_entry_text(e), host=e.get("host"))
 
 
 def _hosts(rows: Sequence[dict | None]) -> list[str]:
@@ -103,7 +101,8 @@ def hung_collective(ctx: RunContext) -> Iterator[Finding]:
         severity=Severity.CRITICAL,
         title=f"Hang: {what} never completed" + (f"; {ranks_text(culprits)} never joined it" if culprits else ""),
         summary="; ".join(parts) + "." + also,
-        evidence=[_evidence(e) for e in waiting[:4]] + [_evidence(m.entry) for m in never if m.entry][:4],
+        evidence=row_evidence(waiting, 4, _entry_text)
+        + row_evidence((m.entry for m in never if m.entry), 4, _entry_text),
         hosts=_hosts([m.entry for m in never]) or _hosts(waiting),
         ranks=culprits or [e["rank"] for e in waiting],
         window=(root.since, root.since) if root.since else None,
@@ -145,7 +144,7 @@ def collective_desync(ctx: RunContext) -> Iterator[Finding]:
                 f"(and the others) issued {d.usual.get('op')} with {d.what} {d.usual.get(column)} from "
                 f"{hangs.frame_text(usual_site)}."
             ),
-            evidence=[_evidence(o) for o in d.odd[:4]] + [_evidence(d.usual)],
+            evidence=row_evidence(d.odd, 4, _entry_text) + row_evidence([d.usual], 1, _entry_text),
             hosts=_hosts(list(d.odd)),
             ranks=odd_ranks,
             score=3.0,
@@ -238,10 +237,7 @@ def hang_network_context(ctx: RunContext, *, before_s: float = 60.0, after_s: fl
             f"Network events in the {'minute' if before_s == 60 else f'{before_s:g} s'} before rank {stop.rank} stopped"
         ),
         summary=f"Rank {stop.rank} stopped first at {stop.at:%H:%M:%S} UTC; in the {before_s:g} s before: {said}.",
-        evidence=[
-            Evidence(file=r["file"], line=r["line"], text=r["text"] or "", host=r["host"])
-            for r in events.head(6).iter_rows(named=True)
-        ],
+        evidence=row_evidence(events.iter_rows(named=True), 6),
         hosts=sorted(set(events["host"].drop_nulls().to_list())),
         ranks=[stop.rank],
         window=(stop.at - around, stop.at),

@@ -6,7 +6,8 @@ RoCE GID NCCL is told to use.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import polars as pl
 
@@ -26,6 +27,7 @@ from tracelens.derived.steps import MARGIN
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
+from tracelens.rules.evidence import evidence, row_evidence
 
 MAX_EVIDENCE = 8
 # Without the hosts' port dumps: the NIC each GPU of such a node usually has (one per GPU,
@@ -42,29 +44,18 @@ USUAL_NIC_PER_GPU = {
 }
 
 
-def _evidence(rows: pl.DataFrame, text: str = "message") -> list[Evidence]:
-    return [
-        Evidence(file=r["file"], line=r["line"], text=str(r.get(text) or ""), host=r.get("host"))
-        for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)
-    ]
-
-
-def _samples_evidence(t: RunContext, hosts: list[str], begin, end) -> list[Evidence]:
+def _samples_evidence(ctx: RunContext, hosts: list[str], begin, end) -> list[Evidence]:
     rows = (
-        t["gpu_samples"]
+        ctx["gpu_samples"]
         .filter(pl.col("host").is_in(hosts), pl.col("ts").is_between(begin - MARGIN, end + MARGIN))
         .sort("ts")
     )
-    return [
-        Evidence(
-            file=r["file"],
-            line=r["line"],
-            host=r["host"],
-            text=f"GPU {r['gpu']} at {r['util_gpu']:.0f}% ({r['source']}, {r['ts']:%H:%M:%S})",
-        )
-        for r in rows.head(3).iter_rows(named=True)
-        if r["util_gpu"] is not None
-    ]
+    shown = rows.head(3).filter(pl.col("util_gpu").is_not_null())
+    return row_evidence(shown.iter_rows(named=True), 3, _gpu_sample)
+
+
+def _gpu_sample(row: Mapping[str, Any]) -> str:
+    return f"GPU {row['gpu']} at {row['util_gpu']:.0f}% ({row['source']}, {row['ts']:%H:%M:%S})"
 
 
 @rule(
@@ -86,7 +77,7 @@ def _samples_evidence(t: RunContext, hosts: list[str], begin, end) -> list[Evide
     },
 )
 def gpu_utilisation_in_slow_window(
-    t: RunContext, *, busy_util: float = 80.0, drop_ratio: float = DROP_RATIO
+    ctx: RunContext, *, busy_util: float = 80.0, drop_ratio: float = DROP_RATIO
 ) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports), the GPU
@@ -107,14 +98,14 @@ def gpu_utilisation_in_slow_window(
     (HW slowdown, power cap, thermal), `nvidia-smi dmon -s pucvmt` during the run, and the
     model's kernel time with the PyTorch profiler.
     """
-    if t["gpu_samples"].height == 0:
+    if ctx["gpu_samples"].height == 0:
         return
-    episodes = t.slow_episodes
+    episodes = ctx.slow_episodes
     if not episodes:
         return
-    events = t.network_events.filter(pl.col("cause") != "stall")
+    events = ctx.network_events.filter(pl.col("cause") != "stall")
     for ep in episodes:
-        found = utilisation(t.tables, ep.begin, ep.end)
+        found = utilisation(ctx.tables, ep.begin, ep.end)
         if not found:
             continue
         window = events.filter(pl.coalesce("hi", "lo") >= ep.begin - MARGIN, pl.col("lo") <= ep.end + MARGIN)
@@ -136,11 +127,8 @@ def gpu_utilisation_in_slow_window(
                     f"{count(window.height, 'network event')} {'points' if window.height == 1 else 'point'} at "
                     f"{CAUSES.get(top['cause'], top['cause'])} on {top['host']}: the GPUs waited on the network."
                 ),
-                evidence=_samples_evidence(t, hosts, ep.begin, ep.end)
-                + [
-                    Evidence(file=r["file"], line=r["line"], frame=r["frame"], text=r["text"] or "", host=r["host"])
-                    for r in window.head(3).iter_rows(named=True)
-                ],
+                evidence=_samples_evidence(ctx, hosts, ep.begin, ep.end)
+                + row_evidence(window.iter_rows(named=True), 3),
                 hosts=hosts,
                 window=(ep.begin, ep.end),
             )
@@ -153,14 +141,14 @@ def gpu_utilisation_in_slow_window(
                     f"{'No network event falls in the window: ' if window.height == 0 else ''}the slowdown is in the "
                     "GPUs' own work, not in waiting on the network."
                 ),
-                evidence=_samples_evidence(t, [u.host for u in found], ep.begin, ep.end),
+                evidence=_samples_evidence(ctx, [u.host for u in found], ep.begin, ep.end),
                 hosts=[u.host for u in found],
                 window=(ep.begin, ep.end),
             )
 
 
 @rule("TL602", "mtu-mismatch", Severity.WARNING, needs=("interfaces",))
-def mtu_mismatch(t: RunContext) -> Iterator[Finding]:
+def mtu_mismatch(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: interfaces that carry the same traffic but have different MTUs, from the
     hosts' `ip link` / `ip addr` / `ifconfig` listings: addresses in one IPv4 network on
@@ -176,7 +164,7 @@ def mtu_mismatch(t: RunContext) -> Iterator[Finding]:
     (`ip link set dev <if> mtu 9000`, and the same in the node's netplan/NetworkManager
     config so it survives a reboot); check with `ping -M do -s 8972 <peer>`.
     """
-    links = shared_links(t.tables)
+    links = shared_links(ctx.tables)
     if links.height == 0:
         return
     flagged: set[tuple[str, str]] = set()
@@ -208,7 +196,7 @@ def mtu_mismatch(t: RunContext) -> Iterator[Finding]:
 
 
 @rule("TL603", "roce-active-mtu-low", Severity.WARNING, needs=("ib_ports",))
-def roce_active_mtu_low(t: RunContext) -> Iterator[Finding]:
+def roce_active_mtu_low(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: RDMA ports whose active MTU (`ibv_devinfo` active_mtu) is below what the
     port supports (max_mtu), e.g. RoCE at 1024 on a port that takes 4096; on RoCE the active
@@ -223,7 +211,7 @@ def roce_active_mtu_low(t: RunContext) -> Iterator[Finding]:
     does), then check `ibv_devinfo | grep active_mtu`. On InfiniBand the subnet manager's
     partition MTU sets it (`mtu=5` for 4096 in partitions.conf).
     """
-    ports = t["ib_ports"].filter(
+    ports = ctx["ib_ports"].filter(
         pl.col("active_mtu").is_not_null(),
         pl.col("max_mtu").is_not_null(),
         pl.col("active_mtu") < pl.col("max_mtu"),
@@ -232,13 +220,15 @@ def roce_active_mtu_low(t: RunContext) -> Iterator[Finding]:
     if ports.height == 0:
         return
     netdevs = (
-        t["ib_ports"]
+        ctx["ib_ports"]
         .filter(pl.col("netdev").is_not_null())
         .select("host", "ca", "port", "netdev")
         .unique(["host", "ca", "port"])
     )
     mtus = (
-        t["interfaces"].select("host", pl.col("ifname").alias("netdev"), "mtu").unique(["host", "netdev"], keep="last")
+        ctx["interfaces"]
+        .select("host", pl.col("ifname").alias("netdev"), "mtu")
+        .unique(["host", "netdev"], keep="last")
     )
     rows = (
         ports.drop("netdev")
@@ -280,7 +270,7 @@ def roce_active_mtu_low(t: RunContext) -> Iterator[Finding]:
         "jumbo_mtu": Setting("bytes", "An NCCL socket interface with an MTU below this has no jumbo frames."),
     },
 )
-def socket_interface_without_jumbo_frames(t: RunContext, *, jumbo_mtu: int = 9000) -> Iterator[Finding]:
+def socket_interface_without_jumbo_frames(ctx: RunContext, *, jumbo_mtu: int = 9000) -> Iterator[Finding]:
     """
     What it finds: a host whose NCCL traffic goes over the socket transport (`NET/Socket`)
     on an interface that the host's own listing shows at an MTU below 9000 (no jumbo frames).
@@ -294,11 +284,11 @@ def socket_interface_without_jumbo_frames(t: RunContext, *, jumbo_mtu: int = 900
     switch ports), raise NCCL_NSOCKS_PERTHREAD/NCCL_SOCKET_NTHREADS, and pin NCCL_SOCKET_IFNAME
     to the fast interface.
     """
-    net = t.scan("nccl_net")
+    net = ctx.scan("nccl_net")
     on_socket = (pl.col("what") == "network") & (pl.col("name").str.to_lowercase() == "socket")
     socket_hosts = set(net.filter(on_socket).select("host").collect()["host"].drop_nulls().to_list())
     socket_hosts |= set(
-        t.scan("nccl_channels")
+        ctx.scan("nccl_channels")
         .filter(pl.col("net").str.to_lowercase() == "socket")
         .select("host")
         .collect()["host"]
@@ -311,7 +301,7 @@ def socket_interface_without_jumbo_frames(t: RunContext, *, jumbo_mtu: int = 900
         pl.col("what").is_in(["socket_if", "bootstrap_if", "oob_if"]), pl.col("host").is_in(list(socket_hosts))
     )
     named = named.select("host", pl.col("name").alias("ifname")).collect().unique()
-    listed = t["interfaces"].filter(pl.col("mtu").is_not_null()).unique(["host", "ifname"], keep="last")
+    listed = ctx["interfaces"].filter(pl.col("mtu").is_not_null()).unique(["host", "ifname"], keep="last")
     small = listed.join(named, on=["host", "ifname"], how="inner").filter(pl.col("mtu") < jumbo_mtu)
     for r in small.sort("host").iter_rows(named=True):
         yield Finding(
@@ -325,8 +315,8 @@ def socket_interface_without_jumbo_frames(t: RunContext, *, jumbo_mtu: int = 900
         )
 
 
-def _windows(t: RunContext) -> list[tuple]:
-    return [(ep.begin, ep.end) for ep in t.slow_episodes]
+def _windows(ctx: RunContext) -> list[tuple]:
+    return [(ep.begin, ep.end) for ep in ctx.slow_episodes]
 
 
 @rule(
@@ -344,7 +334,7 @@ def _windows(t: RunContext) -> list[tuple]:
     },
 )
 def kernel_events(
-    t: RunContext,
+    ctx: RunContext,
     *,
     critical_xids: tuple[int, ...] = (48, 74, 79, 92, 94, 95, 119, 120, 140, 144, 145, 146, 147, 148, 149, 150, 154),
 ) -> Iterator[Finding]:
@@ -368,11 +358,11 @@ def kernel_events(
     and check the GPU's seating and power; 48/94/95: ECC, reset the GPU, RMA if it recurs;
     74/144-150: NVLink, `nvidia-smi nvlink -e`). OOM: lower the batch or host memory use.
     """
-    events = incidents(t.tables)
+    events = incidents(ctx.tables)
     if events.height == 0:
         return
-    windows = _windows(t)
-    owners = pci_owners(t.tables)
+    windows = _windows(ctx)
+    owners = pci_owners(ctx.tables)
     in_window = pl.lit(False)
     for begin, end in windows:
         in_window = in_window | pl.col("ts").is_between(begin - MARGIN, end + MARGIN)
@@ -429,7 +419,7 @@ def kernel_events(
             title=f"{host or 'host'}: {group.height} {what}"
             + (f" ({details[0]})" if kind == "xid" and details else ""),
             summary=summary,
-            evidence=_evidence(group),
+            evidence=row_evidence(group.iter_rows(named=True), MAX_EVIDENCE, "message"),
             hosts=[host] if host else [],
             window=(times.min(), times.max()) if times.len() else None,
             ports=sorted(set(group["netdev"].drop_nulls().to_list())),
@@ -472,7 +462,7 @@ def _rate_of(rates: pl.DataFrame, hosts: list[str]) -> tuple[float, str] | None:
         ),
     },
 )
-def nccl_tests_below_link(t: RunContext, *, busbw_share: float = 0.6) -> Iterator[Finding]:
+def nccl_tests_below_link(ctx: RunContext, *, busbw_share: float = 0.6) -> Iterator[Finding]:
     """
     What it finds: nccl-tests runs (`all_reduce_perf` and the other `*_perf`) across hosts
     whose bus bandwidth at the largest message size is under 60% of what the hosts' links
@@ -490,10 +480,10 @@ def nccl_tests_below_link(t: RunContext, *, busbw_share: float = 0.6) -> Iterato
     two hosts; check `nvidia-smi topo -m` for the GPU-NIC affinity. For #wrong: run
     `dcgmi diag -r 3` on the hosts and drain the failing one.
     """
-    tests = t["nccl_tests"]
+    tests = ctx["nccl_tests"]
     if tests.height == 0:
         return
-    rates = port_rates(t.tables)
+    rates = port_rates(ctx.tables)
     for key, run in tests.filter(pl.col("kind") == "row").group_by("file", "run", maintain_order=True):
         name = run["test"].drop_nulls().first() or "nccl-tests"
         hosts = [h for h in (run["rank_hosts"].drop_nulls().first() or "").split(",") if h]
@@ -543,19 +533,13 @@ def _usual_rate(run: pl.DataFrame) -> tuple[float, str] | None:
 
 
 def _benchmark_finding(severity: Severity, title: str, summary: str, rows: pl.DataFrame, hosts: list[str]) -> Finding:
-    return Finding(severity=severity, title=title, summary=summary, evidence=_rows_evidence(rows), hosts=hosts)
+    shown = row_evidence(rows.iter_rows(named=True), MAX_EVIDENCE, _benchmark)
+    return Finding(severity=severity, title=title, summary=summary, evidence=shown, hosts=hosts)
 
 
-def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
-    return [
-        Evidence(
-            file=r["file"],
-            line=r["line"],
-            host=r["host"],
-            text=f"{r['size_bytes']} bytes {r['placement']}-of-place: busbw {r['busbw_gbs']} GB/s, #wrong {r['wrong']}",
-        )
-        for r in rows.head(MAX_EVIDENCE).iter_rows(named=True)
-    ]
+def _benchmark(row: Mapping[str, Any]) -> str:
+    where = f"{row['size_bytes']} bytes {row['placement']}-of-place"
+    return f"{where}: busbw {row['busbw_gbs']} GB/s, #wrong {row['wrong']}"
 
 
 @rule(
@@ -571,7 +555,7 @@ def _rows_evidence(rows: pl.DataFrame) -> list[Evidence]:
         ),
     },
 )
-def perftest_below_line_rate(t: RunContext, *, line_share: float = 0.75) -> Iterator[Finding]:
+def perftest_below_line_rate(ctx: RunContext, *, line_share: float = 0.75) -> Iterator[Finding]:
     """
     What it finds: perftest bandwidth runs (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`) whose
     average bandwidth at the largest message size is under 75% of the line rate of the port
@@ -588,10 +572,10 @@ def perftest_below_line_rate(t: RunContext, *, line_share: float = 0.75) -> Iter
     the NIC (`lspci -vvv`, LnkSta), and rerun with `--report_gbits -a` on each port pair to
     find the bad one.
     """
-    runs = t["perftest"].filter(pl.col("bw_avg").is_not_null())
+    runs = ctx["perftest"].filter(pl.col("bw_avg").is_not_null())
     if runs.height == 0:
         return
-    rates = port_rates(t.tables)
+    rates = port_rates(ctx.tables)
     for _, run in runs.group_by("file", "run", maintain_order=True):
         largest = run.filter(pl.col("bytes") == run["bytes"].max()).row(0, named=True)
         host, device = largest["host"], largest["device"]
@@ -629,7 +613,7 @@ def perftest_below_line_rate(t: RunContext, *, line_share: float = 0.75) -> Iter
 
 
 @rule("TL608", "roce-gid-index", Severity.WARNING, needs=("nccl_env|config", "gids|ib_ports"))
-def roce_gid_index(t: RunContext) -> Iterator[Finding]:
+def roce_gid_index(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL_IB_GID_INDEX (as NCCL echoes it) pointing, on some host, at a GID that
     the host's GID table (`show_gids`, `ibv_devinfo -v`) lists as RoCE v1, as a link-local
@@ -646,8 +630,8 @@ def roce_gid_index(t: RunContext) -> Iterator[Finding]:
     NCCL_IB_ADDR_FAMILY=AF_INET (and NCCL_IB_ROCE_VERSION_NUM=2) so NCCL picks the v2 GID of
     the right address family itself.
     """
-    gids = t["gids"].filter(pl.col("roce").is_not_null())
-    env = t.scan("nccl_env").filter(pl.col("name") == "NCCL_IB_GID_INDEX").collect()
+    gids = ctx["gids"].filter(pl.col("roce").is_not_null())
+    env = ctx.scan("nccl_env").filter(pl.col("name") == "NCCL_IB_GID_INDEX").collect()
     if gids.height == 0 or env.height == 0:
         return
     index = int(env["value"].cast(pl.Int64, strict=False).drop_nulls().mode().first() or -1)
@@ -668,7 +652,7 @@ def roce_gid_index(t: RunContext) -> Iterator[Finding]:
             severity=Severity.WARNING,
             title=f"{host or 'A host'}: NCCL_IB_GID_INDEX={index} is not a RoCE v2 IPv4 GID there",
             summary=f"NCCL uses GID index {index}, but on {host or 'this host'} {have}{better}.",
-            evidence=_evidence(t.tables.with_text(env_rows.head(1)), "message")
+            evidence=evidence(ctx.tables.with_text(env_rows.head(1)))
             + [
                 Evidence(
                     file=r["file"],

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.derived import RunContext
+from tracelens.derived.nccl import RELEASE_ORDER
 from tracelens.findings import Finding, Severity
 from tracelens.prose import count
 from tracelens.rules import rule
@@ -320,8 +321,6 @@ def suspect_interface(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
-_VERSION = r"(\d+\.\d+\.\d+)"
-
 # Settings that legitimately differ per process (device and rank selection).
 _PER_PROCESS_SETTINGS = {"CUDA_VISIBLE_DEVICES", "NCCL_COMM_ID", "NCCL_LOCAL_RANK"}
 
@@ -340,16 +339,10 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
     torch; print(torch.cuda.nccl.version())"` on each), and set NCCL_* variables in one place
     that every rank inherits (the launcher's env export or /etc/nccl.conf), not per node.
     """
-    versions = (
-        ctx.scan("nccl_events")
-        .filter(pl.col("kind") == "version")
-        .with_columns(version=pl.col("message").str.extract(_VERSION))
-        .drop_nulls("version")
-        .collect(engine="streaming")
-    )
+    versions = ctx.nccl_versions
     if versions["version"].n_unique() > 1:
         first = versions.sort("file", "line").unique(["version", "host"], keep="first")
-        per_version = first.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort("version")
+        per_version = first.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort(RELEASE_ORDER)
         described = "; ".join(
             f"{r['version']} on {', '.join(r['host']) or 'unnamed host'}" for r in per_version.iter_rows(named=True)
         )
@@ -360,10 +353,7 @@ def version_skew(ctx: RunContext) -> Iterator[Finding]:
             evidence=evidence(first),
             hosts=hosts_of(first),
         )
-    env = ctx.scan("nccl_env").filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS)))
-    # `NCCL_X set by environment to` with nothing after it is a setting too: the empty value
-    value = pl.col("value").fill_null("").str.strip_chars().str.strip_chars(".")
-    env = env.select("file", "line", "host", "pid", "name", v=value)
+    env = ctx.nccl_settings.filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS))).rename({"value": "v"})
     skewed = (
         env.group_by("name")
         .agg(pl.col("v").n_unique().alias("n"), pl.col("v").unique().sort().alias("values"))

@@ -98,9 +98,9 @@ def _lanes(ctx: RunContext, fr: pl.DataFrame) -> list[dict]:
     return lanes
 
 
-def _where(t: RunContext) -> list[dict]:
+def _where(ctx: RunContext) -> list[dict]:
     """Per rank, its stack dump's innermost frame of user code and what that is."""
-    stacks = hangs.stacks(t.tables).filter(pl.col("rank").is_not_null())
+    stacks = hangs.stacks(ctx.tables).filter(pl.col("rank").is_not_null())
     rows = []
     for rank in sorted(set(stacks["rank"].to_list())):
         mine = stacks.filter(pl.col("rank") == rank).sort(
