@@ -473,6 +473,9 @@ def main() -> None:
     parser.add_argument("--keep-work", action="store_true", help="keep the run's work folder in /tmp")
     parser.add_argument("--tries", type=int, default=2, help="a run that fails (no steps, a crash) is made again")
     args = parser.parse_args()
+    # started in the background, SIGINT arrives ignored: both signals end the run cleanly (Lab.cleanup)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     table = {r.id: r for r in read_table()}
     for rid in args.runs or list(table):
         for attempt in range(1, args.tries + 1):

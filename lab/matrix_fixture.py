@@ -38,7 +38,7 @@ LINE = re.compile(
     r"(?:step=(\d+),|iteration +(\d+)/.*elapsed time per iteration \(ms\): ([\d.]+))"
     r"|\[Rank (\d+)\] time \(ms\) \| fwd: ([\d.]+) \| bwd: ([\d.]+)"  # no time of its own: its step line's
 )
-CAPTURE_MARGIN = 15  # seconds of capture kept either side of a window that is not on the network
+CAPTURE_MARGIN = 5  # seconds of capture kept either side of a window that is not on the network
 
 
 def describe(run: Run) -> tuple[str, str]:
@@ -159,16 +159,19 @@ def step_table(run: Run, work: Path, window: tuple[float, float]) -> list[str]:
 
 
 def trim_capture(run: Run, work: Path, target: Path, first_step: datetime, window: tuple[datetime, datetime]) -> None:
-    """The whole run where the fault is on the network; else the window and CAPTURE_MARGIN s either side."""
+    """The whole run where the fault is on the network; a clean run's slot for a fault; else the window
+    and CAPTURE_MARGIN s either side."""
     if run.kind in NETWORK:
         lo, hi = first_step - timedelta(seconds=5), None
+    elif run.kind == "clean":
+        lo, hi = window
     else:
         lo, hi = window[0] - timedelta(seconds=CAPTURE_MARGIN), window[1] + timedelta(seconds=CAPTURE_MARGIN)
     cut = work / "capture-cut.pcap"
-    cmd = ["editcap", "-F", "pcap", "-A", lo.strftime("%Y-%m-%d %H:%M:%S")]
+    cmd = ["editcap", "-F", "pcap", "-A", f"{lo.timestamp():.6f}"]
     if hi is not None:
-        cmd += ["-B", hi.strftime("%Y-%m-%d %H:%M:%S")]
-    subprocess.run(["env", "TZ=UTC", *cmd, str(work / "capture.pcap"), str(cut)], check=True, capture_output=True)
+        cmd += ["-B", f"{hi.timestamp():.6f}"]
+    subprocess.run([*cmd, str(work / "capture.pcap"), str(cut)], check=True, capture_output=True)
     gzip_copy(cut, target)
 
 
@@ -235,6 +238,13 @@ def write_fixture(run: Run, work: Path, fixture: Path, events: dict[str, str], a
     return fixture
 
 
+def kept(run: Run) -> str:
+    """What part of the capture trim_capture keeps."""
+    if run.kind in NETWORK:
+        return "the whole run"
+    return "the slot a fault takes in the other runs" if run.kind == "clean" else f"the window +-{CAPTURE_MARGIN} s"
+
+
 LAYOUT = {
     "rank": "each rank's own log, `<host>/rank<N>.log.gz`",
     "pdsh": "one log per host, `<host>/train.log.gz`, its ranks' lines interleaved with pdsh's `<host>: ` before each",
@@ -258,14 +268,14 @@ def readme(run: Run, expected: dict, how: str, counts: dict, table: list[str]) -
         f"{run.per_host} per host on two hosts `{job['hosts'][0]}` (10.99.0.1) and `{job['hosts'][1]}` (10.99.0.2), "
         f"network namespaces joined by a veth pair, a host's ranks pinned to its CPU at nice -10; {shape}; "
         f"torch 2.13 CPU. Logs: {LAYOUT[run.layout]}. tcpdump -s 96 on the first host's veth"
-        f" ({'the whole run' if run.kind in NETWORK else f'the window +-{CAPTURE_MARGIN} s kept'}).",
+        f" ({kept(run)} kept).",
         "",
         f"**Injected:** {expected['description']}.",
         "",
         f"**When (UTC):** {window[0]} to {window[1]}, about {FAULT_AFTER:g} s after every rank's first logged step "
         f"({expected['first_step']})."
         if window
-        else "**When:** nothing was injected.",
+        else f"**When:** nothing was injected; every rank's first logged step at {expected['first_step']} (UTC).",
         "",
         f"**How:** {how}.",
         "",
