@@ -39,6 +39,7 @@ LINE = re.compile(
     r"|\[Rank (\d+)\] time \(ms\) \| fwd: ([\d.]+) \| bwd: ([\d.]+)"  # no time of its own: its step line's
 )
 CAPTURE_MARGIN = 5  # seconds of capture kept either side of a window that is not on the network
+NETWORK_AFTER = 20  # seconds of capture kept after a network fault's window
 
 
 def describe(run: Run) -> tuple[str, str]:
@@ -108,7 +109,7 @@ def where(run: Run) -> tuple[list[str], list[int]]:
     """The hosts and ranks a correct verdict names."""
     if run.kind == "clean":
         return [], []
-    if run.kind == "slow-rank":
+    if run.kind in ("slow-rank", "hang"):  # a hang's cause is the rank that issued what the others never did
         return [run.hosts[run.host_of(run.arg)]], [run.arg]
     if run.kind == "host-contention":
         return [run.hosts[run.arg]], list(range(run.arg * run.per_host, (run.arg + 1) * run.per_host))
@@ -159,18 +160,16 @@ def step_table(run: Run, work: Path, window: tuple[float, float]) -> list[str]:
 
 
 def trim_capture(run: Run, work: Path, target: Path, first_step: datetime, window: tuple[datetime, datetime]) -> None:
-    """The whole run where the fault is on the network; a clean run's slot for a fault; else the window
-    and CAPTURE_MARGIN s either side."""
+    """Where the fault is on the network, from the first step to NETWORK_AFTER s after the window; a
+    clean run's slot for a fault; else the window and CAPTURE_MARGIN s either side."""
     if run.kind in NETWORK:
-        lo, hi = first_step - timedelta(seconds=5), None
+        lo, hi = first_step - timedelta(seconds=5), window[1] + timedelta(seconds=NETWORK_AFTER)
     elif run.kind == "clean":
         lo, hi = window
     else:
         lo, hi = window[0] - timedelta(seconds=CAPTURE_MARGIN), window[1] + timedelta(seconds=CAPTURE_MARGIN)
     cut = work / "capture-cut.pcap"
-    cmd = ["editcap", "-F", "pcap", "-A", f"{lo.timestamp():.6f}"]
-    if hi is not None:
-        cmd += ["-B", f"{hi.timestamp():.6f}"]
+    cmd = ["editcap", "-F", "pcap", "-A", f"{lo.timestamp():.6f}", "-B", f"{hi.timestamp():.6f}"]
     subprocess.run([*cmd, str(work / "capture.pcap"), str(cut)], check=True, capture_output=True)
     gzip_copy(cut, target)
 
@@ -241,7 +240,7 @@ def write_fixture(run: Run, work: Path, fixture: Path, events: dict[str, str], a
 def kept(run: Run) -> str:
     """What part of the capture trim_capture keeps."""
     if run.kind in NETWORK:
-        return "the whole run"
+        return f"from the first step to {NETWORK_AFTER} s after the window"
     return "the slot a fault takes in the other runs" if run.kind == "clean" else f"the window +-{CAPTURE_MARGIN} s"
 
 
