@@ -94,11 +94,7 @@ def describe(run: Run) -> tuple[str, str]:
         "hang": lambda: (
             f"a desync hang: rank {run.arg} (on {run.hosts[run.host_of(run.arg)]}) issues, once, collectives the "
             "others never issue"
-            + (
-                " (one more forward of the ZeRO-3 model, which all-gathers its parameters)"
-                if run.zero == 3
-                else " (an all_reduce of 1,000 floats on a second process group)"
-            )
+            + " (an all_reduce of 1,000 floats on a second process group)"
             + "; the logs stop; py-spy dumps of every rank are taken later, then the job is killed",
             "the flag file `desync`; `py-spy dump --pid` of every rank into `<host>/pyspy-rank<N>.txt`",
         ),

@@ -10,8 +10,7 @@ Impairments that live inside the job are switched on by creating files in --flag
   checkpoint  the ranks save a DeepSpeed checkpoint at the next step and then hold for
               --pause-s seconds (a slow checkpoint write), once;
   slow        rank --slow-rank runs its forward pass --slow-extra more times while it exists;
-  desync      rank --desync-rank issues, once, a collective the others never issue: under
-              ZeRO-3 one more forward of the model (which all-gathers its parameters), else an
+  desync      rank --desync-rank issues, once, a collective the others never issue: an
               all_reduce of another size on a second process group. The job hangs.
 """
 
@@ -121,11 +120,7 @@ def main() -> None:
         for _ in range(args.grad_accum):
             x, y = next(loader)
             if flags.desync_now():
-                if args.zero == 3:
-                    with torch.no_grad():
-                        engine.module.net(x)  # gathers every layer's parameters: collectives only this rank issues
-                else:
-                    desync_all_reduce(side)
+                desync_all_reduce(side)
             loss = loss_fn(engine(x), y)
             engine.backward(loss)
             engine.step()
