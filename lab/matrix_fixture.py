@@ -39,7 +39,7 @@ LINE = re.compile(
     r"|\[Rank (\d+)\] time \(ms\) \| fwd: ([\d.]+) \| bwd: ([\d.]+)"  # no time of its own: its step line's
 )
 CAPTURE_MARGIN = 5  # seconds of capture kept either side of a window that is not on the network
-NETWORK_AFTER = 20  # seconds of capture kept after a network fault's window
+NETWORK_MARGIN = 15  # seconds of capture kept either side of a network fault's window
 
 
 def describe(run: Run) -> tuple[str, str]:
@@ -155,11 +155,11 @@ def step_table(run: Run, work: Path, window: tuple[float, float]) -> list[str]:
     return [header, "|" + "---|" * (4 + len(kinds)), *out]
 
 
-def trim_capture(run: Run, work: Path, target: Path, first_step: datetime, window: tuple[datetime, datetime]) -> None:
-    """Where the fault is on the network, from the first step to NETWORK_AFTER s after the window; a
-    clean run's slot for a fault; else the window and CAPTURE_MARGIN s either side."""
+def trim_capture(run: Run, work: Path, target: Path, window: tuple[datetime, datetime]) -> None:
+    """The window and NETWORK_MARGIN s either side where the fault is on the network, CAPTURE_MARGIN s
+    where it is not; a clean run's slot for a fault."""
     if run.kind in NETWORK:
-        lo, hi = first_step - timedelta(seconds=5), window[1] + timedelta(seconds=NETWORK_AFTER)
+        lo, hi = window[0] - timedelta(seconds=NETWORK_MARGIN), window[1] + timedelta(seconds=NETWORK_MARGIN)
     elif run.kind == "clean":
         lo, hi = window
     else:
@@ -188,7 +188,7 @@ def write_fixture(run: Run, work: Path, fixture: Path, events: dict[str, str], a
                 shutil.copy(f, fixture / host / f.name)
     if run.engine == "deepspeed":
         shutil.copy(work / "out" / "ds_config.json", fixture / "ds_config.json")
-    trim_capture(run, work, fixture / "capture.pcap.gz", first, window)
+    trim_capture(run, work, fixture / "capture.pcap.gz", window)
     counts = retransmissions(work / "capture-cut.pcap", *window)
     what, how = describe(run)
     hosts, ranks = where(run)
@@ -236,7 +236,7 @@ def write_fixture(run: Run, work: Path, fixture: Path, events: dict[str, str], a
 def kept(run: Run) -> str:
     """What part of the capture trim_capture keeps."""
     if run.kind in NETWORK:
-        return f"from the first step to {NETWORK_AFTER} s after the window"
+        return f"the window +-{NETWORK_MARGIN} s"
     return "the slot a fault takes in the other runs" if run.kind == "clean" else f"the window +-{CAPTURE_MARGIN} s"
 
 
