@@ -39,7 +39,8 @@ LINE = re.compile(
     r"|\[Rank (\d+)\] time \(ms\) \| fwd: ([\d.]+) \| bwd: ([\d.]+)"  # no time of its own: its step line's
 )
 CAPTURE_MARGIN = 5  # seconds of capture kept either side of a window that is not on the network
-NETWORK_MARGIN = 15  # seconds of capture kept either side of a network fault's window
+NETWORK_MARGIN = 10  # seconds of capture kept either side of a network fault's window
+CLEAN_KEPT = 10  # seconds of a clean run's capture kept, from where a fault's window would start
 
 
 def describe(run: Run) -> tuple[str, str]:
@@ -157,11 +158,11 @@ def step_table(run: Run, work: Path, window: tuple[float, float]) -> list[str]:
 
 def trim_capture(run: Run, work: Path, target: Path, window: tuple[datetime, datetime]) -> None:
     """The window and NETWORK_MARGIN s either side where the fault is on the network, CAPTURE_MARGIN s
-    where it is not; a clean run's slot for a fault."""
+    where it is not; a clean run's first CLEAN_KEPT s of its slot for a fault (`window`)."""
     if run.kind in NETWORK:
         lo, hi = window[0] - timedelta(seconds=NETWORK_MARGIN), window[1] + timedelta(seconds=NETWORK_MARGIN)
     elif run.kind == "clean":
-        lo, hi = window
+        lo, hi = window[0], window[0] + timedelta(seconds=CLEAN_KEPT)
     else:
         lo, hi = window[0] - timedelta(seconds=CAPTURE_MARGIN), window[1] + timedelta(seconds=CAPTURE_MARGIN)
     cut = work / "capture-cut.pcap"
@@ -189,7 +190,8 @@ def write_fixture(run: Run, work: Path, fixture: Path, events: dict[str, str], a
     if run.engine == "deepspeed":
         shutil.copy(work / "out" / "ds_config.json", fixture / "ds_config.json")
     trim_capture(run, work, fixture / "capture.pcap.gz", window)
-    counts = retransmissions(work / "capture-cut.pcap", *window)
+    kept = (window[0], window[0] + timedelta(seconds=CLEAN_KEPT)) if run.kind == "clean" else window
+    counts = retransmissions(work / "capture-cut.pcap", *kept)
     what, how = describe(run)
     hosts, ranks = where(run)
     expected = {
@@ -237,7 +239,9 @@ def kept(run: Run) -> str:
     """What part of the capture trim_capture keeps."""
     if run.kind in NETWORK:
         return f"the window +-{NETWORK_MARGIN} s"
-    return "the slot a fault takes in the other runs" if run.kind == "clean" else f"the window +-{CAPTURE_MARGIN} s"
+    if run.kind == "clean":
+        return f"the first {CLEAN_KEPT} s of the slot a fault takes in the other runs"
+    return f"the window +-{CAPTURE_MARGIN} s"
 
 
 LAYOUT = {
