@@ -16,8 +16,8 @@ one fault. A run:
    pause ends; a hang never: HANG_WAIT s on, py-spy dumps every rank and the job is killed);
 5. writes the fixture (matrix_fixture.py) into OUT/<run id>/.
 
-Options from the environment: LAB_PYTHON (the lab venv's python, /work/labenv/bin/python by
-default), RUN_S (75: training time from the first step), FAULT_AFTER (25), FAULT_FOR (25),
+Options from the environment: LAB_PYTHON (the lab venv's python;
+by default lab/.venv's, where setup.sh puts it), RUN_S (75: training time from the first step), FAULT_AFTER (25), FAULT_FOR (25),
 BLACKOUT_S (8), HANG_WAIT (40), HOGS (3 busy loops per rank of a contended host), LOSS_SKEW (4: the
 clock-skew run's loss, percent), SKEW (+2.5).
 """
@@ -41,7 +41,7 @@ from pathlib import Path
 
 LAB = Path(__file__).resolve().parent
 TABLE = LAB / "matrix.tsv"
-PY = os.environ.get("LAB_PYTHON", "/work/labenv/bin/python")
+PY = os.environ.get("LAB_PYTHON") or str(LAB / ".venv" / "bin" / "python")  # setup.sh's default venv
 NS = ("tl-lab-a", "tl-lab-b")
 DEV = ("tl-veth-a", "tl-veth-b")
 IP = ("10.99.0.1", "10.99.0.2")
