@@ -17,7 +17,8 @@ one fault. A run:
 5. writes the fixture (matrix_fixture.py) into OUT/<run id>/.
 
 Options from the environment: LAB_PYTHON (the lab venv's python;
-by default lab/.venv's, where setup.sh puts it), RUN_S (75: training time from the first step), FAULT_AFTER (25), FAULT_FOR (25),
+by default lab/.venv's, where setup.sh puts it),
+RUN_S (75: training time from the first step), FAULT_AFTER (25), FAULT_FOR (25),
 BLACKOUT_S (8), HANG_WAIT (40), HOGS (3 busy loops per rank of a contended host), LOSS_SKEW (4: the
 clock-skew run's loss, percent), SKEW (+2.5).
 """
