@@ -369,7 +369,6 @@ OUTSIDE_REFERENCES = re.compile(
 # keeps what the processes printed (their interpreter's and scripts' paths); the others belong to a
 # change under way elsewhere and are listed here until it lands.
 KNOWN_OUTSIDE_REFERENCES = {
-    "lab/README.md": "the lab's README, being rewritten with lab/run.sh (DESIGN reference, venv path)",
     "lab/run.sh": "its default interpreter path, being rewritten with the lab's README",
 }
 RECORDED = re.compile(r"fixtures/lab-[^/]+/(?!(?:.*/)?README\.md$)")  # what a lab run printed, kept as printed
