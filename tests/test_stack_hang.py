@@ -258,3 +258,15 @@ def test_real_dumps_of_the_corpus_wait_where_they_say():
     assert seen["sglang3709"] == {"broadcast"}
     assert seen["sglang17941"] == {"recv"}
     assert seen["verl7180"] == set()
+
+
+def test_the_report_shows_where_each_rank_waits(tmp_path):
+    from tracelens.report.html import render
+
+    run = job(tmp_path, {0: ZERO2_BUCKET, 1: ZERO2_BUCKET, 2: EXTRA_ALL_REDUCE, 3: ZERO2_BUCKET})
+    html = render(analyze(run))
+    section = html.split('id="hang"')[1].split("</section>")[0]
+    assert "<td>2</td><td>waits in all_reduce</td><td><code>extra_all_reduce (job.py:113)</code></td><td></td>" in (
+        section
+    )
+    assert section.count("<td>backward</td>") == 3 and "Process group" not in section
