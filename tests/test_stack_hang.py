@@ -215,6 +215,12 @@ NATIVE_RECV = [
     [
         (ZERO2_BUCKET, "all_reduce", "DeepSpeedZeroOptimizer.allreduce_bucket", "backward"),
         (ZERO3_FORWARD, "all_gather", "AllGatherCoalescedHandle.wait", "forward"),
+        (
+            [("wait", "deepspeed/runtime/zero/partition_parameters.py:921"), *ZERO3_FORWARD[2:]],
+            "all_gather",
+            "wait",
+            "forward",
+        ),
         (ZERO3_BACKWARD, "reduce_scatter_tensor", "reduce_scatter_coalesced", "backward"),
         (NATIVE_RECV, "recv", "DeepSpeedEngine.step", "optimizer step"),  # py-spy --native: only C++ names it
         (EXTRA_ALL_REDUCE, "all_reduce", "extra_all_reduce", None),

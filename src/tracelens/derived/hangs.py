@@ -523,8 +523,10 @@ _PLUMBING = re.compile(
     r"(?:^|/)(?:torch/distributed/|deepspeed/comm/|deepspeed/utils/nvtx\.py$|torch/utils/_contextlib\.py$"
     r"|functools\.py$|contextlib\.py$)"
 )
-# ZeRO-3 waits for a parameter's all-gather in the handle the async all-gather returned.
-_ZERO3_WAIT = re.compile(r"AllGather\w*Handle\.wait$")
+# ZeRO-3 waits for the parameters' all-gather in the handle the async all-gather returned (every
+# `wait` of these modules is an all-gather handle's; py-spy names it `AllGatherHandle.wait` from
+# Python 3.11, plain `wait` before).
+_ZERO3_WAIT = re.compile(r"(?:^|/)deepspeed/runtime/zero/(?:partition_parameters|mics)\.py$")
 # A native frame (py-spy --native) of a collective's work: the op where its name says it.
 _NATIVE_COMM = re.compile(r"(?:c10d|gloo)::")
 _NATIVE_OPS = (
@@ -601,7 +603,7 @@ def collective(frames: list[dict] | None) -> str | None:
         filename = f.get("filename") or ""
         if _COMM_FILE.search(filename) and name in COLLECTIVES | _DS_NAMES.keys():
             return _DS_NAMES.get(name, name)
-        if _ZERO3_WAIT.search(f.get("name") or "") and "deepspeed/runtime/zero/" in filename:
+        if name == "wait" and _ZERO3_WAIT.search(filename):
             return "all_gather"
         if native is None and f.get("native") and _NATIVE_COMM.search(f.get("name") or ""):
             native = next((op for op, pattern in _NATIVE_OPS if pattern.search(f["name"])), "collective")
