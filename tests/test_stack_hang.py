@@ -76,13 +76,21 @@ ZERO3_BACKWARD = [
     ("main", "train.py:130"),
     ("<module>", "train.py:149"),
 ]
+# DDP: the gradients' all-reduce waited for in C++, under the autograd engine
+DDP_BACKWARD = [
+    ("_engine_run_backward", "torch/autograd/graph.py:979"),
+    ("backward", "torch/autograd/__init__.py:395"),
+    ("Tensor.backward", "torch/_tensor.py:623"),
+    ("main", "train_ddp.py:71"),
+    ("<module>", "train_ddp.py:120"),
+]
 
 
-def pyspy(rank: int, frames: list[tuple[str, str]]) -> str:
+def pyspy(rank: int, frames: list[tuple[str, str]], state: str = "idle") -> str:
     """`py-spy dump --pid` of one rank's process (synthetic: the command names no real job)."""
     pid = 4000 + rank
     head = [f"Process {pid}: python synthetic_train.py", "Python v3.11.7 (/usr/bin/python3.11)", ""]
-    return "\n".join([*head, f'Thread {pid} (idle): "MainThread"', *(f"    {n} ({f})" for n, f in frames)]) + "\n"
+    return "\n".join([*head, f'Thread {pid} ({state}): "MainThread"', *(f"    {n} ({f})" for n, f in frames)]) + "\n"
 
 
 def step_lines(rank: int, last: int = 29) -> str:
@@ -99,13 +107,13 @@ def step_lines(rank: int, last: int = 29) -> str:
     return "\n".join(lines) + "\n"
 
 
-def job(tmp_path: Path, dumps: dict[int, list[tuple[str, str]]]) -> Path:
+def job(tmp_path: Path, dumps: dict[int, list[tuple[str, str]]], state: str = "idle") -> Path:
     """A 4-rank run on two hosts: every rank's log, and the py-spy dumps of the ranks given."""
     for rank, host in HOSTS.items():
         (tmp_path / host).mkdir(exist_ok=True)
         (tmp_path / host / f"rank{rank}.log").write_text(step_lines(rank))
         if rank in dumps:
-            (tmp_path / host / f"pyspy-rank{rank}.txt").write_text(pyspy(rank, dumps[rank]))
+            (tmp_path / host / f"pyspy-rank{rank}.txt").write_text(pyspy(rank, dumps[rank], state))
     return tmp_path
 
 
@@ -146,6 +154,21 @@ def test_zero3_rank_in_a_forward_all_gather_while_the_others_reduce_scatter(tmp_
     assert "rank 2 (node-b) waits in all_gather issued by AllGatherCoalescedHandle.wait" in hang.summary
     assert "wait in reduce_scatter_tensor issued by reduce_scatter_coalesced" in hang.summary
     assert "partition_parameters.py:921), in forward" in hang.summary and "in backward" in hang.summary
+
+
+def test_ddp_ranks_idle_in_backward_wait_for_the_rank_that_issued_an_extra_all_reduce(tmp_path):
+    (hang,), _ = tl424(job(tmp_path, {0: DDP_BACKWARD, 1: EXTRA_ALL_REDUCE, 2: DDP_BACKWARD, 3: DDP_BACKWARD}))
+    assert hang.ranks == [1] and hang.hosts == ["node-a"]
+    assert (
+        "ranks 0, 2 and 3 (node-a, node-b) wait in the gradients' all_reduce (DDP, in backward's C++) issued by "
+        "main (train_ddp.py:71), in backward" in hang.summary
+    )
+
+
+def test_ranks_busy_in_backward_are_not_waiting(tmp_path):
+    """On the CPU (py-spy: active) in backward is own work, not a wait: too few ranks wait for a verdict."""
+    found, _ = tl424(job(tmp_path, {0: DDP_BACKWARD, 1: EXTRA_ALL_REDUCE, 2: DDP_BACKWARD}, state="active"))
+    assert found == []
 
 
 def test_every_rank_at_the_same_call_site_blames_no_rank(tmp_path):

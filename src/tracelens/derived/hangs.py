@@ -559,6 +559,10 @@ PHASES = (
     ),
     ("optimizer step", re.compile(r"^(?:step|_take_model_step|_optimizer_step)$")),
 )
+# Under DDP the gradients' all-reduce runs in C++ inside the autograd engine: a main thread idle
+# (py-spy: off the CPU) whose innermost Python frame is the engine's waits there, not computing.
+DDP_GRADIENTS = "the gradients' all_reduce (DDP, in backward's C++)"
+_AUTOGRAD = re.compile(r"(?:^|/)torch/autograd/")
 DUMP_TOOLS = ("py-spy", "ray stack", "faulthandler")  # dumps of a live process (not a dying one's traceback)
 
 
@@ -646,12 +650,19 @@ def rank_stacks(t: RunTables) -> list[RankStack]:
     for (rank,), mine in rows.sort("file", "line").group_by("rank", maintain_order=True):
         candidates = []
         for row in mine.iter_rows(named=True):
+            python = [f for f in row["frames"] or [] if not f["native"]]
             op = collective(row["frames"])
-            python = sum(not f["native"] for f in row["frames"] or [])
-            candidates.append((op is not None, python, op, row))
+            if (
+                op is None
+                and row["thread_state"] == "idle"
+                and python
+                and _AUTOGRAD.search(python[0]["filename"] or "")
+            ):
+                op = DDP_GRADIENTS
+            candidates.append((op is not None, len(python), op, row))
         waiting, _, op, row = max(candidates, key=lambda c: c[:2])
         frames = row["frames"]
-        site = collective_site(frames) if waiting else call_site(frames)
+        site = collective_site(frames) if waiting and op != DDP_GRADIENTS else call_site(frames)
         found.append(RankStack(int(rank), row["host"], op, site, phase(frames), row))
     return sorted(found, key=lambda r: r.rank)
 

@@ -261,14 +261,15 @@ def hang_in_stack_dumps(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: a hung job from the stack dumps of its ranks (`py-spy dump`, faulthandler,
     `ray stack`) when no Flight Recorder dump says more: per rank, whether its main thread waits
-    in a collective (torch.distributed's or DeepSpeed's deepspeed.comm wrappers, gloo or NCCL),
-    which one, the code that issued it (the innermost frame outside torch.distributed and
+    in a collective (torch.distributed's or DeepSpeed's deepspeed.comm wrappers, gloo or NCCL;
+    under DDP, idle in the autograd engine, where the gradients' all-reduce runs in C++), which
+    one, the code that issued it (the innermost frame outside torch.distributed and
     deepspeed.comm) and the phase of the step (forward, backward, optimizer step). The ranks
-    waiting are grouped by collective, call site and phase; a rank in another group than the largest
-    (a desync: it issued a collective the others never issue), or in no collective at all (stuck
-    outside communication), is the cause. When every rank waits at the same call site, the hang
-    is in that collective itself. The window runs from the job's last logged step to the dumps'
-    time, else to its last log line.
+    waiting are grouped by collective, call site and phase; a rank in another group than the
+    largest (a desync: it issued a collective the others never issue), or in no collective at
+    all (stuck outside communication), is the cause. When every rank waits at the same call
+    site, the hang is in that collective itself. The window runs from the job's last logged
+    step to the dumps' time, else to its last log line.
 
     Why it slows the run: a collective completes only when every rank of its group joins it.
     A rank that issued one the others never issue, or that never arrives, holds every rank in
