@@ -230,6 +230,11 @@ class RunContext:
         return hangs.first_stopped(self.tables)
 
     @cached_property
+    def stack_hang(self) -> hangs.StackHang | None:
+        """Where the ranks' stack dumps show them waiting; None unless they show a hang."""
+        return hangs.stack_hang(self.tables)
+
+    @cached_property
     def network_events(self) -> pl.DataFrame:
         """NCCL errors, counter rises and packet events on one UTC axis (tracelens.derived.events)."""
         return events.network_events(self.tables, self.counter_deltas, self.packets, self.host_names)

@@ -481,3 +481,234 @@ def _locate(t: RunTables, fr: pl.DataFrame, hung: list[Stuck], rank: int, why: s
         (),
         at,
     )
+
+
+# -- a hang from stack dumps alone ----------------------------------------------------------------
+
+# What a rank waits in, by the name of the function: torch.distributed's collectives (gloo or
+# NCCL) and DeepSpeed's deepspeed.comm wrappers, some of which it names otherwise.
+COLLECTIVES = frozenset(
+    {
+        "all_reduce",
+        "all_reduce_coalesced",
+        "all_gather",
+        "all_gather_into_tensor",
+        "_all_gather_base",
+        "all_gather_coalesced",
+        "all_gather_object",
+        "reduce_scatter",
+        "reduce_scatter_tensor",
+        "_reduce_scatter_base",
+        "broadcast",
+        "broadcast_object_list",
+        "barrier",
+        "monitored_barrier",
+        "send",
+        "recv",
+        "send_object_list",
+        "recv_object_list",
+        "reduce",
+        "gather",
+        "scatter",
+        "all_to_all",
+        "all_to_all_single",
+        "wait_tensor",
+    }
+)
+_DS_NAMES = {"allgather_fn": "all_gather_into_tensor", "reduce_scatter_fn": "reduce_scatter_tensor"}
+_COMM_FILE = re.compile(r"(?:^|/)(?:torch/distributed|deepspeed/comm)/")
+# Between a collective and the code that issued it: the collective libraries and the decorators
+# and timers DeepSpeed and torch wrap calls in.
+_PLUMBING = re.compile(
+    r"(?:^|/)(?:torch/distributed/|deepspeed/comm/|deepspeed/utils/nvtx\.py$|torch/utils/_contextlib\.py$"
+    r"|functools\.py$|contextlib\.py$)"
+)
+# ZeRO-3 waits for the parameters' all-gather in the handle the async all-gather returned (every
+# `wait` of these modules is an all-gather handle's; py-spy names it `AllGatherHandle.wait` from
+# Python 3.11, plain `wait` before).
+_ZERO3_WAIT = re.compile(r"(?:^|/)deepspeed/runtime/zero/(?:partition_parameters|mics)\.py$")
+# A native frame (py-spy --native) of a collective's work: the op where its name says it.
+_NATIVE_COMM = re.compile(r"(?:c10d|gloo)::")
+_NATIVE_OPS = (
+    ("all_reduce", re.compile(r"allreduce", re.I)),
+    ("all_gather", re.compile(r"allgather", re.I)),
+    ("reduce_scatter", re.compile(r"reducescatter", re.I)),
+    ("all_to_all", re.compile(r"alltoall", re.I)),
+    ("broadcast", re.compile(r"broadcast", re.I)),
+    ("barrier", re.compile(r"barrier", re.I)),
+    ("recv", re.compile(r"recv", re.I)),
+    ("send", re.compile(r"send", re.I)),
+)
+# The phase of a step a frame belongs to, by its function's name (the last part of a qualified
+# name); the innermost frame that names one says where the rank was.
+PHASES = (
+    (
+        "backward",
+        re.compile(
+            r"^(?:backward|_engine_run_backward|run_backward|grad_handling_hook|reduce_ready_partitions_and_remove_grads"
+            r"|reduce_partition_and_remove_grads|pre_sub_module_backward_function|post_sub_module_backward_function"
+            r"|_run_before_backward_function|_post_backward_module_hook|_pre_backward_module_hook)$"
+        ),
+    ),
+    (
+        "forward",
+        re.compile(
+            r"^(?:forward|_call_impl|_wrapped_call_impl|pre_sub_module_forward_function|post_sub_module_forward_function"
+            r"|_pre_forward_module_hook|_post_forward_module_hook)$"
+        ),
+    ),
+    ("optimizer step", re.compile(r"^(?:step|_take_model_step|_optimizer_step)$")),
+)
+# Under DDP the gradients' all-reduce runs in C++ inside the autograd engine: a main thread idle
+# (py-spy: off the CPU) whose innermost Python frame is the engine's waits there, not computing.
+DDP_GRADIENTS = "the gradients' all_reduce (DDP, in backward's C++)"
+_AUTOGRAD = re.compile(r"(?:^|/)torch/autograd/")
+DUMP_TOOLS = ("py-spy", "ray stack", "faulthandler")  # dumps of a live process (not a dying one's traceback)
+
+
+@dataclass(frozen=True)
+class RankStack:
+    """Where one rank's main thread was when its stack was dumped."""
+
+    rank: int
+    host: str | None
+    collective: str | None  # the collective it waits in; None: in no collective
+    site: dict | None  # waiting: the innermost frame outside the collective's plumbing; else call_site
+    phase: str | None  # backward, forward or optimizer step; None: no frame names one
+    row: dict  # its stacks row (file, line, tool, thread_name, frames)
+
+    @property
+    def key(self) -> tuple:
+        site = self.site or {}  # ZeRO-3 waits for its all-gathers at one place in forward and in backward
+        return (self.collective, site.get("name"), site.get("filename"), site.get("line"), self.phase)
+
+
+@dataclass(frozen=True)
+class StackHang:
+    """A job whose ranks' stack dumps show them waiting in collectives."""
+
+    ranks: tuple[RankStack, ...]  # every dumped rank, by rank
+    groups: tuple[tuple[RankStack, ...], ...]  # the waiting ranks by (collective, call site, phase), largest first
+    outside: tuple[RankStack, ...]  # ranks in no collective
+    odd: tuple[RankStack, ...]  # waiting ranks outside the one largest group (none when the largest tie)
+    undumped: tuple[int, ...]  # ranks of the job without a stack dump
+    dumped_at: datetime | None  # the dumps' time, when they carry one
+
+    @property
+    def culprits(self) -> list[int]:
+        return sorted(r.rank for r in self.outside + self.odd)
+
+
+def collective(frames: list[dict] | None) -> str | None:
+    """The collective a stack waits in (its innermost collective frame), or None."""
+    native = None
+    for f in frames or []:
+        name = (f.get("name") or "").rsplit(".", 1)[-1]
+        filename = f.get("filename") or ""
+        if _COMM_FILE.search(filename) and name in COLLECTIVES | _DS_NAMES.keys():
+            return _DS_NAMES.get(name, name)
+        if name == "wait" and _ZERO3_WAIT.search(filename):
+            return "all_gather"
+        if native is None and f.get("native") and _NATIVE_COMM.search(f.get("name") or ""):
+            native = next((op for op, pattern in _NATIVE_OPS if pattern.search(f["name"])), "collective")
+    return native  # only native frames say it (py-spy --native under DDP's C++ reducer)
+
+
+def collective_site(frames: list[dict] | None) -> dict | None:
+    """The innermost Python frame outside torch.distributed, deepspeed.comm and their wrappers:
+    the code that issued the collective (DeepSpeed's ZeRO code counts)."""
+    for f in frames or []:
+        if not f.get("native") and not _PLUMBING.search(f.get("filename") or ""):
+            return f
+    return None
+
+
+def phase(frames: list[dict] | None) -> str | None:
+    """backward, forward or optimizer step: the innermost frame that names a phase of the step."""
+    for f in frames or []:
+        name = (f.get("name") or "").rsplit(".", 1)[-1]
+        for label, pattern in PHASES:
+            if pattern.match(name):
+                return label
+    return None
+
+
+def _main_threads(rows: pl.DataFrame) -> pl.DataFrame:
+    """The threads that run the rank's training loop: py-spy's MainThread, else (faulthandler, ray
+    stack) a thread not started by `threading`."""
+    outermost = pl.col("frames").list.last().struct.field("filename").fill_null("")
+    named = pl.col("thread_name").fill_null("").str.contains("MainThread")
+    unnamed = pl.col("thread_name").is_null() & ~outermost.str.contains(r"(?:^|/)threading\.py$")
+    return rows.filter(named | unnamed)
+
+
+def rank_stacks(t: RunTables) -> list[RankStack]:
+    """Per rank with a stack dump of its main thread: where it was (the one waiting in a collective
+    when a rank has several dumps, then the one with the most Python frames)."""
+    rows = _main_threads(stacks(t).filter(pl.col("tool").is_in(DUMP_TOOLS), pl.col("rank").is_not_null()))
+    found = []
+    for (rank,), mine in rows.sort("file", "line").group_by("rank", maintain_order=True):
+        candidates = []
+        for row in mine.iter_rows(named=True):
+            python = [f for f in row["frames"] or [] if not f["native"]]
+            op = collective(row["frames"])
+            if (
+                op is None
+                and row["thread_state"] == "idle"
+                and python
+                and _AUTOGRAD.search(python[0]["filename"] or "")
+            ):
+                op = DDP_GRADIENTS
+            candidates.append((op is not None, len(python), op, row))
+        waiting, _, op, row = max(candidates, key=lambda c: c[:2])
+        frames = row["frames"]
+        site = collective_site(frames) if waiting and op != DDP_GRADIENTS else call_site(frames)
+        found.append(RankStack(int(rank), row["host"], op, site, phase(frames), row))
+    return sorted(found, key=lambda r: r.rank)
+
+
+def last_steps(t: RunTables) -> pl.DataFrame:
+    """Per rank that logged steps: host, rank, its last step, the time of its last step line
+    (last_ts) and that line (file, line, text): where each rank's progress ends."""
+    rows = t.scan("steps").filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
+    last = rows.select("host", "rank", "step", "ts", "file", "line", "message").sort("ts", "line")
+    return (
+        last.group_by("host", "rank")
+        .agg(pl.all().last(), last_step=pl.col("step").max())
+        .select("host", "rank", "last_step", last_ts="ts", file="file", line="line", text="message")
+        .sort("last_ts", "rank", "host")
+        .collect(engine="streaming")
+    )
+
+
+def stack_hang(t: RunTables) -> StackHang | None:
+    """What the ranks' stack dumps say about a hang: at least two ranks dumped, at least half of
+    them waiting in a collective, and no step logged after the dumps (when they carry a time).
+    The ranks waiting in a collective are grouped by (collective, call site, phase); the ranks in no
+    collective, and those outside the one largest group, are the odd ones."""
+    ranks = rank_stacks(t)
+    waiting = [r for r in ranks if r.collective]
+    if len(ranks) < 2 or not waiting or 2 * len(waiting) < len(ranks):
+        return None
+    times = [r.row["ts"] for r in ranks if r.row.get("ts") is not None]
+    dumped_at = max(times) if times else None
+    if dumped_at is not None:
+        later = t.scan("steps").filter(pl.col("ts") > dumped_at).select(pl.len()).collect().item()
+        if later:
+            return None  # the job still made progress after the dumps: they caught it running
+    by_key: dict[tuple, list[RankStack]] = {}
+    for r in waiting:
+        by_key.setdefault(r.key, []).append(r)
+    groups = sorted(by_key.values(), key=lambda g: (-len(g), g[0].rank))
+    sole = len(groups) == 1 or len(groups[0]) > len(groups[1])
+    odd = [r for g in groups[1:] for r in g] if sole else []
+    dumped = {r.rank for r in ranks}
+    undumped = sorted(job_ranks(t, entries(t)) - dumped)
+    return StackHang(
+        tuple(ranks),
+        tuple(tuple(g) for g in groups),
+        tuple(r for r in ranks if not r.collective),
+        tuple(sorted(odd, key=lambda r: r.rank)),
+        tuple(undumped),
+        dumped_at,
+    )

@@ -3,22 +3,28 @@
 TL420 names the collective the job hung in, TL421 a desync (ranks that issued different
 collectives at one sequence id), TL422 the rank that stopped first and where it was, TL423
 what the network and NCCL said at that moment. TL411 (rules.correlate) names the same rank
-when dumps are present, through the RunContext's first_stopped.
+when dumps are present, through the RunContext's first_stopped. TL424 reads a hang from the
+ranks' stack dumps alone, when no Flight Recorder dump says more.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import polars as pl
 
 from tracelens.derived import RunContext, hangs
 from tracelens.findings import Evidence, Finding, Severity
-from tracelens.prose import ranks_text
+from tracelens.inferred import LOG_TABLES
+from tracelens.prose import clock, listing, ranks_text
 from tracelens.rules import Setting, rule
 from tracelens.rules.evidence import row_evidence
+
+# A job that stopped outranks every slow window and stall (TL410 and TL411 score the sources that
+# agree, a handful at most): the hang is the headline.
+HANG_SCORE = 10.0
 
 
 def _entry_text(e: Mapping[str, Any]) -> str:
@@ -243,3 +249,182 @@ def hang_network_context(ctx: RunContext, *, before_s: float = 60.0, after_s: fl
         window=(stop.at - around, stop.at),
         score=2.0,
     )
+
+
+@rule("TL424", "hang-in-stack-dumps", Severity.CRITICAL, needs=("stacks",))
+def hang_in_stack_dumps(ctx: RunContext) -> Iterator[Finding]:
+    """
+    What it finds: a hung job from the stack dumps of its ranks (`py-spy dump`, faulthandler,
+    `ray stack`) when no Flight Recorder dump says more: per rank, whether its main thread waits
+    in a collective (torch.distributed's or DeepSpeed's deepspeed.comm wrappers, gloo or NCCL;
+    under DDP, idle in the autograd engine, where the gradients' all-reduce runs in C++), which
+    one, the code that issued it (the innermost frame outside torch.distributed and
+    deepspeed.comm) and the phase of the step (forward, backward, optimizer step). The ranks
+    waiting are grouped by collective, call site and phase; a rank in another group than the
+    largest (a desync: it issued a collective the others never issue), or in no collective at
+    all (stuck outside communication), is the cause. When every rank waits at the same call
+    site, the hang is in that collective itself. The window runs from the job's last logged
+    step to the dumps' time, else to its last log line.
+
+    Why it slows the run: a collective completes only when every rank of its group joins it.
+    A rank that issued one the others never issue, or that never arrives, holds every rank in
+    its wait until the watchdog kills the job (10-30 min by default), and the work since the
+    last checkpoint is lost.
+
+    How to fix: a desync: make every rank issue the same collectives in the same order: no
+    collective under a rank-dependent `if`, no extra forward pass on one rank under ZeRO-3
+    (each forward all-gathers the parameters), no data-dependent early exit;
+    TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatched collectives at the call. A rank in no
+    collective: follow where it is (its data loader, a checkpoint write, a loop of its own).
+    Every rank at the same call site: the peer they wait for is outside the dumps or the
+    network lost it: dump every rank, check the links, and turn on the Flight Recorder
+    (TORCH_FR_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) to see each rank's sequence ids.
+    """
+    hang = ctx.stack_hang
+    if hang is None or ctx.stuck_collectives or ctx.desyncs or ctx.first_stopped is not None:
+        return  # no hang in the dumps, or the Flight Recorder rules (TL420-TL422) already name it
+    culprits = hang.culprits
+    blamed = [r for r in hang.ranks if r.rank in culprits]
+    title, why, fix = _stack_verdict(hang, blamed)
+    if hang.undumped:
+        why += f"; {ranks_text(list(hang.undumped))} of the job left no stack dump"
+    # the odd ranks first, then the others
+    groups = sorted(hang.groups, key=lambda g: g[0].rank not in culprits)
+    parts = [_outside_text(r) for r in hang.outside] + [_group_text(g) for g in groups]
+    lives = hangs.last_steps(ctx.tables)
+    window, stopped = _stop_window(ctx, hang, lives)
+    hosts = sorted({r.host for r in blamed if r.host}) or sorted({r.host for r in hang.ranks if r.host})
+    evidence = [_stack_evidence(r) for r in blamed[:4]]
+    evidence += [_stack_evidence(g[0]) for g in groups if g[0] not in blamed]
+    shown = lives.filter(pl.col("rank").is_in(culprits)) if culprits else lives
+    lost = (window[1] - window[0]).total_seconds() if window else 0.0
+    yield Finding(
+        severity=Severity.CRITICAL,
+        title=title,
+        summary=f"The stack dumps of {ranks_text([r.rank for r in hang.ranks])}: {'; '.join(parts)}. So {why}. "
+        f"{stopped}.",
+        fix=fix,
+        evidence=evidence[:8] + row_evidence(shown.to_dicts(), 4),
+        hosts=hosts,
+        ranks=culprits,
+        window=window,
+        cost_seconds=lost or None,
+        score=HANG_SCORE,
+    )
+
+
+def _stack_verdict(hang: hangs.StackHang, blamed: list[hangs.RankStack]) -> tuple[str, str, str]:
+    """The title, the reason and the fix: a rank in no collective, a desync, or every rank in one."""
+    if hang.outside:
+        r = hang.outside[0]
+        one = len(hang.outside) == 1
+        where = f"{_kind(r)}: {hangs.frame_text(r.site)}"
+        return (
+            f"Hang: {_who(list(hang.outside))} {'is' if one else 'are'} in no collective ({where}) while the "
+            "others wait in one",
+            f"{ranks_text([r.rank for r in hang.outside])} {'is' if one else 'are'} stuck outside communication "
+            f"and the others wait for {'it' if one else 'them'}",
+            f"Follow {ranks_text([r.rank for r in hang.outside])} where {'it is' if one else 'they are'}: {where}. "
+            "In a data loader: the storage it reads and its workers (`py-spy dump --subprocesses --pid <pid>`), "
+            "and DataLoader(timeout=...) so a stuck read fails loudly; in a checkpoint write: the filesystem; in "
+            "code of its own: the loop or wait it sits in.",
+        )
+    if hang.odd:
+        r, usual = blamed[0], hang.groups[0][0]
+        one = len(hang.odd) == 1
+        return (
+            (
+                f"Hang: {_who(blamed)} waits in {r.collective} at {hangs.frame_text(r.site)}, a collective the "
+                "other ranks never reach"
+                if one
+                else f"Hang: {_who(blamed)} wait in collectives the other ranks never reach"
+            ),
+            f"{ranks_text([r.rank for r in hang.odd])} {'waits' if one else 'wait'} in another collective, at "
+            "another call site or in another phase than the rest: a desync (a collective issued there only, or "
+            "one skipped there), which no rank can complete",
+            f"Make every rank issue the same collectives in the same order: {hangs.frame_text(r.site)} issued "
+            f"{r.collective} on {ranks_text([x.rank for x in hang.odd])} only, while the others are in "
+            f"{usual.collective} at {hangs.frame_text(usual.site)}. Look for a collective under a rank-dependent "
+            "`if`, an extra forward pass on one rank under ZeRO-3 (each forward all-gathers the parameters) or a "
+            "data-dependent early exit; TORCH_DISTRIBUTED_DEBUG=DETAIL reports mismatched collectives at the call.",
+        )
+    first = hang.groups[0][0]
+    if len(hang.groups) > 1:
+        return (
+            "Hang: the ranks wait at different call sites in groups of equal size (a desync)",
+            "the ranks wait at different call sites in groups of equal size: a desync, but the dumps do not say "
+            "which side issued the odd collective",
+            "Make every rank issue the same collectives in the same order; TORCH_DISTRIBUTED_DEBUG=DETAIL reports "
+            "mismatched collectives at the call.",
+        )
+    return (
+        f"Hang: every dumped rank waits in {first.collective} at {hangs.frame_text(first.site)}",
+        "every dumped rank waits in the same collective at the same call site, so no rank in the dumps is the odd "
+        "one: the hang is in that collective (the network, or a peer outside the dumps)",
+        "Dump every rank of the job (`py-spy dump --pid <pid>`), check the links between the hosts (`ip -s link`, "
+        "`ethtool -S <iface>`, `perfquery -x`), and turn on the Flight Recorder (TORCH_FR_BUFFER_SIZE=2000, "
+        "TORCH_NCCL_DUMP_ON_TIMEOUT=1) to see each rank's sequence ids.",
+    )
+
+
+def _who(ranks: Sequence[hangs.RankStack]) -> str:
+    hosts = sorted({r.host for r in ranks if r.host})
+    return ranks_text([r.rank for r in ranks]) + (f" ({', '.join(hosts)})" if hosts else "")
+
+
+def _in_phase(r: hangs.RankStack) -> str:
+    return f"in {r.phase}" if r.phase else "outside forward, backward and the optimizer step"
+
+
+def _kind(r: hangs.RankStack) -> str:
+    kind = hangs.where_kind(r.row["frames"])
+    return "Python code" if kind == "a collective" else kind  # near a collective's code, but waiting in none
+
+
+def _group_text(group: tuple[hangs.RankStack, ...]) -> str:
+    r = group[0]
+    verb = "waits" if len(group) == 1 else "wait"
+    return f"{_who(group)} {verb} in {r.collective} issued by {hangs.frame_text(r.site)}, {_in_phase(r)}"
+
+
+def _outside_text(r: hangs.RankStack) -> str:
+    return f"{_who([r])} is in no collective: {_kind(r)} at {hangs.frame_text(r.site)}, {_in_phase(r)}"
+
+
+def _stack_evidence(r: hangs.RankStack) -> Evidence:
+    """The rank's frames, innermost first, down to two frames below where it was."""
+    frames = [f for f in r.row["frames"] if not f["native"]]
+    upto = next((i for i, f in enumerate(frames) if f == r.site), 0) + 3
+    thread = f", {r.row['thread_name']}" if r.row.get("thread_name") else ""
+    text = f"rank {r.rank} ({r.row['tool']}{thread}): " + " <- ".join(hangs.frame_text(f) for f in frames[:upto])
+    return Evidence(file=r.row["file"], line=r.row.get("line"), text=text, host=r.host)
+
+
+def _stop_window(
+    ctx: RunContext, hang: hangs.StackHang, lives: pl.DataFrame
+) -> tuple[tuple[datetime, datetime] | None, str]:
+    """From the job's last logged step to the dumps' time (else its last log line), and the
+    sentence that says when each rank stopped."""
+    if lives.height == 0:
+        return None, "No step line says when it stopped"
+    last = lives["last_ts"].max()
+    steps = sorted(set(lives["last_step"].drop_nulls().to_list()))
+    if len(steps) == 1:
+        said = f"Every logged rank's last step is {steps[0]}, logged from {lives['last_ts'].min():%H:%M:%S.%f}"[:-3]
+        said += f" to {last:%H:%M:%S.%f}"[:-3] + " UTC"
+    else:
+        said = "The ranks' last steps: " + listing(
+            [f"rank {r['rank']} step {r['last_step']} at {r['last_ts']:%H:%M:%S}" for r in lives.iter_rows(named=True)]
+        )
+    if hang.dumped_at is not None:
+        end, until = hang.dumped_at, f"the dumps at {clock(hang.dumped_at)}"
+    else:
+        end = (
+            pl.concat([ctx.scan(n).select("ts") for n in LOG_TABLES]).select(pl.col("ts").max()).collect().item()
+            or last
+        )
+        until = f"its last log line at {clock(end)}"
+    end = max(end, last)
+    if end == last:
+        return (last, end), f"{said}: the job made no progress after {clock(last)}, where its logs end"
+    return (last, end), f"{said}: the job made no progress after {clock(last)}, up to {until}"

@@ -1,6 +1,6 @@
 """The hang section: per process group, a lane per rank of its last collectives from the Flight
 Recorder dumps (completed, waiting, failed, never started), the column where they diverge, and
-where each rank was by its stack dump."""
+where each rank was by its stack dump (the collective it waits in, who issued it, the phase)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from tracelens.analyze import Analysis
 
 ORDER = 15
-TITLE = "Hang: last collectives per rank"
+TITLE = "Hang: where each rank waits"
 TEMPLATE = "sections/hang.html.j2"
 
 BEFORE = 5  # sequence ids shown before the one where the ranks diverge
@@ -99,20 +99,32 @@ def _lanes(ctx: RunContext, fr: pl.DataFrame) -> list[dict]:
 
 
 def _where(ctx: RunContext) -> list[dict]:
-    """Per rank, its stack dump's innermost frame of user code and what that is."""
+    """Per rank, where its stack dump shows it: the collective it waits in, the code that issued it
+    and the phase of the step; else (a traceback, a thread not the main one) its innermost frame of
+    user code and what that is."""
+    dumped = {r.rank: r for r in hangs.rank_stacks(ctx.tables)}
     stacks = hangs.stacks(ctx.tables).filter(pl.col("rank").is_not_null())
     rows = []
     for rank in sorted(set(stacks["rank"].to_list())):
-        mine = stacks.filter(pl.col("rank") == rank).sort(
-            pl.col("exception").is_not_null(), pl.col("frames").list.len(), descending=True
-        )
-        top = mine.row(0, named=True)
+        if rank in dumped:
+            r = dumped[rank]
+            top = r.row
+            where = f"waits in {r.collective}" if r.collective else hangs.where_kind(top["frames"])
+            frame, phase = r.site, r.phase or ""
+        else:
+            mine = stacks.filter(pl.col("rank") == rank).sort(
+                pl.col("exception").is_not_null(), pl.col("frames").list.len(), descending=True
+            )
+            top = mine.row(0, named=True)
+            where = hangs.where_kind(top["frames"], top["exception"])
+            frame, phase = hangs.call_site(top["frames"]), ""
         rows.append(
             {
                 "rank": rank,
                 "tool": top["tool"],
-                "where": hangs.where_kind(top["frames"], top["exception"]),
-                "frame": hangs.frame_text(hangs.call_site(top["frames"])),
+                "where": where,
+                "frame": hangs.frame_text(frame),
+                "phase": phase,
                 "file": top["file"],
                 "line": top["line"],
             }
@@ -121,13 +133,14 @@ def _where(ctx: RunContext) -> list[dict]:
 
 
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
-    """The lanes of every process group in the dumps; None when the run has no Flight Recorder entries."""
+    """The lanes of every process group in the Flight Recorder dumps and where each rank's stack dump
+    shows it; None when the run has neither Flight Recorder entries nor stack dumps of a hang."""
     fr = ctx.fr_entries
-    if fr.height == 0:
+    if fr.height == 0 and ctx.stack_hang is None:
         return None
     stop = ctx.first_stopped
     return {
-        "lanes": _lanes(ctx, fr),
+        "lanes": _lanes(ctx, fr) if fr.height else [],
         "where": _where(ctx),
         "stop": None
         if stop is None
