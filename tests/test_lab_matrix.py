@@ -15,7 +15,36 @@ import pytest
 from tests.helpers.lab import MATRIX_CHECKS, matrix_check, matrix_runs
 
 # (run, check) -> what the analysis gets wrong there today.
-KNOWN_WRONG: dict[tuple[str, str], str] = {}
+DDP = (
+    "plain DDP prints one elapsed time per iteration: no timer splits a rank's own work from its waiting or "
+    "its data loading, so TL410 says undetermined (profiler traces would tell)"
+)
+NOISE = (
+    "the shared machine's own load slowed a few steps of every rank; the verdict calls it slower collectives "
+    "on every rank (or TL401 warns) where nothing was injected"
+)
+KNOWN_WRONG: dict[tuple[str, str], str] = {
+    ("ddp2-02-loader-stall", "cause"): DDP,
+    ("ddp4-03-slow-rank-r3", "cause"): DDP,
+    ("ddp4-03-slow-rank-r3", "where"): DDP,
+    ("ddp4-04-contention-all", "cause"): DDP,
+    ("ds4z2ov-01-clean", "cause"): NOISE,
+    ("ds4z2ov-11-clean", "cause"): NOISE,
+    ("ds4z2ov-07-contention-all", "window"): "the run stayed 1.3x slower for 11 s after the busy loops stopped "
+    "(the machine's load): the window ends late",
+    ("ds4z2ov-17-blackout", "cause"): "the capture is cut to the fault +-10 s: too little outside it to see "
+    "one direction fall silent, and the one stalled step is left undetermined",
+    # held out (scored once, after the model was written)
+    ("ho-ddp8-01-clean", "cause"): NOISE,
+    ("ho-ds2z3ga4-01-clean", "cause"): NOISE,
+    ("ho-ds4z3-01-clean", "cause"): NOISE,
+    ("ho-ddp8-03-slow-rank-r5", "cause"): DDP,
+    ("ho-ddp8-03-slow-rank-r5", "where"): DDP,
+    ("ho-ds4z3-02-loss-3", "window"): "3% loss barely slows ZeRO-3 steps: the window found is a part of the fault's",
+    ("ho-ds4z3-04-slow-rank-r3", "cause"): "under ZeRO-3 forward holds the all-gathers: no timer shows the slow "
+    "rank's own work, every rank's timed phases rise alike, and the verdict says slower collectives on every rank",
+    ("ho-ds4z3-04-slow-rank-r3", "where"): "as its cause check: no rank is named under ZeRO-3",
+}
 
 
 def _cases() -> list:
