@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 
-# polars' allocator (jemalloc), read once when polars loads: one arena that keeps freed pages a few
-# seconds, so that a big log's next chunk reuses them instead of faulting fresh ones in (the CPU and
-# memory this trades are in benchmarks/README.md). A setting of the user's own wins. Worker processes
-# inherit it from the environment.
+# polars' allocator (jemalloc), read once when polars loads: as polars sets it up, freed pages go back
+# to the kernel soon and a big log's next chunk faults them in again, a large share of the CPU time of a
+# big log. One arena that keeps freed pages a few seconds reuses them instead, for a little more peak
+# memory. A setting of the user's own wins; worker processes inherit it from the environment.
 ALLOCATOR = ("_RJEM_MALLOC_CONF", "narenas:1,dirty_decay_ms:5000,muzzy_decay_ms:0")
 
 
