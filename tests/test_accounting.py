@@ -16,7 +16,7 @@ from tracelens.ingest import InputFile, ingest_file, sniff_format
 
 FOLDERS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
 CORPUS_FOLDERS = ["nccl", "deepspeed", "perfquery", "host", "kineto", "pcap"]
-WHOLE_FILES = {"pcap", "flight_recorder", "ds_config", "config", "unreadable", "binary", "empty", "utf16"}
+WHOLE_FILES = {"pcap", "flight_recorder", "kineto", "ds_config", "config", "unreadable", "binary", "empty", "utf16"}
 
 
 def _check_inputs(analysis, root: Path) -> list[str]:

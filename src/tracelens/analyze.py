@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import polars as pl
+from polars.exceptions import PanicException
 
 from tracelens import scaleout
 from tracelens.config import Config, rename_hosts
@@ -308,7 +309,7 @@ def run_rules(ctx: RunContext, rules: list[Rule], config: Config | None = None) 
             continue
         try:
             findings.extend(r.run(ctx, config.settings.get(r.id), config.severity.get(r.id)))
-        except Exception as exc:
+        except (Exception, PanicException) as exc:  # a polars panic in a rule's query is that rule's bug
             failed.append(RuleFailure.of(r, exc))
     symptoms = {r.id for r in rules if r.kind == "symptom"}
     ranked = sorted(findings, key=lambda f: (-f.score, -f.severity, f.rule_id in symptoms, f.rule_id))

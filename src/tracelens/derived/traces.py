@@ -227,7 +227,8 @@ def arrivals(spans: pl.LazyFrame) -> pl.DataFrame:
 
 def _with_offsets(rows: pl.LazyFrame, match: list[str]) -> pl.LazyFrame:
     """The rows with their host's clock offset (0 for the host whose clock the others are read on)."""
-    hosts = rows.select(pl.col("host").n_unique()).collect().item()
+    # counted on a rechunked column: polars panics ("i < self.len()") counting over some multi-chunk frames
+    hosts = rows.select("host").collect().rechunk()["host"].n_unique()
     if hosts < 2:
         return rows.with_columns(clock_offset_us=pl.lit(0.0))
     late = (pl.col("end_us") - pl.col("end_us").median().over(match)).alias("late")
