@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from tracelens.derived import RunContext
+from tracelens.derived import RunContext, hangs
 from tracelens.derived import steps as timing
 from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.derived.steps import MARGIN
@@ -286,27 +286,6 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
 # -- stalls and hangs -----------------------------------------------------------------------------
 
 
-def last_signs_of_life(t: RunContext) -> pl.DataFrame:
-    """Per rank (host, rank): its last step and the time of its last step-timer line (the steps table read
-    for the columns that find it, then for the text of the lines found)."""
-    steps = t.scan("steps").filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
-    lives = (
-        steps.select("host", "rank", "step", "ts", "line", "file")
-        .collect(engine="streaming")
-        .group_by("host", "rank")
-        .agg(
-            last_step=pl.col("step").max(),
-            last_ts=pl.col("ts").max(),
-            line=pl.col("line").sort_by("ts").last(),
-            file=pl.col("file").sort_by("ts").last(),
-        )
-    )
-    text = steps.select("file", "line", text="message").join(lives.lazy().select("file", "line"), on=["file", "line"])
-    return lives.join(text.unique(["file", "line"]).collect(), on=["file", "line"], how="left").sort(
-        "last_ts", "rank", "host"
-    )
-
-
 def _job_ranks(t: RunContext) -> tuple[int, set[int]]:
     """The job's size (its largest communicator) and the ranks whose own lines are in the run (their
     init line in that communicator, or their step lines): a rank whose log was not collected is unknown."""
@@ -384,7 +363,7 @@ def stall_or_hang(t: RunContext, *, silent_s: float = 120.0, silent_factor: floa
         started = pl.col("ts") - pl.duration(
             milliseconds=pl.coalesce("ran_ms", "timeout_ms").fill_null(0), time_unit="ns"
         )
-        hangs = (
+        timed_out = (
             watchdog.with_columns(started=started)
             .group_by(pl.col("op_type").fill_null("collective"), "seq", maintain_order=True)
             .agg(
@@ -394,7 +373,7 @@ def stall_or_hang(t: RunContext, *, silent_s: float = 120.0, silent_factor: floa
                 rows=pl.struct("file", "line", "host", "message"),
             )
         )
-        for hang in hangs.sort("begin", maintain_order=True).iter_rows(named=True):
+        for hang in timed_out.sort("begin", maintain_order=True).iter_rows(named=True):
             covered.append((hang["begin"], hang["end"]))
             yield _hang_finding(t, hang)
     gaps = log_gaps(t, silent_s, silent_factor)
@@ -418,7 +397,7 @@ def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
             silent,
             f"{ranks_text(silent)} never reported it: {'it was' if one else 'they were'} not in the collective",
         )
-    lives = last_signs_of_life(t)
+    lives = hangs.last_steps(t.tables)
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
         return [first["rank"]], f"rank {first['rank']}'s last step line (step {first['last_step']}) is the earliest"
@@ -451,7 +430,7 @@ def _hang_finding(t: RunContext, hang: dict) -> Finding:
         )
     lost = (hang["end"] - hang["begin"]).total_seconds()
     what = f"{hang['op_type']} SeqNum={hang['seq']}" if hang["seq"] is not None else hang["op_type"]
-    lives = last_signs_of_life(t)
+    lives = hangs.last_steps(t.tables)
     rank_lines = lives.filter(pl.col("rank").is_in(ranks)).to_dicts() if ranks else []
     return Finding(
         severity=Severity.CRITICAL,
