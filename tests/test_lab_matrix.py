@@ -29,15 +29,11 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("ddp4-03-slow-rank-r3", "where"): DDP,
     ("ddp4-04-contention-all", "cause"): DDP,
     ("ds4z2ov-01-clean", "cause"): NOISE,
-    ("ds4z2ov-11-clean", "cause"): NOISE,
     ("ds4z2ov-07-contention-all", "window"): "the run stayed 1.3x slower for 11 s after the busy loops stopped "
     "(the machine's load): the window ends late",
-    ("ds4z2ov-17-blackout", "cause"): "the capture is cut to the fault +-10 s: too little outside it to see "
-    "one direction fall silent, and the one stalled step is left undetermined",
     # held out (scored once, after the model was written)
     ("ho-ddp8-01-clean", "cause"): NOISE,
     ("ho-ds2z3ga4-01-clean", "cause"): NOISE,
-    ("ho-ds4z3-01-clean", "cause"): NOISE,
     ("ho-ddp8-03-slow-rank-r5", "cause"): DDP,
     ("ho-ddp8-03-slow-rank-r5", "where"): DDP,
     ("ho-ds4z3-02-loss-3", "window"): "3% loss barely slows ZeRO-3 steps: the window found is a part of the fault's",

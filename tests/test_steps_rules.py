@@ -12,7 +12,7 @@ from synth.runs import Scenario, write
 from synth.scenarios import pair
 from tests.helpers import FIXTURES, fire, tables_from
 from tracelens.analyze import analyze
-from tracelens.derived.steps import slow_windows, step_series
+from tracelens.derived.steps import _ordinary, slow_windows, step_series
 from tracelens.findings import Severity
 
 
@@ -204,6 +204,22 @@ def test_a_stretch_warns_only_when_it_stands_out_from_the_run():
     slow = fire(tables_from(steps=_wall_rows(_noisy(wandering))), "TL401")
     assert slow and all(f.severity == Severity.INFO for f in slow)
     assert any("within the run's own variability" in f.summary for f in slow)
+
+
+def test_a_brief_burst_is_told_a_sustained_stretch_or_a_stall_warned_of():
+    """Three steps at 3.5x (2 s) are as short as a busy machine's burst; forty (28 s) are not, and one step
+    that stalled for 6 s is an event of its own however few its steps."""
+    (brief,) = fire(tables_from(steps=_wall_rows(_noisy({range(200, 203): 3.5}))), "TL401")
+    assert brief.severity == Severity.INFO and "brief: 3 steps" in brief.summary
+    (sustained,) = fire(tables_from(steps=_wall_rows(_noisy({range(200, 240): 3.5}))), "TL401")
+    assert sustained.severity >= Severity.WARNING
+    times = _noisy({range(200, 201): 30.0})
+    stream = pl.DataFrame(_wall_rows(times)).with_columns(
+        time_ms=pl.Series(times), start=pl.col("ts") - pl.duration(milliseconds=pl.Series(times))
+    )
+    begin, end = stream["start"][200], stream["ts"][200]
+    assert _ordinary(stream, begin, end, stall=True) == ("", False)
+    assert _ordinary(stream, begin, end, stall=False)[0].startswith("brief: 1 steps")
 
 
 def test_a_slow_start_is_the_run_start_up_not_a_warning():

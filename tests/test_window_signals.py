@@ -130,3 +130,17 @@ def test_a_dozen_records_in_minutes_cannot_place_a_stretchs_edges():
         T0 + timedelta(seconds=60),
         T0 + timedelta(seconds=149.5),
     )
+
+
+def test_a_stall_of_one_step_has_a_level_when_even_that_step_stayed_at_it():
+    """A window of one stalled step has too few steps for a median; its own work is judged flat when
+    even its slowest step stayed at the level outside (so a dead link's stall is not a slow rank),
+    and left unjudged when that step rose."""
+    from tracelens.derived.baseline import Baseline
+    from tracelens.derived.window_signals import _level
+
+    outside = pl.Series(_noise(60))
+    flat = _level(pl.Series([104.0]), outside, Baseline())
+    assert flat.comparable and not flat.rose
+    risen = _level(pl.Series([400.0]), outside, Baseline())
+    assert not risen.comparable and not risen.rose

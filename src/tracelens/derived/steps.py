@@ -293,6 +293,10 @@ COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share: 
 EPISODE_MARGIN_S = 5.0  # windows of different streams this close belong to one stretch
 NOISE_SHARE = 0.05  # a stretch stands out when fewer than this share of equally long stretches outside it are as slow
 MIN_BEFORE_ROWS = 10  # a stretch with fewer steady steps before it is the run's start-up
+# A slow stretch shorter than both is as long as the bursts a shared machine makes (another job's
+# burst, a page-cache flush): told, not warned of, unless another source rose with it (TL410).
+BRIEF_ROWS = 10
+BRIEF = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
@@ -304,7 +308,8 @@ class Episode:
     end: datetime
     windows: tuple[Window, ...]
     share: float  # of the run's step time
-    ordinary: str = ""  # why the stretch does not stand out from the run (start-up, the run's own noise), else ""
+    ordinary: str = ""  # why the stretch does not stand out from the run (start-up, brief, its noise), else ""
+    startup: bool = False  # the run's start-up: nothing steady before it to compare with
 
     @property
     def worst(self) -> Window:
@@ -363,7 +368,8 @@ def slow_episodes(series: Timed, wall: Timed, slow: SlowSteps = SlowSteps()) -> 
     for b, e, ws, run in merged:
         stream = _worst_stream(wall.series, ws)
         begin, end = _trimmed(stream, b, e)
-        episodes.append(Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, _ordinary(stream, begin, end)))
+        ordinary, startup = _ordinary(stream, begin, end, all(w.stall for w in ws))
+        episodes.append(Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, ordinary, startup))
     return sorted(episodes, key=lambda ep: -ep.cost_s)
 
 
@@ -390,35 +396,42 @@ def _worst_stream(wall: StreamGroups, windows: list[Window]) -> pl.DataFrame:
     return stream.with_columns(start=pl.col("ts") - took)
 
 
-def _ordinary(stream: pl.DataFrame, begin: datetime, end: datetime) -> str:
-    """Why the stretch [begin, end] does not stand out from its run, or "" when it does. It is the
+def _ordinary(stream: pl.DataFrame, begin: datetime, end: datetime, stall: bool) -> tuple[str, bool]:
+    """Why the stretch [begin, end] does not stand out from its run, or "" when it does, and whether
+    that is because it is the run's start-up. It is the
     run's start-up when fewer than MIN_BEFORE_ROWS steady steps precede it (nothing before it to
-    compare with: compilation, warm-up, a machine busy at launch); it is the run's own noise when
+    compare with: compilation, warm-up, a machine busy at launch); it is brief when it is no stall and
+    lasts fewer than BRIEF_ROWS steps and less than BRIEF; it is the run's own noise when
     NOISE_SHARE or more of the equally long stretches outside it (rolling medians over as many
     steps) were as slow as its median step. Measured on the wall step times of the costliest log,
     so a busy shared machine that wanders between 1x and 3x all run long does not make its 2x a finding
     (`stream`: _worst_stream)."""
     if stream.height == 0:
-        return ""
+        return "", False
     steady = stream.slice(WARMUP_ROWS)
     # the steps that ran within [begin, end] (a step's line is printed at its end, `start` is the line before)
     within = (pl.col("start") >= begin - timedelta(milliseconds=1)) & (pl.col("ts") <= end)
     inside = steady.filter(within)
     outside = steady.filter(~within)
     if steady.filter(pl.col("ts") < begin).height < MIN_BEFORE_ROWS:
-        return f"start-up: fewer than {MIN_BEFORE_ROWS} steady steps before it to compare with"
+        return f"start-up: fewer than {MIN_BEFORE_ROWS} steady steps before it to compare with", True
+    if not stall and inside.height < BRIEF_ROWS and end - begin < BRIEF:
+        return (
+            f"brief: {inside.height} steps over {(end - begin).total_seconds():.1f} s, as short as the bursts of "
+            "a busy machine"
+        ), False
     rows = max(3, min(inside.height, outside.height // 2))
     level = inside["time_ms"].median()
     stretches = outside["time_ms"].rolling_median(rows).drop_nulls()
     if level is None or stretches.len() < 2:
-        return ""
+        return "", False
     as_slow = float((stretches >= level).mean())
     if as_slow < NOISE_SHARE:
-        return ""
+        return "", False
     return (
         f"within the run's own variability: {as_slow:.0%} of the {rows}-step stretches outside it were as slow "
         f"(median {level:.0f} ms per step)"
-    )
+    ), False
 
 
 def _trimmed(stream: pl.DataFrame, begin: datetime, end: datetime) -> tuple[datetime, datetime]:

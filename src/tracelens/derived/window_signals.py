@@ -597,7 +597,7 @@ def _level(inside: pl.Series, outside: pl.Series, limits: Baseline, mean: bool =
             outside.len(),
             limits=limits,
         )
-    return LevelComparison(
+    median = LevelComparison(
         inside.median() if inside.len() else None,
         med_out,
         spread,
@@ -606,6 +606,11 @@ def _level(inside: pl.Series, outside: pl.Series, limits: Baseline, mean: bool =
         MEDIAN_MIN_STEPS,
         limits,
     )
+    if median.comparable or not inside.len():
+        return median
+    # too few steps for a median (a stall is one step): the level stayed when even the slowest step did
+    slowest = LevelComparison(inside.max(), med_out, spread, inside.len(), outside.len(), 1, limits)
+    return median if slowest.rose else slowest
 
 
 LEVELS = {

@@ -263,10 +263,16 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
     startup = first is not None and w.first_step <= first + timing.WARMUP_ROWS  # warm-up: told, never blamed
     if startup:
         diagnosis.headline = f"Start-up: {diagnosis.headline}"
+    # a stretch that does not stand out from the run (brief, its noise) is blamed only when a source
+    # besides the step times rose with it
+    corroborated = any(s.rose and s.source != "steps" and best and s.cause == best.cause for s in signals)
+    told = bool(episode.ordinary) and not episode.startup and not corroborated  # TL410 tells start-up its own way
+    if best and told:
+        summary += f" Told, not warned of: {episode.ordinary}, and no source besides the step times rose with it."
     return Finding(
         # a window nothing explains is told (TL401 warns of its slow steps), not blamed on anything
         severity=(Severity.CRITICAL if diagnosis.confidence == "high" and episode.share >= 0.2 else Severity.WARNING)
-        if best and not startup
+        if best and not startup and not told
         else Severity.INFO,
         title=diagnosis.headline,
         summary=summary,

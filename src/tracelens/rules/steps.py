@@ -54,8 +54,10 @@ def step_time_spikes(
     Megatron's iteration time, else wall_clock_breakdown's timers, else the time between
     progress lines. A stretch warns only when it stands out from the run itself: fewer than
     5% of the equally long stretches outside it were as slow, it is not the run's start-up
-    (ten steady steps before it at least), and it is no mild slowdown (its median step under
-    [steps] slow_ratio times the usual); otherwise it is told at info, with why.
+    (ten steady steps before it at least), it is not brief (fewer than ten steps and under ten
+    seconds, as short as a busy machine's bursts; a stall is never brief), and it is no mild
+    slowdown (its median step under [steps] slow_ratio times the usual); otherwise it is told at
+    info, with why.
     Isolated spikes (one or two slow steps) warn only when together they cost 15% of the
     run's step time.
 
