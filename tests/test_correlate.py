@@ -9,7 +9,9 @@ from tests.helpers import fire
 from tests.helpers.steps import SLOW, T0, analysed, at, counters, slow_span, steps
 from tracelens.analyze import run_rules
 from tracelens.derived import RunContext
+from tracelens.derived.window_signals import Signal
 from tracelens.rules import select_rules
+from tracelens.rules.causes import candidates
 
 # -- TL410 ----------------------------------------------------------------------------------------
 
@@ -384,3 +386,50 @@ def test_a_socket_fallback_that_costs_nothing_is_not_reported():
         nccl_net=_socket_choice(at(170)),
     )
     assert fire(t, "TL412") == []
+
+
+def _level(cause: str, rank: int, change: float, rose: bool | None = None) -> Signal:
+    """One rank's step level in a window: `change` ms per step more than outside it."""
+    rose = change > 50 if rose is None else rose
+    return Signal(
+        "steps",
+        cause,
+        cause,
+        f"rank {rank}",
+        rose,
+        True,
+        f"rank {rank} {cause} +{change:.0f} ms",
+        (f"h{rank // 2}",),
+        rank=rank,
+        ratio=None,
+        change=change,
+    )
+
+
+def _zero3(own: float, wait: dict[int, float], coll: dict[int, float], late: dict[int, float]) -> list[Signal]:
+    """Four ranks under ZeRO-3: own work is the optimizer step alone, forward and backward are waiting."""
+    signals = []
+    for rank in range(4):
+        signals += [_level("own", rank, own), _level("wait", rank, wait[rank]), _level("between", rank, 0.0)]
+        signals += [_level("coll", rank, coll[rank]), _level("late", rank, late[rank], rose=False)]
+    return signals
+
+
+def test_under_zero3_the_rank_that_returned_late_from_its_calls_is_the_straggler():
+    """Rank 2's forward ran 400 ms longer; the others waited for it in their asynchronous all-gathers
+    (outside any timed call). It issued its calls last and returned from them 400 ms late."""
+    signals = _zero3(0.0, {0: 400, 1: 400, 2: 410, 3: 390}, dict.fromkeys(range(4), 5.0), {0: 0, 1: 0, 2: 400, 3: -5})
+    best = candidates(signals)[0]
+    assert (best.cause, best.ranks) == ("straggler", [2])
+
+
+def test_under_zero3_every_rank_slower_between_its_calls_is_contention():
+    """Every rank's forward and backward rose 600 ms, 100 ms of it inside the collective calls, and no
+    rank returned late: every rank computed slower."""
+    signals = _zero3(0.0, dict.fromkeys(range(4), 600.0), dict.fromkeys(range(4), 100.0), dict.fromkeys(range(4), 0.0))
+    assert candidates(signals)[0].cause == "contention"
+
+
+def test_under_zero3_every_rank_slower_inside_its_calls_is_the_collectives():
+    signals = _zero3(0.0, dict.fromkeys(range(4), 600.0), dict.fromkeys(range(4), 500.0), dict.fromkeys(range(4), 0.0))
+    assert candidates(signals)[0].cause == "comm"

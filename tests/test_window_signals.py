@@ -144,3 +144,37 @@ def test_a_stall_of_one_step_has_a_level_when_even_that_step_stayed_at_it():
     assert flat.comparable and not flat.rose
     risen = _level(pl.Series([400.0]), outside, Baseline())
     assert not risen.comparable and not risen.rose
+
+
+def test_collective_times_difference_running_totals_and_measure_who_returned_late():
+    """The comms logger prints a running total per op name: each call's time is its difference. A
+    call belongs to the step whose line follows it; the rank that issued its calls later than the
+    others returns later from them, by about what the others waited."""
+    from tests.helpers import tables_from
+    from tracelens.derived.window_signals import collective_times
+
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    steps, ops = [], []
+    for rank in (0, 1):
+        file, line, total = f"rank{rank}.log", 0, 0.0
+        for step in (1, 2, 3):
+            start = t0 + timedelta(seconds=step)
+            late = timedelta(milliseconds=300 if rank == 1 and step == 2 else 0)
+            for call in range(3):
+                line += 1
+                total += 10.0 + call
+                at = start + late + timedelta(milliseconds=20 * call)
+                ops.append({"file": file, "line": line, "rank": rank, "ts": at, "kind": "op", "op": "all_gather"})
+                ops[-1]["total_ms"] = total
+            line += 1
+            steps.append(
+                {"file": file, "line": line, "rank": rank, "step": step, "ts": start + timedelta(milliseconds=900)}
+            )
+    tables = tables_from()
+    tables.add("comm_ops", pl.DataFrame(ops))
+    tables.add("steps", pl.DataFrame(steps))
+    got = collective_times(tables).sort("rank", "step")
+    assert got["coll_ms"].to_list() == [33.0] * 6  # 10 + 11 + 12 per step, not the running totals
+    late = dict(zip(zip(got["rank"], got["step"]), got["late_ms"]))
+    assert late[1, 2] == pytest.approx(3 * 150.0) and late[0, 2] == pytest.approx(-3 * 150.0)
+    assert late[1, 1] == pytest.approx(0.0) and late[0, 3] == pytest.approx(0.0)

@@ -61,11 +61,15 @@ def matrix_runs(held_out: bool) -> list[Path]:
 
 
 def named(finding: Finding) -> set[str]:
-    """The causes a finding names: its verdict's cause, and those its title words."""
+    """The causes a finding names: those its title words, and its verdict's cause when it has one (the
+    title's words then only describe that cause: "slower collectives on every rank" is no contention,
+    "an input pipeline or checkpoint stall" names both)."""
     title = re.sub(r" \(runner-up: [^)]*\)", "", finding.title)
     said = {cause for cause, words in NAMES.items() if re.search(words, title, re.I)}
     verdict = finding.verdict
-    return said | {verdict.cause} if verdict and verdict.cause else said
+    if verdict and verdict.cause:
+        return {verdict.cause} | {c for c in said if FAMILY.get(c) == FAMILY.get(verdict.cause)}
+    return said
 
 
 def families(finding: Finding) -> set[str]:

@@ -137,12 +137,19 @@ class RunContext:
         """Whether forward holds collectives (ZeRO-3): then it is not a rank's own work."""
         return window_signals.forward_waits(self.tables)
 
+    @cached_property
+    def collective_times(self) -> pl.DataFrame:
+        """Per file, rank and step, the time inside collectives by the comms logger (coll_ms)."""
+        return window_signals.collective_times(self.tables)
+
     def step_signals(self, begin: datetime, end: datetime) -> tuple[window_signals.Signal, ...]:
         """Per rank, its compute, communication, between-steps and step time inside [begin, end]
         against outside it (window_signals.step_signals), once per window: TL402 and TL410 both judge
         each slow stretch's own window."""
         if (begin, end) not in self._window_steps:
-            signals = window_signals.step_signals(self.step_series, begin, end, self.baseline, self.forward_waits)
+            signals = window_signals.step_signals(
+                self.step_series, begin, end, self.baseline, self.forward_waits, self.collective_times
+            )
             self._window_steps[begin, end] = tuple(signals)
         return self._window_steps[begin, end]
 

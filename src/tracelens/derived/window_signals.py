@@ -552,16 +552,66 @@ def forward_waits(tables: RunTables) -> bool:
     return bool((rows["value"] == 3).any())
 
 
+def collective_times(tables: RunTables) -> pl.DataFrame:
+    """Per file, rank and step, from the DeepSpeed comms logger's per-op lines (each printed when its
+    call returns, and placed in the step whose line follows it):
+
+    - coll_ms: the time the rank spent inside collective calls: each call's time, differenced where
+      the logger prints a running total per op name (DeepSpeed 0.19 does: a series that never falls);
+    - late_ms: how much later than the ranks' median it returned from its calls, summed over the
+      step's calls (the k-th call of each op name on every rank is one collective). A blocking call
+      returns on every rank at once; an asynchronous one (ZeRO-3's prefetched all-gathers) returns
+      when it was issued, so a rank that arrives last at the collectives, once by a lot or at every
+      call by a little, returns late by what the others waited for it."""
+    empty = {"file": pl.String, "rank": pl.Int64, "step": pl.Int64, "coll_ms": pl.Float64, "late_ms": pl.Float64}
+    ops = (
+        tables.scan("comm_ops")
+        .filter(pl.col("kind") == "op", pl.col("rank").is_not_null(), pl.col("total_ms").is_not_null())
+        .select("file", "rank", "line", "ts", "op", "total_ms")
+        .collect()
+    )
+    lines = (
+        tables.scan("steps")
+        .filter(pl.col("step").is_not_null(), pl.col("rank").is_not_null())
+        .select("file", "rank", "line", "step")
+        .collect()
+    )
+    if ops.height == 0 or lines.height == 0:
+        return pl.DataFrame(schema=empty)
+    per_op = ["file", "rank", "op"]
+    rise = pl.col("total_ms").diff().over(per_op, order_by="line")
+    running = (rise.is_null() | (rise >= 0)).all().over(per_op) & (pl.len().over(per_op) >= 3)
+    placed = (
+        ops.sort("file", "rank", "line")
+        .join_asof(
+            lines.sort("file", "rank", "line"),
+            on="line",
+            by=["file", "rank"],
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("step").is_not_null())
+        .with_columns(took=pl.when(running).then(rise.fill_null(pl.col("total_ms"))).otherwise("total_ms"))
+        .with_columns(call=pl.int_range(pl.len()).over("file", "rank", "step", "op"))
+    )
+    one = ["step", "op", "call"]  # one collective: the same call on every rank
+    at = pl.col("ts").dt.epoch("us") / 1000
+    placed = placed.with_columns(late=pl.when(pl.len().over(one) >= 2).then(at - at.median().over(one)))
+    return placed.group_by("file", "rank", "step").agg(coll_ms=pl.col("took").sum(), late_ms=pl.col("late").sum())
+
+
 def step_levels(series: pl.DataFrame, forward_waits: bool = False) -> pl.DataFrame:
     """Per step row, the parts of the timing model (docs/timing-model.md):
 
     - own_ms: the rank's own work, the timed phases that wait for no other rank: forward and the
       optimizer's local step. Under ZeRO-3 (`forward_waits`) forward all-gathers the parameters, so
-      it holds waiting and only the optimizer step is left;
+      it holds waiting and only the optimizer step is left (the comms logger's times do not split
+      it: an asynchronous all-gather's wait is outside its call);
     - wait_ms: the rest of the timed step, the phases that hold a collective and so the wait for the
       last rank to arrive: backward (its gradient all-reduce or reduce-scatter overlaps it), ZeRO's
       all-gather, and forward under ZeRO-3;
     - comm_ms: the collectives' own timers (`bwd_allreduce`, `optimizer_allgather`), a part of wait_ms;
+    - coll_ms: the time inside collectives by the comms logger (collective_times), null without it;
     - between_ms: the wall time between this step line and the one before it that the timers do not
       account for (data loading, checkpoints, evaluation)."""
     gap = (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds() / 1000
@@ -617,12 +667,14 @@ LEVELS = {
     "own_ms": ("own", "own work (forward and optimizer step)"),
     "wait_ms": ("wait", "time in phases that wait for the other ranks (backward with its all-reduce, all-gathers)"),
     "comm_ms": ("comm", "collective time (all-reduce and all-gather timers)"),
+    "coll_ms": ("coll", "time inside collectives (the comms logger's per-op times)"),
+    "late_ms": ("late", "return from its collective calls after the ranks' median, summed (comms logger)"),
     "between_ms": ("between", "time between steps outside the timers"),
     "time_ms": ("step", "step time"),
 }
 # levels judged by their mean: the time lost to waiting and stalls adds up over the steps (a lost
 # packet stalls one step in five by a timeout), while a rank's own work is a level its median shows
-MEAN_LEVELS = ("wait", "comm", "between")
+MEAN_LEVELS = ("wait", "comm", "coll", "late", "between")
 OWN_UNDER_ZERO3 = "own work (optimizer step; under ZeRO-3 forward all-gathers the parameters)"
 
 
@@ -735,14 +787,29 @@ LEVEL_COLUMNS += ["bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "optimizer_step
 
 
 def step_signals(
-    series: StreamGroups, begin: datetime, end: datetime, limits: Baseline = Baseline(), forward_waits: bool = False
+    series: StreamGroups,
+    begin: datetime,
+    end: datetime,
+    limits: Baseline = Baseline(),
+    forward_waits: bool = False,
+    collectives: pl.DataFrame | None = None,
 ) -> list[Signal]:
     """Per rank (stream), the parts of its steps (step_levels) inside the window against outside it,
     judged by `limits` (the RunContext's baseline); `forward_waits`: the job runs ZeRO-3, whose
-    forward all-gathers the parameters. The series is read a group of whole streams at a time."""
+    forward all-gathers the parameters; `collectives`: collective_times. The series is read a group
+    of whole streams at a time."""
+    coll = collectives if collectives is not None and collectives.height else None
     return [
-        s for frame in series.frames(LEVEL_COLUMNS) for s in _stream_signals(frame, begin, end, limits, forward_waits)
+        s
+        for frame in series.frames(LEVEL_COLUMNS)
+        for s in _stream_signals(_with_collectives(frame, coll), begin, end, limits, forward_waits)
     ]
+
+
+def _with_collectives(frame: pl.DataFrame, collectives: pl.DataFrame | None) -> pl.DataFrame:
+    if collectives is None:
+        return frame.with_columns(coll_ms=pl.lit(None, pl.Float64), late_ms=pl.lit(None, pl.Float64))
+    return frame.join(collectives, on=["file", "rank", "step"], how="left", maintain_order="left")
 
 
 def _stream_signals(

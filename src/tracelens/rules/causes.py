@@ -127,14 +127,17 @@ def _change(signal: Signal | None) -> float:
 
 def arrival(signals: list[Signal]) -> dict[str, float]:
     """Per rank, how much longer it waited in the window than outside it (ms per step): the change of
-    its collective timers where they hold the wait (the all-reduce after backward), else of all its
-    waiting phases (with overlapped communication backward holds the wait). Whichever the ranks differ
+    its collective timers where they hold the wait (the all-reduce after backward), of its time inside
+    collectives by the comms logger, less how much later than the others it returned from its
+    asynchronous calls (ZeRO-3's prefetch: issued late, they return late), or of all its waiting phases
+    (with overlapped communication backward holds the wait; under ZeRO-3 forward too). Whichever the ranks differ
     in most: a cause that slows every rank alike moves both alike, a late rank shows in the one that
     holds the wait. The rank that waited least arrived last."""
-    by = {cause: {s.where: _change(s) for s in _by(signals, cause)} for cause in ("comm", "wait")}
+    by = {cause: {s.where: _change(s) for s in _by(signals, cause)} for cause in ("comm", "coll", "wait")}
+    by["late"] = {s.where: -_change(s) for s in _by(signals, "late")}  # who returned later waited less
     spread = {cause: max(v.values()) - min(v.values()) if len(v) >= 2 else 0.0 for cause, v in by.items()}
-    best = "comm" if by["comm"].keys() >= by["wait"].keys() and spread["comm"] >= spread["wait"] else "wait"
-    return by[best]
+    full = [cause for cause, v in by.items() if v.keys() >= by["wait"].keys()]  # every rank that waited has it
+    return by[max(full, key=lambda cause: spread[cause])]
 
 
 def late_ranks(waited: dict[str, float]) -> list[str]:
@@ -204,18 +207,28 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
         )
     waited = [s for s in ranks.wait.values() if s.rose]
     if ranks.own and not slow and waited and len(waited) == len(ranks.wait) and not found:
-        found.append(
-            Candidate(
-                "comm",
-                1.0,
-                [s.text for s in sorted(waited, key=lambda s: -_change(s))][:4]
-                + [s.text for s in ranks.own.values()][:2],
-                [],
-                [],
-                [],
-            )
-        )
+        found.append(_every_rank_waited(signals, ranks, waited))
     return found
+
+
+def _every_rank_waited(signals: list[Signal], ranks: _Ranks, waited: list[Signal]) -> Candidate:
+    """Every rank's waiting phases rose, no rank's own work did and none arrived last: the collectives
+    slowed, unless the comms logger timed the calls and most of the rise sat outside them. Under ZeRO-3
+    forward and backward are both "waiting" phases and hold the compute too: every rank computing
+    slower between its calls is contention on every rank."""
+    lead = [s.text for s in sorted(waited, key=lambda s: -_change(s))][:4]
+    calls = {s.where: s for s in _by(signals, "coll")}
+    if calls.keys() >= ranks.wait.keys():
+        inside = _middle([_change(calls[w]) for w in ranks.wait])
+        rise = _middle([_change(s) for s in waited])
+        if inside < rise / 2:
+            because = [
+                f"every rank's waiting phases rose by {rise:.0f} ms per step, {inside:.0f} ms of it inside its "
+                "collective calls: the work between the calls slowed"
+            ]
+            because += lead[:3] + [calls[w].text for w in list(ranks.wait)[:2]]
+            return Candidate("contention", 1.5, because, sorted({h for s in waited for h in s.hosts}), [], [])
+    return Candidate("comm", 1.0, lead + [s.text for s in ranks.own.values()][:2], [], [], [])
 
 
 def _slow_ranks(ranks: _Ranks, slow: list[Signal]) -> list[Candidate]:
@@ -255,27 +268,22 @@ def _slow_ranks(ranks: _Ranks, slow: list[Signal]) -> list[Candidate]:
     return found
 
 
-LATE_WAIT = 0.25  # a late rank waited at most this share of what the others waited longer
-
-
 def _late_ranks(ranks: _Ranks) -> list[Candidate]:
     """No timer shows a rank's own work rise (ZeRO-3's forward waits, or the work ran between the
-    timers), but every other rank waited longer while the late ones hardly did: they arrived last."""
+    timers), but every other rank waited longer, and the late ones arrived so much later that the
+    others spent at least LATE_SHARE of what they lost waiting for them."""
     late = late_ranks(ranks.waited)
     others = [w for w in ranks.waited if w not in late]
-    if not late or not all(w in ranks.wait for w in ranks.waited):
-        return []
-    waited = ranks.waited_for(late, others)
-    if (
-        not all(ranks.wait[w].rose for w in others)
-        or any(ranks.wait[w].rose for w in late)
-        or _middle([ranks.waited[w] for w in late]) > LATE_WAIT * _middle([ranks.waited[w] for w in others])
-    ):
+    if not late or len(late) > len(others) or not all(w in ranks.wait for w in ranks.waited):
+        return []  # most ranks late is a few early: no one held the others up
+    waited, lost = ranks.waited_for(late, others), ranks.lost(others)
+    if not all(ranks.wait[w].rose for w in others) or lost <= 0 or waited < LATE_SHARE * lost:
         return []
     stalled = [ranks.between[w] for w in late if w in ranks.between and ranks.between[w].rose]
     lead = [ranks.wait[w] for w in late]
     because = [
-        f"the other ranks waited {waited:.0f} ms per step longer than {listing(late)}: "
+        f"the other ranks waited {waited:.0f} ms per step longer than {listing(late)}, "
+        f"{waited / lost:.0%} of the {lost:.0f} ms per step they lost: "
         f"{'they' if len(late) > 1 else 'it'} arrived last at the collectives"
     ]
     because += [s.text for s in stalled] + [s.text for s in lead][:2]

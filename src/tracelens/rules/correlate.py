@@ -138,12 +138,14 @@ def _evidence_window(
             return s.cause in CAUSE_LEVELS.get(best.cause, ()) and (best.cause != "straggler" or s.rank in best.ranks)
         return s.cause == best.cause
 
+    def waited(s) -> bool:  # a late rank named by its arrival alone: when the others waited for it
+        return s.source == "steps" and s.cause == "wait"
+
     # a stretch of events this short next to the slow steps (a few bursts) does not say when the cause began or ended
-    extents = [
-        s.extent
-        for s in signals
-        if s.rose and s.extent and own(s) and s.extent[1] - s.extent[0] >= EVIDENCE_SPAN_SHARE * (end - begin)
+    long = [
+        s for s in signals if s.rose and s.extent and s.extent[1] - s.extent[0] >= EVIDENCE_SPAN_SHARE * (end - begin)
     ]
+    extents = [s.extent for s in long if own(s)] or [s.extent for s in long if best.cause == "straggler" and waited(s)]
     if not extents:
         return None
     # where several logs or places show it, the edges most of them agree on: one rank's noise next
@@ -283,8 +285,8 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
         window=window,
         cost_seconds=episode.cost_s,
         ports=best.ports if best else [],
-        # a start-up window is told, never blamed: it ranks by its cost alone
-        score=(best.score if best and not startup else 0.0) + episode.share,
+        # a start-up window, or one that does not stand out, is told, never blamed: it ranks by its cost alone
+        score=(best.score if best and not startup and not told else 0.0) + episode.share,
         verdict=diagnosis,
     )
 
