@@ -5,6 +5,7 @@ Workloads (benchmarks/workloads.py, written under --data, deleted at the end unl
   deepspeed             a DeepSpeed/Megatron-heavy log of the same job (every rank's timers each step)
   deepspeed-one-stream  the same lines all on one host and rank: one stream of 3.2M step records
   folder-4096           4,096 per-rank NCCL_DEBUG_FILE logs, one folder per node
+  glued-250mb           the nccl log with every 20th line glued onto an unfinished WARN, or free text
 
 Each is measured as a user runs it, in a fresh process from launch to exit (interpreter start and
 imports included): `tracelens tables INPUT -o OUT` (discover, ingest, every table written as
@@ -38,6 +39,7 @@ WORKLOADS = {  # name -> (workloads.py arguments, size in MB)
     "deepspeed": ("deepspeed", 1000),
     "deepspeed-one-stream": ("deepspeed-one-stream", 1000),
     "folder-4096": ("folder", 400),
+    "glued-250mb": ("glued", 250),
 }
 POLARS_LINES = (
     "import sys, pathlib, polars as pl\n"

@@ -12,6 +12,7 @@ every rank and rank 0's `step=`, ThroughputTimer and Megatron `iteration` lines 
     python benchmarks/workloads.py deepspeed OUT.log --mb 500
     python benchmarks/workloads.py deepspeed-one-stream OUT.log --mb 1000   # every line node001, rank 0
     python benchmarks/workloads.py folder OUT_DIR --files 4096 --mb 400
+    python benchmarks/workloads.py glued OUT.log --mb 250   # the nccl log with glued lines and free text
 """
 
 from __future__ import annotations
@@ -166,6 +167,51 @@ def deepspeed_lines(job: Job) -> Iterator[str]:
         yield from job.collectives(1)
 
 
+# Free text in NCCL records and in DeepSpeed's logger: words that vary from line to line, in no grammar
+FREE_TEXT = (
+    "Rank {r} loaded shard model-{n:05d}-of-00064.safetensors from s3://ckpt-{word}/run-{word2}/",
+    "[job {word}] tensor layers.{n}.mlp.{word2} bucket ready after {x:.3f} s",
+    "Checkpoint tag global_step{n} written by {word}-{word2} in {x:.2f} s",
+)
+# A WARN printed without its newline: the next line's text follows it on the same line
+UNFINISHED = (
+    "NET/IB : Got async event : port error",
+    "Cuda failure 'out of memory'",
+    "Call to ibv_reg_mr failed with error Cannot allocate memory",
+)
+
+
+def glued_lines(job: Job, every: int = 20) -> Iterator[str]:
+    """The nccl log with, every `every` lines, a line glued onto an unfinished WARN of another rank of its
+    node (NCCL's host:pid:tid prefix, DeepSpeed's logger stamp or a torchrun tag where the next line
+    starts), and free-text NCCL and DeepSpeed records whose words vary from line to line."""
+    rand = job.rand
+    words = ["".join(rand.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6)) for _ in range(5000)]
+    for n, line in enumerate(nccl_lines(job)):
+        if n % every:
+            yield line
+            continue
+        r = rand.randrange(job.ranks)
+        host = job.hosts[r // GPUS]
+        pick = n // every % 4
+        if pick == 3:
+            text = rand.choice(FREE_TEXT).format(
+                r=r, n=rand.randrange(10_000), word=rand.choice(words), word2=rand.choice(words), x=rand.random() * 9
+            )
+            yield (
+                job.head(r) + text
+                if n // every // 4 % 2
+                else f"{host}: [{job.stamp()}] [INFO] [engine.py:3417:_save] {text}"
+            )
+            yield line
+            continue
+        warn = job.head(r).replace("NCCL INFO", "NCCL WARN") + rand.choice(UNFINISHED)
+        tail = line.split(": ", 1)[1] if line.startswith(f"{job.hosts[0][:4]}") else line
+        if pick == 1 and "NCCL INFO" in line:
+            tail = f"[default{r % GPUS}]:" + tail
+        yield warn + tail
+
+
 def one_stream(lines: Iterator[str]) -> Iterator[str]:
     """The lines all on one host and rank (`node001: `, `[Rank 0]`): one stream of millions of step
     records, the shape that once held a stream whole (benchmarks/README.md)."""
@@ -209,7 +255,7 @@ def write_folder(folder: Path, files: int, size: int, seed: int = 3) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["nccl", "deepspeed", "deepspeed-one-stream", "folder"])
+    parser.add_argument("what", choices=["nccl", "deepspeed", "deepspeed-one-stream", "folder", "glued"])
     parser.add_argument("out", type=Path)
     parser.add_argument("--mb", type=int, default=1000)
     parser.add_argument("--files", type=int, default=4096)
@@ -218,7 +264,8 @@ def main() -> None:
     if args.what == "folder":
         write_folder(args.out, args.files, args.mb << 20, args.seed)
     else:
-        lines = nccl_lines(Job(args.seed)) if args.what == "nccl" else deepspeed_lines(Job(args.seed))
+        makers = {"nccl": nccl_lines, "glued": glued_lines}
+        lines = makers.get(args.what, deepspeed_lines)(Job(args.seed))
         write(args.out, one_stream(lines) if args.what == "deepspeed-one-stream" else lines, args.mb << 20)
 
 

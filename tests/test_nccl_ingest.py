@@ -104,7 +104,7 @@ def test_old_and_prefix_stripped_envelopes(tmp_path):
 
 
 @needs_corpus
-def test_two_records_glued_on_one_line_keep_the_last():
+def test_glued_line_after_an_empty_record_reads_the_second():
     # learnfair062:40507:40644 [2] NCCL INFO learnfair062:40515:40515 [6] NCCL INFO Using internal Network IB
     _, tables = corpus("001")
     event = row(tables["nccl_events"], 6)

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile, ds_assemble
+from tracelens.ingest import IngestResult, InputFile, ds_assemble, glued
 from tracelens.ingest.ds_grammar import HEADS, SIZE_UNITS, parse_body
 from tracelens.ingest.lines import (
     IGNORED,
@@ -149,6 +149,9 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
     ts = _patched(ts, others, lambda rows: _search_stamps(envelope.gather(rows)))
     printed = _patched(fixed, others, lambda rows: envelope.gather(rows).str.extract(_ANY_STAMP, 1))
     prefix = pl.repeat("deepspeed", text.len(), eager=True).zip_with(envelope.is_not_null(), _nulls(text))
+    body = byte_slice(message, rank_end + 2).zip_with(ranked, message).fill_null(rest)
+    at = glued.line_starts(body)  # a glued line's next line is not this body's (one that starts the body is the body)
+    body, _ = glued.cut(body, at.zip_with(at > 0, _nulls(at, pl.UInt32)))
     return pl.DataFrame(
         {
             "line": chunk["line"],
@@ -167,7 +170,7 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
                     envelope.gather(rows).str.contains(FOREIGN).replace_strict({True: "foreign", False: "deepspeed"})
                 ),
             ),
-            "body": byte_slice(message, rank_end + 2).zip_with(ranked, message).fill_null(rest),
+            "body": body,
         }
     )
 

@@ -26,8 +26,9 @@ import lark
 import polars as pl
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput
+from lark.parsers.lalr_analysis import Shift
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, glued
 from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, file_of, within_datetime_range
 from tracelens.ingest.templates import Locator, TemplateParser
 from tracelens.private_cache import cache_file
@@ -100,6 +101,7 @@ class _Grammar:
             )
             for kind in self.kinds
         }
+        self.starts = _viable_starts(table, [table.start_states[kind] for kind in self.kinds], patterns)
 
     def parse(self, body: str, fields: _Fields | None = None) -> tuple[str, dict]:
         for kind in self.kinds:
@@ -109,6 +111,33 @@ class _Grammar:
                 except UnexpectedInput:
                     continue
         return UNKNOWN, {}
+
+
+def _viable_starts(table, starts: list[int], patterns: dict[str, str]) -> str:
+    """A regex (polars') that every body the grammar reads matches at its start: a terminal one of
+    the kinds may begin with, then (after the blanks the grammar ignores) one it may take next, or
+    the end. A body that does not match is no kind's, known without a parse: free text costs one
+    whole-column match, not a grammar run per line. A terminal taken after an empty rule (a reduce)
+    is not followed up, and lookaheads are dropped: both only let more bodies through."""
+    follow: dict[str, set[str] | None] = {}
+    for state in starts:
+        for first, (action, target) in table.states[state].items():
+            if first not in patterns:
+                continue
+            known = follow.get(first, set())
+            if action is not Shift or known is None:
+                follow[first] = None
+            else:
+                follow[first] = known | {t for t in table.states[target] if t in patterns or t == "$END"}
+
+    def plain(name: str) -> str:
+        return "$" if name == "$END" else "(?:" + re.sub(r"\(\?[=!][^()]*\)", "", patterns[name]) + ")"
+
+    branches = [
+        plain(first) + ("" if nxt is None else r"[ \t]*(?:" + "|".join(sorted(map(plain, nxt))) + ")")
+        for first, nxt in sorted(follow.items(), key=lambda item: item[0])
+    ]
+    return "^(?:" + "|".join(branches) + ")"
 
 
 @cache
@@ -274,7 +303,6 @@ _HEAD = (
     r"^(?P<prefix>.*?)(?:(?P<host>[^\s:\[\]()]*):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
     r"(?:\d+\.\d+ \S+:\d+ )?(?:\S+:\d+ (?:\([^)]*\) )?)?$"
 )
-_GLUED = r"^(?P<head>.*)NCCL (?P<level>INFO|WARN|TRACE|CALL|ABORT) (?P<msg>.*)$"  # last record of a glued line
 # c10 logging: `[rank0]:[E1206 18:44:12.715298746 ProcessGroupNCCL.cpp:607] ` or `[E ProcessGroupNCCL.cpp:737] `;
 # its time has no year and a monotonic fraction, so it goes to `clock` for the timeline to date
 _PYTORCH = (
@@ -380,10 +408,6 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
         .with_columns(head=_bytes(0, pos), msg=_bytes(pos + 6 + pl.col("level").str.len_bytes()))
         .collect()
     )
-    glued = marked["msg"].str.contains(_MARK)
-    if glued.any():  # two records on one line (concurrent writes): keep the last one
-        parts = marked.filter(glued)["text"].str.extract_groups(_GLUED).struct.unnest()
-        marked = pl.concat([marked.filter(~glued), marked.filter(glued).with_columns(parts)]).sort("idx")
     marked = _with_head(marked.lazy()).filter(pl.col("host").is_not_null() | pl.col("cuda_dev").is_not_null())
     branches = [marked.select(RECORD_COLUMNS)]
     # the older shapes' branches only where an unmarked line may hold one (most logs have none: a small
@@ -500,9 +524,38 @@ OTHER_MARKS = [
 ]
 
 
+GLUED_PARTS = 8  # records one line may hold, glued (glued.py)
+
+
 def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
-    """Every record in the chunk, one row each, with prefix/ts split off and the body stripped."""
-    lines = chunk.select("text").with_row_index("idx")
+    """Every record in the chunk, one row each, with prefix/ts split off and the body stripped; `idx`
+    is the record's row in the chunk and `part` its place on that row: a body holding another line's
+    start (a glued line, glued.py) ends there, and the rest, after the line's prefix, is read as a
+    line of its own (its part one more)."""
+    records = _line_records(chunk.select("text").with_row_index("idx")).with_columns(part=pl.lit(0, pl.UInt8))
+    done, part = [], 0
+    while True:
+        at = glued.line_starts(records["msg"])
+        if part == GLUED_PARTS or not at.is_not_null().any():
+            done.append(records)
+            break
+        msg, rest = glued.cut(records["msg"], at)
+        # a head whose body is all glued (`h:1:2 [2] NCCL INFO h:3:4 [6] NCCL INFO ...`) holds no record
+        done.append(records.with_columns(msg=msg.str.strip_chars_end()).filter(at.is_null() | (at > 0)))
+        # after a blank, so that the prefix's last word does not become the glued line's host
+        prefix = (pl.col("prefix").fill_null("").str.strip_chars_end() + " ").str.strip_chars_start()
+        glued_rows = records.select("idx", text=prefix + rest).filter(at.is_not_null())
+        part += 1
+        # an empty row after each, so that nothing read across lines (a quoted WARN) joins two of them
+        texts = glued_rows.select(pl.concat_list("text", pl.lit("")).alias("text")).explode("text")
+        again = _line_records(texts.with_row_index("idx"))
+        origin = glued_rows["idx"].gather(again["idx"] // 2)
+        records = again.with_columns(idx=origin, part=pl.lit(part, pl.UInt8))
+    return pl.concat(done, how="diagonal").sort("idx", "part")
+
+
+def _line_records(lines: pl.DataFrame) -> pl.DataFrame:
+    """split_records on lines (columns idx, text), without glued-line cuts."""
     candidates = lines.filter(pl.col("text").str.contains_any(CANDIDATE_MARKS))
     candidates = candidates.with_columns(pl.col("text").str.strip_chars_end())
     nccl = _nccl_records(candidates)
@@ -524,6 +577,12 @@ def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
 # ------------------------------------------------------------------ the line parser
 
 WRAPPED_LINES = 12  # continuation lines a hard-wrapped record may take (a 1,400-character message at 116 columns)
+_LINE_START = re.compile(glued.LINE_START)
+
+
+def _continues(text: str) -> bool:
+    """Whether a line may be the rest of a hard-wrapped record: not blank, and no line's start."""
+    return bool(text.strip()) and not _LINE_START.search(text)
 
 
 @dataclass
@@ -581,17 +640,20 @@ class NcclParser:
         texts = chunk["text"]
         status = pl.zeros(chunk.height, dtype=pl.UInt8, eager=True)
         records, continued = self._join_continuations(records, texts)
-        recognized = records["kind"] != UNKNOWN
-        status = status.scatter(
-            records["idx"], recognized.cast(pl.UInt8, strict=False) * (PARSED - UNRECOGNIZED) + UNRECOGNIZED
+        claims = records.select(
+            "idx", claim=pl.when(pl.col("kind") != UNKNOWN).then(pl.lit(PARSED)).otherwise(pl.lit(UNRECOGNIZED))
         )
+        if (records["part"] > 0).any():  # a glued line: its strongest claim
+            claims = claims.group_by("idx").agg(pl.col("claim").max())
+        status = status.scatter(claims["idx"], claims["claim"].cast(pl.UInt8))
         if continued:
             status = status.scatter(continued, PARSED)
         blank = _warn_blank_lines(records, texts)
         if blank.len():
             status = status.scatter(blank, IGNORED)
         lines = chunk["line"].gather(records["idx"])
-        fields = fields.with_columns(line=lines.gather(fields["row"])).drop("row")
+        fields = fields.with_columns(line=lines.gather(fields["row"]), part=records["part"].gather(fields["row"]))
+        fields = fields.drop("row")
         fresh, self._fresh = self._fresh, {}
         return ChunkRecords(status, records.with_columns(line=lines).drop("idx"), fields, fresh)
 
@@ -601,8 +663,13 @@ class NcclParser:
         return self._parsed[body]
 
     def _classify_rest(self, records: pl.DataFrame, fields: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-        """Kinds and fields of the bodies no vector regex took: by template (templates.py), and the
-        few bodies no template can take (untemplatable) by lark, each distinct body once."""
+        """Kinds and fields of the bodies no vector regex took: unknown where no kind can start so
+        (free text, one whole-column match), else by template (templates.py), and the few bodies no
+        template can take (untemplatable) by lark, each distinct body once."""
+        undecided = records["kind"].is_null()
+        free = undecided & ~records["msg"].str.contains(_grammar().starts)
+        if free.any():
+            records = records.with_columns(kind=pl.when(free).then(pl.lit(UNKNOWN)).otherwise("kind"))
         rest = records.with_row_index("row").filter(pl.col("kind").is_null())
         kinds, by_template = self._templates.classify(rest["msg"])
         if rest.height:
@@ -622,21 +689,24 @@ class NcclParser:
     def _join_continuations(self, records: pl.DataFrame, texts: pl.Series) -> tuple[pl.DataFrame, list[int]]:
         """Re-parse unknown records with the hard-wrapped lines that follow them (a paste wrapped at a fixed width).
 
-        A record that fails to parse, followed by lines that are no record, may have been
-        wrapped by a terminal: join the next line, and more while each piece has the width
-        of the first line (up to WRAPPED_LINES). Keep the longest join the grammar then
-        recognizes: a message with a free-text tail (the heartbeat monitor's, 7 lines at 116
-        columns) takes all its lines, one without (a completion error) only those it needs.
+        A record that fails to parse, followed by lines that are no record and start no line of
+        their own (a logger's stamp, see glued.py), may have been wrapped by a terminal: join the
+        next line, and more while each piece has the width of the first line (up to WRAPPED_LINES).
+        Keep the longest join the grammar then recognizes: a message with a free-text tail (the
+        heartbeat monitor's, 7 lines at 116 columns) takes all its lines, one without (a completion
+        error) only those it needs.
         """
-        unknown = records.filter(pl.col("kind") == UNKNOWN)
+        # only the last record of a line (a glued line's first ones end where the next begins)
+        ends_line = pl.col("idx") != pl.col("idx").shift(-1).fill_null(-1)
+        unknown = records.with_row_index("_r").filter((pl.col("kind") == UNKNOWN) & ends_line)
         if not unknown.height:
             return records, []
         taken = set(records["idx"].to_list())
         fixed, continued = {}, []
-        for idx, msg in zip(unknown["idx"].to_list(), unknown["msg"].to_list()):
+        for r, idx, msg in unknown.select("_r", "idx", "msg").iter_rows():
             width, nxt = len(texts[idx]), idx + 1
             pieces: list[int] = []
-            while nxt < len(texts) and nxt not in taken and texts[nxt].strip() and len(pieces) < WRAPPED_LINES:
+            while nxt < len(texts) and nxt not in taken and _continues(texts[nxt]) and len(pieces) < WRAPPED_LINES:
                 if pieces and len(texts[nxt - 1]) != width:
                     break
                 pieces.append(nxt)
@@ -645,20 +715,18 @@ class NcclParser:
             for n, glue in joins:
                 body = glue.join([msg, *(texts[i] for i in pieces[:n])]).strip()
                 if self._lark(body)[0] != UNKNOWN:
-                    fixed[idx] = (body, self._parsed[body][0])
+                    fixed[r] = (body, self._parsed[body][0])
                     continued.extend(pieces[:n])
                     taken.update(pieces[:n])
                     break
         if not fixed:
             return records, []
-        patch = pl.DataFrame(
-            {"idx": list(fixed), "msg_j": [b for b, _ in fixed.values()], "kind_j": [k for _, k in fixed.values()]},
-            schema_overrides={"idx": records.schema["idx"]},
+        rows = pl.Series(list(fixed), dtype=pl.UInt32)
+        records = records.with_columns(
+            records["msg"].scatter(rows, [b for b, _ in fixed.values()]),
+            records["kind"].scatter(rows, [k for _, k in fixed.values()]),
         )
-        records = records.join(patch, on="idx", how="left", maintain_order="left").with_columns(
-            msg=pl.coalesce("msg_j", "msg"), kind=pl.coalesce("kind_j", "kind")
-        )
-        return records.drop("msg_j", "kind_j"), continued
+        return records, continued
 
     def _tables(self, records: pl.DataFrame, fields: pl.DataFrame) -> dict[str, pl.DataFrame]:
         """The NCCL tables of some records (a whole file's, or one chunk's as it is spilled) and their
@@ -668,7 +736,7 @@ class NcclParser:
         detail = records.filter(
             ~pl.col("kind").is_in([*EVENTS_ONLY, UNKNOWN]) | pl.col("level").is_in(["WARN", "ABORT"])
         )
-        detail = _with_fields(detail.join(fields, on="line", how="left", maintain_order="left"), self._parsed)
+        detail = _with_fields(detail.join(fields, on=["line", "part"], how="left", maintain_order="left"), self._parsed)
         versions = detail.filter(pl.col("kind") == "version").select(
             file_of(pl.col("line")).alias("in_file"), "host", "pid", version="nccl_version"
         )
@@ -691,7 +759,8 @@ class NcclParser:
 
 def _warn_blank_lines(records: pl.DataFrame, texts: pl.Series) -> pl.Series:
     """Indexes of the blank or prefix-only lines NCCL writes before each WARN (its leading '\\n')."""
-    warns = records.filter((pl.col("level") == "WARN") & (pl.col("idx") > 0)).select("prefix", before=pl.col("idx") - 1)
+    warns = records.filter((pl.col("level") == "WARN") & (pl.col("idx") > 0) & (pl.col("part") == 0))
+    warns = warns.select("prefix", before=pl.col("idx") - 1)
     if not warns.height:  # most chunks: no join to run
         return warns["before"]
     warns = warns.join(records.select(before="idx"), on="before", how="anti")
