@@ -256,6 +256,26 @@ VECTOR_KINDS: list[tuple[str, list[str], str]] = [
         + r")$",
     ),
 ]
+# Kinds without fields that every rank prints at every communicator's init (rings, trees, channel
+# counts, timings): one anchored regex each, token by token as the grammar reads them (blanks between).
+_B = r"[ \t]*"
+VECTOR_KINDS += [
+    (kind, literals, "^" + _B.join(tokens) + _B + "$")
+    for kind, literals, tokens in [
+        ("graph_ring", [" -> "], [r"Ring", r"\d+", ":", r"-?\d+", "->", r"-?\d+", "->", r"-?\d+"]),
+        ("graph_tree", [" -> "], [r"Tree", r"\d+", ":", r"-?\d+", "->", r"-?\d+", "->", r"-?\d+/-?\d+/-?\d+"]),
+        ("trees", ["Trees"], [r"Trees", r"(?:\[" + _B + r"\d+" + _B + r"\]" + _B + r"[-\d/>|]+" + _B + ")+"]),
+        ("ring_order", [" : "], [r"(?:Channel|Ring)", r"\d+", r"(?:/" + _B + r"\d+)?", ":", r"(?:\d+" + _B + ")+"]),
+        ("thread_thresholds", ["threadThresholds"], ["threadThresholds", r"[\d/| ]+"]),
+        (
+            "connected",
+            ["Connected "],
+            [r"(?:Connected all rings(?:" + _B + r", use ring PXN" + _B + r"\d+" + _B + r"GDR" + _B + r"\d+)?"
+             r"|Connected all trees|Connected NVLS tree|Connected collnet(?:" + _B + ".+)?)"],
+        ),
+        ("bootstrap_timings", ["Bootstrap timings total"], ["Bootstrap timings total", r"\d+(?:\.\d+)?", r"\([^)]*\)"]),
+    ]
+]  # fmt: skip
 # Kinds that only feed nccl_events: their fields are not extracted on the hot path.
 EVENTS_ONLY = frozenset({"coll_op", "proxy_trace", "error_propagation", "init_timings"})
 
