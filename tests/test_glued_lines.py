@@ -16,6 +16,8 @@ import polars as pl
 import pytest
 
 from tracelens.ingest import IngestResult, InputFile, textlog
+from tracelens.ingest.deepspeed import DeepSpeedParser
+from tracelens.ingest.ds_grammar import parse_body
 from tracelens.ingest.glued import line_starts
 from tracelens.ingest.nccl import _grammar, split_records
 from tracelens.ingest.templates import masked
@@ -164,3 +166,45 @@ def test_statuses_of_glued_and_free_lines(tmp_path):
     free = sum(1 for n in range(500) if n % 5 and n % 7 == 0)
     assert result.account.unrecognized == free
     assert result.account.parsed == 500 - free
+
+
+NOISE_LINES = [
+    "Reducing dynamic loss scale from {big} to {small}",
+    "Increasing dynamic loss scale from {small} to {big}",
+    "Grad overflow on iteration {n}",
+    "No Grad overflow for {n} iterations",
+    "[deepspeed] OVERFLOW! Rank {r} Skipping step. Attempted loss scale: {big}, reducing to {small}",
+    "Process {n} exits successfully.",
+]
+
+
+def _noise(lines: int, seed: int) -> list[str]:
+    rand = random.Random(seed)
+    return [
+        STAMP
+        + rand.choice(NOISE_LINES).format(
+            big=float(2 ** rand.randrange(8, 17)),
+            small=float(2 ** rand.randrange(1, 8)),
+            n=rand.randrange(99999),
+            r=rand.randrange(64),
+        )
+        for _ in range(lines)
+    ]
+
+
+def test_loss_scale_lines_cost_a_parse_per_template(tmp_path):
+    calls, result = _ingest(tmp_path, _noise(3_000, seed=1), "noise.log")
+    assert calls <= 2 * len(NOISE_LINES) * 4  # a few number shapes per line shape (`256.0`, `1024.0`)
+    assert (result.account.lines, result.account.ignored) == (3_000, 3_000)
+
+
+def test_noise_by_template_equals_the_grammar_per_body():
+    bodies = [line.removeprefix(STAMP) for line in _noise(300, seed=2)]
+    bodies += ["Grad overflow on iteration 12x", "Reducing dynamic loss scale from 0x10 to 8.0", "Process 12 exits"]
+    parser = DeepSpeedParser(InputFile(path=Path("x.log"), name="x.log", format="log"))
+    recs = pl.DataFrame(
+        {"kind": [("chatter" if b.startswith("Process") else "overflow") for b in bodies], "body": bodies}
+    )
+    fast = parser._parse_cold(recs).to_list()
+    assert fast == [parse_body(kind, body) is not None for kind, body in recs.iter_rows()]
+    assert not all(fast) and any(fast)

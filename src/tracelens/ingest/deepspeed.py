@@ -45,6 +45,7 @@ from tracelens.ingest.lines import (
     number,
     within_datetime_range,
 )
+from tracelens.ingest.templates import MARK, masked
 from tracelens.tables import Spill
 
 # ---------------------------------------------------------------- envelope
@@ -526,11 +527,19 @@ class DeepSpeedParser:
         """Parse the distinct bodies of the grammar-read kinds; whether each record is one that parsed."""
         is_cold = (recs["kind"].is_not_null() & ~recs["kind"].is_in(list(HOT))).alias("ok")
         cold = recs.select("kind", "body").filter(is_cold)  # two columns filtered, not the whole frame
-        for kind, body in cold.unique().iter_rows():
-            if (kind, body) not in self._parsed:
-                self._parsed[(kind, body)] = {} if kind in ("json_line", "blank") else parse_body(kind, body)
+        # Noise is only counted, and its rules read numbers as numbers: one parse per template (numbers
+        # masked, templates.py) tells every body of it, however many loss-scale lines a run prints.
+        by_template = cold["kind"].is_in(list(NOISE)) & ~cold["body"].str.contains(MARK, literal=True)
+        if by_template.any():
+            cold = cold.with_columns(key=cold["body"].zip_with(~by_template, masked(cold["body"])))
+        else:
+            cold = cold.with_columns(key=pl.col("body"))
+        firsts = cold.unique(["kind", "key"], keep="first", maintain_order=True)
+        for kind, key, body in firsts.select("kind", "key", "body").iter_rows():
+            if (kind, key) not in self._parsed:
+                self._parsed[(kind, key)] = {} if kind in ("json_line", "blank") else parse_body(kind, body)
         good = [f"{k}\x00{b}" for (k, b), parsed in self._parsed.items() if parsed is not None]
-        parsed = cold.select(pl.concat_str("kind", pl.lit("\x00"), "body").is_in(good)).to_series()
+        parsed = cold.select(pl.concat_str("kind", pl.lit("\x00"), "key").is_in(good)).to_series()
         return is_cold.scatter(is_cold.arg_true(), parsed)
 
     def finish(self, result: IngestResult) -> None:
