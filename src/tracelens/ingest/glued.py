@@ -39,10 +39,14 @@ def line_starts(text: pl.Series) -> pl.Series:
 
 
 def cut(text: pl.Series, at: pl.Series) -> tuple[pl.Series, pl.Series]:
-    """Each text before and from its offset in `at` (where `at` is null: the whole text, and null)."""
-    frame = pl.DataFrame({"text": text, "at": at})
-    head = frame.select(
-        pl.when(pl.col("at").is_null()).then("text").otherwise(byte_slice(pl.col("text"), 0, pl.col("at")))
+    """Each text before and from its offset in `at` (where `at` is null: the whole text, and null).
+    Only the glued rows are sliced: the others are no copy."""
+    rows = at.is_not_null().arg_true()
+    rest = pl.repeat(None, text.len(), dtype=pl.String, eager=True).alias(text.name)
+    if not rows.len():
+        return text, rest
+    glued, at_ = pl.col("text"), pl.col("at")
+    head, tail = pl.DataFrame({"text": text.gather(rows), "at": at.gather(rows)}).select(
+        head=byte_slice(glued, 0, at_), tail=byte_slice(glued, at_)
     )
-    rest = frame.select(pl.when(pl.col("at").is_not_null()).then(byte_slice(pl.col("text"), pl.col("at"))))
-    return head.to_series().alias(text.name), rest.to_series().alias(text.name)
+    return text.clone().scatter(rows, head), rest.scatter(rows, tail)
