@@ -16,7 +16,7 @@ from synth.kineto import Job, traces
 from tests.helpers import corpus_dir, fire
 from tracelens.derived import RunContext
 from tracelens.derived import traces as derived
-from tracelens.ingest import InputFile, kineto, sniff_format
+from tracelens.ingest import InputFile, ingest_file, kineto, sniff_format
 from tracelens.tables import RunTables, conform
 
 # file -> (events, rank, rank source, world size, backend, NCCL version, steps, kernels, NCCL kernels,
@@ -270,6 +270,27 @@ def test_real_pair_of_ranks_matches_its_collectives(tmp_path):
     # the same 10 NCCL kernels on both ranks, matched by stream and position in the step
     assert arrived.height == 20 and arrived.group_by("pg", "step", "key").len()["len"].to_list() == [2] * 10
     assert (arrived["wait_us"] >= 0).all()
+
+
+def test_the_whole_corpus_as_one_run(tmp_path):
+    # each file's rows are a chunk of their own: polars's pl.format panicked on such a table once a
+    # filter emptied a chunk between others (the GPU traces' collectives, after the CPU-only trace's)
+    tables = RunTables()
+    for name in sorted(CORPUS):
+        _, _, result = read(unpacked(name, tmp_path))
+        for table, frame in result.tables.items():
+            tables.add(table, frame)
+    ctx = RunContext(tables)
+    assert tables.frame("trace_spans").n_chunks() > 2
+    assert ctx.collective_arrivals.filter(pl.col("ranks") > 1)["rank"].unique().sort().to_list() == [0, 1]
+    (finding,) = fire(tables, "TL431")
+    assert finding.ranks == [1] and "8 of 10" in finding.title
+
+
+def test_a_trace_on_one_line_is_not_said_to_be_cut(tmp_path):
+    path = unpacked("hta_trace_filter_sampled_rank-0.json.gz", tmp_path)  # one line of 1.7 MB
+    result = ingest_file(InputFile(path, path.name, "kineto", size=path.stat().st_size))
+    assert result.account.notes == [] and result.account.lines == CORPUS[path.name + ".gz"][0]
 
 
 # -- rules -------------------------------------------------------------------------------------------

@@ -189,7 +189,9 @@ def _collective_rows(spans: pl.LazyFrame) -> pl.LazyFrame:
     has_kernels = kernels.select("rank").unique()
     calls = spans.filter(pl.col("kind") == "collective").join(has_kernels, on="rank", how="anti")
     rows = pl.concat([kernels, calls], how="diagonal_relaxed").filter(pl.col("rank").is_not_null())
-    pg = pl.coalesce("pg_name", pl.format("stream {}", "stream"), pl.lit("default"))
+    # concat_str, not pl.format: format panics ("i < self.len()") in the streaming engine when a
+    # filter empties a chunk between others, as here on a table concatenated from several files
+    pg = pl.coalesce("pg_name", pl.concat_str(pl.lit("stream "), "stream"), pl.lit("default"))
     rows = rows.with_columns(pg=pg).sort("start_us")
     position = pl.int_range(pl.len()).over(["rank", "pg", "step"])
     return rows.select(
@@ -227,8 +229,7 @@ def arrivals(spans: pl.LazyFrame) -> pl.DataFrame:
 
 def _with_offsets(rows: pl.LazyFrame, match: list[str]) -> pl.LazyFrame:
     """The rows with their host's clock offset (0 for the host whose clock the others are read on)."""
-    # counted on a rechunked column: polars panics ("i < self.len()") counting over some multi-chunk frames
-    hosts = rows.select("host").collect().rechunk()["host"].n_unique()
+    hosts = rows.select(pl.col("host").n_unique()).collect().item()
     if hosts < 2:
         return rows.with_columns(clock_offset_us=pl.lit(0.0))
     late = (pl.col("end_us") - pl.col("end_us").median().over(match)).alias("late")

@@ -42,6 +42,7 @@ from tracelens.ingest import IngestResult, InputFile
 
 FORMAT = "kineto"
 PRIORITY = 4  # before the Flight Recorder's JSON (a trace is JSON too)
+READS_LINES = False  # the whole file as JSON, not through the line reader
 
 MAX_DEPTH = 2  # CPU spans kept: depth 0 (ProfilerStep, top-level ops), 1 and 2 on their thread
 CHUNK_BYTES = 32 << 20
