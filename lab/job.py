@@ -7,6 +7,7 @@ train.py (DeepSpeed) and train_ddp.py (PyTorch DDP under torchrun) import it fro
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -35,6 +36,29 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slow-rank", type=int, default=-1, help="the rank the `slow` flag slows")
     parser.add_argument("--slow-extra", type=int, default=10, help="extra forward passes of the slow rank")
     parser.add_argument("--desync-rank", type=int, default=-1, help="the rank the `desync` flag desynchronises")
+    parser.add_argument("--profile", type=Path, help="write this rank's PyTorch profiler trace into this folder")
+    parser.add_argument("--profile-wait", type=int, default=5, help="steps before the profiler records")
+    parser.add_argument("--profile-steps", type=int, default=400, help="steps it records (the run may end first)")
+
+
+def profiler(args: argparse.Namespace, rank: int) -> torch.profiler.profile | contextlib.nullcontext:
+    """With --profile, torch.profiler on the CPU over --profile-steps steps after --profile-wait, its
+    trace written by tensorboard_trace_handler as `rank<N>.<ns>.pt.trace.json` when the steps are done
+    or the run ends (whichever comes first); the caller marks each step with `.step()`."""
+    if args.profile is None:
+        return contextlib.nullcontext(NoProfiler())
+    return torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU],
+        schedule=torch.profiler.schedule(wait=args.profile_wait, warmup=1, active=args.profile_steps, repeat=1),
+        on_trace_ready=torch.profiler.tensorboard_trace_handler(str(args.profile), worker_name=f"rank{rank}"),
+    )
+
+
+class NoProfiler:
+    """What a run without --profile marks its steps on."""
+
+    def step(self) -> None:
+        pass
 
 
 class Flags:

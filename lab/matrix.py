@@ -14,7 +14,9 @@ one fault. A run:
 4. waits for every rank's first logged step, then FAULT_AFTER s, switches the fault on and
    records the UTC time, and off FAULT_FOR s later (a blackout BLACKOUT_S; a checkpoint when its
    pause ends; a hang never: HANG_WAIT s on, py-spy dumps every rank and the job is killed);
-5. writes the fixture (matrix_fixture.py) into OUT/<run id>/.
+5. writes the fixture (matrix_fixture.py) into OUT/<run id>/; with --profile every rank also runs
+   under torch.profiler and its trace, cut to the steps around the fault, goes beside its host's logs
+   (trace_fixture.py). --table reads the runs from another table of matrix.tsv's columns.
 
 Options from the environment: LAB_PYTHON (the lab venv's python;
 by default lab/.venv's, where setup.sh puts it),
@@ -71,6 +73,7 @@ HANG_WAIT = env_float("HANG_WAIT", 40)
 HOGS = int(env_float("HOGS", 3))
 LOSS_SKEW = int(env_float("LOSS_SKEW", 4))
 SKEW = env_float("SKEW", 2.5)
+PROFILE = False  # set by --profile: every rank writes a PyTorch profiler trace into the work folder
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,8 @@ class Lab:
             "--pause-s",
             "15",
         ]
+        if PROFILE:
+            args += ["--profile", str(self.work / "traces")]
         if run.kind == "slow-rank":
             args += ["--slow-rank", str(run.arg)]
         if run.kind == "hang":
@@ -474,6 +479,10 @@ def make(run: Run, out: Path, keep: bool) -> Path:
     if run.kind == "hang" and not all(alive.values()):
         raise RuntimeError(f"not a hang: ranks {sorted(r for r, a in alive.items() if not a)} ended")
     fixture = write_fixture(run, work, out / run.id, lab.events, alive)
+    if PROFILE:
+        from trace_fixture import add_traces
+
+        add_traces(run, work, fixture, lab.events)
     print(f"{run.id}: fixture {fixture} in {time.time() - began:.0f} s", file=sys.stderr)
     if not keep:
         shutil.rmtree(work)
@@ -486,11 +495,15 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=LAB.parent / "fixtures" / "lab-matrix")
     parser.add_argument("--keep-work", action="store_true", help="keep the run's work folder in /tmp")
     parser.add_argument("--tries", type=int, default=2, help="a run that fails (no steps, a crash) is made again")
+    parser.add_argument("--table", type=Path, default=TABLE, help="the runs' table (default: matrix.tsv)")
+    parser.add_argument("--profile", action="store_true", help="profile every rank: traces in the fixture")
     args = parser.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     # started in the background, SIGINT arrives ignored: both signals end the run cleanly (Lab.cleanup)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    table = {r.id: r for r in read_table()}
+    table = {r.id: r for r in read_table(args.table)}
     for rid in args.runs or list(table):
         for attempt in range(1, args.tries + 1):
             try:

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from deepspeed.utils.logging import log_dist, set_log_level_from_string
 from deepspeed.utils.timer import SynchronizedWallClockTimer
-from job import SEED, Flags, Model, add_job_arguments, batches, desync_all_reduce, hold_checkpoint
+from job import SEED, Flags, Model, add_job_arguments, batches, desync_all_reduce, hold_checkpoint, profiler
 from torch import nn
 
 
@@ -116,26 +116,28 @@ def main() -> None:
     control = torch.zeros(2)  # [stop, checkpoint now], decided by rank 0
     checkpointed = False
     started = None
-    while True:
-        for _ in range(args.grad_accum):
-            x, y = next(loader)
-            if flags.desync_now():
-                desync_all_reduce(side)
-            loss = loss_fn(engine(x), y)
-            engine.backward(loss)
-            engine.step()
-        if started is None:
-            started = time.time()
-        control.zero_()
-        if rank == 0:
-            control[0] = float(time.time() - started >= args.seconds)
-            control[1] = float(flags.checkpoint_asked() and not checkpointed)
-        dist.all_reduce(control, op=dist.ReduceOp.MAX)
-        if control[1] > 0:
-            checkpointed = True
-            hold_checkpoint(lambda: engine.save_checkpoint(str(args.out / "checkpoints")), rank, args)
-        if control[0] > 0:
-            break
+    with profiler(args, rank) as prof:
+        while True:
+            for _ in range(args.grad_accum):
+                x, y = next(loader)
+                if flags.desync_now():
+                    desync_all_reduce(side)
+                loss = loss_fn(engine(x), y)
+                engine.backward(loss)
+                engine.step()
+            if started is None:
+                started = time.time()
+            control.zero_()
+            if rank == 0:
+                control[0] = float(time.time() - started >= args.seconds)
+                control[1] = float(flags.checkpoint_asked() and not checkpointed)
+            dist.all_reduce(control, op=dist.ReduceOp.MAX)
+            if control[1] > 0:
+                checkpointed = True
+                hold_checkpoint(lambda: engine.save_checkpoint(str(args.out / "checkpoints")), rank, args)
+            prof.step()
+            if control[0] > 0:
+                break
     print(f"rank {rank} done after {engine.global_steps} steps", flush=True)
     dist.destroy_process_group()
 

@@ -22,7 +22,7 @@ import time
 
 import torch
 import torch.distributed as dist
-from job import SEED, Flags, Model, add_job_arguments, batches, desync_all_reduce, hold_checkpoint
+from job import SEED, Flags, Model, add_job_arguments, batches, desync_all_reduce, hold_checkpoint, profiler
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -62,38 +62,41 @@ def main() -> None:
     started = None
     step = 0
     last = time.time()
-    while True:
-        x, y = next(loader)
-        if flags.desync_now():
-            desync_all_reduce(side)
-        loss = loss_fn(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        step += 1
-        now = time.time()
-        elapsed_ms, last = (now - last) * 1000, now
-        log.info(
-            f"[Rank {rank}] iteration {step:8d}/{TRAIN_ITERS:8d} | consumed samples: {step * args.batch * world:12d} | "
-            f"elapsed time per iteration (ms): {elapsed_ms:.1f} | learning rate: {LR:.3E} | "
-            f"global batch size: {args.batch * world:5d} | lm loss: {loss.item():.6E} | loss scale: 1.0 | "
-            f"number of skipped iterations:   0 | number of nan iterations:   0 | "
-            f"samples per second: {args.batch * world / (elapsed_ms / 1000):.3f} |"
-        )
-        if started is None:
-            started = now
-        control.zero_()
-        if rank == 0:
-            control[0] = float(now - started >= args.seconds)
-            control[1] = float(flags.checkpoint_asked() and not checkpointed)
-        dist.all_reduce(control, op=dist.ReduceOp.MAX)
-        if control[1] > 0:
-            checkpointed = True
-            args.out.mkdir(parents=True, exist_ok=True)
-            hold_checkpoint(lambda: torch.save(model.state_dict(), args.out / f"model-rank{rank}.pt"), rank, args)
-            last = time.time()  # Megatron stops its iteration timer while it saves
-        if control[0] > 0:
-            break
+    with profiler(args, rank) as prof:
+        while True:
+            x, y = next(loader)
+            if flags.desync_now():
+                desync_all_reduce(side)
+            loss = loss_fn(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            now = time.time()
+            elapsed_ms, last = (now - last) * 1000, now
+            log.info(
+                f"[Rank {rank}] iteration {step:8d}/{TRAIN_ITERS:8d} | "
+                f"consumed samples: {step * args.batch * world:12d} | "
+                f"elapsed time per iteration (ms): {elapsed_ms:.1f} | learning rate: {LR:.3E} | "
+                f"global batch size: {args.batch * world:5d} | lm loss: {loss.item():.6E} | loss scale: 1.0 | "
+                f"number of skipped iterations:   0 | number of nan iterations:   0 | "
+                f"samples per second: {args.batch * world / (elapsed_ms / 1000):.3f} |"
+            )
+            if started is None:
+                started = now
+            control.zero_()
+            if rank == 0:
+                control[0] = float(now - started >= args.seconds)
+                control[1] = float(flags.checkpoint_asked() and not checkpointed)
+            dist.all_reduce(control, op=dist.ReduceOp.MAX)
+            if control[1] > 0:
+                checkpointed = True
+                args.out.mkdir(parents=True, exist_ok=True)
+                hold_checkpoint(lambda: torch.save(model.state_dict(), args.out / f"model-rank{rank}.pt"), rank, args)
+                last = time.time()  # Megatron stops its iteration timer while it saves
+            prof.step()
+            if control[0] > 0:
+                break
     log.info(f"[Rank {rank}] done after {step} iterations")
     dist.destroy_process_group()
 
