@@ -38,6 +38,7 @@ class Job:
     gap_ms: float = 1.0  # host time between steps
     gpu: bool = True  # False: CPU only, gloo
     late: dict[int, dict[int, float]] = field(default_factory=dict)  # rank -> {step: extra forward ms}
+    slow_transfer: dict[int, float] = field(default_factory=dict)  # step -> extra ms of every transfer (the network)
     sequence_numbers: bool = True  # record_param_comms carries `Seq` (PyTorch 2.3+)
     clock_ms: dict[int, float] = field(default_factory=dict)  # rank -> how far ahead its host's clock runs
     detail: int = 0  # small operators (and kernels) per forward pass
@@ -104,7 +105,7 @@ def _steps(job: Job) -> Iterator[list[_Rank]]:
         done_prev = 0.0
         for bucket, share in enumerate((0.5, 1.0)):
             arrive = [t + share * job.backward_ms for t in ready]
-            end = max(max(arrive), done_prev) + job.transfer_ms[bucket]
+            end = max(max(arrive), done_prev) + job.transfer_ms[bucket] + job.slow_transfer.get(step, 0.0)
             ends.append((arrive, end))
             done_prev = end
         finish = done_prev + job.optimizer_ms

@@ -7,16 +7,20 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from synth.kineto import Job, traces
+from synth.kineto import Job, step_ms, traces
 from tests.helpers import corpus_dir, fire
 from tracelens.derived import RunContext
 from tracelens.derived import traces as derived
+from tracelens.findings import Verdict
 from tracelens.ingest import InputFile, ingest_file, kineto, sniff_format
+from tracelens.rules import causes
+from tracelens.rules.causes import Candidate
 from tracelens.tables import RunTables, conform
 
 # file -> (events, rank, rank source, world size, backend, NCCL version, steps, kernels, NCCL kernels,
@@ -291,6 +295,28 @@ def test_a_trace_on_one_line_is_not_said_to_be_cut(tmp_path):
     path = unpacked("hta_trace_filter_sampled_rank-0.json.gz", tmp_path)  # one line of 1.7 MB
     result = ingest_file(InputFile(path, path.name, "kineto", size=path.stat().st_size))
     assert result.account.notes == [] and result.account.lines == CORPUS[path.name + ".gz"][0]
+
+
+def verdict_of(tmp_path: Path, job: Job, steps: range) -> tuple[Verdict, Candidate | None]:
+    """The slow-window verdict from the traces alone, for the window of `steps`."""
+    ctx = context(tmp_path, job)
+    base = datetime.fromtimestamp(job.base_ns / 1e9, timezone.utc)
+    begin, end = (base + timedelta(milliseconds=step_ms(job, s)[i]) for s, i in ((steps[0], 0), (steps[-1], 1)))
+    return causes.verdict(list(ctx.trace_signals(begin, end)), "steps", [])
+
+
+def test_traces_name_the_straggler_in_the_verdict(tmp_path):
+    verdict, best = verdict_of(tmp_path, Job(late=STRAGGLER), range(20, 25))
+    assert best is not None and (best.cause, best.ranks, best.hosts) == ("straggler", [2], ["node02"])
+    assert verdict.confidence == "high"
+    assert any("longer than rank 2 (node02), which arrived last at the collectives" in b for b in verdict.because)
+
+
+def test_traces_tell_a_slow_network_from_a_straggler(tmp_path):
+    # every transfer 30 ms slower in steps 20-24: every rank spends longer in its collectives, none
+    # works longer and none arrives last
+    verdict, best = verdict_of(tmp_path, Job(slow_transfer=dict.fromkeys(range(20, 25), 30.0)), range(20, 25))
+    assert best is not None and (best.cause, best.ranks) == ("comm", [])
 
 
 # -- rules -------------------------------------------------------------------------------------------

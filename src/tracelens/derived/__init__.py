@@ -261,6 +261,21 @@ class RunContext:
         return traces.arrivals(self.scan("trace_spans"))
 
     @cached_property
+    def trace_levels(self) -> pl.DataFrame:
+        """Per rank and step, the timing model's parts the traces measure (traces.step_levels)."""
+        return traces.step_levels(self.trace_breakdown, self.collective_arrivals)
+
+    def trace_signals(self, begin: datetime, end: datetime) -> list[window_signals.Signal]:
+        """Per rank, its traced own work, time in collectives and wait for the last rank inside
+        [begin, end] against outside it, each rank named as its step signals name it (else by its trace's host)."""
+        if self.tables.height("trace_spans") == 0:
+            return []
+        traced = self["trace_ranks"].filter(pl.col("rank").is_not_null()).unique("rank").iter_rows(named=True)
+        names = {r["rank"]: f"rank {r['rank']}" + (f" ({r['host']})" if r["host"] else "") for r in traced}
+        names |= {s.rank: s.where for s in self.step_signals(begin, end) if s.rank is not None}
+        return traces.window_signals(self.trace_levels, begin, end, names, self.baseline)
+
+    @cached_property
     def trace_waits(self) -> pl.DataFrame:
         """Per rank and step: its collectives, the time it waited for later ranks and how often it came last."""
         return traces.rank_waits(self.collective_arrivals)

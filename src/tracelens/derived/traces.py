@@ -26,7 +26,12 @@ on a GPU the NCCL kernel's time is the waiting plus the transfer.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import polars as pl
+
+from tracelens.derived.baseline import Baseline
+from tracelens.derived.window_signals import Signal, _level
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 RANK_STEP = ["rank", "step"]
@@ -188,6 +193,10 @@ def _collective_rows(spans: pl.LazyFrame) -> pl.LazyFrame:
     kernels = spans.filter(pl.col("category") == "communication")
     has_kernels = kernels.select("rank").unique()
     calls = spans.filter(pl.col("kind") == "collective").join(has_kernels, on="rank", how="anti")
+    # gloo runs a call's op on a worker thread, where no call holds it: a rank whose calls carry their
+    # sequence number has each collective twice, once unnumbered
+    numbered = pl.col("seq").is_not_null().any().over("rank")
+    calls = calls.filter(pl.col("seq").is_not_null() | ~numbered)
     rows = pl.concat([kernels, calls], how="diagonal_relaxed").filter(pl.col("rank").is_not_null())
     # concat_str, not pl.format: format panics ("i < self.len()") in the streaming engine when a
     # filter empties a chunk between others, as here on a table concatenated from several files
@@ -257,3 +266,72 @@ def rank_waits(arrived: pl.DataFrame) -> pl.DataFrame:
         )
         .sort(RANK_STEP)
     )
+
+
+# -- the timing model's levels, from the traces (docs/timing-model.md) ------------------------------
+
+# per rank and step: (column, cause, what it is, judged by its mean)
+TRACE_LEVELS = (
+    ("own_ms", "own", "own work (the step less its exposed communication, from its profiler trace)", False),
+    ("wait_ms", "wait", "exposed communication (waiting for the last rank and the transfer, from its trace)", True),
+    ("arrival_ms", "arrival", "waiting for the last rank to arrive at the collectives (from the traces)", True),
+)
+
+
+def step_levels(breakdown: pl.DataFrame, arrived: pl.DataFrame) -> pl.DataFrame:
+    """Per rank and step, the parts of the timing model the traces measure: `wait_ms` its exposed
+    communication (a collective lasts from the rank's arrival to its end, its wait for the last rank
+    plus the transfer; the part no computation hides is what the step waits), `own_ms` the rest of
+    the step, `arrival_ms` its wait for the last rank alone (last arrival minus its own, summed over
+    the step's collectives); `end` the step's end in UTC."""
+    steps = breakdown.filter(pl.col("step").is_not_null())
+    waited = arrived.group_by(RANK_STEP).agg(arrival_ms=pl.col("wait_us").sum() / 1000)
+    end_ns = ((pl.col("start_us") + pl.col("window_us")) * 1000).cast(pl.Int64)
+    return steps.join(waited, on=RANK_STEP, how="left").select(
+        *RANK_STEP,
+        end=pl.from_epoch(end_ns, "ns").dt.replace_time_zone("UTC"),
+        own_ms=(pl.col("window_us") - pl.col("exposed_comm_us")) / 1000,
+        wait_ms=pl.col("exposed_comm_us") / 1000,
+        arrival_ms=pl.col("arrival_ms").fill_null(0.0),
+    )
+
+
+def window_signals(
+    levels: pl.DataFrame,
+    begin: datetime,
+    end: datetime,
+    names: dict[int, str],
+    limits: Baseline,
+) -> list[Signal]:
+    """Per rank, its traced own work, time in collectives and wait for the last rank (step_levels) in
+    the steps that ended inside [begin, end] against those outside, as window_signals judges the
+    timers' levels; `names` gives each rank as the other step signals name it ("rank 2 (node02)")."""
+    signals = []
+    for (rank,), steps in levels.filter(pl.col("rank").is_not_null()).group_by("rank", maintain_order=True):
+        within = steps["end"].is_between(begin, end)
+        inside, outside = steps.filter(within), steps.filter(~within)
+        who = names.get(rank, f"rank {rank}")
+        host = who.partition(" (")[2].removesuffix(")")
+        for column, cause, what, mean in TRACE_LEVELS:
+            level = _level(inside[column], outside[column], limits, mean=mean)
+            if level.inside is None or level.outside is None:
+                continue
+            said = "rose" if level.rose else "fell" if level.fell else "no rise"
+            times = f"{level.ratio:.2f}x, " if level.ratio is not None else ""
+            signals.append(
+                Signal(
+                    "traces",
+                    cause,
+                    what,
+                    who,
+                    level.rose,
+                    level.comparable,
+                    f"{who}: {what}, {'mean' if mean else 'median'} per step {level.inside:.0f} ms in the window "
+                    f"against {level.outside:.0f} ms outside it ({times}{said})",
+                    (host,) if host else (),
+                    rank=rank,
+                    ratio=level.ratio,
+                    change=level.inside - level.outside,
+                )
+            )
+    return signals

@@ -83,6 +83,7 @@ def measure(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
         *_nccl_signals(ctx, begin, end),
         *_kernel_signals(ctx, ctx.step_series, begin, end),
         *ctx.step_signals(begin, end),
+        *ctx.trace_signals(begin, end),  # profiler traces: each rank's exact arrivals (derived.traces)
     ]
 
 

@@ -118,7 +118,10 @@ def candidates(signals: list[Signal]) -> list[Candidate]:
 
 
 def _by(signals: list[Signal], cause: str) -> list[Signal]:
-    return [s for s in signals if s.source == "steps" and s.cause == cause and s.comparable]
+    """The ranks' step signals of `cause`: the timers', and the profiler traces' for ranks the timers miss."""
+    timed = [s for s in signals if s.source == "steps" and s.cause == cause and s.comparable]
+    traced = [s for s in signals if s.source == "traces" and s.cause == cause and s.comparable]
+    return timed + [s for s in traced if s.where not in {t.where for t in timed}]
 
 
 def _change(signal: Signal | None) -> float:
@@ -132,7 +135,10 @@ def arrival(signals: list[Signal]) -> dict[str, float]:
     asynchronous calls (ZeRO-3's prefetch: issued late, they return late), or of all its waiting phases
     (with overlapped communication backward holds the wait; under ZeRO-3 forward too). Whichever the ranks differ
     in most: a cause that slows every rank alike moves both alike, a late rank shows in the one that
-    holds the wait. The rank that waited least arrived last."""
+    holds the wait. The rank that waited least arrived last. Profiler traces of every rank measure
+    the arrivals themselves: their wait for the last rank wins."""
+    if len(traced := {s.where: _change(s) for s in _by(signals, "arrival")}) >= 2:
+        return traced
     by = {cause: {s.where: _change(s) for s in _by(signals, cause)} for cause in ("comm", "coll", "wait")}
     by["late"] = {s.where: -_change(s) for s in _by(signals, "late")}  # who returned later waited less
     spread = {cause: max(v.values()) - min(v.values()) if len(v) >= 2 else 0.0 for cause, v in by.items()}
