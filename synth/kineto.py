@@ -39,6 +39,7 @@ class Job:
     gpu: bool = True  # False: CPU only, gloo
     late: dict[int, dict[int, float]] = field(default_factory=dict)  # rank -> {step: extra forward ms}
     slow_transfer: dict[int, float] = field(default_factory=dict)  # step -> extra ms of every transfer (the network)
+    loader_ms: float = 0.0  # each step first waits this long for its batch (the data loader), the GPU idle
     sequence_numbers: bool = True  # record_param_comms carries `Seq` (PyTorch 2.3+)
     clock_ms: dict[int, float] = field(default_factory=dict)  # rank -> how far ahead its host's clock runs
     detail: int = 0  # small operators (and kernels) per forward pass
@@ -79,6 +80,9 @@ class _Rank:
         self.span(cat, name, stream, start_ms, dur_ms, device=0, stream=stream, correlation=self.correlation, **args)
 
 
+LOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+
+
 def _collective_args(job: Job, bucket: int, seq: int) -> dict:
     args = {
         "Collective name": "allreduce",
@@ -99,7 +103,7 @@ def _steps(job: Job) -> Iterator[list[_Rank]]:
     now = START_MS
     seq = 0
     for step in range(job.first_step, job.first_step + job.steps):
-        start = now
+        step_start, start = now, now + job.loader_ms
         ready = [start + 0.5 + job.forward_ms + job.extra_ms(r.rank, step) for r in ranks]  # backward starts
         ends = []
         done_prev = 0.0
@@ -111,7 +115,9 @@ def _steps(job: Job) -> Iterator[list[_Rank]]:
         finish = done_prev + job.optimizer_ms
         for r, fwd_end in zip(ranks, ready):
             r.events = []
-            r.span("user_annotation", f"ProfilerStep#{step}", MAIN_TID, start, finish + job.gap_ms - start)
+            r.span("user_annotation", f"ProfilerStep#{step}", MAIN_TID, step_start, finish + job.gap_ms - step_start)
+            if job.loader_ms:
+                r.span("user_annotation", LOADER, MAIN_TID, step_start + 0.01, job.loader_ms - 0.02)
             r.span("user_annotation", "## forward ##", MAIN_TID, start + 0.1, fwd_end - start - 0.1)
             r.span("cpu_op", "aten::linear", MAIN_TID, start + 0.2, fwd_end - start - 0.3)
             _detail(job, r, start + 0.2, fwd_end - start - 0.3)

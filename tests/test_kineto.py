@@ -352,6 +352,18 @@ def test_tl430_stays_quiet_when_communication_overlaps(tmp_path):
     assert fire(context(tmp_path, Job()).tables, "TL430") == []  # 6 of 105.5 ms exposed
 
 
+def test_tl432_fires_when_the_gpu_waits_for_the_data_loader(tmp_path):
+    # every step first waits 30 ms for its batch, the GPU idle: 31.2 of 135.5 ms
+    (finding,) = fire(context(tmp_path, Job(loader_ms=30.0)).tables, "TL432")
+    assert finding.ranks == [0, 1, 2, 3] and finding.hosts == ["node01", "node02"]
+    assert finding.title == "GPU idle waiting for the host: 23% of the median step on rank 0 (data loader)"
+    assert "96% of it while the data loader ran" in finding.summary
+
+
+def test_tl432_stays_quiet_when_the_host_keeps_the_gpu_busy(tmp_path):
+    assert fire(context(tmp_path, Job()).tables, "TL432") == []  # 1.2 of 105.5 ms between steps
+
+
 # -- report ------------------------------------------------------------------------------------------
 
 
@@ -366,6 +378,24 @@ def test_report_section_has_a_row_and_a_lane_per_rank(tmp_path):
     assert [bar["step"] for bar in rank2 if bar["last"]] == [20, 21, 22, 23, 24]
     assert data["ranks"][0]["last"] == 0 and data["ranks"][2]["last"] == 10
     assert section.context(RunContext(RunTables()), NO_FINDINGS) is None
+
+
+def test_timeline_has_a_lane_per_rank_of_its_traced_steps(tmp_path):
+    from tests.helpers import NO_FINDINGS
+    from tracelens.report.sections import timeline
+
+    ctx = context(tmp_path, Job(late=STRAGGLER, loader_ms=30.0, base_ns=1_733_509_800 * 10**9))
+    lanes = timeline._trace_steps(ctx)
+    assert lanes["lane"].unique(maintain_order=True).to_list() == [f"rank {r} · trace" for r in range(4)]
+    marked = lanes.group_by("lane", "colour").len().sort("lane", "colour")
+    last, waited, _ = timeline.TRACE_STATES.values()
+    # rank 2 came last in steps 20-24; in every other step every rank's GPU waited 30 ms for its loader
+    # (but in the first: no GPU span before it went idle)
+    assert marked.filter(pl.col("colour") == last).rows() == [("rank 2 · trace", last, 5)]
+    assert marked.filter(pl.col("colour") == waited)["len"].to_list() == [19, 19, 14, 19]
+    chart = timeline.context(ctx, NO_FINDINGS)["chart"]
+    assert "rank 2 · trace" in chart and "arrived last at a collective" in chart
+    assert timeline._trace_steps(RunContext(RunTables())).height == 0
 
 
 def test_derived_tables_are_empty_without_traces():

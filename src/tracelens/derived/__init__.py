@@ -261,6 +261,11 @@ class RunContext:
         return traces.arrivals(self.scan("trace_spans"))
 
     @cached_property
+    def trace_host_waits(self) -> pl.DataFrame:
+        """Per rank and step, the GPU's idle time waiting for the host to launch work (traces.host_waits)."""
+        return traces.host_waits(self.scan("trace_spans"))
+
+    @cached_property
     def trace_levels(self) -> pl.DataFrame:
         """Per rank and step, the timing model's parts the traces measure (traces.step_levels)."""
         return traces.step_levels(self.trace_breakdown, self.collective_arrivals)

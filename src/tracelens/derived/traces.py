@@ -169,6 +169,40 @@ def breakdown(spans: pl.LazyFrame) -> pl.DataFrame:
     return pl.concat(frames).collect().sort("rank", "step", nulls_last=True)
 
 
+HOST_WAIT_SCHEMA = {
+    "rank": pl.Int64,
+    "step": pl.Int64,
+    "host_wait_us": pl.Float64,  # the GPU idle until a kernel the host launched only after it had gone idle
+    "loader_us": pl.Float64,  # the part of it while the rank's data loader ran (its `DataLoader` span)
+    "gaps": pl.UInt32,  # idle stretches that waited for the host
+}
+LOADER = "DataLoader"  # in the name of the span PyTorch's profiler records around each batch fetched
+
+
+def host_waits(spans: pl.LazyFrame) -> pl.DataFrame:
+    """Per rank and step on the GPU, the idle time that waited for the host (Holistic Trace Analysis's
+    "host wait"): an idle stretch between GPU spans whose next span was launched after the stretch
+    began; the GPU had run out of work because the CPU had not yet asked for more (a slow data loader,
+    Python overhead, launches too small for the GPU). The stretch belongs to the step of that span."""
+    spans = spans.filter(pl.col("rank").is_not_null())
+    gpu = spans.filter(pl.col("kind").is_in(GPU_KINDS), pl.col("step").is_not_null())
+    reach = pl.col("end_us").cum_max().shift(1).over("rank")
+    gaps = (
+        gpu.sort("rank", "start_us")
+        .with_columns(idle_from=reach)
+        .filter(pl.col("start_us") > pl.col("idle_from"), pl.col("launch_us") >= pl.col("idle_from"))
+        .select("rank", "step", begin="idle_from", end="start_us")
+    )
+    loader = spans.filter(pl.col("name").str.contains(LOADER, literal=True), pl.col("step").is_not_null()).select(
+        "rank", "step", l_begin="start_us", l_end="end_us"
+    )
+    overlap = (pl.min_horizontal("end", "l_end") - pl.max_horizontal("begin", "l_begin")).clip(lower_bound=0.0)
+    loaded = gaps.join(loader, on=RANK_STEP).group_by(RANK_STEP).agg(loader_us=overlap.sum())
+    waits = gaps.group_by(RANK_STEP).agg(host_wait_us=(pl.col("end") - pl.col("begin")).sum(), gaps=pl.len())
+    out = waits.join(loaded, on=RANK_STEP, how="left").with_columns(pl.col("loader_us").fill_null(0.0))
+    return out.select(list(HOST_WAIT_SCHEMA)).cast(HOST_WAIT_SCHEMA).collect().sort(RANK_STEP)  # type: ignore[arg-type]
+
+
 ARRIVAL_SCHEMA = {
     "rank": pl.Int64,
     "host": pl.String,

@@ -29,6 +29,13 @@ def _files(ctx: RunContext, ranks: list[int]) -> dict[int, tuple[str, str | None
     return {r["rank"]: (r["file"], r["host"]) for r in rows.iter_rows(named=True)}
 
 
+def _trace_evidence(files: dict[int, tuple[str, str | None]], ranks: list[int]) -> list[Evidence]:
+    """The first ranks' trace files, as a finding's evidence."""
+    return [
+        Evidence(file=files[r][0], text=f"rank {r}: profiler trace", host=files[r][1]) for r in ranks if r in files
+    ][:4]
+
+
 def _steps_text(steps: list[int]) -> str:
     return ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in number_runs(steps, shortest=2))
 
@@ -97,9 +104,7 @@ def exposed_communication(ctx: RunContext, *, share: float = 0.25, critical_shar
         severity=Severity.CRITICAL if worst["median"] > critical_share else Severity.WARNING,
         title=f"Exposed communication: {worst['median']:.0%} of the median step on rank {worst['rank']}",
         summary=f"On the {where}, communication ran with nothing to hide it behind for " + "; ".join(parts) + ".",
-        evidence=[
-            Evidence(file=files[r][0], text=f"rank {r}: profiler trace", host=files[r][1]) for r in ranks if r in files
-        ][:4],
+        evidence=_trace_evidence(files, ranks),
         hosts=sorted({host for r in ranks if r in files and (host := files[r][1])}),
         ranks=ranks,
         window=(_utc(begin), _utc(end)) if begin is not None and begin > 1e15 else None,
@@ -221,4 +226,85 @@ def _last_rank(
         ranks=[rank],
         window=(_utc(begin), _utc(end)) if begin is not None and begin > 1e15 else None,
         cost_seconds=float(others["wait_us"].sum()) / 1e6 / max(others["rank"].n_unique(), 1),
+    )
+
+
+@rule(
+    "TL432",
+    "gpu-waits-for-host",
+    Severity.WARNING,
+    kind="cause",
+    needs=("trace_spans",),
+    settings={
+        "share": Setting("share of the step", "A rank whose median step's GPU waits for its host longer than this."),
+        "critical_share": Setting("share of the step", "Above this median share the finding is critical."),
+    },
+)
+def gpu_waits_for_host(ctx: RunContext, *, share: float = 0.1, critical_share: float = 0.3) -> Iterator[Finding]:
+    """
+    What it finds: from the ranks' profiler traces, per rank and ProfilerStep, the time the GPU sat
+    idle waiting for its host: idle stretches between GPU spans whose next kernel, copy or set was
+    launched only after the GPU had gone idle (Holistic Trace Analysis's "host wait"), when the
+    median step of some rank waits more than `share` of its time; and how much of that wait the
+    rank's data loader was fetching a batch (its `enumerate(DataLoader)` span).
+
+    Why it slows the run: a GPU runs only what the CPU has queued. When the host is late (it is
+    still loading or preprocessing the next batch, or Python and launch overhead cannot keep up
+    with kernels that finish in microseconds), the GPU idles and the step takes that much longer;
+    in a data-parallel job the other ranks then wait for this one at the next collective.
+
+    How to fix: for a data loader, more `DataLoader` workers (`num_workers`), `pin_memory=True`,
+    `prefetch_factor`, `persistent_workers=True`, faster storage or preprocessing off the training
+    process; for launch overhead, larger batches or fused kernels, CUDA graphs
+    (`torch.compile(mode="reduce-overhead")`), and fewer host syncs (`.item()`, `.cpu()`, prints of
+    tensors) inside the step.
+    """
+    waits = ctx.trace_host_waits
+    steps = ctx.trace_breakdown.filter(pl.col("step").is_not_null(), pl.col("basis") == "gpu", pl.col("window_us") > 0)
+    if waits.height == 0 or steps.height == 0:
+        return
+    per_step = steps.select("rank", "step", "start_us", "window_us").join(waits, on=["rank", "step"], how="left")
+    per_rank = (
+        per_step.with_columns(pl.col("host_wait_us", "loader_us").fill_null(0.0))
+        .with_columns(waited=pl.col("host_wait_us") / pl.col("window_us"))
+        .group_by("rank")
+        .agg(
+            pl.col("waited").median().alias("median"),
+            pl.col("host_wait_us").sum(),
+            pl.col("loader_us").sum(),
+            pl.col("step").filter(pl.col("waited") > share).alias("over"),
+            pl.len().alias("steps"),
+            pl.col("start_us").min().alias("begin"),
+            (pl.col("start_us") + pl.col("window_us")).max().alias("end"),
+        )
+        .filter(pl.col("median") > share)
+        .sort("median", "rank", descending=[True, False])
+    )
+    if per_rank.height == 0:
+        return
+    worst = per_rank.row(0, named=True)
+    ranks = per_rank["rank"].to_list()
+    files = _files(ctx, ranks)
+    loader = per_rank["loader_us"].sum() >= 0.5 * per_rank["host_wait_us"].sum()
+    why = "its data loader was fetching the next batch" if loader else "the host launched too little, too late"
+    parts = [
+        f"rank {r['rank']}: {r['median']:.0%} of the median step ({r['host_wait_us'] / 1e3:,.1f} ms in "
+        f"{count(r['steps'], 'step')}, {r['loader_us'] / max(r['host_wait_us'], 1e-9):.0%} of it while the data "
+        f"loader ran; over {share:.0%} in steps {_steps_text(sorted(r['over']))[:120]})"
+        for r in per_rank.head(MAX_STEPS_SHOWN).iter_rows(named=True)
+    ]
+    yield Finding(
+        severity=Severity.CRITICAL if worst["median"] > critical_share else Severity.WARNING,
+        title=f"GPU idle waiting for the host: {worst['median']:.0%} of the median step on rank {worst['rank']}"
+        + (" (data loader)" if loader else " (CPU-bound launch)"),
+        summary="The GPU ran out of queued work and waited for its host, mostly while "
+        + why
+        + ": "
+        + "; ".join(parts)
+        + ".",
+        evidence=_trace_evidence(files, ranks),
+        hosts=sorted({host for r in ranks if r in files and (host := files[r][1])}),
+        ranks=ranks,
+        window=(_utc(worst["begin"]), _utc(worst["end"])) if worst["begin"] > 1e15 else None,
+        cost_seconds=float(per_rank["host_wait_us"].max()) / 1e6,
     )

@@ -1,5 +1,7 @@
 """The timeline, the report's centre: one chart with time across (UTC), the step time on top and
-a lane per host and source below (NCCL events, counter rises, packet events), the windows of
+a lane per host and source below (NCCL events, counter rises, packet events), a lane per rank of
+its profiler trace's steps (the steps it arrived last at a collective, or its GPU waited for the
+host, marked; tracelens.derived.traces), the windows of
 the root-cause and slow-step findings shaded and numbered, and each host's GPU utilisation when
 nvidia-smi or DCGM sampled it (tracelens.derived.hostsignals); then each finding's window linked to
 its evidence, the logs' zone as the timeline decided it, and the clock offsets it measured and
@@ -7,6 +9,7 @@ applied."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import polars as pl
@@ -16,6 +19,7 @@ from tracelens.derived import steps as timing
 from tracelens.derived.events import CAUSES
 from tracelens.derived.hostsignals import gpu_lanes
 from tracelens.derived.stream_groups import StreamGroups
+from tracelens.ingest.kineto import EPOCH_MIN_US
 from tracelens.report import svg
 
 if TYPE_CHECKING:
@@ -50,10 +54,12 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     steps, span = _binned_steps(ctx.step_series)
     windows = [(i, f) for i, f in enumerate(analysis.findings, start=1) if f.window]
     gpus = gpu_lanes(ctx["gpu_samples"])
-    if events.height == 0 and steps.height == 0 and not windows and gpus.height == 0:
+    traced = _trace_steps(ctx)
+    if events.height == 0 and steps.height == 0 and not windows and gpus.height == 0 and traced.height == 0:
         return None
+    affected = {h for f in analysis.findings for h in f.hosts}
     return {
-        "chart": _chart(steps, span, events, windows, gpus, {h for f in analysis.findings for h in f.hosts}),
+        "chart": _chart(steps, span, events, windows, gpus, affected, traced),
         "windows": [_window_row(i, f) for i, f in windows],
         "zone": analysis.timeline.notes[0] if analysis.timeline.notes else "",
         "offsets": analysis.timeline.offsets.to_dicts(),
@@ -74,10 +80,53 @@ def _window_row(index: int, finding) -> dict:
     }
 
 
+TRACE_STATES = {  # a traced step's mark, by what happened in it (the first that applies)
+    "arrived last at a collective": "#1565c0",
+    "GPU idle waiting for the host": "#000000",
+    "profiled step": "#bdbdbd",
+}
+HOST_WAIT_SHARE = 0.1  # a step whose GPU waited for the host this share of it is marked so (TL432's default)
+
+
+def _trace_steps(ctx: RunContext) -> pl.DataFrame:
+    """Per rank and ProfilerStep with wall-clock times: its lane, UTC edges and state (TRACE_STATES);
+    the first MAX_HOST_LANES ranks."""
+    steps = ctx.trace_breakdown.filter(pl.col("step").is_not_null(), pl.col("start_us") > EPOCH_MIN_US)
+    if steps.height == 0:
+        return pl.DataFrame(schema={"lane": pl.String, "lo": pl.Float64, "hi": pl.Float64, "colour": pl.String})
+    ranks = sorted(steps["rank"].unique().to_list())[:MAX_HOST_LANES]
+    last, waited, plain = (pl.lit(c) for c in TRACE_STATES.values())
+    return (
+        steps.filter(pl.col("rank").is_in(ranks))
+        .join(ctx.trace_waits.select("rank", "step", "last"), on=["rank", "step"], how="left")
+        .join(ctx.trace_host_waits.select("rank", "step", "host_wait_us"), on=["rank", "step"], how="left")
+        .sort("rank", "step")
+        .select(
+            lane=pl.concat_str(pl.lit("rank "), "rank", pl.lit(" · trace")),
+            lo=pl.col("start_us") / 1e6,
+            hi=(pl.col("start_us") + pl.col("window_us")) / 1e6,
+            colour=pl.when(pl.col("last").fill_null(0) > 0)
+            .then(last)
+            .when(pl.col("host_wait_us").fill_null(0.0) > HOST_WAIT_SHARE * pl.col("window_us"))
+            .then(waited)
+            .otherwise(plain),
+        )
+    )
+
+
 def _chart(
-    steps: pl.DataFrame, span: list, events: pl.DataFrame, windows: list, gpus: pl.DataFrame, affected: set[str]
+    steps: pl.DataFrame,
+    span: list,
+    events: pl.DataFrame,
+    windows: list,
+    gpus: pl.DataFrame,
+    affected: set[str],
+    traced: pl.DataFrame,
 ) -> str:
     times = list(span)
+    if traced.height:
+        times += [datetime.fromtimestamp(traced["lo"].min(), timezone.utc)]
+        times += [datetime.fromtimestamp(traced["hi"].max(), timezone.utc)]
     if events.height:
         times += [events["lo"].min(), events.select(pl.coalesce("hi", "lo").max()).item()]
     times += [t for _, f in windows for t in f.window] + ([gpus["ts"].min(), gpus["ts"].max()] if gpus.height else [])
@@ -124,6 +173,15 @@ def _chart(
             instant["size"].to_list(),
         )
         panel.legend.update({CAUSES[c]: CAUSE_COLOURS[c] for c in CAUSE_COLOURS if c in set(lanes["cause"].to_list())})
+    if traced.height:
+        order = list(dict.fromkeys(traced["lane"].to_list()))
+        panel = fig.panel(LANE_PX * len(order) + 10, lanes=order)
+        svg.bands(panel, [(a, b, "") for a, b, _ in shades])
+        svg.intervals(
+            panel, traced["lo"].to_list(), traced["hi"].to_list(), traced["lane"].to_list(), traced["colour"].to_list()
+        )
+        used = set(traced["colour"].to_list())
+        panel.legend.update({label: colour for label, colour in TRACE_STATES.items() if colour in used})
     if not fig.panels:
         svg.bands(fig.panel(40), shades)
     return svg.render(fig)
