@@ -123,6 +123,7 @@ def exposed_communication(ctx: RunContext, *, share: float = 0.25, critical_shar
         "last_share": Setting("share of the collectives", "One rank arrives last at more than this share."),
         "min_wait_share": Setting("share of the step", "The others wait for it at least this share of their steps."),
         "min_collectives": Setting("collectives", "Fewer matched collectives in a stretch say too little."),
+        "min_steps": Setting("steps", "A slow stretch of fewer steps is a spike, not judged on its own."),
     },
 )
 def last_arriving_rank(
@@ -132,14 +133,16 @@ def last_arriving_rank(
     last_share: float = 0.6,
     min_wait_share: float = 0.05,
     min_collectives: int = 3,
+    min_steps: int = 3,
 ) -> Iterator[Finding]:
     """
     What it finds: from the collectives matched across the ranks' profiler traces (by process
     group and sequence number, or by position in the step), the rank that arrives last at more
     than `last_share` of them, in each slow stretch of steps (steps slower than `slow_ratio` times
-    the median) or, when no stretch is slower, over the whole trace; only when the other ranks
-    wait for it at least `min_wait_share` of their step time. A rank arrives when its NCCL kernel
-    (or, CPU only, its collective) starts; it waits from then until the last rank arrives.
+    the median, at least `min_steps` of them) or, when no stretch is slower, over the whole trace;
+    only when the other ranks wait for it at least `min_wait_share` of their step time. A rank
+    arrives when its NCCL kernel (or, CPU only, its collective) starts; it waits from then until
+    the last rank arrives.
 
     Why it slows the run: a collective finishes only when every rank has joined it. The rank that
     arrives last and waits least sets the pace: every other rank idles in the collective for it,
@@ -156,7 +159,7 @@ def last_arriving_rank(
     if arrived.height == 0 or arrived["rank"].n_unique() < 2:
         return
     steps = ctx.trace_breakdown.filter(pl.col("step").is_not_null(), pl.col("window_us") > 0)
-    stretches = _slow_stretches(steps, slow_ratio)
+    stretches = [s for s in _slow_stretches(steps, slow_ratio) if len(s) >= min_steps]
     scopes: list[list[int] | None] = [*stretches] or [None]
     for stretch in scopes:
         rows = arrived if stretch is None else arrived.filter(pl.col("step").is_in(stretch))
