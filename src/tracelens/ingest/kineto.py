@@ -408,19 +408,30 @@ def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
     launches = launches.with_columns(pl.col("launch_us") + base)
     steps = _steps(cpu)
     cpu_rows = pl.concat([_cpu_spans(cpu, steps), _collectives(cpu, calls)], how="diagonal_relaxed")
-    rows = pl.concat([cpu_rows, _gpu_spans(gpu, launches)], how="diagonal_relaxed")
-    rows = _in_steps(rows, steps).with_columns(
-        file=pl.lit(name),
-        rank=pl.lit(rank, dtype=pl.Int64),
-        end_us=pl.col("start_us") + pl.col("dur_us"),
+    del cpu, calls
+    gpu_rows = _gpu_spans(gpu, launches)
+    del gpu, launches
+    # each part placed in its steps apart, then one lazy pass adds the rest and sorts: every step on
+    # the whole rows would copy them (a column added to a frame of several chunks rechunks it)
+    parts = [_in_steps(part, steps) for part in (cpu_rows, gpu_rows)]
+    del cpu_rows, gpu_rows
+    first = min((p["start_us"].min() for p in parts if p.height), default=None)
+    wall = first is not None and first >= EPOCH_MIN_US  # type: ignore[operator]
+    return (
+        pl.concat(parts, how="diagonal_relaxed")
+        .lazy()
+        .with_columns(
+            file=pl.lit(name),
+            rank=pl.lit(rank, dtype=pl.Int64),
+            end_us=pl.col("start_us") + pl.col("dur_us"),
+            ts=pl.from_epoch((pl.col("start_us") * 1000).cast(pl.Int64), "ns").dt.replace_time_zone("UTC")
+            if wall
+            else pl.lit(None, dtype=pl.Datetime("ns", "UTC")),
+            ts_quality=pl.lit("exact" if wall else "none"),
+        )
+        .sort("start_us")
+        .collect()
     )
-    wall = rows["start_us"].min() is not None and rows["start_us"].min() >= EPOCH_MIN_US  # type: ignore[operator]
-    return rows.with_columns(
-        ts=pl.from_epoch((pl.col("start_us") * 1000).cast(pl.Int64), "ns").dt.replace_time_zone("UTC")
-        if wall
-        else pl.lit(None, dtype=pl.Datetime("ns", "UTC")),
-        ts_quality=pl.lit("exact" if wall else "none"),
-    ).sort("start_us")
 
 
 def _concat(frames: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
@@ -461,22 +472,21 @@ def _cpu_spans(cpu: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
 def _with_depth(spans: pl.DataFrame) -> pl.DataFrame:
     """Each span's nesting depth on its thread (0: inside no other), levels peeled off one at a time:
     a span is at the current level when it starts at or after the end of every earlier span left.
-    Spans deeper than MAX_DEPTH are left out."""
-    spans = spans.with_columns(end=pl.col("start_us") + pl.col("dur_us")).sort(
-        ["pid", "tid", "start_us", "dur_us"], descending=[False, False, False, True]
-    )
-    done = []
-    rest = spans
+    Spans deeper than MAX_DEPTH are left out. The levels are found on the spans' threads and times
+    alone, so that the sorted copies the peeling makes do not carry every span's name."""
+    slim = spans.select(
+        "pid", "tid", "start_us", end=pl.col("start_us") + pl.col("dur_us"), _i=pl.int_range(pl.len(), dtype=pl.UInt32)
+    ).sort(["pid", "tid", "start_us", "end"], descending=[False, False, False, True])
+    depth = np.full(spans.height, -1, dtype=np.int32)
+    rest = slim
     for level in range(MAX_DEPTH + 1):
         if rest.height == 0:
             break
         covered = pl.col("end").cum_max().shift(1).over(["pid", "tid"])
-        marked = rest.with_columns(_top=covered.is_null() | (pl.col("start_us") >= covered))
-        done.append(marked.filter("_top").with_columns(depth=pl.lit(level, dtype=pl.Int32)))
-        rest = marked.filter(~pl.col("_top"))
-    if not done:
-        return spans.with_columns(depth=pl.lit(None, dtype=pl.Int32)).drop("end")
-    return pl.concat(done).drop("_top", "end")
+        top = rest.select(covered.is_null() | (pl.col("start_us") >= covered)).to_series()
+        depth[rest.filter(top)["_i"].to_numpy()] = level
+        rest = rest.filter(~top)
+    return spans.with_columns(depth=pl.Series(depth)).filter(pl.col("depth") >= 0)
 
 
 def _collectives(cpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
@@ -547,15 +557,16 @@ def _gpu_spans(gpu: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
 
 
 def _in_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
-    """Each span's ProfilerStep: the step whose CPU span holds its start (a GPU span's launch)."""
-    at = pl.coalesce("launch_us", "start_us") if "launch_us" in rows.columns else pl.col("start_us")
-    rows = rows.with_columns(_at=at).sort("_at")
+    """Each span's ProfilerStep: the step whose CPU span holds its start (a GPU span's launch), the
+    last step to start at or before it, found by a binary search of the steps (no copy of the rows)."""
+    at = (pl.coalesce("launch_us", "start_us") if "launch_us" in rows.columns else pl.col("start_us")).alias("_at")
     if steps.height == 0:
-        return rows.with_columns(step=pl.lit(None, dtype=pl.Int64)).drop("_at")
-    placed = rows.join_asof(steps, left_on="_at", right_on="step_start", strategy="backward")
-    return placed.with_columns(step=pl.when(pl.col("_at") < pl.col("step_end")).then("step")).drop(
-        "_at", "step_pid", "step_start", "step_end"
-    )
+        return rows.with_columns(step=pl.lit(None, dtype=pl.Int64))
+    times = rows.select(at).to_series()
+    before = steps["step_start"].search_sorted(times, side="right").cast(pl.Int64) - 1
+    index = before.clip(lower_bound=0)
+    holds = (before >= 0) & (times < steps["step_end"].gather(index))
+    return rows.with_columns(step=pl.when(holds).then(steps["step"].gather(index)))
 
 
 def _rank_row(trace: Trace, spans: pl.DataFrame, rank: int | None, rank_source: str, name: str) -> pl.DataFrame:
