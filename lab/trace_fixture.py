@@ -21,8 +21,8 @@ from pathlib import Path
 from make_fixture import utc
 from matrix import FAULT_AFTER, Run
 
-BEFORE_S = 6.0
-AFTER_S = 8.0
+BEFORE_S = 3.0
+AFTER_S = 5.0
 SEPARATOR = "},\n  {"
 EVENTS = re.compile(r'"traceEvents"\s*:\s*\[\s*')
 RANK = re.compile(r"^rank(\d+)\.")
@@ -75,8 +75,32 @@ def add_traces(run: Run, work: Path, fixture: Path, events: dict[str, str]) -> N
         kept[str(rank)] = [steps[0], steps[-1]]
     if len(kept) != run.world:
         raise RuntimeError(f"{len(kept)} profiler traces for {run.world} ranks")
+    record(fixture, run, begin, end, kept)
+
+
+def record(fixture: Path, run: Run, begin: datetime, end: datetime, kept: dict[str, list[int]]) -> None:
+    """What was kept, in the fixture's expected.json (`traces`) and README."""
     expected_path = fixture / "expected.json"
     expected = json.loads(expected_path.read_text())
-    expected["traces"] = {"kept": [begin.isoformat(timespec="milliseconds"), end.isoformat(timespec="milliseconds")]}
-    expected["traces"]["steps"] = kept
+    expected["traces"] = {
+        "kept": [begin.isoformat(timespec="milliseconds"), end.isoformat(timespec="milliseconds")],
+        "steps": dict(sorted(kept.items())),
+    }
     expected_path.write_text(json.dumps(expected, indent=2) + "\n")
+    readme = fixture / "README.md"
+    first, last = min(s for s, _ in kept.values()), max(e for _, e in kept.values())
+    readme.write_text(
+        readme.read_text().replace(
+            f"`lab/matrix.py {run.id}`", f"`lab/matrix.py --table lab/traces.tsv --profile {run.id}`"
+        )
+        + f"""
+## Profiler traces
+
+Every rank ran under `torch.profiler` (CPU; recording after 5 steps and 1 of warm-up; lab/job.py),
+its trace written by `tensorboard_trace_handler`: `<host>/rank<N>.pt.trace.json.gz`, Kineto's own
+layout, cut (lab/trace_fixture.py) to the events of ProfilerSteps {first}-{last}, those that overlap
+{begin:%H:%M:%S} to {end:%H:%M:%S} UTC ({BEFORE_S:g} s before the fault's start to {AFTER_S:g} s after
+it; a clean run: where a fault would have started). The traces name their host `vm`: the
+namespaces share the machine's host name.
+"""
+    )

@@ -1,0 +1,72 @@
+"""The real lab runs with a profiler trace of every rank (fixtures/lab-traces, lab/traces.tsv): the
+slow-window verdict names the rank that arrived last and the cause, a clean run names none, and the
+traces are what make the verdict on a DDP job, whose logs print only iteration times."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import FIXTURES
+from tracelens.analyze import analyze
+from tracelens.findings import Finding
+
+TRACES = FIXTURES / "lab-traces"
+RUNS = sorted(p for p in TRACES.iterdir() if (p / "expected.json").is_file())
+
+
+def _expected(run: Path) -> dict:
+    return json.loads((run / "expected.json").read_text())
+
+
+def _verdicts(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.rule_id == "TL410" and f.verdict is not None and f.verdict.cause]
+
+
+def test_the_runs_are_real_small_and_traced():
+    assert {_expected(p)["scenario"] for p in RUNS} == {"clean", "slow-rank", "loss"}
+    assert {_expected(p)["job"]["world"] for p in RUNS} == {2, 4}
+    assert sum(f.stat().st_size for f in TRACES.rglob("*") if f.is_file()) < 6e6
+    for run in RUNS:
+        expected = _expected(run)
+        assert expected["real"] is True and expected["synthetic"] is False
+        assert "a real run (not synthetic)" in (run / "README.md").read_text()
+        for rank, host in expected["job"]["rank_hosts"].items():
+            (trace,) = (run / host).glob(f"rank{rank}.pt.trace.json.gz")
+            with gzip.open(trace, "rt") as f:
+                head = json.loads(f.read())
+            assert head["distributedInfo"]["rank"] == int(rank) and head["distributedInfo"]["backend"] == "gloo"
+            steps = [e["name"] for e in head["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+            first, last = expected["traces"]["steps"][rank]
+            assert steps[0] == f"ProfilerStep#{first}" and steps[-1] == f"ProfilerStep#{last}"
+
+
+@pytest.mark.parametrize("run", [p for p in RUNS if _expected(p)["cause"]], ids=lambda p: p.name)
+def test_the_verdict_names_the_cause_and_the_last_rank(run, analysis_of):
+    expected = _expected(run)
+    top = _verdicts(analysis_of(run).findings)[0]
+    assert top.verdict is not None and top.verdict.cause == expected["cause"]
+    if expected["cause"] == "straggler":
+        assert top.ranks == expected["ranks"] and top.hosts == expected["hosts"]
+        assert top.verdict.confidence == "high"
+        assert any("which arrived last at the collectives" in line for line in top.verdict.because)
+        assert any("from its profiler trace" in line for line in top.verdict.because)
+
+
+def test_a_clean_run_names_no_cause_and_no_last_rank(analysis_of):
+    (clean,) = [p for p in RUNS if not _expected(p)["cause"]]
+    findings = analysis_of(clean).findings
+    assert _verdicts(findings) == [] and [f for f in findings if f.rule_id == "TL431"] == []
+
+
+def test_without_the_traces_the_slow_rank_is_undetermined(tmp_path):
+    run = TRACES / "tr-ddp4-02-slow-rank-r3"
+    bare = shutil.copytree(run, tmp_path / run.name)
+    for trace in bare.glob("*/rank*.pt.trace.json.gz"):
+        trace.unlink()
+    with analyze(bare) as analysis:
+        assert _verdicts(analysis.findings) == []
