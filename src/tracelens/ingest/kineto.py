@@ -257,19 +257,17 @@ def _lines_frame(lines: bytes) -> pl.DataFrame:
         (pl.col("name") == PARAM_COMMS) | ((pl.col("cat") == "kernel") & pl.col("name").str.starts_with("nccl"))
     )
     rows = events.select(carries.arg_true().alias("_row"))["_row"]
+    empty = {c: pl.repeat(None, events.height, dtype=FLAT_SCHEMA[c], eager=True) for c in COLLECTIVE_ARGS.values()}
     if rows.len() == 0:
-        return events.with_columns(pl.lit(None, dtype=FLAT_SCHEMA[c]).alias(c) for c in COLLECTIVE_ARGS.values())
+        return events.with_columns(column.alias(c) for c, column in empty.items())
     # the picked lines' edges from the newlines' positions, found in one vectorized pass: a Python
     # list of every line would cost more than the parse
     ends = np.append(np.flatnonzero(np.frombuffer(lines, dtype=np.uint8) == NEWLINE), len(lines))
     starts = np.append(0, ends[:-1] + 1)
     picked = b"\n".join([lines[starts[i] : ends[i]] for i in rows.to_list()])
     args = _collective_columns(pl.read_ndjson(io.BytesIO(picked), schema=_COLLECTIVE_SCHEMA).unnest("args"))
-    return (
-        events.with_row_index("_row")
-        .join(args.with_columns(_row=rows), on="_row", how="left", maintain_order="left")
-        .drop("_row")
-    )
+    # set on their rows (a join of every event with the few that carry them would cost more)
+    return events.with_columns(column.scatter(rows, args[c]).alias(c) for c, column in empty.items())
 
 
 def _collective_columns(args: pl.DataFrame) -> pl.DataFrame:
