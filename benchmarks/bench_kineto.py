@@ -1,14 +1,14 @@
 """How fast tracelens reads a large PyTorch profiler trace, and its peak memory, beside Holistic Trace
 Analysis's own load of the same trace.
 
-    python benchmarks/bench_kineto.py                       # a 1 GB trace (and its 100 MB beginning)
+    python benchmarks/bench_kineto.py                       # a 1 GB trace, one of 100 MB and one of 10 MB
     python benchmarks/bench_kineto.py --size-mb 300 --keep
     python benchmarks/bench_kineto.py --hta-mb 0            # without HTA
 
 The workload is one rank's trace of a data-parallel job written by `synth/kineto.py` (Kineto's layout,
 one event a line; 40 small operators a step, three and four deep, with their kernel launches, so that
-most events are ones tracelens does not keep), `--size-mb` large, and a trace of the same job a tenth
-of the size, in `benchmarks/out/` (git-ignored; deleted after the run unless `--keep`). Each
+most events are ones tracelens does not keep), `--size-mb` large, and traces of the same job a tenth
+and a hundredth of the size, in `benchmarks/out/` (git-ignored; deleted after the run unless `--keep`). Each
 measurement runs in a fresh process: `kineto.ingest` alone, then `tracelens tables` on a folder with
 the trace (the whole command: discover, ingest, timeline, Parquet out), and HTA's
 `TraceAnalysis(trace_dir=...)` on the traces no larger than `--hta-mb`. Peak RSS is the child's
@@ -69,7 +69,7 @@ def imports() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=float, default=1000)
-    parser.add_argument("--hta-mb", type=float, default=100, help="run HTA on the traces up to this size (0: never)")
+    parser.add_argument("--hta-mb", type=float, default=20, help="run HTA on the traces up to this size (0: never)")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--generate", nargs=2, metavar=("PATH", "MB"), help=argparse.SUPPRESS)
     parser.add_argument("--ingest", metavar="PATH", help=argparse.SUPPRESS)
@@ -86,7 +86,7 @@ def main() -> None:
         return imports()
 
     rows = []
-    for size in (args.size_mb / 10, args.size_mb):
+    for size in (args.size_mb / 100, args.size_mb / 10, args.size_mb):
         folder = OUT / f"kineto-{size:g}mb"
         trace = folder / "rank-0.pt.trace.json"
         if not trace.exists():
