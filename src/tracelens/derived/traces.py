@@ -316,10 +316,12 @@ def step_levels(breakdown: pl.DataFrame, arrived: pl.DataFrame) -> pl.DataFrame:
     """Per rank and step, the parts of the timing model the traces measure: `wait_ms` its exposed
     communication (a collective lasts from the rank's arrival to its end, its wait for the last rank
     plus the transfer; the part no computation hides is what the step waits), `own_ms` the rest of
-    the step, `arrival_ms` its wait for the last rank alone (last arrival minus its own, summed over
-    the step's collectives); `end` the step's end in UTC."""
+    the step, `arrival_ms` its wait for the last rank alone (from its arrival to the last rank's, at
+    any of the step's collectives); `end` the step's end in UTC."""
     steps = breakdown.filter(pl.col("step").is_not_null())
-    waited = arrived.group_by(RANK_STEP).agg(arrival_ms=pl.col("wait_us").sum() / 1000)
+    # overlapped collectives (DDP's buckets) wait at once: the union of the waits, not their sum
+    spans = arrived.lazy().select(*RANK_STEP, start_us="arrival_us", end_us="last_arrival_us")
+    waited = _union_us(spans, RANK_STEP).select(*RANK_STEP, arrival_ms=pl.col("union_us") / 1000).collect()
     end_ns = ((pl.col("start_us") + pl.col("window_us")) * 1000).cast(pl.Int64)
     return steps.join(waited, on=RANK_STEP, how="left").select(
         *RANK_STEP,
