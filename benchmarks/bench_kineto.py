@@ -104,7 +104,7 @@ def main() -> None:
             shutil.rmtree(folder)
     base = run(python(__file__, "--imports"))
     header = ["workload", "MB", "events", "spans kept", "ingest s", "CPU s", "MB/s", "MB per CPU s", "peak RSS MB"]
-    header += ["`tables` s", "MB/s", "peak RSS MB", "HTA load s", "HTA MB/s", "HTA peak RSS MB"]
+    header += ["`tables` s", "MB/s", "peak RSS MB", "HTA load s", "HTA CPU s", "HTA MB per CPU s", "HTA peak RSS MB"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for name, mb, report, alone, whole, peer in rows:
@@ -112,9 +112,13 @@ def main() -> None:
         cells += [f"{alone.seconds:.1f}", f"{alone.cpu_s:.1f}", f"{mb / alone.seconds:.0f}", f"{mb / alone.cpu_s:.0f}"]
         cells += [f"{alone.rss_mb:.0f}", f"{whole.seconds:.1f}", f"{mb / whole.seconds:.0f}", f"{whole.rss_mb:.0f}"]
         load = peer.report()["load_s"] if peer else None
-        cells += [f"{load:.1f}", f"{mb / load:.1f}", f"{peer.rss_mb:.0f}"] if peer and load else ["", "", ""]
+        cells += (
+            [f"{load:.1f}", f"{peer.cpu_s:.1f}", f"{mb / peer.cpu_s:.1f}", f"{peer.rss_mb:.0f}"]
+            if peer and load
+            else ["", "", "", ""]
+        )
         print("| " + " | ".join(cells) + " |")
-    print(f"| python + imports only | | | | {base.seconds:.1f} | {base.cpu_s:.1f} | | | {base.rss_mb:.0f} |" + " |" * 6)
+    print(f"| python + imports only | | | | {base.seconds:.1f} | {base.cpu_s:.1f} | | | {base.rss_mb:.0f} |" + " |" * 7)
 
 
 if __name__ == "__main__":

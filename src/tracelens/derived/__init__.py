@@ -276,8 +276,12 @@ class RunContext:
         if self.tables.height("trace_spans") == 0:
             return []
         traced = self["trace_ranks"].filter(pl.col("rank").is_not_null()).unique("rank").iter_rows(named=True)
-        names = {r["rank"]: f"rank {r['rank']}" + (f" ({r['host']})" if r["host"] else "") for r in traced}
-        names |= {s.rank: s.where for s in self.step_signals(begin, end) if s.rank is not None}
+        names = {r["rank"]: (f"rank {r['rank']}" + (f" ({r['host']})" if r["host"] else ""), r["host"]) for r in traced}
+        names |= {
+            s.rank: (s.where, s.hosts[0] if s.hosts else None)
+            for s in self.step_signals(begin, end)
+            if s.rank is not None
+        }
         return traces.window_signals(self.trace_levels, begin, end, names, self.baseline)
 
     @cached_property

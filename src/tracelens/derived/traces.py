@@ -22,6 +22,11 @@ host's clock offset is the median, over the collectives, of how much later its r
 than the median end; arrivals are corrected by it (ranks of one host share a clock: no offset).
 `wait_by_duration_us` (a rank's collective time minus the shortest rank's) needs no clock at all:
 on a GPU the NCCL kernel's time is the waiting plus the transfer.
+
+The timing model (docs/timing-model.md) gets per rank and step its own work (the step less its
+exposed communication), its exposed communication and its wait for the last rank (step_levels),
+judged inside a slow window against outside it (window_signals). On the GPU, idle time that waited
+for the host to launch work is measured apart (host_waits).
 """
 
 from __future__ import annotations
@@ -336,18 +341,18 @@ def window_signals(
     levels: pl.DataFrame,
     begin: datetime,
     end: datetime,
-    names: dict[int, str],
+    names: dict[int, tuple[str, str | None]],
     limits: Baseline,
 ) -> list[Signal]:
     """Per rank, its traced own work, time in collectives and wait for the last rank (step_levels) in
     the steps that ended inside [begin, end] against those outside, as window_signals judges the
-    timers' levels; `names` gives each rank as the other step signals name it ("rank 2 (node02)")."""
+    timers' levels; `names` gives each rank as the other step signals name it ("rank 2 (node02)")
+    and its host."""
     signals = []
     for (rank,), steps in levels.filter(pl.col("rank").is_not_null()).group_by("rank", maintain_order=True):
         within = steps["end"].is_between(begin, end)
         inside, outside = steps.filter(within), steps.filter(~within)
-        who = names.get(rank, f"rank {rank}")
-        host = who.partition(" (")[2].removesuffix(")")
+        who, host = names.get(rank, (f"rank {rank}", None))
         for column, cause, what, mean in TRACE_LEVELS:
             level = _level(inside[column], outside[column], limits, mean=mean)
             if level.inside is None or level.outside is None:
