@@ -394,7 +394,7 @@ def test_timeline_has_a_lane_per_rank_of_its_traced_steps(tmp_path):
     assert marked.filter(pl.col("colour") == last).rows() == [("rank 2 · trace", last, 5)]
     assert marked.filter(pl.col("colour") == waited)["len"].to_list() == [19, 19, 14, 19]
     chart = timeline.context(ctx, NO_FINDINGS)["chart"]
-    assert "rank 2 · trace" in chart and "arrived last at a collective" in chart
+    assert "rank 2 · trace" in chart and "arrived last at most of its collectives" in chart
     assert timeline._trace_steps(RunContext(RunTables())).height == 0
 
 

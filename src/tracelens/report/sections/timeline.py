@@ -1,8 +1,8 @@
 """The timeline, the report's centre: one chart with time across (UTC), the step time on top and
 a lane per host and source below (NCCL events, counter rises, packet events), a lane per rank of
-its profiler trace's steps (the steps it arrived last at a collective, or its GPU waited for the
-host, marked; tracelens.derived.traces), the windows of
-the root-cause and slow-step findings shaded and numbered, and each host's GPU utilisation when
+its profiler trace's steps (those where it arrived last at most collectives, or its GPU waited for
+the host, marked; tracelens.derived.traces), the windows of the root-cause and slow-step findings
+shaded and numbered, and each host's GPU utilisation when
 nvidia-smi or DCGM sampled it (tracelens.derived.hostsignals); then each finding's window linked to
 its evidence, the logs' zone as the timeline decided it, and the clock offsets it measured and
 applied."""
@@ -81,7 +81,7 @@ def _window_row(index: int, finding) -> dict:
 
 
 TRACE_STATES = {  # a traced step's mark, by what happened in it (the first that applies)
-    "arrived last at a collective": "#1565c0",
+    "arrived last at most of its collectives": "#1565c0",
     "GPU idle waiting for the host": "#000000",
     "profiled step": "#bdbdbd",
 }
@@ -98,14 +98,14 @@ def _trace_steps(ctx: RunContext) -> pl.DataFrame:
     last, waited, plain = (pl.lit(c) for c in TRACE_STATES.values())
     return (
         steps.filter(pl.col("rank").is_in(ranks))
-        .join(ctx.trace_waits.select("rank", "step", "last"), on=["rank", "step"], how="left")
+        .join(ctx.trace_waits.select("rank", "step", "last", "collectives"), on=["rank", "step"], how="left")
         .join(ctx.trace_host_waits.select("rank", "step", "host_wait_us"), on=["rank", "step"], how="left")
         .sort("rank", "step")
         .select(
             lane=pl.concat_str(pl.lit("rank "), "rank", pl.lit(" · trace")),
             lo=pl.col("start_us") / 1e6,
             hi=(pl.col("start_us") + pl.col("window_us")) / 1e6,
-            colour=pl.when(pl.col("last").fill_null(0) > 0)
+            colour=pl.when(2 * pl.col("last").fill_null(0) > pl.col("collectives").fill_null(0))
             .then(last)
             .when(pl.col("host_wait_us").fill_null(0.0) > HOST_WAIT_SHARE * pl.col("window_us"))
             .then(waited)
