@@ -282,6 +282,8 @@ def _late_ranks(ranks: _Ranks) -> list[Candidate]:
     others = [w for w in ranks.waited if w not in late]
     if not late or len(late) > len(others) or not all(w in ranks.wait for w in ranks.waited):
         return []  # most ranks late is a few early: no one held the others up
+    if any(ranks.own[w].source == "traces" for w in late if w in ranks.own):
+        return []  # a profiler trace measures all of a rank's own work: flat, it came late from the network
     waited, lost = ranks.waited_for(late, others), ranks.lost(others)
     if not all(ranks.wait[w].rose for w in others) or lost <= 0 or waited < LATE_SHARE * lost:
         return []
