@@ -16,7 +16,6 @@ devices are skipped, never opened, so nothing waits on them.
 from __future__ import annotations
 
 import errno
-import gzip
 import lzma
 import math
 import os
@@ -32,6 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from tracelens.ingest import InputFile, sniff_format
+from tracelens.ingest.holes import GzipMembers
 
 HEAD_BYTES = 64 << 10
 _COPY_BLOCK = 1 << 20
@@ -117,8 +117,10 @@ def sniff_file(path: Path) -> tuple[str, str | None]:
 def _is_tar(path: Path, head: bytes) -> bool:
     if head.startswith(_GZIP_MAGIC):
         try:
-            with gzip.open(path, "rb") as fh:
-                inner = fh.read(512)
+            with GzipMembers(path) as fh:
+                inner = b""
+                while len(inner) < 512 and (more := fh.read(512 - len(inner))):
+                    inner += more
         except _MEMBER_ERRORS:
             return False
         return len(inner) >= 262 and inner[257:262] == b"ustar"
@@ -230,7 +232,7 @@ class _Budget:
             f"{_size(written)}: expansion ratio cap, a likely archive bomb)"
         )
 
-    def copy(self, src: BinaryIO | gzip.GzipFile, out: BinaryIO, compressed: int, what: str) -> None:
+    def copy(self, src: BinaryIO | GzipMembers, out: BinaryIO, compressed: int, what: str) -> None:
         """Copy a decompressing stream, stopping at the total-size cap, when the archive being
         extracted expands past the ratio cap over its size, or when `what` expands more than the
         ratio cap over its `compressed` size."""
@@ -374,7 +376,7 @@ class _Walker:
         try:
             self.budget.archive(size)  # no directory: its expansion is checked as it streams
             self.budget.member()
-            with gzip.open(path, "rb") as src, target.open("wb") as out:
+            with GzipMembers(path) as src, target.open("wb") as out:
                 self.budget.copy(src, out, size, label)
         except CapReached as exc:
             self.unreadable(label, f"not read: {exc}", rel)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
+from tracelens.ingest.holes import skip_hole
 from tracelens.ingest.pasted import unpaste
 
 if TYPE_CHECKING:
@@ -166,6 +167,8 @@ def _blocks(
             if skipping:
                 end = block.find(b"\n")
                 if end < 0:
+                    if not skip_hole(fh):  # the rest of a long line may be a sparse file's hole
+                        break
                     continue
                 skipping, block, start, carry = False, block[end + 1 :], read_at + end + 1, b""
             cut = block.rfind(b"\n")
@@ -224,6 +227,8 @@ def long_lines(path: Path, max_line: int = MAX_LINE_BYTES, block_bytes: int = CH
                 if long_from is not None:
                     end = block.find(b"\n", i)
                     if end < 0:
+                        if not skip_hole(fh):  # a hole up to the end of the file: no newline left
+                            fh.seek(0, io.SEEK_END)
                         break
                     found.append((line, base + end - start))
                     line, start, long_from, i = line + 1, base + end + 1, None, end + 1
