@@ -340,18 +340,48 @@ def test_only_incidents_reach_the_network_timeline(tmp_path: Path):
     assert events.select("cause", "what").rows() == [("link", "IB async event"), ("stall", "watchdog stuck")]
 
 
-def test_ofi_plugin_versions_in_both_wordings(tmp_path: Path):
-    """aws-ofi-nccl names its version `Initializing aws-ofi-nccl 1.7.4-aws` (1.7+) or `Using aws-ofi-nccl
-    1.5.0aws` (before): a host on the older plugin shows in either wording (synthetic lines)."""
+def test_ofi_plugin_version_skew_in_both_wordings_fires_tl106(tmp_path: Path):
+    """aws-ofi-nccl names its version `Initializing aws-ofi-nccl 1.10.0-aws` (1.10+) or `Using aws-ofi-nccl
+    1.5.0aws` (before): a second host on the older plugin, which printed no NCCL version line of its
+    own, shows the skew in the plugin's older wording only (synthetic lines)."""
     text = (
-        "node01:10:10 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.7.4-aws\n"
+        "node01:10:10 [0] NCCL INFO NCCL version 2.18.3+cuda12.2\n"
+        "node01:10:10 [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v6)\n"
+        "node01:10:10 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.10.0-aws\n"
+        "node02:20:20 [0] NCCL INFO NET/Plugin: Loaded net plugin AWS Libfabric (v6)\n"
         "node02:20:20 [0] NCCL INFO NET/OFI Using aws-ofi-nccl 1.5.0aws\n"
     )
-    plugins = _analyze(tmp_path, text).tables["nccl_net"].filter(pl.col("what") == "plugin")
+    analysis = _analyze(tmp_path, text)
+    plugins = analysis.tables["nccl_net"].filter(pl.col("what") == "plugin")
     assert plugins.select("host", "name").rows() == [
-        ("node01", "aws-ofi-nccl 1.7.4-aws"),
+        ("node01", "AWS Libfabric (v6)"),
+        ("node01", "aws-ofi-nccl 1.10.0-aws"),
+        ("node02", "AWS Libfabric (v6)"),
         ("node02", "aws-ofi-nccl 1.5.0aws"),
     ]
+    (skew,) = _fired(analysis)["TL106"]
+    assert skew.title == "NCCL network plugin versions differ across the run"
+    assert skew.severity == Severity.CRITICAL and skew.hosts == ["node01", "node02"]
+    assert skew.summary == (
+        "aws-ofi-nccl: 1.5.0 on node02; 1.10.0 on node01. (NCCL 2.18.3 on node01; no NCCL version line from node02)"
+    )
+    assert [e.line for e in skew.evidence] == [3, 5]
+
+
+@pytest.mark.parametrize("line", [
+    "node02:20:20 [0] NCCL INFO NET/OFI Using aws-ofi-nccl 1.10.0aws",  # the same release, another packaging tag
+    "node02:20:20 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.10.0-aws",
+])  # fmt: skip
+def test_one_plugin_release_on_every_host_does_not_fire_tl106(tmp_path: Path, line: str):
+    text = "node01:10:10 [0] NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.10.0-aws\n" + line + "\n"
+    assert "TL106" not in _fired(_analyze(tmp_path, text))
+
+
+def test_plugin_api_levels_that_differ_fire_tl106(tmp_path: Path):
+    """NCCL names the plugin API it loaded (`(v6)`, `IBext_v8`): two levels are two plugin builds."""
+    text = "node01:10:10 [0] NCCL INFO P2P plugin IBext_v8\nnode02:20:20 [0] NCCL INFO P2P plugin IBext_v7\n"
+    (skew,) = _fired(_analyze(tmp_path, text))["TL106"]
+    assert skew.summary.startswith("IBext: v7 on node02; v8 on node01.")
 
 
 def test_corpus_ofi_plugin_version(tmp_path: Path):
@@ -361,3 +391,4 @@ def test_corpus_ofi_plugin_version(tmp_path: Path):
         ("test-nccl-efa-worker-0", "aws-ofi-nccl 1.5.0aws"),
         ("test-nccl-efa-worker-1", "aws-ofi-nccl 1.5.0aws"),
     ]
+    assert "TL106" not in _fired(analysis)  # one plugin release on both hosts

@@ -160,6 +160,11 @@ class RunContext:
         """One row per `NCCL version` line, with its version (2.21.5) and build (+cuda12.4) apart."""
         return nccl.versions(self.tables)
 
+    @cached_property
+    def nccl_plugin_versions(self) -> pl.DataFrame:
+        """One row per line naming a network plugin with its version (aws-ofi-nccl 1.13.2-aws, v6 ...)."""
+        return nccl.plugin_versions(self.tables)
+
     @property
     def nccl_settings(self) -> pl.LazyFrame:
         """The echoed NCCL_* settings, values as set (without the period of NCCL's sentence)."""

@@ -19,8 +19,8 @@ from tracelens.tables import RunTables
 
 # the first x.y.z of a version line's message, and the build tag glued to it
 VERSION = r"(\d+\.\d+\.\d+)([\w.+-]*)"
-# versions in the order they were released: 2.9.9 before 2.10.0
-RELEASE_ORDER = pl.col("version").str.split(".").list.eval(pl.element().cast(pl.Int64))
+# versions in the order they were released, by their numbers: 2.9.9 before 2.10.0, v4 before v6
+RELEASE_ORDER = pl.col("version").str.extract_all(r"\d+").list.eval(pl.element().cast(pl.Int64))
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,30 @@ def versions(tables: RunTables) -> pl.DataFrame:
         .drop_nulls("version")
         .collect(engine="streaming")
     )
+
+
+# A network plugin's name with its version, as NCCL or the plugin logs it: aws-ofi-nccl's own `Using
+# aws-ofi-nccl 1.5.0aws` (to 1.9) and `Initializing aws-ofi-nccl 1.13.2-aws` or `... git-6e504db`, NCCL's
+# `Loaded net plugin AWS Libfabric (v6)` (the plugin API it loaded), HPC-X's `P2P plugin IBext_v8`.
+PLUGIN_VERSION = r"^(.+?)[ _]\(?(git-[0-9a-f]+|v\d+|\d+\.\d+(?:\.\d+)?[\w.+-]*)\)?$"
+
+
+def plugin_versions(tables: RunTables) -> pl.DataFrame:
+    """One row per line naming a network plugin with its version: file, line, host, pid, plugin,
+    version and build. A release's version is its x.y[.z] and what follows (`aws`, `-aws`, the
+    packager's tag) its build, as for NCCL's own version; an API level (`v6`) or a git build is
+    the version whole."""
+    name = pl.col("name")
+    release = name.str.extract(PLUGIN_VERSION, 2)
+    return (
+        tables.scan("nccl_net")
+        .filter(pl.col("what") == "plugin")
+        .select("file", "line", "host", "pid", plugin=name.str.extract(PLUGIN_VERSION, 1).str.strip_chars(),
+                version=pl.coalesce(release.str.extract(r"^(\d+\.\d+(?:\.\d+)?)"), release),
+                build=release.str.extract(r"^\d+\.\d+(?:\.\d+)?(.*)$").fill_null(""))
+        .drop_nulls("version")
+        .collect(engine="streaming")
+    )  # fmt: skip
 
 
 def settings(tables: RunTables) -> pl.LazyFrame:

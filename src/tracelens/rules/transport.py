@@ -321,58 +321,89 @@ def suspect_interface(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
+def _differing(rows: pl.LazyFrame, key: str, value: str) -> pl.DataFrame:
+    """The rows of each `key` seen with more than one `value`: the first line of each (key, value, host)."""
+    keys = rows.group_by(key).agg(n=pl.col(value).n_unique()).filter(pl.col("n") > 1).select(key)
+    found = rows.join(keys, on=key, how="semi").collect(engine="streaming").sort("file", "line")
+    return found.unique([key, value, "host"], keep="first", maintain_order=True)
+
+
+def _per_version(rows: pl.DataFrame) -> str:
+    """`2.18.3 on node03; 2.21.5 on node01, node02`: the hosts of each version, oldest version first."""
+    per_version = rows.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort(RELEASE_ORDER)
+    return "; ".join(
+        f"{r['version']} on {', '.join(r['host']) or 'unnamed host'}" for r in per_version.iter_rows(named=True)
+    )
+
+
+def _nccl_versions_of(versions: pl.DataFrame, hosts: list[str]) -> str:
+    """What NCCL versions those hosts printed, so a plugin skew reads beside NCCL's own."""
+    if not hosts:
+        return ""
+    shown = versions.filter(pl.col("host").is_in(hosts)).unique(["version", "host"])
+    silent = sorted(set(hosts) - set(shown["host"].to_list()))
+    parts = ([f"NCCL {_per_version(shown)}"] if shown.height else []) + (
+        [f"no NCCL version line from {', '.join(silent)}"] if silent else []
+    )
+    return f" ({'; '.join(parts)})"
+
+
 # Settings that legitimately differ per process (device and rank selection).
 _PER_PROCESS_SETTINGS = {"CUDA_VISIBLE_DEVICES", "NCCL_COMM_ID", "NCCL_LOCAL_RANK"}
 
 
-@rule("TL106", "nccl-version-or-setting-skew", Severity.WARNING, needs=("nccl_events|nccl_env",))
+@rule("TL106", "nccl-version-or-setting-skew", Severity.WARNING, needs=("nccl_events|nccl_env|nccl_net",))
 def version_skew(ctx: RunContext) -> Iterator[Finding]:
     """
-    What it finds: different NCCL versions, or different values of the same NCCL_* setting,
-    across the hosts or ranks of one run.
+    What it finds: different NCCL versions, different versions of the same network plugin
+    (aws-ofi-nccl, the HPC-X IBext plugin, a plugin's API level), or different values of the
+    same NCCL_* setting, across the hosts or ranks of one run.
 
     Why it slows the run: ranks that disagree on protocol, algorithm, buffer sizes or network
     settings either fail at init (`Mismatched NCCL version`), hang in a collective, or silently
-    pick different paths so the slowest one paces everyone.
+    pick different paths so the slowest one paces everyone. A network plugin speaks its own wire
+    protocol between hosts: two releases of it may not talk to each other at all.
 
-    How to fix: run every node from the same container image and NCCL build (`python -c "import
-    torch; print(torch.cuda.nccl.version())"` on each), and set NCCL_* variables in one place
-    that every rank inherits (the launcher's env export or /etc/nccl.conf), not per node.
+    How to fix: run every node from the same container image, NCCL build and plugin build
+    (`python -c "import torch; print(torch.cuda.nccl.version())"` on each; the plugin's
+    `NET/OFI Initializing aws-ofi-nccl ...` line with NCCL_DEBUG=INFO), and set NCCL_* variables
+    in one place that every rank inherits (the launcher's env export or /etc/nccl.conf), not per node.
     """
     versions = ctx.nccl_versions
     if versions["version"].n_unique() > 1:
         first = versions.sort("file", "line").unique(["version", "host"], keep="first")
-        per_version = first.group_by("version").agg(pl.col("host").drop_nulls().unique().sort()).sort(RELEASE_ORDER)
-        described = "; ".join(
-            f"{r['version']} on {', '.join(r['host']) or 'unnamed host'}" for r in per_version.iter_rows(named=True)
-        )
         yield Finding(
             severity=Severity.CRITICAL,
             title="NCCL versions differ across the run",
-            summary=f"{versions['version'].n_unique()} NCCL versions: {described}.",
+            summary=f"{versions['version'].n_unique()} NCCL versions: {_per_version(first)}.",
             evidence=evidence(first),
             hosts=hosts_of(first),
         )
-    env = ctx.nccl_settings.filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS))).rename({"value": "v"})
-    skewed = (
-        env.group_by("name")
-        .agg(pl.col("v").n_unique().alias("n"), pl.col("v").unique().sort().alias("values"))
-        .filter(pl.col("n") > 1)
-        .sort("name")
-        .collect(engine="streaming")
-    )
-    if skewed.height == 0:
+    first = _differing(ctx.nccl_plugin_versions.lazy(), "plugin", "version")
+    if first.height:
+        described = "; ".join(
+            f"{plugin}: {_per_version(part)}"
+            for (plugin,), part in first.partition_by("plugin", as_dict=True, maintain_order=True).items()
+        )
+        yield Finding(
+            severity=Severity.CRITICAL,
+            title="NCCL network plugin versions differ across the run",
+            summary=f"{described}.{_nccl_versions_of(versions, hosts_of(first))}",
+            evidence=evidence(ctx.tables.with_text(first)),
+            hosts=hosts_of(first),
+        )
+    env = ctx.nccl_settings.filter(~pl.col("name").is_in(list(_PER_PROCESS_SETTINGS)))
+    rows = _differing(env, "name", "value")
+    if rows.height == 0:
         return
-    names = skewed["name"].to_list()
-    rows = env.filter(pl.col("name").is_in(names)).collect().sort("file", "line")
-    rows = rows.unique(["name", "v", "host"], keep="first")
+    skewed = rows.group_by("name").agg(pl.col("value").unique().sort()).sort("name")
     described = "; ".join(
-        f"{r['name']} = {' / '.join(v or '(empty)' for v in r['values'])}" for r in skewed.iter_rows(named=True)
+        f"{r['name']} = {' / '.join(v or '(empty)' for v in r['value'])}" for r in skewed.iter_rows(named=True)
     )
     yield Finding(
         severity=Severity.WARNING,
         title="NCCL settings differ across the run",
-        summary=f"{count(len(names), 'setting')} with different values: {described}.",
+        summary=f"{count(skewed.height, 'setting')} with different values: {described}.",
         evidence=evidence(ctx.tables.with_text(rows)),
         hosts=hosts_of(rows),
         ranks=ranks_of(ctx, rows),
