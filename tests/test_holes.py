@@ -88,3 +88,15 @@ def test_a_gzip_log_before_a_hole_is_read_whole_and_fast(tmp_path: Path):
     (row,) = analysis.tables["inputs"].to_dicts()
     assert (row["file"], row["lines"], row["parsed"], row["errors"]) == ("rank0.log.gz!rank0.log", 2000, 2000, [])
     assert time.process_time() - started < 30  # Python's gzip reads zero padding a byte per call
+
+
+def test_a_member_cut_short_before_a_hole_ends_at_the_hole(tmp_path: Path):
+    """Deflate can read zeros as data: a member cut short and a terabyte hole after it decompressed
+    on, a byte of output per input bit pattern, until the run's CPU limit."""
+    data = gzip.compress(bytes(range(256)) * 4000, mtime=0)
+    path = _sparse(tmp_path / "x.gz", data[: len(data) // 2], 1 << 40)
+    started = time.process_time()
+    with GzipMembers(path) as ours:
+        got, raised = _read_all(ours)
+    assert raised == "EOFError" and (bytes(range(256)) * 4000).startswith(got)
+    assert time.process_time() - started < 5

@@ -18,6 +18,7 @@ from typing import BinaryIO
 
 _BLOCK = 1 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
+_ZEROS = bytes(64 << 10)  # compressed data never holds this many zero bytes in a row
 
 
 def skip_hole(fh: BinaryIO) -> bool:
@@ -41,6 +42,7 @@ class GzipMembers:
         self._fh = path.open("rb")
         self._inflate: zlib._Decompress | None = None
         self._pending = b""  # compressed bytes read and not yet given to the decompressor
+        self._zero_run = b""  # the block's bytes from a run of zeros on, while a member is read before it
 
     def __enter__(self) -> GzipMembers:
         return self
@@ -70,15 +72,39 @@ class GzipMembers:
         while True:
             if self._inflate is not None and self._inflate.unconsumed_tail:
                 data = self._inflate.unconsumed_tail
+            elif self._inflate is not None and self._zero_run:
+                if not self._trailer_in_run():
+                    raise EOFError("Compressed data runs into a run of zero bytes before its end")
+                continue
             else:
                 data = self._compressed()
                 if not data:
                     if self._inflate is not None:
                         raise EOFError("Compressed file ended before the end-of-stream marker was reached")
                     return b""
+                # zeros after a member cut short (a crashed write, a hole) are no more of it: deflate would
+                # read them as data, possibly for a hole's every byte
+                run = data.find(_ZEROS)
+                if run >= 0:
+                    data, self._zero_run = data[:run], data[run:]
             assert self._inflate is not None
             out = self._inflate.decompress(data, size)
-            if self._inflate.eof:
-                self._pending, self._inflate = self._inflate.unused_data, None
+            self._member_done()
             if out:
                 return out
+
+    def _trailer_in_run(self) -> bool:
+        """Whether the member's trailer ends in the zero run (its length mod 2^32 may end in zero
+        bytes): then the member ends there and the run is what follows it."""
+        assert self._inflate is not None
+        trial = self._inflate.copy()
+        if trial.decompress(self._zero_run[:8]) or not trial.eof:
+            return False
+        self._inflate, self._zero_run = trial, self._zero_run[8:]  # unused_data holds the run's first bytes past it
+        self._member_done()
+        return True
+
+    def _member_done(self) -> None:
+        """At a member's end, what follows it in the block is read for the next member."""
+        if self._inflate is not None and self._inflate.eof:
+            self._pending, self._inflate, self._zero_run = self._inflate.unused_data + self._zero_run, None, b""
