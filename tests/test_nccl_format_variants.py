@@ -102,6 +102,9 @@ BODIES = [
     (warn("socketPollConnect poll() failed with error Connection refused", "misc/socket.cc:460"), "socket_error", "nccl_errors", {"kind": "socket"}),
     (warn("socketFinalizeAccept: wrong magic 1234 != 5678", "misc/socket.cc:416"), "foreign_connection", "nccl_errors", {"kind": "foreign_connection"}),
     (warn("Net : Socket creation failed : Address family not supported by protocol", "include/socket.h:361"), "socket_error", "nccl_errors", {"kind": "socket"}),  # 2.3-2.12
+    (warn("Socket creation failed : Address family not supported by protocol", "include/socket.h:344"), "socket_error", "nccl_errors", {"kind": "socket"}),  # 2.4
+    (warn("[Service thread] Accept failed Success", "proxy.cc:1494"), "proxy_error", "nccl_errors", {"kind": "proxy"}),
+    (warn("[Service thread] Error encountered progressing operation=Connect, res=3", "proxy.cc:1523"), "proxy_error", "nccl_errors", {"kind": "proxy"}),  # a paste that cut its end
     (warn("Bootstrap : no socket interface found", "bootstrap.cc:61"), "socket_error", "nccl_errors", {"kind": "socket"}),
     (warn("NET/Socket : No usable listening interface found", "transport/net_socket.cc:70"), "socket_error", "nccl_errors", {"kind": "socket"}),
     (warn("NET/IB : No IP interface found.", "transport/net_ib.cc:390"), "ib_no_ip_interface", "nccl_net", {"what": "ib_missing", "name": "no_ip_interface"}),
@@ -115,8 +118,13 @@ BODIES = [
     (info("NET/OFI Using Libfabric version 1.18"), "plugin", None, {}),
     (info("NET/OFI Selected Provider is efa (found 4 nics)"), "plugin", None, {}),
     (info("NET/OFI Setting FI_EFA_FORK_SAFE environment variable to 1"), "plugin", None, {}),
+    (info("Initialized NET plugin Libfabric"), "plugin", "nccl_net", {"what": "plugin", "name": "Libfabric"}),  # 2.27+
+    (info("Assigned NET plugin Libfabric to comm"), "plugin", None, {}),
+    (info("TUNER/Plugin: Using tuner plugin nccl_ofi_tuner"), "plugin", None, {}),
+    (info("NET/OFI No NIC info for dev 0. Supplying default values for NIC properties."), "plugin", None, {}),  # no failure
+    (info("NET/OFI No NIC info for dev 0"), "ofi_no_nic", "nccl_errors", {"kind": "plugin"}),  # 1.4-1.5: init fails, INFO
     # aws-ofi-nccl's own failures and GPUDirect verdict (its WARNs name the function, not the file)
-    (warn("NET/OFI No NIC info for dev 0", "nccl_net_ofi_init:1189"), "ofi_error", "nccl_errors", {"kind": "plugin"}),
+    (warn("NET/OFI No NIC info for dev 0", "nccl_net_ofi_init:1189"), "ofi_no_nic", "nccl_errors", {"kind": "plugin"}),
     (warn("NET/OFI Couldn't open AV. RC: -22, ERROR: Invalid argument", "ofi_init:1136"), "ofi_error", "nccl_errors", {"kind": "plugin"}),
     (warn("NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge", "nccl_net_ofi_create_plugin:812"), "ofi_gdr", "nccl_net", {"what": "gdr_disabled", "name": "OFI"}),
     # 2.3-2.4: the network each GPU's data takes, named by its device list (2.3's socket network says `IP`)

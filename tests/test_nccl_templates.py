@@ -58,6 +58,11 @@ EXTRA_BODIES = [
     "CUDA Dev 0, IP Interfaces : lo(SOC) eth0(PXB)",
     "NET/OFI GDR disabled on GDR-supported instance type p4d.24xlarge",
     "NET/OFI Couldn't open AV. RC: -22, ERROR: Invalid argument",
+    "NET/OFI No NIC info for dev 3",
+    "NET/OFI No NIC info for dev 3. Supplying default values for NIC properties.",
+    "Initialized NET plugin Libfabric",
+    "Socket creation failed : Address family not supported by protocol",
+    "[Service thread] Accept failed Success",
     "socketFinalizeAccept: wrong magic 5454502f312e3120 != 3c9e0b7ac70a7b6c",
     "mpirun -np 16 -H node01:8,node02:8 -x NCCL_IB_DISABLE=1 python train.py",
     "[PG ID 0 PG GUID 0(default_pg) Rank 3] ProcessGroupNCCL's watchdog got stuck for 480 seconds without making "

@@ -392,3 +392,31 @@ def test_corpus_ofi_plugin_version(tmp_path: Path):
         ("test-nccl-efa-worker-1", "aws-ofi-nccl 1.5.0aws"),
     ]
     assert "TL106" not in _fired(analysis)  # one plugin release on both hosts
+
+
+# -- records whose host prefix a paste cut off ------------------------------------------------------
+
+
+@pytest.mark.parametrize("line, table, kind", [
+    ("misc/ibvwrap.cc:203 NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory", "nccl_errors", "verbs_call"),
+    ("NCCL WARN Call to ibv_create_cq failed with error Cannot allocate memory", "nccl_errors", "verbs_call"),
+    ("include/socket.h:344 WARN Socket creation failed : Address family not supported by protocol", "nccl_errors", "socket"),  # 2.4
+    ("NCCL INFO NET/OFI Initializing aws-ofi-nccl 1.16.3", "nccl_net", "plugin"),
+])  # fmt: skip
+def test_a_record_without_its_host_prefix_is_read(tmp_path: Path, line: str, table: str, kind: str):
+    """Pastes keep NCCL's mark (and its source location) but cut `host:pid:tid [dev]` (synthetic lines in
+    the wording of real threads)."""
+    analysis = _analyze(tmp_path, line + "\n")
+    rows = analysis.tables[table]
+    assert rows[table == "nccl_errors" and "kind" or "what"].to_list() == [kind]
+    assert _account(analysis)["unrecognized"] == 0
+
+
+@pytest.mark.parametrize("line", [
+    "Look for NCCL INFO NET/OFI lines to confirm EFA is used",
+    "if grep -q 'NCCL WARN' train.log; then echo failed; fi",
+    "main.c:12 WARN low disk space",
+])  # fmt: skip
+def test_text_that_mentions_the_mark_is_no_record(tmp_path: Path, line: str):
+    analysis = _analyze(tmp_path, line + "\n")
+    assert analysis.tables["nccl_errors"].height == analysis.tables["nccl_net"].height == 0

@@ -318,7 +318,14 @@ def match_vector(msgs: pl.Series, skip_fields: frozenset[str] = EVENTS_ONLY) -> 
 _MARK = r"NCCL (?:INFO|WARN|TRACE|CALL|ABORT) "
 _OLD_MARK = r"\] INFO "  # NCCL ≤2.2: `host:pid:tid [dev] INFO msg`, no NCCL word
 # NCCL ≤2.2 WARN: `host:pid:tid [dev] include/socket.h:360 WARN Call to connect failed : Connection timed out`
-_OLD_WARN = r"^(?P<head>.*\[\d+\] )[\w./+-]+\.(?:cc|c|cu|h|hpp|cpp):\d+ WARN (?P<msg>.*)$"
+# (the host prefix cut off by whoever pasted it: `include/socket.h:344 WARN Socket creation failed : ...`)
+_OLD_WARN = r"^(?P<head>(?:.*\[\d+\] )?)(?P<where>[\w./+-]+\.(?:cc|c|cu|h|hpp|cpp)):\d+ WARN (?P<msg>.*)$"
+# where such a WARN without its host came from: a file of NCCL's tree, not any program's `main.c`
+_NCCL_SOURCE = r"^(?:[\w.+-]+/[\w./+-]*\.(?:cc|cu|h)|\w+\.cu)$"
+# A record whose host prefix was cut off in a paste: NCCL's mark starts the line, after NCCL's source
+# location at most (`misc/ibvwrap.cc:203 NCCL WARN Call to ibv_create_cq failed ...`); text that merely
+# mentions the mark (`look for NCCL INFO lines`) has other words before it.
+_CUT_HEAD = r"^\s*(?:[\w./+-]+\.(?:cc|c|cu|h|hpp|cpp):\d+ )?$"
 _HEAD = (
     r"^(?P<prefix>.*?)(?:(?P<host>[^\s:\[\]()]*):(?P<pid>\d+):(?P<tid>\d+) )?(?:\[(?P<dev>\d+)\] )?"
     r"(?:\d+\.\d+ \S+:\d+ )?(?:\S+:\d+ (?:\([^)]*\) )?)?$"
@@ -428,7 +435,9 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
         .with_columns(head=_bytes(0, pos), msg=_bytes(pos + 6 + pl.col("level").str.len_bytes()))
         .collect()
     )
-    marked = _with_head(marked.lazy()).filter(pl.col("host").is_not_null() | pl.col("cuda_dev").is_not_null())
+    marked = _with_head(marked.lazy()).filter(
+        pl.col("host").is_not_null() | pl.col("cuda_dev").is_not_null() | pl.col("head").str.contains(_CUT_HEAD)
+    )
     branches = [marked.select(RECORD_COLUMNS)]
     # the older shapes' branches only where an unmarked line may hold one (most logs have none: a small
     # file's plan then has one branch, not three)
@@ -454,9 +463,13 @@ def _nccl_records(lines: pl.DataFrame) -> pl.DataFrame:
                 level=pl.lit("WARN"),
                 head=pl.col("parts").struct.field("head"),
                 msg=pl.col("parts").struct.field("msg"),
+                where=pl.col("parts").struct.field("where"),
             )
         )
-        old_warn = _with_head(old_warn).filter(pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null())
+        old_warn = _with_head(old_warn).filter(
+            pl.col("host").is_not_null() & pl.col("cuda_dev").is_not_null()
+            | (pl.col("head") == "") & pl.col("where").str.contains(_NCCL_SOURCE)
+        )
         branches.append(old_warn.select(RECORD_COLUMNS))
     return pl.concat(branches).collect()
 
@@ -828,6 +841,7 @@ ERROR_KINDS = {
     "socket_error": "socket",
     "foreign_connection": "foreign_connection",
     "ofi_error": "plugin",
+    "ofi_no_nic": "plugin",
     "ofi_gdr": "gdr_disabled",
     "bootstrap_error": "bootstrap",
     "proxy_error": "proxy",
@@ -851,7 +865,8 @@ _OUT_OF_MEMORY = r"(?i)out of memory|Failed to CUDA (?:calloc|malloc|host alloc)
 # ibv_event_type texts of the subnet manager's own events (an SM restart or handover reregisters
 # clients, moves LIDs): IB async events that break nothing
 _SM_EVENT = r"(?i)LID change|P_?key change|SM change|client reregistration|GID table change|port active"
-PYTORCH_ERRORS = [k for k in ERROR_KINDS if k.startswith("pt_")] + ["pt_watchdog_terminated"]
+# kinds that are failures at any level: PyTorch's, and the plugin's INFO that precedes its init's failure
+ERRORS_AT_ANY_LEVEL = [k for k in ERROR_KINDS if k.startswith("pt_")] + ["pt_watchdog_terminated", "ofi_no_nic"]
 
 COMM_EVENTS = {"START": "init_start", "COMPLETE": "init_complete", "Destroy": "destroy", "Abort": "abort"}
 
@@ -989,7 +1004,7 @@ def _env(records: pl.DataFrame) -> pl.DataFrame:
 
 def _errors(records: pl.DataFrame) -> pl.DataFrame:
     kind = pl.col("kind")
-    errors = records.filter(pl.col("level").is_in(["WARN", "ABORT"]) | kind.is_in(PYTORCH_ERRORS))
+    errors = records.filter(pl.col("level").is_in(["WARN", "ABORT"]) | kind.is_in(ERRORS_AT_ANY_LEVEL))
     terminated = (
         pl.when(pl.col("ran_ms").is_not_null()).then(pl.lit("watchdog_timeout")).otherwise(pl.lit("watchdog_exception"))
     )
