@@ -342,6 +342,28 @@ def test_interfaces():
     ]
 
 
+@pytest.mark.parametrize("bad", ["10.0.0.1/1e-400", "10.0.0.1/33", "10.0.0.999/24"])
+def test_an_address_that_is_none_is_a_bad_line_not_a_rule_failure(tmp_path, bad):
+    """Fuzz find: `inet 10.0.0.1/1e-400` was kept as the interface's address and TL602 failed on it."""
+    from tracelens.analyze import analyze
+
+    text = (
+        "2: eth0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 9000 qdisc mq state UP group default qlen 1000\n"
+        "    link/ether 0c:42:a1:00:00:01 brd ff:ff:ff:ff:ff:ff\n"
+        f"    inet {bad} brd 10.0.0.255 scope global eth0\n"
+        "eth1: flags=4163<UP,BROADCAST,RUNNING,MULTICAST>  mtu 1500\n"
+        "        inet 10.0.1.1  netmask 255.0.255.0  broadcast 10.0.1.255\n"
+    )
+    (tmp_path / "run" / "node01").mkdir(parents=True)
+    (tmp_path / "run" / "node01" / "ip_addr.txt").write_text(text)
+    analysis = analyze(tmp_path / "run")
+    assert analysis.failed == []
+    interfaces = analysis.tables["interfaces"]
+    assert interfaces["ifname"].to_list() == ["eth0", "eth1"] and interfaces["ipv4"].to_list() == [None, None]
+    (row,) = analysis.tables["inputs"].to_dicts()
+    assert row["unrecognized"] == 2 and [s["line"] for s in row["samples"]] == [3, 5]  # a netmask with holes
+
+
 REAL = REPO / "lab" / "host-evidence" / "out"
 
 

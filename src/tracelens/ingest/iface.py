@@ -11,6 +11,7 @@ under it add its address, MTU bounds (`ip -d`), kind (`veth`, `bond` ...) and co
 from __future__ import annotations
 
 import re
+from ipaddress import IPv4Address, IPv4Interface
 from typing import Any
 
 import polars as pl
@@ -115,7 +116,10 @@ class _Listing:
             return False
         parts = text.split()
         if parts[0] == "inet":
-            self.current.setdefault("ipv4", parts[1])
+            address = _ipv4(parts[1])
+            if address is None:
+                return False
+            self.current.setdefault("ipv4", address)
 
     def _ip_stats_head(self, line: dict, text: str):
         head = text.split(":", 1)
@@ -167,7 +171,10 @@ class _Listing:
             return False
         m = re.search(r"inet (?:addr:)?(?P<ip>[\d.]+)\s+(?:.*?(?:netmask |Mask:)(?P<mask>[\d.]+))?", text)
         if m:
-            self.current.setdefault("ipv4", m["ip"] + (f"/{_prefix(m['mask'])}" if m["mask"] else ""))
+            address = _ipv4(m["ip"] + (f"/{m['mask']}" if m["mask"] else ""))
+            if address is None:
+                return False
+            self.current.setdefault("ipv4", address)
 
     def _ifc_ether(self, line: dict, text: str):
         if self.current is None:
@@ -241,8 +248,13 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.isdigit() else None
 
 
-def _prefix(mask: str) -> int:
-    return sum(bin(int(octet)).count("1") for octet in mask.split("."))
+def _ipv4(text: str) -> str | None:
+    """An IPv4 address as `10.0.0.1/24` (a netmask given as its prefix length) or bare `10.0.0.1`; None
+    when it is none: an octet past 255, a prefix past 32 or not a number, a netmask with holes."""
+    try:
+        return str(IPv4Interface(text)) if "/" in text else str(IPv4Address(text))
+    except ValueError:
+        return None
 
 
 def ingest(source: InputFile) -> IngestResult:
