@@ -85,6 +85,16 @@ def test_zip_and_single_gz_and_nested_archive(tmp_path: Path):
     assert [(f.name, f.format, f.host_hint) for f in gz] == [("nccl.node03.123.gz!nccl.node03.123", "log", "node03")]
 
 
+def test_a_gzip_file_named_at_the_length_limit_is_read(tmp_path: Path):
+    """Fuzz find (exit 3): the decompressed copy's name, the input's own plus `.out`, passed the
+    file system's 255-byte limit."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ("x" * 251 + ".log")).write_bytes(gzip.compress(NCCL_LINE))
+    (found,) = discover(tmp_path / "run", tmp_path / "w").files
+    assert found.name == "x" * 251 + ".log!" + "x" * 60 + ".out" and found.format == "log"
+    assert found.path.read_bytes() == NCCL_LINE
+
+
 def test_damaged_archive_is_an_input_error_and_missing_path_a_note(tmp_path: Path):
     broken = tmp_path / "broken.tar.gz"
     data = io.BytesIO()

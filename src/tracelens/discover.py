@@ -372,7 +372,10 @@ class _Walker:
             files[i] = replace(files[i], format=fmt, error=error, path=Path(os.devnull) if error else files[i].path)
 
     def visit_gzip(self, path: Path, label: str, rel: PurePosixPath, depth: int, size: int) -> None:
-        target = self._scratch() / (path.name[:-3] if path.name.endswith(".gz") else path.name + ".out")
+        name = path.name[:-3] if path.name.endswith(".gz") else path.name + ".out"
+        if len(os.fsencode(name)) > 255:  # a name at the file system's limit has no room for `.out`
+            name = name[:60] + ".out"
+        target = self._scratch() / name
         try:
             self.budget.archive(size)  # no directory: its expansion is checked as it streams
             self.budget.member()
