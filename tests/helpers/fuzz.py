@@ -1,9 +1,11 @@
 """A seeded mutation fuzzer over the fixtures and synthetic lines of every format.
 
 Each case is one input file: a fixture file or a block of synthetic lines, mutated by one or
-more of: byte flips, truncation, duplicated and spliced lines, out-of-range numbers and
-dates, huge values and lines, NUL bytes, wrong encodings; some cases are archives of such
-files, themselves mutated. `check_run` holds the properties every run must keep.
+more of `MUTATIONS`: byte flips, truncation, duplicated and spliced lines, out-of-range numbers
+and dates, huge lines, NUL bytes and runs of them, wrong encodings and invalid UTF-8, terminal
+control sequences and markup; some cases are archives of such files, themselves mutated or with
+a member's data corrupted. The CI test (tests/test_fuzz.py) and the longer campaign
+(tests/fuzz_campaign.py) draw their cases from here. `check_run` holds the properties every run must keep.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import re
 import struct
 import tarfile
 import zipfile
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -118,10 +121,33 @@ def hostile() -> list[tuple[str, bytes]]:
 BAD_NUMBERS = [
     "99999999999999999999", "18446744073709551616", "18446744073709551615", "9223372036854775808", "4294967295",
     "-1", "0", "1e400", "-1e400", "NaN", "Infinity", "-Infinity", "00000000000000000000000000000001",
+    "1e309", "-1e309", "1e-400", "nan", "inf", "-0", "-9223372036854775809", "340282366920938463463374607431768211456",
 ]  # fmt: skip
 BAD_DATES = ["9999-12-31", "0001-01-01", "2024-02-31", "2024-13-01", "1600-01-01", "2262-04-12", "1677-09-21"]
 BAD_TIMES = ["24:00:00", "23:59:60", "99:99:99", "00:00:00"]
 BAD_C10 = ["E0231 24:00:00", "E1301 10:00:00", "E0000 00:00:00", "E1231 23:59:60"]
+# Terminal control sequences (clear screen, conceal, window title, hyperlink, C1 CSI, bidi override, bell,
+# backspaces, a bare CR, reset, cursor up) and text that would be markup if a report let it through;
+# MARKER is what `escapes_in` looks for unescaped in the outputs.
+MARKER = "TLFUZZ"
+ESCAPES = [
+    "\x1b[2J\x1b[H", "\x1b[8m", "\x1b]0;owned\x07", "\x1b]8;;http://example.invalid/\x1b\\link\x1b]8;;\x1b\\",
+    "\x9b31m", "\u202e", "\x07", "\x08\x08\x08", "\r", "\x1bc", "\x1b[1A\x1b[2K", "\x00",
+]  # fmt: skip
+INJECTIONS = [
+    f"<script>{MARKER}()</script>", f"<img src=x onerror={MARKER}>", f"[{MARKER}](javascript:{MARKER})",
+    "</pre></code></td></tr></table>", f"{{{{ {MARKER} }}}}", f"| {MARKER} |", f"![{MARKER}](http://example.invalid/x)",
+]  # fmt: skip
+INVALID_UTF8 = [
+    b"\xff",
+    b"\xfe\xff",
+    b"\xc0\xaf",
+    b"\xed\xa0\x80",
+    b"\x80\x80",
+    b"\xe2\x82",
+    b"\xf4\x90\x80\x80",
+    b"\xc3",
+]
 
 
 PCAP_MAGICS = {b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">", b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\x3c\x4d": ">"}
@@ -176,52 +202,117 @@ def _replace_random(rng: random.Random, data: bytes, pattern: bytes, choices: li
     return data
 
 
-def mutate(rng: random.Random, data: bytes, others: list[bytes], huge: int) -> bytes:
-    """One random mutation of `data`."""
-    kind = rng.randrange(12)
-    if kind == 0 and data:  # byte flips
-        buf = bytearray(data)
-        for _ in range(rng.randint(1, 8)):
-            buf[rng.randrange(len(buf))] = rng.randrange(256)
-        return bytes(buf)
-    if kind == 1 and data:  # truncation
-        return data[: rng.randrange(len(data))]
-    if kind == 2:  # duplicated lines
-        lines = _lines(data)
+def _insert(rng: random.Random, data: bytes, piece: bytes) -> bytes:
+    at = rng.randrange(len(data) + 1)
+    return data[:at] + piece + data[at:]
+
+
+def _byte_flips(rng: random.Random, data: bytes) -> bytes:
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 8)):
+        buf[rng.randrange(len(buf))] = rng.randrange(256)
+    return bytes(buf)
+
+
+def _duplicated_lines(rng: random.Random, data: bytes) -> bytes:
+    lines = _lines(data)
+    i = rng.randrange(len(lines))
+    return b"\n".join(lines[:i] + [lines[i]] * rng.randint(2, 50) + lines[i:])
+
+
+def _spliced(rng: random.Random, data: bytes, others: list[bytes]) -> bytes:
+    mine, theirs = _lines(data), _lines(rng.choice(others))
+    i, j = rng.randrange(len(mine) + 1), rng.randrange(len(theirs) + 1)
+    return b"\n".join(mine[:i] + theirs[j : j + rng.randint(1, 40)] + mine[i:])
+
+
+def _huge_line(rng: random.Random, data: bytes, huge: int) -> bytes:
+    """A line of `huge` bytes (a neighbour repeated), with or without a newline after it."""
+    lines = _lines(data)
+    i = rng.randrange(len(lines) + 1)
+    big = (lines[i - 1] if i else b"x") * (huge // max(len(lines[i - 1]) if i else 1, 1) + 1)
+    return b"\n".join(lines[:i] + [big[:huge]] + (lines[i:] if rng.random() < 0.5 else []))
+
+
+def _nul_bytes(rng: random.Random, data: bytes) -> bytes:
+    """A few stray NULs, or one run of up to 64 KiB of them."""
+    if rng.random() < 0.5:
+        return _insert(rng, data, bytes(rng.randint(256, 64 << 10)))
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 3)):
+        buf.insert(rng.randrange(len(buf) + 1), 0)
+    return bytes(buf)
+
+
+def _wrong_encoding(rng: random.Random, data: bytes) -> bytes:
+    text = data.decode("utf-8", errors="replace")
+    codec = rng.choice(["utf-16", "utf-16-le", "latin-1", "cp1252", "utf-8-sig"])
+    return text.encode(codec, errors="replace")
+
+
+def _into_lines(rng: random.Random, data: bytes, pieces: list[bytes]) -> bytes:
+    """Each piece inserted into a random line, after a random prefix of it (so prefixes still parse)."""
+    lines = _lines(data)
+    for _ in range(rng.randint(1, 4)):
         i = rng.randrange(len(lines))
-        return b"\n".join(lines[:i] + [lines[i]] * rng.randint(2, 50) + lines[i:])
-    if kind == 3 and others:  # spliced with another file's lines
-        mine, theirs = _lines(data), _lines(rng.choice(others))
-        i, j = rng.randrange(len(mine) + 1), rng.randrange(len(theirs) + 1)
-        return b"\n".join(mine[:i] + theirs[j : j + rng.randint(1, 40)] + mine[i:])
-    if kind == 4:
-        return _replace_random(rng, data, rb"\d+", BAD_NUMBERS)
-    if kind == 5:
-        return _replace_random(rng, data, rb"\d{4}-\d\d-\d\d", BAD_DATES)
-    if kind == 6:
-        return _replace_random(rng, data, rb"\d\d:\d\d:\d\d", BAD_TIMES)
-    if kind == 7:
-        return _replace_random(rng, data, rb"[EWIF]\d{4} \d\d:\d\d:\d\d", BAD_C10)
-    if kind == 8:  # a huge line, with or without a newline after it
-        lines = _lines(data)
-        i = rng.randrange(len(lines) + 1)
-        big = (lines[i - 1] if i else b"x") * (huge // max(len(lines[i - 1]) if i else 1, 1) + 1)
-        return b"\n".join(lines[:i] + [big[:huge]] + (lines[i:] if rng.random() < 0.5 else []))
-    if kind == 9 and data:  # NUL bytes
-        buf = bytearray(data)
-        for _ in range(rng.randint(1, 3)):
-            buf.insert(rng.randrange(len(buf) + 1), 0)
-        return bytes(buf)
-    if kind == 10:  # wrong encodings
-        text = data.decode("utf-8", errors="replace")
-        codec = rng.choice(["utf-16", "utf-16-le", "latin-1", "cp1252", "utf-8-sig"])
-        return text.encode(codec, errors="replace")
-    # CRLF line ends, stray CRs and tabs
+        at = rng.randrange(len(lines[i]) + 1)
+        lines[i] = lines[i][:at] + rng.choice(pieces) + lines[i][at:]
+    return b"\n".join(lines)
+
+
+def _line_ends(rng: random.Random, data: bytes) -> bytes:
+    """CRLF line ends, stray CRs and tabs."""
     return data.replace(b"\n", rng.choice([b"\r\n", b"\r", b"\n\t", b"\n\n"]))
 
 
-def archive(rng: random.Random, members: list[tuple[str, bytes]]) -> tuple[str, bytes]:
-    """The members as a zip, tar.gz or .gz, its bytes mutated half of the time."""
+# One mutation of a file's bytes each: name -> (rng, data, other files' data, huge-line bytes) -> data.
+MUTATIONS: dict[str, Callable[[random.Random, bytes, list[bytes], int], bytes]] = {
+    "byte_flips": lambda rng, data, others, huge: _byte_flips(rng, data) if data else data,
+    "truncated": lambda rng, data, others, huge: data[: rng.randrange(len(data))] if data else data,
+    "duplicated_lines": lambda rng, data, others, huge: _duplicated_lines(rng, data),
+    "spliced_lines": lambda rng, data, others, huge: _spliced(rng, data, others) if others else data,
+    "number_out_of_range": lambda rng, data, others, huge: _replace_random(rng, data, rb"\d+(\.\d+)?", BAD_NUMBERS),
+    "bad_date": lambda rng, data, others, huge: _replace_random(rng, data, rb"\d{4}-\d\d-\d\d", BAD_DATES),
+    "bad_time": lambda rng, data, others, huge: _replace_random(rng, data, rb"\d\d:\d\d:\d\d", BAD_TIMES),
+    "bad_c10_time": lambda rng, data, others, huge: _replace_random(rng, data, rb"[EWIF]\d{4} \d\d:\d\d:\d\d", BAD_C10),
+    "huge_line": lambda rng, data, others, huge: _huge_line(rng, data, huge),
+    "nul_bytes": lambda rng, data, others, huge: _nul_bytes(rng, data),
+    "wrong_encoding": lambda rng, data, others, huge: _wrong_encoding(rng, data),
+    "line_ends": lambda rng, data, others, huge: _line_ends(rng, data),
+    "control_sequences": lambda rng, data, others, huge: _into_lines(
+        rng, data, [e.encode() for e in ESCAPES + INJECTIONS]
+    ),
+    "invalid_utf8": lambda rng, data, others, huge: _into_lines(rng, data, INVALID_UTF8),
+}
+
+
+def mutate_named(rng: random.Random, data: bytes, others: list[bytes], huge: int) -> tuple[str, bytes]:
+    """One random mutation of `data`, and its name."""
+    name = rng.choice(list(MUTATIONS))
+    return name, MUTATIONS[name](rng, data, others, huge)
+
+
+def mutate(rng: random.Random, data: bytes, others: list[bytes], huge: int) -> bytes:
+    """One random mutation of `data`."""
+    return mutate_named(rng, data, others, huge)[1]
+
+
+def corrupt_member(rng: random.Random, data: bytes) -> bytes:
+    """An archive with bytes of its compressed data overwritten, past the first header and before a
+    zip's central directory, so the archive still opens and a member fails as it is read."""
+    body_end = data.rfind(b"PK\x01\x02") if data[:4] == b"PK\x03\x04" else len(data) - 8
+    start = 30 if data[:4] == b"PK\x03\x04" else 10
+    if body_end <= start + 1:
+        return _byte_flips(rng, data) if data else data
+    buf = bytearray(data)
+    for _ in range(rng.randint(1, 6)):
+        buf[rng.randrange(start, body_end)] = rng.randrange(256)
+    return bytes(buf)
+
+
+def archive(rng: random.Random, members: list[tuple[str, bytes]]) -> tuple[str, bytes, str]:
+    """The members as a zip, tar.gz or .gz, and what was done to its bytes: nothing, a mutation of
+    the whole, a member's data corrupted, or a cut."""
     buf = io.BytesIO()
     form = rng.choice(["zip", "tgz", "gz"])
     if form == "zip":
@@ -240,21 +331,44 @@ def archive(rng: random.Random, members: list[tuple[str, bytes]]) -> tuple[str, 
         buf.write(gzip.compress(members[0][1]))
         name = "single.log.gz"
     data = buf.getvalue()
-    if rng.random() < 0.5:
-        data = mutate(rng, data, [], 0) if rng.random() < 0.5 else data[: rng.randrange(1, len(data))]
-    return name, data
+    how = rng.choice(["archive", "archive", "archive_mutated", "archive_member_corrupted", "archive_truncated"])
+    if how == "archive_mutated":
+        data = mutate(rng, data, [], 0)
+    elif how == "archive_member_corrupted":
+        data = corrupt_member(rng, data)
+    elif how == "archive_truncated":
+        data = data[: rng.randrange(1, len(data))]
+    return name, data, how
+
+
+def case_named(
+    rng: random.Random, pool: list[tuple[str, bytes]], huge: int, source: tuple[str, bytes] | None = None
+) -> tuple[str, bytes, list[str]]:
+    """One fuzz input: a source file (`source`, else one of the pool) mutated one to three times, or
+    an archive of it and others; and the names of the mutations made, in order."""
+    others = [d for _, d in rng.sample(pool, min(5, len(pool)))]
+    if rng.random() < 0.1:
+        picked = [source or rng.choice(pool), *rng.sample(pool, rng.randint(0, 2))]
+        done: list[str] = []
+        members = []
+        for i, (n, d) in enumerate(picked):
+            how, d = mutate_named(rng, d, others, huge)
+            done.append(how)
+            members.append((f"m{i}/{Path(n).name}", d))
+        name, data, how = archive(rng, members)
+        return name, data, [*done, how]
+    name, data = source or rng.choice(pool)
+    done = []
+    for _ in range(rng.randint(1, 3)):
+        how, data = mutate_named(rng, data, others, huge)
+        done.append(how)
+    return Path(name).name, data, done
 
 
 def case(rng: random.Random, pool: list[tuple[str, bytes]], huge: int) -> tuple[str, bytes]:
     """One fuzz input: a source file mutated one to three times, or an archive of some."""
-    others = [d for _, d in rng.sample(pool, min(5, len(pool)))]
-    if rng.random() < 0.1:
-        picked = rng.sample(pool, rng.randint(1, 3))
-        return archive(rng, [(f"m{i}/{Path(n).name}", mutate(rng, d, others, huge)) for i, (n, d) in enumerate(picked)])
-    name, data = rng.choice(pool)
-    for _ in range(rng.randint(1, 3)):
-        data = mutate(rng, data, others, huge)
-    return Path(name).name, data
+    name, data, _ = case_named(rng, pool, huge)
+    return name, data
 
 
 class _TagBalance(HTMLParser):
