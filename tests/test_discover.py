@@ -95,6 +95,22 @@ def test_a_gzip_file_named_at_the_length_limit_is_read(tmp_path: Path):
     assert found.path.read_bytes() == NCCL_LINE
 
 
+def test_file_names_that_are_not_utf8_are_shown_with_replacement_characters(tmp_path: Path):
+    """Fuzz find (exit 3): a file named with bytes that are not UTF-8 reached the inputs table as lone
+    surrogates, which polars cannot encode."""
+    import os
+
+    from tracelens.analyze import analyze
+
+    (tmp_path / "run").mkdir()
+    for name in (b"\xff\xfe-rank0.log", b"\x9b31m.log"):
+        with open(os.path.join(os.fsencode(tmp_path / "run"), name), "wb") as fh:
+            fh.write(NCCL_LINE)
+    analysis = analyze(tmp_path / "run")
+    assert sorted(analysis.tables["inputs"]["file"]) == ["\ufffd31m.log", "\ufffd\ufffd-rank0.log"]
+    assert analysis.tables["inputs"]["parsed"].to_list() == [1, 1]
+
+
 def test_damaged_archive_is_an_input_error_and_missing_path_a_note(tmp_path: Path):
     broken = tmp_path / "broken.tar.gz"
     data = io.BytesIO()

@@ -114,6 +114,12 @@ def sniff_file(path: Path) -> tuple[str, str | None]:
         return "unreadable", f"cannot be read: {_reason(exc)}"
 
 
+def _text(name: str) -> str:
+    """A file name as text to show and store: bytes that are not UTF-8 (Python keeps them as lone
+    surrogates, which no table, report or terminal can encode) become U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def _is_tar(path: Path, head: bytes) -> bool:
     if head.startswith(_GZIP_MAGIC):
         try:
@@ -315,7 +321,7 @@ class _Walker:
         return path
 
     def note(self, text: str) -> None:
-        self.result.notes.append(text.replace(str(self.workdir), "<extraction folder>"))
+        self.result.notes.append(_text(text.replace(str(self.workdir), "<extraction folder>")))
 
     def unreadable(self, label: str, reason: str, rel: PurePosixPath | None = None) -> None:
         """A file that cannot be read: an input with an error, counted and shown like any other."""
@@ -393,7 +399,7 @@ class _Walker:
                 f"bytes before the damage: {_reason(exc)}"
             )
         _keep_mtime(target, path.stat().st_mtime)
-        self.visit_file(target, f"{label}!{target.name}", rel.with_name(target.name), depth + 1)
+        self.visit_file(target, f"{label}!{_text(target.name)}", rel.with_name(_text(target.name)), depth + 1)
 
     def visit_archive(self, path: Path, label: str, rel: PurePosixPath, depth: int) -> None:
         dest = self._scratch()
@@ -494,16 +500,17 @@ class _Walker:
             entries = sorted(os.scandir(root), key=lambda e: e.name)
             info = root.stat()
         except OSError as exc:
-            self.unreadable(label_prefix.rstrip("/!") or str(root), f"folder cannot be read: {_reason(exc)}")
+            self.unreadable(label_prefix.rstrip("/!") or _text(str(root)), f"folder cannot be read: {_reason(exc)}")
             return
         self._seen_folders.add((info.st_dev, info.st_ino))
-        hosts = [e.name for e in entries if not e.name.startswith(".") and host_folder(e.name) and _is_folder(e)]
+        hosts = [_text(e.name) for e in entries if not e.name.startswith(".") and host_folder(e.name) and _is_folder(e)]
         if len(hosts) >= 2:  # node-a/ and node-b/: the run is split by host, whatever the names
             self.host_folders.update(rel_base / name for name in hosts)
         for entry in entries:
             if entry.name.startswith("."):
                 continue  # hidden files and folders (.git, .DS_Store ...)
-            path, label, rel_path = Path(entry.path), f"{label_prefix}{entry.name}", rel_base / entry.name
+            name = _text(entry.name)
+            path, label, rel_path = Path(entry.path), f"{label_prefix}{name}", rel_base / name
             if entry.is_symlink() and not follow_links:
                 self.note(f"{label}: symbolic link inside an archive skipped")
                 continue
@@ -566,15 +573,15 @@ def discover(target: Path, workdir: Path, limits: Limits | None = None, sniff_ma
         walker.note(f"{target}: no such file or folder")
         return walker.result
     except OSError as exc:
-        walker.unreadable(str(target), f"cannot be opened: {_reason(exc)}")
+        walker.unreadable(_text(str(target)), f"cannot be opened: {_reason(exc)}")
         return walker.result
     if stat.S_ISDIR(info.st_mode):
         walker.folder_run = True
         walker.visit_tree(target, "", PurePosixPath(), 0, follow_links=True)
     elif stat.S_ISREG(info.st_mode):
-        walker.visit_file(target, target.name, PurePosixPath(target.name), 0)
+        walker.visit_file(target, _text(target.name), PurePosixPath(_text(target.name)), 0)
     else:
-        walker.unreadable(target.name, f"not a regular file ({_file_type(info.st_mode)}), not opened")
+        walker.unreadable(_text(target.name), f"not a regular file ({_file_type(info.st_mode)}), not opened")
     if sniff_many is not None:
         walker.sniff(sniff_many)
     return walker.result
