@@ -402,15 +402,14 @@ def _nice() -> None:
 
 
 def code_version() -> str:
-    """The commit, and a digest of the package's and grammars' files as they are now: the command
-    runs the working tree, which may change while a campaign runs."""
-    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    """A digest of the package's and grammars' files as they are now: the command runs the working
+    tree, which may change while a campaign runs (commits that change no code keep it)."""
     digest = hashlib.sha1()
     for folder in ("src", "grammars"):
         for path in sorted((REPO / folder).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts:
-                digest.update(path.as_posix().encode() + path.read_bytes())
-    return f"{commit.stdout.strip()}+{digest.hexdigest()[:8]}"
+                digest.update(path.relative_to(REPO).as_posix().encode() + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def run_case(case: Case, target: Path, where: Path, args: argparse.Namespace) -> Result:
@@ -531,25 +530,29 @@ def _refuse(constant: str) -> float:
 # ---------------------------------------------------------------------------------- the campaign
 
 
-def summary(results: list[Result], started: float, args: argparse.Namespace) -> dict:
-    by_mutation = collections.Counter(m for r in results for m in r.case.mutations)
-    by_kind = collections.Counter(r.case.kind for r in results)
-    failing = collections.Counter(f for r in results for f in r.failures)
-    slowest = max(results, key=lambda r: r.cpu, default=None)
-    biggest = max(results, key=lambda r: r.rss_mb, default=None)
+def summary(records: list[dict], seed: int) -> dict:
+    """The campaign's numbers from its results (`results.jsonl`'s records)."""
+    by_mutation = collections.Counter(m for r in records for m in r["case"]["mutations"])
+    by_kind = collections.Counter(r["case"]["kind"] for r in records)
+    failing = collections.Counter(f for r in records for f in r["failures"])
+    slowest = max(records, key=lambda r: r["cpu"], default=None)
+    biggest = max(records, key=lambda r: r["rss_mb"], default=None)
     return {
-        "code": dict(collections.Counter(r.code for r in results).most_common()),
-        "seed": args.seed,
-        "cases": len(results),
-        "failed_cases": sum(1 for r in results if r.failures),
+        "code": dict(collections.Counter(r["code"] for r in records).most_common()),
+        "seed": seed,
+        "cases": len(records),
+        "failed_cases": sum(1 for r in records if r["failures"]),
         "failures_by_class": dict(failing.most_common()),
         "cases_by_kind": dict(by_kind.most_common()),
         "mutations_applied": dict(by_mutation.most_common()),
-        "exit_statuses": dict(collections.Counter(str(r.status) for r in results).most_common()),
-        "slowest_case": asdict(slowest) if slowest else None,
-        "biggest_case": asdict(biggest) if biggest else None,
-        "cpu_seconds": {"total": round(sum(r.cpu for r in results), 1), "median": _median([r.cpu for r in results])},
-        "hours": round((time.monotonic() - started) / 3600, 2),
+        "exit_statuses": dict(collections.Counter(str(r["status"]) for r in records).most_common()),
+        "slowest_case": slowest,
+        "biggest_case": biggest,
+        "cpu_seconds": {
+            "total": round(sum(r["cpu"] for r in records), 1),
+            "median": _median([r["cpu"] for r in records]),
+        },
+        "wall_seconds_median": _median([r["wall"] for r in records]),
     }
 
 
@@ -575,8 +578,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wall-seconds", type=float, default=900)
     parser.add_argument("--max-rss-gb", type=float, default=2.0)
     parser.add_argument("--kill-rss-gb", type=float, default=4.0)
+    parser.add_argument("--summary", action="store_true", help="only print the summary of the results in --out")
+    parser.add_argument("--code", help="with --summary: only the cases this code ran (see summary.json's `code`)")
     args = parser.parse_args(argv)
 
+    if args.summary:
+        records = [json.loads(line) for line in (args.out / "results.jsonl").read_text().splitlines()]
+        print(json.dumps(summary([r for r in records if args.code in (None, r["code"])], args.seed), indent=1))
+        return 0
     out = args.out or Path(tempfile.mkdtemp(prefix=f"tracelens-fuzz-{args.seed}-"))
     out.mkdir(parents=True, exist_ok=True)
     pool = fuzz.sources(args.source_bytes)
@@ -604,6 +613,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"case {number} {case.kind} {case.mutations} {case.sources}: {result.failures}", flush=True)
             if len(results) % 50 == 0:
                 print(f"{len(results)} cases, {sum(1 for r in results if r.failures)} failed", flush=True)
+                (out / "summary.json").write_text(json.dumps(summary([asdict(r) for r in results], args.seed)) + "\n")
         if not result.failures and args.only is None:
             _remove(where)
         else:
@@ -611,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(args.jobs) as pool_of:
         list(pool_of.map(one, numbers))
-    numbers_out = summary(results, started, args)
+    numbers_out = summary([asdict(r) for r in results], args.seed)
     (out / "summary.json").write_text(json.dumps(numbers_out, indent=1) + "\n")
     print(json.dumps(numbers_out, indent=1))
     return 1 if numbers_out["failed_cases"] else 0
