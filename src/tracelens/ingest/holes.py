@@ -27,9 +27,7 @@ def skip_hole(fh: BinaryIO) -> bool:
     try:
         fh.seek(fh.tell(), os.SEEK_DATA)  # through the buffered file, which drops what it read ahead
     except OSError as exc:
-        if exc.errno == errno.ENXIO:
-            return False
-        raise
+        return exc.errno != errno.ENXIO  # another error: a file system that cannot tell, read on
     return True
 
 
