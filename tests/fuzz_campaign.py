@@ -234,8 +234,8 @@ def _hostile_sparse(run: Path, rng: random.Random, some: Callable[[], bytes]) ->
 def _hostile_many(run: Path, rng: random.Random, some: Callable[[], bytes]) -> None:
     run.mkdir()
     pieces = some().split(b"\n")
-    for i in range(rng.choice([2000, 5000])):
-        (run / f"rank{i:05d}.log").write_bytes(b"\n".join(pieces[i % max(len(pieces), 1) :][:3]) + b"\n")
+    for i in range(rng.choice([2000, 5000])):  # many files, not much data: each at most 4 KiB
+        (run / f"rank{i:05d}.log").write_bytes((b"\n".join(pieces[i % max(len(pieces), 1) :][:3]) + b"\n")[-4096:])
 
 
 def _hostile_names(run: Path, rng: random.Random, some: Callable[[], bytes]) -> None:
