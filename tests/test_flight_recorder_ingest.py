@@ -251,3 +251,27 @@ def test_a_dump_without_entries_still_names_its_groups(tmp_path):
     result = _read(path)
     assert not result.account.errors and result.account.lines == 0 and "fr_entries" not in result.tables
     assert result.tables["fr_groups"]["ranks"].to_list() == [[0, 1, 2]]
+
+
+def test_a_text_dump_of_gigabytes_is_refused_before_it_is_read(tmp_path: Path):
+    """Fuzz find: a dump's JSON head before a sparse hole of 4 GiB was read whole (4.2 GB peak)
+    before its size was checked."""
+    import tracemalloc
+
+    from tracelens.ingest import InputFile, flight_recorder
+
+    path = tmp_path / "fr_trace_rank_3.json"
+    with path.open("wb") as fh:
+        fh.write(b'{"version": "2.4", "entries": [')
+        fh.truncate(4 << 30)
+    tracemalloc.start()
+    try:
+        result = flight_recorder.ingest(InputFile(path=path, name=path.name, format="flight_recorder"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.account.errors == [
+        "fr_trace_rank_3.json: not a readable Flight Recorder dump: "
+        "text dump of 4,294,967,296 bytes is larger than the 64 MiB read"
+    ]
+    assert peak < 64 << 20

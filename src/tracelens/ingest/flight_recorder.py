@@ -30,8 +30,10 @@ from __future__ import annotations
 import ast
 import json
 import math
+import os
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -66,9 +68,8 @@ def sniff(head: bytes) -> bool:
 
 def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
-    data = source.path.read_bytes()
     try:
-        dump, encoding = _decode(data)
+        dump, encoding = _decode(source.path)
     except (safe_pickle.UnsafePickle, ValueError, SyntaxError, RecursionError, MemoryError) as exc:
         result.account.errors.append(f"{source.name}: {_first_line(exc)}")
         return result
@@ -102,12 +103,16 @@ def _first_line(exc: BaseException) -> str:
     return reason if isinstance(exc, safe_pickle.UnsafePickle) else f"not a readable Flight Recorder dump: {reason}"
 
 
-def _decode(data: bytes) -> tuple[Any, str]:
-    """The dump object and what it was written as (pickle, json, dict text)."""
+def _decode(path: Path) -> tuple[Any, str]:
+    """The dump object and what it was written as (pickle, json, dict text). A text dump's size is
+    checked before it is read: a sparse file of gigabytes with a dump's head is never loaded."""
+    with path.open("rb") as fh:
+        head = fh.read(2)
+        if not _PICKLE_HEAD.match(head) and (size := os.fstat(fh.fileno()).st_size) > _MAX_TEXT:
+            raise ValueError(f"text dump of {size:,} bytes is larger than the {_MAX_TEXT >> 20} MiB read")
+        data = head + fh.read()
     if _PICKLE_HEAD.match(data):
         return safe_pickle.loads(data), "pickle"
-    if len(data) > _MAX_TEXT:
-        raise ValueError(f"text dump of {len(data):,} bytes is larger than the {_MAX_TEXT >> 20} MiB read")
     text = data.decode("utf-8", errors="replace")
     if _JSON_HEAD.match(data):
         try:
