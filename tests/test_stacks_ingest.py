@@ -88,3 +88,18 @@ def test_a_log_without_stacks_has_none(tmp_path):
     log.write_text("    indented line (not a frame)\nstep 1 (loss 2.0)\nThreadPool started\n")
     _, stacks = _stacks(log)
     assert stacks is None
+
+
+def test_a_number_past_what_a_table_holds_loses_its_field_not_the_file(tmp_path):
+    """A mangled paste with 2^128 as a pid and a frame's line: the dump is still read, those fields null."""
+    huge = str(2**128)
+    text = (FIXTURES / "lab-hang-sleep" / "rank2" / "pyspy_rank2.txt").read_text()
+    pid = text.split()[1]  # `Process 29414: ...`
+    text = text.replace(f"Process {pid}", f"Process {huge}", 1).replace("(worker.py:47)", f"(worker.py:{huge})", 1)
+    (tmp_path / "rank2").mkdir()
+    path = tmp_path / "rank2" / "pyspy_rank2.txt"
+    path.write_text(text)
+    _, stacks = _stacks(path, "rank2/pyspy_rank2.txt")
+    (row,) = stacks.to_dicts()
+    assert row["pid"] is None and row["frames"][0]["line"] is None
+    assert row["frames"][0]["name"] == "Loader.next_batch"

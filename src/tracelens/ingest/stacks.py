@@ -74,13 +74,23 @@ class _Block:
     exception: str | None = None
 
 
+INT64_MAX = 2**63 - 1
+
+
+def _int(text: str | None) -> int | None:
+    """A number of the dump, or None past what a table holds (a mangled paste): the field is lost, not
+    the file."""
+    value = int(text) if text else None
+    return value if value is not None and value <= INT64_MAX else None
+
+
 class StackParser:
     """One per file: `feed` each chunk in order, then `finish` adds the `stacks` rows."""
 
     def __init__(self, source: InputFile) -> None:
         self.source = source
         found = _RANK_NAME.findall(source.name)
-        self.file_rank = int(found[-1]) if found else None
+        self.file_rank = _int(found[-1]) if found else None
         self.blocks: list[_Block] = []
         self.open: _Block | None = None
         self.process: tuple[int | None, str | None] = (None, None)  # the last py-spy/ray process header
@@ -100,19 +110,19 @@ class StackParser:
         """Read one candidate line; True when it belongs to a stack."""
         tag = _TAG_RE.match(raw)
         text = raw[tag.end() :] if tag else raw
-        rank = int(tag.group("tag")) if tag and tag.group("tag") else self.file_rank
+        rank = _int(tag.group("tag")) if tag and tag.group("tag") else self.file_rank
         block = (
             self.open if self.open and line <= self.open.last + (3 if self.open.tool == "traceback" else 1) else None
         )
         if block is None:
             self.open = None
         if m := _PROCESS.match(text):
-            self.process = (int(m.group("pid")), m.group("cmd"))
+            self.process = (_int(m.group("pid")), m.group("cmd"))
             return True
         if _PYTHON.match(text):
             return True
         if m := _RAY.match(text):
-            self.process = (int(m.group("pid")), m.group("ps").strip())
+            self.process = (_int(m.group("pid")), m.group("ps").strip())
             return True
         if m := _SPY_THREAD.match(text):
             tool = (
@@ -139,16 +149,14 @@ class StackParser:
         if block.tool in ("py-spy", "ray stack") and (m := _SPY_FRAME.match(text)):
             file, number = m.group("file"), m.group("line")
             native = number is None and bool(_NATIVE_FILE.search(file))
-            block.frames.append(
-                {"name": m.group("name"), "filename": file, "line": int(number) if number else None, "native": native}
-            )
+            block.frames.append({"name": m.group("name"), "filename": file, "line": _int(number), "native": native})
         elif block.tool == "faulthandler" and (m := _FAULT_FRAME.match(text)):
             block.frames.append(
-                {"name": m.group("name"), "filename": m.group("file"), "line": int(m.group("line")), "native": False}
+                {"name": m.group("name"), "filename": m.group("file"), "line": _int(m.group("line")), "native": False}
             )
         elif block.tool == "traceback" and (m := _TB_FRAME.match(text)):
             block.frames.append(
-                {"name": m.group("name"), "filename": m.group("file"), "line": int(m.group("line")), "native": False}
+                {"name": m.group("name"), "filename": m.group("file"), "line": _int(m.group("line")), "native": False}
             )
         elif block.tool == "abort" and (m := _WHAT.match(text)):
             block.exception = f"{block.exception}: {m.group('msg').strip()}"
