@@ -42,7 +42,8 @@ def generate(path: Path, size_mb: float) -> None:
 
 
 def ingest(path: Path) -> None:
-    from tracelens.ingest import InputFile, kineto
+    from tracelens.ingest import InputFile
+    from tracelens.ingest.profiler import kineto
 
     result = kineto.ingest(InputFile(path, path.name, "kineto"))
     spans = result.tables["trace_spans"]
@@ -61,7 +62,7 @@ def hta(folder: Path) -> None:
 
 
 def imports() -> None:
-    import tracelens.ingest.kineto  # noqa: F401
+    import tracelens.ingest.profiler.kineto  # noqa: F401
 
     print("{}")
 

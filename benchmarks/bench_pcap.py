@@ -8,7 +8,7 @@ Workloads, written into --data (the system's temporary folder by default; delete
 
 Each tool runs in a fresh process, so its peak RSS (`ru_maxrss` from `os.wait4`: the largest of the
 process and the children it waited for, such as the ingest's record walker) is its own:
-tracelens decodes with `tracelens.ingest.pcap.ingest` (the `packets` table, every column, written to
+tracelens decodes with `tracelens.ingest.packets.pcap.ingest` (the `packets` table, every column, written to
 Parquet bucket by bucket in a temporary folder, as in a run); `tracelens tables CAPTURE -o OUT` is the
 whole command (ingest, alignment, every table written as Parquet, the packets with `ts_text`); tshark
 runs `-T fields` extracting the same fields (`-d udp.port==4791,infiniband` so every frame is
@@ -58,7 +58,8 @@ TRACELENS = """
 import sys, tempfile
 from pathlib import Path
 import polars as pl
-from tracelens.ingest import InputFile, pcap
+from tracelens.ingest import InputFile
+from tracelens.ingest.packets import pcap
 path = Path(sys.argv[1])
 with tempfile.TemporaryDirectory() as spill:  # as in a run: the rows go to Parquet as they are decoded
     result = pcap.ingest(InputFile(path, path.name, "pcap", size=path.stat().st_size, spill=Path(spill)))
@@ -117,7 +118,7 @@ def main() -> None:
     print(f"capture: {args.workload}, {args.packets:,} frames, {size_mb:.0f} MB; {load()}", flush=True)
 
     rows = []
-    baseline = round(import_rss_mb("tracelens.ingest.pcap"))
+    baseline = round(import_rss_mb("tracelens.ingest.packets.pcap"))
     ours = run(python("-c", TRACELENS, str(capture)), quiet=True)
     assert int(ours.last_line) == args.packets, ours.last_line
     rows.append(row("tracelens ingest", ours, args.packets))
@@ -147,7 +148,7 @@ def main() -> None:
         print(
             f"{r['tool']:<20}{r['seconds']:>9.2f}{r['cpu_seconds']:>8.1f}{r['packets_per_s']:>13,.0f}{r['packets_per_cpu_s']:>13,.0f}{r['peak_rss_mb']:>13}"
         )
-    print(f"(a process that only imports tracelens.ingest.pcap peaks at {baseline} MB; {load()})")
+    print(f"(a process that only imports tracelens.ingest.packets.pcap peaks at {baseline} MB; {load()})")
     shark = [r for r in rows if r["tool"].startswith("tshark")]
     for ours in (r for r in rows if shark and r["tool"] in ("tracelens ingest", "tracelens tables")):
         print(

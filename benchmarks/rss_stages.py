@@ -4,7 +4,7 @@
 
 Runs the whole analysis and the HTML report in this process while a thread reads /proc/self/statm
 every few milliseconds (tracemalloc does not see polars' allocations). Each sample is charged to the
-innermost stage running: ingest and a big DeepSpeed log's step assembly (`ds_assemble._assembled` ...),
+innermost stage running: ingest and a big DeepSpeed log's step assembly (`assemble._assembled` ...),
 align and its steps (`inferred._place_group`, `timeline._zone` ...),
 settle, a derived result of the RunContext (`ctx.slow_windows` ...), a table read into memory
 (`table.nccl_comms`), a rule (`TL401`), a report section (`report.steps`) and the render. A spike
@@ -69,13 +69,13 @@ def _instrument() -> None:
     pipeline.ingest_run = _staged("ingest", pipeline.ingest_run)
     pipeline.align = _staged("align", pipeline.align)
     from tracelens import inferred, timeline
-    from tracelens.ingest import ds_assemble
+    from tracelens.ingest.deepspeed import assemble
 
     for module, names in (
         (timeline, ["inferred_log_times", "_zone", "_log_span", "_clock_offsets"]),
         (inferred, ["_files", "_lines", "_run_median", "_forward", "_placed", "_place_file", "_place_group"]),
         (inferred, ["_times_for", "_joined_by_range"]),
-        (ds_assemble, ["spilled_steps", "_stream_facts", "_pieces", "_assembled", "_with_text", "_rejoined"]),
+        (assemble, ["spilled_steps", "_stream_facts", "_pieces", "_assembled", "_with_text", "_rejoined"]),
     ):
         for name in names:
             setattr(module, name, _staged(f"{module.__name__.split('.')[-1]}.{name}", getattr(module, name)))

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tracelens.ingest.hw_counters import SYSFS_NAMES
-from tracelens.ingest.perfquery import BASIC_BITS
+from tracelens.ingest.fabric.hw_counters import SYSFS_NAMES
+from tracelens.ingest.fabric.perfquery import BASIC_BITS
 
 BASIC_ORDER = [
     "SymbolErrorCounter",

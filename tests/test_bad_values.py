@@ -15,7 +15,7 @@ from tracelens.analyze import analyze
 from tracelens.derived.steps import ratio_of_medians
 from tracelens.findings import Evidence
 from tracelens.ingest import InputFile, ingest_file, sniff_format
-from tracelens.ingest.lines import long_lines, read_chunks
+from tracelens.ingest.text.lines import long_lines, read_chunks
 from tracelens.report.html import render
 from tracelens.report.summary import to_json
 

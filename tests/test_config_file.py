@@ -15,7 +15,8 @@ from tracelens.cli import app
 from tracelens.config import ConfigError, load
 from tracelens.derived import RunContext
 from tracelens.derived.baseline import Baseline
-from tracelens.ingest import InputFile, pcap
+from tracelens.ingest import InputFile
+from tracelens.ingest.packets import pcap
 from tracelens.report.markdown import inline
 from tracelens.rules import all_rules
 from tracelens.tables import RunTables

@@ -13,10 +13,11 @@ import pytest
 from synth.deepspeed import DsConfig
 from synth.deepspeed import ds_config as make_ds_config
 from tests.helpers import FIXTURES, corpus_dir
-from tracelens.ingest import InputFile, ds_config, textlog
-from tracelens.ingest.deepspeed import HOT, extract_hot, split_envelope, timer_column
-from tracelens.ingest.ds_grammar import parse_body
-from tracelens.ingest.lines import read_chunks
+from tracelens.ingest import InputFile, textlog
+from tracelens.ingest.deepspeed import ds_config
+from tracelens.ingest.deepspeed.grammar import parse_body
+from tracelens.ingest.deepspeed.log import HOT, extract_hot, split_envelope, timer_column
+from tracelens.ingest.text.lines import read_chunks
 
 EXAMPLES = {  # the complete DeepSpeedExamples logs: progress lines per engine
     "DeepSpeedExamples__step1_supervised_finetuning__opt-1.3b-globalBatchSize128.log": {"0": 736},

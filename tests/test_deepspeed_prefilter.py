@@ -9,8 +9,8 @@ import pytest
 
 from tests.helpers import CORPUS, FIXTURES
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.deepspeed import DeepSpeedParser
-from tracelens.ingest.lines import chunk_spans, read_chunks
+from tracelens.ingest.deepspeed.log import DeepSpeedParser
+from tracelens.ingest.text.lines import chunk_spans, read_chunks
 
 FILES = (
     sorted((CORPUS / "deepspeed").glob("*.log"))
@@ -69,7 +69,7 @@ def _corpus_and_mangled_lines() -> list[str]:
 def test_candidate_lines_equal_the_candidate_regex():
     """deepspeed.candidate_lines (the envelope searched anywhere only in lines with a time stamp and
     without it after the tag) claims exactly the lines CANDIDATE matches."""
-    from tracelens.ingest.deepspeed import CANDIDATE, candidate_lines
+    from tracelens.ingest.deepspeed.log import CANDIDATE, candidate_lines
 
     text = pl.Series(_corpus_and_mangled_lines())
     expected = text.str.contains(CANDIDATE)

@@ -10,8 +10,8 @@ from lark import Lark
 
 from tests.helpers import corpus_dir
 from tests.helpers.fabric import read, sniffed, write
-from tracelens.ingest import ethtool, hw_counters, perfquery
-from tracelens.ingest.shell_context import parse_time
+from tracelens.ingest.fabric import ethtool, hw_counters, perfquery
+from tracelens.ingest.text.shell_context import parse_time
 from tracelens.resources import grammar_text
 
 # --- the real corpus -------------------------------------------------------------------

@@ -15,7 +15,8 @@ from tests.helpers import corpus_dir, fire, tables_from
 from tests.helpers.fabric import T0, ingest_folder, two_nodes
 from tracelens.derived.counters import counter_deltas
 from tracelens.findings import Severity
-from tracelens.ingest import InputFile, ethtool, ibstat, perfquery
+from tracelens.ingest import InputFile
+from tracelens.ingest.fabric import ethtool, ibstat, perfquery
 from tracelens.tables import RunTables
 
 FABRIC_RULES = ["TL201", "TL202", "TL203", "TL204", "TL205", "TL206"]

@@ -15,8 +15,9 @@ import pytest
 
 from tests.helpers import FIXTURES
 from tracelens.analyze import analyze
-from tracelens.ingest import InputFile, safe_pickle, sniff_format
-from tracelens.ingest import flight_recorder as fr
+from tracelens.ingest import InputFile, sniff_format
+from tracelens.ingest.hangs import flight_recorder as fr
+from tracelens.ingest.hangs import safe_pickle
 
 SKIP = FIXTURES / "lab-hang-skip"
 

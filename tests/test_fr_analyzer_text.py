@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.helpers import FIXTURES
-from tracelens.ingest import InputFile, fr_text, sniff_format
+from tracelens.ingest import InputFile, sniff_format
+from tracelens.ingest.hangs import fr_text
 
 
 def _read(path: Path):

@@ -16,11 +16,11 @@ import polars as pl
 import pytest
 
 from tracelens.ingest import IngestResult, InputFile, textlog
-from tracelens.ingest.deepspeed import DeepSpeedParser
-from tracelens.ingest.ds_grammar import parse_body
+from tracelens.ingest.deepspeed.grammar import parse_body
+from tracelens.ingest.deepspeed.log import DeepSpeedParser
 from tracelens.ingest.glued import line_starts
-from tracelens.ingest.nccl import _grammar, split_records
-from tracelens.ingest.templates import masked
+from tracelens.ingest.nccl.log import _grammar, split_records
+from tracelens.ingest.text.templates import masked
 
 STAMP = "[2026-11-30 08:00:01,250] [INFO] [logging.py:96:log_dist] "
 

@@ -13,7 +13,7 @@ import pytest
 
 from tracelens.analyze import analyze
 from tracelens.ingest.holes import GzipMembers
-from tracelens.ingest.lines import long_lines, read_chunks
+from tracelens.ingest.text.lines import long_lines, read_chunks
 
 TEXT = b"node01:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n" * 2000  # past the 64 KiB a sniffer reads
 

@@ -14,9 +14,10 @@ import pytest
 from lark import Lark
 
 from tests.helpers import REPO, corpus_dir
-from tracelens.ingest import InputFile, ingest_file, kernel, sniff_format
-from tracelens.ingest.lines import read_lines
-from tracelens.ingest.shell_context import context
+from tracelens.ingest import InputFile, ingest_file, sniff_format
+from tracelens.ingest.host import kernel
+from tracelens.ingest.text.lines import read_lines
+from tracelens.ingest.text.shell_context import context
 from tracelens.resources import grammar_text
 
 # folder/file-name part -> (format, table, rows)

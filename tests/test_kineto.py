@@ -1,4 +1,4 @@
-"""PyTorch profiler traces (tracelens.ingest.kineto): the real traces of ../shared/corpus/kineto read with
+"""PyTorch profiler traces (tracelens.ingest.profiler.kineto): the real traces of ../shared/corpus/kineto read with
 their ranks, steps, kernels and collectives; the generated traces of synth/kineto.py measured per rank
 and step (tracelens.derived.traces), and TL430/TL431 fired on them or not."""
 
@@ -18,7 +18,8 @@ from tests.helpers import corpus_dir, fire
 from tracelens.derived import RunContext
 from tracelens.derived import traces as derived
 from tracelens.findings import Verdict
-from tracelens.ingest import InputFile, ingest_file, kineto, sniff_format
+from tracelens.ingest import InputFile, ingest_file, sniff_format
+from tracelens.ingest.profiler import kineto
 from tracelens.rules import causes
 from tracelens.rules.causes import Candidate
 from tracelens.tables import RunTables, conform

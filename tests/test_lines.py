@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelens.ingest.lines import _blocks, _csv_lines, _frame, _split_lines, read_chunks, read_span
+from tracelens.ingest.text.lines import _blocks, _csv_lines, _frame, _split_lines, read_chunks, read_span
 
 TRICKY = [
     b"plain\nlines\n",

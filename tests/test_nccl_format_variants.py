@@ -33,7 +33,7 @@ from synth.nccl import (
 from tests.helpers.nccl import ingest, ingest_text
 from tracelens.analyze import analyze
 from tracelens.findings import Severity
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED
+from tracelens.ingest.text.lines import IGNORED, NOT_MINE, PARSED
 
 ENVELOPE = "gpu-node-3:4052:4122 [2] "
 UTC = timezone.utc

@@ -12,8 +12,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from tracelens.ingest.lines import read_chunks
-from tracelens.ingest.nccl import FIELDS, VECTOR_KINDS, match_vector, parse_body, split_records
+from tracelens.ingest.nccl.log import FIELDS, VECTOR_KINDS, match_vector, parse_body, split_records
+from tracelens.ingest.text.lines import read_chunks
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"real-log corpus not found at {CORPUS}")

@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from tests.helpers.nccl import ingest, ingest_text
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.ingest.text.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "nccl"
 needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason=f"real-log corpus not found at {CORPUS}")

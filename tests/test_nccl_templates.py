@@ -1,4 +1,4 @@
-"""The template path (ingest/templates.py) gives the same kind and fields as lark on the raw body.
+"""The template path (ingest/text/templates.py) gives the same kind and fields as lark on the raw body.
 
 Bodies: every NCCL body of the corpus and of the committed fixtures, hand-written bodies of the
 kinds neither has, and each of them again with its numbers and hex ids replaced by random ones
@@ -14,9 +14,9 @@ import polars as pl
 import pytest
 
 from tests.helpers import CORPUS, FIXTURES
-from tracelens.ingest.lines import read_chunks
-from tracelens.ingest.nccl import CANDIDATE_MARKS, FIELDS, _grammar, parse_body, parse_recipes, split_records
-from tracelens.ingest.templates import MARK, TemplateParser, masked
+from tracelens.ingest.nccl.log import CANDIDATE_MARKS, FIELDS, _grammar, parse_body, parse_recipes, split_records
+from tracelens.ingest.text.lines import read_chunks
+from tracelens.ingest.text.templates import MARK, TemplateParser, masked
 
 # Kinds that neither the corpus nor the fixtures print (formats: docs/formats/nccl.md).
 EXTRA_BODIES = [

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tracelens.ingest import InputFile
-from tracelens.ingest.nccl import parse_body
+from tracelens.ingest.nccl.log import parse_body
 from tracelens.ingest.textlog import ingest
 from tracelens.rules.failures import _FAILURE_KINDS, _GPU_KINDS
 

@@ -8,7 +8,8 @@ import polars as pl
 from synth import pcap as synth
 from tests.helpers import NO_FINDINGS
 from tracelens.derived import RunContext
-from tracelens.ingest import InputFile, pcap
+from tracelens.ingest import InputFile
+from tracelens.ingest.packets import pcap
 from tracelens.report.sections import packets as section
 from tracelens.resources import data_dir
 from tracelens.tables import RunTables

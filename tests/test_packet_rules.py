@@ -11,7 +11,8 @@ import pytest
 from synth import pcap as synth
 from tracelens.derived import RunContext
 from tracelens.derived.flows import analyze
-from tracelens.ingest import InputFile, pcap
+from tracelens.ingest import InputFile
+from tracelens.ingest.packets import pcap
 from tracelens.rules import all_rules
 from tracelens.tables import RunTables
 

@@ -16,7 +16,8 @@ from synth.pcap import write_multiflow
 from tests.helpers.pcap import T0, roce, section
 from tracelens.analyze import analyze
 from tracelens.derived import flows
-from tracelens.ingest import InputFile, pcap
+from tracelens.ingest import InputFile
+from tracelens.ingest.packets import pcap
 from tracelens.packets import records
 from tracelens.report.summary import to_json
 from tracelens.tables import conform

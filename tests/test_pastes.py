@@ -68,7 +68,7 @@ def test_watchdog_timeouts_inside_cpp_exception_wrappers_fire_tl108(tmp_path: Pa
 
 
 def test_the_terminate_line_itself_is_read():
-    from tracelens.ingest.nccl import parse_body
+    from tracelens.ingest.nccl.log import parse_body
 
     assert parse_body("terminate called after throwing an instance of 'c10::DistBackendError'")[0] == "pt_terminate"
 

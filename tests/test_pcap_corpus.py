@@ -11,7 +11,8 @@ from scapy.utils import rdpcap
 from tests.helpers import corpus_dir, tshark
 from tests.helpers.tshark import needs_tshark
 from tracelens.derived.flows import analyze
-from tracelens.ingest import InputFile, pcap
+from tracelens.ingest import InputFile
+from tracelens.ingest.packets import pcap
 from tracelens.tables import conform
 
 ROCE = "oferby-proxy__roce.pcap"

@@ -12,7 +12,8 @@ import pytest
 from tests.helpers import tshark
 from tests.helpers.tshark import FLOW, needs_tshark
 from tracelens.derived.flows import analyze
-from tracelens.ingest import InputFile, pcap
+from tracelens.ingest import InputFile
+from tracelens.ingest.packets import pcap
 from tracelens.tables import conform
 
 CAPTURES = Path(__file__).parent / "captures" / "kernel_retransmissions"

@@ -48,7 +48,7 @@ print(glob.glob(tempfile.gettempdir() + "/.lark_cache_*")[0])
 """
 
 _PARSE = """
-from tracelens.ingest.nccl import parse_body
+from tracelens.ingest.nccl.log import parse_body
 print(parse_body("NET/IB : No device found.")[0])
 """
 
@@ -94,7 +94,7 @@ def test_a_planted_pickle_in_a_loose_private_folder_is_never_loaded(tmp_path: Pa
     env = {"XDG_CACHE_HOME": str(cache)}
     key = _python(
         (
-            "from tracelens.ingest.nccl import _cache_path; "
+            "from tracelens.ingest.nccl.log import _cache_path; "
             "print(_cache_path(__import__('tracelens.resources').resources.grammar_text('nccl')))"
         ),
         {"XDG_CACHE_HOME": str(tmp_path / "probe")},

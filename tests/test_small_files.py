@@ -60,7 +60,7 @@ def _discovered(target: Path, tmp_path: Path):
 
 def test_other_line_parsers_are_all_known_to_the_batch():
     # a parser added to textlog without its candidate regexes here would silently lose its lines in batches
-    assert set(small_files.OTHER_PARSERS) == set(textlog.LINE_PARSERS) - {textlog.nccl.NcclParser}
+    assert set(small_files.OTHER_PARSERS) == set(textlog.LINE_PARSERS) - {textlog.NcclParser}
 
 
 def test_the_real_corpus_reads_the_same_in_batches(tmp_path, monkeypatch):

@@ -10,7 +10,8 @@ import polars as pl
 import pytest
 
 from tests.helpers import CORPUS, FIXTURES
-from tracelens.ingest import IngestResult, InputFile, ds_assemble
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest.deepspeed import assemble
 from tracelens.ingest.textlog import ingest
 from tracelens.tables import RunTables, conform, with_text
 from tracelens.timeline import align
@@ -195,7 +196,7 @@ def test_steps_of_a_big_file_assembled_a_piece_at_a_time_equal_the_whole_file(tm
     chunk = max(256, path.stat().st_size // 20)  # some 20 chunks, whatever the log
     memory = ingest(InputFile(path, path.name, "log", size=path.stat().st_size), jobs=1, chunk_bytes=chunk)
     expected = conform("steps", memory.tables["steps"])
-    monkeypatch.setattr(ds_assemble, "PIECE_ROWS", piece_rows)
+    monkeypatch.setattr(assemble, "PIECE_ROWS", piece_rows)
     spilled = InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / "spill")
     disk = ingest(spilled, jobs=1, chunk_bytes=chunk)
     assert isinstance(disk.tables["steps"], pl.LazyFrame)

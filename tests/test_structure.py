@@ -28,7 +28,7 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 
 @dataclass(frozen=True)
 class Import:
-    module: str  # the importing module, e.g. tracelens.ingest.pcap
+    module: str  # the importing module, e.g. tracelens.ingest.packets.pcap
     target: str  # the imported module, absolute, e.g. tracelens.tables or polars
     lazy: bool  # inside a function: runs only when that function is called
     typing: bool  # under `if TYPE_CHECKING:`: never runs

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import polars as pl
 
-from tracelens.ingest.lines import within_datetime_range
+from tracelens.ingest.text.lines import within_datetime_range
 from tracelens.tables import Frame, RunTables, Spill
 
 # Tables whose times come from log lines: local wall time, naive, as printed.

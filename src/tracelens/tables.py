@@ -243,7 +243,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             pa.field("bucket", pa.int32()),  # which share of the capture's host pairs (read a share at a time)
         ]
     ),
-    # One row per PyTorch Flight Recorder entry (tracelens.ingest.flight_recorder and fr_text):
+    # One row per PyTorch Flight Recorder entry (tracelens.ingest.hangs.flight_recorder and fr_text):
     # a collective or p2p op a rank enqueued; `ts` is its time_created_ns.
     "fr_entries": _schema(
         pa.field("rank", pa.int64()),  # the dump's rank (its file name), or the rank column of analyzer text
@@ -320,7 +320,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ),  # innermost first
         pa.field("exception", pa.string()),  # the `Error: message` line after a traceback; an abort's type and what()
     ),
-    # Host evidence (tracelens.ingest.nvsmi, kernel, iface, nccl_tests, perftest). `zoned` says
+    # Host evidence (tracelens.ingest.host.nvsmi, kernel, iface, nccl_tests, perftest). `zoned` says
     # the printed time carried a zone (already UTC); otherwise it is local wall time, as in logs.
     # One row per GPU sample: nvidia-smi --query-gpu CSV, dmon, dcgmi dmon, the nvidia-smi table.
     "gpu_samples": _schema(
@@ -453,7 +453,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("first_step", pa.int64()),
         pa.field("last_step", pa.int64()),
     ),
-    # One row per kept span of a profiler trace (tracelens.ingest.kineto); `ts` is its start in UTC
+    # One row per kept span of a profiler trace (tracelens.ingest.profiler.kineto); `ts` is its start in UTC
     # (null when the trace's clock is not wall-clock time), `start_us`/`end_us` the same in epoch
     # microseconds (the trace's own clock), exact to the trace's precision.
     "trace_spans": _schema(

@@ -11,7 +11,8 @@ import polars as pl
 from synth.fabric import FabricPort, port_dumps
 from synth.fabric import ibstat as ibstat_text
 from tracelens.discover import host_from_path
-from tracelens.ingest import InputFile, ethtool, hw_counters, ibstat, ibstatus, ibv_devinfo, perfquery
+from tracelens.ingest import InputFile
+from tracelens.ingest.fabric import ethtool, hw_counters, ibstat, ibstatus, ibv_devinfo, perfquery
 from tracelens.tables import RunTables
 
 FABRIC = [perfquery, ibstat, ibstatus, ibv_devinfo, ethtool, hw_counters]

@@ -7,8 +7,8 @@ from pathlib import Path
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import read_chunks
-from tracelens.ingest.nccl import NcclParser
+from tracelens.ingest.nccl.log import NcclParser
+from tracelens.ingest.text.lines import read_chunks
 
 
 def ingest(path: Path) -> tuple[list[int], dict[str, pl.DataFrame]]:

@@ -12,7 +12,8 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
 from synth import pcap as synth
-from tracelens.ingest import InputFile, pcap
+from tracelens.ingest import InputFile
+from tracelens.ingest.packets import pcap
 
 T0 = synth.START
 

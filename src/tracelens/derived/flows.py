@@ -105,7 +105,7 @@ def analyze(packets: Frame, windows: PacketWindows = PacketWindows()) -> PacketA
     """The per-QP, per-flow and per-event analysis of `packets`, a bucket at a time, a piece at a time.
 
     Everything here is per connection, and the ingest puts every TCP connection (both ways) and
-    every RoCE QP between two hosts of one capture in one `bucket` (tracelens.ingest.pcap): the
+    every RoCE QP between two hosts of one capture in one `bucket` (tracelens.ingest.packets.pcap): the
     table, a lazy scan of Parquet written bucket by bucket in a run, is read and analysed one bucket
     at a time. A bucket bigger than PIECE_FRAMES (one connection of millions of frames) is read in
     pieces of frame numbers, each starting where the one before left every direction and QP

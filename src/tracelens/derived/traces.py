@@ -1,4 +1,4 @@
-"""What the ranks' profiler traces say per rank and step (the spans of tracelens.ingest.kineto).
+"""What the ranks' profiler traces say per rank and step (the spans of tracelens.ingest.profiler.kineto).
 
 Temporal breakdown (Holistic Trace Analysis's definitions): on a rank's GPU, in a window of time,
 computation is the time some computation kernel runs, communication the time some NCCL kernel

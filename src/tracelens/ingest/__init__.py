@@ -20,7 +20,7 @@ from types import ModuleType
 
 import polars as pl
 
-from tracelens.ingest.lines import CHUNK_BYTES, MAX_LINE_BYTES, long_lines
+from tracelens.ingest.text.lines import CHUNK_BYTES, MAX_LINE_BYTES, long_lines
 from tracelens.prose import count
 
 SAMPLE_LIMIT = 20
@@ -103,8 +103,8 @@ def splits(source: InputFile, jobs: int) -> bool:
 def format_modules() -> list[ModuleType]:
     """All format modules, in sniffing order."""
     found = []
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
+    for info in pkgutil.walk_packages(__path__, f"{__name__}."):
+        module = importlib.import_module(info.name)
         if hasattr(module, "FORMAT") and hasattr(module, "sniff") and hasattr(module, "ingest"):
             found.append(module)
     return sorted(found, key=lambda m: (m.PRIORITY, m.FORMAT))

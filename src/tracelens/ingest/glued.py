@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracelens.ingest.lines import byte_slice
+from tracelens.ingest.text.lines import byte_slice
 
 # A literal one of which every line start holds: a cheap whole-column test before the full pattern.
 MARKS = (

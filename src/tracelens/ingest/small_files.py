@@ -20,18 +20,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracelens.ingest import (
-    SAMPLE_LIMIT,
-    Account,
-    IngestResult,
-    InputFile,
-    deepspeed,
-    nccl,
-    nccl_tests,
-    stacks,
-    with_host_hint,
-)
-from tracelens.ingest.lines import (
+from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, with_host_hint
+from tracelens.ingest.deepspeed import log as deepspeed_log
+from tracelens.ingest.hangs import stacks
+from tracelens.ingest.host import nccl_tests
+from tracelens.ingest.nccl.log import NcclParser
+from tracelens.ingest.text.lines import (
     FILE_SHIFT,
     IGNORED,
     PARSED,
@@ -40,7 +34,7 @@ from tracelens.ingest.lines import (
     settled,
     strongest_claim,
 )
-from tracelens.ingest.pasted import unpaste
+from tracelens.ingest.text.pasted import unpaste
 
 SMALL_BYTES = 1 << 20  # a file this small is one chunk for textlog too
 BATCH_BYTES = 16 << 20
@@ -49,7 +43,7 @@ BATCH_FILES = 4096
 # The line parsers other than NCCL's, with regexes one of which every line they may claim matches
 # (tests check this covers textlog.LINE_PARSERS).
 OTHER_PARSERS = {
-    deepspeed.DeepSpeedParser: [deepspeed.CANDIDATE],
+    deepspeed_log.DeepSpeedParser: [deepspeed_log.CANDIDATE],
     stacks.StackParser: [stacks.CANDIDATE],
     nccl_tests.NcclTestsParser: nccl_tests.CANDIDATES,
 }
@@ -127,7 +121,7 @@ def ingest(files: list[InputFile]) -> BatchResult:
     result = BatchResult(per_file=unread)
     if not lines.height:
         return result
-    parser = nccl.NcclParser(InputFile(path=Path(), name="", format="log"))
+    parser = NcclParser(InputFile(path=Path(), name="", format="log"))
     lines = lines.with_columns(status=parser.feed(lines.select("line", "text")))
     parsed = IngestResult()
     parser.finish(parsed)

@@ -17,18 +17,12 @@ from typing import Protocol
 
 import polars as pl
 
-from tracelens.ingest import (
-    SAMPLE_LIMIT,
-    Account,
-    IngestResult,
-    InputFile,
-    deepspeed,
-    looks_like_text,
-    nccl,
-    nccl_tests,
-    stacks,
-)
-from tracelens.ingest.lines import (
+from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, looks_like_text
+from tracelens.ingest.deepspeed.log import DeepSpeedParser
+from tracelens.ingest.hangs.stacks import StackParser
+from tracelens.ingest.host.nccl_tests import NcclTestsParser
+from tracelens.ingest.nccl.log import ChunkRecords, NcclParser
+from tracelens.ingest.text.lines import (
     CHUNK_BYTES,
     IGNORED,
     PARSED,
@@ -56,7 +50,7 @@ class LineParser(Protocol):
         """Add the parsed tables to `result`."""
 
 
-LINE_PARSERS = [nccl.NcclParser, deepspeed.DeepSpeedParser, stacks.StackParser, nccl_tests.NcclTestsParser]
+LINE_PARSERS = [NcclParser, DeepSpeedParser, StackParser, NcclTestsParser]
 
 
 def sniff(head: bytes) -> bool:
@@ -121,7 +115,7 @@ def _read_split(
     run across chunks) and the workers' results are taken in order. Workers in this process
     (`shared`) hand back the chunk they read; a chunk parsed elsewhere (a Ray task) is read here
     again. At most jobs + 1 chunks are in flight, so memory stays bounded."""
-    nccl_parser = next(p for p in parsers if isinstance(p, nccl.NcclParser))
+    nccl_parser = next(p for p in parsers if isinstance(p, NcclParser))
     others = [p for p in parsers if p is not nccl_parser]
     spans = chunk_spans(source.path, chunk_bytes)
     reading = uuid.uuid4().hex  # this reading of the file, for the workers' caches
@@ -151,10 +145,10 @@ _WORKER = threading.local()
 
 def _parse_nccl(
     source: InputFile, span: tuple[int, int, int], reading: str, shared: bool
-) -> tuple[pl.DataFrame | None, nccl.ChunkRecords]:
+) -> tuple[pl.DataFrame | None, ChunkRecords]:
     """The chunk's NCCL records, and the chunk itself when `shared` (the caller is in this process)."""
     if getattr(_WORKER, "reading", None) != reading:
-        _WORKER.reading, _WORKER.parser = reading, nccl.NcclParser(source)
+        _WORKER.reading, _WORKER.parser = reading, NcclParser(source)
     chunk = read_span(source.path, *span)
     return chunk if shared else None, _WORKER.parser.parse(chunk)
 

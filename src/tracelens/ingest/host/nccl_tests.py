@@ -1,7 +1,7 @@
 """nccl-tests output (`all_reduce_perf` and the other `*_perf`) into nccl_tests, as a line
 parser of the shared text-log pass: the results come interleaved with NCCL INFO lines and
 behind launcher prefixes (`[1,0]<stdout>:` of Open MPI, `host: ` of pdsh, a runner's
-`host [stderr] `, a shipper's time: ingest/prefixes.py).
+`host [stderr] `, a shipper's time: ingest/text/prefixes.py).
 
 grammars/nccl_tests.lark is the spec. Result rows are many and all distinct, so they are
 read with the equivalent vectorized split (tests prove it agrees with the grammar):
@@ -17,8 +17,8 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import NOT_MINE, PARSED, UNRECOGNIZED, number
-from tracelens.ingest.prefixes import LAUNCHER_PREFIX
+from tracelens.ingest.text.lines import NOT_MINE, PARSED, UNRECOGNIZED, number
+from tracelens.ingest.text.prefixes import LAUNCHER_PREFIX
 from tracelens.tables import PROVENANCE_COLUMNS
 
 PREFIX = rf"^(?P<prefix>{LAUNCHER_PREFIX})"

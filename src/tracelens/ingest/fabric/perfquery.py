@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from lark import Transformer
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.dumps import DumpLine, LineGrammar, blocks, counter_frame, read_dump
+from tracelens.ingest.fabric.dumps import DumpLine, LineGrammar, blocks, counter_frame, read_dump
 
 FORMAT = "perfquery"
 PRIORITY = 100

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import polars as pl
 
 from tracelens.ingest.holes import skip_hole
-from tracelens.ingest.pasted import unpaste
+from tracelens.ingest.text.pasted import unpaste
 
 if TYPE_CHECKING:
     from tracelens.ingest import InputFile

@@ -4,7 +4,7 @@ hw_counters) share: reading a dump's lines with the time and host each belongs t
 People collect these dumps with small scripts, so around the tool's own lines a file
 may hold `date` output, a `hostname` line, the shell prompt and command that made it,
 `#` comments, blank lines and `...` where a paste was shortened. Those context lines are read by
-tracelens.ingest.shell_context, as for the host evidence; each format module only gives a line
+tracelens.ingest.text.shell_context, as for the host evidence; each format module only gives a line
 parser (usually its lark grammar, see `LineGrammar`) and turns the parsed lines into rows.
 
 Time of a dump block: the last timestamp line before it (the first one in the file for
@@ -26,8 +26,8 @@ import polars as pl
 from lark import Lark, LarkError, Transformer
 
 from tracelens.ingest import Account, InputFile
-from tracelens.ingest.lines import IGNORED, PARSED, read_lines
-from tracelens.ingest.shell_context import USER_AT_HOST, filled, marks
+from tracelens.ingest.text.lines import IGNORED, PARSED, read_lines
+from tracelens.ingest.text.shell_context import USER_AT_HOST, filled, marks
 from tracelens.resources import grammar_text
 
 EXACT, FILENAME, MTIME = "exact", "filename", "mtime"

@@ -17,10 +17,10 @@ from typing import Any
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.hostlines import IGNORED, PARSED, TemplateGrammar, account, provenance
-from tracelens.ingest.lines import read_lines
-from tracelens.ingest.ports import read_phys_state, read_state
-from tracelens.ingest.shell_context import context
+from tracelens.ingest.fabric.ports import read_phys_state, read_state
+from tracelens.ingest.host.hostlines import IGNORED, PARSED, TemplateGrammar, account, provenance
+from tracelens.ingest.text.lines import read_lines
+from tracelens.ingest.text.shell_context import context
 
 FORMAT = "interfaces"
 PRIORITY = 92

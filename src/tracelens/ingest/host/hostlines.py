@@ -1,7 +1,7 @@
 """What the host-evidence formats (nvidia-smi, dcgmi, kernel logs, ip/ifconfig/show_gids,
 perftest) share: the account from a per-line status, the provenance of their rows, and the
 grammar of their line templates. The context lines around a tool's output (`date`, prompts,
-host lines) are read by tracelens.ingest.shell_context, as for the fabric dumps.
+host lines) are read by tracelens.ingest.text.shell_context, as for the fabric dumps.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import polars as pl
 from lark import Lark, LarkError
 
 from tracelens.ingest import Account, InputFile
-from tracelens.ingest.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
+from tracelens.ingest.text.lines import IGNORED, NOT_MINE, PARSED, UNRECOGNIZED
 from tracelens.resources import grammar_text
 
 

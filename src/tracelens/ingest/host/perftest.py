@@ -16,7 +16,7 @@ import re
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.hostlines import (
+from tracelens.ingest.host.hostlines import (
     IGNORED,
     PARSED,
     TemplateGrammar,
@@ -24,8 +24,8 @@ from tracelens.ingest.hostlines import (
     local_time,
     provenance,
 )
-from tracelens.ingest.lines import number, read_lines
-from tracelens.ingest.shell_context import context
+from tracelens.ingest.text.lines import number, read_lines
+from tracelens.ingest.text.shell_context import context
 from tracelens.tables import PROVENANCE_COLUMNS
 
 FORMAT = "perftest"

@@ -1,14 +1,14 @@
 """`ibstat` dumps (one or many CAs, IB or Ethernet link layer) into ib_ports.
 
-The line grammar is grammars/ibstat.lark; src/tracelens/ingest/ports.py turns the
+The line grammar is grammars/ibstat.lark; src/tracelens/ingest/fabric/ports.py turns the
 CA / Port / attribute lines into rows.
 """
 
 from __future__ import annotations
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.dumps import LineGrammar
-from tracelens.ingest.ports import (
+from tracelens.ingest.fabric.dumps import LineGrammar
+from tracelens.ingest.fabric.ports import (
     Columns,
     Device,
     PortLines,

@@ -21,7 +21,7 @@ sequence id per group), and a group's members from the ranks whose dumps name it
 Rank: the dump does not say whose it is; like PyTorch's own analyzer, the rank is the number
 that ends the file name (`..._rank3.pkl`, `nccl_trace_rank_3`), else a `rank3` folder.
 
-Pickles are loaded with tracelens.ingest.safe_pickle, which never imports or calls anything:
+Pickles are loaded with tracelens.ingest.hangs.safe_pickle, which never imports or calls anything:
 a pickle that asks to is refused with a one-line error and the rest of the run is analysed.
 """
 
@@ -38,7 +38,8 @@ from typing import Any
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile, safe_pickle
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest.hangs import safe_pickle
 
 FORMAT = "flight_recorder"
 PRIORITY = 5  # before the text formats: a JSON or dict-text dump is text too

@@ -8,8 +8,8 @@ from `link_layer`, never from the rate.
 from __future__ import annotations
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.dumps import LineGrammar
-from tracelens.ingest.ports import (
+from tracelens.ingest.fabric.dumps import LineGrammar
+from tracelens.ingest.fabric.ports import (
     Columns,
     Port,
     PortLines,

@@ -21,9 +21,9 @@ from datetime import datetime, timezone
 import polars as pl
 
 from tracelens.ingest import Account, IngestResult, InputFile, LineStart
-from tracelens.ingest.hostlines import IGNORED, PARSED, account, merge, provenance
-from tracelens.ingest.lines import number, read_chunks
-from tracelens.ingest.shell_context import context
+from tracelens.ingest.host.hostlines import IGNORED, PARSED, account, merge, provenance
+from tracelens.ingest.text.lines import number, read_chunks
+from tracelens.ingest.text.shell_context import context
 
 FORMAT = "kernel_log"
 PRIORITY = 95

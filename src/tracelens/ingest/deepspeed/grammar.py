@@ -1,7 +1,7 @@
 """The kinds of DeepSpeed message bodies: how each is recognised by its first words (HEADS) and
 how the grammar (grammars/deepspeed.lark) reads the bodies that are not read by deepspeed's
 vectorized regexes, into dicts of fields. Shared by the line parser (deepspeed) and the assembly
-of a file's tables (ds_assemble), which reads zero_config's Python repr with it.
+of a file's tables (assemble), which reads zero_config's Python repr with it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from functools import cache
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput, VisitError
 
-from tracelens.ingest.lines import checked_float
+from tracelens.ingest.text.lines import checked_float
 from tracelens.resources import grammar_text
 
 # kind -> (first words of its body, printed without a logger prefix by some version)

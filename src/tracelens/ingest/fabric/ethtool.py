@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.dumps import counter_frame, read_dump
+from tracelens.ingest.fabric.dumps import counter_frame, read_dump
 
 FORMAT = "ethtool"
 PRIORITY = 100

@@ -37,8 +37,8 @@ import re
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.flight_recorder import op_name
-from tracelens.ingest.lines import read_chunks
+from tracelens.ingest.hangs.flight_recorder import op_name
+from tracelens.ingest.text.lines import read_chunks
 
 FORMAT = "fr_analyzer"
 PRIORITY = 6

@@ -20,8 +20,8 @@ import polars as pl
 from lark import Transformer
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.dumps import DumpLine, LineParser, read_dump
-from tracelens.ingest.lines import checked_float
+from tracelens.ingest.fabric.dumps import DumpLine, LineParser, read_dump
+from tracelens.ingest.text.lines import checked_float
 
 STATES = {1: "Down", 2: "Initializing", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
 PHYS_STATES = {

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.hostlines import (
+from tracelens.ingest.host.hostlines import (
     IGNORED,
     PARSED,
     TemplateGrammar,
@@ -26,8 +26,8 @@ from tracelens.ingest.hostlines import (
     local_time,
     provenance,
 )
-from tracelens.ingest.lines import number, read_lines
-from tracelens.ingest.shell_context import context
+from tracelens.ingest.text.lines import number, read_lines
+from tracelens.ingest.text.shell_context import context
 
 FORMAT = "nvidia_smi"
 PRIORITY = 90

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.lines import NOT_MINE, PARSED
+from tracelens.ingest.text.lines import NOT_MINE, PARSED
 
 _TAG = r"^(?:[\w.-]+: )?(?:\[(?:rank|default)?\s*(?P<tag>\d+)\]:\s?)?"
 CANDIDATE = (

@@ -11,12 +11,12 @@ comes through here, and only lines in DeepSpeed's shapes are claimed. How a line
    `[Rank N] ` (also without a logger prefix, as 0.19 prints its timers). What is left is the body.
    A line's rank is its `[Rank N]`, else its tag's,
    else that of a per-rank log (`--enable_each_rank_log`: `..._rank3.log`).
-2. The body's kind is chosen by its first words (ds_grammar.HEADS). Lines printed without a prefix
+2. The body's kind is chosen by its first words (grammar.HEADS). Lines printed without a prefix
    (v0.1-v0.3 timers, the comms summary table, Megatron and pipeline-engine lines) are
    claimed only for the kinds that DeepSpeed prints that way.
 3. Hot kinds, whose bodies are nearly all distinct, are read by vectorized regexes
    (HOT); the tests prove them equal to grammars/deepspeed.lark. The other kinds are
-   parsed by the grammar (ds_grammar), once per distinct body.
+   parsed by the grammar (`grammar`), once per distinct body.
 4. Multi-line records continue on lines without a prefix: JSON values of the config
    echo, the v0.1 echo, the comms summary table. Such lines belong to the record that
    opened them (`owner`, the opener's line number).
@@ -24,7 +24,7 @@ comes through here, and only lines in DeepSpeed's shapes are claimed. How a line
 Claims: PARSED; IGNORED for loss-scale messages (counted by `skipped`) and empty
 messages; UNRECOGNIZED for a line with DeepSpeed's logger prefix whose body is no known
 kind, or a body of a known kind that does not parse. The tables are assembled by
-`ds_assemble` when the file ends.
+`assemble` when the file ends.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ from collections.abc import Callable
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile, ds_assemble, glued
-from tracelens.ingest.ds_grammar import HEADS, SIZE_UNITS, parse_body
-from tracelens.ingest.lines import (
+from tracelens.ingest import IngestResult, InputFile, glued
+from tracelens.ingest.deepspeed import assemble
+from tracelens.ingest.deepspeed.grammar import HEADS, SIZE_UNITS, parse_body
+from tracelens.ingest.text.lines import (
     IGNORED,
     NOT_MINE,
     PARSED,
@@ -45,7 +46,7 @@ from tracelens.ingest.lines import (
     number,
     within_datetime_range,
 )
-from tracelens.ingest.templates import MARK, masked
+from tracelens.ingest.text.templates import MARK, masked
 from tracelens.tables import Spill
 
 # ---------------------------------------------------------------- envelope
@@ -176,7 +177,7 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
     )
 
 
-# ---------------------------------------------------------------- kinds (ds_grammar.HEADS)
+# ---------------------------------------------------------------- kinds (grammar.HEADS)
 
 NOISE = {"overflow", "chatter", "blank"}  # known, but nothing to keep: IGNORED
 
@@ -471,8 +472,8 @@ class DeepSpeedParser:
         for kind in (kind for kind in HOT if kind in present):
             hot, bad_lines = extract_hot(kind, kept.filter(pl.col("kind") == kind))
             bad.append(bad_lines)
-            if self._spill is not None and kind in ds_assemble.STEP_SOURCES:  # assembled from disk (ds_assemble)
-                self._spill.write(ds_assemble.ROWS + kind, hot)
+            if self._spill is not None and kind in assemble.STEP_SOURCES:  # assembled from disk (assemble)
+                self._spill.write(assemble.ROWS + kind, hot)
             else:
                 self._hot[kind].append(hot)
         cold = kept.filter(~pl.col("kind").is_in(list(HOT)))
@@ -545,5 +546,5 @@ class DeepSpeedParser:
     def finish(self, result: IngestResult) -> None:
         hot = {kind: pl.concat(parts) for kind, parts in self._hot.items() if parts}
         cold = pl.concat(self._cold) if self._cold else None
-        for name, frame in ds_assemble.tables(self.source, hot, cold, self._parsed, self._spill).items():
+        for name, frame in assemble.tables(self.source, hot, cold, self._parsed, self._spill).items():
             result.add(name, frame)

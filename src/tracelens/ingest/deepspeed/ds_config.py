@@ -15,7 +15,7 @@ from bisect import bisect_left, bisect_right
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.ds_assemble import flatten, render
+from tracelens.ingest.deepspeed.assemble import flatten, render
 
 FORMAT = "ds_config"
 PRIORITY = 50  # before the text-log catch-all; JSON that names DeepSpeed's own sections

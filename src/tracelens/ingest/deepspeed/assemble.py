@@ -1,6 +1,6 @@
 """DeepSpeed records -> the steps, comm_ops and config tables of one file.
 
-`deepspeed.DeepSpeedParser` reads the lines (ds_grammar the bodies); this module puts the records of a whole
+`log.DeepSpeedParser` reads the lines (`grammar` the bodies); this module puts the records of a whole
 file together, because a step's facts are spread over several lines:
 
 - `step=N` (progress), the ThroughputTimer line (`global_step=N`), Megatron's `iteration
@@ -30,7 +30,7 @@ from typing import TypeVar
 import polars as pl
 
 from tracelens.ingest import InputFile
-from tracelens.ingest.ds_grammar import parse_body
+from tracelens.ingest.deepspeed.grammar import parse_body
 from tracelens.tables import Frame, Spill
 
 STEP_SOURCES = ("progress", "timers", "throughput", "iteration", "pipe_step")

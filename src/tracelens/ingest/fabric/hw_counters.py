@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.dumps import counter_frame, read_dump
-from tracelens.ingest.perfquery import BASIC_BITS, EXTENDED_DATA
+from tracelens.ingest.fabric.dumps import counter_frame, read_dump
+from tracelens.ingest.fabric.perfquery import BASIC_BITS, EXTENDED_DATA
 
 FORMAT = "hw_counters"
 PRIORITY = 100

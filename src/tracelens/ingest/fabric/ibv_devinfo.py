@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, LineStart
-from tracelens.ingest.dumps import LineGrammar, read_dump
-from tracelens.ingest.ports import (
+from tracelens.ingest.fabric.dumps import LineGrammar, read_dump
+from tracelens.ingest.fabric.ports import (
     Columns,
     Device,
     Port,

@@ -29,8 +29,8 @@ from lark.exceptions import UnexpectedInput
 from lark.parsers.lalr_analysis import Shift
 
 from tracelens.ingest import IngestResult, InputFile, glued
-from tracelens.ingest.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, file_of, within_datetime_range
-from tracelens.ingest.templates import Locator, TemplateParser
+from tracelens.ingest.text.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, file_of, within_datetime_range
+from tracelens.ingest.text.templates import Locator, TemplateParser
 from tracelens.private_cache import cache_file
 from tracelens.resources import grammar_text
 from tracelens.tables import Spill

@@ -17,7 +17,7 @@ from email.utils import parsedate_to_datetime
 
 import polars as pl
 
-from tracelens.ingest.lines import IGNORED, PARSED
+from tracelens.ingest.text.lines import IGNORED, PARSED
 
 # Zone names `date` prints that have one meaning; any other name is read as UTC wall time
 # (the offset between two dumps of one host, which is what deltas need, stays right).

@@ -1,0 +1,1 @@
+"""Packet captures (pcap, pcapng); the record walk and the decoding are in tracelens.packets."""

@@ -1,0 +1,1 @@
+"""PyTorch profiler traces (Kineto's Chrome-trace JSON)."""

@@ -1,0 +1,3 @@
+"""Reading text, for every format: the chunked line reader (`lines`), pastes put back as printed
+(`pasted`), launcher and shipper prefixes (`prefixes`), message bodies parsed by template
+(`templates`), and the shell context lines around a tool's output (`shell_context`)."""
