@@ -10,7 +10,7 @@ from lark import Lark
 
 from tests.helpers import corpus_dir
 from tests.helpers.fabric import read, sniffed, write
-from tracelens.ingest.fabric import ethtool, hw_counters, perfquery
+from tracelens.ingest.fabric import ethtool, hw_counters
 from tracelens.ingest.text.shell_context import parse_time
 from tracelens.resources import grammar_text
 
@@ -42,8 +42,8 @@ def test_every_corpus_file_is_read_into_the_right_table():
         if path.name == "SOURCES.md" or path.stat().st_size == 0:
             continue
         ((fmt, table, rows),) = [v for k, v in EXPECTED.items() if k in path.name]
-        module = sniffed(path)
-        assert module is not None and module.FORMAT == fmt, path.name
+        found = sniffed(path)
+        assert found is not None and found.name == fmt, path.name
         result = read(path)
         acc = result.account
         assert acc.errors == [] and acc.unrecognized == 0, (path.name, acc.samples)
@@ -56,7 +56,7 @@ def test_every_corpus_file_is_read_into_the_right_table():
 
 def test_empty_perfquery_file_gives_nothing_and_no_error():
     path = corpus_dir("perfquery") / "treydock-infiniband_exporter__perfquery__0x506b4b0300cc02a6.out"
-    result = read(path, perfquery)
+    result = read(path, "perfquery")
     assert result.tables == {} and result.account.errors == [] and result.account.lines == 0
 
 
@@ -247,7 +247,7 @@ def test_ethtool_netdev_from_the_command_line(tmp_path):
 def test_garbage_is_counted_never_raised(tmp_path):
     path = tmp_path / "pq.txt"
     path.write_bytes(b"# Port counters: Lid 3 port 1\n\xff\xfe garbage \x00 line\nPortSelect:......................1\n")
-    result = read(path, perfquery)
+    result = read(path, "perfquery")
     assert result.account.unrecognized == 1 and result.account.samples[0][0] == 2
 
 

@@ -5,6 +5,7 @@ line of one file beside the communicators of another, CRLF, no final newline, ot
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -165,9 +166,14 @@ def test_line_start_sniffers_find_what_their_anchored_regex_finds():
     # every sniffer written with LineStart, on the head of every fixture and corpus file, and on edge heads
     import re
 
-    from tracelens.ingest import LineStart, format_modules
+    from tracelens.ingest import LineStart, formats
 
-    sniffers = [(m.FORMAT, v) for m in format_modules() for v in vars(m).values() if isinstance(v, LineStart)]
+    sniffers = [
+        (f.name, v)
+        for f in formats()
+        for v in vars(sys.modules[f.ingest.__module__]).values()
+        if isinstance(v, LineStart)
+    ]
     assert len(sniffers) >= 9
     heads = [
         p.read_bytes()[:65536]

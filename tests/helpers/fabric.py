@@ -1,4 +1,4 @@
-"""Fabric dumps for tests: a file read by the module that claims it, and two generated nodes
+"""Fabric dumps for tests: a file read by the format that claims it, and two generated nodes
 dumped before and after."""
 
 from __future__ import annotations
@@ -11,24 +11,25 @@ import polars as pl
 from synth.fabric import FabricPort, port_dumps
 from synth.fabric import ibstat as ibstat_text
 from tracelens.discover import host_from_path
-from tracelens.ingest import InputFile
-from tracelens.ingest.fabric import ethtool, hw_counters, ibstat, ibstatus, ibv_devinfo, perfquery
+from tracelens.ingest import Format, InputFile, find_format
 from tracelens.tables import RunTables
 
-FABRIC = [perfquery, ibstat, ibstatus, ibv_devinfo, ethtool, hw_counters]
+FABRIC = [find_format(name) for name in ("perfquery", "ibstat", "ibstatus", "ibv_devinfo", "ethtool", "hw_counters")]
 
 
-def sniffed(path: Path):
-    """The fabric module whose sniffer claims the file (exactly one must)."""
+def sniffed(path: Path) -> Format | None:
+    """The fabric format whose sniffer claims the file (exactly one must)."""
     head = path.read_bytes()[: 64 << 10]
-    claims = [m for m in FABRIC if m.sniff(head)]
-    assert len(claims) <= 1, f"{path.name} claimed by {[m.FORMAT for m in claims]}"
+    claims = [f for f in FABRIC if f and f.sniff(head)]
+    assert len(claims) <= 1, f"{path.name} claimed by {[f.name for f in claims]}"
     return claims[0] if claims else None
 
 
-def read(path: Path, module=None, name: str | None = None):
-    module = module or sniffed(path)
-    return module.ingest(InputFile(path=path, name=name or path.name, format=module.FORMAT))
+def read(path: Path, fmt: str | None = None, name: str | None = None):
+    """The file read as format `fmt`, or as the fabric format that claims it."""
+    found = find_format(fmt) if fmt else sniffed(path)
+    assert found is not None, path.name
+    return found.ingest(InputFile(path=path, name=name or path.name, format=found.name))
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -45,9 +46,9 @@ def ingest_folder(folder: Path) -> RunTables:
     tables = RunTables()
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         head = path.read_bytes()[: 64 << 10]
-        module = next(m for m in FABRIC if m.sniff(head))
+        fmt = next(f for f in FABRIC if f and f.sniff(head))
         rel = PurePosixPath(path.relative_to(folder).as_posix())
-        result = module.ingest(InputFile(path=path, name=str(rel), format=module.FORMAT))
+        result = fmt.ingest(InputFile(path=path, name=str(rel), format=fmt.name))
         for name, frame in result.tables.items():
             tables.add(name, frame.with_columns(pl.col("host").fill_null(host_from_path(rel))))
     return tables

@@ -1,22 +1,23 @@
 """Ingest: turn one input file into table rows plus an account of what was read.
 
-Each format module in this package that defines `FORMAT`, `PRIORITY`,
-`sniff(head: bytes) -> bool` and `ingest(source: InputFile) -> IngestResult`
-is found automatically. Sniffers run in PRIORITY order (lower first) on the
-first 64 KiB of a file; text that no sniffer claims is read as a log by
-`textlog`, where the line parsers (NCCL, DeepSpeed, ...) share one pass.
+A format registers its reader with `@input_format(name, priority=..., sniff=...)` on its
+`ingest(source: InputFile) -> IngestResult`; every module of this package and its family
+packages is imported to find them. Sniffers run in priority order (lower first) on the first
+64 KiB of a file; text that no sniffer claims is read as a log by `textlog`, where the line
+parsers (NCCL, DeepSpeed, ...) share one pass.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import re
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from types import ModuleType
 
 import polars as pl
 
@@ -93,28 +94,77 @@ def with_host_hint(tables: dict, hint: str | None) -> dict:
     }
 
 
-def splits(source: InputFile, jobs: int) -> bool:
-    """Whether ingest_file(source, jobs) parses the file's chunks in several workers."""
-    module = {m.FORMAT: m for m in format_modules()}.get(source.format)
-    return jobs > 1 and getattr(module, "SPLITS", False) and source.size > 2 * CHUNK_BYTES
+Reader = Callable[..., IngestResult]  # (source: InputFile) -> rows; a splitting reader also takes jobs=, workers=
+
+
+@dataclass(frozen=True)
+class Format:
+    """A registered input format: its name (InputFile.format), its place in the sniffing order, how it
+    recognises a file from the file's first bytes, and the function that reads a file of it."""
+
+    name: str
+    priority: int  # sniffers run lower first: binary and JSON formats before the text dumps they could look like
+    sniff: Callable[[bytes], bool]
+    ingest: Reader
+    splits: bool = False  # ingest(source, jobs=N, workers=W) parses the chunks of one big file in several workers
+    reads_lines: bool = True  # read through the line reader, which cuts a line to its first MAX_LINE_BYTES
+
+    def read(self, source: InputFile, jobs: int = 1, workers: Executor | None = None) -> IngestResult:
+        """The file's rows, its chunks parsed in `jobs` workers (or on `workers`) when the format splits."""
+        if self.splits and jobs > 1:
+            return self.ingest(source, jobs=jobs, workers=workers)
+        return self.ingest(source)
+
+
+_FORMATS: dict[str, Format] = {}
+
+
+def input_format(
+    name: str, *, priority: int, sniff: Callable[[bytes], bool], splits: bool = False, reads_lines: bool = True
+) -> Callable[[Reader], Reader]:
+    """Register the decorated `ingest(source)` as the reader of format `name`, claimed by `sniff`.
+    `splits`: it takes `jobs` and `workers` and parses a big file's chunks in parallel; `reads_lines`:
+    it reads through the line reader (the file's lines longer than MAX_LINE_BYTES are noted)."""
+
+    def register(func: Reader) -> Reader:
+        if name in _FORMATS:
+            raise ValueError(f"format {name!r} registered twice")
+        if name in _UNREADABLE or name == "config":
+            raise ValueError(f"format name {name!r} is one discovery gives files no format reads")
+        params = inspect.signature(func).parameters
+        if splits and not {"jobs", "workers"} <= set(params):
+            raise ValueError(f"format {name!r} splits, so its reader must take jobs= and workers=")
+        _FORMATS[name] = Format(name, priority, sniff, func, splits, reads_lines)
+        return func
+
+    return register
 
 
 @cache
-def format_modules() -> list[ModuleType]:
-    """All format modules, in sniffing order."""
-    found = []
+def formats() -> tuple[Format, ...]:
+    """Every registered format, in sniffing order. The format modules are found in this package and
+    its family packages (each module is imported once): a new format needs no import list."""
     for info in pkgutil.walk_packages(__path__, f"{__name__}."):
-        module = importlib.import_module(info.name)
-        if hasattr(module, "FORMAT") and hasattr(module, "sniff") and hasattr(module, "ingest"):
-            found.append(module)
-    return sorted(found, key=lambda m: (m.PRIORITY, m.FORMAT))
+        importlib.import_module(info.name)
+    return tuple(sorted(_FORMATS.values(), key=lambda f: (f.priority, f.name)))
+
+
+def find_format(name: str) -> Format | None:
+    """The registered format called `name`, if any."""
+    return next((f for f in formats() if f.name == name), None)
+
+
+def splits(source: InputFile, jobs: int) -> bool:
+    """Whether ingest_file(source, jobs) parses the file's chunks in several workers."""
+    found = find_format(source.format)
+    return jobs > 1 and found is not None and found.splits and source.size > 2 * CHUNK_BYTES
 
 
 def sniff_format(head: bytes) -> str:
     """The format of a file from its first bytes: the first sniffer that claims it."""
-    for module in format_modules():
-        if module.sniff(head):
-            return module.FORMAT
+    for fmt in formats():
+        if fmt.sniff(head):
+            return fmt.name
     if looks_like_text(head):
         return "log"
     return "utf16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") or _utf16_ascii(head[:4096]) else "binary"
@@ -161,31 +211,27 @@ _UNREADABLE = {
 
 
 def ingest_file(source: InputFile, jobs: int = 1, workers: Executor | None = None) -> IngestResult:
-    """Ingest one file with its format's module (in `jobs` processes, or on `workers`, where the
-    module `SPLITS` a file into chunks); failures become a one-line error, never a crash."""
-    modules = {m.FORMAT: m for m in format_modules()}
-    module = modules.get(source.format)
+    """Ingest one file with its format's reader (in `jobs` processes, or on `workers`, where the
+    format splits a file into chunks); failures become a one-line error, never a crash."""
+    fmt = find_format(source.format)
     if source.error:
         result = IngestResult()
         result.account.errors.append(f"{source.name}: {source.error}")
         return result
     if source.format == "config":  # the run's config file (tracelens.discover): no evidence, nothing wrong
         return IngestResult()
-    if module is None:
+    if fmt is None:
         result = IngestResult()
         reason = _UNREADABLE.get(source.format, f"not a format tracelens reads ({source.format})")
         result.account.errors.append(f"{source.name}: {reason}")
         return result
     try:
-        if getattr(module, "SPLITS", False) and jobs > 1:
-            result = module.ingest(source, jobs=jobs, workers=workers)
-        else:
-            result = module.ingest(source)
+        result = fmt.read(source, jobs, workers)
     except Exception as exc:  # one bad file must not stop the run
         result = IngestResult()
         result.account.errors.append(f"{source.name}: could not be read: {type(exc).__name__}: {exc}")
         return result
-    if getattr(module, "READS_LINES", True) and source.size > MAX_LINE_BYTES:
+    if fmt.reads_lines and source.size > MAX_LINE_BYTES:
         result.account.notes += long_lines_note(source.path)
     return result
 

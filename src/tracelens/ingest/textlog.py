@@ -17,7 +17,7 @@ from typing import Protocol
 
 import polars as pl
 
-from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, looks_like_text
+from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, input_format, looks_like_text
 from tracelens.ingest.deepspeed.log import DeepSpeedParser
 from tracelens.ingest.hangs.stacks import StackParser
 from tracelens.ingest.host.nccl_tests import NcclTestsParser
@@ -34,10 +34,6 @@ from tracelens.ingest.text.lines import (
     strongest_claim,
 )
 from tracelens.tables import Spill
-
-FORMAT = "log"
-PRIORITY = 1000  # the catch-all: any text nobody else claimed
-SPLITS = True  # ingest(source, jobs) parses the chunks of one big file in `jobs` processes
 
 
 class LineParser(Protocol):
@@ -57,6 +53,8 @@ def sniff(head: bytes) -> bool:
     return looks_like_text(head)
 
 
+# the catch-all: any text nobody else claimed
+@input_format("log", priority=1000, sniff=sniff, splits=True)
 def ingest(
     source: InputFile, jobs: int = 1, chunk_bytes: int = CHUNK_BYTES, workers: Executor | None = None
 ) -> IngestResult:

@@ -14,12 +14,9 @@ from bisect import bisect_left, bisect_right
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, input_format
 from tracelens.ingest.deepspeed.assemble import flatten, render
 
-FORMAT = "ds_config"
-PRIORITY = 50  # before the text-log catch-all; JSON that names DeepSpeed's own sections
-READS_LINES = False  # the whole file at once, not through the line reader
 MARKERS = (
     b'"zero_optimization"',
     b'"train_micro_batch_size_per_gpu"',
@@ -39,6 +36,8 @@ def _unread(result: IngestResult, error: str) -> IngestResult:
     return result
 
 
+# before the text-log catch-all; JSON that names DeepSpeed's own sections
+@input_format("ds_config", priority=50, sniff=sniff, reads_lines=False)
 def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
     text = source.path.read_bytes().decode("utf-8", errors="replace")

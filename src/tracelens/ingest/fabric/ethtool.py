@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import re
 
-from tracelens.ingest import IngestResult, InputFile, LineStart
+from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.fabric.dumps import counter_frame, read_dump
-
-FORMAT = "ethtool"
-PRIORITY = 100
 
 _SNIFF = LineStart(rb"NIC statistics:|\s+(?:rx|tx)_\w+: \d+\r?$")
 _COUNTER = re.compile(r"^\s*(?P<name>[^\s:].*?)\s*:\s*(?P<value>\d+)\s*$")  # bnxt: `[0]: rx_ucast_packets: 5`
@@ -34,6 +31,7 @@ def sniff(head: bytes) -> bool:
     return _SNIFF.search(head)
 
 
+@input_format("ethtool", priority=100, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
     lines, account = read_dump(source, parse_line)
     rows = []
@@ -48,7 +46,7 @@ def ingest(source: InputFile) -> IngestResult:
                 "node": netdev["dev"] if netdev else None,
                 "counter": name,
                 "value": value,
-                "source": FORMAT,
+                "source": "ethtool",
                 "bits": 64,
             }
         )

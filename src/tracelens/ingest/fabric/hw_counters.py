@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import re
 
-from tracelens.ingest import IngestResult, InputFile, LineStart
+from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.fabric.dumps import counter_frame, read_dump
 from tracelens.ingest.fabric.perfquery import BASIC_BITS, EXTENDED_DATA
-
-FORMAT = "hw_counters"
-PRIORITY = 100
 
 _SYSFS = re.compile(
     r"^\s*(?:(?:\S*/)?(?P<dev>[^/\s]+)/ports/(?P<port>\d+)/)?(?P<dir>hw_counters|counters)/(?P<name>\w+):(?P<value>\d+)\s*$"
@@ -89,6 +86,7 @@ def sniff(head: bytes) -> bool:
     return (b"/ports/" in head and _SYSFS_SNIFF.search(head) is not None) or _LINK.search(head)
 
 
+@input_format("hw_counters", priority=100, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
     lines, account = read_dump(source, parse_line)
     rows = [line.provenance(source) | {"node": counter["ca"]} | counter for line in lines for counter in line.value]

@@ -6,7 +6,7 @@ CA / Port / attribute lines into rows.
 
 from __future__ import annotations
 
-from tracelens.ingest import IngestResult, InputFile, LineStart
+from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.fabric.dumps import LineGrammar
 from tracelens.ingest.fabric.ports import (
     Columns,
@@ -19,9 +19,6 @@ from tracelens.ingest.fabric.ports import (
     read_state,
     read_text,
 )
-
-FORMAT = "ibstat"
-PRIORITY = 100
 
 _SNIFF = LineStart(rb"CA '[^']*'\r?\n\s+CA type:")
 
@@ -48,5 +45,6 @@ def sniff(head: bytes) -> bool:
     return _SNIFF.search(head)
 
 
+@input_format("ibstat", priority=100, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
-    return ingest_port_dump(source, LINES, FORMAT, COLUMNS)
+    return ingest_port_dump(source, LINES, "ibstat", COLUMNS)

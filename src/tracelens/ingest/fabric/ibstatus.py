@@ -7,7 +7,7 @@ from `link_layer`, never from the rate.
 
 from __future__ import annotations
 
-from tracelens.ingest import IngestResult, InputFile, LineStart
+from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.fabric.dumps import LineGrammar
 from tracelens.ingest.fabric.ports import (
     Columns,
@@ -21,9 +21,6 @@ from tracelens.ingest.fabric.ports import (
     read_text,
     read_width,
 )
-
-FORMAT = "ibstatus"
-PRIORITY = 100
 
 _SNIFF = LineStart(rb"Infiniband device '[^']*' port \d+ status:")
 
@@ -49,5 +46,6 @@ def sniff(head: bytes) -> bool:
     return _SNIFF.search(head)
 
 
+@input_format("ibstatus", priority=100, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
-    return ingest_port_dump(source, LINES, FORMAT, COLUMNS)
+    return ingest_port_dump(source, LINES, "ibstatus", COLUMNS)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile, LineStart
+from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.fabric.dumps import LineGrammar, read_dump
 from tracelens.ingest.fabric.ports import (
     Columns,
@@ -28,9 +28,6 @@ from tracelens.ingest.fabric.ports import (
     read_text,
     read_width,
 )
-
-FORMAT = "ibv_devinfo"
-PRIORITY = 100
 
 _SNIFF = LineStart(rb"\s*(?:hca_id:\s+\S+\r?\n\s+transport:|(?:max|active)_mtu:\s+\d+ \(\d\))")
 
@@ -104,13 +101,14 @@ def _gids(source: InputFile) -> pl.DataFrame:
                     "gid": line.value.gid,
                     "ipv4": ipv4,
                     "roce": line.value.roce,
-                    "source": FORMAT,
+                    "source": "ibv_devinfo",
                 }
             )
     return pl.DataFrame(rows, infer_schema_length=None).drop("dump_ts") if rows else pl.DataFrame()
 
 
+@input_format("ibv_devinfo", priority=100, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
-    result = ingest_port_dump(source, LINES, FORMAT, COLUMNS, finish=_rate)
+    result = ingest_port_dump(source, LINES, "ibv_devinfo", COLUMNS, finish=_rate)
     result.add("gids", _gids(source))
     return result

@@ -14,11 +14,8 @@ from dataclasses import dataclass
 
 from lark import Transformer
 
-from tracelens.ingest import IngestResult, InputFile, LineStart
+from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.fabric.dumps import DumpLine, LineGrammar, blocks, counter_frame, read_dump
-
-FORMAT = "perfquery"
-PRIORITY = 100
 
 _SNIFF = LineStart(rb"# Port (?:extended )?counters: |# Port\w+ counters: |\w+:\.{3,}(?:\d|0x)")
 
@@ -178,6 +175,7 @@ def _block_rows(source: InputFile, block: list[DumpLine]) -> list[dict]:
     return rows
 
 
+@input_format("perfquery", priority=100, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
     lines, account = read_dump(source, LINES)
     result = IngestResult(account=account)

@@ -38,12 +38,8 @@ from typing import Any
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, input_format
 from tracelens.ingest.hangs import safe_pickle
-
-FORMAT = "flight_recorder"
-PRIORITY = 5  # before the text formats: a JSON or dict-text dump is text too
-READS_LINES = False  # the whole file at once, not through the line reader
 
 _PICKLE_HEAD = re.compile(rb"^\x80[\x02-\x05]")
 _JSON_HEAD = re.compile(rb'^\s*\{\s*"(?:version|entries|pg_config|pg_status|comm_lib_version|nccl_comm_state)"')
@@ -67,6 +63,8 @@ def sniff(head: bytes) -> bool:
     return bool(_PICKLE_HEAD.match(head) or _JSON_HEAD.match(head) or _DICT_HEAD.search(head[:4096]))
 
 
+# before the text formats: a JSON or dict-text dump is text too
+@input_format("flight_recorder", priority=5, sniff=sniff, reads_lines=False)
 def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
     try:

@@ -36,12 +36,9 @@ import re
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, input_format
 from tracelens.ingest.hangs.flight_recorder import op_name
 from tracelens.ingest.text.lines import read_chunks
-
-FORMAT = "fr_analyzer"
-PRIORITY = 6
 
 _BLOCK = re.compile(
     r"^(?:Not all ranks joining collective(?:[,:] sequence number:)? (?P<a>\d+)(?: at entry (?P<entry>\d+))?"
@@ -217,6 +214,7 @@ class _Reader:
                 })  # fmt: skip
 
 
+@input_format("fr_analyzer", priority=6, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
     lines = [(int(n), _PREFIX.sub("", t, count=1)) for chunk in read_chunks(source.path) for n, t in chunk.iter_rows()]
     reader = _Reader(source)

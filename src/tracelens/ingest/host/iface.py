@@ -16,14 +16,11 @@ from typing import Any
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile, LineStart
+from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.fabric.ports import read_phys_state, read_state
 from tracelens.ingest.host.hostlines import IGNORED, PARSED, TemplateGrammar, account, provenance
 from tracelens.ingest.text.lines import read_lines
 from tracelens.ingest.text.shell_context import context
-
-FORMAT = "interfaces"
-PRIORITY = 92
 
 GRAMMAR = TemplateGrammar("iface")
 
@@ -257,6 +254,7 @@ def _ipv4(text: str) -> str | None:
         return None
 
 
+@input_format("interfaces", priority=92, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
     lines = GRAMMAR.kinds(context(read_lines(source)))
     listing = _Listing()

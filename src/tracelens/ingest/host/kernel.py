@@ -20,13 +20,10 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from tracelens.ingest import Account, IngestResult, InputFile, LineStart
+from tracelens.ingest import Account, IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.host.hostlines import IGNORED, PARSED, account, merge, provenance
 from tracelens.ingest.text.lines import number, read_chunks
 from tracelens.ingest.text.shell_context import context
-
-FORMAT = "kernel_log"
-PRIORITY = 95
 
 _PREFIX = (
     r"^(?:(?P<level>[a-z]+\s*:[a-z]+\s*): )?"  # dmesg -x: `kern  :err   : `
@@ -272,6 +269,7 @@ def _chunk(source: InputFile, chunk: pl.DataFrame, year: int, after_record: bool
     return frame.select(COLUMNS), account(lines, status)
 
 
+@input_format("kernel_log", priority=95, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
     """Chunk by chunk (kernel logs run to gigabytes): every line is counted, and the table keeps the
     records of the kinds above plus the other records of NIC and GPU drivers (NOTED), which say

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile, LineStart
+from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.host.hostlines import (
     IGNORED,
     PARSED,
@@ -28,9 +28,6 @@ from tracelens.ingest.host.hostlines import (
 )
 from tracelens.ingest.text.lines import number, read_lines
 from tracelens.ingest.text.shell_context import context
-
-FORMAT = "nvidia_smi"
-PRIORITY = 90
 
 _SNIFF = LineStart(
     rb"\|\s*NVIDIA-SMI \d|#\s*(?:Date\s+)?(?:Time\s+)?gpu\s+\w|#Entity\s|"
@@ -265,6 +262,7 @@ def _table(lines: pl.DataFrame) -> pl.DataFrame:
     return typed.drop("head")
 
 
+@input_format("nvidia_smi", priority=90, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
     lines = GRAMMAR.kinds(context(read_lines(source)))
     file_day = datetime.fromtimestamp(source.path.stat().st_mtime, timezone.utc)

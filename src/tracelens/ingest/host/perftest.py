@@ -15,7 +15,7 @@ import re
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, input_format
 from tracelens.ingest.host.hostlines import (
     IGNORED,
     PARSED,
@@ -27,9 +27,6 @@ from tracelens.ingest.host.hostlines import (
 from tracelens.ingest.text.lines import number, read_lines
 from tracelens.ingest.text.shell_context import context
 from tracelens.tables import PROVENANCE_COLUMNS
-
-FORMAT = "perftest"
-PRIORITY = 93
 
 GRAMMAR = TemplateGrammar("perftest")
 _SNIFF = re.compile(
@@ -75,6 +72,7 @@ def _columns(header: str) -> list[str]:
     ]
 
 
+@input_format("perftest", priority=93, sniff=sniff)
 def ingest(source: InputFile) -> IngestResult:
     raw = read_lines(source)
     wrapped = raw.with_columns(w=pl.col("text").str.extract_groups(_WRAPPER)).unnest("w")

@@ -30,15 +30,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile
+from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, input_format
 from tracelens.packets import decode as dec
 from tracelens.packets import walker
 from tracelens.packets.records import CaptureError, CaptureReader, Records, is_capture
 from tracelens.tables import SCHEMAS, TS, conform
-
-FORMAT = "pcap"
-PRIORITY = 10
-READS_LINES = False  # the whole file at once, not through the line reader
 
 BUCKET_PACKETS = 250_000  # packets of a bucket, about: the per-connection analysis reads a bucket at a time
 MAX_BUCKETS = 256  # one open file each while the capture is read; beyond 64M packets, buckets grow instead
@@ -61,6 +57,7 @@ def sniff(head: bytes) -> bool:
     return is_capture(head)
 
 
+@input_format("pcap", priority=10, sniff=sniff, reads_lines=False)
 def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
     account = result.account

@@ -39,11 +39,7 @@ import ijson
 import numpy as np
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
-
-FORMAT = "kineto"
-PRIORITY = 4  # before the Flight Recorder's JSON (a trace is JSON too)
-READS_LINES = False  # the whole file as JSON, not through the line reader
+from tracelens.ingest import IngestResult, InputFile, input_format
 
 MAX_DEPTH = 2  # CPU spans kept: depth 0 (ProfilerStep, top-level ops), 1 and 2 on their thread
 CHUNK_BYTES = 32 << 20
@@ -114,6 +110,8 @@ def sniff(head: bytes) -> bool:
     return bool(_SNIFF.match(head)) and (b'"traceEvents"' in head or b'"deviceProperties"' in head)
 
 
+# before the Flight Recorder's JSON (a trace is JSON too)
+@input_format("kineto", priority=4, sniff=sniff, reads_lines=False)
 def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
     try:

@@ -1,0 +1,61 @@
+"""The format registry: every reader registers itself with `@input_format`, in one sniffing order,
+and the registry refuses what would make a format unreachable or its reader wrongly called."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracelens.ingest import IngestResult, InputFile, find_format, formats, input_format, sniff_format
+
+FORMATS = [
+    "kineto",
+    "flight_recorder",
+    "fr_analyzer",
+    "pcap",
+    "ds_config",
+    "nvidia_smi",
+    "interfaces",
+    "perftest",
+    "kernel_log",
+    "ethtool",
+    "hw_counters",
+    "ibstat",
+    "ibstatus",
+    "ibv_devinfo",
+    "perfquery",
+    "log",
+]
+
+
+def test_every_format_is_found_in_its_family_package_in_sniffing_order():
+    found = formats()
+    assert [f.name for f in found] == FORMATS
+    assert [f.priority for f in found] == sorted(f.priority for f in found)
+    assert {f.name for f in found if f.splits} == {"log"}
+    assert {f.name for f in found if not f.reads_lines} == {"kineto", "flight_recorder", "pcap", "ds_config"}
+    assert find_format("pcap").ingest.__module__ == "tracelens.ingest.packets.pcap"
+    assert find_format("perfquery").ingest.__module__ == "tracelens.ingest.fabric.perfquery"
+
+
+def test_the_first_sniffer_by_priority_names_the_format():
+    # a Kineto trace is JSON, as a Flight Recorder dump is: the trace's sniffer is asked first
+    trace = b'{"schemaVersion": 1, "distributedInfo": {"rank": 0}, "traceEvents": ['
+    assert find_format("kineto").sniff(trace) and sniff_format(trace) == "kineto"
+    assert sniff_format(b"NCCL INFO hello\n") == "log"
+
+
+def _reader(source: InputFile) -> IngestResult:
+    return IngestResult()
+
+
+def test_a_format_name_is_registered_once_and_never_one_discovery_gives():
+    with pytest.raises(ValueError, match="registered twice"):
+        input_format("pcap", priority=1, sniff=lambda head: False)(_reader)
+    for taken in ("config", "binary", "empty", "utf16"):
+        with pytest.raises(ValueError, match="discovery gives"):
+            input_format(taken, priority=1, sniff=lambda head: False)(_reader)
+
+
+def test_a_splitting_reader_must_take_jobs_and_workers():
+    with pytest.raises(ValueError, match="jobs= and workers="):
+        input_format("test-splitting", priority=1, sniff=lambda head: False, splits=True)(_reader)
