@@ -16,9 +16,9 @@ import polars as pl
 from tracelens.derived import RunContext
 from tracelens.derived.steps import COMM_BOUND_SHARE
 from tracelens.findings import Finding, Severity
+from tracelens.findings.evidence import evidence
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
-from tracelens.rules.evidence import evidence
 
 ZERO = "zero_optimization"
 DEFAULT_BUCKET = 500_000_000  # DeepSpeed's reduce_bucket_size / allgather_bucket_size default

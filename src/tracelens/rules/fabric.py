@@ -28,9 +28,9 @@ from tracelens.derived.counters import (
 )
 from tracelens.derived.ports import nccl_devices, port_label, ranks_on
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings.evidence import evidence, row_evidence
 from tracelens.prose import during
 from tracelens.rules import Setting, rule
-from tracelens.rules.evidence import evidence, row_evidence
 
 
 def _rising(deltas: pl.DataFrame, pattern: str) -> pl.DataFrame:

@@ -9,9 +9,9 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.findings import Finding, Severity
+from tracelens.findings.evidence import evidence, hosts_of, ranks_of, time_window
 from tracelens.prose import count, labelled, numbers_text
 from tracelens.rules import rule
-from tracelens.rules.evidence import evidence, hosts_of, ranks_of, time_window
 
 FLUSH = 5  # IBV_WC_WR_FLUSH_ERR: queued work flushed after an earlier error on the QP
 

@@ -17,10 +17,10 @@ import polars as pl
 
 from tracelens.derived import RunContext, hangs
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings.evidence import row_evidence
 from tracelens.inferred import LOG_TABLES
 from tracelens.prose import clock, listing, ranks_text
 from tracelens.rules import Setting, rule
-from tracelens.rules.evidence import row_evidence
 
 # A job that stopped outranks every slow window and stall (TL410 and TL411 score the sources that
 # agree, a handful at most): the hang is the headline.

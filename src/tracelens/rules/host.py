@@ -25,9 +25,9 @@ from tracelens.derived.hostsignals import (
 )
 from tracelens.derived.steps import MARGIN
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings.evidence import evidence, row_evidence
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
-from tracelens.rules.evidence import evidence, row_evidence
 
 MAX_EVIDENCE = 8
 # Without the hosts' port dumps: the NIC each GPU of such a node usually has (one per GPU,

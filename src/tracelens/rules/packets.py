@@ -10,9 +10,9 @@ from tracelens.derived import RunContext
 from tracelens.derived.flows import TCP_LOSS, PacketAnalysis
 from tracelens.derived.hosts import describe
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings.evidence import time_window
 from tracelens.prose import count, during, number
 from tracelens.rules import Setting, rule
-from tracelens.rules.evidence import time_window
 
 
 def _finding(ctx: RunContext, title: str, summary: str, events: pl.DataFrame, addresses: tuple[str, ...]) -> Finding:

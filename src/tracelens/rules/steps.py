@@ -9,9 +9,9 @@ import polars as pl
 from tracelens.derived import RunContext
 from tracelens.derived import steps as timing
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings.evidence import row_evidence, step_evidence
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
-from tracelens.rules.evidence import row_evidence, step_evidence
 
 
 def _basis_note(basis: str) -> str:

@@ -10,9 +10,9 @@ import polars as pl
 from tracelens.derived import RunContext
 from tracelens.derived.nccl import RELEASE_ORDER
 from tracelens.findings import Finding, Severity
+from tracelens.findings.evidence import any_row, evidence, hosts_of, ranks_of
 from tracelens.prose import count
 from tracelens.rules import rule
-from tracelens.rules.evidence import any_row, evidence, hosts_of, ranks_of
 
 
 def _is_socket(col: str = "net") -> pl.Expr:
