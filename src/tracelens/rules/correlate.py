@@ -31,11 +31,11 @@ from tracelens.derived.steps import MARGIN
 from tracelens.derived.stream_groups import StreamGroups
 from tracelens.derived.window_signals import measure
 from tracelens.findings import Evidence, Finding, Severity, Verdict
+from tracelens.findings.causes import NETWORK, Candidate, verdict
 from tracelens.findings.evidence import hosts_of, row_evidence, step_evidence
 from tracelens.prose import count, duration, listing, number, ranks_text, some
 from tracelens.prose import span as prose_span
 from tracelens.rules import Setting, rule
-from tracelens.rules.causes import NETWORK, Candidate, verdict
 from tracelens.timeline import LOG_TABLES
 
 MAX_REASONS = 6
