@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from synth import pcap as synth_pcap
 from tests.conftest import FIXTURES
 from tracelens.cli import app
-from tracelens.config import ConfigError, load
+from tracelens.config_file import ConfigError, load
 from tracelens.derived import RunContext
 from tracelens.derived.baseline import Baseline
 from tracelens.ingest import InputFile

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from tests.helpers import tables_from
 from tracelens.cli import app
-from tracelens.config import load
+from tracelens.config_file import load
 from tracelens.derived import RunContext, Shared
 from tracelens.findings import Severity
 from tracelens.report.html import render

@@ -97,7 +97,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("timeline", ("tracelens.timeline", "tracelens.inferred")),
     ("derived", ("tracelens.derived",)),
     ("rules", ("tracelens.findings", "tracelens.rules")),
-    ("pipeline", ("tracelens.analyze", "tracelens.config", "tracelens.scaleout", "tracelens.compare")),
+    ("pipeline", ("tracelens.analyze", "tracelens.config_file", "tracelens.scaleout", "tracelens.compare")),
     ("report", ("tracelens.report",)),
     ("cli", ("tracelens.cli", "tracelens.__main__")),
 ]

@@ -20,7 +20,7 @@ import polars as pl
 from polars.exceptions import PanicException
 
 from tracelens import scaleout
-from tracelens.config import Config, rename_hosts
+from tracelens.config_file import Config, rename_hosts
 from tracelens.derived import RunContext
 from tracelens.derived.flows import event_times
 from tracelens.derived.hosts import untied

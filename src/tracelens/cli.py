@@ -29,8 +29,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tracelens import __version__
-from tracelens import config as config_file
+from tracelens import __version__, config_file
 from tracelens.analyze import Analysis, RuleFailure, aligned_run, analyze
 from tracelens.findings import Severity
 from tracelens.private_cache import cache_dir

@@ -39,7 +39,7 @@ from tracelens.stats import rate_rise_p
 
 if TYPE_CHECKING:
     from tracelens.analyze import Analysis, RuleFailure
-    from tracelens.config import Config
+    from tracelens.config_file import Config
 
 # The input each area of change is read from (tracelens.compare.facts.sources).
 SOURCE_OF = {"NCCL setting": "NCCL", "DeepSpeed config": "DeepSpeed"}
