@@ -12,7 +12,7 @@ import polars as pl
 import pytest
 
 from tracelens.analyze import analyze
-from tracelens.derived.steps import ratio_of_medians
+from tracelens.derived.step_times import ratio_of_medians
 from tracelens.findings import Evidence
 from tracelens.ingest import InputFile, ingest_file, sniff_format
 from tracelens.ingest.text.lines import long_lines, read_chunks

@@ -91,7 +91,7 @@ def test_tl423_window_around_the_first_stop():
 
 def test_rules_and_report_read_slow_steps_from_the_context():
     """The config's [steps] reaches only what reads the RunContext's step series and episodes: a rule or
-    report section that built its own (derived.steps.step_series(...)) would use the default limits."""
+    report section that built its own (derived.step_times.step_series(...)) would use the default limits."""
     src = Path(__file__).resolve().parents[1] / "src" / "tracelens"
     own = [
         f"{p.relative_to(src)}: {m.group(0)}"

@@ -10,7 +10,7 @@ import pytest
 from tracelens.analyze import run_rules
 from tracelens.compare.timing import pace
 from tracelens.derived import RunContext, stream_groups
-from tracelens.derived.steps import STREAM
+from tracelens.derived.step_times import STREAM
 from tracelens.derived.stream_groups import StreamGroups, split
 from tracelens.report.sections import steps as steps_section
 from tracelens.report.sections import timeline as timeline_section

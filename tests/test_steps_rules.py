@@ -12,7 +12,7 @@ from synth.runs import Scenario, write
 from synth.scenarios import pair
 from tests.helpers import FIXTURES, fire, tables_from
 from tracelens.analyze import analyze
-from tracelens.derived.steps import _ordinary, slow_windows, step_series
+from tracelens.derived.step_times import _ordinary, slow_windows, step_series
 from tracelens.findings import Severity
 
 

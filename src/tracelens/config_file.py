@@ -37,7 +37,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import polars as pl
 
 from tracelens.derived import SHARED, Shared
-from tracelens.derived.steps import SlowSteps
+from tracelens.derived.step_times import SlowSteps
 from tracelens.discover import CONFIG_FILES
 from tracelens.findings import Severity
 from tracelens.rules import Rule, Setting, all_rules

@@ -13,8 +13,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from tracelens.derived import RunContext
-from tracelens.derived import steps as timing
+from tracelens.derived import RunContext, step_times
 from tracelens.derived.stream_groups import split
 from tracelens.stats import mann_whitney_p, rate_rise_p
 
@@ -121,23 +120,23 @@ class PaceChange:
 def pace(ctx: RunContext) -> Pace | None:
     """The job's pace from its step series; None when no step has a time. Each stream's steps are read
     a group of streams at a time, then the job's steps averaged a group of whole steps at a time."""
-    index = pl.int_range(pl.len()).over(timing.STREAM)
+    index = pl.int_range(pl.len()).over(step_times.STREAM)
     wall = (
-        (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds()
+        (pl.col("ts") - pl.col("ts").shift().over(step_times.STREAM)).dt.total_microseconds()
         / 1000
         / pl.col("steps_covered")
     )
     timed = pl.col("basis") == "timers"
 
     def parts(series: pl.DataFrame) -> pl.DataFrame:
-        series = series.filter((index >= timing.WARMUP_ROWS) & pl.col("time_ms").is_not_null())
+        series = series.filter((index >= step_times.WARMUP_ROWS) & pl.col("time_ms").is_not_null())
         return series.select(
             "step", "time_ms", "comm_ms", wall_ms=pl.when(timed & (wall > pl.col("time_ms"))).then(wall), **PHASES
         )
 
     read = ["ts", "step", "basis", "time_ms", "steps_covered", "comm_ms", "fwd_ms", "bwd_ms", "bwd_inner_ms"]
     read += ["bwd_allreduce_ms", "step_ms", "optimizer_allgather_ms"]
-    (rows,) = ctx.step_series.map([parts], [*timing.STREAM, *read])
+    (rows,) = ctx.step_series.map([parts], [*step_times.STREAM, *read])
     if rows.scan().head(1).collect().height == 0:
         return None
     per_step = pl.concat(

@@ -49,10 +49,10 @@ from pathlib import Path
 
 import polars as pl
 
-from tracelens.derived import counters, events, flows, hangs, hosts, nccl, ports, steps, traces, window_signals
+from tracelens.derived import counters, events, flows, hangs, hosts, nccl, ports, step_times, traces, window_signals
 from tracelens.derived.baseline import Baseline
 from tracelens.derived.flows import PacketWindows
-from tracelens.derived.steps import SlowSteps
+from tracelens.derived.step_times import SlowSteps
 from tracelens.derived.stream_groups import StreamGroups
 from tracelens.tables import RunTables
 
@@ -94,7 +94,7 @@ class RunContext:
 
     @cached_property
     def _step_groups(self) -> list[StreamGroups]:
-        return steps.step_groups(self.tables.frame("steps"), self.slow_steps, self.workdir)
+        return step_times.step_groups(self.tables.frame("steps"), self.slow_steps, self.workdir)
 
     @property
     def step_series(self) -> StreamGroups:
@@ -108,24 +108,24 @@ class RunContext:
         return self._step_groups[1]
 
     @cached_property
-    def _timed(self) -> list[steps.Timed]:
-        return [steps.timed(series, self.slow_steps) for series in self._step_groups]
+    def _timed(self) -> list[step_times.Timed]:
+        return [step_times.timed(series, self.slow_steps) for series in self._step_groups]
 
     @property
-    def slow_windows(self) -> list[steps.Window]:
+    def slow_windows(self) -> list[step_times.Window]:
         """Slow windows of every stream against its rolling baseline, costliest first."""
         return self._timed[0].windows
 
     @property
-    def sustained_windows(self) -> list[steps.Window]:
+    def sustained_windows(self) -> list[step_times.Window]:
         """Long slow stretches the rolling baseline absorbs."""
         return self._timed[0].sustained
 
     @cached_property
-    def slow_episodes(self) -> list[steps.Episode]:
+    def slow_episodes(self) -> list[step_times.Episode]:
         """The job's slow stretches, one per stretch whatever the number of logs that saw it, costliest first."""
         timers, wall = self._timed
-        return steps.slow_episodes(timers, wall, self.slow_steps)
+        return step_times.slow_episodes(timers, wall, self.slow_steps)
 
     @property
     def run_time_s(self) -> float:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from tracelens.derived import steps as timing
+from tracelens.derived import step_times as timing
 from tracelens.derived.baseline import Baseline, LevelComparison, RateComparison
 from tracelens.derived.counters import kind_of
 from tracelens.derived.events import _COUNTER_CAUSE, kernel_events

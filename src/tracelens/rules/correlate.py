@@ -25,9 +25,9 @@ from datetime import datetime, timedelta
 import polars as pl
 
 from tracelens.derived import RunContext, hangs
-from tracelens.derived import steps as timing
+from tracelens.derived import step_times as timing
 from tracelens.derived.hostsignals import utilisation_phrase
-from tracelens.derived.steps import MARGIN
+from tracelens.derived.step_times import MARGIN
 from tracelens.derived.stream_groups import StreamGroups
 from tracelens.derived.window_signals import measure
 from tracelens.findings import Evidence, Finding, Severity, Verdict

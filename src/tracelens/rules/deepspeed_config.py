@@ -14,7 +14,7 @@ from typing import Any
 import polars as pl
 
 from tracelens.derived import RunContext
-from tracelens.derived.steps import COMM_BOUND_SHARE
+from tracelens.derived.step_times import COMM_BOUND_SHARE
 from tracelens.findings import Finding, Severity
 from tracelens.findings.evidence import evidence
 from tracelens.prose import count

@@ -23,7 +23,7 @@ from tracelens.derived.hostsignals import (
     shared_links,
     utilisation,
 )
-from tracelens.derived.steps import MARGIN
+from tracelens.derived.step_times import MARGIN
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.findings.evidence import evidence, row_evidence
 from tracelens.prose import count

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import polars as pl
 
 from tracelens.derived import RunContext
-from tracelens.derived import steps as timing
+from tracelens.derived import step_times as timing
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.findings.evidence import row_evidence, step_evidence
 from tracelens.prose import count

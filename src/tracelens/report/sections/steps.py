@@ -1,6 +1,6 @@
 """Step time: per engine, the step time and samples/sec over the steps with the slow windows
 shaded, where each step's time went (forward, backward, all-reduce, optimizer), and the
-worst windows. The windows are the ones the TL401 rule reports (tracelens.derived.steps)."""
+worst windows. The windows are the ones the TL401 rule reports (tracelens.derived.step_times)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracelens.derived import RunContext
-from tracelens.derived import steps as timing
+from tracelens.derived import RunContext, step_times
 from tracelens.report import svg
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
         return None
     series, windows = ctx.step_series, ctx.slow_windows
     streams = pl.concat(
-        frame.group_by(timing.STREAM, maintain_order=True).agg(
+        frame.group_by(step_times.STREAM, maintain_order=True).agg(
             pl.len().alias("steps"),
             pl.col("step").min().alias("first"),
             pl.col("step").max().alias("last"),
@@ -47,11 +46,11 @@ def context(ctx: RunContext, analysis: Analysis) -> dict | None:
             pl.col("samples_per_sec").median().alias("samples_per_sec"),
             pl.col("skipped").max().alias("skipped"),
         )
-        for frame in series.frames([*timing.STREAM, "step", "basis", "time_ms", "samples_per_sec", "skipped"])
+        for frame in series.frames([*step_times.STREAM, "step", "basis", "time_ms", "samples_per_sec", "skipped"])
     )
     charted = streams.sort("steps", descending=True, maintain_order=True).head(MAX_CHARTS)  # ties: in stream order
     charts = []
-    for key in charted.select(timing.STREAM).iter_rows():
+    for key in charted.select(step_times.STREAM).iter_rows():
         stream = series.stream(key)
         mine = [w for w in windows if (w.file, w.host, w.rank, w.engine) == key]
         charts.append({"title": _stream_label(*key), **_charts(stream, mine)})
@@ -70,7 +69,7 @@ def _stream_label(file: str, host: str | None, rank: int, engine: str) -> str:
     return f"{file}{' on ' + host if host else ''}, {who}, engine {engine}"
 
 
-def _window_row(w: timing.Window) -> dict:
+def _window_row(w: step_times.Window) -> dict:
     return {
         "label": w.label,
         "where": _stream_label(w.file, w.host, w.rank, w.engine),
@@ -94,7 +93,7 @@ def _binned(stream: pl.DataFrame, columns: dict[str, pl.Expr]) -> pl.DataFrame:
     )
 
 
-def _charts(stream: pl.DataFrame, windows: list[timing.Window]) -> dict:
+def _charts(stream: pl.DataFrame, windows: list[step_times.Window]) -> dict:
     timed = _binned(
         stream,
         {

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracelens.derived import RunContext
-from tracelens.derived import steps as timing
+from tracelens.derived import RunContext, step_times
 from tracelens.derived.events import CAUSES
 from tracelens.derived.hostsignals import gpu_lanes
 from tracelens.derived.stream_groups import StreamGroups
@@ -210,25 +209,25 @@ def _binned_steps(series: StreamGroups) -> tuple[pl.DataFrame, list]:
     long, and the first and last time of the run's timed steps (none without). The series is read a group
     of whole streams at a time, for the streams' lengths and spans, then for the rows of those drawn."""
     timed = pl.col("ts").is_not_null() & pl.col("time_ms").is_not_null()
-    columns = [*timing.STREAM, "ts", "time_ms"]
+    columns = [*step_times.STREAM, "ts", "time_ms"]
     counts = pl.concat(
-        frame.filter(timed).group_by(timing.STREAM).agg(pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
+        frame.filter(timed).group_by(step_times.STREAM).agg(pl.len(), first=pl.col("ts").min(), last=pl.col("ts").max())
         for frame in series.frames(columns)
     )
     span = [t for t in (counts["first"].min(), counts["last"].max()) if t is not None]
     # equal lengths: the stream's names decide which are kept
-    counts = counts.sort("len", *timing.STREAM, descending=[True, *[False] * len(timing.STREAM)], nulls_last=True).head(
-        MAX_STREAMS
-    )
+    counts = counts.sort(
+        "len", *step_times.STREAM, descending=[True, *[False] * len(step_times.STREAM)], nulls_last=True
+    ).head(MAX_STREAMS)
     chosen = pl.concat(
-        frame.filter(timed).join(counts.select(timing.STREAM), on=timing.STREAM, how="semi", nulls_equal=True)
+        frame.filter(timed).join(counts.select(step_times.STREAM), on=step_times.STREAM, how="semi", nulls_equal=True)
         for frame in series.frames(columns)
     )
     label = pl.format("{} rank {}", pl.col("host").fill_null("?"), pl.col("rank"))
     size = max(1, -(-(counts["len"].max() or 0) // MAX_POINTS))
     binned = (
         chosen.sort("ts", maintain_order=True)
-        .with_columns(stream=label, bin=pl.int_range(pl.len()).over(timing.STREAM) // size)
+        .with_columns(stream=label, bin=pl.int_range(pl.len()).over(step_times.STREAM) // size)
         .group_by("stream", "bin")
         .agg(pl.col("ts").max(), ms=pl.col("time_ms").mean())
         .sort("stream", "ts", "bin")  # steps logged in the same second keep their order
