@@ -147,7 +147,7 @@ def test_the_registry_says_whether_a_table_shared_settings_or_kind_is_unknown():
 
     refused = {
         "needs unknown table(s) ['step']": dict(needs=("steps|step",)),
-        "reads unknown shared settings ['step']": dict(needs=("steps",), reads=("step",)),
+        "unknown group(s) of shared settings ['step']": dict(needs=("steps",), shared=("step",)),
         "unknown kind 'symptoms'": dict(kind="symptoms"),
     }
     for message, declared in refused.items():

@@ -650,7 +650,7 @@ def rules_cmd(
     needs = [" or ".join(f"{name} ({INPUTS[name]})" for name in need.split("|")) for need in r.needs]
     console.print("[bold]Needs[/]\n" + "\n".join(f"- {escape(n)}" for n in needs) + "\n", highlight=False)
     _print_settings(console, f"Settings (in a tracelens.toml: [rules.{r.id}])", r.settings)
-    for name in r.shared:
+    for name in r.shared_settings:
         group = config_file.SHARED_SETTINGS[name]
         title = f"\n{group.title} (in a tracelens.toml: [{name}], for every rule that {group.readers})"
         _print_settings(console, title, group.settings)

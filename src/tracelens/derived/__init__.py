@@ -23,11 +23,12 @@ How a rule uses it (tracelens.rules): a rule is a function of the context, regis
 - Settings are the function's keyword-only parameters: the default lives in the signature,
   the unit and one sentence in the decorator. A config file (`[rules.TL401] critical_share
   = 0.3`) overrides them; `tracelens rules TL401` lists them.
-- `reads` names the shared settings (Shared below: [steps], [baseline], [packets]) the rule's
-  derived results depend on, so that `tracelens rules ID` lists them too.
+- `shared` names the groups of shared settings (Shared below: [steps], [baseline], [packets])
+  the rule's derived results depend on beyond those its needs imply, so that `tracelens rules ID`
+  lists them too. (`needs` names tables of the run; a group of settings is never called a table.)
 
 Settings that shape a result several rules share are not one rule's: they are the RunContext's
-`shared` (a config file's [steps], [baseline] and [packets] tables), each a frozen dataclass of
+`shared` (a config file's [steps], [baseline] and [packets] groups), each a frozen dataclass of
 the module that computes the result, so every rule and report section sees the same result.
 
 A report section (tracelens.report.sections) is a module with `context(ctx, analysis)`:

@@ -52,14 +52,14 @@ class Rule:
     kind: Kind = "cause"
     needs: tuple[str, ...] = ()  # names of tables (tracelens.tables.SCHEMAS); "a|b": either
     settings: tuple[Setting, ...] = field(default=())
-    reads: tuple[str, ...] = ()  # names of shared settings (tracelens.derived.SHARED) beyond those its needs imply
+    shared: tuple[str, ...] = ()  # groups of shared settings (tracelens.derived.SHARED) beyond those its needs imply
 
     @property
-    def shared(self) -> tuple[str, ...]:
-        """The shared settings ([steps], [baseline], [packets]) the rule's results depend on: those it
-        `reads`, and steps or packets when it needs the table of that name."""
+    def shared_settings(self) -> tuple[str, ...]:
+        """The groups of shared settings ([steps], [baseline], [packets]) the rule's results depend on:
+        those it declares `shared`, and steps or packets when it needs the table of that name."""
         needed = {name for need in self.needs for name in need.split("|")}
-        return tuple(s for s in SHARED if s in self.reads or s in needed)
+        return tuple(s for s in SHARED if s in self.shared or s in needed)
 
     @property
     def docs(self) -> dict[str, str]:
@@ -104,11 +104,11 @@ def rule(
     kind: Kind = "cause",
     needs: tuple[str, ...] = (),
     settings: Mapping[str, Setting] | None = None,
-    reads: tuple[str, ...] = (),
+    shared: tuple[str, ...] = (),
 ) -> Callable[[RuleFunc], RuleFunc]:
     """Register a rule function under `rule_id` (TL1xx transport ... TL6xx host). `settings`
-    describes each keyword-only parameter of the function (whose default is the setting's); `reads`
-    names the shared settings its derived results depend on besides its needs' (e.g. "baseline")."""
+    describes each keyword-only parameter of the function (whose default is the setting's); `shared`
+    names the groups of shared settings its derived results depend on besides its needs' (e.g. "baseline")."""
 
     def register(func: RuleFunc) -> RuleFunc:
         if rule_id in _REGISTRY:
@@ -119,13 +119,13 @@ def rule(
         tables = [n for need in needs for n in need.split("|") if n not in SCHEMAS]
         if tables:
             raise ValueError(f"rule {rule_id}: needs unknown table(s) {tables} (tracelens.tables.SCHEMAS)")
-        shared = [s for s in reads if s not in SHARED]
-        if shared:
-            raise ValueError(f"rule {rule_id}: reads unknown shared settings {shared} (one of {list(SHARED)})")
+        unknown = [s for s in shared if s not in SHARED]
+        if unknown:
+            raise ValueError(f"rule {rule_id}: unknown group(s) of shared settings {unknown} (one of {list(SHARED)})")
         if kind not in KINDS:
             raise ValueError(f"rule {rule_id}: unknown kind {kind!r} (one of {list(KINDS)})")
         declared = _declared(rule_id, func, settings or {})
-        _REGISTRY[rule_id] = Rule(rule_id, name, severity, func, kind, needs, declared, reads)
+        _REGISTRY[rule_id] = Rule(rule_id, name, severity, func, kind, needs, declared, shared)
         return func
 
     return register

@@ -179,7 +179,7 @@ def _socket_switch(t: RunContext, episode: timing.Episode) -> bool:
     return socket.filter(pl.col("lo") >= episode.begin - MARGIN, pl.col("lo") <= episode.end).height > 0
 
 
-@rule("TL410", "slow-window-root-cause", Severity.WARNING, kind="root cause", needs=("steps",), reads=("baseline",))
+@rule("TL410", "slow-window-root-cause", Severity.WARNING, kind="root cause", needs=("steps",), shared=("baseline",))
 def slow_window_root_cause(t: RunContext) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports, one per stretch

@@ -324,7 +324,7 @@ def _windows(ctx: RunContext) -> list[tuple]:
     "kernel-events",
     Severity.WARNING,
     needs=("kernel_events",),
-    reads=("steps",),
+    shared=("steps",),
     settings={
         "critical_xids": Setting(
             "NVIDIA Xid numbers",

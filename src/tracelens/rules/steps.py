@@ -131,7 +131,7 @@ def step_time_spikes(
     Severity.WARNING,
     kind="symptom",
     needs=("steps",),
-    reads=("baseline",),
+    shared=("baseline",),
     settings={
         "comm_bound_share": Setting(
             "share of the step",
