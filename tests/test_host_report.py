@@ -9,13 +9,13 @@ from tests.helpers import NO_FINDINGS, corpus_dir, tables_from
 from tests.helpers.host import gpu, iface, kev, nccl_row, perf, port, rates
 from tracelens.analyze import analyze
 from tracelens.derived import RunContext
+from tracelens.report.html import TEMPLATES
 from tracelens.report.sections import host, timeline
-from tracelens.resources import data_dir
 from tracelens.tables import RunTables
 
 
 def render(ctx) -> str:
-    env = Environment(loader=FileSystemLoader(data_dir("reports")), autoescape=select_autoescape(default=True))
+    env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(default=True))
     return env.get_template(host.TEMPLATE).render(ctx=ctx)
 
 

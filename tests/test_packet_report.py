@@ -10,8 +10,8 @@ from tests.helpers import NO_FINDINGS
 from tracelens.derived import RunContext
 from tracelens.ingest import InputFile
 from tracelens.ingest.packets import pcap
+from tracelens.report.html import TEMPLATES
 from tracelens.report.sections import packets as section
-from tracelens.resources import data_dir
 from tracelens.tables import RunTables
 
 
@@ -19,7 +19,7 @@ def render(t: RunTables) -> str | None:
     ctx = section.context(RunContext(t), NO_FINDINGS)
     if ctx is None:
         return None
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(data_dir("reports"))), autoescape=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True)
     return env.get_template(section.TEMPLATE).render(ctx=ctx)
 
 

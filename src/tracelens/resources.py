@@ -1,4 +1,4 @@
-"""Locate the data folders (grammars/, reports/) for both install modes.
+"""Locate the grammars (grammars/) for both install modes.
 
 A wheel (`pip install .`) carries them inside the package; an editable install
 or a plain checkout finds them at the repository root, where they are edited.
@@ -14,7 +14,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 @cache
 def data_dir(name: str) -> Path:
-    """Return the folder `name` ("grammars" or "reports"), wherever it was installed."""
+    """Return the data folder `name` ("grammars"), wherever it was installed."""
     for candidate in (_PACKAGE_DIR / name, _PACKAGE_DIR.parents[1] / name):
         if candidate.is_dir():
             return candidate

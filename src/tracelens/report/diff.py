@@ -11,9 +11,8 @@ from tracelens import __version__
 from tracelens.compare import Comparison
 from tracelens.compare.timing import Pace
 from tracelens.report import svg
-from tracelens.report.html import CSP, environment
+from tracelens.report.html import CSP, TEMPLATES, environment
 from tracelens.report.summary import failure_line
-from tracelens.resources import data_dir
 
 
 def _ms(value: float | None) -> str:
@@ -100,7 +99,7 @@ def render(comparison: Comparison) -> str:
         .get_template("diff.html.j2")
         .render(
             csp=CSP,
-            css=(data_dir("reports") / "report.css").read_text(encoding="utf-8"),
+            css=(TEMPLATES / "report.css").read_text(encoding="utf-8"),
             version=__version__,
             ctx=context(comparison),
         )

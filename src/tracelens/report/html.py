@@ -16,7 +16,8 @@ from tracelens.findings import Severity
 from tracelens.prose import count, duration, number, span
 from tracelens.report.sections import build_sections
 from tracelens.report.summary import verdict, when_and_cost
-from tracelens.resources import data_dir
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"  # the pages' Jinja2 templates and their CSS
 
 # No scripts, no fetches: styles and images inline only.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -24,11 +25,11 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 
 @functools.cache
 def environment() -> Environment:
-    """The Jinja2 environment of every tracelens page: templates from reports/, everything escaped.
+    """The Jinja2 environment of every tracelens page: templates from TEMPLATES, everything escaped.
     One per process: it keeps the templates it compiled (compiling them again would cost each report), and reloads
     one whose file changed."""
     env = Environment(
-        loader=FileSystemLoader(data_dir("reports")),
+        loader=FileSystemLoader(TEMPLATES),
         autoescape=select_autoescape(default=True, default_for_string=True),
         undefined=StrictUndefined,
         trim_blocks=True,
@@ -69,7 +70,7 @@ def render(analysis: Analysis) -> str:
     counts = Counter(f.severity for f in analysis.findings)
     return env.get_template("report.html.j2").render(
         csp=CSP,
-        css=(data_dir("reports") / "report.css").read_text(encoding="utf-8"),
+        css=(TEMPLATES / "report.css").read_text(encoding="utf-8"),
         version=__version__,
         target=str(analysis.target),
         verdict=(top := verdict(analysis)),

@@ -1,7 +1,7 @@
 """Report sections beyond the core (verdict, findings, input coverage).
 
 A module in this package defines ORDER (position), TITLE, TEMPLATE (a Jinja2
-fragment under reports/) and `context(ctx, analysis) -> dict | None`: it reads
+fragment under report/templates/) and `context(ctx, analysis) -> dict | None`: it reads
 tables and derived results from the RunContext `ctx` (computed once, shared with
 the rules) and findings from `analysis`; returning None leaves the section out
 (no data of that kind in the run). Modules are
