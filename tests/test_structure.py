@@ -178,7 +178,7 @@ def test_the_report_reads_rules_through_the_registry_and_findings_only():
 def test_no_module_keeps_results_between_analyses():
     """Results of an analysis live in its RunContext, not in module state: no module-level container
     filled at run time (the rule and format registries, filled at import, aside), no function that rebinds a
-    module-level name (`global _cache`, as packet flows were once cached), and no memoized function
+    module-level name (`global _cache`), and no memoized function
     of frames or tables (memoized grammars and folders, functions of names, are fine)."""
     frame_types = ("DataFrame", "Series", "LazyFrame", "RunTables", "RunContext", "Table")
     registries = {"tracelens.rules._REGISTRY", "tracelens.ingest._FORMATS"}
