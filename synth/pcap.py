@@ -392,7 +392,7 @@ def trouble_slice() -> bytes:
         *tcp_stream("10.0.1.1", "10.0.1.2", segments=300, lost=(40, 150, 151)),
     ]
     packets.sort(key=lambda p: float(p.time))
-    return _pcap(packets, 0xFFFF, _wrpcap_stamp)[24:]  # as wrpcap wrote them: whole frames (3x faster)
+    return _pcap(packets, 0xFFFF, _wrpcap_stamp)[24:]  # as wrpcap wrote them: whole frames, written directly
 
 
 def templates() -> list[bytes]:

@@ -205,8 +205,8 @@ DS_THROUGHPUT = (
 
 @pytest.mark.parametrize("value", ["1e309", "99999999999999999999", "-1e400", "nan"])
 def test_a_deepspeed_value_out_of_range_is_a_bad_value_of_its_line(tmp_path: Path, value: str):
-    """Fuzz find: a timer of 1e309 or 20 digits failed the step-start derivation (f64 to i64), a
-    throughput of infinity the chart's axis (exit 3). Such a value is its line's fault: the line is
+    """A timer of 1e309 or of 20 digits does not fit the step-start derivation (f64 to i64), a
+    throughput of infinity not the chart's axis. Such a value is its line's fault: the line is
     unrecognised and shown, its row left out, the rest read."""
     lines = []
     for i in range(12):
@@ -270,7 +270,7 @@ def _ingest_timed(path: Path, data: bytes) -> tuple[float, object]:
     ],
 )
 def test_one_long_line_in_a_sysfs_counter_dump_costs_no_more_than_its_bytes(tmp_path: Path, line: bytes):
-    """Fuzz find: a backtracking regex made one 100 KiB line take 70 s (25 KiB: 5 s)."""
+    """One long line costs what its bytes cost: no regex of the dump's reader backtracks over it."""
     dump = b"".join(
         b"/sys/class/infiniband/mlx5_0/ports/1/counters/%s:%d\n" % (n, i)
         for i, n in enumerate([b"symbol_error", b"link_downed", b"port_xmit_data"])
@@ -280,7 +280,8 @@ def test_one_long_line_in_a_sysfs_counter_dump_costs_no_more_than_its_bytes(tmp_
 
 
 def test_one_long_line_in_an_nvidia_smi_csv_loop_costs_no_more_than_its_bytes(tmp_path: Path):
-    """Fuzz find: one 5 MiB line in a query loop took 116 s and 4.9 GB (Earley over the whole line)."""
+    """One long line in a query loop costs what its bytes cost: the grammar (Earley) never parses a
+    whole line, only its template."""
     header = b"index, utilization.gpu [%], power.draw [W], clocks.current.sm [MHz]\n"
     row = b"0, 26 %, 83.92 W, 1320 MHz\n"
     elapsed, result = _ingest_timed(
@@ -307,8 +308,8 @@ def test_a_long_stack_frame_line_in_analyzer_text_costs_no_more_than_its_bytes(t
 
 
 def test_a_pcap_record_claiming_2_31_bytes_is_named_as_such_not_a_byte_order_mismatch(tmp_path: Path):
-    """Fuzz find: snaplen 0xFFFFFFFF and a first caplen of 2^31 were blamed on the byte order (2^31
-    read the other way round is 128). The header's own version says its order is right."""
+    """Snaplen 0xFFFFFFFF and a first caplen of 2^31 are not a byte-order mismatch (2^31 read the
+    other way round is 128, which looks plausible): the header's own version says its order is right."""
     import struct
 
     header = struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 0xFFFFFFFF, 1)

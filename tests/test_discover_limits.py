@@ -197,8 +197,9 @@ def _written(work: Path) -> int:
 
 
 def test_a_zip_of_many_members_each_under_the_member_ratio_is_refused_before_writing(tmp_path: Path):
-    """Fuzz find: 1,024 members of 10 MiB in a 13 MB zip wrote 10 GB (the member check starts at
-    64 MiB). Scaled down: 64 members of 1 MiB zeros, the member check from 4 MiB."""
+    """Many members each too small for the per-member ratio check (which starts at 64 MiB) still add
+    up to a bomb: extraction stops at the archive's overall expansion cap, long before the whole is
+    written. Scaled down: 64 members of 1 MiB zeros, the member check from 4 MiB."""
     path = tmp_path / "bomb.zip"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         for i in range(64):

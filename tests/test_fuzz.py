@@ -71,7 +71,7 @@ def _fr_entry(seq: int, **values) -> dict:
     }
 
 
-# Fuzz finds: a JSON dump with one infinite value, or one integer of 2^64, was dropped whole.
+# A JSON dump with one infinite value, or one integer out of 64 bits, loses that entry, not the dump.
 @pytest.mark.parametrize("bad", [
     {"timeout_ms": float("-inf")}, {"duration_ms": float("inf")}, {"time_created_ns": 2**64}, {"record_id": 2**64},
     {"collective_seq_id": -(2**63) - 1}, {"pg_id": 1e400}, {"profiling_name": ["nccl:all_reduce"]}, {"retired": "yes"},

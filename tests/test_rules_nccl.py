@@ -194,8 +194,8 @@ def test_version_skew_and_setting_skew():
 
 
 def test_a_setting_set_to_nothing_is_the_empty_value_in_the_skew():
-    """Fuzz find (exit 3): `NCCL_TREE_THRESHOLD set by environment to` with no value left a null
-    that the setting skew's sentence could not join."""
+    """`NCCL_TREE_THRESHOLD set by environment to` with no value gives a null value, which the setting
+    skew's sentence writes as (empty)."""
     tables = healthy(nccl_env=[{"host": "node03", "pid": 31, "name": "NCCL_SOCKET_IFNAME", "value": None}])
     (finding,) = [f for f in fire(tables, "TL106") if "settings" in f.title]
     assert "NCCL_SOCKET_IFNAME = (empty) / eth0" in finding.summary
