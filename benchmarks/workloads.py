@@ -1,7 +1,7 @@
 """Large inputs for bench_scale.py whose message bodies vary from line to line.
 
 Written with plain string formatting (no tracelens import, so writing is not what is measured), in the formats of
-docs/formats/nccl.md as tracelens.synth prints them: a 128-node x 8-GPU job's
+docs/formats/nccl.md as the generator (synth/) prints them: a 128-node x 8-GPU job's
 launcher stdout (pdsh `host: ` prefixes). Every round is a new communicator's init on all
 1,024 ranks (per-rank comm pointers, bootstrap addresses, trees, rings, channel connections,
 init timings, proxy connections), then collective calls as NCCL_DEBUG_SUBSYS=COLL prints them
