@@ -3,6 +3,9 @@ and the registry refuses what would make a format unreachable or its reader wron
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from tracelens.ingest import IngestResult, InputFile, find_format, formats, input_format, sniff_format
@@ -59,3 +62,16 @@ def test_a_format_name_is_registered_once_and_never_one_discovery_gives():
 def test_a_splitting_reader_must_take_jobs_and_workers():
     with pytest.raises(ValueError, match="jobs= and workers="):
         input_format("test-splitting", priority=1, sniff=lambda head: False, splits=True)(_reader)
+
+
+def test_no_format_module_declares_itself_by_module_constants():
+    """What a format is lives in its @input_format registration only: a module constant FORMAT,
+    PRIORITY, SPLITS or READS_LINES would look like a declaration and be read by nothing."""
+    package = Path(__file__).resolve().parents[1] / "src" / "tracelens" / "ingest"
+    declared = [
+        f"{path.relative_to(package)}: {line.split('=')[0].strip()}"
+        for path in sorted(package.rglob("*.py"))
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if re.match(r"(FORMAT|PRIORITY|SPLITS|READS_LINES)\s*(:[^=]*)?=", line)
+    ]
+    assert not declared, declared
