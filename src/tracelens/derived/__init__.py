@@ -60,7 +60,7 @@ from tracelens.tables import RunTables
 
 @dataclass(frozen=True)
 class Shared:
-    """The settings of results several rules share, one config table each (the field's name)."""
+    """The settings of results several rules share, in groups: the field's name is the group's ([steps] ...)."""
 
     steps: SlowSteps = SlowSteps()  # what makes a step slow
     baseline: Baseline = Baseline()  # when a window's signal rose above the run's own level
