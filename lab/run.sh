@@ -13,7 +13,7 @@ SCENARIO=${1:?usage: lab/run.sh clean|loss|bandwidth|straggler|straggler-rank0|c
 LAB=$(cd "$(dirname "$0")" && pwd)
 REPO=$(dirname "$LAB")
 FIXTURE=${2:-$REPO/fixtures/lab-$SCENARIO}
-PY=${LAB_PYTHON:-/work/labenv/bin/python}
+PY=${LAB_PYTHON:-$LAB/.venv/bin/python}   # lab/setup.sh's venv by default
 RUN_S=${RUN_S:-120}            # training time from the first step
 IMPAIR_AFTER=${IMPAIR_AFTER:-45}
 case $SCENARIO in straggler*|contention-all) DEFAULT_FOR=45 ;; *) DEFAULT_FOR=40 ;; esac

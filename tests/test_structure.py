@@ -367,12 +367,9 @@ OUTSIDE_REFERENCES = re.compile(
     + "|(?<![\\w.])/"
     + "work/"
 )
-# Files that still name such things, each for a stated reason. Recorded output of the lab's real runs
-# keeps what the processes printed (their interpreter's and scripts' paths); the others belong to a
-# change under way elsewhere and are listed here until it lands.
-KNOWN_OUTSIDE_REFERENCES = {
-    "lab/run.sh": "its default interpreter path, being rewritten with the lab's README",
-}
+# Files allowed to name such things, each with its reason. Recorded output of the lab's real runs
+# keeps what the processes printed (their interpreter's and scripts' paths), see RECORDED.
+KNOWN_OUTSIDE_REFERENCES: dict[str, str] = {}
 RECORDED = re.compile(r"fixtures/lab-[^/]+/(?!(?:.*/)?README\.md$)")  # what a lab run printed, kept as printed
 # what .gitignore leaves out: environments, caches, build output, benchmark workloads
 IGNORED_NAMES = {".git", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
