@@ -10,8 +10,8 @@ from tests.helpers.steps import SLOW, T0, analysed, at, counters, slow_span, ste
 from tracelens.analyze import run_rules
 from tracelens.derived import RunContext
 from tracelens.derived.window_signals import Signal
+from tracelens.findings.causes import candidates
 from tracelens.rules import select_rules
-from tracelens.rules.causes import candidates
 
 # -- TL410 ----------------------------------------------------------------------------------------
 
