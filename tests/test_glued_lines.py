@@ -1,7 +1,7 @@
 """Glued lines and free text: both halves of a glued line read, and lark run per template, never per line.
 
 A glued line is a line printed without its newline and another process's line after it on the same
-line (ingest/glued.py); free text is a record's body that no grammar kind can start with. The logs
+line (ingest/text/glued.py); free text is a record's body that no grammar kind can start with. The logs
 here are generated: launcher lines of eight ranks with such lines among them, their words drawn anew
 for every line.
 """
@@ -18,8 +18,8 @@ import pytest
 from tracelens.ingest import IngestResult, InputFile, textlog
 from tracelens.ingest.deepspeed.grammar import parse_body
 from tracelens.ingest.deepspeed.log import DeepSpeedParser
-from tracelens.ingest.glued import line_starts
 from tracelens.ingest.nccl.log import _grammar, split_records
+from tracelens.ingest.text.glued import line_starts
 from tracelens.ingest.text.templates import masked
 
 STAMP = "[2026-11-30 08:00:01,250] [INFO] [logging.py:96:log_dist] "

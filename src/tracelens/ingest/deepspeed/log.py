@@ -34,9 +34,10 @@ from collections.abc import Callable
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile, glued
+from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.deepspeed import assemble
 from tracelens.ingest.deepspeed.grammar import HEADS, SIZE_UNITS, parse_body
+from tracelens.ingest.text import glued
 from tracelens.ingest.text.lines import (
     IGNORED,
     NOT_MINE,

@@ -28,7 +28,8 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput
 from lark.parsers.lalr_analysis import Shift
 
-from tracelens.ingest import IngestResult, InputFile, glued
+from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest.text import glued
 from tracelens.ingest.text.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, file_of, within_datetime_range
 from tracelens.ingest.text.templates import Locator, TemplateParser
 from tracelens.private_cache import cache_file

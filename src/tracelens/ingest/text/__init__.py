@@ -1,3 +1,4 @@
 """Reading text, for every format: the chunked line reader (`lines`), pastes put back as printed
 (`pasted`), launcher and shipper prefixes (`prefixes`), message bodies parsed by template
-(`templates`), and the shell context lines around a tool's output (`shell_context`)."""
+(`templates`), where a line glued onto another starts (`glued`), and the shell context lines around a
+tool's output (`shell_context`)."""
