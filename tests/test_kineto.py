@@ -17,11 +17,10 @@ from synth.kineto import Job, step_ms, traces
 from tests.helpers import corpus_dir, fire
 from tracelens.derived import RunContext
 from tracelens.derived import traces as derived
-from tracelens.findings import Verdict
+from tracelens.findings import Verdict, causes
+from tracelens.findings.causes import Candidate
 from tracelens.ingest import InputFile, ingest_file, sniff_format
 from tracelens.ingest.profiler import kineto
-from tracelens.rules import causes
-from tracelens.rules.causes import Candidate
 from tracelens.tables import RunTables, conform
 
 # file -> (events, rank, rank source, world size, backend, NCCL version, steps, kernels, NCCL kernels,

@@ -18,7 +18,7 @@ from tracelens.derived import RunContext, step_times
 from tracelens.derived.events import CAUSES
 from tracelens.derived.hostsignals import gpu_lanes
 from tracelens.derived.stream_groups import StreamGroups
-from tracelens.ingest.kineto import EPOCH_MIN_US
+from tracelens.ingest.profiler.kineto import EPOCH_MIN_US
 from tracelens.report import svg
 
 if TYPE_CHECKING:
