@@ -94,15 +94,15 @@ def cause_fix(cause: str, hosts: list[str], ports: list[str]) -> str:
     )
 
 
-def _missing(t: RunContext, begin: datetime, end: datetime) -> list[str]:
+def _missing(ctx: RunContext, begin: datetime, end: datetime) -> list[str]:
     """The sources that have nothing timed in [begin, end]: what to collect next time."""
 
     def covers(lo: pl.Series, hi: pl.Series) -> bool:
         return bool(lo.len()) and (hi.max() >= begin - MARGIN) and (lo.min() <= end + MARGIN)
 
-    dumps = t["ib_counters"]["dump_ts"].drop_nulls()
-    timed = t.scan("nccl_events").filter(pl.col("ts_hi") >= begin - MARGIN, pl.col("ts_lo") <= end + MARGIN).head(1)
-    first, last = t.captures.select(pl.col("first").min(), pl.col("last").max()).row(0)  # the packets unread
+    dumps = ctx["ib_counters"]["dump_ts"].drop_nulls()
+    timed = ctx.scan("nccl_events").filter(pl.col("ts_hi") >= begin - MARGIN, pl.col("ts_lo") <= end + MARGIN).head(1)
+    first, last = ctx.captures.select(pl.col("first").min(), pl.col("last").max()).row(0)  # the packets unread
     captured = first is not None and last >= begin - MARGIN and first <= end + MARGIN
     seen = {
         "NCCL": timed.collect(engine="streaming").height > 0,
@@ -173,14 +173,14 @@ def _median(times: list[datetime]) -> datetime:
     return times[middle] if len(times) % 2 else times[middle - 1] + (times[middle] - times[middle - 1]) / 2
 
 
-def _socket_switch(t: RunContext, episode: timing.Episode) -> bool:
+def _socket_switch(ctx: RunContext, episode: timing.Episode) -> bool:
     """Whether a process chose NCCL's socket transport at the window's start (TL412's to measure)."""
-    socket = t.network_events.filter(pl.col("cause") == "socket")
+    socket = ctx.network_events.filter(pl.col("cause") == "socket")
     return socket.filter(pl.col("lo") >= episode.begin - MARGIN, pl.col("lo") <= episode.end).height > 0
 
 
 @rule("TL410", "slow-window-root-cause", Severity.WARNING, kind="root cause", needs=("steps",), shared=("baseline",))
-def slow_window_root_cause(t: RunContext) -> Iterator[Finding]:
+def slow_window_root_cause(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: for each slow stretch of steps (the windows TL401 reports, one per stretch
     whatever the number of logs that saw it), the verdict: every signal of the run measured
@@ -206,23 +206,23 @@ def slow_window_root_cause(t: RunContext) -> Iterator[Finding]:
     affinity (`pidstat 1`, `taskset -p <pid>`), GPU clocks (`nvidia-smi -q -d PERFORMANCE`). A
     stall between steps: DataLoader `num_workers`, asynchronous checkpoints.
     """
-    episodes = t.slow_episodes
+    episodes = ctx.slow_episodes
     if not episodes:
         return
-    series = t.step_series
+    series = ctx.step_series
     for episode in episodes[: timing.MAX_WINDOWS]:
-        if _socket_switch(t, episode):
+        if _socket_switch(ctx, episode):
             continue  # TL412 measures it against the job's steps on IB
-        yield _window_finding(t, series, episode)
+        yield _window_finding(ctx, series, episode)
 
 
-def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode) -> Finding:
+def _window_finding(ctx: RunContext, series: StreamGroups, episode: timing.Episode) -> Finding:
     w = episode.worst
-    missing = _missing(t, episode.begin, episode.end)
+    missing = _missing(ctx, episode.begin, episode.end)
 
     def judged(begin: datetime, end: datetime):
-        signals = measure(t, begin, end)
-        return (begin, end), signals, *verdict(signals, _label(series, w, begin, end), missing, t.forward_waits)
+        signals = measure(ctx, begin, end)
+        return (begin, end), signals, *verdict(signals, _label(series, w, begin, end), missing, ctx.forward_waits)
 
     # measured on the slow steps' window, then again on the named cause's own window (its evidence's
     # edges): the quoted rates and levels are then those of the window the finding gives
@@ -247,12 +247,12 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
     )
     hosts = best.hosts if best else []
     if gpu := utilisation_phrase(
-        t.tables, episode.begin, episode.end, hosts
+        ctx.tables, episode.begin, episode.end, hosts
     ):  # the host evidence, when nvidia-smi/DCGM sampled it
         summary += f" {gpu}."
     if best and best.cause in FIXES:
         diagnosis.fix = cause_fix(best.cause, hosts, best.ports)
-    evidence = step_evidence(t, w.file, w.lines)[:3]
+    evidence = step_evidence(ctx, w.file, w.lines)[:3]
     risen = [s for s in signals if s.rose and best and (s.cause == best.cause or s.source == "steps")]
     evidence += [e for s in risen for e in row_evidence(s.evidence, 3)]
     first = (
@@ -294,26 +294,26 @@ def _window_finding(t: RunContext, series: StreamGroups, episode: timing.Episode
 # -- stalls and hangs -----------------------------------------------------------------------------
 
 
-def _job_ranks(t: RunContext) -> tuple[int, set[int]]:
+def _job_ranks(ctx: RunContext) -> tuple[int, set[int]]:
     """The job's size (its largest communicator) and the ranks whose own lines are in the run (their
     init line in that communicator, or their step lines): a rank whose log was not collected is unknown."""
-    comms = t.scan("nccl_comms").filter(pl.col("nranks") == pl.col("nranks").max()).select("rank", "nranks").collect()
+    comms = ctx.scan("nccl_comms").filter(pl.col("nranks") == pl.col("nranks").max()).select("rank", "nranks").collect()
     world = int(comms["nranks"].max() or 0)  # no communicator: 0
-    steps = t.scan("steps").select("rank").unique().collect(engine="streaming")["rank"]
+    steps = ctx.scan("steps").select("rank").unique().collect(engine="streaming")["rank"]
     return world, set(comms["rank"].drop_nulls().to_list()) | set(steps.drop_nulls().to_list())
 
 
-def _host_of_rank(t: RunContext, ranks: list[int]) -> list[str]:
+def _host_of_rank(ctx: RunContext, ranks: list[int]) -> list[str]:
     widest = pl.col("nranks") == pl.col("nranks").max()
-    comms = t.scan("nccl_comms").filter(pl.col("rank").is_in(ranks), widest).select("host").collect()
-    steps = t.scan("steps").filter(pl.col("rank").is_in(ranks)).select("host").collect(engine="streaming")
+    comms = ctx.scan("nccl_comms").filter(pl.col("rank").is_in(ranks), widest).select("host").collect()
+    steps = ctx.scan("steps").filter(pl.col("rank").is_in(ranks)).select("host").collect(engine="streaming")
     return sorted(set(comms["host"].drop_nulls().to_list()) | set(steps["host"].drop_nulls().to_list()))
 
 
-def log_gaps(t: RunContext, silent_s: float, silent_factor: float) -> pl.DataFrame:
+def log_gaps(ctx: RunContext, silent_s: float, silent_factor: float) -> pl.DataFrame:
     """Per host, stretches where every log of the host was silent at least `silent_s` seconds and
     `silent_factor` times its usual interval between lines: columns host, begin, end, seconds."""
-    exact = [t.scan(n).filter(pl.col("ts_quality") == "exact", pl.col("host").is_not_null()) for n in LOG_TABLES]
+    exact = [ctx.scan(n).filter(pl.col("ts_quality") == "exact", pl.col("host").is_not_null()) for n in LOG_TABLES]
     times = (
         pl.concat([frame.select("host", "ts") for frame in exact])
         .unique()
@@ -342,7 +342,7 @@ def log_gaps(t: RunContext, silent_s: float, silent_factor: float) -> pl.DataFra
         ),
     },
 )
-def stall_or_hang(t: RunContext, *, silent_s: float = 120.0, silent_factor: float = 20.0) -> Iterator[Finding]:
+def stall_or_hang(ctx: RunContext, *, silent_s: float = 120.0, silent_factor: float = 20.0) -> Iterator[Finding]:
     """
     What it finds: the job stopped making progress: a PyTorch watchdog timed out on a
     collective (the hang began when the collective started, its report time minus `ran for`),
@@ -363,7 +363,7 @@ def stall_or_hang(t: RunContext, *, silent_s: float = 120.0, silent_factor: floa
     TORCH_NCCL_DUMP_ON_TIMEOUT=1) to see which collective each rank was in; if network errors
     precede the hang, fix the link first (TL107, TL201).
     """
-    watchdog = t["nccl_errors"].filter(
+    watchdog = ctx["nccl_errors"].filter(
         pl.col("kind").is_in(["watchdog_timeout", "blocking_wait_timeout"]), pl.col("ts").is_not_null()
     )
     covered: list[tuple[datetime, datetime]] = []
@@ -383,20 +383,20 @@ def stall_or_hang(t: RunContext, *, silent_s: float = 120.0, silent_factor: floa
         )
         for hang in timed_out.sort("begin", maintain_order=True).iter_rows(named=True):
             covered.append((hang["begin"], hang["end"]))
-            yield _hang_finding(t, hang)
-    gaps = log_gaps(t, silent_s, silent_factor)
+            yield _hang_finding(ctx, hang)
+    gaps = log_gaps(ctx, silent_s, silent_factor)
     for gap in gaps.iter_rows(named=True):
         if any(b - MARGIN <= gap["end"] and gap["begin"] <= e + MARGIN for b, e in covered):
             continue
         covered.append((gap["begin"], gap["end"]))  # the other hosts silent at the same time are in this finding
-        yield _gap_finding(t, gap, gaps)
+        yield _gap_finding(ctx, gap, gaps)
 
 
-def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
-    stop = t.first_stopped  # the Flight Recorder dumps and stack dumps, when the run has them
+def _stopped_first(ctx: RunContext, reporters: set[int]) -> tuple[list[int], str]:
+    stop = ctx.first_stopped  # the Flight Recorder dumps and stack dumps, when the run has them
     if stop is not None:
         return [stop.rank], f"the Flight Recorder dumps show that {stop.why}; it was in {stop.where}"
-    world, logged = _job_ranks(t)
+    world, logged = _job_ranks(ctx)
     # ranks of the job whose lines are in the run but which did not report the hung collective
     silent = sorted((set(range(world)) & logged) - reporters) if reporters else []
     if silent:
@@ -405,7 +405,7 @@ def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
             silent,
             f"{ranks_text(silent)} never reported it: {'it was' if one else 'they were'} not in the collective",
         )
-    lives = hangs.last_steps(t.tables)
+    lives = hangs.last_steps(ctx.tables)
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
         return [first["rank"]], f"rank {first['rank']}'s last step line (step {first['last_step']}) is the earliest"
@@ -418,10 +418,10 @@ def _stopped_first(t: RunContext, reporters: set[int]) -> tuple[list[int], str]:
     return [], "the logs do not show which rank stopped first"
 
 
-def _hang_finding(t: RunContext, hang: dict) -> Finding:
-    ranks, why = _stopped_first(t, set(hang["ranks"]))
-    hosts = _host_of_rank(t, ranks) if ranks else sorted({r["host"] for r in hang["rows"] if r["host"]})
-    before = t.network_events.filter(
+def _hang_finding(ctx: RunContext, hang: dict) -> Finding:
+    ranks, why = _stopped_first(ctx, set(hang["ranks"]))
+    hosts = _host_of_rank(ctx, ranks) if ranks else sorted({r["host"] for r in hang["rows"] if r["host"]})
+    before = ctx.network_events.filter(
         pl.col("cause") != "stall", pl.col("lo") <= hang["end"], pl.col("lo") >= hang["begin"] - timedelta(minutes=5)
     )
     sources = {"NCCL"} | set(before["source"].unique().to_list()) | ({"steps"} if "last step" in why else set())
@@ -438,7 +438,7 @@ def _hang_finding(t: RunContext, hang: dict) -> Finding:
         )
     lost = (hang["end"] - hang["begin"]).total_seconds()
     what = f"{hang['op_type']} SeqNum={hang['seq']}" if hang["seq"] is not None else hang["op_type"]
-    lives = hangs.last_steps(t.tables)
+    lives = hangs.last_steps(ctx.tables)
     rank_lines = lives.filter(pl.col("rank").is_in(ranks)).to_dicts() if ranks else []
     return Finding(
         severity=Severity.CRITICAL,
@@ -466,10 +466,10 @@ def _hang_finding(t: RunContext, hang: dict) -> Finding:
     )
 
 
-def _gap_finding(t: RunContext, gap: dict, gaps: pl.DataFrame) -> Finding:
+def _gap_finding(ctx: RunContext, gap: dict, gaps: pl.DataFrame) -> Finding:
     everyone = gaps.filter(pl.col("begin") <= gap["end"], pl.col("end") >= gap["begin"])
     hosts_silent = sorted(set(everyone["host"].to_list()))
-    all_hosts = hosts_of(t.scan("nccl_events"), t.scan("steps"))
+    all_hosts = hosts_of(ctx.scan("nccl_events"), ctx.scan("steps"))
     scope = "every host" if hosts_silent == all_hosts and len(all_hosts) > 1 else ", ".join(hosts_silent)
     return Finding(
         severity=Severity.WARNING,
@@ -504,7 +504,7 @@ def _gap_finding(t: RunContext, gap: dict, gaps: pl.DataFrame) -> Finding:
         "min_steps": Setting("steps", "Fewer steps on either side of the fallback are too few to compare."),
     },
 )
-def socket_fallback_cost(t: RunContext, *, slower_ratio: float = 1.2, min_steps: int = 5) -> Iterator[Finding]:
+def socket_fallback_cost(ctx: RunContext, *, slower_ratio: float = 1.2, min_steps: int = 5) -> Iterator[Finding]:
     """
     What it finds: the time a fall back to NCCL's TCP socket transport cost, measured: the
     steps after the first `via NET/Socket` channel against the same job's steps before it (on
@@ -519,11 +519,11 @@ def socket_fallback_cost(t: RunContext, *, slower_ratio: float = 1.2, min_steps:
     the ports Active, rdma-core in the container, `/dev/infiniband` passed through,
     NCCL_IB_DISABLE unset), or drain the node and relaunch without it.
     """
-    socket = t.network_events.filter(pl.col("cause") == "socket", pl.col("source") == "NCCL")
+    socket = ctx.network_events.filter(pl.col("cause") == "socket", pl.col("source") == "NCCL")
     if socket.height == 0:
         return
     since = socket["lo"].min()
-    timed = t.step_series.scan().filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
+    timed = ctx.step_series.scan().filter(pl.col("time_ms").is_not_null(), pl.col("ts").is_not_null())
     on_socket = timed.select("step", "ts", "time_ms", "steps_covered", after=pl.col("ts") >= since)
     on_socket = on_socket.collect(engine="streaming")
     took = pl.duration(microseconds=(pl.col("time_ms") * 1000).cast(pl.Int64))
@@ -537,7 +537,7 @@ def socket_fallback_cost(t: RunContext, *, slower_ratio: float = 1.2, min_steps:
         pl.col("time_ms").median(), pl.col("steps_covered").first().fill_null(1.0)
     )
     lost = float(((lost_rows["time_ms"] - usual).clip(lower_bound=0) * lost_rows["steps_covered"]).sum() / 1000)
-    total = t.run_time_s or 1.0
+    total = ctx.run_time_s or 1.0
     hosts = sorted(set(socket["host"].drop_nulls().to_list()))
     start, end = after.select((pl.col("ts") - took).min()).item(), after["ts"].max()
     title = f"NCCL on TCP sockets from {start:%H:%M:%S} cost {duration(lost)}"

@@ -43,7 +43,7 @@ def _basis_note(basis: str) -> str:
     },
 )
 def step_time_spikes(
-    t: RunContext, *, long_window_rows: int = 3, critical_share: float = 0.2, spikes_warn_share: float = 0.15
+    ctx: RunContext, *, long_window_rows: int = 3, critical_share: float = 0.2, spikes_warn_share: float = 0.15
 ) -> Iterator[Finding]:
     """
     What it finds: steps that took far longer than the run's usual step time, grouped into
@@ -76,10 +76,10 @@ def step_time_spikes(
     default rather than raising it. If the windows line up with evaluation or checkpoints,
     make those asynchronous or less frequent.
     """
-    windows = t.slow_windows
-    total = t.run_time_s or 1.0
+    windows = ctx.slow_windows
+    total = ctx.run_time_s or 1.0
     # one finding per slow stretch of the job, however many logs saw it (steps.slow_episodes)
-    long = [ep for ep in t.slow_episodes if ep.worst.rows >= long_window_rows]
+    long = [ep for ep in ctx.slow_episodes if ep.worst.rows >= long_window_rows]
     spikes = [w for w in windows if w.rows < long_window_rows]
     for ep in long[: timing.MAX_WINDOWS]:
         w = ep.worst
@@ -88,9 +88,9 @@ def step_time_spikes(
         # a stretch no slower than the run often is, its start-up, or a mild one, is told, not warned of
         # (TL410 warns of a mild stretch when a cause rose with it)
         ordinary = ep.ordinary or (
-            f"a mild slowdown ({w.ratio:.2f}x, under [steps] slow_ratio {t.slow_steps.slow_ratio:g}x); TL410 says "
+            f"a mild slowdown ({w.ratio:.2f}x, under [steps] slow_ratio {ctx.slow_steps.slow_ratio:g}x); TL410 says "
             "whether any cause rose with it"
-            if w.ratio < t.slow_steps.slow_ratio
+            if w.ratio < ctx.slow_steps.slow_ratio
             else ""
         )
         yield Finding(
@@ -100,14 +100,14 @@ def step_time_spikes(
             f"{w.baseline_ms:.0f} ms per step (worst {w.peak_ms:.0f} ms), {_basis_note(w.basis)}; "
             f"they cost {w.cost_s:.1f} s, {ep.share:.0%} of the run's step time."
             + (f" Not a warning: {ordinary}." if ordinary else ""),
-            evidence=step_evidence(t, w.file, w.lines),
+            evidence=step_evidence(ctx, w.file, w.lines),
             cost_seconds=w.cost_s,
             hosts=[x.host for x in ep.windows if x.host],
             ranks=[x.rank for x in ep.windows if x.rank >= 0],
             window=(ep.begin, ep.end),
         )
     cost = sum(w.cost_s for w in spikes)
-    if spikes and cost >= t.slow_steps.min_cost_share * total:
+    if spikes and cost >= ctx.slow_steps.min_cost_share * total:
         worst = max(spikes, key=lambda w: w.peak_ms)
         yield Finding(
             # between progress lines a spike may as well be an evaluation or a checkpoint; single slow
@@ -119,7 +119,7 @@ def step_time_spikes(
             summary=f"{count(len(spikes), 'single slow step')} or pairs, up to {worst.peak_ms:.0f} ms against a usual "
             f"{worst.baseline_ms:.0f} ms ({worst.label}), {_basis_note(worst.basis)}; together they cost "
             f"{cost:.1f} s, {cost / total:.0%} of the run's step time.",
-            evidence=[e for w in spikes for e in step_evidence(t, w.file, w.lines)],
+            evidence=[e for w in spikes for e in step_evidence(ctx, w.file, w.lines)],
             hosts=[w.host for w in spikes if w.host],
             cost_seconds=cost,
         )
@@ -145,7 +145,7 @@ def step_time_spikes(
     },
 )
 def comm_bound_steps(
-    t: RunContext, *, comm_bound_share: float = timing.COMM_BOUND_SHARE, comm_surge: float = 2.0
+    ctx: RunContext, *, comm_bound_share: float = timing.COMM_BOUND_SHARE, comm_surge: float = 2.0
 ) -> Iterator[Finding]:
     """
     What it finds: steps where gradient communication takes a large share of the step, from
@@ -168,14 +168,14 @@ def comm_bound_steps(
     larger `reduce_bucket_size`, `gradient_accumulation_steps` > 1, bf16/fp16 gradients
     (`communication_data_type`).
     """
-    series = t.step_series
+    series = ctx.step_series
     timed = pl.col("comm_ms").is_not_null() & (pl.col("basis") == "timers")
     if series.scan().filter(timed).head(1).collect().height == 0:
         return
-    for ep in t.slow_episodes:  # one finding per slow stretch, however many logs saw the surge
+    for ep in ctx.slow_episodes:  # one finding per slow stretch, however many logs saw the surge
         if ep.ordinary:
             continue  # the run's start-up or its own noise (TL401 says which)
-        signals = t.step_signals(ep.begin, ep.end)
+        signals = ctx.step_signals(ep.begin, ep.end)
         surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= comm_surge]
         comm_ms = max((s.change or 0.0 for s in surged), default=0.0)
         if not surged or any(
@@ -193,7 +193,7 @@ def comm_bound_steps(
                 f"rank's own work (forward and optimizer step) stayed at {compute:.2f}x{seen}: the network slowed "
                 "down, not the model."
             ),
-            evidence=step_evidence(t, w.file, w.lines[:3]) + [e for s in surged for e in row_evidence(s.evidence, 2)],
+            evidence=step_evidence(ctx, w.file, w.lines[:3]) + [e for s in surged for e in row_evidence(s.evidence, 2)],
             hosts=sorted({h for s in surged for h in s.hosts}),
             ranks=sorted({s.rank for s in surged if s.rank is not None}),
             window=(ep.begin, ep.end),
@@ -210,7 +210,7 @@ def comm_bound_steps(
                     summary=f"Engine {engine}: the gradient all-reduce and ZeRO all-gather take {share:.0%} of each "
                     f"step (median {median:.0f} ms of {stream['time_ms'].median():.0f} ms) over {stream.height} "
                     "steps.",
-                    evidence=step_evidence(t, file, stream["line"].head(5).to_list()),
+                    evidence=step_evidence(ctx, file, stream["line"].head(5).to_list()),
                     hosts=[host] if host else [],
                     ranks=[rank] if rank >= 0 else [],
                 )
@@ -232,7 +232,7 @@ def comm_bound_steps(
         ),
     },
 )
-def throughput_drop(t: RunContext, *, drop_share: float = 0.15, min_reports: int = 12) -> Iterator[Finding]:
+def throughput_drop(ctx: RunContext, *, drop_share: float = 0.15, min_reports: int = 12) -> Iterator[Finding]:
     """
     What it finds: samples/sec (DeepSpeed's ThroughputTimer, Megatron or the pipeline engine)
     falling and staying below the run's early steady state by more than 15%, judged on a
@@ -251,7 +251,7 @@ def throughput_drop(t: RunContext, *, drop_share: float = 0.15, min_reports: int
     data loader. If only some ranks show it, look for stragglers (TL404).
     """
     reported = pl.col("samples_per_sec").is_not_null() & pl.col("step").is_not_null()
-    rows = t.scan("steps").filter(reported).collect(engine="streaming")
+    rows = ctx.scan("steps").filter(reported).collect(engine="streaming")
     for (file, host, engine), stream in rows.sort("line").group_by(["file", "host", "engine"], maintain_order=True):
         skipped = stream["skipped"].fill_null(strategy="forward").fill_null(0)
         fresh = (skipped.diff().fill_null(0) == 0).to_list()
@@ -279,7 +279,7 @@ def throughput_drop(t: RunContext, *, drop_share: float = 0.15, min_reports: int
             title=f"Throughput fell {1 - worst / steady:.0%} below its steady state",
             summary=f"Engine {engine}: samples/sec fell from a steady {steady:.1f} to {worst:.1f} (rolling median over "
             f"{span} reports) from step {low['step'][0]} to {low['step'][-1]}.{note}",
-            evidence=step_evidence(t, file, [low["line"][0], low["line"][-1]]),
+            evidence=step_evidence(ctx, file, [low["line"][0], low["line"][-1]]),
             hosts=[host] if host else [],
             window=(low["ts"].min(), low["ts"].max()) if low["ts"].null_count() < low.height else None,
         )
@@ -306,7 +306,7 @@ def throughput_drop(t: RunContext, *, drop_share: float = 0.15, min_reports: int
     },
 )
 def stragglers(
-    t: RunContext, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5
+    ctx: RunContext, *, slower_ratio: float = 1.15, slow_share: float = 0.6, wait_share: float = 0.5
 ) -> Iterator[Finding]:
     """
     What it finds: one rank consistently slower than its peers, where per-rank timings exist:
@@ -334,7 +334,7 @@ def stragglers(
         frame.filter(ranked)
         .group_by(*step_key, "host")
         .agg(pl.col("compute_ms").median().alias("usual"), low=pl.col("rank").min(), high=pl.col("rank").max())
-        for frame in t.step_series.by(["host"], [*step_key, "host", "rank", "compute_ms"])
+        for frame in ctx.step_series.by(["host"], [*step_key, "host", "rank", "compute_ms"])
     )
     usual = (
         hosts.group_by(step_key)
@@ -356,7 +356,7 @@ def stragglers(
                 first=pl.col("ts").min(),
                 last=pl.col("ts").max(),
             )
-            for frame in t.step_series.by(["host", "rank", "engine"], [*step_key, *columns])
+            for frame in ctx.step_series.by(["host", "rank", "engine"], [*step_key, *columns])
         )
         slow = per_rank.filter((pl.col("ratio") >= slower_ratio) & (pl.col("share") >= slow_share))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
@@ -374,12 +374,12 @@ def stragglers(
                     f"ranks, and {'was' if len(ranks) == 1 else 'were'} slower by {slower_ratio - 1:.0%} or more on "
                     f"at least {group['share'].min():.0%} of the steps."
                 ),
-                evidence=[e for p in places for e in step_evidence(t, p["file"], [p["line"]])],
+                evidence=[e for p in places for e in step_evidence(ctx, p["file"], [p["line"]])],
                 hosts=[host] if host else [],
                 ranks=ranks,
                 window=(group["first"].min(), group["last"].max()) if group["first"].min() else None,
             )
-    waits = t["comm_ops"].filter(pl.col("kind") == "straggler")
+    waits = ctx["comm_ops"].filter(pl.col("kind") == "straggler")
     for (file,), table in waits.group_by(["file"], maintain_order=True):
         comm, wait = table["total_ms"].sum(), table["straggler_total_ms"].sum()
         if comm and wait / comm >= wait_share:
