@@ -432,10 +432,7 @@ MODULE_PATH = re.compile(
 # A module or a name in one, by its dotted name (`tracelens.ingest.textlog.ingest`); tracelens.toml is a file.
 DOTTED_NAME = re.compile(r"(?<![\w.])tracelens(?:\.(?!toml\b)[A-Za-z_]\w*)+")
 # Files whose module paths are being updated by a change under way elsewhere.
-KNOWN_STALE_PATHS = {
-    "docs/timing-model.md": "the verdict's and the step series' modules before their moves; being rewritten",
-    "src/tracelens/discover.py": "the config file's module before its rename, in a docstring and a comment",
-}
+KNOWN_STALE_PATHS: dict[str, str] = {}
 
 
 def _resolves(dotted: str) -> bool:

@@ -3,7 +3,7 @@
 Formats are decided by content (the sniffers of tracelens.ingest), never by
 file names, with one exception: at the top of a run folder, `tracelens.toml` and a
 `pyproject.toml` with a [tool.tracelens] table are the run's config file
-(tracelens.config), listed as format "config" and not read as inputs. Archives (.tar,
+(tracelens.config_file), listed as format "config" and not read as inputs. Archives (.tar,
 .tar.gz, .tgz, .zip) and single .gz files are unpacked into a private temporary folder;
 members with absolute paths, `..` components, links or device nodes are refused with a
 message, so nothing is ever written outside that folder. Extraction is capped (total bytes, expansion
@@ -99,8 +99,8 @@ def _read_head(path: Path) -> bytes:
         return fh.read(HEAD_BYTES)
 
 
-# Sniffing a head costs ~0.6 ms (a dozen sniffers over 64 KiB, holding the interpreter): from this
-# many files, discover's caller may sniff them in its worker processes (4,096 per-rank logs: 2.5 s).
+# Sniffing a head holds the interpreter (a dozen sniffers over 64 KiB): from this many files,
+# discover's caller may sniff them in its worker processes.
 SNIFF_APART = 256
 Sniffer = Callable[[list[Path]], Iterable[tuple[str, str | None]]]  # paths -> (format, error) of each
 
@@ -353,7 +353,7 @@ class _Walker:
             self.visit_gzip(path, label, rel, depth, size)
             return
         elif self.folder_run and len(rel.parts) == 1 and is_config(rel.name, head):
-            fmt = "config"  # the run's settings (tracelens.config), not evidence of the run
+            fmt = "config"  # the run's settings (tracelens.config_file), not evidence of the run
         elif self.defer_sniffing:
             fmt = ""
             self.unsniffed.append(len(self.result.files))

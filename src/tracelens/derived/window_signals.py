@@ -871,7 +871,7 @@ def _pace_signal(who: str, host: str | None, rank: int | None, inside: pl.Series
     job asks (a rate limit, a congested or downshifted path) slows every step's all-reduce to a
     steady pace, so even the window's fast steps are slow; random loss slows the steps that lost a
     segment and leaves the rest (lab-loss: the lower quartile fell to 0.5x while retransmissions
-    tripled). A straggler's peers wait every step too: rules.causes weighs it with own work."""
+    tripled). A straggler's peers wait every step too: findings.causes weighs it with own work."""
     inside, outside = inside.drop_nulls(), outside.drop_nulls()
     if inside.len() < PACE_MIN_STEPS or outside.len() < 3 or not outside.median():
         return None

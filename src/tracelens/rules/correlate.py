@@ -4,7 +4,7 @@ TL410 gives each slow stretch of the job (steps.slow_episodes: the windows every
 merged, so a window seen in the logs of two ranks is one finding) a verdict: every signal of
 the run is measured inside the window and before and after it (derived.window_signals, tested
 by derived.baseline), the competing causes are weighed on the signals that rose
-(rules.causes), and the finding carries the verdict as data (Finding.verdict: headline,
+(findings.causes), and the finding carries the verdict as data (Finding.verdict: headline,
 because, against, not_available, fix). A cause whose evidence did not rise above its own
 baseline is never named; a window nothing explains is "undetermined" and says what to collect.
 
