@@ -398,9 +398,9 @@ def _worst_stream(wall: StreamGroups, windows: list[Window]) -> pl.DataFrame:
 
 def _ordinary(stream: pl.DataFrame, begin: datetime, end: datetime, stall: bool) -> tuple[str, bool]:
     """Why the stretch [begin, end] does not stand out from its run, or "" when it does, and whether
-    that is because it is the run's start-up. It is the
-    run's start-up when fewer than MIN_BEFORE_ROWS steady steps precede it (nothing before it to
-    compare with: compilation, warm-up, a machine busy at launch); it is brief when it is no stall and
+    that is because it is the run's start-up. It is the run's start-up when fewer than
+    MIN_BEFORE_ROWS steady steps precede it (nothing before it to compare with: compilation,
+    warm-up, a machine busy at launch); it is brief when it is no stall and
     lasts fewer than BRIEF_ROWS steps and less than BRIEF; it is the run's own noise when
     NOISE_SHARE or more of the equally long stretches outside it (rolling medians over as many
     steps) were as slow as its median step. Measured on the wall step times of the costliest log,

@@ -271,10 +271,12 @@ def _window_finding(ctx: RunContext, series: StreamGroups, episode: timing.Episo
     told = bool(episode.ordinary) and not episode.startup and not corroborated  # TL410 tells start-up its own way
     if best and told:
         summary += f" Told, not warned of: {episode.ordinary}, and no source besides the step times rose with it."
+    # a window nothing explains, the start-up or one told is not blamed: info, ranked by its cost alone
+    blamed = best is not None and not startup and not told
     return Finding(
-        # a window nothing explains is told (TL401 warns of its slow steps), not blamed on anything
+        # TL401 warns of the slow steps of a window nothing explains
         severity=(Severity.CRITICAL if diagnosis.confidence == "high" and episode.share >= 0.2 else Severity.WARNING)
-        if best and not startup and not told
+        if blamed
         else Severity.INFO,
         title=diagnosis.headline,
         summary=summary,
@@ -285,8 +287,7 @@ def _window_finding(ctx: RunContext, series: StreamGroups, episode: timing.Episo
         window=window,
         cost_seconds=episode.cost_s,
         ports=best.ports if best else [],
-        # a start-up window, or one that does not stand out, is told, never blamed: it ranks by its cost alone
-        score=(best.score if best and not startup and not told else 0.0) + episode.share,
+        score=(best.score if best and blamed else 0.0) + episode.share,
         verdict=diagnosis,
     )
 
