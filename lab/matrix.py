@@ -54,6 +54,7 @@ NAMES = {
     "node": ("node-a", "node-b"),
     "master": ("master", "worker-b"),
     "trainer": ("trainer0", "trainer1"),
+    "compute": ("compute-1", "compute-2"),
 }
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 STEP = re.compile(r"\[Rank (\d+)\] (?:step=\d+,|iteration +\d+/)")
@@ -71,6 +72,8 @@ FAULT_FOR = env_float("FAULT_FOR", 25)
 BLACKOUT_S = env_float("BLACKOUT_S", 8)
 HANG_WAIT = env_float("HANG_WAIT", 40)
 HOGS = int(env_float("HOGS", 3))
+SLOW_EXTRA = 10  # a slow rank's extra forward passes per micro-step (job.py's default)
+SMALL_BUCKET = 50_000  # elements: several collectives inside backward on this model
 LOSS_SKEW = int(env_float("LOSS_SKEW", 4))
 SKEW = env_float("SKEW", 2.5)
 PROFILE = False  # set by --profile: every rank writes a PyTorch profiler trace into the work folder
@@ -86,11 +89,11 @@ class Run:
     per_host: int
     zero: int  # 0 for ddp
     overlap: str  # on | off | - (ddp)
-    bucket: str  # default | small
+    bucket: str  # default | small | a size in elements
     grad_accum: int
     names: str  # a key of NAMES
     layout: str  # rank | pdsh | torchrun
-    fault: str  # name[:argument]
+    fault: str  # name[:argument[:detail]]
     held_out: bool
 
     @property
@@ -104,6 +107,26 @@ class Run:
     @property
     def arg(self) -> int:
         return int(self.fault.split(":")[1]) if ":" in self.fault else -1
+
+    @property
+    def detail(self) -> str:
+        """The fault's third part: a slow rank's extra forward passes, a contended host's busy loops per
+        rank, `in` for loss only into the second host; "" when not given."""
+        parts = self.fault.split(":")
+        return parts[2] if len(parts) > 2 else ""
+
+    @property
+    def bucket_elements(self) -> int:
+        """DeepSpeed's reduce/allgather/prefetch bucket in elements, 0 for its default."""
+        return {"default": 0, "small": SMALL_BUCKET}.get(self.bucket) or int(self.bucket)
+
+    @property
+    def extra_forwards(self) -> int:
+        return int(self.detail) if self.kind == "slow-rank" and self.detail else SLOW_EXTRA
+
+    @property
+    def hogs_per_rank(self) -> int:
+        return int(self.detail) if self.kind == "host-contention" and self.detail else HOGS
 
     def host_of(self, rank: int) -> int:
         return rank // self.per_host
@@ -205,7 +228,7 @@ class Lab:
         if PROFILE:
             args += ["--profile", str(self.work / "traces")]
         if run.kind == "slow-rank":
-            args += ["--slow-rank", str(run.arg)]
+            args += ["--slow-rank", str(run.arg), "--slow-extra", str(run.extra_forwards)]
         if run.kind == "hang":
             args += ["--desync-rank", str(run.arg)]
         if run.engine == "deepspeed":
@@ -217,7 +240,7 @@ class Lab:
                 "--grad-accum",
                 str(run.grad_accum),
                 "--bucket",
-                "50000" if run.bucket == "small" else "0",
+                str(run.bucket_elements),
             ]
             return [str(LAB / "train.py"), *args]
         return [str(LAB / "train_ddp.py"), *args, "--bucket-mb", "0.2" if run.bucket == "small" else "25"]
@@ -339,7 +362,7 @@ class Lab:
     # ------------------------------------------------------------ faults
 
     def hog(self, h: int) -> None:
-        for _ in range(HOGS * self.run.per_host):
+        for _ in range(self.run.hogs_per_rank * self.run.per_host):
             self.hogs.append(
                 self.spawn(["taskset", "-c", str(h), "nice", "-n", "-10", "sh", "-c", "while :; do :; done"])
             )
@@ -349,7 +372,7 @@ class Lab:
         kind, run = self.run.kind, self.run
         if kind in ("loss", "clock-skew"):
             pct = run.arg if kind == "loss" else LOSS_SKEW
-            sh(f"nft_loss {NS[1]} {DEV[1]} {pct}")
+            sh(f"nft_loss{'_in' if run.detail == 'in' else ''} {NS[1]} {DEV[1]} {pct}")
         elif kind == "bandwidth":
             sh(f"nft_rate {NS[1]} {DEV[1]} '{run.arg} kbytes/second'")
         elif kind == "blackout":

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from make_fixture import gzip_copy, retransmissions, utc
-from matrix import BLACKOUT_S, FAULT_AFTER, FAULT_FOR, HOGS, LOSS_SKEW, SKEW, Run
+from matrix import BLACKOUT_S, FAULT_AFTER, FAULT_FOR, LOSS_SKEW, SKEW, Run
 
 NETWORK = {"loss", "bandwidth", "blackout", "clock-skew"}
 CAUSE = {
@@ -49,13 +49,16 @@ def describe(run: Run) -> tuple[str, str]:
     nft = f"nftables table `inet tl_lab` in {b}'s namespace, chains on input (iifname) and output (oifname) of its veth"
     ranks_of = lambda h: ", ".join(str(r) for r in range(h * run.per_host, (h + 1) * run.per_host))  # noqa: E731
     hogs = lambda h: (  # noqa: E731
-        f"{HOGS * run.per_host} x `taskset -c {h} nice -n -10 sh -c 'while :; do :; done'` (CPU {h}, {run.hosts[h]}'s)"
+        f"{run.hogs_per_rank * run.per_host} x `taskset -c {h} nice -n -10 sh -c 'while :; do :; done'` "
+        f"(CPU {h}, {run.hosts[h]}'s)"
     )
     return {
         "clean": lambda: ("nothing: the clean control of this job shape", "no fault"),
         "loss": lambda: (
-            f"random packet loss of {run.arg}% both ways on {b}'s end of the link",
-            f"{nft}: `numgen random mod 100 < {run.arg} drop`",
+            f"random packet loss of {run.arg}% "
+            + (f"of what {b} receives" if run.detail == "in" else f"both ways on {b}'s end of the link"),
+            (nft.replace(" and output (oifname)", "") if run.detail == "in" else nft)
+            + f": `numgen random mod 100 < {run.arg} drop`",
         ),
         "bandwidth": lambda: (
             f"a bandwidth cap of {run.arg} kbytes/second each way on {b}'s end of the link",
@@ -66,8 +69,8 @@ def describe(run: Run) -> tuple[str, str]:
             f"{nft}: `meta l4proto tcp drop`",
         ),
         "slow-rank": lambda: (
-            f"one slow rank: rank {run.arg} (on {run.hosts[run.host_of(run.arg)]}) runs its forward pass 6 more "
-            "times per micro-step (on a private copy of the model, no collective)",
+            f"one slow rank: rank {run.arg} (on {run.hosts[run.host_of(run.arg)]}) runs its forward pass "
+            f"{run.extra_forwards} more times per micro-step (on a private copy of the model, no collective)",
             "the flag file `slow`; job.py's Model.forward on the rank given by --slow-rank",
         ),
         "host-contention": lambda: (
@@ -254,7 +257,9 @@ LAYOUT = {
 def readme(run: Run, expected: dict, how: str, counts: dict, table: list[str]) -> str:
     job = expected["job"]
     shape = (
-        f"DeepSpeed 0.19 ZeRO-{run.zero}, overlap_comm {run.overlap}, {run.bucket} buckets, gradient accumulation "
+        f"DeepSpeed 0.19 ZeRO-{run.zero}, overlap_comm {run.overlap}, "
+        f"{run.bucket if run.bucket in ('default', 'small') else f'{run.bucket_elements:,}-element'} buckets, "
+        "gradient accumulation "
         f"{run.grad_accum}"
         if run.engine == "deepspeed"
         else f"PyTorch DDP (gloo), {'0.2 MB' if run.bucket == 'small' else 'default 25 MB'} buckets"

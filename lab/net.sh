@@ -34,5 +34,12 @@ NFT
 }
 
 nft_loss() { nft_table "$1" "$2" "numgen random mod 100 < $3 drop"; }       # nft_loss NS DEV PERCENT
+nft_loss_in() {  # nft_loss_in NS DEV PERCENT: only what DEV receives
+    ip netns exec "$1" nft -f - <<NFT
+table inet tl_lab {
+    chain in { type filter hook input priority 0; policy accept; iifname "$2" numgen random mod 100 < $3 drop; }
+}
+NFT
+}
 nft_rate() { nft_table "$1" "$2" "meta l4proto tcp limit rate over $3 burst 128 kbytes drop"; }  # nft_rate NS DEV "600 kbytes/second"
 nft_clear() { ip netns exec "$1" nft delete table inet tl_lab; }
