@@ -433,3 +433,14 @@ def test_under_zero3_every_rank_slower_between_its_calls_is_contention():
 def test_under_zero3_every_rank_slower_inside_its_calls_is_the_collectives():
     signals = _zero3(0.0, dict.fromkeys(range(4), 600.0), dict.fromkeys(range(4), 500.0), dict.fromkeys(range(4), 0.0))
     assert candidates(signals)[0].cause == "comm"
+
+
+def test_a_late_rank_on_a_lossy_hop_is_the_link_not_a_straggler():
+    """The same late arrival with no rank's own work risen, but a capture shows loss-driven retransmissions
+    rose in the window: both ends of a lossy hop reach their next collective late, so the link is named
+    and the late rank is at most the runner-up."""
+    signals = _zero3(0.0, {0: 400, 1: 400, 2: 410, 3: 390}, dict.fromkeys(range(4), 5.0), {0: 0, 1: 0, 2: 400, 3: -5})
+    lossy = Signal("packets", "link", "retransmissions", "h0 ↔ h1", True, True, "loss-driven retransmissions rose")
+    ranked = candidates([*signals, lossy])
+    assert ranked[0].cause == "link"
+    assert all(c.score < ranked[0].score for c in ranked if c.cause == "straggler")

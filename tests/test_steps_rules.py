@@ -222,6 +222,24 @@ def test_a_brief_burst_is_told_a_sustained_stretch_or_a_stall_warned_of():
     assert _ordinary(stream, begin, end, stall=False)[0].startswith("brief: 1 steps")
 
 
+def test_brief_is_counted_in_seconds_not_steps():
+    """Twenty fast steps at 2x (8 s) are as short as a busy machine's burst however many steps fit in them."""
+    (burst,) = fire(tables_from(steps=_wall_rows(_noisy({range(200, 220): 2.0}))), "TL401")
+    assert burst.severity == Severity.INFO and "brief: 20 steps" in burst.summary
+
+
+def test_a_fault_that_comes_and_goes_is_one_stretch():
+    """Two 20 s stretches parted by a 6 s lull are one fault that eased for a while (random loss stalls
+    some steps, not all): one finding over both. Parted by 40 s, they are two."""
+    (once,) = fire(tables_from(steps=_wall_rows(_noisy({range(150, 190): 2.5, range(220, 260): 2.5}))), "TL401")
+    assert once.window and 44 < (once.window[1] - once.window[0]).total_seconds() < 48, once.window
+    twice = fire(tables_from(steps=_wall_rows(_noisy({range(60, 100): 2.5, range(300, 340): 2.5}))), "TL401")
+    assert len([f for f in twice if "isolated" not in f.title]) == 2
+    # the run's start-up is its own, however short the lull after it
+    start, fault = fire(tables_from(steps=_wall_rows(_noisy({range(0, 30): 2.5, range(60, 100): 2.5}))), "TL401")[:2]
+    assert {"start-up" in start.summary, "start-up" in fault.summary} == {True, False}
+
+
 def test_a_slow_start_is_the_run_start_up_not_a_warning():
     (start,) = fire(tables_from(steps=_wall_rows(_noisy({range(0, 60): 2.5}))), "TL401")
     assert start.severity == Severity.INFO and "start-up" in start.summary

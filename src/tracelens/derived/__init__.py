@@ -50,7 +50,19 @@ from pathlib import Path
 
 import polars as pl
 
-from tracelens.derived import counters, events, flows, hangs, hosts, nccl, ports, step_times, traces, window_signals
+from tracelens.derived import (
+    counters,
+    events,
+    flows,
+    hangs,
+    hosts,
+    imbalance,
+    nccl,
+    ports,
+    step_times,
+    traces,
+    window_signals,
+)
 from tracelens.derived.baseline import Baseline
 from tracelens.derived.flows import PacketWindows
 from tracelens.derived.step_times import SlowSteps
@@ -126,7 +138,13 @@ class RunContext:
     def slow_episodes(self) -> list[step_times.Episode]:
         """The job's slow stretches, one per stretch whatever the number of logs that saw it, costliest first."""
         timers, wall = self._timed
-        return step_times.slow_episodes(timers, wall, self.slow_steps)
+        imbalanced = imbalance.imbalance_windows(self.step_series, self.peers_pace)
+        return step_times.slow_episodes(timers, wall, self.slow_steps, imbalanced)
+
+    @cached_property
+    def peers_pace(self) -> pl.DataFrame:
+        """Per engine and step, the ranks' usual forward and the job's pace (imbalance.peers_pace)."""
+        return imbalance.peers_pace(self.step_series)
 
     @property
     def run_time_s(self) -> float:
@@ -149,7 +167,13 @@ class RunContext:
         each slow stretch's own window."""
         if (begin, end) not in self._window_steps:
             signals = window_signals.step_signals(
-                self.step_series, begin, end, self.baseline, self.forward_waits, self.collective_times
+                self.step_series,
+                begin,
+                end,
+                self.baseline,
+                self.forward_waits,
+                self.collective_times,
+                self.peers_pace,
             )
             self._window_steps[begin, end] = tuple(signals)
         return self._window_steps[begin, end]

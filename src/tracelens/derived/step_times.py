@@ -151,6 +151,7 @@ class Window:
     comm_ratio: float | None  # comm time inside over the stream's median, where timers show it
     compute_ratio: float | None
     stall: bool = False  # a step that stalled (_stalls_apart), kept apart from the slow steps around it
+    imbalance: bool = False  # this rank's forward rose against its peers' (imbalance.py), whatever the step time did
 
     @property
     def label(self) -> str:
@@ -198,9 +199,9 @@ def slow_windows(series: pl.DataFrame) -> list[Window]:
     for key, stream in series.filter(pl.col("slow").any().over(STREAM)).group_by(STREAM, maintain_order=True):
         stream = stream.with_row_index("i")
         slow_rows = stream.filter(pl.col("slow"))["i"].to_list()
-        for first, last in _runs(slow_rows):
+        for first, last in runs_of(slow_rows):
             inside = stream.filter(pl.col("i").is_between(first, last) & pl.col("slow"))
-            windows += [replace(_window(key, stream, part), stall=stall) for part, stall in _stalls_apart(inside)]
+            windows += [replace(window_of(key, stream, part), stall=stall) for part, stall in _stalls_apart(inside)]
     return sorted(windows, key=lambda w: -w.cost_s)
 
 
@@ -235,13 +236,13 @@ def _stalls_apart(inside: pl.DataFrame) -> list[tuple[pl.DataFrame, bool]]:
         stalled &= took >= STALL_RATIO * around
     if not stalled.any() or stalled.all():
         return [(inside, bool(stalled.all()))]
-        return [(inside, False)]
     piece = (stalled | stalled.shift(1, fill_value=False)).cum_sum()
     parts = inside.with_columns(piece=piece, stalled=stalled).group_by("piece", maintain_order=True)
     return [(part.drop("piece", "stalled"), bool(part["stalled"][0])) for _, part in parts]
 
 
-def _runs(rows: list[int]) -> list[tuple[int, int]]:
+def runs_of(rows: list[int]) -> list[tuple[int, int]]:
+    """Row numbers as runs (first, last), rows MERGE_GAP_ROWS apart or closer in one."""
     runs: list[tuple[int, int]] = []
     for i in rows:
         if runs and i - runs[-1][1] <= MERGE_GAP_ROWS + 1:
@@ -251,7 +252,8 @@ def _runs(rows: list[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _window(key: tuple, stream: pl.DataFrame, inside: pl.DataFrame) -> Window:
+def window_of(key: tuple, stream: pl.DataFrame, inside: pl.DataFrame) -> Window:
+    """The Window of `inside`, slow rows of `stream` (a stream's series, whose key is `key`)."""
     file, host, rank, engine = key
     steps_covered = inside["steps_covered"].fill_null(1.0)
     lost = ((inside["time_ms"] - inside["baseline_ms"]) * steps_covered).sum() / 1000
@@ -293,9 +295,9 @@ COMM_BOUND_SHARE = 0.35  # the default of TL402's and TL504's comm_bound_share: 
 EPISODE_MARGIN_S = 5.0  # windows of different streams this close belong to one stretch
 NOISE_SHARE = 0.05  # a stretch stands out when fewer than this share of equally long stretches outside it are as slow
 MIN_BEFORE_ROWS = 10  # a stretch with fewer steady steps before it is the run's start-up
-# A slow stretch shorter than both is as long as the bursts a shared machine makes (another job's
-# burst, a page-cache flush): told, not warned of, unless another source rose with it (TL410).
-BRIEF_ROWS = 10
+# A slow stretch shorter than this is as long as the bursts a shared machine makes (another job's
+# burst, a page-cache flush), however many steps fit in it: told, not warned of, unless another
+# source rose with it (TL410).
 BRIEF = timedelta(seconds=10)
 
 
@@ -321,6 +323,11 @@ class Episode:
         return all(w.stall for w in self.windows)
 
     @property
+    def imbalance(self) -> bool:
+        """Seen only in the ranks' imbalance (imbalance.py): the step times did not single it out."""
+        return all(w.imbalance for w in self.windows)
+
+    @property
     def cost_s(self) -> float:
         return self.worst.cost_s  # every rank waits for the slowest: the run lost the worst stream's time, not the sum
 
@@ -330,16 +337,18 @@ class Episode:
         return len({(w.file, w.host, w.rank, w.engine) for w in self.windows})
 
 
-def slow_episodes(series: Timed, wall: Timed, slow: SlowSteps = SlowSteps()) -> list[Episode]:
+def slow_episodes(
+    series: Timed, wall: Timed, slow: SlowSteps = SlowSteps(), imbalanced: Sequence[Window] = ()
+) -> list[Episode]:
     """The run's slow stretches that cost at least `slow.min_cost_share` of its step time, costliest first;
     windows seen by several logs, by timers (`series`, step_series) or by timestamps (`wall`, step_series
-    with `wall`), are one episode."""
+    with `wall`), or in the ranks' imbalance (`imbalanced`: imbalance_windows of `series`), are one episode."""
     found: list[tuple[datetime, datetime, Window, float]] = []  # first step's start, last time, window, run
-    for side in (series, wall):
+    for side, extra in ((series, list(imbalanced)), (wall, [])):
         total = side.run_time_s or 1.0
         costly = [
             w
-            for w in side.windows + side.sustained
+            for w in side.windows + side.sustained + extra
             if w.start is not None and w.end is not None and w.cost_s >= slow.min_cost_share * total
         ]
         for w, begin in zip(costly, _first_step_starts(side.series, costly)):
@@ -354,6 +363,7 @@ def slow_episodes(series: Timed, wall: Timed, slow: SlowSteps = SlowSteps()) -> 
         if f[2].stall
         and not any(first - margin <= f[0] and f[1] <= end + margin for first, end, _, _ in slow_stretches)
     ]
+    slow_stretches = _lulls_joined(slow_stretches, [(f[0], f[1]) for f in stalls])
     for begin, last, w, total in found:
         if w.stall and not any(f[2] is w for f in stalls):
             i = next(
@@ -367,8 +377,13 @@ def slow_episodes(series: Timed, wall: Timed, slow: SlowSteps = SlowSteps()) -> 
     episodes = []
     for b, e, ws, run in merged:
         stream = _worst_stream(wall.series, ws)
-        begin, end = _trimmed(stream, b, e)
+        imbalance = all(w.imbalance for w in ws)
+        # the step times say nothing of a stretch only the imbalance shows: its edges and its standing
+        # out are the imbalance's own (measured against the rank's usual excess)
+        begin, end = (b, e) if imbalance else _trimmed(stream, b, e)
         ordinary, startup = _ordinary(stream, begin, end, all(w.stall for w in ws))
+        if imbalance and not startup:
+            ordinary = ""
         episodes.append(Episode(begin, end, tuple(ws), max(w.cost_s for w in ws) / run, ordinary, startup))
     return sorted(episodes, key=lambda ep: -ep.cost_s)
 
@@ -387,6 +402,30 @@ def _merged(
     return merged
 
 
+def _lulls_joined(
+    stretches: list[tuple[datetime, datetime, list[Window], float]], stalls: list[tuple[datetime, datetime]]
+) -> list[tuple[datetime, datetime, list[Window], float]]:
+    """Slow stretches (in time order) parted by a lull shorter than each of them and holding no stall,
+    as one: a fault that comes and goes (random loss stalls some steps, not all) leaves such lulls,
+    and judging each part alone would take the fault's other part for the run's baseline. A stall
+    in the lull is an event of its own between them (a dead link after a busy start), the run's
+    start-up is its own (warm-up, no fault), and a stretch is never joined past half the run: the
+    run's baseline is its ordinary time, and a run that wanders between paces all along is its own
+    noise."""
+    joined: list[tuple[datetime, datetime, list[Window], float]] = []
+    for first, end, group, run in stretches:
+        if joined:
+            b, e, g, r = joined[-1]
+            calm = not any(e <= s_end and s_begin <= first for s_begin, s_end in stalls)
+            minority = (max(e, end) - b).total_seconds() < max(r, run) / 2
+            startup = min(w.first_step for w in g) <= WARMUP_ROWS + MIN_BEFORE_ROWS
+            if calm and minority and not startup and first - e < min(e - b, end - first):
+                joined[-1] = (b, max(e, end), [*g, *group], max(r, run))
+                continue
+        joined.append((first, end, group, run))
+    return joined
+
+
 def _worst_stream(wall: StreamGroups, windows: list[Window]) -> pl.DataFrame:
     """The wall step times (time_ms, start, ts) of the stream with the costliest window."""
     worst = max(windows, key=lambda w: w.cost_s)
@@ -401,7 +440,7 @@ def _ordinary(stream: pl.DataFrame, begin: datetime, end: datetime, stall: bool)
     that is because it is the run's start-up. It is the run's start-up when fewer than
     MIN_BEFORE_ROWS steady steps precede it (nothing before it to compare with: compilation,
     warm-up, a machine busy at launch); it is brief when it is no stall and
-    lasts fewer than BRIEF_ROWS steps and less than BRIEF; it is the run's own noise when
+    lasts less than BRIEF; it is the run's own noise when
     NOISE_SHARE or more of the equally long stretches outside it (rolling medians over as many
     steps) were as slow as its median step. Measured on the wall step times of the costliest log,
     so a busy shared machine that wanders between 1x and 3x all run long does not make its 2x a finding
@@ -415,7 +454,7 @@ def _ordinary(stream: pl.DataFrame, begin: datetime, end: datetime, stall: bool)
     outside = steady.filter(~within)
     if steady.filter(pl.col("ts") < begin).height < MIN_BEFORE_ROWS:
         return f"start-up: fewer than {MIN_BEFORE_ROWS} steady steps before it to compare with", True
-    if not stall and inside.height < BRIEF_ROWS and end - begin < BRIEF:
+    if not stall and end - begin < BRIEF:
         return (
             f"brief: {inside.height} steps over {(end - begin).total_seconds():.1f} s, as short as the bursts of "
             "a busy machine"

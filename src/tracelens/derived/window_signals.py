@@ -30,6 +30,7 @@ from tracelens.derived.baseline import Baseline, LevelComparison, RateComparison
 from tracelens.derived.counters import kind_of
 from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
 from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
+from tracelens.derived.imbalance import STEP_SHARE
 from tracelens.derived.stream_groups import StreamGroups
 from tracelens.prose import count, listing
 
@@ -613,6 +614,9 @@ def step_levels(series: pl.DataFrame, forward_waits: bool = False) -> pl.DataFra
       all-gather, and forward under ZeRO-3;
     - comm_ms: the collectives' own timers (`bwd_allreduce`, `optimizer_allgather`), a part of wait_ms;
     - coll_ms: the time inside collectives by the comms logger (collective_times), null without it;
+    - ahead_ms: forward divided by the job's pace at this step (peer_pace, imbalance.peers_pace): what
+      the whole job shares (a busy machine, the network under ZeRO-3) divided out, so that a rank whose
+      forward rose alone shows it even where the job's pace moved too; null without peers' forwards;
     - between_ms: the wall time between this step line and the one before it that the timers do not
       account for (data loading, checkpoints, evaluation)."""
     gap = (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds() / 1000
@@ -624,6 +628,7 @@ def step_levels(series: pl.DataFrame, forward_waits: bool = False) -> pl.DataFra
     return series.with_columns(
         own_ms=pl.when(timers.is_not_null()).then(own),
         wait_ms=timers - own,
+        ahead_ms=pl.col("fwd_ms") / pl.col("peer_pace"),
         between_ms=pl.when(fine & (covered == 1)).then(
             (gap - pl.coalesce("iter_ms", timers).fill_null(0.0)).clip(lower_bound=0)
         ),
@@ -670,6 +675,7 @@ LEVELS = {
     "comm_ms": ("comm", "collective time (all-reduce and all-gather timers)"),
     "coll_ms": ("coll", "time inside collectives (the comms logger's per-op times)"),
     "late_ms": ("late", "return from its collective calls after the ranks' median, summed (comms logger)"),
+    "ahead_ms": ("ahead", "forward at the job's usual pace (its forward over the ranks' usual forward at each step)"),
     "between_ms": ("between", "time between steps outside the timers"),
     "time_ms": ("step", "step time"),
 }
@@ -794,23 +800,30 @@ def step_signals(
     limits: Baseline = Baseline(),
     forward_waits: bool = False,
     collectives: pl.DataFrame | None = None,
+    peers: pl.DataFrame | None = None,
 ) -> list[Signal]:
     """Per rank (stream), the parts of its steps (step_levels) inside the window against outside it,
     judged by `limits` (the RunContext's baseline); `forward_waits`: the job runs ZeRO-3, whose
     forward all-gathers the parameters; `collectives`: collective_times. The series is read a group
     of whole streams at a time."""
     coll = collectives if collectives is not None and collectives.height else None
+    pace = peers.select("engine", "step", "peer_pace") if peers is not None and peers.height else None
     return [
         s
         for frame in series.frames(LEVEL_COLUMNS)
-        for s in _stream_signals(_with_collectives(frame, coll), begin, end, limits, forward_waits)
+        for s in _stream_signals(_joined(frame, coll, pace), begin, end, limits, forward_waits)
     ]
 
 
-def _with_collectives(frame: pl.DataFrame, collectives: pl.DataFrame | None) -> pl.DataFrame:
+def _joined(frame: pl.DataFrame, collectives: pl.DataFrame | None, pace: pl.DataFrame | None) -> pl.DataFrame:
+    """The frame with the comms logger's times per step (coll_ms, late_ms) and the job's pace (peer_pace)."""
     if collectives is None:
-        return frame.with_columns(coll_ms=pl.lit(None, pl.Float64), late_ms=pl.lit(None, pl.Float64))
-    return frame.join(collectives, on=["file", "rank", "step"], how="left", maintain_order="left")
+        frame = frame.with_columns(coll_ms=pl.lit(None, pl.Float64), late_ms=pl.lit(None, pl.Float64))
+    else:
+        frame = frame.join(collectives, on=["file", "rank", "step"], how="left", maintain_order="left")
+    if pace is None:
+        return frame.with_columns(peer_pace=pl.lit(None, pl.Float64))
+    return frame.join(pace, on=["engine", "step"], how="left", maintain_order="left")
 
 
 def _stream_signals(
@@ -829,8 +842,10 @@ def _stream_signals(
                 continue
             if cause == "own" and forward_waits:
                 what = OWN_UNDER_ZERO3
-            ratio = level.ratio
-            verdict = "rose" if level.rose else "fell" if level.fell else "no rise"
+            ratio, rose = level.ratio, level.rose
+            if cause == "ahead":  # a rise against the others that the job's step would not notice is not one
+                rose = rose and level.inside - level.outside >= STEP_SHARE * (inside["time_ms"].median() or 0.0)
+            verdict = "rose" if rose else "fell" if level.fell else "no rise"
             how = f"{ratio:.2f}x" if ratio is not None else "n/a"
             text = (
                 f"{who}: {what} {level.inside:.0f} ms per step{' on average' if cause in MEAN_LEVELS else ''} in the "
@@ -845,7 +860,7 @@ def _stream_signals(
                     cause,
                     what,
                     who,
-                    level.rose,
+                    rose,
                     level.comparable,
                     text,
                     (host,) if host else (),
@@ -853,7 +868,7 @@ def _stream_signals(
                     ratio=ratio,
                     change=level.inside - level.outside,
                     evidence=evidence,
-                    extent=level_extent(stream, column, begin, end, limits) if level.rose else None,
+                    extent=level_extent(stream, column, begin, end, limits) if rose else None,
                 )
             )
         if (pace := _pace_signal(who, host, rank, inside["comm_ms"], outside["comm_ms"])) is not None:

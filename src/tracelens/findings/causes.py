@@ -167,14 +167,19 @@ class _Ranks:
     own: dict[str, Signal]
     wait: dict[str, Signal]
     between: dict[str, Signal]
+    coll: dict[str, Signal]  # the comms logger's time inside the collective calls, where it ran
     waited: dict[str, float]  # arrival()
 
     @classmethod
     def of(cls, signals: list[Signal]) -> _Ranks:
         own = {s.where: s for s in _by(signals, "own")}
+        # a forward that rose against the job's pace is the rank's own work rising, even under ZeRO-3 (the
+        # all-gathers every rank shares are divided out) or when the job's pace moved with it
+        ahead = {s.where: s for s in _by(signals, "ahead") if s.rose}
+        own |= {w: s for w, s in ahead.items() if w in own and not own[w].rose}
         waited = {w: v for w, v in arrival(signals).items() if w in own}
-        wait, between = ({s.where: s for s in _by(signals, c)} for c in ("wait", "between"))
-        return cls(own, wait, between, waited)
+        wait, between, coll = ({s.where: s for s in _by(signals, c)} for c in ("wait", "between", "coll"))
+        return cls(own, wait, between, coll, waited)
 
     def lost(self, ranks: list[str]) -> float:
         """What the ranks lost per step in the window (their middle): own work, waiting and stalls."""
@@ -190,12 +195,12 @@ class _Ranks:
 def _rank_causes(signals: list[Signal]) -> list[Candidate]:
     ranks = _Ranks.of(signals)
     slow = [s for s in ranks.own.values() if s.rose]
-    found = _slow_ranks(ranks, slow) if slow else _late_ranks(ranks)
+    network = any(s.rose and s.source != "steps" and s.cause in NETWORK for s in signals)
+    found = _slow_ranks(ranks, slow) if slow else _late_ranks(ranks, network)
     stalled = [s for s in ranks.between.values() if s.rose]
     # a stall between steps, not a slower collective: the time outside the timers grew more than the
     # waiting did, or the waiting rose nowhere (ranks stalled out of step wait for each other a little)
     # with no network source risen to say the collectives themselves slowed
-    network = any(s.rose and s.source != "steps" and s.cause in NETWORK for s in signals)
     outgrew = all(_change(s) > _change(ranks.wait.get(s.where)) for s in stalled) or not (
         network or any(s.rose for s in ranks.wait.values())
     )
@@ -213,17 +218,17 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
         )
     waited = [s for s in ranks.wait.values() if s.rose]
     if ranks.own and not slow and waited and len(waited) == len(ranks.wait) and not found:
-        found.append(_every_rank_waited(signals, ranks, waited))
+        found.append(_every_rank_waited(ranks, waited))
     return found
 
 
-def _every_rank_waited(signals: list[Signal], ranks: _Ranks, waited: list[Signal]) -> Candidate:
+def _every_rank_waited(ranks: _Ranks, waited: list[Signal]) -> Candidate:
     """Every rank's waiting phases rose, no rank's own work did and none arrived last: the collectives
     slowed, unless the comms logger timed the calls and most of the rise sat outside them. Under ZeRO-3
     forward and backward are both "waiting" phases and hold the compute too: every rank computing
     slower between its calls is contention on every rank."""
     lead = [s.text for s in sorted(waited, key=lambda s: -_change(s))][:4]
-    calls = {s.where: s for s in _by(signals, "coll")}
+    calls = ranks.coll
     if calls.keys() >= ranks.wait.keys():
         inside = _middle([_change(calls[w]) for w in ranks.wait])
         rise = _middle([_change(s) for s in waited])
@@ -274,10 +279,12 @@ def _slow_ranks(ranks: _Ranks, slow: list[Signal]) -> list[Candidate]:
     return found
 
 
-def _late_ranks(ranks: _Ranks) -> list[Candidate]:
+def _late_ranks(ranks: _Ranks, network: bool) -> list[Candidate]:
     """No timer shows a rank's own work rise (ZeRO-3's forward waits, or the work ran between the
     timers), but every other rank waited longer, and the late ones arrived so much later that the
-    others spent at least LATE_SHARE of what they lost waiting for them."""
+    others spent at least LATE_SHARE of what they lost waiting for them. Arrival alone is weak where
+    a source besides the steps shows the network lost packets (`network`): both ends of a lossy hop
+    reach their next collective late, so the late ranks then score below any network cause."""
     late = late_ranks(ranks.waited)
     others = [w for w in ranks.waited if w not in late]
     if not late or len(late) > len(others) or not all(w in ranks.wait for w in ranks.waited):
@@ -297,7 +304,8 @@ def _late_ranks(ranks: _Ranks) -> list[Candidate]:
     because += [s.text for s in stalled] + [s.text for s in lead][:2]
     hosts = sorted({h for s in lead for h in s.hosts})
     ranks_ = sorted({s.rank for s in lead if s.rank is not None})
-    return [Candidate("straggler", 1.5 + (0.5 if stalled else 0.0), because, hosts, ranks_, [])]
+    score = 1.0 if network else 1.5 + (0.5 if stalled else 0.0)
+    return [Candidate("straggler", score, because, hosts, ranks_, [])]
 
 
 def _unit(x: float) -> float:

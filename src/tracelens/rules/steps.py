@@ -8,6 +8,7 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived import step_times as timing
+from tracelens.derived.imbalance import PEERS, peers_usual
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.findings.evidence import row_evidence, step_evidence
 from tracelens.prose import count
@@ -54,8 +55,8 @@ def step_time_spikes(
     Megatron's iteration time, else wall_clock_breakdown's timers, else the time between
     progress lines. A stretch warns only when it stands out from the run itself: fewer than
     5% of the equally long stretches outside it were as slow, it is not the run's start-up
-    (ten steady steps before it at least), it is not brief (fewer than ten steps and under ten
-    seconds, as short as a busy machine's bursts; a stall is never brief), and it is no mild
+    (ten steady steps before it at least), it is not brief (under ten seconds, as short as a
+    busy machine's bursts; a stall is never brief), and it is no mild
     slowdown (its median step under [steps] slow_ratio times the usual); otherwise it is told at
     info, with why.
     Isolated spikes (one or two slow steps) warn only when together they cost 15% of the
@@ -79,7 +80,8 @@ def step_time_spikes(
     windows = ctx.slow_windows
     total = ctx.run_time_s or 1.0
     # one finding per slow stretch of the job, however many logs saw it (steps.slow_episodes)
-    long = [ep for ep in ctx.slow_episodes if ep.worst.rows >= long_window_rows]
+    # a stretch only the ranks' imbalance shows is no slow steps: TL410 judges it
+    long = [ep for ep in ctx.slow_episodes if ep.worst.rows >= long_window_rows and not ep.imbalance]
     spikes = [w for w in windows if w.rows < long_window_rows]
     for ep in long[: timing.MAX_WINDOWS]:
         w = ep.worst
@@ -173,8 +175,8 @@ def comm_bound_steps(
     if series.scan().filter(timed).head(1).collect().height == 0:
         return
     for ep in ctx.slow_episodes:  # one finding per slow stretch, however many logs saw the surge
-        if ep.ordinary:
-            continue  # the run's start-up or its own noise (TL401 says which)
+        if ep.ordinary or ep.imbalance:
+            continue  # the run's start-up or its own noise (TL401 says which), or no slow steps at all
         signals = ctx.step_signals(ep.begin, ep.end)
         surged = [s for s in signals if s.cause == "comm" and s.rose and (s.ratio or 0.0) >= comm_surge]
         comm_ms = max((s.change or 0.0 for s in surged), default=0.0)
@@ -326,22 +328,8 @@ def stragglers(
     """
     ranked = pl.col("compute_ms").is_not_null() & (pl.col("rank") >= 0)
     # Ranks are compared across files: per-node logs each hold one host's ranks.
-    step_key = ["engine", "step"]
-    # The usual compute time of a step: the fastest host's median where several hosts log it (so a whole
-    # slow host does not drag the median up to meet it), else all ranks' median (its one host's). Per
-    # host and step first, a host's rows at a time, then per step; steps that only one rank logs are left out.
-    hosts = pl.concat(
-        frame.filter(ranked)
-        .group_by(*step_key, "host")
-        .agg(pl.col("compute_ms").median().alias("usual"), low=pl.col("rank").min(), high=pl.col("rank").max())
-        for frame in ctx.step_series.by(["host"], [*step_key, "host", "rank", "compute_ms"])
-    )
-    usual = (
-        hosts.group_by(step_key)
-        .agg(pl.col("usual").min(), pl.col("low").min(), pl.col("high").max())
-        .filter(pl.col("low") != pl.col("high"))
-        .select(*step_key, "usual")
-    )
+    step_key = PEERS
+    usual = peers_usual(ctx.step_series, "compute_ms")
     if usual.height:
         columns = ["host", "rank", "compute_ms", "file", "line", "ts"]
         per_rank = pl.concat(
