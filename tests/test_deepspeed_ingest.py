@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import random
+import re
 from pathlib import Path
 
 import polars as pl
@@ -17,7 +19,7 @@ from tracelens.ingest import InputFile, textlog
 from tracelens.ingest.deepspeed import ds_config
 from tracelens.ingest.deepspeed.grammar import parse_body
 from tracelens.ingest.deepspeed.log import HOT, extract_hot, split_envelope, timer_column
-from tracelens.ingest.text.lines import read_chunks
+from tracelens.ingest.text.lines import checked_float, read_chunks
 
 EXAMPLES = {  # the complete DeepSpeedExamples logs: progress lines per engine
     "DeepSpeedExamples__step1_supervised_finetuning__opt-1.3b-globalBatchSize128.log": {"0": 736},
@@ -290,7 +292,9 @@ def _by_grammar(kind: str, body: str) -> dict | None:
             "lr": "learning rate",
             "samples_per_sec": "samples per second",
         }
-        return {"step": fields["step"]} | {c: float(fields[label]) for c, label in labels.items() if label in fields}
+        return {"step": fields["step"]} | {
+            c: checked_float(fields[label]) for c, label in labels.items() if label in fields
+        }
     if kind == "pipe_step":
         return {
             "step": fields["step"],
@@ -319,6 +323,81 @@ def test_vectorized_kinds_equal_the_grammar():
                     assert _same(got[col], value), f"{name}: {kind}.{col}: {got[col]!r} != {value!r} in {body!r}"
                 checked[kind] += 1
     assert all(checked[k] for k in ("progress", "timers", "throughput", "iteration", "comm_op")), checked
+
+
+def _redrawn(body: str, rand: random.Random) -> str:
+    """The body with each number that stands alone drawn anew, as DeepSpeed may print it: an integer, a
+    decimal, an exponent, a huge value."""
+    forms = [
+        lambda: str(rand.randrange(10 ** rand.randint(1, 6))),
+        lambda: f"{rand.uniform(0, 1e4):.{rand.randint(0, 6)}f}",
+        lambda: f"{rand.uniform(0, 10):.3E}",
+        lambda: f"{rand.uniform(0, 10):.2e}".replace("e-0", "e-"),
+        lambda: "1" + "0" * rand.randint(12, 30),
+    ]
+    return re.sub(r"(?<![\w.])\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])", lambda m: rand.choice(forms)(), body)
+
+
+def _mutated(body: str, rand: random.Random) -> str:
+    """The body with a character dropped or doubled, a blank doubled, dropped or made a tab."""
+    at = rand.randrange(len(body))
+    return rand.choice(
+        [
+            lambda: body[:at] + body[at + 1 :],
+            lambda: body[:at] + body[at] + body[at:],
+            lambda: body[:at] + " " + body[at:],
+            lambda: body.replace(" ", "", 1),
+            lambda: body.replace(" ", "\t", 1),
+        ]
+    )()
+
+
+def _fast_vs_grammar(kind: str, bodies: list[str], misses: bool) -> list[str]:
+    """Every body of `bodies` where the vectorized path and the grammar disagree on `kind`: a body the
+    regex takes must parse to the same fields, or hold a number out of range for both (the fast path
+    leaves it out as bad, the grammar raises); with `misses`, a body the grammar parses must be taken."""
+    frame = pl.DataFrame(
+        {"line": range(len(bodies)), "host": None, "ts": None, "ts_text": None, "rank": None, "body": bodies},
+        schema={"line": pl.Int64, "host": pl.String, "ts": pl.Datetime("ns", "UTC"), "ts_text": pl.String,
+                "rank": pl.Int64, "body": pl.String},
+    )  # fmt: skip
+    rows, bad = extract_hot(kind, frame.filter(pl.col("body").str.contains(HOT[kind])))
+    fast, bad_lines = {row["line"]: row for row in rows.to_dicts()}, set(bad.to_list())
+    problems = []
+    for line, body in enumerate(bodies):
+        try:
+            want = _by_grammar(kind, body)
+            if want and any(isinstance(v, int) and not -(2**63) <= v < 2**63 for v in want.values()):
+                raise ValueError("an integer no Int64 column holds")
+        except ValueError:  # a number out of range
+            if line in fast:
+                problems.append(f"{kind}: the fast path keeps a value the grammar refuses: {body!r}")
+            continue
+        if line in fast:
+            got = fast[line]
+            if want is None or not all(_same(got[c], v) for c, v in want.items()):
+                problems.append(f"{kind}: {body!r}\n  fast {got}\n  lark {want}")
+        elif want is not None and (line in bad_lines or misses):
+            problems.append(f"{kind}: the fast path leaves out {body!r}, the grammar reads {want}")
+    return problems
+
+
+def test_vectorized_kinds_equal_the_grammar_on_random_bodies():
+    """Bodies of every hot kind with their numbers drawn anew, then mutated: the fast path and the
+    grammar agree on each (lark is the specification; the regexes only make it fast)."""
+    rand = random.Random(11)
+    by_kind: dict[str, list[str]] = {kind: [] for kind in HOT}
+    for _, recs in _hot_bodies():
+        for kind, pattern in HOT.items():
+            bodies = recs.filter(pl.col("body").str.contains(pattern))["body"]
+            by_kind[kind] += bodies.unique().sort().head(40).to_list()
+    problems = []
+    for kind, bodies in by_kind.items():
+        assert bodies, f"no {kind} body to draw from"
+        redrawn = [_redrawn(body, rand) for _ in range(10) for body in bodies]
+        problems += _fast_vs_grammar(kind, redrawn, misses=True)
+        problems += _fast_vs_grammar(kind, [_mutated(body, rand) for body in redrawn], misses=False)
+    assert problems == []
 
 
 def test_bare_rank_tagged_timer_lines_of_deepspeed_019_belong_to_the_step_before(tmp_path):

@@ -238,11 +238,15 @@ BLOCKS: dict[str, tuple[pl.Expr, dict[str, str]]] = {
 # ---------------------------------------------------------------- hot kinds: vectorized
 
 N = r"(?:[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
+# The progress line's lists as the grammar reads them (numbers, and lists or tuples of numbers, blanks
+# anywhere): a line whose lists are malformed is one the grammar refuses, so the regex refuses it too.
+_S = r"[ \t]*"
+_FLAT = rf"(?:\[{_S}(?:{N}(?:{_S},{_S}{N})*)?{_S}\]|\({_S}(?:{N}(?:{_S},{_S}{N})*)?{_S}\))"
+_ITEM = rf"(?:{N}|{_FLAT})"
+_LIST = rf"\[{_S}(?:{_ITEM}(?:{_S},{_S}{_ITEM})*)?{_S}\]"
+_LR = rf"\[{_S}(?:(?:(?P<lr>{N})|{_FLAT})(?:{_S},{_S}{_ITEM})*)?{_S}\]"  # the first learning rate kept
 HOT: dict[str, str] = {
-    "progress": (
-        r"^(?:rank:(?P<rank0>\d+) )?step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr=\["
-        rf"(?P<lr>{N})?[^\]]*\], mom=\[.*\] *$"
-    ),
+    "progress": rf"^(?:rank:(?P<rank0>\d+) )?step=(?P<step>\d+), skipped=(?P<skipped>\d+), lr={_LR}, mom={_LIST} *$",
     "timers": rf"^(?:rank=(?P<rank0>-?\d+) )?time \(ms\)(?: \| [A-Za-z_][\w.]*: {N})+ *$",
     "throughput": (
         r"^(?:epoch=(?P<epoch>\d+)/micro_step=(?P<micro_step>\d+)/global_step=(?P<step>\d+)"
@@ -348,6 +352,9 @@ def extract_hot(kind: str, recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]
     fields = _hot_fields(kind)
     read = {name: parse(text) for name, (text, parse) in fields.items()}
     bad = pl.any_horizontal(text.is_not_null() & read[name].is_null() for name, (text, _) in fields.items())
+    if kind == "progress":  # the grammar refuses the line for any number of its lists out of range, not only lr's first
+        lists = pl.col("body").str.extract(r"lr=(\[.*)$", 1).str.extract_all(N)
+        bad = bad | lists.list.eval(number(pl.element()).is_null()).list.any()
     if kind == "pipe_step":
         read["iter_ms"] = read["iter_ms"] * 1000
     elif kind == "comm_op":
