@@ -444,3 +444,11 @@ def test_a_late_rank_on_a_lossy_hop_is_the_link_not_a_straggler():
     ranked = candidates([*signals, lossy])
     assert ranked[0].cause == "link"
     assert all(c.score < ranked[0].score for c in ranked if c.cause == "straggler")
+
+
+def test_under_zero3_a_rise_outside_the_calls_with_packets_lost_is_the_link():
+    """Every rank's waiting rose outside its collective calls, as contention would, but an asynchronous
+    call's wait sits outside it too: with loss-driven retransmissions risen in a capture, the link wins."""
+    signals = _zero3(0.0, dict.fromkeys(range(4), 600.0), dict.fromkeys(range(4), 100.0), dict.fromkeys(range(4), 0.0))
+    lossy = Signal("packets", "link", "retransmissions", "h0 ↔ h1", True, True, "loss-driven retransmissions rose")
+    assert candidates([*signals, lossy])[0].cause == "link"

@@ -45,10 +45,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("ho-ddp8-03-slow-rank-r5", "where"): DDP,
     ("ho-ds2z2ov5-02-loss-10", "cause"): SPIKES,
     ("ho-ds2z2ov5-02-loss-10", "window"): SPIKES,
-    ("ho-ds4z3ov5-05-blackout", "cause"): "a dead link under ZeRO-3 stalled one step 35x in its optimizer step, "
-    "outside "
-    "the comms logger's calls (an asynchronous wait), which reads as the work between the calls slowing on every "
-    "rank: contention, ahead of the bad link (runner-up)",
     ("ho-ds4z3-02-loss-3", "window"): "3% loss under ZeRO-3: the bad link is named, but on its evidence's own "
     "window, which ends 10 s before the loss did (the last steps of the fault were barely slow)",
 }

@@ -218,15 +218,17 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
         )
     waited = [s for s in ranks.wait.values() if s.rose]
     if ranks.own and not slow and waited and len(waited) == len(ranks.wait) and not found:
-        found.append(_every_rank_waited(ranks, waited))
+        found.append(_every_rank_waited(ranks, waited, network))
     return found
 
 
-def _every_rank_waited(ranks: _Ranks, waited: list[Signal]) -> Candidate:
+def _every_rank_waited(ranks: _Ranks, waited: list[Signal], network: bool) -> Candidate:
     """Every rank's waiting phases rose, no rank's own work did and none arrived last: the collectives
     slowed, unless the comms logger timed the calls and most of the rise sat outside them. Under ZeRO-3
     forward and backward are both "waiting" phases and hold the compute too: every rank computing
-    slower between its calls is contention on every rank."""
+    slower between its calls is contention on every rank. But an asynchronous call's wait sits outside
+    it too, so where a source besides the steps shows the network lost packets (`network`), that
+    split alone scores below the network cause."""
     lead = [s.text for s in sorted(waited, key=lambda s: -_change(s))][:4]
     calls = ranks.coll
     if calls.keys() >= ranks.wait.keys():
@@ -238,7 +240,8 @@ def _every_rank_waited(ranks: _Ranks, waited: list[Signal]) -> Candidate:
                 "collective calls: the work between the calls slowed"
             ]
             because += lead[:3] + [calls[w].text for w in list(ranks.wait)[:2]]
-            return Candidate("contention", 1.5, because, sorted({h for s in waited for h in s.hosts}), [], [])
+            score = 1.0 if network else 1.5
+            return Candidate("contention", score, because, sorted({h for s in waited for h in s.hosts}), [], [])
     return Candidate("comm", 1.0, lead + [s.text for s in ranks.own.values()][:2], [], [], [])
 
 
