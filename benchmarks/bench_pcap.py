@@ -4,6 +4,10 @@ Workloads, written into --data (the system's temporary folder by default; delete
 - `--workload multiflow` (default): `synth.pcap.write_multiflow` (benchmarks/capture.py): a slice of
   trouble (lost RoCE packets, NAKs, an RNR NAK, CNPs, lost TCP segments), then `--qps` healthy RC QPs
   and `--tcp` TCP connections round-robin, snaplen 96; 10M records are about 1.1 GB;
+- `--workload mix`: `synth.pcap.write_mix`, full frames as tcpdump writes them on a training node (snaplen
+  262144): eight RoCEv2 QPs writing 4 KiB packets, with their ACKs, a NAK and go-back-N resend now and
+  then, CNPs; two bulk TCP connections (merged segments of 1 to 4 x 8948 bytes, an ACK every second,
+  fast retransmissions) and two of small messages; about 4.6 KB a frame, 1.4 GB for 300k frames;
 - `--workload bulk`: `synth.pcap.write_bulk_roce`, RoCEv2 over 8 QPs, snaplen 128.
 
 Each tool runs in a fresh process, so its peak RSS (`ru_maxrss` from `os.wait4`: the largest of the
@@ -16,7 +20,8 @@ dissected to the BTH and AETH), its output discarded (skipped when tshark is not
 --no-tshark); `tracelens analyze` is the whole run: ingest, timeline, the per-connection analysis,
 every rule, the HTML and JSON report.
 
-    python benchmarks/bench_pcap.py [--packets 10000000] [--qps 2000 --tcp 2000] [--no-tshark] [--keep]
+    python benchmarks/bench_pcap.py [--workload multiflow|mix|bulk] [--packets 10000000] [--qps 2000 --tcp 2000]
+                                    [--no-tshark] [--keep]
 """
 
 from __future__ import annotations
@@ -82,7 +87,7 @@ def row(tool: str, child: Child, packets: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--packets", type=int, default=10_000_000)
-    parser.add_argument("--workload", choices=["multiflow", "bulk"], default="multiflow")
+    parser.add_argument("--workload", choices=["multiflow", "mix", "bulk"], default="multiflow")
     parser.add_argument("--qps", type=int, default=2000)
     parser.add_argument("--tcp", type=int, default=2000)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-bench-pcap")
@@ -108,6 +113,12 @@ def main() -> None:
             subprocess.run(
                 python("-c", generate, str(capture), str(args.packets), str(args.qps), str(args.tcp)), check=True
             )
+        elif args.workload == "mix":
+            generate = (
+                "import sys, pathlib; from synth.pcap import write_mix; "
+                "print(write_mix(pathlib.Path(sys.argv[1]), int(sys.argv[2])))"
+            )
+            subprocess.run(python("-c", generate, str(capture), str(args.packets)), check=True)
         else:
             generate = (
                 "import sys, pathlib; from synth.pcap import write_bulk_roce; "

@@ -12,6 +12,7 @@ the PSN it expected and the requester goes back to it (go-back-N).
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from collections.abc import Callable
@@ -501,3 +502,238 @@ def _count(records: bytes) -> int:
         pos += 16 + struct.unpack_from("<I", records, pos + 8)[0]
         n += 1
     return n
+
+
+# -- a real-size mix: full frames of RoCE and TCP training traffic (benchmarks/bench_pcap.py) ----------
+
+MIX_SNAPLEN = 262_144  # tcpdump's default: every frame whole
+ROCE_MTU = 4096  # the RoCE path MTU of a 9000-byte Ethernet fabric
+TCP_MSS = 8948  # TCP on the same jumbo-frame interfaces
+RETH_LEN, IMMDT_LEN, ICRC_LEN = 16, 4, 4
+WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST_IMM = 0x06, 0x07, 0x09
+MIX_MESSAGE = 128  # packets of a NCCL chunk written by one RDMA WRITE (512 KiB)
+MIX_ACK_EVERY = 16  # the requester asks for an ACK every this many packets, and at a message's end
+MIX_WINDOW = 6  # packets a requester has sent past a lost one before the NAK reaches it
+
+
+@dataclass(frozen=True)
+class _MixKind:
+    header: bytes  # the frame up to its payload, as scapy builds it
+    trailer: int  # bytes after the payload (a RoCE frame's ICRC)
+
+
+def _mix_kinds() -> list[_MixKind]:
+    """The frame shapes of the mix, by index: RDMA WRITE first, middle, last with immediate, ACK/NAK,
+    CNP; TCP data, ACK, ACK with a SACK block (TCP with timestamps, as Linux sends it)."""
+    eth, ip = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02"), IP(tos=ECT0, flags="DF")
+    udp = UDP(sport=49152, dport=ROCE_PORT)
+    ts = [("NOP", None), ("NOP", None), ("Timestamp", (100, 200))]
+    sack = [*ts, ("NOP", None), ("NOP", None), ("SAck", (0, 0))]
+
+    def tcp(flags: str, options: list) -> bytes:
+        return bytes(eth / IP(flags="DF") / TCP(sport=40000, dport=5201, flags=flags, window=1024, options=options))
+
+    def roce(*layers: Packet, extension: int = 0) -> _MixKind:  # scapy ends a RoCE frame with its ICRC
+        frame = bytes(_stack(eth.copy(), ip.copy(), udp.copy(), *layers))
+        return _MixKind(frame[:-ICRC_LEN] + bytes(extension), ICRC_LEN)
+
+    return [
+        roce(BTH(opcode=WRITE_FIRST), extension=RETH_LEN),
+        roce(BTH(opcode=WRITE_MIDDLE)),
+        roce(BTH(opcode=WRITE_LAST_IMM), extension=IMMDT_LEN),
+        roce(BTH(opcode=ACKNOWLEDGE), AETH(syndrome=ACK_CREDITS)),
+        roce(cnp(0)),
+        _MixKind(tcp("PA", ts), 0),
+        _MixKind(tcp("A", ts), 0),
+        _MixKind(tcp("A", sack), 0),
+    ]
+
+
+_FIRST, _MIDDLE, _LAST, _RESPONSE, _CNP, _TCP_DATA, _TCP_ACK, _TCP_SACK = range(8)
+# the fields of a record of the mix, set per record; the rest comes from its kind's header
+_MIX_FIELDS = ("t_ns", "kind", "src", "dst", "sport", "dport", "ip_id", "ecn", "a", "b", "c", "d", "payload")
+
+
+class _MixFlows:
+    """The records of the mix's flows, appended flow by flow (each in time order): for RoCE `a` is the
+    destination QP, `b` the PSN, `c` the AETH (syndrome << 24 | MSN) or the ack-request bit; for TCP `a`
+    is the sequence number, `b` the acknowledgement, `c` and `d` the SACK block's edges."""
+
+    def __init__(self, seed: int) -> None:
+        self.rows: list[tuple[int, ...]] = []
+        self.starts: list[int] = []  # where each flow's records start
+        self.rng = np.random.default_rng(seed)
+
+    def roce_qp(self, requester: int, responder: int, qp: int, packets: int, start_ns: int, sent_here: bool) -> None:
+        """One RC QP writing `packets` packets in 512 KiB messages, ACKed every MIX_ACK_EVERY. A packet
+        lost on the way is seen (`sent_here`: the capture is at the requester) or missing (at the
+        responder); the responder NAKs the PSN it expected and the requester goes back to it."""
+        emit, rng = self.rows.append, self.rng
+        self.starts.append(len(self.rows))
+        t, psn, ids = start_ns, 1000 + qp, {requester: 0, responder: 0}
+        sport = 49152 + qp % 16000
+        loss = set((rng.random(packets) < 1 / 20_000).nonzero()[0].tolist())
+        congested = rng.random(packets) < 0.002  # ECN-CE marked on the way: the responder sends a CNP
+        i, emitted, msn = 0, 0, 0
+
+        def packet(src: int, dst: int, kind: int, a: int, b: int, c: int, payload: int, ecn: int = ECT0) -> None:
+            nonlocal emitted
+            ids[src] = (ids[src] + 1) & 0xFFFF
+            emit((t, kind, src, dst, sport, ROCE_PORT, ids[src], ecn, a, b & 0xFFFFFF, c, 0, payload))
+            emitted += 1
+
+        while emitted < packets:
+            position = i % MIX_MESSAGE
+            kind = _FIRST if position == 0 else _LAST if position == MIX_MESSAGE - 1 else _MIDDLE
+            asks = position == MIX_MESSAGE - 1 or (i + 1) % MIX_ACK_EVERY == 0
+            t += 1_400 + (200_000 if position == 0 else 0)  # a message, then a pause (compute between chunks)
+            if i in loss:
+                loss.discard(i)
+                if sent_here:
+                    packet(requester, responder, kind, qp, psn + i, int(asks), ROCE_MTU)
+                for k in range(1, MIX_WINDOW + 1):  # sent on before the NAK comes back; the responder drops them
+                    t += 1_400
+                    after = (i + k) % MIX_MESSAGE
+                    later = _FIRST if after == 0 else _LAST if after == MIX_MESSAGE - 1 else _MIDDLE
+                    packet(requester, responder, later, qp, psn + i + k, 0, ROCE_MTU)
+                t += 3_000
+                packet(responder, requester, _RESPONSE, qp + 1, psn + i, NAK_PSN_SEQUENCE << 24 | msn, 0)
+                t += 2_000
+                continue  # go back to packet i
+            mark = CE if congested[i] else ECT0
+            packet(requester, responder, kind, qp, psn + i, int(asks), ROCE_MTU, mark)
+            if position == MIX_MESSAGE - 1:
+                msn += 1
+            if mark == CE:
+                packet(responder, requester, _CNP, qp + 1, 0, 0, 0)
+            if asks:
+                t += 2_500
+                packet(responder, requester, _RESPONSE, qp + 1, psn + i, ACK_CREDITS << 24 | msn, 0)
+            i += 1
+
+    def tcp(self, client: int, server: int, port: int, packets: int, start_ns: int, bulk: bool) -> None:
+        """A connection sending `packets` frames' worth of data one way, ACKed every second segment: bulk
+        segments of 1 to 4 MSS (a host's capture sees TSO's and GRO's merged frames), or small messages.
+        A segment lost after the capture point is answered by three duplicate ACKs with SACK, then
+        resent."""
+        emit, rng = self.rows.append, self.rng
+        self.starts.append(len(self.rows))
+        t, seq, ack, ids = start_ns, 1_000_000 + port, 5_000_000, {client: 0, server: 0}
+        sizes = rng.choice([1, 1, 1, 1, 2, 4], packets) * TCP_MSS if bulk else rng.integers(40, 400, packets)
+        loss = rng.random(packets) < (1 / 5_000 if bulk else 0)
+        emitted = 0
+
+        def segment(src: int, dst: int, kind: int, a: int, b: int, payload: int, sack: tuple = (0, 0)) -> None:
+            nonlocal emitted
+            ids[src] = (ids[src] + 1) & 0xFFFF
+            sport, dport = (port, 5201) if src == client else (5201, port)
+            left, right = (edge & 0xFFFFFFFF for edge in sack)
+            emit((t, kind, src, dst, sport, dport, ids[src], 0, a & 0xFFFFFFFF, b & 0xFFFFFFFF, left, right, payload))
+            emitted += 1
+
+        for k in range(packets):
+            if emitted >= packets:
+                break
+            size = int(sizes[k])
+            t += 8_000 if bulk else 400_000
+            segment(client, server, _TCP_DATA, seq, ack, size)
+            if loss[k]:
+                lost_seq = seq
+                for _ in range(3):  # the next segments arrive; each is answered by a duplicate ACK
+                    seq += size
+                    t += 8_000
+                    segment(client, server, _TCP_DATA, seq, ack, size)
+                    t += 30_000
+                    segment(server, client, _TCP_SACK, ack, lost_seq, 0, (lost_seq + size, seq + size))
+                t += 5_000
+                segment(client, server, _TCP_DATA, lost_seq, ack, size)  # the fast retransmission
+                seq += size
+                t += 30_000
+                segment(server, client, _TCP_ACK, ack, seq, 0)
+                continue
+            seq += size
+            if k % 2 or not bulk:
+                t += 30_000
+                segment(server, client, _TCP_ACK, ack, seq, 0)
+
+
+def write_mix(path: Path, packets: int = 1_000_000, seed: int = 7) -> dict:
+    """A capture of about `packets` full frames (snaplen MIX_SNAPLEN) as tcpdump on a training node's
+    interface writes it: eight RoCEv2 RC QPs (RDMA WRITEs of 4 KiB packets and their ACKs; four QPs
+    this node writes on, four it is written to; a lost packet now and then, answered by a NAK and a
+    go-back-N resend, and ECN-CE marks answered by CNPs), two bulk TCP connections (merged segments
+    of up to 4 x 8948 bytes, ACKs every second segment, a loss now and then fast-retransmitted after
+    duplicate ACKs with SACK) and two connections of small messages. Deterministic for a `seed`.
+    Returns the number of records written."""
+    flows = _MixFlows(seed)
+    node, peers = _hosts(0, np.array([0]))[0], _hosts(0, np.arange(1, 5))
+    roce, tcp = int(packets * 0.86) // 8, int(packets * 0.12) // 2
+    for q in range(8):
+        peer, sent_here = int(peers[q % 2]), q < 4  # writes to the next node, written to by the one before
+        requester, responder = (node, peer) if sent_here else (peer, node)
+        flows.roce_qp(int(requester), int(responder), 0x100 + 2 * q, roce, q * 333, sent_here)
+    for c in range(2):
+        flows.tcp(int(node), int(peers[2 + c]), 40_000 + c, tcp, c * 777, bulk=True)
+        flows.tcp(int(node), int(peers[2 + c]), 29_500 + c, max(packets // 100, 10), 50_000 + c, bulk=False)
+    rows = np.array(flows.rows, np.int64)
+    span = packets * 1_000  # every flow spread over the same time: a frame per microsecond in all
+    for first, last in itertools.pairwise(flows.starts + [len(rows)]):
+        t = rows[first:last, 0]
+        rows[first:last, 0] = t[0] + (t - t[0]) * span // max(int(t[-1] - t[0]), 1)
+    rows = rows[np.argsort(rows[:, 0], kind="stable")][:packets]  # merged in time; each flow in its own order
+    _write_mix(path, {name: rows[:, k] for k, name in enumerate(_MIX_FIELDS)})
+    return len(rows)
+
+
+def _write_mix(path: Path, rec: dict[str, np.ndarray]) -> None:
+    """Write the records as a classic pcap (microseconds, Ethernet), a million at a time."""
+    kinds = _mix_kinds()
+    header_len = np.array([len(k.header) for k in kinds])
+    trailer = np.array([k.trailer for k in kinds])
+    with path.open("wb") as out:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, MIX_SNAPLEN, 1))
+        for first in range(0, len(rec["kind"]), MULTIFLOW_CHUNK):
+            part = {name: values[first : first + MULTIFLOW_CHUNK] for name, values in rec.items()}
+            out.write(_mix_records(part, kinds, header_len, trailer).data)
+
+
+def _mix_records(
+    rec: dict[str, np.ndarray], kinds: list[_MixKind], header_len: np.ndarray, trailer: np.ndarray
+) -> np.ndarray:
+    kind, n = rec["kind"], len(rec["kind"])
+    wire = header_len[kind] + rec["payload"] + trailer[kind]
+    starts = np.concatenate([[0], np.cumsum(16 + wire)[:-1]])
+    out = np.full(int((16 + wire).sum()), 0x5A, np.uint8)  # payload bytes
+    usec = rec["t_ns"] // 1000 + int(START) * 1_000_000
+    header = np.stack([usec // 1_000_000, usec % 1_000_000, wire, wire], axis=1).astype("<u4")
+    out[starts[:, None] + np.arange(16)] = header.view(np.uint8).reshape(n, 16)
+    frame = starts + 16
+    for k, shape in enumerate(kinds):
+        rows = np.flatnonzero(kind == k)
+        body = np.frombuffer(shape.header, np.uint8)
+        out[(frame[rows])[:, None] + np.arange(len(body))] = body
+    roce, tcp = np.flatnonzero(kind < _TCP_DATA), np.flatnonzero(kind >= _TCP_DATA)
+    ip_len = wire - _IP_AT
+    _patch(out, frame + _IP_AT + 1, rec["ecn"], 1)
+    _patch(out, frame + _IP_AT + 2, ip_len, 2)
+    _patch(out, frame + _IP_AT + 4, rec["ip_id"], 2)
+    _patch(out, frame + _IP_AT + 12, rec["src"], 4)
+    _patch(out, frame + _IP_AT + 16, rec["dst"], 4)
+    _patch(out, frame + _L4_AT, rec["sport"], 2)
+    _patch(out, frame + _L4_AT + 2, rec["dport"], 2)
+    at = frame[roce] + _L4_AT
+    _patch(out, at + 4, ip_len[roce] - 20, 2)  # UDP length
+    _patch(out, at + 8 + 5, rec["a"][roce], 3)  # destination QP
+    _patch(out, at + 8 + 9, rec["b"][roce], 3)  # PSN
+    data = roce[kind[roce] <= _LAST]
+    out[frame[data] + _L4_AT + 8 + 8] = (rec["c"][data] << 7).astype(np.uint8)  # AckReq
+    response = roce[kind[roce] == _RESPONSE]
+    _patch(out, frame[response] + _L4_AT + 8 + 12, rec["c"][response], 4)  # AETH: syndrome, MSN
+    at = frame[tcp] + _L4_AT
+    _patch(out, at + 4, rec["a"][tcp], 4)
+    _patch(out, at + 8, rec["b"][tcp], 4)
+    sacked = tcp[kind[tcp] == _TCP_SACK]
+    options = frame[sacked] + _L4_AT + 20 + 12 + 2  # past the timestamps and two NOPs: kind, length, edges
+    _patch(out, options + 2, rec["c"][sacked], 4)
+    _patch(out, options + 6, rec["d"][sacked], 4)
+    return out
