@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,13 +14,13 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from synth.pcap import write_multiflow
+from synth.pcap import write_mix, write_multiflow
 from tests.helpers.pcap import T0, roce, section
 from tracelens.analyze import analyze
 from tracelens.derived import flows
 from tracelens.ingest import InputFile
 from tracelens.ingest.packets import pcap
-from tracelens.packets import records
+from tracelens.packets import decode, records
 from tracelens.report.summary import to_json
 from tracelens.tables import conform
 
@@ -101,7 +103,7 @@ def test_a_capture_walked_apart_reads_as_walked_in_process(multiflow, tmp_path, 
     path = _damaged(multiflow, tmp_path, damage)
     read = {}
     for apart in (False, True):
-        monkeypatch.setattr(pcap, "WALK_APART_BYTES", 0 if apart else 1 << 62)
+        monkeypatch.setattr(pcap, "WALK_APART_RECORDS", 0 if apart else 1 << 62)
         result = pcap.ingest(InputFile(path, path.name, "pcap", size=path.stat().st_size))
         account = result.account
         read[apart] = result.tables["packets"], (account.lines, account.parsed, account.errors, account.samples)
@@ -377,3 +379,65 @@ def test_a_run_reads_its_captures_lazily(tmp_path, multiflow, monkeypatch):
 
     gc.collect()
     assert not workdir.exists()
+
+
+@pytest.fixture(scope="module")
+def mix(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("capture") / "mix.pcap"
+    assert write_mix(path, 3_000) == 3_000
+    return path
+
+
+def test_the_mix_holds_full_frames_of_roce_and_tcp(mix):
+    packets = _packets(mix)
+    assert packets.height == 3_000
+    assert set(packets["proto"].unique()) == {"roce", "tcp"}
+    assert packets["length"].max() > 9_000  # merged TCP segments, captured whole
+    opcodes = set(packets.filter(pl.col("proto") == "roce")["opcode"].unique())
+    assert opcodes >= {0x06, 0x07, 0x09, 0x11}  # RDMA WRITE first, middle, last with immediate; ACK
+    assert packets.filter(pl.col("sack_left").is_not_null()).height == 0  # no loss in so few frames
+    assert mix.stat().st_size > 3_000 * 3_000
+
+
+@pytest.mark.parametrize("name", ["mix", "lab-tcp-loss/capture.pcap.gz", "kernel_retransmissions/duplicates.pcap"])
+def test_headers_read_from_the_copy_of_frame_heads_are_the_files(name, mix, tmp_path, monkeypatch):
+    """Frames far apart have their first bytes copied together before the headers are read: the
+    same rows as every header read from the file (the copy off), whatever the frames hold."""
+    path = mix if name == "mix" else _capture(name, tmp_path)
+    read = []
+    for sparse in (0, 1 << 40):  # frames always far apart (every chunk copied), never
+        monkeypatch.setattr(decode, "SPARSE_BYTES", sparse)
+        read.append(_packets(path))
+    assert_frame_equal(read[0], read[1])
+    assert read[0].height > 1_000
+
+
+def test_a_chunk_spans_about_chunk_bytes_of_file(mix, monkeypatch):
+    """A capture of full-size frames is walked in chunks of about CHUNK_BYTES of file, not of
+    CHUNK_RECORDS records (gigabytes mapped at once); its rows are those of a walk in bigger chunks,
+    but for the bucket, guessed from the first chunk's bytes per frame."""
+    whole = _packets(mix).drop("bucket")
+    monkeypatch.setattr(records, "CHUNK_BYTES", 1 << 20)
+    with mix.open("rb") as fh:
+        data = np.frombuffer(fh.read(), np.uint8)
+    chunks = [chunk.starts for chunk in records.CaptureReader(data).walk()]
+    assert len(chunks) > 10 and sum(map(len, chunks)) == 3_000
+    assert max(int(starts[-1] - starts[0]) for starts in chunks) <= 1 << 20
+    assert_frame_equal(_packets(mix).drop("bucket"), whole)
+    assert 2_500 < records.CaptureReader(data).estimated_records() < 3_500
+
+
+def test_reading_a_capture_imports_neither_pandas_nor_arrow_compute(mix):
+    """pa.array imports pandas (and pyarrow.compute) on its first call when pandas is installed: most
+    of a second, more than reading a capture of a few hundred thousand frames takes."""
+    check = (
+        "import sys; from pathlib import Path; from tracelens.ingest import InputFile;"
+        "from tracelens.ingest.packets import pcap; p = Path(sys.argv[1]);"
+        "r = pcap.ingest(InputFile(p, p.name, 'pcap', size=p.stat().st_size, spill=Path(sys.argv[2])));"
+        "assert r.tables['packets'].collect().height == 3000;"
+        "print(sorted(m for m in ('pandas', 'pyarrow.compute') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", check, str(mix), str(mix.parent / "spill")], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]"

@@ -546,8 +546,10 @@ def empty(name: str) -> pl.DataFrame:
 
 @functools.cache
 def polars_schema(name: str) -> pl.Schema:
-    """The polars columns and types of table `name`, converted from its Arrow schema once."""
-    return pl.from_arrow(SCHEMAS[name].empty_table()).schema
+    """The polars columns and types of table `name`, converted from its Arrow schema once (from null
+    arrays: Schema.empty_table goes through pa.array, which imports pandas when it is installed)."""
+    schema = SCHEMAS[name]
+    return pl.from_arrow(pa.Table.from_arrays([pa.nulls(0, f.type) for f in schema], schema=schema)).schema
 
 
 Frame: TypeAlias = pl.DataFrame | pl.LazyFrame  # a table's rows in memory, or a lazy scan of rows spilled to Parquet

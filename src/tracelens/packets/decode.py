@@ -23,8 +23,10 @@ import functools
 import ipaddress
 
 import numpy as np
+import polars as pl
 import pyarrow as pa
 
+from tracelens.packets.columns import Column
 from tracelens.packets.gather import ByteView, field, raw
 from tracelens.packets.records import Records
 
@@ -102,6 +104,8 @@ COLUMN_DTYPES = {
     for name, kind in INT_COLUMNS.items()
 } | {name: np.dtype(bool) for name in BOOL_COLUMNS}
 DIGEST_WORDS = 4  # the first 32 bytes of the transport header and payload identify a segment's bytes
+HEAD_BYTES = 128  # a frame's first bytes, copied together when frames lie far apart: every usual header stack
+SPARSE_BYTES = 512  # frames this far apart on average (bytes per record) lie far apart
 
 
 class _Header:
@@ -127,12 +131,19 @@ class _Header:
 
 
 class _Chunk:
-    """One chunk's frames as seen by the decoder: bounded field reads and the output columns."""
+    """One chunk's frames as seen by the decoder: bounded field reads and the output columns.
+
+    Frames far apart in the file (full-size frames, not a few header bytes each) have their first
+    HEAD_BYTES copied together first, with one gather: each gather from the file costs a cache and
+    a TLB miss per frame, and the layers gather a dozen times, so the headers are read from the
+    copy (a few MB) where they lie inside it, and from the file only where they do not."""
 
     def __init__(self, view: ByteView, rec: Records) -> None:
         self.view = view
         self.rec = rec
         self.n = len(rec)
+        sparse = self.n and int(rec.offset[-1] - rec.offset[0]) >= SPARSE_BYTES * (self.n - 1)
+        self.heads = ByteView(view.block(rec.offset, HEAD_BYTES).view(np.uint8)) if sparse else None
         self.end = rec.offset + rec.caplen
         self.values: dict[str, np.ndarray] = {}
         self.valid: dict[str, np.ndarray] = {}
@@ -144,7 +155,16 @@ class _Chunk:
 
     def header(self, rows: np.ndarray, at: np.ndarray, size: int) -> _Header:
         """The `size` bytes at `at` of frames `rows`, copied from the file with one gather."""
-        return _Header(self.view.block(at, size), self.end[rows] - at)
+        return _Header(self.block(rows, at, size), self.end[rows] - at)
+
+    def block(self, rows: np.ndarray, at: np.ndarray, size: int) -> np.ndarray:
+        """The `size` bytes at `at` (file offsets) of frames `rows`, from the copy of the frames'
+        first bytes when every block lies inside it, else from the file: the same bytes either way."""
+        if self.heads is not None and len(rows):
+            inside = at - self.rec.offset[rows]
+            if int(inside.min()) >= 0 and int(inside.max()) + size <= HEAD_BYTES:
+                return self.heads.block(rows * HEAD_BYTES + inside, size)
+        return self.view.block(at, size)
 
     def read(self, rows: np.ndarray, at: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
         """One field of `width` bytes (not 3) at `at` in frames `rows`; not valid where past the captured end."""
@@ -190,7 +210,7 @@ class _Chunk:
 PARSED, IGNORED, UNDECODABLE = 0, 1, 2
 
 
-def decode(view: ByteView, rec: Records, buckets: int = 1) -> tuple[pa.Table, np.ndarray]:
+def decode(view: ByteView, rec: Records, buckets: int = 1) -> tuple[dict[str, Column], np.ndarray]:
     """Decode one chunk: the `packets` columns it fills, and each frame's status.
 
     PARSED: an IP, RoCE or InfiniBand header was read; IGNORED: another link-layer
@@ -213,7 +233,7 @@ def decode(view: ByteView, rec: Records, buckets: int = 1) -> tuple[pa.Table, np
     status[other] = IGNORED
     chunk.proto[other] = _P["eth"]
     chunk.proto[nettype == ETH_ARP] = _P["arp"]
-    return _table(chunk, buckets), status
+    return _columns(chunk, buckets), status
 
 
 def _pair_bucket(chunk: _Chunk, src: np.ndarray, dst: np.ndarray, buckets: int) -> np.ndarray:
@@ -499,7 +519,7 @@ def _digest(chunk: _Chunk, rows: np.ndarray, at: np.ndarray, end: np.ndarray) ->
     """A hash of the first bytes of the transport header and payload (the TCP checksum and the
     RoCE BTH among them), so two frames with the same digest carry the same bytes. It stops at
     `end`, the datagram's end, so Ethernet padding after short segments does not count."""
-    blocks = chunk.view.block(at, 8 * DIGEST_WORDS)  # past the file's end: zeros, masked off below
+    blocks = chunk.block(rows, at, 8 * DIGEST_WORDS)  # past the file's end: zeros, masked off below
     digest = np.zeros(len(rows), np.uint64)
     with np.errstate(over="ignore"):
         for k in range(DIGEST_WORDS):
@@ -516,24 +536,18 @@ _LEADING_BYTES = np.array([(~((1 << (8 * (8 - n))) - 1)) & (2**64 - 1) for n in 
 # -- output -------------------------------------------------------------------------------------
 
 
-def _table(chunk: _Chunk, buckets: int) -> pa.Table:
+def _columns(chunk: _Chunk, buckets: int) -> dict[str, Column]:
     src, src_hash = _addresses(*chunk.addr["src"])
     dst, dst_hash = _addresses(*chunk.addr["dst"])
     chunk.put("bucket", np.arange(chunk.n), _pair_bucket(chunk, src_hash, dst_hash, buckets))
-    columns: dict[str, pa.Array] = {}
-    for name in COLUMN_DTYPES:
-        if name in chunk.values:
-            valid = chunk.valid[name]
-            columns[name] = pa.array(chunk.values[name], mask=None if valid.all() else ~valid)
+    columns = {name: Column(chunk.values[name], chunk.valid[name]) for name in COLUMN_DTYPES if name in chunk.values}
     columns["src"], columns["dst"] = src, dst
     known = chunk.proto >= 0
-    columns["proto"] = pa.DictionaryArray.from_arrays(
-        pa.array(np.where(known, chunk.proto, 0).astype(np.int32), mask=~known), pa.array(PROTOS)
-    )
-    return pa.table(columns)
+    columns["proto"] = Column(np.where(known, chunk.proto, 0), known, list(PROTOS))
+    return columns
 
 
-def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> tuple[pa.DictionaryArray, np.ndarray]:
+def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> tuple[Column, np.ndarray]:
     """Addresses as a dictionary column (each distinct address formatted once), and each frame's
     address hash (_mix, computed once per distinct address).
 
@@ -553,15 +567,17 @@ def _addresses(family: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> tuple[pa.D
         hi_of, lo_of = his[hi_code_of], los[lo_code_of]
     names = [_format(int(f), int(h), int(l_)) for f, h, l_ in zip(family_of, hi_of, lo_of)]
     hashes = _mix(family_of, hi_of.astype(np.uint64), lo_of.astype(np.uint64))[index]
-    return pa.DictionaryArray.from_arrays(pa.array(index, mask=family == 0), pa.array(names)), hashes
+    return Column(index, family != 0, names), hashes
 
 
 def _codes(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct values of `keys` (in order of appearance) and each key's position among them:
-    `np.unique(keys, return_inverse=True)` by hashing (arrow's dictionary encoding), not sorting
-    every frame; the order of a dictionary's values does not matter."""
-    encoded = pa.array(keys).dictionary_encode()
-    return encoded.dictionary.to_numpy(), encoded.indices.to_numpy()
+    `np.unique(keys, return_inverse=True)` by hashing (polars, on every core), not sorting every
+    frame."""
+    series = pl.Series(keys)
+    distinct = series.unique(maintain_order=True)
+    positions = pl.int_range(len(distinct), dtype=pl.UInt32, eager=True)
+    return distinct.to_numpy(), series.replace_strict(distinct, positions, return_dtype=pl.UInt32).to_numpy()
 
 
 @functools.lru_cache(maxsize=1 << 17)  # a capture's addresses recur chunk after chunk

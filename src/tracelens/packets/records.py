@@ -34,7 +34,9 @@ PCAPNG_BOM = 0x1A2B3C4D
 
 PCAP_HEADER = 24
 PCAP_RECORD_HEADER = 16
-CHUNK_RECORDS = 1 << 18  # about 80 MB of decoded columns at once
+CHUNK_RECORDS = 1 << 18  # records of a chunk at most: about 80 MB of decoded columns at once
+CHUNK_BYTES = 128 << 20  # bytes of file a chunk spans at most: its pages stay mapped while it is decoded
+PROBE_RECORDS = 1 << 12  # records read to guess how many a capture holds
 MAX_CAPLEN = 1 << 24  # a record claiming more is corruption, not a packet
 
 # pcapng block types
@@ -139,12 +141,32 @@ class CaptureReader:
             if len(walked.starts):
                 yield self.records(walked)
 
-    def walk(self) -> Iterator[Walked]:
-        """Where the capture's records start, CHUNK_RECORDS at a time; what the walk notes (a cut or
-        corrupt record) comes with the chunk it was noted in, or in a last one without records."""
-        yield from self._pcap() if self.kind == "pcap" else self._pcapng()
+    def walk(self, first: int | None = None) -> Iterator[Walked]:
+        """Where the capture's records start, a chunk at a time: CHUNK_RECORDS records, or fewer where they
+        span more than CHUNK_BYTES (`first`: the first chunk's records at most); what the walk notes (a
+        cut or corrupt record) comes with the chunk it was noted in, or in a last one without records."""
+        first = min(first or CHUNK_RECORDS, CHUNK_RECORDS)
+        yield from self._pcap(first) if self.kind == "pcap" else self._pcapng(first)
         if len(self.walk_notes) > self._noted:
             yield self._walked(np.zeros(0, np.int64), np.zeros(0, np.int8), 0, "<", [])
+
+    @staticmethod
+    def _chunk_records(frames: int, walked: int, first: int) -> int:
+        """Records of the next chunk, after `frames` records in `walked` bytes: those of about CHUNK_BYTES
+        of file, as the records so far go (a capture of full-size frames spans gigabytes in a few hundred
+        thousand records); the walk stops a chunk at CHUNK_BYTES anyway."""
+        if not frames:
+            return first
+        return max(1, min(CHUNK_RECORDS, CHUNK_BYTES * frames // max(walked, 1)))
+
+    def estimated_records(self) -> int:
+        """About how many records the capture holds, from the bytes of its first ones."""
+        # a reader of its own: this one's notes stay as they are
+        first = next(CaptureReader(self.data).walk(PROBE_RECORDS), None)
+        if first is None or len(first.starts) < 2:
+            return len(first.starts) if first is not None else 0
+        per_record = (int(first.starts[-1]) - int(first.starts[0])) / (len(first.starts) - 1)
+        return int(len(self.data) / per_record)
 
     def _walked(self, starts: np.ndarray, kinds: np.ndarray, before: int, order: str, interfaces: list) -> Walked:
         noted, self._noted = self.walk_notes[self._noted :], len(self.walk_notes)
@@ -162,19 +184,20 @@ class CaptureReader:
             f"capture cut mid-record at byte {pos} (frame {frames + 1}); kept the {frames} whole packets before it"
         )
 
-    def _pcap(self) -> Iterator[Walked]:
+    def _pcap(self, first: int) -> Iterator[Walked]:
         data = self.data
         order = PCAP_MAGICS[bytes(data[:4])][0]
         caplen_at = struct.Struct(order + "I").unpack_from
         pos, frames, finished = PCAP_HEADER, 0, False
         while not finished:
-            heads, pos, finished = self._walk_pcap(data.data, pos, frames, caplen_at)
+            count = self._chunk_records(frames, pos - PCAP_HEADER, first)
+            heads, pos, finished = self._walk_pcap(data.data, pos, frames, caplen_at, count)
             if len(heads):
                 yield self._walked(heads, np.zeros(0, np.int8), frames, order, [])
                 frames += len(heads)
 
-    def _walk_pcap(self, raw: memoryview, pos: int, frames: int, caplen_at) -> tuple[np.ndarray, int, bool]:
-        """Up to CHUNK_RECORDS record positions from `pos`; where the walk stopped, and whether at the end.
+    def _walk_pcap(self, raw: memoryview, pos: int, frames: int, caplen_at, count: int) -> tuple[np.ndarray, int, bool]:
+        """Up to `count` record positions from `pos`; where the walk stopped, and whether at the end.
 
         The chain itself (each record's captured length says where the next starts) is one tight
         comprehension; what a record must satisfy (a sane length, inside the file) is checked
@@ -182,16 +205,15 @@ class CaptureReader:
         or at the end of the file, does the record-by-record walk take over to say what it is.
         """
         last_header = len(raw) - PCAP_RECORD_HEADER
+        limit = min(last_header, pos + CHUNK_BYTES)
         p = pos
-        ends = [
-            p := p + PCAP_RECORD_HEADER + caplen_at(raw, p + 8)[0] for _ in range(CHUNK_RECORDS) if p <= last_header
-        ]
+        ends = [p := p + PCAP_RECORD_HEADER + caplen_at(raw, p + 8)[0] for _ in range(count) if p <= limit]
         nexts = np.array(ends, np.int64)
         heads = np.concatenate([[pos], nexts[:-1]]) if len(ends) else nexts
         wrong = np.flatnonzero((nexts - heads - PCAP_RECORD_HEADER > MAX_CAPLEN) | (nexts > len(raw)))
         good = int(wrong[0]) if len(wrong) else len(ends)
         heads, pos = heads[:good], int(nexts[good - 1]) if good else pos
-        if good == CHUNK_RECORDS:
+        if good == len(ends) and (good == count or pos <= last_header):  # every record sound, the file goes on
             return heads, pos, False
         tail = array("q")
         pos = self._walk_pcap_checked(raw, pos, tail, frames + good, caplen_at)
@@ -251,7 +273,7 @@ class CaptureReader:
             linktype=np.full(len(heads), linktype, np.int64),
         )
 
-    def _pcapng(self) -> Iterator[Walked]:
+    def _pcapng(self, first: int) -> Iterator[Walked]:
         data, size = self.data, len(self.data)
         raw = data.data  # the array's buffer as a memoryview
         pos, frames = 0, 0
@@ -278,10 +300,11 @@ class CaptureReader:
             elif btype in (_EPB, _SPB, _PB):
                 starts.append(pos)
                 kinds.append(btype)
-                heads, types, pos = self._packet_blocks(raw, pos + blen, order, CHUNK_RECORDS - len(starts))
+                count, limit = self._chunk_records(frames, starts[0], first), starts[0] + CHUNK_BYTES
+                heads, types, pos = self._packet_blocks(raw, pos + blen, order, count - len(starts), limit)
                 starts.frombytes(heads.tobytes())
                 kinds.frombytes(types.astype(np.int8).tobytes())
-                if len(starts) == CHUNK_RECORDS:
+                if len(starts) >= count or pos > limit:
                     yield self._walked(*_arrays(starts, kinds), frames, order, interfaces)
                     frames += len(starts)
                     starts, kinds = array("q"), array("b")
@@ -290,13 +313,15 @@ class CaptureReader:
         if starts:
             yield self._walked(*_arrays(starts, kinds), frames, order, interfaces)
 
-    def _packet_blocks(self, raw: memoryview, pos: int, order: str, room: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """The packet blocks that follow from `pos` (up to `room`): where each starts, its type, and
-        where the run of them ends. As for pcap records, the chain of block lengths is one
+    def _packet_blocks(
+        self, raw: memoryview, pos: int, order: str, room: int, limit: int
+    ) -> tuple[np.ndarray, np.ndarray, int]:
+        """The packet blocks that follow from `pos` (up to `room`, starting at `limit` at the latest): where
+        each starts, its type, and where the run of them ends. As for pcap records, the chain of block lengths is one
         comprehension and the checks are numpy's; the run stops before the first block that is not
         a sound packet block (a section header, an interface, a cut block), left to the block-by-block walk."""
         length_at = struct.Struct(order + "I").unpack_from
-        last = len(raw) - 12
+        last = min(len(raw) - 12, limit)
         p = pos
         ends = [p := p + length_at(raw, p + 4)[0] for _ in range(room) if p <= last]
         nexts = np.array(ends, np.int64)

@@ -38,7 +38,8 @@ def walked(path: Path) -> Iterator[Iterator[Walked]]:
     root = str(Path(tracelens.__file__).resolve().parents[1])  # the child runs this very tracelens
     start = f"import sys; sys.path.insert(0, {root!r}); from tracelens.packets.walker import main; main()"
     # -I: no current folder or PYTHON* variables on the child's import path, only this tracelens'
-    argv = [sys.executable, "-I", "-c", start, str(path), str(records.CHUNK_RECORDS)]  # chunks as walked here
+    chunks = [str(records.CHUNK_RECORDS), str(records.CHUNK_BYTES)]  # chunks as walked here
+    argv = [sys.executable, "-I", "-c", start, str(path), *chunks]
     child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
     assert child.stdout is not None
     try:
@@ -67,9 +68,9 @@ def _messages(stream: IO[bytes]) -> Iterator[Walked]:
 
 
 def main() -> None:
-    """The child: walk the capture named on the command line in chunks of the records given, write
-    each chunk to stdout."""
-    records.CHUNK_RECORDS = int(sys.argv[2])
+    """The child: walk the capture named on the command line in chunks of the records and bytes given,
+    write each chunk to stdout."""
+    records.CHUNK_RECORDS, records.CHUNK_BYTES = int(sys.argv[2]), int(sys.argv[3])
     with open(sys.argv[1], "rb") as fh:
         mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     reader = CaptureReader(np.frombuffer(mapped, np.uint8))

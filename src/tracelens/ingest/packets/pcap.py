@@ -33,14 +33,15 @@ import pyarrow.parquet as pq
 from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, input_format
 from tracelens.packets import decode as dec
 from tracelens.packets import walker
+from tracelens.packets.columns import Column
 from tracelens.packets.records import CaptureError, CaptureReader, Records, is_capture
-from tracelens.tables import SCHEMAS, TS, conform
+from tracelens.tables import SCHEMAS, conform
 
 BUCKET_PACKETS = 250_000  # packets of a bucket, about: the per-connection analysis reads a bucket at a time
 MAX_BUCKETS = 256  # one open file each while the capture is read; beyond 64M packets, buckets grow instead
 SPILL_ROWS = 1 << 20  # rows held before each bucket's are written as a row group (a row group has a fixed cost)
 DECODERS = 2  # chunks decoded at once, beside the record walk
-WALK_APART_BYTES = 64 << 20  # captures from this size are walked by a process of their own
+WALK_APART_RECORDS = 1 << 20  # captures of about this many records are walked by a process of their own
 
 LINKTYPE_NAMES = {
     dec.ETHERNET: "Ethernet",
@@ -71,9 +72,11 @@ def ingest(source: InputFile) -> IngestResult:
     except CaptureError as exc:
         account.errors.append(f"{source.name}: {exc}")
         return result
-    # a big capture's walk runs in a process of its own (tracelens.packets.walker): beside the decoding
-    # threads, in this one, it would hold them up
-    walks = walker.walked(source.path) if source.size >= WALK_APART_BYTES else nullcontext(reader.walk())
+    # the walk of a capture of many records runs in a process of its own (tracelens.packets.walker): beside
+    # the decoding threads, in this one, it would hold them up; for fewer, that process's start costs more
+    # than it saves, and its pages would be mapped twice
+    apart = reader.estimated_records() >= WALK_APART_RECORDS
+    walks = walker.walked(source.path) if apart else nullcontext(reader.walk())
     frames: list[pa.Table] = []
     spill: _BucketFiles | None = None
     buckets = 1
@@ -85,9 +88,9 @@ def ingest(source: InputFile) -> IngestResult:
 
         def finish() -> None:
             rec, done = decoding.popleft()
-            table, status = done.result()
+            table, bounds, status = done.result()
             if spill is not None:
-                spill.add(table)
+                spill.add(table, bounds)
             else:
                 frames.append(table)
             _count(account, rec, status)
@@ -103,7 +106,7 @@ def ingest(source: InputFile) -> IngestResult:
             if chunk.before == 0:  # the first chunk: how many buckets the rows go in
                 buckets = _buckets(rec, len(reader.data))
                 spill = _BucketFiles(source.spill, buckets, pool) if source.spill is not None else None
-            decoding.append((rec, pool.submit(_decode, reader, rec, buckets, source.name)))
+            decoding.append((rec, pool.submit(_decode, reader, rec, buckets, source.name, spill is not None)))
             while len(decoding) > DECODERS or (decoding and decoding[0][1].done()):
                 finish()
         while decoding:
@@ -122,27 +125,31 @@ def ingest(source: InputFile) -> IngestResult:
     return result
 
 
-def _decode(reader: CaptureReader, rec: Records, buckets: int, name: str) -> tuple[pa.Table, np.ndarray]:
-    """A chunk's rows in the packets table's columns and types, and each frame's status (decode.decode)."""
+def _decode(
+    reader: CaptureReader, rec: Records, buckets: int, name: str, by_bucket: bool
+) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """A chunk's rows in the packets table's columns and types, where each bucket's rows start (and the
+    last end), and each frame's status (decode.decode). `by_bucket`: the rows sorted by bucket
+    (stable: each bucket's in frame order), for _BucketFiles; else in frame order."""
     decoded, status = dec.decode(reader.view, rec, buckets)
     n = len(rec)
-    given = {
-        "file": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.uint32)), pa.array([name], TEXT.value_type)),
-        "host": pa.nulls(n, TEXT),
-        "ts": pa.array(rec.ts_ns, mask=~rec.ts_valid, type=TS),
-        "ts_quality": pa.DictionaryArray.from_arrays(
-            pa.array(rec.ts_valid.astype(np.uint32)), pa.array(["none", "exact"], TEXT.value_type)
-        ),
+    decoded |= {
+        "file": Column(np.zeros(n, np.uint32), texts=[name]),
+        "ts": Column(rec.ts_ns, rec.ts_valid),
+        "ts_quality": Column(rec.ts_valid.astype(np.uint32), texts=["none", "exact"]),
     }
-    columns = []
-    for column in SCHEMA:
-        if column.name in given:
-            columns.append(given[column.name])
-        elif column.name in decoded.column_names:
-            columns.append(decoded[column.name].cast(column.type))  # the addresses and protocol: as TEXT
-        else:  # a layer no frame of the chunk has (no TCP ...)
-            columns.append(pa.nulls(n, column.type))
-    return pa.Table.from_arrays(columns, schema=SCHEMA), status
+    bounds = np.array([0, n])
+    if by_bucket:
+        order = np.argsort(decoded["bucket"].values.astype(np.uint8), kind="stable")  # radix sort: MAX_BUCKETS is 256
+        decoded = {column: values.take(order) for column, values in decoded.items()}
+        bounds = np.searchsorted(decoded["bucket"].values, np.arange(buckets + 1))
+    columns = [
+        decoded[column.name].to_arrow(column.type)
+        if column.name in decoded
+        else pa.nulls(n, column.type)  # the host, or a layer no frame of the chunk has (no TCP ...)
+        for column in SCHEMA
+    ]
+    return pa.Table.from_arrays(columns, schema=SCHEMA), bounds, status
 
 
 def _buckets(first: Records, size: int) -> int:
@@ -177,15 +184,12 @@ class _BucketFiles:
         self.rows = 0
         self.writing: list[Future] = []
 
-    def add(self, table: pa.Table) -> None:
-        """A chunk's rows, in frame order: each bucket's stay in frame order."""
-        bucket = table["bucket"].to_numpy()
-        order = np.argsort(bucket.astype(np.uint8), kind="stable")  # radix sort: MAX_BUCKETS is 256
-        rows = table.take(order)
-        bounds = np.searchsorted(bucket[order], np.arange(self.buckets + 1))
+    def add(self, rows: pa.Table, bounds: np.ndarray) -> None:
+        """A chunk's rows sorted by bucket, each bucket's in frame order (bucket b's from bounds[b] up to
+        bounds[b + 1])."""
         for b in np.flatnonzero(np.diff(bounds)).tolist():
             self.held[b].append(rows.slice(int(bounds[b]), int(bounds[b + 1] - bounds[b])))
-        self.rows += len(table)
+        self.rows += len(rows)
         if self.rows >= SPILL_ROWS:
             self._flush()
 
