@@ -52,7 +52,7 @@ def _signed(kind: pa.DataType) -> bool:
 
 def texts(values: list[str], kind: pa.DataType) -> pa.Array:
     """`values` as an Arrow string or large_string array."""
-    encoded = [v.encode() for v in values]
+    encoded = list(map(str.encode, values))
     offsets = np.zeros(len(encoded) + 1, np.int64 if pa.types.is_large_string(kind) else np.int32)
-    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
     return pa.Array.from_buffers(kind, len(encoded), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))])

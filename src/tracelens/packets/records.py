@@ -14,10 +14,12 @@ not the file.
 
 from __future__ import annotations
 
+import mmap
 import struct
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -62,6 +64,15 @@ class Records:
 
     def __len__(self) -> int:
         return len(self.frame)
+
+
+def mapped(path: Path) -> mmap.mmap:
+    """The capture at `path` mapped read-only, read ahead of the walk: it goes through the file once, in
+    order, and a capture of full-size frames touches every page of it."""
+    with path.open("rb") as fh:
+        mapping = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    mapping.madvise(mmap.MADV_SEQUENTIAL)
+    return mapping
 
 
 def is_capture(head: bytes) -> bool:

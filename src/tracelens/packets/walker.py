@@ -71,8 +71,7 @@ def main() -> None:
     """The child: walk the capture named on the command line in chunks of the records and bytes given,
     write each chunk to stdout."""
     records.CHUNK_RECORDS, records.CHUNK_BYTES = int(sys.argv[2]), int(sys.argv[3])
-    with open(sys.argv[1], "rb") as fh:
-        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped = records.mapped(Path(sys.argv[1]))
     reader = CaptureReader(np.frombuffer(mapped, np.uint8))
     out = sys.stdout.buffer
     for chunk in reader.walk():

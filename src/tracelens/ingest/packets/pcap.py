@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, input_format
 from tracelens.packets import decode as dec
-from tracelens.packets import walker
+from tracelens.packets import records, walker
 from tracelens.packets.columns import Column
 from tracelens.packets.records import CaptureError, CaptureReader, Records, is_capture
 from tracelens.tables import SCHEMAS, conform
@@ -65,8 +65,7 @@ def ingest(source: InputFile) -> IngestResult:
     if source.path.stat().st_size == 0:
         account.errors.append(f"{source.name}: empty file, not a capture")
         return result
-    with source.path.open("rb") as fh:
-        mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped = records.mapped(source.path)
     try:
         reader = CaptureReader(np.frombuffer(mapped, np.uint8))
     except CaptureError as exc:
