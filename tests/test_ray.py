@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 
 import pytest
@@ -17,6 +18,8 @@ from tracelens.report.summary import to_json
 def local_ray():
     # imported here, not at collection: every xdist worker collects this module, one runs its tests
     ray = pytest.importorskip("ray", reason="the Ray extra is not installed: pip install 'tracelens[ray]'")
+    # a busy machine starts the raylet slowly: Ray's 30 s wait for it is an idle machine's
+    os.environ.setdefault("RAY_raylet_start_wait_time_s", "180")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
