@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import compileall
 import hashlib
 import io
 import json
@@ -586,6 +587,9 @@ def main(argv: list[str] | None = None) -> int:
         records = [json.loads(line) for line in (args.out / "results.jsonl").read_text().splitlines()]
         print(json.dumps(summary([r for r in records if args.code in (None, r["code"])], args.seed), indent=1))
         return 0
+    # Bytecode as an installed package has it: where the environment forbids writing it
+    # (PYTHONDONTWRITEBYTECODE), every case would compile the package's sources again.
+    compileall.compile_dir(REPO / "src", quiet=1)
     out = args.out or Path(tempfile.mkdtemp(prefix=f"tracelens-fuzz-{args.seed}-"))
     out.mkdir(parents=True, exist_ok=True)
     pool = fuzz.sources(args.source_bytes)
