@@ -46,6 +46,11 @@ def test_every_corpus_line_is_parsed_irrelevant_or_unrecognised(folder: str):
         assert not _check_inputs(analysis, root)
 
 
+def test_the_corpus_accounting_covers_every_corpus_folder():
+    root = corpus_dir("")
+    assert sorted(p.name for p in root.iterdir() if p.is_dir()) == sorted(CORPUS_FOLDERS)
+
+
 def _account(tmp_path: Path, name: str, text: str):
     path = tmp_path / name
     path.write_text(text)
