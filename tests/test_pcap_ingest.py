@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
 import polars as pl
@@ -205,6 +206,25 @@ def test_capture_cut_mid_record_keeps_whole_packets(tmp_path):
     assert account.errors == [
         f"cut.pcap: capture cut mid-record at byte {24 + 2 * (16 + len(bytes(roce())))} "
         "(frame 3); kept the 2 whole packets before it"
+    ]
+
+
+@pytest.mark.parametrize("zeros", [64 << 20, 1 << 40])
+def test_zeros_where_a_record_should_be_end_the_capture_there(tmp_path, zeros: int):
+    """A capture followed by zeros (a sparse file's hole, blocks never written after a crash):
+    16 zero bytes read as an empty record, and each one as the next, so the walk went through every
+    byte of the zeros, a terabyte of them in a sparse file. A blank record header is no packet."""
+    path = classic(tmp_path / "z.pcap", [bytes(roce(psn=p)) for p in range(3)])
+    whole = path.stat().st_size
+    with path.open("r+b") as fh:
+        fh.truncate(whole + zeros)
+    started = time.perf_counter()
+    packets, account = read(path)
+    assert time.perf_counter() - started < 10
+    assert packets["psn"].to_list() == [0, 1, 2] and (account.lines, account.parsed) == (3, 3)
+    assert account.errors == [
+        f"z.pcap: record at byte {whole} (frame 4) is all zeros (a hole, or blocks never written), not a "
+        "packet, so the file is corrupt from there; kept the 3 packets before it"
     ]
 
 

@@ -40,6 +40,9 @@ CHUNK_RECORDS = 1 << 18  # records of a chunk at most: about 80 MB of decoded co
 CHUNK_BYTES = 128 << 20  # bytes of file a chunk spans at most: its pages stay mapped while it is decoded
 PROBE_RECORDS = 1 << 12  # records read to guess how many a capture holds
 MAX_CAPLEN = 1 << 24  # a record claiming more is corruption, not a packet
+# A record header of zeros: where a capture runs into a hole or blocks never written. Read as an empty
+# record it would lead to the next 16 zero bytes, and on through every byte of the zeros.
+BLANK_RECORD = bytes(PCAP_RECORD_HEADER)
 
 # pcapng block types
 _SHB, _IDB, _PB, _SPB, _EPB = 0x0A0D0D0A, 1, 2, 3, 6
@@ -211,9 +214,10 @@ class CaptureReader:
         """Up to `count` record positions from `pos`; where the walk stopped, and whether at the end.
 
         The chain itself (each record's captured length says where the next starts) is one tight
-        comprehension; what a record must satisfy (a sane length, inside the file) is checked
-        afterwards for the whole chunk at once with numpy. Only where that finds something wrong,
-        or at the end of the file, does the record-by-record walk take over to say what it is.
+        comprehension; what a record must satisfy (a sane length, inside the file, a header that is
+        not all zeros) is checked afterwards for the whole chunk at once with numpy. Only where that
+        finds something wrong, or at the end of the file, does the record-by-record walk take over
+        to say what it is.
         """
         last_header = len(raw) - PCAP_RECORD_HEADER
         limit = min(last_header, pos + CHUNK_BYTES)
@@ -221,7 +225,12 @@ class CaptureReader:
         ends = [p := p + PCAP_RECORD_HEADER + caplen_at(raw, p + 8)[0] for _ in range(count) if p <= limit]
         nexts = np.array(ends, np.int64)
         heads = np.concatenate([[pos], nexts[:-1]]) if len(ends) else nexts
-        wrong = np.flatnonzero((nexts - heads - PCAP_RECORD_HEADER > MAX_CAPLEN) | (nexts > len(raw)))
+        caplen = nexts - heads - PCAP_RECORD_HEADER
+        bad = (caplen > MAX_CAPLEN) | (nexts > len(raw))
+        if (empty := np.flatnonzero(caplen == 0)).size:
+            header = self.view.block(heads[empty], PCAP_RECORD_HEADER)
+            bad[empty] = (field(header, 0, 8) == 0) & (field(header, 8, 8) == 0)
+        wrong = np.flatnonzero(bad)
         good = int(wrong[0]) if len(wrong) else len(ends)
         heads, pos = heads[:good], int(nexts[good - 1]) if good else pos
         if good == len(ends) and (good == count or pos <= last_header):  # every record sound, the file goes on
@@ -242,10 +251,18 @@ class CaptureReader:
                 return pos
             caplen = caplen_at(raw, pos + 8)[0]
             end = pos + PCAP_RECORD_HEADER + caplen
-            if end <= size and caplen <= MAX_CAPLEN:  # the usual record: one test
+            blank = caplen == 0 and raw[pos:end] == BLANK_RECORD
+            if end <= size and caplen <= MAX_CAPLEN and not blank:  # the usual record
                 append(pos)
                 pos = end
                 continue
+            if blank:
+                kept = frames + len(starts)
+                self.walk_notes.append(
+                    f"record at byte {pos} (frame {kept + 1}) is all zeros (a hole, or blocks never written), not a "
+                    f"packet, so the file is corrupt from there; kept the {kept} packets before it"
+                )
+                return pos
             if caplen > MAX_CAPLEN:
                 kept = frames + len(starts)
                 order = caplen_at.__self__.format[0]
