@@ -1,4 +1,4 @@
-"""Runs of zero bytes cost what the data around them costs (ingest/holes.py): a sparse file's holes
+"""Runs of zero bytes cost what the data around them costs (ingest/text/holes.py): a sparse file's holes
 are jumped over, a gzip file's zero padding is skipped a block at a time. Fuzz finds: a log with
 a hole of a terabyte after its text, and a .gz followed by a hole, ran past the campaign's CPU limit."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tracelens.analyze import analyze
-from tracelens.ingest.holes import GzipMembers
+from tracelens.ingest.text.holes import GzipMembers
 from tracelens.ingest.text.lines import long_lines, read_chunks
 
 TEXT = b"node01:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n" * 2000  # past the 64 KiB a sniffer reads

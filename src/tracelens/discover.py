@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 
 from tracelens.ingest import InputFile, sniff_format
-from tracelens.ingest.holes import GzipMembers
+from tracelens.ingest.text.holes import GzipMembers
 
 HEAD_BYTES = 64 << 10
 _COPY_BLOCK = 1 << 20

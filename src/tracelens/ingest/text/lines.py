@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracelens.ingest.holes import skip_hole
+from tracelens.ingest.text.holes import skip_hole
 from tracelens.ingest.text.pasted import unpaste
 
 if TYPE_CHECKING:
