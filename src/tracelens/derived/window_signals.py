@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import polars as pl
 
-from tracelens.derived import step_times as timing
+from tracelens.derived import step_times
 from tracelens.derived.baseline import Baseline, LevelComparison, RateComparison
 from tracelens.derived.counters import kind_of
 from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
@@ -619,10 +619,10 @@ def step_levels(series: pl.DataFrame, forward_waits: bool = False) -> pl.DataFra
       forward rose alone shows it even where the job's pace moved too; null without peers' forwards;
     - between_ms: the wall time between this step line and the one before it that the timers do not
       account for (data loading, checkpoints, evaluation)."""
-    gap = (pl.col("ts") - pl.col("ts").shift().over(timing.STREAM)).dt.total_microseconds() / 1000
-    covered = (pl.col("step") - pl.col("step").shift().over(timing.STREAM)).cast(pl.Float64)
+    gap = (pl.col("ts") - pl.col("ts").shift().over(step_times.STREAM)).dt.total_microseconds() / 1000
+    covered = (pl.col("step") - pl.col("step").shift().over(step_times.STREAM)).cast(pl.Float64)
     timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
-    fine = (pl.col("ts").dt.millisecond() != 0).any().over(timing.STREAM)
+    fine = (pl.col("ts").dt.millisecond() != 0).any().over(step_times.STREAM)
     optimizer = pl.col("optimizer_step_ms").fill_null(0.0)
     own = optimizer if forward_waits else pl.col("fwd_ms") + optimizer
     return series.with_columns(
@@ -789,7 +789,18 @@ def _widened(values: np.ndarray, first: int, last: int, limits: Baseline) -> tup
 
 
 # what the level signals read of a step series
-LEVEL_COLUMNS = [*timing.STREAM, "step", "line", "ts", "message", "time_ms", "comm_ms", "iter_ms", "fwd_ms", "bwd_ms"]
+LEVEL_COLUMNS = [
+    *step_times.STREAM,
+    "step",
+    "line",
+    "ts",
+    "message",
+    "time_ms",
+    "comm_ms",
+    "iter_ms",
+    "fwd_ms",
+    "bwd_ms",
+]
 LEVEL_COLUMNS += ["bwd_inner_ms", "bwd_allreduce_ms", "step_ms", "optimizer_step_ms", "optimizer_allgather_ms"]
 
 
@@ -829,10 +840,12 @@ def _joined(frame: pl.DataFrame, collectives: pl.DataFrame | None, pace: pl.Data
 def _stream_signals(
     series: pl.DataFrame, begin: datetime, end: datetime, limits: Baseline, forward_waits: bool
 ) -> list[Signal]:
-    timed = step_levels(series, forward_waits).with_columns(start=pl.col("ts").shift().over(timing.STREAM))
-    timed = timed.filter(pl.col("ts").is_not_null(), pl.int_range(pl.len()).over(timing.STREAM) >= timing.WARMUP_ROWS)
+    timed = step_levels(series, forward_waits).with_columns(start=pl.col("ts").shift().over(step_times.STREAM))
+    timed = timed.filter(
+        pl.col("ts").is_not_null(), pl.int_range(pl.len()).over(step_times.STREAM) >= step_times.WARMUP_ROWS
+    )
     signals = []
-    for (file, host, rank, _engine), stream in timed.group_by(timing.STREAM, maintain_order=True):
+    for (file, host, rank, _engine), stream in timed.group_by(step_times.STREAM, maintain_order=True):
         inside = stream.filter(pl.col("ts").is_between(begin, end))
         outside = stream.filter(~pl.col("ts").is_between(begin, end))
         who = (f"rank {rank}" if rank is not None and rank >= 0 else file) + (f" ({host})" if host else "")

@@ -24,8 +24,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from tracelens.derived import RunContext, hangs
-from tracelens.derived import step_times as timing
+from tracelens.derived import RunContext, hangs, step_times
 from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.derived.step_times import MARGIN
 from tracelens.derived.stream_groups import StreamGroups
@@ -153,7 +152,7 @@ def _evidence_window(
     return _median([e[0] for e in extents]), _median([e[1] for e in extents])
 
 
-def _label(series: StreamGroups, w: timing.Window, begin: datetime, end: datetime) -> str:
+def _label(series: StreamGroups, w: step_times.Window, begin: datetime, end: datetime) -> str:
     """`steps 254-324 (03:47:05 to 03:47:49 UTC)`: the steps of the worst log that ran in [begin, end]."""
     mine = (
         series.scan()
@@ -173,7 +172,7 @@ def _median(times: list[datetime]) -> datetime:
     return times[middle] if len(times) % 2 else times[middle - 1] + (times[middle] - times[middle - 1]) / 2
 
 
-def _socket_switch(ctx: RunContext, episode: timing.Episode) -> bool:
+def _socket_switch(ctx: RunContext, episode: step_times.Episode) -> bool:
     """Whether a process chose NCCL's socket transport at the window's start (TL412's to measure)."""
     socket = ctx.network_events.filter(pl.col("cause") == "socket")
     return socket.filter(pl.col("lo") >= episode.begin - MARGIN, pl.col("lo") <= episode.end).height > 0
@@ -210,13 +209,13 @@ def slow_window_root_cause(ctx: RunContext) -> Iterator[Finding]:
     if not episodes:
         return
     series = ctx.step_series
-    for episode in episodes[: timing.MAX_WINDOWS]:
+    for episode in episodes[: step_times.MAX_WINDOWS]:
         if _socket_switch(ctx, episode):
             continue  # TL412 measures it against the job's steps on IB
         yield _window_finding(ctx, series, episode)
 
 
-def _window_finding(ctx: RunContext, series: StreamGroups, episode: timing.Episode) -> Finding:
+def _window_finding(ctx: RunContext, series: StreamGroups, episode: step_times.Episode) -> Finding:
     w = episode.worst
     missing = _missing(ctx, episode.begin, episode.end)
 
@@ -262,7 +261,7 @@ def _window_finding(ctx: RunContext, series: StreamGroups, episode: timing.Episo
         .collect(engine="streaming")
         .item()
     )
-    startup = first is not None and w.first_step <= first + timing.WARMUP_ROWS  # warm-up: told, never blamed
+    startup = first is not None and w.first_step <= first + step_times.WARMUP_ROWS  # warm-up: told, never blamed
     if startup:
         diagnosis.headline = f"Start-up: {diagnosis.headline}"
     # a stretch that does not stand out from the run (brief, its noise) is blamed only when a source

@@ -6,8 +6,7 @@ from collections.abc import Iterator
 
 import polars as pl
 
-from tracelens.derived import RunContext
-from tracelens.derived import step_times as timing
+from tracelens.derived import RunContext, step_times
 from tracelens.derived.imbalance import PEERS, peers_usual
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.findings.evidence import row_evidence, step_evidence
@@ -83,7 +82,7 @@ def step_time_spikes(
     # a stretch only the ranks' imbalance shows is no slow steps: TL410 judges it
     long = [ep for ep in ctx.slow_episodes if ep.worst.rows >= long_window_rows and not ep.imbalance]
     spikes = [w for w in windows if w.rows < long_window_rows]
-    for ep in long[: timing.MAX_WINDOWS]:
+    for ep in long[: step_times.MAX_WINDOWS]:
         w = ep.worst
         seen = f"seen in the logs of {ep.streams} ranks" if ep.streams > 1 else f"engine {w.engine}"
         loud = Severity.CRITICAL if ep.share >= critical_share else Severity.WARNING
@@ -147,7 +146,7 @@ def step_time_spikes(
     },
 )
 def comm_bound_steps(
-    ctx: RunContext, *, comm_bound_share: float = timing.COMM_BOUND_SHARE, comm_surge: float = 2.0
+    ctx: RunContext, *, comm_bound_share: float = step_times.COMM_BOUND_SHARE, comm_surge: float = 2.0
 ) -> Iterator[Finding]:
     """
     What it finds: steps where gradient communication takes a large share of the step, from
@@ -200,9 +199,9 @@ def comm_bound_steps(
             ranks=sorted({s.rank for s in surged if s.rank is not None}),
             window=(ep.begin, ep.end),
         )
-    for frame in series.frames([*timing.STREAM, "line", "basis", "slow", "time_ms", "comm_ms"]):
+    for frame in series.frames([*step_times.STREAM, "line", "basis", "slow", "time_ms", "comm_ms"]):
         steady = frame.filter(timed & ~pl.col("slow"))
-        for (file, host, rank, engine), stream in steady.group_by(timing.STREAM, maintain_order=True):
+        for (file, host, rank, engine), stream in steady.group_by(step_times.STREAM, maintain_order=True):
             share = (stream["comm_ms"] / stream["time_ms"]).median()
             if share is not None and share >= comm_bound_share:
                 median = stream["comm_ms"].median()
@@ -257,7 +256,7 @@ def throughput_drop(ctx: RunContext, *, drop_share: float = 0.15, min_reports: i
     for (file, host, engine), stream in rows.sort("line").group_by(["file", "host", "engine"], maintain_order=True):
         skipped = stream["skipped"].fill_null(strategy="forward").fill_null(0)
         fresh = (skipped.diff().fill_null(0) == 0).to_list()
-        clean = stream.filter(pl.Series(fresh)).slice(timing.WARMUP_ROWS)
+        clean = stream.filter(pl.Series(fresh)).slice(step_times.WARMUP_ROWS)
         if clean.height < min_reports:
             continue
         steady = clean["samples_per_sec"].head(max(clean.height // 4, 3)).median()
