@@ -17,10 +17,10 @@ from polars.testing import assert_frame_equal
 from synth.pcap import write_mix, write_multiflow
 from tests.helpers.pcap import T0, roce, section
 from tracelens.analyze import analyze
+from tracelens.capture_decoder import decode, records
 from tracelens.derived import flows
 from tracelens.ingest import InputFile
 from tracelens.ingest.packets import pcap
-from tracelens.packets import decode, records
 from tracelens.report.summary import to_json
 from tracelens.tables import conform
 
@@ -97,7 +97,7 @@ def _damaged(multiflow: Path, tmp_path: Path, damage: str) -> Path:
 
 @pytest.mark.parametrize("damage", ["none", "cut", "corrupt", "pcapng"])
 def test_a_capture_walked_apart_reads_as_walked_in_process(multiflow, tmp_path, monkeypatch, damage):
-    """A big capture's record walk runs in a child process (tracelens.packets.walker): the same rows,
+    """A big capture's record walk runs in a child process (tracelens.capture_decoder.walker): the same rows,
     counts and notes, chunk after chunk, as the walk in the ingest's own process."""
     monkeypatch.setattr(records, "CHUNK_RECORDS", 7_000 if damage != "pcapng" else 4)
     path = _damaged(multiflow, tmp_path, damage)

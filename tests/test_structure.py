@@ -94,7 +94,7 @@ def all_imports() -> list[Import]:
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("helpers", ("tracelens", "tracelens.resources", "tracelens.private_cache", "tracelens.prose", "tracelens.stats")),
     ("tables", ("tracelens.tables",)),
-    ("ingest", ("tracelens.discover", "tracelens.ingest", "tracelens.packets")),
+    ("ingest", ("tracelens.discover", "tracelens.ingest", "tracelens.capture_decoder")),
     ("timeline", ("tracelens.timeline", "tracelens.inferred")),
     ("derived", ("tracelens.derived",)),
     ("rules", ("tracelens.findings", "tracelens.rules")),

@@ -1,8 +1,8 @@
 """Packet captures (pcap and pcapng) into the `packets` table.
 
 The file is memory-mapped and decoded a chunk of records at a time
-(tracelens.packets.records walks the records, in a process of its own for a big
-capture, tracelens.packets.walker; tracelens.packets.decode reads their headers
+(tracelens.capture_decoder.records walks the records, in a process of its own for a big
+capture, tracelens.capture_decoder.walker; tracelens.capture_decoder.decode reads their headers
 vectorized, two chunks at once in threads), so a capture larger than memory is
 read in bounded memory on every core. In a run (the source has a spill folder,
 the run's private working folder) the rows go there as Parquet as they are
@@ -30,11 +30,11 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tracelens.capture_decoder import decode as dec
+from tracelens.capture_decoder import records, walker
+from tracelens.capture_decoder.columns import Column
+from tracelens.capture_decoder.records import CaptureError, CaptureReader, Records, is_capture
 from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, input_format
-from tracelens.packets import decode as dec
-from tracelens.packets import records, walker
-from tracelens.packets.columns import Column
-from tracelens.packets.records import CaptureError, CaptureReader, Records, is_capture
 from tracelens.tables import SCHEMAS, conform
 
 BUCKET_PACKETS = 250_000  # packets of a bucket, about: the per-connection analysis reads a bucket at a time
@@ -71,7 +71,7 @@ def ingest(source: InputFile) -> IngestResult:
     except CaptureError as exc:
         account.errors.append(f"{source.name}: {exc}")
         return result
-    # the walk of a capture of many records runs in a process of its own (tracelens.packets.walker): beside
+    # the walk of a capture of many records runs in a process of its own (tracelens.capture_decoder.walker): beside
     # the decoding threads, in this one, it would hold them up; for fewer, that process's start costs more
     # than it saves, and its pages would be mapped twice
     apart = reader.estimated_records() >= WALK_APART_RECORDS

@@ -26,9 +26,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from tracelens.packets.columns import Column
-from tracelens.packets.gather import ByteView, field, raw
-from tracelens.packets.records import Records
+from tracelens.capture_decoder.columns import Column
+from tracelens.capture_decoder.gather import ByteView, field, raw
+from tracelens.capture_decoder.records import Records
 
 # Link types (LINKTYPE_*)
 ETHERNET, SLL, ERF, IPOIB, INFINIBAND, SLL2 = 1, 113, 197, 242, 247, 276

@@ -26,8 +26,8 @@ from typing import IO
 import numpy as np
 
 import tracelens
-from tracelens.packets import records
-from tracelens.packets.records import CaptureReader, Interface, Walked
+from tracelens.capture_decoder import records
+from tracelens.capture_decoder.records import CaptureReader, Interface, Walked
 
 _HEADER = struct.Struct("<II")  # bytes of the message's description (JSON), then of its arrays
 
@@ -36,7 +36,7 @@ _HEADER = struct.Struct("<II")  # bytes of the message's description (JSON), the
 def walked(path: Path) -> Iterator[Iterator[Walked]]:
     """The walk of the capture at `path`, chunk by chunk, done by a child process (stopped on leaving)."""
     root = str(Path(tracelens.__file__).resolve().parents[1])  # the child runs this very tracelens
-    start = f"import sys; sys.path.insert(0, {root!r}); from tracelens.packets.walker import main; main()"
+    start = f"import sys; sys.path.insert(0, {root!r}); from tracelens.capture_decoder.walker import main; main()"
     # -I: no current folder or PYTHON* variables on the child's import path, only this tracelens'
     chunks = [str(records.CHUNK_RECORDS), str(records.CHUNK_BYTES)]  # chunks as walked here
     argv = [sys.executable, "-I", "-c", start, str(path), *chunks]

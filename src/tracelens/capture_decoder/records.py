@@ -6,7 +6,7 @@ says where the next one starts), so that walk is the one Python step
 results numpy checks for the whole chunk at once (a record-by-record walk takes
 over only where something is wrong, or at a pcapng section's headers). It says
 where a chunk's records start (Walked), and may run in a process of its own
-(tracelens.packets.walker). Everything else about a record (time, lengths,
+(tracelens.capture_decoder.walker). Everything else about a record (time, lengths,
 interface) is gathered afterwards with numpy from the memory-mapped file, a
 chunk of records at a time (CaptureReader.records): memory follows the chunk,
 not the file.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracelens.packets.gather import ByteView, field
+from tracelens.capture_decoder.gather import ByteView, field
 
 PCAP_MAGICS = {  # magic as stored -> (byte order, nanoseconds per timestamp fraction unit)
     b"\xd4\xc3\xb2\xa1": ("<", 1000),
