@@ -124,7 +124,7 @@ def test_ds_config_numbers_that_are_no_numbers_fire_no_rule_and_crash_nothing(tm
     )
     analysis = _run(tmp_path, {"node01/ds_config.json": config})
     assert {f.rule_id for f in analysis.findings} & {"TL501", "TL502"} == set()
-    keys = set(analysis.tables["config"]["key"])
+    keys = set(analysis.tables["deepspeed_settings"]["key"])
     assert "zero_optimization.stage" in keys and "zero_optimization.reduce_bucket_size" in keys
 
 
@@ -136,7 +136,7 @@ def test_a_20000_key_ds_config_on_one_line_is_read_in_well_under_a_second(tmp_pa
     result = ingest_file(InputFile(path=path, name="ds_config.json", format=sniff_format(path.read_bytes()[:65536])))
     elapsed = time.perf_counter() - started
     assert result.account.parsed == 20_002 and elapsed < 5  # linear: a quadratic read takes minutes
-    lines = result.tables["config"]["line"]
+    lines = result.tables["deepspeed_settings"]["line"]
     assert lines.null_count() == 0 and set(lines) == {1}
 
 

@@ -2,7 +2,7 @@
 the formats documented in docs/formats/deepspeed.md.
 
 Each test writes a small log in one version's or wrapper's shape and checks what lands in
-`steps`, `comm_ops` and `config`, and how the lines are counted.
+`steps`, `comm_ops` and `deepspeed_settings`, and how the lines are counted.
 """
 
 from __future__ import annotations
@@ -381,7 +381,7 @@ def test_comms_summary_with_callers_and_straggler_table(tmp_path):
 
 
 def config_of(result) -> dict[str, str]:
-    return dict(result.tables["config"].select("key", "value").iter_rows())
+    return dict(result.tables["deepspeed_settings"].select("key", "value").iter_rows())
 
 
 @pytest.mark.parametrize("bucket", ["500,000,000", "500000000"])

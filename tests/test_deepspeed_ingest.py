@@ -106,7 +106,7 @@ def test_old_formats():
     assert set(steps["host"].to_list()) == {"worker-0"}
     assert steps.row(0, named=True)["lr"] == 0.001 and steps["step"].to_list()[:3] == [0, 50, 100]
     assert steps.row(1, named=True)["avg_samples_per_sec"] == pytest.approx(1292.6411179579866)
-    config = dict(v01.tables["config"].select("key", "value").iter_rows())
+    config = dict(v01.tables["deepspeed_settings"].select("key", "value").iter_rows())
     assert config["allgather_size"] == "500000000" and config["tensorboard_output_path"] == ""
     assert config["optimizer.params.lr"] == "0.001"  # the json block, continued without prefix
     assert config["launcher.dist_world_size"] == "1" and config["NCCL_VERSION"] == "2.4.2"
@@ -140,19 +140,22 @@ def test_comms_logger():
 
 def test_config_echo_and_zero_init():
     echo = dict(
-        ingest(corpus("gh_deepspeed_issue745_config_echo_2021.log")).tables["config"].select("key", "value").iter_rows()
+        ingest(corpus("gh_deepspeed_issue745_config_echo_2021.log"))
+        .tables["deepspeed_settings"]
+        .select("key", "value")
+        .iter_rows()
     )
     assert echo["checkpoint_tag_validation_enabled"] == "True" and echo["allreduce_always_fp32"] == "False"
     assert echo["dynamic_loss_scale_args"].startswith("{'init_scale': 65536")
     init = dict(
         ingest(corpus("gh_accelerate_issue1970_zero2_init_2023.log"))
-        .tables["config"]
+        .tables["deepspeed_settings"]
         .select("key", "value")
         .iter_rows()
     )
     assert init["zero_optimization.reduce_bucket_size"] == "500000000"
     assert init["zero_optimization.cpu_offload"] == "False"
-    dpo = ingest(corpus(list(EXAMPLES)[1])).tables["config"]
+    dpo = ingest(corpus(list(EXAMPLES)[1])).tables["deepspeed_settings"]
     assert set(dpo["engine"].drop_nulls().to_list()) == {"0", "1"}  # two echoes: actor and reference
     first = dict(dpo.filter(pl.col("engine") == "0").select("key", "value").iter_rows())
     assert first["zero_optimization.overlap_comm"] in ("True", "true")
@@ -227,7 +230,7 @@ def test_ds_config_file(tmp_path):
     path.write_text(json.dumps(make_ds_config(DsConfig(overlap_comm=False)), indent=2))
     assert ds_config.sniff(path.read_bytes())
     result = ds_config.ingest(InputFile(path, "node01/ds_config.json", "ds_config"))
-    rows = {r["key"]: r for r in result.tables["config"].iter_rows(named=True)}
+    rows = {r["key"]: r for r in result.tables["deepspeed_settings"].iter_rows(named=True)}
     assert rows["zero_optimization.overlap_comm"]["value"] == "false"
     assert rows["zero_optimization.reduce_bucket_size"]["value"] == "500000000.0"
     assert rows["zero_optimization.offload_optimizer.device"]["value"] == "none"

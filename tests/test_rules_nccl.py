@@ -113,7 +113,7 @@ def test_ib_disable_from_nccl_echo_and_from_launcher_config():
     assert finding.severity is Severity.CRITICAL  # IB HCAs are present in the run
     assert [f.rule_id for f in fire(tables, "TL101")] == ["TL101"]  # and the traffic is on sockets
     assert finding.hosts == ["node02"]
-    launcher = tables_from(config=[{"host": "n1", "key": "NCCL_NET", "value": "Socket", "source": "env"}])
+    launcher = tables_from(deepspeed_settings=[{"host": "n1", "key": "NCCL_NET", "value": "Socket", "source": "env"}])
     assert [f.rule_id for f in fire(launcher, "TL102")] == ["TL102"]
     disabled_zero = healthy(nccl_env=[{"host": "node02", "pid": 21, "name": "NCCL_IB_DISABLE", "value": "0."}])
     assert fire(disabled_zero, "TL102") == []

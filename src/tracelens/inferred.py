@@ -37,7 +37,7 @@ LOG_TABLES = (
     "nccl_errors",
     "steps",
     "comm_ops",
-    "config",
+    "deepspeed_settings",
 )
 C10_RESOLUTION = timedelta(seconds=1)
 RANGE_LINES = 1 << 18  # lines of a big file placed at a time: what memory follows

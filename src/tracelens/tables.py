@@ -170,8 +170,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("straggler_total_ms", pa.float64()),  # time waiting for the slowest rank (straggler table)
         pa.field("straggler_avg_ms", pa.float64()),
     ),
-    # One row per DeepSpeed or NCCL setting.
-    "config": _schema(
+    # One row per setting a DeepSpeed job printed or read: ds_config.json keys, the engine's configuration
+    # echo (per engine), its version, and the launcher's arguments and the settings it exported (NCCL_* ...).
+    "deepspeed_settings": _schema(
         pa.field("engine", pa.string()),
         pa.field("key", pa.string()),
         pa.field("value", pa.string()),
@@ -520,7 +521,7 @@ INPUTS: dict[str, str] = {
     "nccl_errors": "NCCL WARN lines or PyTorch ProcessGroupNCCL errors",
     "steps": "training logs with step lines (DeepSpeed steps_per_print, wall_clock_breakdown, Megatron iterations)",
     "comm_ops": "DeepSpeed comms-logger output (comms_logger.enabled)",
-    "config": "a ds_config.json or a DeepSpeed log echoing its configuration",
+    "deepspeed_settings": "a ds_config.json or a DeepSpeed log echoing its configuration",
     "ib_counters": "port counter dumps (perfquery -x, ethtool -S, hw_counters), taken before and after",
     "ib_ports": "port state dumps (ibstat, ibstatus, ibv_devinfo)",
     "packets": "a packet capture (tcpdump -w) on the RoCE, IPoIB or TCP interface",

@@ -232,7 +232,7 @@ def compare(good: Analysis, bad: Analysis) -> Comparison:
 
 def _hosts(analysis: Analysis) -> set[str]:
     hosts: set[str] = set()
-    for name in ("nccl_events", "steps", "ib_ports", "config"):
+    for name in ("nccl_events", "steps", "ib_ports", "deepspeed_settings"):
         hosts.update(
             h
             for h in analysis.tables.scan(name).select(pl.col("host").unique()).collect(engine="streaming")["host"]

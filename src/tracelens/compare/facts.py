@@ -46,7 +46,7 @@ def sources(tables: RunTables) -> set[str]:
     """The areas a run has evidence for at all: a missing area is "not available", not "unset"."""
     have = {
         "NCCL": tables.height("nccl_events") > 0,
-        "DeepSpeed": tables["config"].filter(pl.col("engine").is_not_null()).height > 0,
+        "DeepSpeed": tables["deepspeed_settings"].filter(pl.col("engine").is_not_null()).height > 0,
         "fabric": tables["ib_ports"].height > 0,
         "counters": tables["ib_counters"].height > 0,
         "packets": tables.height("packets") > 0,
@@ -110,7 +110,9 @@ def _normal(value: str | None) -> str | None:
 
 
 def _deepspeed(tables: RunTables) -> pl.DataFrame:
-    config = tables["config"].filter(pl.col("engine").is_not_null() | (pl.col("key") == "deepspeed_version"))
+    config = tables["deepspeed_settings"].filter(
+        pl.col("engine").is_not_null() | (pl.col("key") == "deepspeed_version")
+    )
     # object reprs (`zero_config: stage=2 contiguous_gradients=True ...`) repeat keys compared one by one
     config = config.filter(
         ~pl.col("key").str.contains(_IGNORED_CONFIG), pl.col("value").str.len_chars() <= MAX_VALUE_CHARS

@@ -550,7 +550,7 @@ def forward_waits(tables: RunTables) -> bool:
     """Whether the job's forward holds collectives: ZeRO-3 all-gathers each layer's parameters in it."""
     keys = ["zero_optimization.stage", "zero_optimization_stage"]
     stage = pl.col("value").str.strip_chars().cast(pl.Float64, strict=False)
-    rows = tables.scan("config").filter(pl.col("key").is_in(keys)).select(stage).collect()
+    rows = tables.scan("deepspeed_settings").filter(pl.col("key").is_in(keys)).select(stage).collect()
     return bool((rows["value"] == 3).any())
 
 

@@ -28,7 +28,7 @@ SMALL_BUCKET = DEFAULT_BUCKET // 10
 def _settings(ctx: RunContext, *keys: str) -> pl.DataFrame:
     """The DeepSpeed config rows for `keys`, in file order."""
     return (
-        ctx["config"]
+        ctx["deepspeed_settings"]
         .filter(pl.col("key").is_in(list(keys)) & (pl.col("source") != "launcher_env"))
         .sort("file", "line")
     )
@@ -56,7 +56,7 @@ def _zero_stages(ctx: RunContext) -> set[int]:
     return {int(n) for n in (_number(v) for v in rows["value"].to_list()) if n is not None}
 
 
-@rule("TL501", "overlap-comm-off", Severity.WARNING, needs=("config",))
+@rule("TL501", "overlap-comm-off", Severity.WARNING, needs=("deepspeed_settings",))
 def overlap_comm_off(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: ZeRO (stage 1, 2 or 3) with `overlap_comm` false, in ds_config.json or in
@@ -92,7 +92,7 @@ def overlap_comm_off(ctx: RunContext) -> Iterator[Finding]:
     "TL502",
     "small-comm-bucket",
     Severity.WARNING,
-    needs=("config",),
+    needs=("deepspeed_settings",),
     settings={
         "small_bucket": Setting(
             "bytes", "A reduce or all-gather bucket below this size is reported (DeepSpeed's default is 500,000,000)."
@@ -132,7 +132,7 @@ def small_comm_bucket(ctx: RunContext, *, small_bucket: int = SMALL_BUCKET) -> I
         )
 
 
-@rule("TL503", "cpu-offload", Severity.INFO, needs=("config",))
+@rule("TL503", "cpu-offload", Severity.INFO, needs=("deepspeed_settings",))
 def cpu_offload(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: ZeRO offloading optimizer state or parameters to the CPU or NVMe
@@ -171,7 +171,7 @@ def cpu_offload(ctx: RunContext) -> Iterator[Finding]:
     "TL504",
     "no-grad-accumulation-comm-bound",
     Severity.WARNING,
-    needs=("config", "steps"),
+    needs=("deepspeed_settings", "steps"),
     settings={
         "comm_bound_share": Setting(
             "share of the step",

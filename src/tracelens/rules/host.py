@@ -612,7 +612,7 @@ def perftest_below_line_rate(ctx: RunContext, *, line_share: float = 0.75) -> It
         )
 
 
-@rule("TL608", "roce-gid-index", Severity.WARNING, needs=("nccl_env|config", "gids|ib_ports"))
+@rule("TL608", "roce-gid-index", Severity.WARNING, needs=("nccl_env|deepspeed_settings", "gids|ib_ports"))
 def roce_gid_index(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: NCCL_IB_GID_INDEX (as NCCL echoes it) pointing, on some host, at a GID that

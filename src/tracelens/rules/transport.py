@@ -53,7 +53,7 @@ def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
         (pl.col("name") == "NCCL_NET") & (value == "socket")
     )
     env = ctx.scan("nccl_env").select("file", "line", "host", "pid", "name", "value").filter(disabling).collect()
-    config = ctx["config"]
+    config = ctx["deepspeed_settings"]
     if config.height:
         env = pl.concat(
             [
@@ -125,7 +125,7 @@ def socket_transport(ctx: RunContext) -> Iterator[Finding]:
     )
 
 
-@rule("TL102", "nccl-ib-disabled-by-env", Severity.WARNING, needs=("nccl_env|config",))
+@rule("TL102", "nccl-ib-disabled-by-env", Severity.WARNING, needs=("nccl_env|deepspeed_settings",))
 def ib_disabled(ctx: RunContext) -> Iterator[Finding]:
     """
     What it finds: `NCCL_IB_DISABLE=1` or `NCCL_NET=Socket` set in the environment, as NCCL

@@ -64,7 +64,10 @@ def tables(
         pl.lit(source.name).alias("file"),
         pl.col("ts").is_not_null().replace_strict({True: "exact", False: "none"}).alias("ts_quality"),
     ]
-    out: dict[str, Frame] = {"comm_ops": comm_ops(hot.get("comm_op"), cold, parsed), "config": config(cold, parsed)}
+    out: dict[str, Frame] = {
+        "comm_ops": comm_ops(hot.get("comm_op"), cold, parsed),
+        "deepspeed_settings": deepspeed_settings(cold, parsed),
+    }
     out = {name: frame.with_columns(provenance) for name, frame in out.items() if frame.height}
     merged = spilled_steps(spill) if spill is not None else steps(hot)
     if merged is not None:
@@ -436,7 +439,7 @@ CONFIG_KINDS = ["config_header", "config_entry", "json_line", "zero_init", "vers
 ZERO = "zero_optimization"
 
 
-def config(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
+def deepspeed_settings(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
     """Settings as `key`/`value` strings. The echo's user JSON (`json = {...}`) and zero_config
     are flattened to the dotted keys of ds_config.json (`zero_optimization.overlap_comm`)."""
     if cold is None:

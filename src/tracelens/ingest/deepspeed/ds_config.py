@@ -1,6 +1,6 @@
 """ds_config.json: the DeepSpeed configuration a run was started with.
 
-Its settings go to the `config` table under dotted keys (`zero_optimization.overlap_comm`),
+Its settings go to the `deepspeed_settings` table under dotted keys (`zero_optimization.overlap_comm`),
 the same keys the log's echo of the user config gets, with source "ds_config.json" and
 the line each key is on. Values are kept as text: JSON for non-strings (`true`, `5e8` as
 `500000000.0`), HF's `"auto"` as it is.
@@ -57,7 +57,7 @@ def ingest(source: InputFile) -> IngestResult:
     result.account.parsed = len(rows)
     result.account.ignored = result.account.lines - len(rows)
     result.add(
-        "config",
+        "deepspeed_settings",
         pl.DataFrame(rows, schema={"line": pl.Int64, "key": pl.String, "value": pl.String}).with_columns(
             pl.lit(source.name).alias("file"),
             pl.lit("ds_config.json").alias("source"),
