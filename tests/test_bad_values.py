@@ -281,7 +281,7 @@ def test_one_long_line_in_a_sysfs_counter_dump_costs_no_more_than_its_bytes(tmp_
 
 def test_one_long_line_in_an_nvidia_smi_csv_loop_costs_no_more_than_its_bytes(tmp_path: Path):
     """One long line in a query loop costs what its bytes cost: the grammar (Earley) never parses a
-    whole line, only its template."""
+    whole line, only its shape."""
     header = b"index, utilization.gpu [%], power.draw [W], clocks.current.sm [MHz]\n"
     row = b"0, 26 %, 83.92 W, 1320 MHz\n"
     elapsed, result = _ingest_timed(

@@ -1,4 +1,4 @@
-"""Glued lines and free text: both halves of a glued line read, and lark run per template, never per line.
+"""Glued lines and free text: both halves of a glued line read, and lark run per shape, never per line.
 
 A glued line is a line printed without its newline and another process's line after it on the same
 line (ingest/text/glued.py); free text is a record's body that no grammar kind can start with. The logs
@@ -21,7 +21,7 @@ from tracelens.ingest.deepspeed.log import DeepSpeedParser
 from tracelens.ingest.nccl import log as nccl_log
 from tracelens.ingest.nccl.log import _grammar, parse_recipes, split_records
 from tracelens.ingest.text.glued import line_starts
-from tracelens.ingest.text.templates import TemplateParser, masked
+from tracelens.ingest.text.shapes import ShapeParser, masked
 
 STAMP = "[2026-11-30 08:00:01,250] [INFO] [logging.py:96:log_dist] "
 
@@ -74,8 +74,8 @@ def _ingest(tmp_path: Path, lines: list[str], name: str) -> tuple[list[str], Ing
     return parsed, result
 
 
-def test_lark_parses_are_bounded_by_templates_not_lines(tmp_path):
-    # the grammar's caches are per process: the first log teaches every template, the others add none
+def test_lark_parses_are_bounded_by_shapes_not_lines(tmp_path):
+    # the grammar's caches are per process: the first log teaches every shape, the others add none
     _ingest(tmp_path, launcher_log(2_000, seed=1), "warm.log")
     small, _ = _ingest(tmp_path, launcher_log(2_000, seed=2), "small.log")
     large, result = _ingest(tmp_path, launcher_log(20_000, seed=3), "large.log")
@@ -83,18 +83,18 @@ def test_lark_parses_are_bounded_by_templates_not_lines(tmp_path):
     assert result.account.lines == 20_000
 
 
-def test_first_log_parses_once_per_template(tmp_path, monkeypatch):
-    # the first log a process reads: no template known yet, whichever tests this process ran before
-    first = TemplateParser(parse_recipes)
-    monkeypatch.setattr(nccl_log, "_templates", lambda: first)
+def test_first_log_parses_once_per_shape(tmp_path, monkeypatch):
+    # the first log a process reads: no shape known yet, whichever tests this process ran before
+    first = ShapeParser(parse_recipes)
+    monkeypatch.setattr(nccl_log, "_shapes", lambda: first)
     lines = launcher_log(3_000, seed=4)
     parsed, _ = _ingest(tmp_path, lines, "first.log")
     bodies = split_records(pl.DataFrame({"text": lines}))["msg"]
-    # free text (no kind starts so) is no template the grammar learns
-    templates = masked(bodies.filter(bodies.str.contains(_grammar().starts))).n_unique()
-    # lark sees a template's representative body and its probes (templates.TemplateParser.learn),
+    # free text (no kind starts so) is no shape the grammar learns
+    shapes = masked(bodies.filter(bodies.str.contains(_grammar().starts))).n_unique()
+    # lark sees a shape's representative body and its probes (shapes.ShapeParser.learn),
     # whatever its bodies; each is tried against every kind its first word may start
-    assert len(set(parsed)) <= 4 * templates < 40
+    assert len(set(parsed)) <= 4 * shapes < 40
 
 
 def test_both_halves_of_a_glued_line_are_read(tmp_path):
@@ -127,7 +127,7 @@ def test_free_text_is_counted_unrecognised_without_a_parse(tmp_path):
         f"{STAMP}zxcvbnm shard 4 of poiuytr ready in 0.25 s",
         "node0:1:2 [0] NCCL INFO Ring 00 : 1 -> 0 -> 2",
     ]
-    _ingest(tmp_path, lines[2:], "warm.log")  # the ring line's template
+    _ingest(tmp_path, lines[2:], "warm.log")  # the ring line's shape
     parsed, result = _ingest(tmp_path, lines, "free.log")
     assert parsed == []
     account = result.account
@@ -197,13 +197,13 @@ def _noise(lines: int, seed: int) -> list[str]:
     ]
 
 
-def test_loss_scale_lines_cost_a_parse_per_template(tmp_path):
+def test_loss_scale_lines_cost_a_parse_per_shape(tmp_path):
     parsed, result = _ingest(tmp_path, _noise(3_000, seed=1), "noise.log")
     assert len(parsed) <= 2 * len(NOISE_LINES) * 4  # a few number shapes per line shape (`256.0`, `1024.0`)
     assert (result.account.lines, result.account.ignored) == (3_000, 3_000)
 
 
-def test_noise_by_template_equals_the_grammar_per_body():
+def test_noise_by_shape_equals_the_grammar_per_body():
     bodies = [line.removeprefix(STAMP) for line in _noise(300, seed=2)]
     bodies += ["Grad overflow on iteration 12x", "Reducing dynamic loss scale from 0x10 to 8.0", "Process 12 exits"]
     parser = DeepSpeedParser(InputFile(path=Path("x.log"), name="x.log", format="log"))

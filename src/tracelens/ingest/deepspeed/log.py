@@ -47,7 +47,7 @@ from tracelens.ingest.text.lines import (
     number,
     within_datetime_range,
 )
-from tracelens.ingest.text.templates import MARK, masked
+from tracelens.ingest.text.shapes import MARK, masked
 from tracelens.tables import Spill
 
 # ---------------------------------------------------------------- envelope
@@ -536,11 +536,11 @@ class DeepSpeedParser:
         """Parse the distinct bodies of the grammar-read kinds; whether each record is one that parsed."""
         is_cold = (recs["kind"].is_not_null() & ~recs["kind"].is_in(list(HOT))).alias("ok")
         cold = recs.select("kind", "body").filter(is_cold)  # two columns filtered, not the whole frame
-        # Noise is only counted, and its rules read numbers as numbers: one parse per template (numbers
-        # masked, templates.py) tells every body of it, however many loss-scale lines a run prints.
-        by_template = cold["kind"].is_in(list(NOISE)) & ~cold["body"].str.contains(MARK, literal=True)
-        if by_template.any():
-            cold = cold.with_columns(key=cold["body"].zip_with(~by_template, masked(cold["body"])))
+        # Noise is only counted, and its rules read numbers as numbers: one parse per shape (numbers
+        # masked, shapes.py) tells every body of it, however many loss-scale lines a run prints.
+        by_shape = cold["kind"].is_in(list(NOISE)) & ~cold["body"].str.contains(MARK, literal=True)
+        if by_shape.any():
+            cold = cold.with_columns(key=cold["body"].zip_with(~by_shape, masked(cold["body"])))
         else:
             cold = cold.with_columns(key=pl.col("body"))
         firsts = cold.unique(["kind", "key"], keep="first", maintain_order=True)

@@ -1,6 +1,6 @@
 """What the host-evidence formats (nvidia-smi, dcgmi, kernel logs, ip/ifconfig/show_gids,
 perftest) share: the account from a per-line status, the provenance of their rows, and the
-grammar of their line templates. The context lines around a tool's output (`date`, prompts,
+grammar of their line shapes. The context lines around a tool's output (`date`, prompts,
 host lines) are read by tracelens.ingest.text.shell_context, as for the fabric dumps.
 """
 
@@ -65,13 +65,13 @@ def local_time(text: pl.Expr, fmt: str) -> pl.Expr:
 
 # The longest line a host tool prints: the widest `--query-gpu` CSV header (every field, with units)
 # is under half of it.
-TEMPLATE_CHARS = 16 << 10
+SHAPE_CHARS = 16 << 10
 
 
-class TemplateGrammar:
-    """A lark grammar of a format's line kinds, applied to line templates: numbers that start
+class ShapeGrammar:
+    """A lark grammar of a format's line kinds, applied to line shapes: numbers that start
     a word masked to 0 (`inet6` and `mlx5_0` keep theirs), so that a loop's thousands of lines
-    cost one parse per distinct template. Earley, because the kinds of a free-form tool output
+    cost one parse per distinct shape. Earley, because the kinds of a free-form tool output
     share terminals; the parse says the kind, the values are then taken from every line of that
     kind with vectorized splits."""
 
@@ -83,23 +83,19 @@ class TemplateGrammar:
         return Lark(grammar_text(self.name), parser="earley")
 
     @lru_cache(maxsize=100_000)  # noqa: B019 (one instance per grammar, alive for the whole run)
-    def kind(self, template: str) -> str | None:
-        """The grammar's kind of a line template, or None when no rule fits or it is longer than
+    def kind(self, shape: str) -> str | None:
+        """The grammar's kind of a line shape, or None when no rule fits or it is longer than
         any line of these tools (Earley's cost grows with the square of a line's length)."""
-        if len(template) > TEMPLATE_CHARS:
+        if len(shape) > SHAPE_CHARS:
             return None
         try:
-            return self._lark.parse(template).data
+            return self._lark.parse(shape).data
         except LarkError:
             return None
 
     def kinds(self, lines: pl.DataFrame) -> pl.DataFrame:
-        """Add `kind` to lines (context lines get none), one parse per distinct template."""
+        """Add `kind` to lines (context lines get none), one parse per distinct shape."""
         masked = pl.col("text").str.replace_all(r"\b\d+", "0").str.strip_chars()
-        todo = lines.filter(pl.col("ctx").is_null()).select(masked.alias("template")).unique()
-        table = todo.with_columns(kind=pl.col("template").map_elements(self.kind, return_dtype=pl.String))
-        return (
-            lines.with_columns(template=masked)
-            .join(table, on="template", how="left", maintain_order="left")
-            .drop("template")
-        )
+        todo = lines.filter(pl.col("ctx").is_null()).select(masked.alias("shape")).unique()
+        table = todo.with_columns(kind=pl.col("shape").map_elements(self.kind, return_dtype=pl.String))
+        return lines.with_columns(shape=masked).join(table, on="shape", how="left", maintain_order="left").drop("shape")

@@ -2,7 +2,7 @@
 link` / `ip -s link` / `ip addr`, net-tools `ifconfig` (2.x and 1.60 layouts), `show_gids`
 and `rdma link show`.
 
-grammars/iface.lark is the spec of the line kinds; each distinct line template is parsed
+grammars/iface.lark is the spec of the line kinds; each distinct line shape is parsed
 once to learn its kind. A listing is short (a line per attribute of a few interfaces), so
 its records are then assembled line by line: a header line opens an interface, the lines
 under it add its address, MTU bounds (`ip -d`), kind (`veth`, `bond` ...) and counters.
@@ -18,11 +18,11 @@ import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.fabric.ports import read_phys_state, read_state
-from tracelens.ingest.host.hostlines import IGNORED, PARSED, TemplateGrammar, account, provenance
+from tracelens.ingest.host.hostlines import IGNORED, PARSED, ShapeGrammar, account, provenance
 from tracelens.ingest.text.lines import read_lines
 from tracelens.ingest.text.shell_context import context
 
-GRAMMAR = TemplateGrammar("iface")
+GRAMMAR = ShapeGrammar("iface")
 
 _SNIFF = LineStart(
     rb"\d+: [\w.@-]+: <[A-Z0-9_,-]*> mtu \d+|[\w.-]+: flags=\d+<[A-Z0-9_,-]*>\s+mtu \d+|[\w.-]+\s+Link encap:|"

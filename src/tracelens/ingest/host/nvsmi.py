@@ -3,9 +3,9 @@
 dmon` (plain, `-o T`, `-o DT`), `dcgmi dmon`, and the plain `nvidia-smi` table (drivers 396
 to 610, MIG mode).
 
-grammars/nvsmi.lark is the spec of every line kind. A line's template (its numbers masked
+grammars/nvsmi.lark is the spec of every line kind. A line's shape (its numbers masked
 to 0) is parsed once with it to learn the kind; a loop prints thousands of lines of a few
-templates, and the values of every line of a kind are then taken with vectorized splits.
+shapes, and the values of every line of a kind are then taken with vectorized splits.
 A headerless CSV takes its fields from the `--query-gpu=` command when the file shows it;
 without one its rows are counted as unrecognized.
 """
@@ -21,7 +21,7 @@ from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
 from tracelens.ingest.host.hostlines import (
     IGNORED,
     PARSED,
-    TemplateGrammar,
+    ShapeGrammar,
     account,
     local_time,
     provenance,
@@ -107,7 +107,7 @@ _STATS = (
 )
 
 
-GRAMMAR = TemplateGrammar("nvsmi")
+GRAMMAR = ShapeGrammar("nvsmi")
 
 
 def sniff(head: bytes) -> bool:

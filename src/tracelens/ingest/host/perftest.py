@@ -1,6 +1,6 @@
 """perftest results (ib_write_bw, ib_read_bw, ib_send_bw and the *_lat tests) into `perftest`.
 
-grammars/perftest.lark is the spec of the line kinds; each distinct line template is parsed
+grammars/perftest.lark is the spec of the line kinds; each distinct line shape is parsed
 once. A run's header (`Device`, `Link type`, `Mtu`, `GID index`) applies to the result rows
 under it; a bandwidth row is `#bytes #iterations BW-peak BW-average MsgRate` in the unit the
 column header names (MB/sec, or Gb/sec with --report_gbits), a latency row the t_min ...
@@ -19,7 +19,7 @@ from tracelens.ingest import IngestResult, InputFile, input_format
 from tracelens.ingest.host.hostlines import (
     IGNORED,
     PARSED,
-    TemplateGrammar,
+    ShapeGrammar,
     account,
     local_time,
     provenance,
@@ -28,7 +28,7 @@ from tracelens.ingest.text.lines import number, read_lines
 from tracelens.ingest.text.shell_context import context
 from tracelens.tables import PROVENANCE_COLUMNS
 
-GRAMMAR = TemplateGrammar("perftest")
+GRAMMAR = ShapeGrammar("perftest")
 _SNIFF = re.compile(
     rb"(?:RDMA_Write|RDMA_Read|Send|Atomic\w*|Write|Read) (?:BW|Latency|Lat) Test"
     rb"|#bytes\s+#iterations\s+(?:BW peak|t_min)"

@@ -31,7 +31,7 @@ from lark.parsers.lalr_analysis import Shift
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.text import glued
 from tracelens.ingest.text.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, file_of, within_datetime_range
-from tracelens.ingest.text.templates import Locator, TemplateParser
+from tracelens.ingest.text.shapes import Locator, ShapeParser
 from tracelens.private_cache import cache_file
 from tracelens.resources import grammar_text
 from tracelens.tables import Spill
@@ -163,15 +163,15 @@ class _FieldRecipes(_Fields):
 
 
 def parse_recipes(body: str, locate: Locator) -> tuple[str, dict]:
-    """parse_body with recipes for the field texts: a template for every body that masks to the same text."""
+    """parse_body with recipes for the field texts: a shape for every body that masks to the same text."""
     return _grammar().parse(body, _FieldRecipes(locate))
 
 
 @cache
-def _templates() -> TemplateParser:
-    """The grammar once per template, for every file this process reads: a template's kind and
+def _shapes() -> ShapeParser:
+    """The grammar once per shape, for every file this process reads: a shape's kind and
     recipes depend on the grammar alone, and 4,096 per-rank logs share the same few dozen."""
-    return TemplateParser(parse_recipes)
+    return ShapeParser(parse_recipes)
 
 
 # ------------------------------------------------------------------ vectorized kinds
@@ -638,7 +638,7 @@ class NcclParser:
         self.source = source
         self._parsed: dict[str, tuple[str, dict]] = {}  # distinct body -> lark result, across chunks
         self._fresh: dict[str, tuple[str, dict]] = {}  # the part of _parsed that `parse` added since its last call
-        self._templates = _templates()
+        self._shapes = _shapes()
         self._spill = spill  # where each chunk's table rows go, when set; else records are kept until `finish`
         self._records: list[pl.DataFrame] = []  # one row per record: envelope, kind, body
         self._vector_fields: list[pl.DataFrame] = []  # fields of regex-matched bodies, by line
@@ -698,19 +698,17 @@ class NcclParser:
 
     def _classify_rest(self, records: pl.DataFrame, fields: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
         """Kinds and fields of the bodies no vector regex took: unknown where no kind can start so
-        (free text, one whole-column match), else by template (templates.py), and the few bodies no
-        template can take (untemplatable) by lark, each distinct body once."""
+        (free text, one whole-column match), else by shape (shapes.py), and the few bodies no
+        shape can take (no recipes) by lark, each distinct body once."""
         undecided = records["kind"].is_null()
         free = undecided & ~records["msg"].str.contains(_grammar().starts)
         if free.any():
             records = records.with_columns(kind=pl.when(free).then(pl.lit(UNKNOWN)).otherwise("kind"))
         rest = records.with_row_index("row").filter(pl.col("kind").is_null())
-        kinds, by_template = self._templates.classify(rest["msg"])
+        kinds, by_shape = self._shapes.classify(rest["msg"])
         if rest.height:
             records = records.with_columns(records["kind"].scatter(rest["row"], kinds))
-        fields = pl.concat(
-            [fields, by_template.with_columns(row=rest["row"].gather(by_template["row"]))], how="diagonal"
-        )
+        fields = pl.concat([fields, by_shape.with_columns(row=rest["row"].gather(by_shape["row"]))], how="diagonal")
         left = records["kind"].is_null().arg_true()  # usually none: then no join over every record
         if left.len():
             msgs = records["msg"].gather(left)

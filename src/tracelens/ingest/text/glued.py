@@ -2,7 +2,7 @@
 
 Two processes writing to one terminal or file glue their lines (`... NCCL WARN Cuda failure 'out of
 memory'node03:812:901 [5] NCCL INFO Channel 01/0 : ...`). Read as one line, the first record's body
-carries the second line's text, so it fits no template and is new on every such line. The parsers
+carries the second line's text, so it fits no shape and is new on every such line. The parsers
 cut a body at the next line start it holds (NCCL's host:pid:tid head, DeepSpeed's logger stamp,
 PyTorch's c10 record, each with a launcher tag or a timestamp before it) and read the rest as a
 line of its own.

@@ -1,8 +1,8 @@
-"""The template path (ingest/text/templates.py) gives the same kind and fields as lark on the raw body.
+"""The shape path (ingest/text/shapes.py) gives the same kind and fields as lark on the raw body.
 
 Bodies: every NCCL body of the corpus and of the committed fixtures, hand-written bodies of the
 kinds neither has, and each of them again with its numbers and hex ids replaced by random ones
-(same template, other values: the case the template path exists for).
+(same shape, other values: the case the shape path exists for).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 from tests.helpers import CORPUS, FIXTURES
 from tracelens.ingest.nccl.log import CANDIDATE_MARKS, FIELDS, _grammar, parse_body, parse_recipes, split_records
 from tracelens.ingest.text.lines import read_chunks
-from tracelens.ingest.text.templates import MARK, TemplateParser, masked
+from tracelens.ingest.text.shapes import MARK, ShapeParser, masked
 
 # Kinds that neither the corpus nor the fixtures print (formats: docs/formats/nccl.md).
 EXTRA_BODIES = [
@@ -119,7 +119,7 @@ def fixture_bodies() -> list[str]:
 
 
 def _revalue(body: str, rand: random.Random) -> str:
-    """The same template with other values: each digit run and hex id replaced by a random one."""
+    """The same shape with other values: each digit run and hex id replaced by a random one."""
 
     def token(m: re.Match) -> str:
         if m.group().startswith("0x"):
@@ -130,23 +130,23 @@ def _revalue(body: str, rand: random.Random) -> str:
 
 
 def _disagreements(bodies: list[str]) -> list[str]:
-    """Template path vs lark on each body (the first body of a template is its representative)."""
-    templates = TemplateParser(parse_recipes)
-    kinds, fields = templates.classify(pl.Series(bodies, dtype=pl.String))
+    """Shape path vs lark on each body (the first body of a shape is its representative)."""
+    shapes = ShapeParser(parse_recipes)
+    kinds, fields = shapes.classify(pl.Series(bodies, dtype=pl.String))
     by_row = {r.pop("row"): {k: v for k, v in r.items() if v is not None} for r in fields.to_dicts()}
     problems = []
     for row, (body, kind) in enumerate(zip(bodies, kinds.to_list())):
-        if kind is None:  # untemplatable: the caller asks lark, which is trivially equal
+        if kind is None:  # no recipes: the caller asks lark, which is trivially equal
             continue
         lark_kind, lark_fields = parse_body(body)
         lark_fields = {k: v for k, v in lark_fields.items() if k in FIELDS}
         if kind != lark_kind or by_row.get(row, {}) != lark_fields:
-            problems.append(f"{body}\n  template {kind} {by_row.get(row)}\n  lark     {lark_kind} {lark_fields}")
+            problems.append(f"{body}\n  shape    {kind} {by_row.get(row)}\n  lark     {lark_kind} {lark_fields}")
     return problems
 
 
 def _check(bodies: list[str], copies: int = 3) -> None:
-    """Each distinct body (a body's template result and its lark result are the same wherever it
+    """Each distinct body (a body's shape result and its lark result are the same wherever it
     repeats: the fixtures' 6,500 bodies are 1,100 distinct) and `copies` of it with other values."""
     bodies = list(dict.fromkeys(bodies))
     rand = random.Random(12)
@@ -154,45 +154,45 @@ def _check(bodies: list[str], copies: int = 3) -> None:
     assert _disagreements(bodies + revalued) == []
 
 
-def test_templates_equal_grammar_on_fixtures_and_every_kind(fixture_bodies):
+def test_shapes_equal_grammar_on_fixtures_and_every_kind(fixture_bodies):
     bodies = fixture_bodies + EXTRA_BODIES
     assert set(_grammar().kinds) - {parse_body(b)[0] for b in bodies} == set()
     _check(bodies)
 
 
-def test_most_bodies_take_the_template_path(fixture_bodies):
+def test_most_bodies_take_the_shape_path(fixture_bodies):
     bodies = fixture_bodies + EXTRA_BODIES
-    templates = TemplateParser(parse_recipes)
-    kinds, _ = templates.classify(pl.Series(bodies))
-    assert kinds.null_count() <= len(bodies) // 50, "untemplatable bodies fall back to lark one by one"
-    assert len(templates.templates) < len(set(bodies)) // 2, "a template stands for many bodies"
+    shapes = ShapeParser(parse_recipes)
+    kinds, _ = shapes.classify(pl.Series(bodies))
+    assert kinds.null_count() <= len(bodies) // 50, "bodies without recipes fall back to lark one by one"
+    assert len(shapes.shapes) < len(set(bodies)) // 2, "a shape stands for many bodies"
 
 
-def test_untemplatable_bodies_are_left_to_the_grammar():
-    templates = TemplateParser(parse_recipes)
-    kinds, fields = templates.classify(pl.Series([f"Bootstrap : Using eth0:10.0.0.1<0> {MARK}", "Connected all rings"]))
+def test_bodies_without_recipes_are_left_to_the_grammar():
+    shapes = ShapeParser(parse_recipes)
+    kinds, fields = shapes.classify(pl.Series([f"Bootstrap : Using eth0:10.0.0.1<0> {MARK}", "Connected all rings"]))
     assert kinds.to_list() == [None, "connected"]
     assert fields.height == 0
 
 
-def test_template_values_come_back_by_position():
-    templates = TemplateParser(parse_recipes)
+def test_shape_values_come_back_by_position():
+    shapes = ShapeParser(parse_recipes)
     bodies = [f"Bootstrap : Using ib{i}:10.{i}.0.{i * 3}<0>" for i in range(200)]
-    kinds, fields = templates.classify(pl.Series(bodies))
-    assert len(templates.templates) == 1
+    kinds, fields = shapes.classify(pl.Series(bodies))
+    assert len(shapes.shapes) == 1
     assert set(kinds.to_list()) == {"bootstrap_ifs"}
     assert fields.sort("row")["ifaddr"].to_list()[57] == ["ib57:10.57.0.171<0>"]
 
 
 @pytest.mark.skipif(not (CORPUS / "nccl").is_dir(), reason=f"real-log corpus not found at {CORPUS / 'nccl'}")
-def test_templates_equal_grammar_on_corpus():
+def test_shapes_equal_grammar_on_corpus():
     bodies = _bodies_of(sorted((CORPUS / "nccl").glob("*.log")))
     assert len(bodies) > 600
     _check(bodies)
 
 
 def test_masking_in_passes_finds_the_tokens_one_regex_finds():
-    """masked() masks hex tokens, then digit runs: the same templates as the one `(0x)hex|digits` scan,
+    """masked() masks hex tokens, then digit runs: the same shapes as the one `(0x)hex|digits` scan,
     also where a digit run runs into `0x` or a hex token into digits."""
     tricky = [
         "10x5",

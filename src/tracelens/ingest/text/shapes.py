@@ -1,17 +1,17 @@
-"""Parse message bodies by template: the grammar once per template, the values back by position.
+"""Parse message bodies by shape: the grammar once per shape, the values back by position.
 
 A large job prints one distinct body per rank, channel and peer (`Trees [0] 12/-1/-1->5->3`,
 `Bootstrap : Using eth0:10.0.3.17<0>`), and a lark parse per body would cost the most of all. What
-repeats is the body's *template*: the body with its numbers and hex ids masked. This module
-masks every body (vectorized), parses one representative body per new template with the
+repeats is the body's *shape*: the body with its numbers and hex ids masked. This module
+masks every body (vectorized), parses one representative body per new shape with the
 grammar, and records where each field's text lies in it: literal text and token positions (a
-*recipe*). Every other body of the template gets its fields by gathering the same token
-positions with polars list operations, so the grammar's cost follows the number of templates (a
+*recipe*). Every other body of the shape gets its fields by gathering the same token
+positions with polars list operations, so the grammar's cost follows the number of shapes (a
 few hundred in a real log), not the number of bodies.
 
 The grammar stays the spec. A field whose text does not start and end on token boundaries (a
-terminal that splits a number) makes its template untemplatable: those bodies get no kind here
-and the caller parses them one by one. Tests prove the template path equal to the
+terminal that splits a number) leaves its shape without recipes: those bodies get no kind here
+and the caller parses them one by one. Tests prove the shape path equal to the
 grammar on every corpus body and on generated bodies of every kind.
 """
 
@@ -25,8 +25,8 @@ import polars as pl
 from lark import Token
 
 TOKEN = r"0x[0-9a-fA-F]+|\d+"  # the variable tokens: hex ids and pointers, then any run of digits
-_MASK = r"(0x)[0-9a-fA-F]+|\d+"  # the same tokens, the 0x kept so that a template tells the two apart
-MARK = "\ue000"  # stands for a token in a template; a body holding it is left to the grammar
+_MASK = r"(0x)[0-9a-fA-F]+|\d+"  # the same tokens, the 0x kept so that a shape tells the two apart
+MARK = "\ue000"  # stands for a token in a shape; a body holding it is left to the grammar
 _HEX_MARK = "\ue001"  # a hex token while a body is masked
 _HEX_AFTER_DIGIT = r"\d0x[0-9a-fA-F]|\ue001"  # bodies where masking hex tokens first would differ from _MASK
 MAX_PROBES = 32  # tokens probed one by one to find those the grammar needs as they are
@@ -35,17 +35,17 @@ Piece = str | int  # literal text, or the position of a token in the body
 Recipe = tuple[Piece, ...]
 
 
-class Untemplatable(ValueError):
+class NoRecipe(ValueError):
     """A field's text does not start and end on token boundaries."""
 
 
 @dataclass(frozen=True)
-class Template:
+class Shape:
     """What the grammar said about one representative body: its kind and its fields' recipes."""
 
     kind: str
     fields: dict[str, Recipe | list[Recipe]]
-    fixed: dict[int, str]  # token position -> the text it must have for the template to hold
+    fixed: dict[int, str]  # token position -> the text it must have for the shape to hold
 
 
 class Locator:
@@ -64,13 +64,13 @@ class Locator:
             pieces.extend(self._one(token))
         recipe = _merge(pieces)
         if self.text(recipe, [self.body[s:e] for s, e in self.spans]) != " ".join(str(t).strip() for t in tokens):
-            raise Untemplatable(f"recipe does not rebuild its field in {self.body!r}")
+            raise NoRecipe(f"recipe does not rebuild its field in {self.body!r}")
         return recipe
 
     def _one(self, token: Token) -> list[Piece]:
         start, end = token.start_pos, token.end_pos
         if start is None or end is None or self.body[start:end] != str(token):
-            raise Untemplatable(f"token {token!r} has no position in {self.body!r}")
+            raise NoRecipe(f"token {token!r} has no position in {self.body!r}")
         text = self.body[start:end]
         start += len(text) - len(text.lstrip())
         end -= len(text) - len(text.rstrip())
@@ -80,7 +80,7 @@ class Locator:
             if e <= start or s >= end:
                 continue
             if s < start or e > end:
-                raise Untemplatable(f"field {text!r} cuts a token in {self.body!r}")
+                raise NoRecipe(f"field {text!r} cuts a token in {self.body!r}")
             pieces += [self.body[at:s], i]
             at = e
         pieces.append(self.body[at:end])
@@ -122,28 +122,26 @@ def _merge(pieces: list[Piece]) -> Recipe:
 ParseRecipes = Callable[[str, Locator], tuple[str, dict]]
 
 
-class TemplateParser:
-    """Kinds and fields of many bodies, the grammar run once per template (cached across chunks)."""
+class ShapeParser:
+    """Kinds and fields of many bodies, the grammar run once per shape (cached across chunks)."""
 
     def __init__(self, parse: ParseRecipes) -> None:
         self._parse = parse
-        self.templates: dict[
-            str, Template | None
-        ] = {}  # template -> what its representative parsed to; None: untemplatable
+        self.shapes: dict[str, Shape | None] = {}  # shape -> what its representative parsed to; None: no recipes
 
-    def learn(self, body: str) -> Template | None:
-        """Parse a template's representative body; None if the grammar tells its values apart.
+    def learn(self, body: str) -> Shape | None:
+        """Parse a shape's representative body; None if the grammar tells its values apart.
 
         A digit can be part of a name the grammar spells out (`P2P Chunksize`, `4 p2p channels`,
-        `NCCL_BLOCKING_WAIT=1`), so the template must also hold for a *probe*: the body with every
+        `NCCL_BLOCKING_WAIT=1`), so the shape must also hold for a *probe*: the body with every
         digit shifted by one, which the grammar must read as the same kind with the fields the
         recipes give. If it does not, each token is probed alone, and those the grammar needs as
-        they are become *fixed*: the template holds only for bodies with the same text there.
+        they are become *fixed*: the shape holds only for bodies with the same text there.
         """
         locate = Locator(body)
         try:
             kind, recipes = self._parse(body, locate)
-        except Untemplatable:
+        except NoRecipe:
             return None
         count = len(locate.spans)
         fixed: set[int] = set()
@@ -153,7 +151,7 @@ class TemplateParser:
             fixed = {i for i in range(count) if not self._holds(locate, kind, recipes, set(range(count)) - {i})}
             if not fixed or not self._holds(locate, kind, recipes, fixed):
                 return None
-        return Template(kind, recipes, {i: body[slice(*locate.spans[i])] for i in sorted(fixed)})
+        return Shape(kind, recipes, {i: body[slice(*locate.spans[i])] for i in sorted(fixed)})
 
     def _holds(self, locate: Locator, kind: str, recipes: dict, fixed: set[int]) -> bool:
         """Whether the grammar reads the body with its tokens shifted (except `fixed`) as the recipes say."""
@@ -164,47 +162,47 @@ class TemplateParser:
         probe = "".join(pieces) + body[at:]
         try:
             probe_kind, probe_recipes = self._parse(probe, Locator(probe))
-        except Untemplatable:
+        except NoRecipe:
             return False
         tokens = [probe[s:e] for s, e in Locator(probe).spans]
         return probe_kind == kind and _texts(probe_recipes, tokens) == _texts(recipes, tokens)
 
     def classify(self, bodies: pl.Series) -> tuple[pl.Series, pl.DataFrame]:
-        """The kind of each body (null where a template could not tell: the caller asks the grammar), and
+        """The kind of each body (null where a shape could not tell: the caller asks the grammar), and
         the fields of the bodies that have some (column `row` = position in `bodies`, one column per field)."""
         body = pl.col("body")
         frame = (
             pl.DataFrame({"body": bodies})
             .with_row_index("row")
             .with_columns(
-                template=pl.when(body.str.contains(MARK, literal=True)).then(None).otherwise(pl.lit(masked(bodies)))
+                shape=pl.when(body.str.contains(MARK, literal=True)).then(None).otherwise(pl.lit(masked(bodies)))
             )
         )
-        firsts = frame.filter(pl.col("template").is_not_null()).unique("template", keep="first", maintain_order=True)
-        for template, first in zip(firsts["template"].to_list(), firsts["body"].to_list()):
-            if template not in self.templates:
-                self.templates[template] = self.learn(first)
-        known = {t: self.templates[t] for t in firsts["template"].to_list()}
+        firsts = frame.filter(pl.col("shape").is_not_null()).unique("shape", keep="first", maintain_order=True)
+        for shape, first in zip(firsts["shape"].to_list(), firsts["body"].to_list()):
+            if shape not in self.shapes:
+                self.shapes[shape] = self.learn(first)
+        known = {t: self.shapes[t] for t in firsts["shape"].to_list()}
         kinds = pl.DataFrame(
-            {"template": list(known), "kind": [t.kind if t else None for t in known.values()]},
-            schema={"template": pl.String, "kind": pl.String},
+            {"shape": list(known), "kind": [t.kind if t else None for t in known.values()]},
+            schema={"shape": pl.String, "kind": pl.String},
         )
-        frame = frame.join(kinds, on="template", how="left", maintain_order="left")
+        frame = frame.join(kinds, on="shape", how="left", maintain_order="left")
         fixed = {t: learned.fixed for t, learned in known.items() if learned and learned.fixed}
         if fixed:
             frame = frame.with_columns(kind=pl.when(_fixed_differ(frame, fixed)).then(None).otherwise(pl.col("kind")))
         with_fields = [t for t, learned in known.items() if learned and learned.fields]
         return frame["kind"], self._fields(
-            frame.filter(pl.col("template").is_in(with_fields) & pl.col("kind").is_not_null())
+            frame.filter(pl.col("shape").is_in(with_fields) & pl.col("kind").is_not_null())
         )
 
     def _fields(self, frame: pl.DataFrame) -> pl.DataFrame:
-        """Each body's fields from its template's recipes and its own tokens, one template at a time."""
+        """Each body's fields from its shape's recipes and its own tokens, one shape at a time."""
         parts = [pl.DataFrame(schema={"row": pl.UInt32})]
         if frame.height:
             frame = frame.with_columns(tokens=pl.col("body").str.extract_all(TOKEN))
-            for (template,), rows in frame.partition_by("template", as_dict=True).items():
-                learned = self.templates[template]
+            for (shape,), rows in frame.partition_by("shape", as_dict=True).items():
+                learned = self.shapes[shape]
                 assert learned is not None
                 parts.append(rows.select("row", **{name: _expr(recipe) for name, recipe in learned.fields.items()}))
         return pl.concat(parts, how="diagonal")
@@ -222,15 +220,13 @@ def masked(bodies: pl.Series) -> pl.Series:
 
 
 def _fixed_differ(frame: pl.DataFrame, fixed: dict[str, dict[int, str]]) -> pl.Expr:
-    """Rows of a template with fixed tokens whose text differs there (`P3P` where the template learned `P2P`)."""
-    rows = frame.filter(pl.col("template").is_in(list(fixed))).with_columns(
-        tokens=pl.col("body").str.extract_all(TOKEN)
-    )
+    """Rows of a shape with fixed tokens whose text differs there (`P3P` where the shape learned `P2P`)."""
+    rows = frame.filter(pl.col("shape").is_in(list(fixed))).with_columns(tokens=pl.col("body").str.extract_all(TOKEN))
     differ = [
-        rows.filter(pl.col("template") == template).filter(
+        rows.filter(pl.col("shape") == shape).filter(
             ~pl.all_horizontal(pl.col("tokens").list.get(i, null_on_oob=True) == text for i, text in where.items())
         )["row"]
-        for template, where in fixed.items()
+        for shape, where in fixed.items()
     ]
     return pl.col("row").is_in(pl.concat(differ).implode())
 
