@@ -26,7 +26,7 @@ SMALL_BUCKET = DEFAULT_BUCKET // 10
 
 
 def _settings(ctx: RunContext, *keys: str) -> pl.DataFrame:
-    """The DeepSpeed config rows for `keys`, in file order."""
+    """The deepspeed_settings rows for `keys`, in file order."""
     return (
         ctx["deepspeed_settings"]
         .filter(pl.col("key").is_in(list(keys)) & (pl.col("source") != "launcher_env"))

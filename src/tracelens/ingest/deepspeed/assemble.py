@@ -1,4 +1,4 @@
-"""DeepSpeed records -> the steps, comm_ops and config tables of one file.
+"""DeepSpeed records -> the steps, comm_ops and deepspeed_settings tables of one file.
 
 `log.DeepSpeedParser` reads the lines (`grammar` the bodies); this module puts the records of a whole
 file together, because a step's facts are spread over several lines:

@@ -445,7 +445,7 @@ def classify(recs: pl.DataFrame) -> pl.Expr:
 
 
 class DeepSpeedParser:
-    """One per file: `feed` each chunk in order, then `finish` adds steps, comm_ops and config."""
+    """One per file: `feed` each chunk in order, then `finish` adds steps, comm_ops and deepspeed_settings."""
 
     SPILLS = True  # textlog gives it a Spill for a file of more than one chunk
 
