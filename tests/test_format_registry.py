@@ -1,5 +1,6 @@
 """The format registry: every reader registers itself with `@input_format`, in one sniffing order,
-and the registry refuses what would make a format unreachable or its reader wrongly called."""
+and the registry refuses what would make a format unreachable or its reader wrongly called; every
+parser of a format found inside text logs registers itself with `@line_format`."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tracelens.ingest import IngestResult, InputFile, find_format, formats, input_format, sniff_format
+from tracelens.ingest import (
+    IngestResult,
+    InputFile,
+    find_format,
+    formats,
+    input_format,
+    line_format,
+    line_formats,
+    sniff_format,
+)
 
 FORMATS = [
     "kineto",
@@ -75,3 +85,23 @@ def test_no_format_module_declares_itself_by_module_constants():
         if re.match(r"(FORMAT|PRIORITY|SPLITS|READS_LINES)\s*(:[^=]*)?=", line)
     ]
     assert not declared, declared
+
+
+def test_every_line_format_is_found_in_its_family_package():
+    found = {f.name: f for f in line_formats()}
+    assert list(found) == ["deepspeed", "nccl", "nccl_tests", "stacks"]
+    assert {name for name, f in found.items() if f.spills} == {"deepspeed", "nccl"}
+    # NCCL's records wrap onto lines of any text: its parser reads every line, the others their candidates'
+    assert {name for name, f in found.items() if not f.candidates} == {"nccl"}
+    assert found["stacks"].parser.__module__ == "tracelens.ingest.hangs.stacks"
+
+
+def test_a_line_format_is_registered_once_with_a_parser_that_feeds_and_finishes():
+    class Feeds:
+        def feed(self, chunk):
+            return chunk["line"]
+
+    with pytest.raises(ValueError, match="registered twice"):
+        line_format("nccl")(Feeds)
+    with pytest.raises(ValueError, match="Feeds has no finish"):
+        line_format("test-no-finish")(Feeds)

@@ -13,7 +13,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from tracelens import analyze
-from tracelens.ingest import IngestResult, InputFile, small_files, textlog
+from tracelens.ingest import IngestResult, InputFile, small_files
 from tracelens.tables import SCHEMAS
 
 from .conftest import CORPUS, FIXTURES, corpus_dir
@@ -57,11 +57,6 @@ def _discovered(target: Path, tmp_path: Path):
     from tracelens.discover import discover
 
     return discover(target, tmp_path / "discovered").files
-
-
-def test_other_line_parsers_are_all_known_to_the_batch():
-    # a parser added to textlog without its candidate regexes here would silently lose its lines in batches
-    assert set(small_files.OTHER_PARSERS) == set(textlog.LINE_PARSERS) - {textlog.NcclParser}
 
 
 def test_the_real_corpus_reads_the_same_in_batches(tmp_path, monkeypatch):

@@ -178,11 +178,11 @@ def test_the_report_reads_rules_through_the_registry_and_findings_only():
 
 def test_no_module_keeps_results_between_analyses():
     """Results of an analysis live in its RunContext, not in module state: no module-level container
-    filled at run time (the rule and format registries, filled at import, aside), no function that rebinds a
-    module-level name (`global _cache`), and no memoized function
-    of frames or tables (memoized grammars and folders, functions of names, are fine)."""
+    filled at run time (the rule, format and line-format registries, filled at import, aside), no
+    function that rebinds a module-level name (`global _cache`), and no memoized function of frames
+    or tables (memoized grammars and folders, functions of names, are fine)."""
     frame_types = ("DataFrame", "Series", "LazyFrame", "RunTables", "RunContext", "Table")
-    registries = {"tracelens.rules._REGISTRY", "tracelens.ingest._FORMATS"}
+    registries = {"tracelens.rules._REGISTRY", "tracelens.ingest._FORMATS", "tracelens.ingest._LINE_FORMATS"}
     found = []
     for path in SOURCES:
         module = _module_name(path)

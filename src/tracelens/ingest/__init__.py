@@ -4,7 +4,8 @@ A format registers its reader with `@input_format(name, priority=..., sniff=...)
 `ingest(source: InputFile) -> IngestResult`; every module of this package and its family
 packages is imported to find them. Sniffers run in priority order (lower first) on the first
 64 KiB of a file; text that no sniffer claims is read as a log by `textlog`, where the line
-parsers (NCCL, DeepSpeed, ...) share one pass.
+parsers (NCCL, DeepSpeed, ...) share one pass: a format found inside such logs registers its
+parser class with `@line_format(name, candidates=...)`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import polars as pl
 
 from tracelens.ingest.text.lines import CHUNK_BYTES, MAX_LINE_BYTES, long_lines
 from tracelens.prose import count
+from tracelens.tables import Spill
 
 SAMPLE_LIMIT = 20
 
@@ -147,6 +150,61 @@ def formats() -> tuple[Format, ...]:
     for info in pkgutil.walk_packages(__path__, f"{__name__}."):
         importlib.import_module(info.name)
     return tuple(sorted(_FORMATS.values(), key=lambda f: (f.priority, f.name)))
+
+
+class LineParser(Protocol):
+    """Reads one format's lines out of a text log it shares with others: one per file, `feed` each
+    chunk in order, then `finish`."""
+
+    def feed(self, chunk: pl.DataFrame) -> pl.Series:
+        """Parse a chunk (columns line, text); return a UInt8 status per line (text.lines codes)."""
+
+    def finish(self, result: IngestResult) -> None:
+        """Add the parsed tables to `result`."""
+
+
+@dataclass(frozen=True)
+class LineFormat:
+    """A format read line by line inside text logs (a launcher's stdout mixes NCCL, DeepSpeed, stack
+    dumps ...): its parser class, whether the parser writes a big file's rows to a Spill as it reads
+    (it then takes `spill` after the source), and `candidates`, regexes one of which every line it
+    may claim matches; none: any line may be its (NCCL's records wrap onto lines of any text)."""
+
+    name: str
+    parser: Callable[..., LineParser]
+    spills: bool
+    candidates: tuple[str, ...]
+
+    def open(self, source: InputFile, spill: Spill | None = None) -> LineParser:
+        """A parser for one file (`spill`: where a spilling parser writes its rows)."""
+        return self.parser(source, spill) if self.spills else self.parser(source)
+
+
+_LINE_FORMATS: dict[str, LineFormat] = {}
+ParserClass = TypeVar("ParserClass", bound=type)
+
+
+def line_format(
+    name: str, *, candidates: tuple[str, ...] = (), spills: bool = False
+) -> Callable[[ParserClass], ParserClass]:
+    """Register the decorated class as the LineParser of line format `name` (see LineFormat)."""
+
+    def register(cls: ParserClass) -> ParserClass:
+        if name in _LINE_FORMATS:
+            raise ValueError(f"line format {name!r} registered twice")
+        missing = [m for m in ("feed", "finish") if not callable(getattr(cls, m, None))]
+        if missing:
+            raise ValueError(f"line format {name!r}: {cls.__name__} has no {' or '.join(missing)}")
+        _LINE_FORMATS[name] = LineFormat(name, cls, spills, candidates)
+        return cls
+
+    return register
+
+
+def line_formats() -> tuple[LineFormat, ...]:
+    """Every registered line format, by name (their modules imported as formats() imports them)."""
+    formats()
+    return tuple(_LINE_FORMATS[name] for name in sorted(_LINE_FORMATS))
 
 
 def find_format(name: str) -> Format | None:

@@ -20,11 +20,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, with_host_hint
-from tracelens.ingest.deepspeed import log as deepspeed_log
-from tracelens.ingest.hangs import stacks
-from tracelens.ingest.host import nccl_tests
-from tracelens.ingest.nccl.log import NcclParser
+from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, line_formats, with_host_hint
 from tracelens.ingest.text.lines import (
     FILE_SHIFT,
     IGNORED,
@@ -39,14 +35,6 @@ from tracelens.ingest.text.pasted import unpaste
 SMALL_BYTES = 1 << 20  # a file this small is one chunk for textlog too
 BATCH_BYTES = 16 << 20
 BATCH_FILES = 4096
-
-# The line parsers other than NCCL's, with regexes one of which every line they may claim matches
-# (tests check this covers textlog.LINE_PARSERS).
-OTHER_PARSERS = {
-    deepspeed_log.DeepSpeedParser: [deepspeed_log.CANDIDATE],
-    stacks.StackParser: [stacks.CANDIDATE],
-    nccl_tests.NcclTestsParser: nccl_tests.CANDIDATES,
-}
 _LINE_MASK = (1 << FILE_SHIFT) - 1
 
 
@@ -121,10 +109,14 @@ def ingest(files: list[InputFile]) -> BatchResult:
     result = BatchResult(per_file=unread)
     if not lines.height:
         return result
-    parser = NcclParser(InputFile(path=Path(), name="", format="log"))
-    lines = lines.with_columns(status=parser.feed(lines.select("line", "text")))
+    # the line formats any line may be of (NCCL's) read the whole batch; the others only the files
+    # with a line of theirs (_other_parsers)
+    batch = InputFile(path=Path(), name="", format="log")
+    parsers = [fmt.open(batch) for fmt in line_formats() if not fmt.candidates]
+    lines = lines.with_columns(status=strongest_claim([p.feed(lines.select("line", "text")) for p in parsers]))
     parsed = IngestResult()
-    parser.finish(parsed)
+    for parser in parsers:
+        parser.finish(parsed)
     names = pl.Series([f.name for f in files], dtype=pl.String)
     hints = pl.Series([f.host_hint for f in files], dtype=pl.String)
     hosts = []
@@ -159,11 +151,12 @@ def _named_hosts(frame: pl.DataFrame, idx: pl.Series | pl.Expr) -> pl.DataFrame:
 
 
 def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchResult, hosts: list) -> pl.DataFrame:
-    """The line parsers other than NCCL's, on the files they may claim: each on the file's own lines
-    (keys back to line numbers, no empty row), finished into the file's tables; each line's status
-    becomes its strongest claim."""
+    """The line formats with candidates (all but NCCL's), on the files they may claim: each parser on
+    the file's own lines (keys back to line numbers, no empty row), finished into the file's tables;
+    each line's status becomes its strongest claim."""
     text = pl.col("text")
-    others = pl.any_horizontal(text.str.contains(p) for patterns in OTHER_PARSERS.values() for p in patterns)
+    formats = [fmt for fmt in line_formats() if fmt.candidates]
+    others = pl.any_horizontal(text.str.contains(p) for fmt in formats for p in fmt.candidates)
     claimed = sorted(lines.filter(others)["idx"].unique().to_list())
     if not claimed:
         return lines
@@ -172,7 +165,7 @@ def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchRes
     for (i,), chunk in own.partition_by("idx", as_dict=True, maintain_order=True).items():
         source = files[i]
         chunk = chunk.select(pl.col("line") & _LINE_MASK, "text")
-        parsers = [cls(source) for cls in OTHER_PARSERS]
+        parsers = [fmt.open(source) for fmt in formats]
         claims.append(strongest_claim([p.feed(chunk) for p in parsers]).alias("claim").to_frame())
         parsed = IngestResult()
         for p in parsers:

@@ -1,9 +1,9 @@
 """Text logs: one pass over the lines, shared by every line parser.
 
 A launcher's stdout mixes DeepSpeed lines, NCCL lines and application output,
-so a log is not one format: each parser in LINE_PARSERS looks at every chunk,
-claims the lines it knows, and the file's account takes the strongest claim
-per line. Lines nobody claims are unrecognised (application output, or a form
+so a log is not one format: the parser of every line format (ingest.line_formats)
+looks at every chunk, claims the lines it knows, and the file's account takes
+the strongest claim per line. Lines nobody claims are unrecognised (application output, or a form
 no parser knows yet), blank ones known but irrelevant.
 """
 
@@ -13,14 +13,19 @@ import threading
 import uuid
 from collections import deque
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Protocol
 
 import polars as pl
 
-from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, input_format, looks_like_text
-from tracelens.ingest.deepspeed.log import DeepSpeedParser
-from tracelens.ingest.hangs.stacks import StackParser
-from tracelens.ingest.host.nccl_tests import NcclTestsParser
+from tracelens.ingest import (
+    SAMPLE_LIMIT,
+    Account,
+    IngestResult,
+    InputFile,
+    LineParser,
+    input_format,
+    line_formats,
+    looks_like_text,
+)
 from tracelens.ingest.nccl.log import ChunkRecords, NcclParser
 from tracelens.ingest.text.lines import (
     CHUNK_BYTES,
@@ -36,19 +41,6 @@ from tracelens.ingest.text.lines import (
 from tracelens.tables import Spill
 
 
-class LineParser(Protocol):
-    """One per file: `feed` each chunk in order, then `finish`."""
-
-    def feed(self, chunk: pl.DataFrame) -> pl.Series:
-        """Parse a chunk (columns line, text); return a UInt8 status per line (lines.py codes)."""
-
-    def finish(self, result: IngestResult) -> None:
-        """Add the parsed tables to `result`."""
-
-
-LINE_PARSERS = [NcclParser, DeepSpeedParser, StackParser, NcclTestsParser]
-
-
 def sniff(head: bytes) -> bool:
     return looks_like_text(head)
 
@@ -60,10 +52,7 @@ def ingest(
 ) -> IngestResult:
     """Read the file's lines once for every line parser; past two chunks, with `jobs` > 1, the NCCL
     records of `jobs` chunks are parsed at once, in threads (or on `workers`: Ray tasks)."""
-    parsers = [
-        cls(source, _spill(source, chunk_bytes)) if getattr(cls, "SPILLS", False) else cls(source)
-        for cls in LINE_PARSERS
-    ]
+    parsers = [fmt.open(source, _spill(source, chunk_bytes) if fmt.spills else None) for fmt in line_formats()]
     account = Account()
     if jobs > 1 and source.size > 2 * chunk_bytes:
         if workers is not None:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, line_format
 from tracelens.ingest.deepspeed import assemble
 from tracelens.ingest.deepspeed.grammar import HEADS, SIZE_UNITS, parse_body
 from tracelens.ingest.text import glued
@@ -444,10 +444,9 @@ def classify(recs: pl.DataFrame) -> pl.Expr:
     return kind.otherwise(None)
 
 
+@line_format("deepspeed", candidates=(CANDIDATE,), spills=True)
 class DeepSpeedParser:
     """One per file: `feed` each chunk in order, then `finish` adds steps, comm_ops and deepspeed_settings."""
-
-    SPILLS = True  # textlog gives it a Spill for a file of more than one chunk
 
     def __init__(self, source: InputFile, spill: Spill | None = None) -> None:
         self.source = source

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, line_format
 from tracelens.ingest.text.lines import NOT_MINE, PARSED
 
 _TAG = r"^(?:[\w.-]+: )?(?:\[(?:rank|default)?\s*(?P<tag>\d+)\]:\s?)?"
@@ -84,6 +84,7 @@ def _int(text: str | None) -> int | None:
     return value if value is not None and value <= INT64_MAX else None
 
 
+@line_format("stacks", candidates=(CANDIDATE,))
 class StackParser:
     """One per file: `feed` each chunk in order, then `finish` adds the `stacks` rows."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, line_format
 from tracelens.ingest.text.lines import NOT_MINE, PARSED, UNRECOGNIZED, number
 from tracelens.ingest.text.prefixes import LAUNCHER_PREFIX
 from tracelens.tables import PROVENANCE_COLUMNS
@@ -38,7 +38,7 @@ _ROWLIKE = PREFIX + r"\s*\d+\s+\d+\s+(?:float|half|double|bfloat16|bf16|fp8\w*|f
 _COLUMN_HEADER = PREFIX + r"#\s+size\s+count\s+type\b"
 _CANDIDATE = PREFIX + r"\s*[#\d]"
 # Every line the parser may claim matches one of these: a file without one is none of its business.
-CANDIDATES = [_HEADER, _ROW]
+CANDIDATES = (_HEADER, _ROW)
 
 COLUMNS_NEW = [
     "redop",
@@ -56,6 +56,7 @@ COLUMNS_OLD = [c for c in COLUMNS_NEW if c != "root"]  # before the root column 
 COLUMNS_NO_REDOP = COLUMNS_OLD[1:]
 
 
+@line_format("nccl_tests", candidates=CANDIDATES)
 class NcclTestsParser:
     """Claims nccl-tests header and result lines of a text log; rows are built in `finish`."""
 

@@ -28,7 +28,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedInput
 from lark.parsers.lalr_analysis import Shift
 
-from tracelens.ingest import IngestResult, InputFile
+from tracelens.ingest import IngestResult, InputFile, line_format
 from tracelens.ingest.text import glued
 from tracelens.ingest.text.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, file_of, within_datetime_range
 from tracelens.ingest.text.shapes import Locator, ShapeParser
@@ -629,10 +629,9 @@ class ChunkRecords:
     lark: dict[str, tuple[str, dict]]
 
 
+@line_format("nccl", spills=True)
 class NcclParser:
     """LineParser for NCCL/PyTorch records (see tracelens.ingest.textlog)."""
-
-    SPILLS = True  # textlog gives it a Spill for a file of more than one chunk
 
     def __init__(self, source: InputFile, spill: Spill | None = None) -> None:
         self.source = source
