@@ -1,6 +1,6 @@
 """DeepSpeed training logs: steps, timers, throughput, comms logger, config echo, launcher.
 
-A line parser for `textlog` (see its LineParser): every line of a launcher's stdout
+A line parser for `textlog` (see tracelens.ingest.LineParser): every line of a launcher's stdout
 comes through here, and only lines in DeepSpeed's shapes are claimed. How a line is read
 (formats: docs/formats/deepspeed.md):
 

@@ -87,7 +87,7 @@ class DumpLine:
         }
 
 
-LineParser = Callable[[str], Any]  # a line's text -> its value, or None if not a line of the format
+ParseLine = Callable[[str], Any]  # a line's text -> its value, or None if not a line of the format
 
 
 def _numbers_fit(value: Any) -> bool:
@@ -106,7 +106,7 @@ def _numbers_fit(value: Any) -> bool:
     return True
 
 
-def read_dump(source: InputFile, parse_line: LineParser) -> tuple[list[DumpLine], Account]:
+def read_dump(source: InputFile, parse_line: ParseLine) -> tuple[list[DumpLine], Account]:
     """Read a dump: the lines `parse_line` understood, with time and host, and the file's account. Of
     the other lines, a tool's command (`perfquery -x`, `ssh root@node05 ethtool -S ens1f0`) names the
     host of the output below it (`user@host`) and is each line's `command`; `#` comments are ignored."""

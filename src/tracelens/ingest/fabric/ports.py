@@ -20,7 +20,7 @@ import polars as pl
 from lark import Transformer
 
 from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.fabric.dumps import DumpLine, LineParser, read_dump
+from tracelens.ingest.fabric.dumps import DumpLine, ParseLine, read_dump
 from tracelens.ingest.text.lines import checked_float
 
 STATES = {1: "Down", 2: "Initializing", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
@@ -160,7 +160,7 @@ DEVICE_COLUMNS = {"ca_type", "node_guid"}
 
 def ingest_port_dump(
     source: InputFile,
-    parse_line: LineParser,
+    parse_line: ParseLine,
     tool: str,
     columns: Columns,
     finish: Callable[[dict[str, Any]], None] | None = None,

@@ -631,7 +631,7 @@ class ChunkRecords:
 
 @line_format("nccl", spills=True)
 class NcclParser:
-    """LineParser for NCCL/PyTorch records (see tracelens.ingest.textlog)."""
+    """LineParser (tracelens.ingest) for NCCL/PyTorch records, run by tracelens.ingest.textlog."""
 
     def __init__(self, source: InputFile, spill: Spill | None = None) -> None:
         self.source = source
