@@ -65,7 +65,7 @@ class PhaseChange:
 
 
 @dataclass(frozen=True)
-class SlowSteps:
+class SlowStepShares:
     """Steps over SLOW_STEP x the good run's median, in each run: a slowdown confined to a window
     moves this share long before it moves the distribution as a whole."""
 
@@ -97,7 +97,7 @@ class PaceChange:
     p: float
     significant: bool
     phases: tuple[PhaseChange, ...]
-    slow_steps: SlowSteps
+    slow_steps: SlowStepShares
 
     @property
     def slower(self) -> bool:
@@ -176,10 +176,10 @@ def compare_pace(good: Pace, bad: Pace) -> PaceChange:
     return PaceChange(good, bad, p, significant, tuple(phases), _slow_steps(good, bad))
 
 
-def _slow_steps(good: Pace, bad: Pace) -> SlowSteps:
+def _slow_steps(good: Pace, bad: Pace) -> SlowStepShares:
     """The share of slow steps in each run, tested as a rate per step (tracelens.stats.rate_rise_p)."""
     threshold = SLOW_STEP * good.median_ms
     g = good.per_step["time_ms"].drop_nulls()
     b = bad.per_step["time_ms"].drop_nulls()
     n_good, n_bad = int((g > threshold).sum()), int((b > threshold).sum())
-    return SlowSteps(threshold, n_good, g.len(), n_bad, b.len(), rate_rise_p(n_bad, b.len(), n_good, g.len()))
+    return SlowStepShares(threshold, n_good, g.len(), n_bad, b.len(), rate_rise_p(n_bad, b.len(), n_good, g.len()))
