@@ -85,7 +85,7 @@ def network_events(
     )
 
 
-def kernel_events(tables: RunTables) -> pl.DataFrame:
+def kernel_network_events(tables: RunTables) -> pl.DataFrame:
     """The network events of the hosts' kernel logs alone (columns SCHEMA), in time order."""
     return _timed([_kernel(tables)]).sort("lo", maintain_order=True)  # records of one second in log order
 

@@ -28,7 +28,7 @@ import polars as pl
 from tracelens.derived import step_times
 from tracelens.derived.baseline import Baseline, LevelComparison, RateComparison
 from tracelens.derived.counters import kind_of
-from tracelens.derived.events import _COUNTER_CAUSE, kernel_events
+from tracelens.derived.events import _COUNTER_CAUSE, kernel_network_events
 from tracelens.derived.flows import TCP_LOSS, TCP_PROBE, TCP_SPURIOUS
 from tracelens.derived.imbalance import STEP_SHARE
 from tracelens.derived.stream_groups import StreamGroups
@@ -504,7 +504,7 @@ def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signa
 def _kernel_signals(ctx: RunContext, series: StreamGroups, begin: datetime, end: datetime) -> list[Signal]:
     """Per host and cause, the NIC records of its kernel log (link down, transmit timeouts ...); the
     kernel logs all along, so the exposure is the run's span (its steps and the records themselves)."""
-    events = kernel_events(ctx.tables)
+    events = kernel_network_events(ctx.tables)
     if events.height == 0:
         return []
     span = series.scan().select(pl.col("ts").min(), pl.col("ts").max().alias("last"))
