@@ -13,7 +13,7 @@ from tests.helpers import CORPUS, FIXTURES
 from tracelens.ingest import IngestResult, InputFile
 from tracelens.ingest.deepspeed import assemble
 from tracelens.ingest.textlog import ingest
-from tracelens.tables import RunTables, conform, with_text
+from tracelens.tables import RunTables, conform, with_ts_text
 from tracelens.timeline import align
 
 
@@ -90,7 +90,7 @@ def test_rows_spilled_chunk_by_chunk_equal_rows_kept_in_memory(big_log, tmp_path
     tables.write_parquet(tmp_path / "out")
     for name, frame in memory.tables.items():
         assert tables.height(name) == frame.height > 0
-        assert pl.read_parquet(tmp_path / "out" / f"{name}.parquet").equals(with_text(conform(name, frame))), name
+        assert pl.read_parquet(tmp_path / "out" / f"{name}.parquet").equals(with_ts_text(conform(name, frame))), name
     path = big_log.path
     whole = ingest(InputFile(path, path.name, "log", size=path.stat().st_size, spill=tmp_path / "whole"), jobs=2)
     assert not any(isinstance(frame, pl.LazyFrame) for frame in whole.tables.values()), (

@@ -724,14 +724,14 @@ class RunTables:
         for name in SCHEMAS:
             path = out_dir / f"{name}.parquet"
             if name not in self._frames and any(isinstance(p, pl.LazyFrame) for p in self._parts.get(name, [])):
-                with_text(self._lazy(name)).sink_parquet(path)
+                with_ts_text(self._lazy(name)).sink_parquet(path)
             else:
-                with_text(self[name]).write_parquet(path)
+                with_ts_text(self[name]).write_parquet(path)
             written.append(path)
         return written
 
 
-def with_text(frame: Frame) -> Frame:
+def with_ts_text(frame: Frame) -> Frame:
     """`frame` with `ts_text` the time each row was read with, before the timeline placed it in UTC
     (`ts_read`): the text the line printed, where its reader kept it; else, for a time the input
     printed elsewhere (a dump's `date` line, a capture's frame time, a file name), that time formatted

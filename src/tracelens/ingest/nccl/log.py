@@ -382,7 +382,7 @@ RECORD_COLUMNS = ["idx", "prefix", "ts", "ts_text", "host", "pid", "tid", "cuda_
 def _split_prefix(records: pl.LazyFrame) -> pl.LazyFrame:
     """Take the timestamp out of `prefix` into `ts`: NCCL's own (2.26+) right before the record,
     else a launcher's that carries a full date. Times are taken as printed, as UTC; `ts_text` keeps
-    the printed text (tables.with_text)."""
+    the printed text (tables.with_ts_text)."""
     prefix = pl.col("prefix")
     nccl_ts = prefix.str.extract(_NCCL_TS)
     printed = pl.coalesce(nccl_ts, prefix.str.extract(_WRAPPER_TS))
