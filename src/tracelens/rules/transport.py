@@ -52,7 +52,7 @@ def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
     disabling = ((pl.col("name") == "NCCL_IB_DISABLE") & value.is_in(["1", "true", "yes"])) | (
         (pl.col("name") == "NCCL_NET") & (value == "socket")
     )
-    env = ctx.scan("nccl_env").select("file", "line", "host", "pid", "name", "value").filter(disabling).collect()
+    env = ctx.nccl_settings.filter(disabling).collect()
     config = ctx["deepspeed_settings"]
     if config.height:
         env = pl.concat(
@@ -251,8 +251,7 @@ def gdr_not_used(ctx: RunContext) -> Iterator[Finding]:
         )
     disabled = disabled.select(where)
     gdr_env = (
-        ctx.scan("nccl_env")
-        .filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))
+        ctx.nccl_settings.filter(pl.col("name").is_in(["NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ"]))
         .select(*where, "name", "value")
         .collect()
     )
