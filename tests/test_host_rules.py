@@ -308,3 +308,11 @@ def test_tl608_gid_index_that_is_v2_on_one_pod_and_v1_on_the_other():
     assert finding.hosts == ["pod-b"] and "index 5 is v2 fe80::" in finding.summary and "at index 7" in finding.summary
     healthy = gid_rows("pod-a", 2) + gid_rows("pod-b", 2)
     assert fire(tables_from(gids=healthy, nccl_env=env), "TL608") == []
+
+
+def test_tl608_reads_the_gid_index_a_launcher_exported():
+    # without NCCL_DEBUG=INFO NCCL echoes nothing: the launcher's line is all that says the index
+    exported = [{"host": "pod-b", "key": "NCCL_IB_GID_INDEX", "value": "5", "source": "launcher_env", "line": 3}]
+    (finding,) = fire(tables_from(gids=gid_rows("pod-b", 4), deepspeed_settings=exported), "TL608")
+    assert finding.hosts == ["pod-b"] and "NCCL_IB_GID_INDEX=5" in finding.title
+    assert fire(tables_from(gids=gid_rows("pod-b", 2), deepspeed_settings=exported), "TL608") == []

@@ -195,6 +195,11 @@ class RunContext:
         """The echoed NCCL_* settings, values as set (without the period of NCCL's sentence)."""
         return nccl.settings(self.tables)
 
+    @property
+    def launcher_nccl_settings(self) -> pl.LazyFrame:
+        """The NCCL_* settings a launcher printed as it exported them, as nccl_settings gives NCCL's echo."""
+        return nccl.launcher_settings(self.tables)
+
     @cached_property
     def nccl_hosts(self) -> list[nccl.NcclHost]:
         """Per host, what NCCL said about its set-up: versions, networks, HCAs, transports, settings."""

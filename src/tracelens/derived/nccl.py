@@ -116,12 +116,22 @@ def plugin_versions(tables: RunTables) -> pl.DataFrame:
     )  # fmt: skip
 
 
+# a setting's value as set: without the spaces around it and the period that ends NCCL's sentence
+_SETTING_VALUE = pl.col("value").fill_null("").str.strip_chars().str.strip_chars_end(".")
+
+
 def settings(tables: RunTables) -> pl.LazyFrame:
     """The echoed NCCL_* settings (file, line, host, pid, name, value), the value without the period
     that ends NCCL's `... set by environment to 1.` sentence (and without spaces around it); a setting
     echoed with nothing after `to` has the empty value."""
-    value = pl.col("value").fill_null("").str.strip_chars().str.strip_chars_end(".")
-    return tables.scan("nccl_env").select("file", "line", "host", "pid", "name", value=value)
+    return tables.scan("nccl_env").select("file", "line", "host", "pid", "name", value=_SETTING_VALUE)
+
+
+def launcher_settings(tables: RunTables) -> pl.LazyFrame:
+    """The NCCL_* settings a launcher printed as it exported them (kept in deepspeed_settings), in the
+    columns and values of `settings` (no pid): NCCL echoes a setting only at NCCL_DEBUG=INFO."""
+    rows = tables.scan("deepspeed_settings").filter(pl.col("key").str.starts_with("NCCL_"))
+    return rows.select("file", "line", "host", pid=pl.lit(None, pl.Int64), name=pl.col("key"), value=_SETTING_VALUE)
 
 
 def _by_host(frame: pl.DataFrame) -> dict[str | None, pl.DataFrame]:

@@ -631,7 +631,8 @@ def roce_gid_index(ctx: RunContext) -> Iterator[Finding]:
     the right address family itself.
     """
     gids = ctx["gids"].filter(pl.col("roce").is_not_null())
-    env = ctx.nccl_settings.filter(pl.col("name") == "NCCL_IB_GID_INDEX").collect()
+    settings = pl.concat([ctx.nccl_settings, ctx.launcher_nccl_settings])
+    env = settings.filter(pl.col("name") == "NCCL_IB_GID_INDEX").collect()
     if gids.height == 0 or env.height == 0:
         return
     index = int(env["value"].cast(pl.Int64, strict=False).drop_nulls().mode().first() or -1)

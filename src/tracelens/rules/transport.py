@@ -52,18 +52,7 @@ def _ib_disabled_settings(ctx: RunContext) -> pl.DataFrame:
     disabling = ((pl.col("name") == "NCCL_IB_DISABLE") & value.is_in(["1", "true", "yes"])) | (
         (pl.col("name") == "NCCL_NET") & (value == "socket")
     )
-    env = ctx.nccl_settings.filter(disabling).collect()
-    config = ctx["deepspeed_settings"]
-    if config.height:
-        env = pl.concat(
-            [
-                env,
-                config.select(
-                    "file", "line", "host", pl.lit(None, pl.Int64).alias("pid"), pl.col("key").alias("name"), "value"
-                ).filter(disabling),
-            ]
-        )
-    return env
+    return pl.concat([ctx.nccl_settings, ctx.launcher_nccl_settings]).filter(disabling).collect()
 
 
 @rule("TL101", "nccl-socket-transport", Severity.WARNING, needs=("nccl_channels|nccl_net",))
