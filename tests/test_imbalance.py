@@ -72,6 +72,6 @@ def test_the_verdict_names_the_rank_the_step_times_hide():
     """Under ZeRO-3 forward all-gathers the parameters, so no timer holds a rank's own work but its
     optimizer step: only its forward against the job's pace shows it rose."""
     zero3 = [{"engine": "0", "key": "zero_optimization.stage", "value": "3", "source": "ds_config.json"}]
-    findings = fire(tables_from(steps=_rows(slow_ranks=(2,)), config=zero3), "TL410")
+    findings = fire(tables_from(steps=_rows(slow_ranks=(2,)), deepspeed_settings=zero3), "TL410")
     (verdict,) = [f for f in findings if f.severity.label != "info"]
     assert "straggler" in verdict.title and verdict.ranks == [2] and verdict.hosts == ["node-b"]
