@@ -42,7 +42,7 @@ import polars as pl
 from tracelens.ingest import IngestResult, InputFile, input_format
 
 MAX_DEPTH = 2  # CPU spans kept: depth 0 (ProfilerStep, top-level ops), 1 and 2 on their thread
-CHUNK_BYTES = 32 << 20
+CHUNK_BYTES = 8 << 20
 _HEAD_LIMIT = 64 << 20  # the `traceEvents` key must come within this much of the start
 
 _SNIFF = re.compile(
@@ -51,7 +51,6 @@ _SNIFF = re.compile(
 _BOUNDARY = re.compile(rb'\}\s*,\s*(?=\{\s*"[A-Za-z_ ]{1,32}"\s*:)')
 _KINETO_SEPARATOR = b"},\n  {"
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-NEWLINE = ord("\n")
 # raw newlines (whitespace in JSON) to spaces, the marked separators between events to newlines
 _ONE_EVENT_A_LINE = bytes.maketrans(b"\n\r\x1e", b"  \n")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
@@ -76,6 +75,7 @@ COLLECTIVE_ARGS = {
     "Dst Rank": "dst_rank",
 }
 _COLLECTIVE_INTS = ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank")
+# an event's fields as read; `args` as its JSON text, decoded only on the rows that need its fields
 _EVENT_SCHEMA = {
     "ph": pl.String,
     "cat": pl.String,
@@ -84,12 +84,11 @@ _EVENT_SCHEMA = {
     "tid": pl.String,
     "ts": pl.Float64,
     "dur": pl.Float64,
+    "args": pl.String,
 }
-_SPAN_SCHEMA = _EVENT_SCHEMA | {"args": pl.Struct(dict.fromkeys(SPAN_ARGS, pl.String))}
-_COLLECTIVE_SCHEMA = {"args": pl.Struct(dict.fromkeys(COLLECTIVE_ARGS, pl.String))}
-# a batch of events as Trace.keep takes it: the event's fields and its args', flat
+# the kept rows' fields, typed: the event's and its args'
 FLAT_SCHEMA = (
-    _EVENT_SCHEMA
+    {k: v for k, v in _EVENT_SCHEMA.items() if k != "args"}
     | dict.fromkeys(SPAN_ARGS.values(), pl.Int64)
     | {c: pl.Int64 if c in _COLLECTIVE_INTS else pl.String for c in COLLECTIVE_ARGS.values()}
 )
@@ -153,25 +152,36 @@ class Trace:
         self.launches: list[pl.DataFrame] = []
 
     def keep(self, batch: pl.DataFrame) -> None:
-        """Sort a batch of raw events into CPU spans, GPU spans and launches (the columns each needs)."""
+        """Sort a batch of raw events (_EVENT_SCHEMA) into CPU spans, GPU spans and launches, each with
+        the columns it needs: the args are decoded only on the rows that read them."""
         self.events += batch.height
-        flat = batch.filter(pl.col("ph") == "X")
-        # a collective's args only on the rows that carry them: a column of nulls costs memory too
-        cpu = flat.filter(pl.col("cat").is_in(CPU_CATS))
+        cat = pl.col("cat")
+        flat = batch.filter(pl.col("ph") == "X", cat.is_in([*CPU_CATS, *GPU_KINDS, *LAUNCH_CATS]))
+        cpu = flat.filter(cat.is_in(CPU_CATS))
         calls = cpu["name"] == PARAM_COMMS
         if cpu.height:
             self.cpu.append(cpu.filter(~calls).select(_CPU_COLUMNS))
         if calls.any():
-            self.calls.append(cpu.filter(calls).drop("ph", *SPAN_ARGS.values()))
-        gpu = flat.filter(pl.col("cat").is_in(list(GPU_KINDS)))
+            self.calls.append(_with_args(cpu.filter(calls), COLLECTIVE_ARGS).drop("ph"))
+        gpu = flat.filter(cat.is_in(list(GPU_KINDS)))
         nccl = gpu["name"].str.starts_with("nccl")
         if gpu.height:
-            self.gpu.append(gpu.filter(~nccl).select(_GPU_COLUMNS))
+            self.gpu.append(_with_args(gpu.filter(~nccl), SPAN_ARGS).select(_GPU_COLUMNS))
         if nccl.any():
-            self.gpu.append(gpu.filter(nccl).drop("ph", "pid", "tid"))
-        launches = flat.filter(pl.col("cat").is_in(LAUNCH_CATS), pl.col("correlation").is_not_null())
+            self.gpu.append(_with_args(gpu.filter(nccl), SPAN_ARGS | COLLECTIVE_ARGS).drop("ph", "pid", "tid"))
+        launches = _with_args(flat.filter(cat.is_in(LAUNCH_CATS)), {"correlation": "correlation"})
+        launches = launches.filter(pl.col("correlation").is_not_null())
         if launches.height:
             self.launches.append(launches.select("correlation", launch_us="ts"))
+
+
+def _with_args(events: pl.DataFrame, fields: dict[str, str]) -> pl.DataFrame:
+    """`events` with the args `fields` (key in args -> column) decoded from their args' text, typed
+    (FLAT_SCHEMA); args that are not an object hold none of them."""
+    text = pl.col("args")
+    objects = pl.when(text.str.starts_with("{")).then(text).otherwise(pl.lit("{}"))
+    decoded = objects.str.json_decode(pl.Struct(dict.fromkeys(fields, pl.String))).struct.unnest()
+    return _integers(events.with_columns(decoded).drop("args").rename(fields))
 
 
 def read_trace(path: Path) -> Trace:
@@ -247,30 +257,8 @@ def _ahead(items: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def _lines_frame(lines: bytes) -> pl.DataFrame:
-    """The events of one event per line, flat (FLAT_SCHEMA): every event with its ids, and the
-    collective args read again from the lines of the few events that carry them (reading them from
-    every line would double the cost)."""
-    events = _integers(pl.read_ndjson(io.BytesIO(lines), schema=_SPAN_SCHEMA).unnest("args").rename(SPAN_ARGS))
-    carries = (pl.col("ph") == "X") & (
-        (pl.col("name") == PARAM_COMMS) | ((pl.col("cat") == "kernel") & pl.col("name").str.starts_with("nccl"))
-    )
-    rows = events.select(carries.arg_true().alias("_row"))["_row"]
-    empty = {c: pl.repeat(None, events.height, dtype=FLAT_SCHEMA[c], eager=True) for c in COLLECTIVE_ARGS.values()}
-    if rows.len() == 0:
-        return events.with_columns(column.alias(c) for c, column in empty.items())
-    # the picked lines' edges from the newlines' positions, found in one vectorized pass: a Python
-    # list of every line would cost more than the parse
-    ends = np.append(np.flatnonzero(np.frombuffer(lines, dtype=np.uint8) == NEWLINE), len(lines))
-    starts = np.append(0, ends[:-1] + 1)
-    picked = b"\n".join([lines[starts[i] : ends[i]] for i in rows.to_list()])
-    args = _collective_columns(pl.read_ndjson(io.BytesIO(picked), schema=_COLLECTIVE_SCHEMA).unnest("args"))
-    # set on their rows (a join of every event with the few that carry them would cost more)
-    return events.with_columns(column.scatter(rows, args[c]).alias(c) for c, column in empty.items())
-
-
-def _collective_columns(args: pl.DataFrame) -> pl.DataFrame:
-    """The collective args, renamed and typed."""
-    return _integers(args.rename(COLLECTIVE_ARGS))
+    """The events of one event per line (_EVENT_SCHEMA)."""
+    return pl.read_ndjson(io.BytesIO(lines), schema=_EVENT_SCHEMA)
 
 
 _INTEGERS = (*SPAN_ARGS.values(), *_COLLECTIVE_INTS)
@@ -335,16 +323,13 @@ def _evented(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
 
 
 def _flat_frame(rows: list[dict]) -> pl.DataFrame:
-    frame = pl.DataFrame(rows, schema=_EVENT_SCHEMA | dict.fromkeys([*SPAN_ARGS, *COLLECTIVE_ARGS], pl.String))
-    spans = _integers(frame.rename(SPAN_ARGS))
-    return spans.drop(*COLLECTIVE_ARGS).hstack(_collective_columns(frame.select(*COLLECTIVE_ARGS)))
+    return pl.DataFrame(rows, schema=_EVENT_SCHEMA)
 
 
 def _flat_event(event: dict) -> dict[str, Any]:
-    args = _dict(event.get("args"))
     out: dict[str, Any] = {k: _text(event.get(k)) for k in ("ph", "cat", "name", "pid", "tid")}
     out.update({k: _number(event.get(k)) for k in ("ts", "dur")})
-    out.update({k: _text(args.get(k)) for k in [*SPAN_ARGS, *COLLECTIVE_ARGS]})
+    out["args"] = _text(event.get("args"))
     return out
 
 
