@@ -15,6 +15,7 @@ import pytest
 
 from synth.kineto import Job, step_ms, traces
 from tests.helpers import corpus_dir, fire
+from tracelens.analyze import analyze
 from tracelens.derived import RunContext
 from tracelens.derived import traces as derived
 from tracelens.findings import Verdict, causes
@@ -185,6 +186,30 @@ def test_not_a_trace_is_an_error_not_a_crash(tmp_path):
     path.write_text(traces(Job(world=2, steps=2))[0][:5000])
     result = kineto.ingest(InputFile(path, path.name, "kineto"))
     assert result.tables == {} and "not a readable profiler trace" in result.account.errors[0]
+
+
+@pytest.mark.parametrize("log", [True, False], ids=["a log names the machine", "only the folders name hosts"])
+def test_a_traces_host_is_named_as_the_run_names_it(tmp_path, log):
+    """A trace names its machine (`host_name`); the run's per-host folders name the host too. The trace
+    takes the folder's name, as the files beside it do, unless another source of the run names the
+    machine itself (NCCL prints the machine's name): then the run names hosts as the machines do."""
+    for rank, text in traces(Job(world=2, steps=3)).items():
+        folder = tmp_path / f"node-{'ab'[rank]}"
+        folder.mkdir()
+        machine = f"gpu{17 + rank}"
+        (folder / f"rank-{rank}.pt.trace.json").write_text(
+            text.replace('"schemaVersion": 1,', f'"schemaVersion": 1, "host_name": "{machine}",')
+        )
+        if log:
+            (folder / "nccl.log").write_text(
+                f"{machine}:1234:1234 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.{rank}<0>\n"
+            )
+    with analyze(tmp_path) as analysis:
+        ranks = analysis.context.tables["trace_ranks"].sort("rank")
+        spans = analysis.context.tables["trace_spans"].group_by("rank").agg(pl.col("host").unique()).sort("rank")
+    named = ["gpu17", "gpu18"] if log else ["node-a", "node-b"]
+    assert ranks["host_name"].to_list() == ["gpu17", "gpu18"] and ranks["host"].to_list() == named
+    assert spans["host"].to_list() == [[h] for h in named]
 
 
 # -- derived: breakdown and arrivals on generated traces ---------------------------------------------

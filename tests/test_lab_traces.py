@@ -9,6 +9,7 @@ import json
 import shutil
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tests.helpers import FIXTURES
@@ -55,6 +56,22 @@ def test_the_verdict_names_the_cause_and_the_last_rank(run, analysis_of):
         assert top.verdict.confidence == "high"
         assert any("which arrived last at the collectives" in line for line in top.verdict.because)
         assert any("from its profiler trace" in line for line in top.verdict.because)
+        last = [f for f in analysis_of(run).findings if f.rule_id == "TL431"]
+        assert all(f.ranks == expected["ranks"] and f.hosts == expected["hosts"] for f in last)
+        assert last or expected["job"]["world"] == 2  # the 4-rank run's TL431 names the rank and host too
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_the_traces_hosts_are_named_as_the_runs_folders_name_them(run, analysis_of):
+    """Every trace says `host_name: vm` (the lab's one machine); the run's folders name the hosts, as
+    they do for the ranks' logs beside the traces."""
+    expected = _expected(run)
+    tables = analysis_of(run).context.tables
+    ranks = tables["trace_ranks"]
+    assert ranks["host_name"].unique().to_list() == ["vm"]
+    assert {str(r): h for r, h in ranks.select("rank", "host").iter_rows()} == expected["job"]["rank_hosts"]
+    spans = tables["trace_spans"].group_by("rank").agg(pl.col("host").unique())
+    assert {str(r): h for r, h in spans.iter_rows()} == {r: [h] for r, h in expected["job"]["rank_hosts"].items()}
 
 
 def test_a_clean_run_names_no_cause_and_no_last_rank(analysis_of):

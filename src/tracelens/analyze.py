@@ -27,6 +27,7 @@ from tracelens.derived.hosts import untied
 from tracelens.discover import discover, sniff_file
 from tracelens.findings import Finding
 from tracelens.ingest import Account, IngestResult, InputFile, ingest_file, small_files, splits, with_host_hint
+from tracelens.ingest.profiler import kineto
 from tracelens.rules import Rule, select_rules
 from tracelens.tables import RunTables, Spill
 from tracelens.timeline import Timeline, align
@@ -351,7 +352,7 @@ def aligned_run(
         read, notes = ingest_run(target, Path(folder), jobs=jobs, progress=progress, ray=ray)
         _stage(progress, read, "aligning the timeline")
         events = partial(event_times, windows=config.shared.packets)  # the capture's NAKs, resends ... as analysed
-        renamed = rename_hosts(read, config.hosts)
+        renamed = rename_hosts(kineto.machine_hosts(read), config.hosts)
         tables, timeline = align(renamed, tz or config.tz, capture_events=events, workdir=Path(folder) / "spill")
         if not tz and config.tz:  # the timeline says where a given zone came from as "--tz"
             timeline.notes = [n.replace("(--tz)", f"(tz in {config.label})") for n in timeline.notes]

@@ -453,6 +453,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("steps", pa.int64()),  # ProfilerStep spans
         pa.field("first_step", pa.int64()),
         pa.field("last_step", pa.int64()),
+        pa.field("host_name", pa.string()),  # the machine's name the trace wrote (`host` is the run's name for it)
     ),
     # One row per kept span of a profiler trace (tracelens.ingest.profiler.kineto); `ts` is its start in UTC
     # (null when the trace's clock is not wall-clock time), `start_us`/`end_us` the same in epoch

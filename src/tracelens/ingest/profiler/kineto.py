@@ -40,6 +40,7 @@ import numpy as np
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, input_format
+from tracelens.tables import RunTables
 
 MAX_DEPTH = 2  # CPU spans kept: depth 0 (ProfilerStep, top-level ops), 1 and 2 on their thread
 CHUNK_BYTES = 8 << 20
@@ -128,11 +129,12 @@ def ingest(source: InputFile) -> IngestResult:
     result.account.lines = trace.events
     result.account.parsed = spans.height
     result.account.ignored = trace.events - spans.height
-    host = trace.meta.get("host_name")
-    if isinstance(host, str) and host:
+    # the host as the run's folders name it, as every other file there is named; else as the trace does
+    host = source.host_hint or _machine(trace.meta)
+    if host:
         spans = spans.with_columns(host=pl.lit(host))
     result.add("trace_spans", spans)
-    result.add("trace_ranks", _rank_row(trace, spans, rank, rank_source, source.name))
+    result.add("trace_ranks", _rank_row(trace, spans, rank, rank_source, source.name, host))
     return result
 
 
@@ -366,6 +368,12 @@ def _rank(meta: dict[str, Any], name: str) -> tuple[int | None, str]:
     return None, "unknown"
 
 
+def _machine(meta: dict[str, Any]) -> str | None:
+    """The host name the trace wrote (the machine's)."""
+    name = meta.get("host_name")
+    return name if isinstance(name, str) and name else None
+
+
 def _base_us(meta: dict[str, Any]) -> float:
     base = meta.get("baseTimeNanoseconds")
     return base / 1000 if isinstance(base, (int, float)) else 0.0
@@ -550,7 +558,9 @@ def _in_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
     return rows.with_columns(step=pl.when(holds).then(steps["step"].gather(index)))
 
 
-def _rank_row(trace: Trace, spans: pl.DataFrame, rank: int | None, rank_source: str, name: str) -> pl.DataFrame:
+def _rank_row(
+    trace: Trace, spans: pl.DataFrame, rank: int | None, rank_source: str, name: str, host: str | None
+) -> pl.DataFrame:
     meta = trace.meta
     info = _dict(meta.get("distributedInfo"))
     devices = meta.get("deviceProperties")
@@ -576,9 +586,29 @@ def _rank_row(trace: Trace, spans: pl.DataFrame, rank: int | None, rank_source: 
                 "steps": steps.height,
                 "first_step": steps["step"].min(),
                 "last_step": steps["step"].max(),
-                "host": trace.meta.get("host_name") if isinstance(trace.meta.get("host_name"), str) else None,
+                "host": host,
+                "host_name": _machine(meta),
                 "ts": spans["ts"].min(),
                 "ts_quality": spans["ts_quality"][0] if spans.height else "none",
             }
         ]
+    )
+
+
+def machine_hosts(tables: RunTables) -> RunTables:
+    """The tables with each trace named by its machine's name (`host_name`) instead of its folder's
+    where another source of the run names that machine too: the run then names its hosts as the
+    machines do (NCCL's and the launchers' prefixes print the machine's name), and the trace follows."""
+    if tables.height("trace_ranks") == 0:
+        return tables
+    others = tables["inputs"].filter(pl.col("format") != "kineto")["host"].drop_nulls().str.split(", ").explode()
+    moved = tables["trace_ranks"].filter(
+        pl.col("host_name").is_not_null(), pl.col("host") != pl.col("host_name"), pl.col("host_name").is_in(others)
+    )
+    if moved.height == 0:
+        return tables
+    names = dict(zip(moved["file"].to_list(), moved["host_name"].to_list()))
+    host = pl.col("file").replace_strict(names, default=pl.col("host"), return_dtype=pl.String).alias("host")
+    return tables.with_frames(
+        {name: tables.frame(name).with_columns(host) for name in ("trace_ranks", "trace_spans", "inputs")}
     )
