@@ -64,7 +64,7 @@ def test_the_verdict_names_the_cause_and_the_last_rank(run, analysis_of):
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_the_traces_hosts_are_named_as_the_runs_folders_name_them(run, analysis_of):
     """Every trace says `host_name: vm` (the lab's one machine); the run's folders name the hosts, as
-    they do for the ranks' logs beside the traces."""
+    they do for the ranks' logs beside the traces, and the traces' clock is the machine's."""
     expected = _expected(run)
     tables = analysis_of(run).context.tables
     ranks = tables["trace_ranks"]
@@ -72,6 +72,9 @@ def test_the_traces_hosts_are_named_as_the_runs_folders_name_them(run, analysis_
     assert {str(r): h for r, h in ranks.select("rank", "host").iter_rows()} == expected["job"]["rank_hosts"]
     spans = tables["trace_spans"].group_by("rank").agg(pl.col("host").unique())
     assert {str(r): h for r, h in spans.iter_rows()} == {r: [h] for r, h in expected["job"]["rank_hosts"].items()}
+    # one machine, one clock: no offset is measured between the hosts the folders name
+    arrived = analysis_of(run).context.collective_arrivals
+    assert arrived["host"].n_unique() == 2 and arrived["clock_offset_us"].unique().to_list() == [0.0]
 
 
 def test_a_clean_run_names_no_cause_and_no_last_rank(analysis_of):

@@ -293,7 +293,7 @@ class RunContext:
     def collective_arrivals(self) -> pl.DataFrame:
         """Per collective matched across the ranks' traces, each rank's arrival, its wait for the last
         rank (clock and duration based) and whether it came last."""
-        return traces.arrivals(self.scan("trace_spans"))
+        return traces.arrivals(self.scan("trace_spans"), self.scan("trace_ranks"))
 
     @cached_property
     def trace_host_waits(self) -> pl.DataFrame:

@@ -17,9 +17,11 @@ matched across ranks by its process group and its sequence number (`Seq`, when t
 it) or else its position among the group's collectives of its step. A rank *arrives* when its
 NCCL kernel starts (on a GPU) or its collective call starts (CPU only); the collective cannot
 finish before the last arrival, so each rank *waits* last arrival minus its arrival. The ranks'
-clocks differ between hosts: a collective ends at about the same moment on every rank, so a
-host's clock offset is the median, over the collectives, of how much later its ranks' ends are
-than the median end; arrivals are corrected by it (ranks of one host share a clock: no offset).
+clocks differ between machines: a collective ends at about the same moment on every rank, so a
+machine's clock offset is the median, over the collectives, of how much later its ranks' ends are
+than the median end; arrivals are corrected by it. A machine is the host its traces name
+(`host_name`), else the run's host: ranks of one machine share a clock, whatever folders the run
+puts them in.
 `wait_by_duration_us` (a rank's collective time minus the shortest rank's) needs no clock at all:
 on a GPU the NCCL kernel's time is the waiting plus the transfer.
 
@@ -215,7 +217,7 @@ ARRIVAL_SCHEMA = {
     "pg": pl.String,  # the process group's name, else the GPU stream ("stream 7"), else "default"
     "key": pl.Int64,  # the collective's sequence number, or its position in the group's collectives of the step
     "collective": pl.String,
-    "arrival_us": pl.Float64,  # on the rank's clock corrected by its host's offset
+    "arrival_us": pl.Float64,  # on the rank's clock corrected by its machine's offset
     "end_us": pl.Float64,
     "dur_us": pl.Float64,
     "clock_offset_us": pl.Float64,
@@ -245,6 +247,7 @@ def _collective_rows(spans: pl.LazyFrame) -> pl.LazyFrame:
     return rows.select(
         "rank",
         "host",
+        "file",
         "step",
         "pg",
         key=pl.coalesce("seq", position).cast(pl.Int64),
@@ -256,9 +259,11 @@ def _collective_rows(spans: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def arrivals(spans: pl.LazyFrame) -> pl.DataFrame:
-    """Per collective matched across ranks, each rank's arrival, wait and whether it came last."""
-    rows = _collective_rows(spans)
+def arrivals(spans: pl.LazyFrame, ranks: pl.LazyFrame) -> pl.DataFrame:
+    """Per collective matched across ranks, each rank's arrival, wait and whether it came last; `ranks`
+    (trace_ranks) says which machine's clock each trace file was written on."""
+    clocks = ranks.select("file", clock=pl.coalesce("host_name", "host"))
+    rows = _collective_rows(spans).join(clocks, on="file", how="left")
     # without sequence numbers, the position counts within a step: the step is part of the match
     rows = rows.with_columns(_step=pl.when("keyed").then(pl.lit(None, dtype=pl.Int64)).otherwise("step"))
     match = ["pg", "_step", "key"]
@@ -276,21 +281,22 @@ def arrivals(spans: pl.LazyFrame) -> pl.DataFrame:
 
 
 def _with_offsets(rows: pl.LazyFrame, match: list[str]) -> pl.LazyFrame:
-    """The rows with their host's clock offset (0 for the host whose clock the others are read on)."""
-    hosts = rows.select(pl.col("host").n_unique()).collect().item()
-    if hosts < 2:
+    """The rows with their machine's clock offset (`clock`: the ranks of one machine share its clock,
+    whatever host names the run gives them)."""
+    clocks = rows.select(pl.col("clock").n_unique()).collect().item()
+    if clocks < 2:
         return rows.with_columns(clock_offset_us=pl.lit(0.0))
     late = (pl.col("end_us") - pl.col("end_us").median().over(match)).alias("late")
-    per_host = (
+    per_clock = (
         rows.with_columns(late)
-        .group_by("host")
+        .group_by("clock")
         .agg(pl.col("late").median().alias("clock_offset_us"), pl.len().alias("n"))
         .with_columns(
             clock_offset_us=pl.when(pl.col("n") >= MIN_OFFSET_COLLECTIVES).then("clock_offset_us").otherwise(0.0)
         )
         .drop("n")
     )
-    return rows.join(per_host, on="host", how="left").with_columns(pl.col("clock_offset_us").fill_null(0.0))
+    return rows.join(per_clock, on="clock", how="left").with_columns(pl.col("clock_offset_us").fill_null(0.0))
 
 
 def rank_waits(arrived: pl.DataFrame) -> pl.DataFrame:
