@@ -462,16 +462,20 @@ def _with_depth(spans: pl.DataFrame) -> pl.DataFrame:
     """Each span's nesting depth on its thread (0: inside no other), levels peeled off one at a time:
     a span is at the current level when it starts at or after the end of every earlier span left.
     Spans deeper than MAX_DEPTH are left out. The levels are found on the spans' threads and times
-    alone, so that the sorted copies the peeling makes do not carry every span's name."""
+    alone (a thread as a number: sorting its pid and tid text would cost more than the peeling), so
+    that the sorted copies the peeling makes do not carry every span's name."""
     slim = spans.select(
-        "pid", "tid", "start_us", end=pl.col("start_us") + pl.col("dur_us"), _i=pl.int_range(pl.len(), dtype=pl.UInt32)
-    ).sort(["pid", "tid", "start_us", "end"], descending=[False, False, False, True])
+        thread=pl.struct("pid", "tid").rank("dense"),
+        start_us="start_us",
+        end=pl.col("start_us") + pl.col("dur_us"),
+        _i=pl.int_range(pl.len(), dtype=pl.UInt32),
+    ).sort(["thread", "start_us", "end"], descending=[False, False, True])
     depth = np.full(spans.height, -1, dtype=np.int32)
     rest = slim
     for level in range(MAX_DEPTH + 1):
         if rest.height == 0:
             break
-        covered = pl.col("end").cum_max().shift(1).over(["pid", "tid"])
+        covered = pl.col("end").cum_max().shift(1).over("thread")
         top = rest.select(covered.is_null() | (pl.col("start_us") >= covered)).to_series()
         depth[rest.filter(top)["_i"].to_numpy()] = level
         rest = rest.filter(~top)
