@@ -14,14 +14,18 @@ whose CPU span launched it (through the launch's correlation id).
 Streaming: a trace can be gigabytes. The events array is read a chunk at a time; raw newlines
 are whitespace in JSON (a string holds `\\n`, never a newline), so a chunk becomes one event per
 line by turning them into spaces and the separators between events into newlines, and polars
-reads those lines (only the fields kept) in Rust. A separator is `}`, `,`, `{` and then a quoted
+reads those lines in Rust: the event's own fields, and its args as text, decoded only on the
+rows that read them (ids on GPU spans and launches, a collective's on its call and its NCCL
+kernel). A separator is `}`, `,`, `{` and then a quoted
 key and a colon, which never occurs inside a JSON string (a quote there is escaped); a trace
 whose spans nest objects in arrays could still split wrongly, and its batch then fails to
 parse: such a file is read again with ijson, event by event, slower but exact. Only the kept
 spans' columns stay in memory: memory follows the chunk and the kept rows, not the file.
 
 Rank: `distributedInfo.rank`, else a `rank-3` / `rank_3` / `rank3` in the file name, else in a
-folder; else unknown (null), and the account says so.
+folder; else unknown (null), and the account says so. Host: the one the file's path names (the
+run's per-host folders, as for every file beside it), else the trace's `host_name`; the trace's own
+name is kept (`host_name`) and taken back where another source of the run names that machine.
 """
 
 from __future__ import annotations
@@ -396,7 +400,7 @@ def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
     )
     launches = launches.with_columns(pl.col("launch_us") + base)
     steps = _steps(cpu)
-    cpu_rows = pl.concat([_cpu_spans(cpu, steps), _collectives(cpu, calls)], how="diagonal_relaxed")
+    cpu_rows = pl.concat([_cpu_spans(cpu), _collectives(cpu, calls)], how="diagonal_relaxed")
     del cpu, calls
     gpu_rows = _gpu_spans(gpu, launches)
     del gpu, launches
@@ -444,10 +448,10 @@ def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _cpu_spans(cpu: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+def _cpu_spans(cpu: pl.DataFrame) -> pl.DataFrame:
     """The CPU ops and annotations at most MAX_DEPTH deep on their thread (collectives apart)."""
-    spans = cpu.filter(~pl.col("name").str.contains(COMM_OP) & (pl.col("name") != PARAM_COMMS))
-    spans = _with_depth(spans.select("cat", "name", "pid", "tid", "start_us", "dur_us"))
+    ops = ~pl.col("name").str.contains(COMM_OP) & (pl.col("name") != PARAM_COMMS)
+    spans = _with_depth(cpu.select("cat", "name", "pid", "tid", "start_us", "dur_us"), ops)
     kind = (
         pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
         .then(pl.lit("step"))
@@ -455,21 +459,27 @@ def _cpu_spans(cpu: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("annotation"))
         .otherwise(pl.lit("cpu_op"))
     )
-    return spans.filter(pl.col("depth") <= MAX_DEPTH).with_columns(kind=kind).drop("cat")
+    return spans.with_columns(kind=kind).drop("cat")
 
 
-def _with_depth(spans: pl.DataFrame) -> pl.DataFrame:
-    """Each span's nesting depth on its thread (0: inside no other), levels peeled off one at a time:
-    a span is at the current level when it starts at or after the end of every earlier span left.
-    Spans deeper than MAX_DEPTH are left out. The levels are found on the spans' threads and times
-    alone (a thread as a number: sorting its pid and tid text would cost more than the peeling), so
-    that the sorted copies the peeling makes do not carry every span's name."""
-    slim = spans.select(
-        thread=pl.struct("pid", "tid").rank("dense"),
-        start_us="start_us",
-        end=pl.col("start_us") + pl.col("dur_us"),
-        _i=pl.int_range(pl.len(), dtype=pl.UInt32),
-    ).sort(["thread", "start_us", "end"], descending=[False, False, True])
+def _with_depth(spans: pl.DataFrame, among: pl.Expr) -> pl.DataFrame:
+    """The spans of `among` at most MAX_DEPTH deep, each with its nesting depth on its thread (0: inside
+    no other), levels peeled off one at a time: a span is at the current level when it starts at or
+    after the end of every earlier span left. The levels are found on the spans' threads and times
+    alone (a thread as a number: sorting its pid and tid text would cost more than the peeling), and
+    only the spans kept are copied whole: the sorted copies the peeling makes, and a filtered copy of
+    every span, would hold every span's name."""
+    slim = (
+        spans.select(
+            thread=pl.struct("pid", "tid").rank("dense"),
+            start_us="start_us",
+            end=pl.col("start_us") + pl.col("dur_us"),
+            _i=pl.int_range(pl.len(), dtype=pl.UInt32),
+            _among=among,
+        )
+        .filter("_among")
+        .sort(["thread", "start_us", "end"], descending=[False, False, True])
+    )
     depth = np.full(spans.height, -1, dtype=np.int32)
     rest = slim
     for level in range(MAX_DEPTH + 1):
@@ -479,7 +489,8 @@ def _with_depth(spans: pl.DataFrame) -> pl.DataFrame:
         top = rest.select(covered.is_null() | (pl.col("start_us") >= covered)).to_series()
         depth[rest.filter(top)["_i"].to_numpy()] = level
         rest = rest.filter(~top)
-    return spans.with_columns(depth=pl.Series(depth)).filter(pl.col("depth") >= 0)
+    kept = np.flatnonzero(depth >= 0)
+    return spans[kept].with_columns(depth=pl.Series(depth[kept]))
 
 
 def _collectives(cpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
