@@ -158,6 +158,10 @@ def late_ranks(waited: dict[str, float]) -> list[str]:
 # The share of the other ranks' lost time spent waiting for the late ones at which a straggler and
 # contention on every rank tie: the late ranks then slowed half as much again as the others did.
 LATE_SHARE = 1 / 3
+# What a cause read only from where the time sat among the ranks (who arrived last, whether a rise
+# was inside the timed calls) scores where a source besides the steps shows the network lost
+# packets: below any network cause, since a lossy hop moves those readings too.
+BESIDE_LOST_PACKETS = 1.0
 
 
 @dataclass(frozen=True)
@@ -240,7 +244,7 @@ def _every_rank_waited(ranks: _Ranks, waited: list[Signal], network: bool) -> Ca
                 "collective calls: the work between the calls slowed"
             ]
             because += lead[:3] + [calls[w].text for w in list(ranks.wait)[:2]]
-            score = 1.0 if network else 1.5
+            score = BESIDE_LOST_PACKETS if network else 1.5
             return Candidate("contention", score, because, sorted({h for s in waited for h in s.hosts}), [], [])
     return Candidate("comm", 1.0, lead + [s.text for s in ranks.own.values()][:2], [], [], [])
 
@@ -307,7 +311,7 @@ def _late_ranks(ranks: _Ranks, network: bool) -> list[Candidate]:
     because += [s.text for s in stalled] + [s.text for s in lead][:2]
     hosts = sorted({h for s in lead for h in s.hosts})
     ranks_ = sorted({s.rank for s in lead if s.rank is not None})
-    score = 1.0 if network else 1.5 + (0.5 if stalled else 0.0)
+    score = BESIDE_LOST_PACKETS if network else 1.5 + (0.5 if stalled else 0.0)
     return [Candidate("straggler", score, because, hosts, ranks_, [])]
 
 

@@ -327,13 +327,12 @@ def stragglers(
     """
     ranked = pl.col("compute_ms").is_not_null() & (pl.col("rank") >= 0)
     # Ranks are compared across files: per-node logs each hold one host's ranks.
-    step_key = PEERS
     usual = peers_usual(ctx.step_series, "compute_ms")
     if usual.height:
         columns = ["host", "rank", "compute_ms", "file", "line", "ts"]
         per_rank = pl.concat(
             frame.filter(ranked)
-            .join(usual, on=step_key, maintain_order="left")
+            .join(usual, on=PEERS, maintain_order="left")
             .with_columns((pl.col("compute_ms") / pl.col("usual")).alias("ratio"))
             .group_by("host", "rank", "engine")
             .agg(
@@ -343,7 +342,7 @@ def stragglers(
                 first=pl.col("ts").min(),
                 last=pl.col("ts").max(),
             )
-            for frame in ctx.step_series.by(["host", "rank", "engine"], [*step_key, *columns])
+            for frame in ctx.step_series.by(["host", "rank", "engine"], [*PEERS, *columns])
         )
         slow = per_rank.filter((pl.col("ratio") >= slower_ratio) & (pl.col("share") >= slow_share))
         # one finding per host: its slow ranks together (a throttled or overloaded node slows all of its GPUs)
