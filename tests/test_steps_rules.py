@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timedelta
 
 import polars as pl
@@ -252,3 +253,28 @@ def test_a_zero_usual_pace_is_no_baseline():
     usual 0 ms per step". Nothing is claimed against it."""
     times = [0.0, 0.0, 1000.0] * 100 + [1500.0] * 30 + [0.0, 0.0, 1000.0] * 30
     assert fire(tables_from(steps=_wall_rows(times)), "TL401") == []
+
+
+def _spiky(within: range, at: set[int]) -> list[float]:
+    """_noisy steps; in `within`, the steps at `at` (modulo 10) 1.35x (a short stall), two of them
+    2.5x (a retransmission timeout), 45 steps apart."""
+    big = {within.start + 8, within.start + 48}
+    slow = {i for i in within if i % 10 in at}
+    return [t * (2.5 if i in big else 1.35 if i in slow else 1.0) for i, t in enumerate(_noisy({}))]
+
+
+def test_spikes_that_come_densely_are_one_stretch():
+    """Packet loss stalls four steps in ten for 60 steps, two of them for a timeout, in clusters too far
+    apart to be one run of slow steps, each too cheap alone: yet one stretch, first spike to last."""
+    (stretch,) = [
+        f for f in fire(tables_from(steps=_wall_rows(_spiky(range(200, 260), {0, 1, 7, 8}))), "TL401") if f.window
+    ]
+    first, last = map(int, re.search(r"steps (\d+)-(\d+)", stretch.title).groups())
+    assert 200 <= first <= 210 and 250 <= last <= 260  # the edges: within a cluster of spikes
+
+
+def test_spikes_spread_over_the_run_or_a_drift_are_no_stretch():
+    spread = fire(tables_from(steps=_wall_rows(_spiky(range(2, 400), {0}))), "TL401")
+    assert not any(f.window for f in spread)
+    drift = [t * (1.3 if 200 <= i < 260 and i % 2 else 1.0) for i, t in enumerate(_noisy({}))]  # no spike
+    assert not any(f.window for f in fire(tables_from(steps=_wall_rows(drift)), "TL401"))

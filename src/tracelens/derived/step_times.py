@@ -81,6 +81,7 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
     per_step_gap = (pl.col("ts") - prev_ts).dt.total_microseconds() / 1000 / covered
     # v0.1 stamps whole seconds: too coarse to time a step
     fine_ts = (pl.col("ts").dt.millisecond() != 0).any().over(STREAM)
+    paced = pl.col("ts_paced") & pl.col("ts_paced").shift().over(STREAM)  # both ends of the gap (_paced)
     if wall:  # no iteration time and no timers: the basis falls to the timestamps
         timers = pl.lit(None, pl.Float64)
         steps = steps.with_columns(pl.lit(None, pl.Float64).alias("iter_ms"))
@@ -88,8 +89,9 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
         steps.with_columns(pl.col("rank").fill_null(-1), pl.col("engine").fill_null("0"))
         .filter(pl.col("step").is_not_null())
         .sort([*STREAM, "step"], nulls_last=True)
+        .pipe(_paced)
         .with_columns(
-            pl.coalesce(pl.col("iter_ms"), timers, pl.when((covered > 0) & fine_ts).then(per_step_gap)).alias(
+            pl.coalesce(pl.col("iter_ms"), timers, pl.when((covered > 0) & fine_ts & paced).then(per_step_gap)).alias(
                 "time_ms"
             ),
             pl.when(pl.col("iter_ms").is_not_null())
@@ -108,6 +110,51 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
         )
     )
     return _baseline(series, slow)
+
+
+def _paced(series: pl.DataFrame) -> pl.DataFrame:
+    """Steps whose line printed no time (DeepSpeed's timers every step, its progress line every
+    steps_per_print steps) placed by step number among their stream's printed times: the steps
+    between two progress lines ran at the pace those lines show, those before the first or after the
+    last at the pace of the nearest two, where the timeline alone would put them all at the midpoint
+    of the lines around them (or at the last line before a hang). `series` is sorted by stream and
+    step. `ts_printed` says which rows' times were printed, `ts_paced` which were placed at the pace of
+    the printed times around them (those before the first or after the last have no pace measured)."""
+    if "ts_quality" not in series.columns:
+        return series.with_columns(ts_printed=pl.lit(True), ts_paced=pl.lit(True))
+    exact = (pl.col("ts_quality").fill_null("exact") == "exact") & pl.col("ts").is_not_null()  # null: as given
+    us = pl.col("ts").dt.epoch("us").cast(pl.Float64)
+    known = series.with_columns(
+        _lo_us=pl.when(exact).then(us).forward_fill().over(STREAM),
+        _lo_step=pl.when(exact).then(pl.col("step")).forward_fill().over(STREAM),
+        _hi_us=pl.when(exact).then(us).backward_fill().over(STREAM),
+        _hi_step=pl.when(exact).then(pl.col("step")).backward_fill().over(STREAM),
+        ts_printed=exact,
+    )
+    # per printed row, the pace since the printed row before it (us per step)
+    before_us, before_step = pl.col("_lo_us").shift().over(STREAM), pl.col("_lo_step").shift().over(STREAM)
+    pace = pl.when(exact & (pl.col("step") > before_step)).then((us - before_us) / (pl.col("step") - before_step))
+    known = known.with_columns(_pace=pace).with_columns(
+        _first_pace=pl.col("_pace").backward_fill().over(STREAM), _last_pace=pl.col("_pace").forward_fill().over(STREAM)
+    )
+    step, lo_step, hi_step = pl.col("step"), pl.col("_lo_step"), pl.col("_hi_step")
+    placed_us = (
+        pl.when(exact)
+        .then(None)
+        .when(hi_step > lo_step)
+        .then(pl.col("_lo_us") + (pl.col("_hi_us") - pl.col("_lo_us")) * (step - lo_step) / (hi_step - lo_step))
+        .when(lo_step.is_null())
+        .then(pl.col("_hi_us") - (hi_step - step) * pl.col("_first_pace"))
+        .when(hi_step.is_null())
+        .then(pl.col("_lo_us") + (step - lo_step) * pl.col("_last_pace"))
+    )
+    kind = series.schema["ts"]
+    placed = pl.from_epoch(placed_us.cast(pl.Int64), time_unit="us").dt.cast_time_unit(kind.time_unit)
+    if kind.time_zone:
+        placed = placed.dt.replace_time_zone("UTC").dt.convert_time_zone(kind.time_zone)
+    return known.with_columns(
+        ts=pl.coalesce(placed, "ts"), ts_paced=exact | (pl.col("_lo_step") < pl.col("_hi_step")).fill_null(False)
+    ).drop("_lo_us", "_lo_step", "_hi_us", "_hi_step", "_pace", "_first_pace", "_last_pace")
 
 
 def _baseline(series: pl.DataFrame, limits: SlowSteps) -> pl.DataFrame:
@@ -208,19 +255,43 @@ def slow_windows(series: pl.DataFrame) -> list[Window]:
 def sustained_windows(series: pl.DataFrame, slow: SlowSteps = SlowSteps()) -> list[Window]:
     """Long slow stretches the rolling baseline absorbs (a slowdown that lasts, or ramps up over
     tens of steps): steps slower than `sustained_ratio` x the stream's lower quartile (its usual
-    pace, as long as most of the stream is not slow), for `sustained_steps` logged steps or more.
-    The windows are measured against that quartile."""
+    pace, as long as most of the stream is not slow), for `sustained_steps` logged steps or more;
+    or stretches of spikes between steps at the usual pace, as packet loss makes them (each lost
+    packet stalls one step for a retransmission timeout): steps over that ratio make up DENSE_SHARE
+    of every `sustained_steps` or more, twice the share usual for the stream, with DENSE_SPIKES steps
+    or more among them slow by the rolling baseline, and the stretch as a whole ran `sustained_ratio`
+    slower. The windows are measured against that quartile."""
+    index = pl.int_range(pl.len()).over(STREAM)
     usual = pl.col("time_ms").filter(pl.int_range(pl.len()) >= WARMUP_ROWS).quantile(0.25).over(STREAM)
-    marked = series.with_columns(baseline_ms=usual).with_columns(
-        slow=(pl.int_range(pl.len()).over(STREAM) >= WARMUP_ROWS)
-        & (pl.col("baseline_ms") > 0)  # a 0 ms pace (steps shorter than their stamps resolve) is no baseline
-        & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
+    marked = series.with_columns(baseline_ms=usual, _spike=pl.col("slow").fill_null(False), _i=index).with_columns(
+        over=(
+            (pl.col("_i") >= WARMUP_ROWS)
+            & (pl.col("baseline_ms") > 0)  # a 0 ms pace (steps shorter than their stamps resolve) is no baseline
+            & (pl.col("time_ms") > slow.sustained_ratio * pl.col("baseline_ms"))
+        ).fill_null(False)
     )
+    density = pl.col("over").cast(pl.Float64).rolling_mean(slow.sustained_steps, center=True, min_samples=1)
+    marked = marked.with_columns(_density=density.over(STREAM))
+    # where slow steps are as dense all run long (a busy shared machine), a dense stretch stands out from nothing
+    usual_density = pl.max_horizontal(pl.lit(DENSE_SHARE), 2 * pl.col("_density").median().over(STREAM))
+    marked = marked.with_columns(dense=pl.col("_density") >= usual_density).with_columns(
+        _stretch=(pl.col("dense") != pl.col("dense").shift()).fill_null(True).cum_sum().over(STREAM)
+    )
+    # a stretch of spikes runs from its first step over the ratio to its last, not as far as the density reaches
+    at, stretch = pl.when(pl.col("over")).then(pl.col("_i")), [*STREAM, "_stretch"]
+    within = pl.col("_i").is_between(at.min().over(stretch), at.max().over(stretch))
+    spiked = pl.col("_spike").sum().over(stretch) >= DENSE_SPIKES
+    marked = marked.with_columns(slow=pl.col("over") | (pl.col("dense") & within & spiked).fill_null(False))
+    marked = marked.drop("over", "dense", "_density", "_spike", "_i", "_stretch")
     return [
-        w for w in slow_windows(marked.with_columns(pl.col("slow").fill_null(False))) if w.rows >= slow.sustained_steps
+        w
+        for w in slow_windows(marked)
+        if w.rows >= slow.sustained_steps and w.cost_s * 1000 >= (slow.sustained_ratio - 1) * w.baseline_ms * w.steps
     ]
 
 
+DENSE_SHARE = 0.3  # of the steps around it slower than the sustained ratio: a stretch of dense spikes
+DENSE_SPIKES = 2  # steps among them slow by the rolling baseline (slow_ratio, slow_sigmas): spikes, not a drift
 STALL_RATIO = 5.0  # a step this many times its stream's usual step stalled: an event of its own
 
 
