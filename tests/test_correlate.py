@@ -452,3 +452,21 @@ def test_under_zero3_a_rise_outside_the_calls_with_packets_lost_is_the_link():
     signals = _zero3(0.0, dict.fromkeys(range(4), 600.0), dict.fromkeys(range(4), 100.0), dict.fromkeys(range(4), 0.0))
     lossy = Signal("packets", "link", "retransmissions", "h0 ↔ h1", True, True, "loss-driven retransmissions rose")
     assert candidates([*signals, lossy])[0].cause == "link"
+
+
+def _stalled_between(world: int) -> list[Signal]:
+    """Rank 0 alone prints timers (DeepSpeed's default): its own work and waiting flat, the time between
+    its steps up 200 ms per step."""
+    return [_level("own", 0, 0.0, rose=False), _level("wait", 0, 5.0, rose=False), _level("between", 0, 200.0)]
+
+
+def test_time_between_steps_alone_is_the_input():
+    assert candidates(_stalled_between(world=4), world=4)[0].cause == "input"
+
+
+def test_time_between_steps_with_packets_lost_is_the_link():
+    """The loop's own collectives outside the timers (an all-reduce of the loss, a barrier) stall on lost
+    packets too: with loss-driven retransmissions risen in a capture, the link wins."""
+    lossy = Signal("packets", "link", "retransmissions", "h0 ↔ h1", True, True, "loss-driven retransmissions rose")
+    ranked = candidates([*_stalled_between(world=4), lossy], world=4)
+    assert ranked[0].cause == "link" and all(c.score < ranked[0].score for c in ranked if c.cause == "input")

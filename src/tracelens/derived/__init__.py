@@ -157,6 +157,11 @@ class RunContext:
         return window_signals.forward_waits(self.tables)
 
     @cached_property
+    def world_size(self) -> int:
+        """How many ranks the job had, as far as its inputs tell (0: none say)."""
+        return window_signals.world_size(self.tables)
+
+    @cached_property
     def collective_times(self) -> pl.DataFrame:
         """Per file, rank and step, the time inside collectives by the comms logger (coll_ms)."""
         return window_signals.collective_times(self.tables)

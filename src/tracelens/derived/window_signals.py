@@ -554,6 +554,21 @@ def forward_waits(tables: RunTables) -> bool:
     return bool((rows["value"] == 3).any())
 
 
+def world_size(tables: RunTables) -> int:
+    """How many ranks the job had, as far as its inputs tell: DeepSpeed's `world_size` setting,
+    NCCL's `nranks`, a profiler trace's world size, or the ranks the step and comms logs name. A
+    verdict from fewer ranks' step timers than this reads a partial view (findings.causes)."""
+    number = pl.col("value").str.strip_chars().cast(pl.Int64, strict=False)
+    queries = [
+        tables.scan("deepspeed_settings").filter(pl.col("key") == "world_size").select(number.max()),
+        tables.scan("nccl_comms").select(pl.col("nranks").max()),
+        tables.scan("trace_ranks").select(pl.col("world_size").max()),
+        *(tables.scan(name).select(pl.col("rank").drop_nulls().n_unique()) for name in ("steps", "comm_ops")),
+    ]
+    sizes = [q.collect().item() or 0 for q in queries]
+    return max(sizes)
+
+
 def collective_times(tables: RunTables) -> pl.DataFrame:
     """Per file, rank and step, from the DeepSpeed comms logger's per-op lines (each printed when its
     call returns, and placed in the step whose line follows it):
@@ -618,20 +633,27 @@ def step_levels(series: pl.DataFrame, forward_waits: bool = False) -> pl.DataFra
       the whole job shares (a busy machine, the network under ZeRO-3) divided out, so that a rank whose
       forward rose alone shows it even where the job's pace moved too; null without peers' forwards;
     - between_ms: the wall time between this step line and the one before it that the timers do not
-      account for (data loading, checkpoints, evaluation)."""
+      account for (data loading, checkpoints, evaluation); where the log prints a time only every few
+      steps, the mean over the steps between two printed times, which is all those times measure."""
     gap = (pl.col("ts") - pl.col("ts").shift().over(step_times.STREAM)).dt.total_microseconds() / 1000
     covered = (pl.col("step") - pl.col("step").shift().over(step_times.STREAM)).cast(pl.Float64)
     timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
     fine = (pl.col("ts").dt.millisecond() != 0).any().over(step_times.STREAM)
     optimizer = pl.col("optimizer_step_ms").fill_null(0.0)
     own = optimizer if forward_waits else pl.col("fwd_ms") + optimizer
-    return series.with_columns(
-        own_ms=pl.when(timers.is_not_null()).then(own),
-        wait_ms=timers - own,
-        ahead_ms=pl.col("fwd_ms") / pl.col("peer_pace"),
-        between_ms=pl.when(fine & (covered == 1)).then(
-            (gap - pl.coalesce("iter_ms", timers).fill_null(0.0)).clip(lower_bound=0)
-        ),
+    paced = pl.col("ts_paced") & pl.col("ts_paced").shift().over(step_times.STREAM)  # both ends of the gap
+    between = pl.when(fine & (covered == 1) & paced).then(gap - pl.coalesce("iter_ms", timers).fill_null(0.0))
+    printed = pl.col("ts_printed").shift(1, fill_value=False).cum_sum().over(step_times.STREAM)
+    return (
+        series.with_columns(
+            own_ms=pl.when(timers.is_not_null()).then(own),
+            wait_ms=timers - own,
+            ahead_ms=pl.col("fwd_ms") / pl.col("peer_pace"),
+            between_ms=between,
+            _printed=printed,
+        )
+        .with_columns(pl.col("between_ms").mean().over(*step_times.STREAM, "_printed").clip(lower_bound=0))
+        .drop("_printed")
     )
 
 
@@ -794,6 +816,8 @@ LEVEL_COLUMNS = [
     "step",
     "line",
     "ts",
+    "ts_printed",
+    "ts_paced",
     "message",
     "time_ms",
     "comm_ms",

@@ -101,11 +101,12 @@ class Candidate:
     ports: list[str]
 
 
-def candidates(signals: list[Signal]) -> list[Candidate]:
-    """Every cause some risen signal supports, best first."""
+def candidates(signals: list[Signal], world: int = 0) -> list[Candidate]:
+    """Every cause some risen signal supports, best first; `world`: the job's ranks as its inputs tell
+    (window_signals.world_size), of which the signals may time only some."""
     network = _network_causes(signals)
     # a network source that rose names what slowed the collectives
-    found = [c for c in _rank_causes(signals) if not (network and c.cause == "comm")] + network
+    found = [c for c in _rank_causes(signals, world) if not (network and c.cause == "comm")] + network
     if any(s.rose for s in _by(signals, "own")):
         for c in found:
             if c.cause in NETWORK:  # a rank's own work rose: the network is at most an effect
@@ -158,10 +159,10 @@ def late_ranks(waited: dict[str, float]) -> list[str]:
 # The share of the other ranks' lost time spent waiting for the late ones at which a straggler and
 # contention on every rank tie: the late ranks then slowed half as much again as the others did.
 LATE_SHARE = 1 / 3
-# What a cause read only from where the time sat among the ranks (who arrived last, whether a rise
-# was inside the timed calls) scores where a source besides the steps shows the network lost
+# What a cause read only from where the time sat (who arrived last, whether a rise was inside the
+# timed calls or between the steps) scores where a source besides the steps shows the network lost
 # packets: below any network cause, since a lossy hop moves those readings too.
-BESIDE_LOST_PACKETS = 1.0
+BESIDE_LOST_PACKETS = 0.9
 
 
 @dataclass(frozen=True)
@@ -196,11 +197,14 @@ class _Ranks:
         )
 
 
-def _rank_causes(signals: list[Signal]) -> list[Candidate]:
+def _rank_causes(signals: list[Signal], world: int) -> list[Candidate]:
     ranks = _Ranks.of(signals)
     slow = [s for s in ranks.own.values() if s.rose]
     network = any(s.rose and s.source != "steps" and s.cause in NETWORK for s in signals)
-    found = _slow_ranks(ranks, slow) if slow else _late_ranks(ranks, network)
+    # packets lost (not a silence: every rank paused for a checkpoint sends nothing either)
+    lost = any(s.rose and s.source != "steps" and s.cause == "link" and s.what != "silence" for s in signals)
+    unseen = max(world, 2) - len(ranks.own) if ranks.own else 0  # ranks whose step timers no log has
+    found = _slow_ranks(ranks, slow) if slow else _late_ranks(ranks, network, unseen)
     stalled = [s for s in ranks.between.values() if s.rose]
     # a stall between steps, not a slower collective: the time outside the timers grew more than the
     # waiting did, or the waiting rose nowhere (ranks stalled out of step wait for each other a little)
@@ -210,10 +214,12 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
     )
     if stalled and not slow and outgrew and len(stalled) * 2 > len(ranks.between):
         every = len(stalled) == len(ranks.between) and len(stalled) >= 2
+        # a collective outside the timers (the loop's own all-reduce of its loss, a barrier) stalls on
+        # lost packets too: beside them, the time between steps is no sign of the input
         found.append(
             Candidate(
                 "input",
-                1.0 + (1.0 if every else 0.5),
+                BESIDE_LOST_PACKETS if lost else 1.0 + (1.0 if every else 0.5),
                 [s.text for s in stalled][:4] + [s.text for s in [*ranks.own.values(), *ranks.wait.values()]][:4],
                 sorted({h for s in stalled for h in s.hosts}),
                 [],
@@ -222,18 +228,28 @@ def _rank_causes(signals: list[Signal]) -> list[Candidate]:
         )
     waited = [s for s in ranks.wait.values() if s.rose]
     if ranks.own and not slow and waited and len(waited) == len(ranks.wait) and not found:
-        found.append(_every_rank_waited(ranks, waited, network))
+        found.append(_every_rank_waited(ranks, waited, network, unseen))
     return found
 
 
-def _every_rank_waited(ranks: _Ranks, waited: list[Signal], network: bool) -> Candidate:
+def _every_rank_waited(ranks: _Ranks, waited: list[Signal], network: bool, unseen: int) -> Candidate:
     """Every rank's waiting phases rose, no rank's own work did and none arrived last: the collectives
     slowed, unless the comms logger timed the calls and most of the rise sat outside them. Under ZeRO-3
     forward and backward are both "waiting" phases and hold the compute too: every rank computing
     slower between its calls is contention on every rank. But an asynchronous call's wait sits outside
     it too, so where a source besides the steps shows the network lost packets (`network`), that
-    split alone scores below the network cause."""
+    split alone scores below the network cause. Where `unseen` ranks log no step timers (DeepSpeed
+    prints them on rank 0 only by default), one of those arriving last looks the same from here: the
+    collectives are then no more than a guess."""
     lead = [s.text for s in sorted(waited, key=lambda s: -_change(s))][:4]
+    if unseen > 0:
+        seen = listing(sorted(ranks.wait))
+        unknown = (
+            f"{seen} waited longer at the collectives while {'their' if len(ranks.wait) > 1 else 'its'} own work "
+            f"did not rise; {unseen} other rank{'s' if unseen > 1 else ''} of the job log no step timers, so one of "
+            "them arriving last cannot be told from slower collectives"
+        )
+        return Candidate("comm", 0.5, [unknown, *lead], [], [], [])
     calls = ranks.coll
     if calls.keys() >= ranks.wait.keys():
         inside = _middle([_change(calls[w]) for w in ranks.wait])
@@ -286,12 +302,13 @@ def _slow_ranks(ranks: _Ranks, slow: list[Signal]) -> list[Candidate]:
     return found
 
 
-def _late_ranks(ranks: _Ranks, network: bool) -> list[Candidate]:
+def _late_ranks(ranks: _Ranks, network: bool, unseen: int) -> list[Candidate]:
     """No timer shows a rank's own work rise (ZeRO-3's forward waits, or the work ran between the
     timers), but every other rank waited longer, and the late ones arrived so much later that the
     others spent at least LATE_SHARE of what they lost waiting for them. Arrival alone is weak where
     a source besides the steps shows the network lost packets (`network`): both ends of a lossy hop
-    reach their next collective late, so the late ranks then score below any network cause."""
+    reach their next collective late, so the late ranks then score below any network cause; and
+    where `unseen` ranks log no step timers, one of them may have come later still."""
     late = late_ranks(ranks.waited)
     others = [w for w in ranks.waited if w not in late]
     if not late or len(late) > len(others) or not all(w in ranks.wait for w in ranks.waited):
@@ -312,6 +329,9 @@ def _late_ranks(ranks: _Ranks, network: bool) -> list[Candidate]:
     hosts = sorted({h for s in lead for h in s.hosts})
     ranks_ = sorted({s.rank for s in lead if s.rank is not None})
     score = BESIDE_LOST_PACKETS if network else 1.5 + (0.5 if stalled else 0.0)
+    if unseen > 0:
+        because.append(f"{unseen} other ranks of the job log no step timers: one of them may have come later still")
+        score = min(score, 0.9)
     return [Candidate("straggler", score, because, hosts, ranks_, [])]
 
 
@@ -384,11 +404,12 @@ def against(signals: list[Signal], named: str | None, where: Set[str] = frozense
 
 
 def verdict(
-    signals: list[Signal], label: str, missing: list[str], forward_waits: bool = False
+    signals: list[Signal], label: str, missing: list[str], forward_waits: bool = False, world: int = 0
 ) -> tuple[Verdict, Candidate | None]:
     """The verdict for one window (`label`: `steps 294-371 (02:10:05 to 02:10:50 UTC)`); `forward_waits`:
-    ZeRO-3, whose forward holds collectives, so no timer measures a rank's own work alone."""
-    found = candidates(signals)
+    ZeRO-3, whose forward holds collectives, so no timer measures a rank's own work alone; `world`: the
+    job's ranks as its inputs tell."""
+    found = candidates(signals, world)
     not_available = list(missing)
     own = _by(signals, "own")
     if not own:
@@ -401,15 +422,17 @@ def verdict(
             "rank and a slow network raise every rank's timers alike; a PyTorch profiler trace of every rank shows "
             "which rank entered each collective last"
         )
-    elif len({s.where for s in own}) == 1 and len({s.where for s in signals if s.source == "steps"}) >= 1:
+    elif len(timed := sorted({s.where for s in own})) < max(world, 2):
+        of = f" of the job's {world} ranks" if world > len(timed) else ""
         not_available.append(
-            f"step timers from {own[0].where} only: whether the other ranks were slow too (contention on every "
-            f"rank) or waited for it (a straggler) cannot be told apart; collect {COLLECT_TIMERS}"
+            f"step timers from {listing(timed)} only{of}: whether the other ranks were slow too (contention on "
+            f"every rank), waited for a slow one, or were the slow one cannot be told apart; collect {COLLECT_TIMERS}"
         )
     best = found[0] if found and found[0].score >= 1.0 else None
     if best is None:
         collect = "; ".join(missing) if missing else COLLECT_TIMERS
-        head = f"Slow {label}: cause undetermined, no signal rose above its level outside the window; collect {collect}"
+        why = found[0].because[0] if found else "no signal rose above its level outside the window"
+        head = f"Slow {label}: cause undetermined, {why}; collect {collect}"
         return Verdict(None, "undetermined", head, [], against(signals, None), not_available, ""), None
     runner_up = found[1] if len(found) > 1 else None
     sure = best.score >= 2.0 and (runner_up is None or best.score - runner_up.score >= MARGIN)

@@ -221,7 +221,11 @@ def _window_finding(ctx: RunContext, series: StreamGroups, episode: step_times.E
 
     def judged(begin: datetime, end: datetime):
         signals = measure(ctx, begin, end)
-        return (begin, end), signals, *verdict(signals, _label(series, w, begin, end), missing, ctx.forward_waits)
+        return (
+            (begin, end),
+            signals,
+            *verdict(signals, _label(series, w, begin, end), missing, ctx.forward_waits, ctx.world_size),
+        )
 
     # measured on the slow steps' window, then again on the named cause's own window (its evidence's
     # edges): the quoted rates and levels are then those of the window the finding gives
@@ -267,10 +271,12 @@ def _window_finding(ctx: RunContext, series: StreamGroups, episode: step_times.E
     # a stretch that does not stand out from the run (brief, its noise) is blamed only when a source
     # besides the step times rose with it
     corroborated = any(s.rose and s.source != "steps" and best and s.cause == best.cause for s in signals)
-    told = bool(episode.ordinary) and not episode.startup and not corroborated  # TL410 tells start-up its own way
+    # the run's start-up has nothing before it to compare with, unless the cause's own window lies past it
+    past_startup = episode.startup and window[0] > episode.begin
+    told = bool(episode.ordinary) and not corroborated and not past_startup
     if best and told:
         summary += f" Told, not warned of: {episode.ordinary}, and no source besides the step times rose with it."
-    # a window nothing explains, the start-up or one told is not blamed: info, ranked by its cost alone
+    # a window nothing explains, the start-up or one told is not blamed: info, after the findings that warn
     blamed = best is not None and not startup and not told
     return Finding(
         # TL401 warns of the slow steps of a window nothing explains
@@ -286,7 +292,7 @@ def _window_finding(ctx: RunContext, series: StreamGroups, episode: step_times.E
         window=window,
         cost_seconds=episode.cost_s,
         ports=best.ports if best else [],
-        score=(best.score if best and blamed else 0.0) + episode.share,
+        score=best.score + episode.share if best and blamed else 0.0,  # told: ranked by severity like the rest
         verdict=diagnosis,
     )
 
