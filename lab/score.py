@@ -1,19 +1,22 @@
-"""Score the lab matrix as issue 34 checks a verdict: python lab/score.py [--held-out] (from the repository root).
+"""Score the lab matrix as issue 34 checks a verdict: python lab/score.py [--held-out] [--view rank0]
+(from the repository root).
 
 For every run of fixtures/lab-matrix (the development part, or with --held-out the held-out part), the
 top finding's headline and each check of tests/helpers/lab.py (cause, window, where, offset): a
-Markdown table for lab/README.md and the count of runs that pass every check that applies.
+Markdown table for lab/README.md and the count of runs that pass every check that applies. With
+--view rank0, the DeepSpeed runs as DeepSpeed prints by default (tests/helpers/lab.py rank0_view).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.helpers.lab import MATRIX_CHECKS, expected_of, matrix_check, matrix_runs  # noqa: E402
+from tests.helpers.lab import MATRIX_CHECKS, expected_of, matrix_check, matrix_runs, rank0_view  # noqa: E402
 from tracelens.analyze import analyze  # noqa: E402
 
 MARK = {"": "yes", None: "–"}
@@ -22,8 +25,12 @@ MARK = {"": "yes", None: "–"}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--held-out", action="store_true", help="score the held-out part instead")
+    parser.add_argument("--view", choices=("rank0",), help="the DeepSpeed runs as DeepSpeed prints by default")
     args = parser.parse_args()
     runs = matrix_runs(held_out=args.held_out)
+    if args.view:
+        views = Path(tempfile.mkdtemp(prefix="tracelens-views-"))
+        runs = [rank0_view(r, views) for r in runs if expected_of(r)["job"]["engine"] == "deepspeed"]
     print("| run | injected | verdict (top finding) | " + " | ".join(MATRIX_CHECKS) + " |")
     print("|---" * (3 + len(MATRIX_CHECKS)) + "|")
     passed = 0
