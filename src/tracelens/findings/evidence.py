@@ -80,7 +80,7 @@ def step_evidence(ctx: RunContext, file: str, lines) -> list[Evidence]:
     return evidence(rows)
 
 
-def row_evidence(rows: Iterable[Mapping[str, Any]], limit: int, text: Text = "text") -> list[Evidence]:
-    """Evidence for the first `limit` rows (dicts with file, line or frame, host and the text's), in the order
-    given: a window signal's rows, ranked by whoever kept them."""
+def row_evidence(rows: Iterable[Mapping[str, Any]], limit: int | None = None, text: Text = "text") -> list[Evidence]:
+    """Evidence for the rows (dicts with file, and line, frame or host when they have them, and the text's),
+    the first `limit` of them (None: all), in the order given: ranked or picked by whoever kept them."""
     return [_from_row(row, text) for row in itertools.islice(rows, limit)]

@@ -29,7 +29,7 @@ from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.derived.step_times import MARGIN
 from tracelens.derived.stream_groups import StreamGroups
 from tracelens.derived.window_signals import measure
-from tracelens.findings import Evidence, Finding, Severity, Verdict
+from tracelens.findings import Finding, Severity, Verdict
 from tracelens.findings.causes import NETWORK, Candidate, verdict
 from tracelens.findings.evidence import hosts_of, row_evidence, step_evidence
 from tracelens.prose import count, duration, listing, number, ranks_text, some
@@ -462,8 +462,7 @@ def _hang_finding(ctx: RunContext, hang: dict) -> Finding:
             "PyTorch's flight recorder (TORCH_NCCL_TRACE_BUFFER_SIZE=2000, TORCH_NCCL_DUMP_ON_TIMEOUT=1) and "
             f"{COLLECT['steps']}."
         ),
-        evidence=row_evidence(rank_lines, 3)
-        + [Evidence(file=r["file"], line=r["line"], text=r["message"] or "", host=r["host"]) for r in hang["rows"]],
+        evidence=row_evidence(rank_lines, 3) + row_evidence(hang["rows"], text="message"),
         hosts=hosts,
         ranks=ranks,
         window=(hang["begin"], hang["end"]),

@@ -27,7 +27,7 @@ from tracelens.derived.counters import (
     movements,
 )
 from tracelens.derived.ports import nccl_devices, port_label, ranks_on
-from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings import Finding, Severity
 from tracelens.findings.evidence import evidence, row_evidence
 from tracelens.prose import during
 from tracelens.rules import Setting, rule
@@ -284,14 +284,9 @@ def port_degraded(ctx: RunContext) -> Iterator[Finding]:
             title="Port down or running below its peers",
             summary=f"{port_label(port['host'], None, port['ca'], port['port'])}: {'; '.join(found)}"
             + (" (NCCL does not use it)." if unused else "."),
-            evidence=[
-                Evidence(
-                    file=port["file"],
-                    line=port["line"],
-                    host=port["host"],
-                    text=f"{port['ca']} port {port['port']}: {port['state']}, {port['rate_gbps']} Gb/s",
-                )
-            ],
+            evidence=row_evidence(
+                [port], text=lambda p: f"{p['ca']} port {p['port']}: {p['state']}, {p['rate_gbps']} Gb/s"
+            ),
             hosts=[port["host"]] if port["host"] else [],
             ranks=ranks_on(ctx.port_ranks, port["host"], port["ca"], port["port"]),
         )

@@ -188,7 +188,7 @@ def first_rank_stopped(ctx: RunContext) -> Iterator[Finding]:
         severity=Severity.CRITICAL,
         title=f"Rank {stop.rank} stopped first, in {stop.where.split(' (')[0]}{site}",
         summary=f"Rank {stop.rank} stopped first: {stop.why}. It was in {stop.where}{site}.{when}",
-        evidence=[Evidence(file=e["file"], line=e.get("line"), text=e["text"]) for e in stop.evidence],
+        evidence=row_evidence(stop.evidence),
         ranks=[stop.rank],
         window=(stop.at, stop.at) if stop.at else None,
         score=3.5,
@@ -294,8 +294,7 @@ def hang_in_stack_dumps(ctx: RunContext) -> Iterator[Finding]:
     lives = hangs.last_steps(ctx.tables)
     window, stopped = _stop_window(ctx, hang, lives)
     hosts = sorted({r.host for r in blamed if r.host}) or sorted({r.host for r in hang.ranks if r.host})
-    evidence = [_stack_evidence(r) for r in blamed[:4]]
-    evidence += [_stack_evidence(g[0]) for g in groups if g[0] not in blamed]
+    evidence = _stack_evidence(blamed[:4] + [g[0] for g in groups if g[0] not in blamed])
     shown = lives.filter(pl.col("rank").is_in(culprits)) if culprits else lives
     lost = (window[1] - window[0]).total_seconds() if window else 0.0
     yield Finding(
@@ -391,13 +390,16 @@ def _outside_text(r: hangs.RankStack) -> str:
     return f"{_who([r])} is in no collective: {_kind(r)} at {hangs.frame_text(r.site)}, {_in_phase(r)}"
 
 
-def _stack_evidence(r: hangs.RankStack) -> Evidence:
-    """The rank's frames, innermost first, down to two frames below where it was."""
+def _stack_evidence(ranks: list[hangs.RankStack]) -> list[Evidence]:
+    """Each rank's stack row, quoted as its frames, innermost first, down to two frames below where it was."""
+    return row_evidence({**r.row, "text": _stack_text(r)} for r in ranks)
+
+
+def _stack_text(r: hangs.RankStack) -> str:
     frames = [f for f in r.row["frames"] if not f["native"]]
     upto = next((i for i, f in enumerate(frames) if f == r.site), 0) + 3
     thread = f", {r.row['thread_name']}" if r.row.get("thread_name") else ""
-    text = f"rank {r.rank} ({r.row['tool']}{thread}): " + " <- ".join(hangs.frame_text(f) for f in frames[:upto])
-    return Evidence(file=r.row["file"], line=r.row.get("line"), text=text, host=r.host)
+    return f"rank {r.rank} ({r.row['tool']}{thread}): " + " <- ".join(hangs.frame_text(f) for f in frames[:upto])
 
 
 def _stop_window(

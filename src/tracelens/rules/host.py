@@ -181,15 +181,10 @@ def mtu_mismatch(ctx: RunContext) -> Iterator[Finding]:
             title=f"MTU mismatch on {link}: {', '.join(map(str, sorted(group['mtu'].unique().to_list())))}",
             summary=f"The interfaces of {link} use different MTUs: {per}. Frames larger than the smallest MTU are "
             "dropped or fragmented between them.",
-            evidence=[
-                Evidence(
-                    file=r["file"],
-                    line=r["line"],
-                    host=r["host"],
-                    text=f"{r['ifname']}: mtu {r['mtu']}" + (f" ({r['ipv4']})" if r["ipv4"] else ""),
-                )
-                for r in group.iter_rows(named=True)
-            ],
+            evidence=row_evidence(
+                group.iter_rows(named=True),
+                text=lambda r: f"{r['ifname']}: mtu {r['mtu']}" + (f" ({r['ipv4']})" if r["ipv4"] else ""),
+            ),
             hosts=group["host"].unique().to_list(),
             ports=sorted(set(group["ifname"].to_list())),
         )
@@ -248,14 +243,7 @@ def roce_active_mtu_low(ctx: RunContext) -> Iterator[Finding]:
                 f"{r['active_mtu']} although the port supports {r['max_mtu']}{via}: "
                 f"{r['max_mtu'] // r['active_mtu']}x the packets for the same data."
             ),
-            evidence=[
-                Evidence(
-                    file=r["file"],
-                    line=r["line"],
-                    host=r["host"],
-                    text=f"active_mtu {r['active_mtu']}, max_mtu {r['max_mtu']}",
-                )
-            ],
+            evidence=row_evidence([r], text=lambda r: f"active_mtu {r['active_mtu']}, max_mtu {r['max_mtu']}"),
             hosts=[r["host"]],
             ports=[f"{r['ca']}:{r['port']}"],
         )
@@ -309,7 +297,7 @@ def socket_interface_without_jumbo_frames(ctx: RunContext, *, jumbo_mtu: int = 9
             title=f"{r['host']}: NCCL sockets on {r['ifname']} without jumbo frames (MTU {r['mtu']})",
             summary=f"{r['host']} carries NCCL traffic over TCP sockets on {r['ifname']}, whose MTU is {r['mtu']}: "
             f"{jumbo_mtu // r['mtu']}x the packets of jumbo frames for the same data.",
-            evidence=[Evidence(file=r["file"], line=r["line"], host=r["host"], text=f"{r['ifname']}: mtu {r['mtu']}")],
+            evidence=row_evidence([r], text=lambda r: f"{r['ifname']}: mtu {r['mtu']}"),
             hosts=[r["host"]],
             ports=[r["ifname"]],
         )
@@ -599,14 +587,9 @@ def perftest_below_line_rate(ctx: RunContext, *, line_share: float = 0.75) -> It
                 f"{largest['bw_unit']} ({gbps:.1f} Gb/s) at {largest['bytes']:,} bytes: {gbps / line:.0%} of the "
                 f"port's {line:g} Gb/s; a healthy link gives 90% or more."
             ),
-            evidence=[
-                Evidence(
-                    file=largest["file"],
-                    line=largest["line"],
-                    host=host,
-                    text=f"{largest['bytes']} bytes: BW average {largest['bw_avg']} {largest['bw_unit']}",
-                )
-            ],
+            evidence=row_evidence(
+                [largest], text=lambda r: f"{r['bytes']} bytes: BW average {r['bw_avg']} {r['bw_unit']}"
+            ),
             hosts=[host] if host else [],
             ports=[device] if device else [],
         )
@@ -654,17 +637,12 @@ def roce_gid_index(ctx: RunContext) -> Iterator[Finding]:
             title=f"{host or 'A host'}: NCCL_IB_GID_INDEX={index} is not a RoCE v2 IPv4 GID there",
             summary=f"NCCL uses GID index {index}, but on {host or 'this host'} {have}{better}.",
             evidence=evidence(ctx.tables.with_text(env_rows.head(1)))
-            + [
-                Evidence(
-                    file=r["file"],
-                    line=r["line"],
-                    host=r["host"],
-                    text=(
-                        f"{r['ca']} port {r['port']} GID[{r['index']}] {r['gid']} {r['roce']} {r['netdev'] or ''}"
-                    ).strip(),
-                )
-                for r in (at if at.height else v2).head(4).iter_rows(named=True)
-            ],
+            + row_evidence(
+                (at if at.height else v2).head(4).iter_rows(named=True),
+                text=lambda r: (
+                    f"{r['ca']} port {r['port']} GID[{r['index']}] {r['gid']} {r['roce']} {r['netdev'] or ''}".strip()
+                ),
+            ),
             hosts=[host] if host else [],
             ports=sorted({f"{r['ca']}:{r['port']}" for r in table.iter_rows(named=True)}),
         )

@@ -9,8 +9,8 @@ import polars as pl
 from tracelens.derived import RunContext
 from tracelens.derived.flows import TCP_LOSS, PacketAnalysis
 from tracelens.derived.hosts import describe
-from tracelens.findings import Evidence, Finding, Severity
-from tracelens.findings.evidence import time_window
+from tracelens.findings import Finding, Severity
+from tracelens.findings.evidence import row_evidence, time_window
 from tracelens.prose import count, during, number
 from tracelens.rules import Setting, rule
 
@@ -24,10 +24,9 @@ def _finding(ctx: RunContext, title: str, summary: str, events: pl.DataFrame, ad
         severity=Severity.WARNING,
         title=title,
         summary=summary.format(*(describe(a, names) for a in addresses)) + when + ".",
-        evidence=[
-            Evidence(file=r["file"], frame=r["frame"], text=f"{r['kind']}: {r['flow']}")
-            for r in events.sort("ts", "frame").iter_rows(named=True)
-        ],
+        evidence=row_evidence(
+            events.sort("ts", "frame").iter_rows(named=True), text=lambda r: f"{r['kind']}: {r['flow']}"
+        ),
         hosts=[names.get(a, a) for a in addresses],
         window=window,
     )
@@ -273,9 +272,8 @@ def capture_duplicates(ctx: RunContext) -> Iterator[Finding]:
             title="Duplicate frames in the capture",
             summary=f"{file}: {frames.height} of {total} frames are capture duplicates (same IP id and bytes "
             "as the frame before, < 0.5 ms apart), not retransmissions.",
-            evidence=[
-                Evidence(file=file, frame=r["frame"], text=f"duplicate of the previous frame of {r['flow']}")
-                for r in frames.iter_rows(named=True)
-            ],
+            evidence=row_evidence(
+                frames.iter_rows(named=True), text=lambda r: f"duplicate of the previous frame of {r['flow']}"
+            ),
             window=time_window(frames),
         )

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import datetime, timezone
+from typing import Any
 
 import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings.evidence import row_evidence
 from tracelens.prose import count, number_runs
 from tracelens.rules import Setting, rule
 
@@ -24,16 +26,19 @@ def _utc(us: float) -> datetime:
     return datetime.fromtimestamp(us / 1e6, tz=timezone.utc)
 
 
-def _files(ctx: RunContext, ranks: list[int]) -> dict[int, tuple[str, str | None]]:
+def _files(ctx: RunContext, ranks: list[int]) -> dict[int, dict[str, Any]]:
+    """Each rank's trace file: its row (rank, file, host)."""
     rows = ctx["trace_ranks"].filter(pl.col("rank").is_in(ranks)).select("rank", "file", "host")
-    return {r["rank"]: (r["file"], r["host"]) for r in rows.iter_rows(named=True)}
+    return {r["rank"]: r for r in rows.iter_rows(named=True)}
 
 
-def _trace_evidence(files: dict[int, tuple[str, str | None]], ranks: list[int]) -> list[Evidence]:
+def _trace_evidence(files: dict[int, dict[str, Any]], ranks: list[int]) -> list[Evidence]:
     """The first ranks' trace files, as a finding's evidence."""
-    return [
-        Evidence(file=files[r][0], text=f"rank {r}: profiler trace", host=files[r][1]) for r in ranks if r in files
-    ][:4]
+    return row_evidence((files[r] for r in ranks if r in files), 4, lambda r: f"rank {r['rank']}: profiler trace")
+
+
+def _hosts(files: dict[int, dict[str, Any]], ranks: list[int]) -> list[str]:
+    return sorted({host for r in ranks if r in files and (host := files[r]["host"])})
 
 
 def _steps_text(steps: list[int]) -> str:
@@ -105,7 +110,7 @@ def exposed_communication(ctx: RunContext, *, share: float = 0.25, critical_shar
         title=f"Exposed communication: {worst['median']:.0%} of the median step on rank {worst['rank']}",
         summary=f"On the {where}, communication ran with nothing to hide it behind for " + "; ".join(parts) + ".",
         evidence=_trace_evidence(files, ranks),
-        hosts=sorted({host for r in ranks if r in files and (host := files[r][1])}),
+        hosts=_hosts(files, ranks),
         ranks=ranks,
         window=(_utc(begin), _utc(end)) if begin is not None and begin > 1e15 else None,
         cost_seconds=float(high["exposed_us"].max()) / 1e6,
@@ -205,7 +210,7 @@ def _last_rank(
         return None
     own = rows.filter(pl.col("rank") == rank)["wait_us"].mean() or 0.0
     files = _files(ctx, [rank])
-    file, host = files.get(rank, ("", None))
+    host = next(iter(_hosts(files, [rank])), None)
     where = f"steps {_steps_text(stretch)}" if stretch else "the whole trace"
     begin, end = rows["arrival_us"].min(), rows["last_arrival_us"].max()
     lateness = rows.filter(pl.col("rank") == rank)
@@ -224,7 +229,7 @@ def _last_rank(
             f"({waited / step_us:.0%} of their {step_us / 1e3:,.1f} ms steps), while rank {rank} itself waited "
             f"{own / 1e3:,.2f} ms per collective."
         ),
-        evidence=[Evidence(file=file, text=f"rank {rank}: profiler trace", host=host)] if file else [],
+        evidence=_trace_evidence(files, [rank]),
         hosts=[host] if host else [],
         ranks=[rank],
         window=(_utc(begin), _utc(end)) if begin is not None and begin > 1e15 else None,
@@ -306,7 +311,7 @@ def gpu_waits_for_host(ctx: RunContext, *, share: float = 0.1, critical_share: f
         + "; ".join(parts)
         + ".",
         evidence=_trace_evidence(files, ranks),
-        hosts=sorted({host for r in ranks if r in files and (host := files[r][1])}),
+        hosts=_hosts(files, ranks),
         ranks=ranks,
         window=(_utc(worst["begin"]), _utc(worst["end"])) if worst["begin"] > 1e15 else None,
         cost_seconds=float(per_rank["host_wait_us"].max()) / 1e6,
