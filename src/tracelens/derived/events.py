@@ -45,7 +45,7 @@ _NCCL_CAUSE = {
     "watchdog_abort": "stall", "watchdog_stuck": "stall",
 }  # fmt: skip
 # nccl_errors kinds that are no incident: foreign traffic NCCL dropped, the subnet manager's own events,
-# a plugin's set-up verdict on GPUDirect RDMA
+# a plugin's set-up notice that GPUDirect RDMA is off
 _NCCL_NO_INCIDENT = ["foreign_connection", "ib_sm_event", "gdr_disabled"]
 _COUNTER_CAUSE = {
     "link down": "link",

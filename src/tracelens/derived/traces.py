@@ -363,7 +363,7 @@ def window_signals(
             level = _level(inside[column], outside[column], limits, mean=mean)
             if level.inside is None or level.outside is None:
                 continue
-            said = "rose" if level.rose else "fell" if level.fell else "no rise"
+            outcome = "rose" if level.rose else "fell" if level.fell else "no rise"
             times = f"{level.ratio:.2f}x, " if level.ratio is not None else ""
             signals.append(
                 Signal(
@@ -374,7 +374,7 @@ def window_signals(
                     level.rose,
                     level.comparable,
                     f"{who}: {what}, {'mean' if mean else 'median'} per step {level.inside:.0f} ms in the window "
-                    f"against {level.outside:.0f} ms outside it ({times}{said})",
+                    f"against {level.outside:.0f} ms outside it ({times}{outcome})",
                     (host,) if host else (),
                     rank=rank,
                     ratio=level.ratio,

@@ -228,12 +228,12 @@ def _rate_signal(
     ]
     outside = " and ".join(s for s in sides if s) or "nothing outside it to compare with"
     if not test.comparable:
-        verdict = "cannot tell (no time outside the window)" if inside[1] > 0 else "not seen in the window"
+        outcome = "cannot tell (no time outside the window)" if inside[1] > 0 else "not seen in the window"
     elif test.rose:
-        verdict = f"rose (at least {test.ratio_lower:.3g}x, {limits.confidence:.0%} confidence)"
+        outcome = f"rose (at least {test.ratio_lower:.3g}x, {limits.confidence:.0%} confidence)"
     else:
-        verdict = "no rise"
-    text = f"{where}: {what} {rate_text(*inside)} in the window ({inside[0]:,}) vs {outside}: {verdict}"
+        outcome = "no rise"
+    text = f"{where}: {what} {rate_text(*inside)} in the window ({inside[0]:,}) vs {outside}: {outcome}"
     ratio = test.rate_in / test.rate_out if test.rate_out else None
     return Signal(
         source, cause, what, where, test.rose, test.comparable, text, hosts, ratio=ratio, evidence=evidence, **extra
@@ -347,11 +347,11 @@ def _ceiling_signal(
         return None
     ratio, peak_in, peak_out, way = min(found)
     capped = ratio <= CEILING_FALL
-    verdict = "a ceiling: every burst was capped" if capped else "no ceiling (bursts as fast as outside)"
+    outcome = "a ceiling: every burst was capped" if capped else "no ceiling (bursts as fast as outside)"
     text = (
         f"{pair}: the path's peak rate ({way}, busiest {1 - CEILING_QUANTILE:.0%} of "
         f"{THROUGHPUT_BIN.total_seconds() * 1000:.0f} ms bins) {_rate(peak_in)} in the window vs {_rate(peak_out)} "
-        f"outside it ({ratio:.2f}x): {verdict}"
+        f"outside it ({ratio:.2f}x): {outcome}"
     )
     return Signal("packets", "ceiling", "peak rate", pair, capped, True, text, hosts, ratio=ratio)
 
@@ -385,11 +385,11 @@ def _silence_signal(
         return None
     gap, usual, answered, way, since = max(found)
     dead = gap >= SILENCE_MIN and gap >= SILENCE_RATIO * usual and answered >= SILENCE_RETRIES
-    verdict = "the link was dead" if dead else "no silence"
+    outcome = "the link was dead" if dead else "no silence"
     text = (
         f"{pair}: {way} sent nothing for {gap.total_seconds():.1f} s from {since:%H:%M:%S} while the other "
         f"direction sent {answered} bins of packets (its silences outside the window: up to "
-        f"{usual.total_seconds():.2f} s): {verdict}"
+        f"{usual.total_seconds():.2f} s): {outcome}"
     )
     return Signal("packets", "link", "silence", pair, dead, True, text, hosts, ratio=gap / usual if usual else None)
 
@@ -882,11 +882,11 @@ def _stream_signals(
             ratio, rose = level.ratio, level.rose
             if cause == "ahead":  # a rise against the others that the job's step would not notice is not one
                 rose = rose and level.inside - level.outside >= STEP_SHARE * (inside["time_ms"].median() or 0.0)
-            verdict = "rose" if rose else "fell" if level.fell else "no rise"
+            outcome = "rose" if rose else "fell" if level.fell else "no rise"
             how = f"{ratio:.2f}x" if ratio is not None else "n/a"
             text = (
                 f"{who}: {what} {level.inside:.0f} ms per step{' on average' if cause in MEAN_LEVELS else ''} in the "
-                f"window vs {level.outside:.0f} ms outside it ({how}): {verdict}"
+                f"window vs {level.outside:.0f} ms outside it ({how}): {outcome}"
             )
             if cause in ("own", "wait"):
                 text += _phases(inside, outside)
@@ -929,10 +929,10 @@ def _pace_signal(who: str, host: str | None, rank: int | None, inside: pl.Series
         return None
     floor, usual = float(inside.quantile(0.25)), float(outside.median())
     rose = floor >= PACE_RISE * usual
-    verdict = "every transfer slowed" if rose else "no rise (only some steps' transfers slowed, if any)"
+    outcome = "every transfer slowed" if rose else "no rise (only some steps' transfers slowed, if any)"
     text = (
         f"{who}: communication time of the window's faster steps (lower quartile) {floor:.0f} ms vs {usual:.0f} ms "
-        f"per step outside it ({floor / usual:.2f}x): {verdict}"
+        f"per step outside it ({floor / usual:.2f}x): {outcome}"
     )
     return Signal(
         "steps",
