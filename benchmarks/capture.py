@@ -6,8 +6,8 @@ and a slice of trouble (synth's faulty RoCE and TCP conversations) in front of t
 
 The slice is built with scapy by `synth.pcap` (lost RoCE packets answered by NAKs and resent, an RNR
 NAK, ECN-CE marks with CNPs; a TCP stream with lost segments and fast retransmissions). Behind it,
-written a million records at a time with numpy from four scapy templates (RoCE SEND and ACK, TCP
-data and ACK) whose addresses, ports, QPs, IP ids, PSNs and sequence numbers are patched per record:
+written a million records at a time with numpy from one scapy-built frame per shape (RoCE SEND and
+ACK, TCP data and ACK) whose addresses, ports, QPs, IP ids, PSNs and sequence numbers are patched per record:
 `--qps` RC QPs (each requester its own host, SENDs with consecutive PSNs, every 8th ACKed) and
 `--tcp` connections (1000-byte segments, every 2nd ACKed), round-robin, one record per microsecond,
 snaplen 96 as a NIC sniffer writes them. A 10M-record capture is about 1.1 GB. Healthy flows find

@@ -235,11 +235,11 @@ def _frame(packet: Packet, shapes: dict[tuple, bytes]) -> bytes:
         )
         for layer in layers
     ) + ((len(layers[-1].load),) if type(layers[-1]) is Raw else ())
-    template = shapes.get(key)
-    if template is None:
-        shapes[key] = template = _built(packet)
-        return template
-    frame = bytearray(template)
+    first = shapes.get(key)
+    if first is None:
+        shapes[key] = first = _built(packet)
+        return first
+    frame = bytearray(first)
     by_type = {type(layer): layer for layer in layers}
     ip = 14
     l4 = ip + (frame[ip] & 0x0F) * 4
@@ -334,7 +334,8 @@ BULK_SNAPLEN = 128  # RoCE sniffers usually capture headers only (tcpdump -s 128
 
 
 def write_bulk_roce(path: Path, packets: int = 1_000_000, qps: int = 8) -> Path:
-    """A RoCEv2 capture of `packets` frames over `qps` QPs, written with numpy from scapy templates.
+    """A RoCEv2 capture of `packets` frames over `qps` QPs, written with numpy from one scapy-built
+    frame per shape (data, ACK, CNP).
 
     Per QP: 1 KiB SENDs snaplen-truncated to BULK_SNAPLEN, an ACK every 4th,
     a CNP every 64th; PSNs and timestamps are patched into each record.
@@ -342,7 +343,7 @@ def write_bulk_roce(path: Path, packets: int = 1_000_000, qps: int = 8) -> Path:
     qp_list = [RoceQp(requester=f"10.0.0.{q + 1}", responder="10.0.0.100", responder_qp=0x100 + q) for q in range(qps)]
     kinds = np.resize(np.array([0, 0, 0, 0, 1] * 12 + [0, 0, 0, 2]), packets)  # 0 data, 1 ACK, 2 CNP
     qp_of = np.arange(packets) % qps
-    templates = [
+    shape_frames = [
         [
             bytes(_data(qp, 0, ECT0, ack_req=False)),
             bytes(_response(qp, 0, ACK_CREDITS, 0)),
@@ -350,7 +351,7 @@ def write_bulk_roce(path: Path, packets: int = 1_000_000, qps: int = 8) -> Path:
         ]
         for qp in qp_list
     ]
-    wire = np.array([[len(t) for t in per_qp] for per_qp in templates])[qp_of, kinds]
+    wire = np.array([[len(t) for t in per_qp] for per_qp in shape_frames])[qp_of, kinds]
     caplen = np.minimum(wire, BULK_SNAPLEN)
     starts = 24 + np.concatenate([[0], np.cumsum(16 + caplen)[:-1]])
     out = np.zeros(24 + int((16 + caplen).sum()), np.uint8)
@@ -358,10 +359,10 @@ def write_bulk_roce(path: Path, packets: int = 1_000_000, qps: int = 8) -> Path:
     usec = np.arange(packets, dtype=np.int64)  # one packet per microsecond
     header = np.stack([int(START) + usec // 1_000_000, usec % 1_000_000, caplen, wire], axis=1).astype("<u4")
     out[starts[:, None] + np.arange(16)] = header.view(np.uint8).reshape(packets, 16)
-    for q, per_qp in enumerate(templates):
-        for kind, template in enumerate(per_qp):
+    for q, per_qp in enumerate(shape_frames):
+        for kind, frame in enumerate(per_qp):
             rows = np.flatnonzero((qp_of == q) & (kinds == kind))
-            body = np.frombuffer(template[:BULK_SNAPLEN], np.uint8)
+            body = np.frombuffer(frame[:BULK_SNAPLEN], np.uint8)
             out[(starts[rows] + 16)[:, None] + np.arange(len(body))] = body
     psn = np.zeros(packets, np.int64)
     for q in range(qps):  # consecutive PSNs per QP; an ACK names the last data PSN before it
@@ -396,8 +397,9 @@ def trouble_slice() -> bytes:
     return _pcap(packets, 0xFFFF, _wrpcap_stamp)[24:]  # as wrpcap wrote them: whole frames, written directly
 
 
-def templates() -> list[bytes]:
-    """RoCE SEND, RoCE ACK, TCP data, TCP ACK: Ethernet frames to be patched."""
+def shape_frames() -> list[bytes]:
+    """One Ethernet frame per shape (RoCE SEND, RoCE ACK, TCP data, TCP ACK), its varying fields
+    patched per record."""
     eth = Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
     return [
         bytes(
@@ -428,8 +430,9 @@ class Background:
 
     def __init__(self, qps: int, tcp: int, start_us: int) -> None:
         self.qps, self.tcp = qps, tcp
-        self.bodies = [np.frombuffer(t[:MULTIFLOW_SNAPLEN], np.uint8) for t in templates()]
-        self.wire = np.array([len(t) for t in templates()])
+        frames = shape_frames()
+        self.bodies = [np.frombuffer(f[:MULTIFLOW_SNAPLEN], np.uint8) for f in frames]
+        self.wire = np.array([len(f) for f in frames])
         self.flows = qps + tcp
         self.next_us = start_us
         self.step = 0
