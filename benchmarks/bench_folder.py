@@ -10,8 +10,8 @@ OUT` (discover, sniff, ingest, every table written as Parquet); peak RSS is the 
 `--src` runs another checkout's tracelens (its `src` folder first on PYTHONPATH) beside this one,
 for a before/after in one sitting:
 
-    git worktree add /tmp/tl-before <commit>
-    python benchmarks/bench_folder.py --src /tmp/tl-before/src [--only small-5000] [--repeat 3] [--keep]
+    git worktree add ../tl-before <commit>
+    python benchmarks/bench_folder.py --src ../tl-before/src [--only small-5000] [--repeat 3] [--keep]
 """
 
 from __future__ import annotations

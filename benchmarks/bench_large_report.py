@@ -5,9 +5,10 @@ lines, a timeline with hundreds of hosts.
 
 Measured: generating the run, analyze, render (HTML size), the Markdown, and opening the HTML in
 headless Chromium (navigation to the load event, then to the first paint being done), with a
-screenshot of the first screen kept next to the HTML in --out.
+screenshot of the first screen kept next to the HTML in --out (default: `tracelens-large` in the
+temporary folder).
 
-    python benchmarks/bench_large_report.py [--hosts 512] [--flaky 40] [--out /tmp/tracelens-large]
+    python benchmarks/bench_large_report.py [--hosts 512] [--flaky 40] [--out DIR]
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import argparse
 import json
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,7 +80,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", type=int, default=512)
     parser.add_argument("--flaky", type=int, default=40)
-    parser.add_argument("--out", type=Path, default=Path("/tmp/tracelens-large"))
+    parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "tracelens-large")
     args = parser.parse_args()
 
     from tracelens.analyze import analyze

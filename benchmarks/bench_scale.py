@@ -12,8 +12,8 @@ imports included): `tracelens tables INPUT -o OUT` (discover, ingest, every tabl
 Parquet), and as the reference the same input read as lines by polars alone (`pl.read_csv` with
 no separator, the ceiling: 1 line = 1 row). Peak RSS is each child's ru_maxrss (os.wait4).
 
-    python benchmarks/bench_scale.py --data /tmp/tl-bench [--only nccl-1gb,deepspeed] [--repeat 3] [--keep]
-    python benchmarks/bench_scale.py --src /tmp/tl-before/src ...   # another checkout beside this one
+    python benchmarks/bench_scale.py [--data DIR] [--only nccl-1gb,deepspeed] [--repeat 3] [--keep]
+    python benchmarks/bench_scale.py --src OTHER/src ...   # another checkout beside this one
 
 MB/CPU s is the size over the best run's CPU seconds (user + system of the child and its threads): on a
 shared machine the steadier number; `load` is the 1-minute load average when the tool's runs started.

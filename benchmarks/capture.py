@@ -1,8 +1,8 @@
 """A large multi-flow capture for bench_pcap.py: thousands of healthy RoCE QPs and TCP connections,
 and a slice of trouble (synth's faulty RoCE and TCP conversations) in front of them.
 
-    python benchmarks/capture.py /tmp/big.pcap --packets 10000000 [--qps 2000] [--tcp 2000]
-    python benchmarks/capture.py /tmp/slice.pcap --packets 0        # the trouble slice alone
+    python benchmarks/capture.py big.pcap --packets 10000000 [--qps 2000] [--tcp 2000]
+    python benchmarks/capture.py slice.pcap --packets 0        # the trouble slice alone
 
 The slice is built with scapy by `synth.pcap` (lost RoCE packets answered by NAKs and resent, an RNR
 NAK, ECN-CE marks with CNPs; a TCP stream with lost segments and fast retransmissions). Behind it,

@@ -2,10 +2,10 @@
 # A big real capture for the scale checks (not a fixture: hundreds of MB): two TCP connections from
 # 10.99.0.1 to 10.99.0.2 sending MEGABYTES each as fast as the veth goes, offloads off, 0.5% of packets
 # dropped each way at the receiver (as tcp_loss.sh), captured at the sender with tcpdump -s 96.
-# Writes OUT (default /tmp/tracelens-lab-big): capture.pcap, start and stop (UTC), tcpdump.err.
+# Writes OUT (default: a new folder in the temporary folder): capture.pcap, start and stop (UTC), tcpdump.err.
 set -euo pipefail
 LAB=$(cd "$(dirname "$0")" && pwd)
-OUT=${1:-/tmp/tracelens-lab-big}
+OUT=${1:-$(mktemp -d -t tracelens-lab-big.XXXXXX)}
 PY=${LAB_PYTHON:-python3}
 MEGABYTES=${MEGABYTES:-1500}
 NS=(tl-lab-a tl-lab-b); DEV=(tl-veth-a tl-veth-b); IP=(10.99.0.1 10.99.0.2)

@@ -12,7 +12,7 @@ FIXTURE=${1:-$(dirname "$LAB")/fixtures/lab-tcp-loss}
 PY=${LAB_PYTHON:-$LAB/.venv/bin/python}   # lab/setup.sh's venv by default
 LOSS=${TCP_LOSS_PERMILLE:-5}   # per mille of packets dropped each way
 NS=(tl-lab-a tl-lab-b); DEV=(tl-veth-a tl-veth-b); IP=(10.99.0.1 10.99.0.2)
-WORK=$(mktemp -d /tmp/tracelens-lab-tcp.XXXXXX)
+WORK=$(mktemp -d -t tracelens-lab-tcp.XXXXXX)
 PIDS=()
 source "$LAB/net.sh"
 cleanup() { for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done; net_down; }

@@ -9,7 +9,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PY:-$ROOT/lab/hang/.venv/bin/python}
 for name in "${@:-healthy skip size sleep kill}"; do
   for scenario in $name; do
-    out=$(mktemp -d /tmp/lab-hang-$scenario.XXXX)
+    out=$(mktemp -d -t "lab-hang-$scenario.XXXX")
     "$PY" "$ROOT/lab/hang/run.py" "$scenario" "$out" > /dev/null
     dest="$ROOT/fixtures/lab-hang-$scenario"
     rm -rf "$dest" && mkdir -p "$dest"
