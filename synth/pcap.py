@@ -1,8 +1,8 @@
 """Synthetic packet captures: RoCEv2 conversations with injected faults, TCP streams, a bulk capture.
 
-No public RoCE capture shows NAKs, CNPs or ECN-CE marks (see the shared corpus
-README), so those cases are built here, with scapy's RoCE layers
-(scapy.contrib.roce) and the layouts of docs/formats/captures.md. They are
+No public RoCE capture shows NAKs, CNPs or ECN-CE marks, so those cases are
+built here, with scapy's RoCE layers (scapy.contrib.roce) and the layouts of
+docs/formats/captures.md. They are
 synthetic, and deterministic (fixed start time, no randomness).
 
 The capture point is the responder's side of the link: a packet lost on the
