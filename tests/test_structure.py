@@ -303,6 +303,35 @@ def test_rules_leave_their_id_to_the_registry():
     assert not named
 
 
+def _functions_and_classes() -> Iterator[tuple[Path, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]]:
+    for path in SOURCES:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                yield path, node
+
+
+def test_a_class_name_names_one_class():
+    """Two classes of one name (private ones too) read as one to whoever greps for it."""
+    where: dict[str, list[str]] = {}
+    for path, node in _functions_and_classes():
+        if isinstance(node, ast.ClassDef):
+            where.setdefault(node.name, []).append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert {name: places for name, places in where.items() if len(places) > 1} == {}
+
+
+def test_the_run_context_is_called_ctx():
+    """A RunContext parameter is `ctx` everywhere, and `ctx` is always a RunContext."""
+    odd = []
+    for path, node in _functions_and_classes():
+        if isinstance(node, ast.ClassDef):
+            continue
+        for arg in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
+            annotation = ast.unparse(arg.annotation) if arg.annotation else ""
+            if ("RunContext" in annotation) != (arg.arg == "ctx") and (annotation or arg.arg != "ctx"):
+                odd.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}({arg.arg}: {annotation})")
+    assert odd == []
+
+
 def test_rule_modules_import_no_other_rule_module():
     """What several rules share (a default, a margin, a window cap) lives upstream in tracelens.derived,
     or in tracelens.findings (rows made into Evidence, the verdict): a rule module that imports another

@@ -157,7 +157,7 @@ class _Facts:
 
 
 @dataclass
-class _Carry:
+class _BucketCarry:
     """Where the pieces analysed so far left the bucket: the last data packet of each QP and the last
     segment of each TCP direction, with the running state the next piece starts from, and the NAKs
     whose resend has not been seen yet."""
@@ -198,7 +198,7 @@ def _bucket(scan: pl.LazyFrame, windows: PacketWindows) -> PacketAnalysis:
         read = held_again
 
     facts = _facts(read)
-    carry, parts = _Carry(), []
+    carry, parts = _BucketCarry(), []
     for i, frames in enumerate(read(READ)):
         carry.more = i < len(pieces) - 1
         parts.append(_piece(frames, carry, facts, windows))
@@ -312,7 +312,7 @@ def _median_psns(counts: pl.DataFrame, read: Callable[[list[str]], Iterator[pl.D
     return sorted_bins.join(wanted, on=[*DATA_QP, "bin"]).group_by(DATA_QP).agg(data_psn=middle.mean())
 
 
-def _piece(frames: pl.DataFrame, carry: _Carry, facts: _Facts, windows: PacketWindows) -> _Part:
+def _piece(frames: pl.DataFrame, carry: _BucketCarry, facts: _Facts, windows: PacketWindows) -> _Part:
     kept = frames.select("proto", "duplicate")  # each protocol's frames copied with its own columns alone
     roce = frames.select("order", *FRAME, *ROCE_READ).filter(kept["proto"] == "roce", ~kept["duplicate"])
     tcp = frames.select("order", *FRAME, *TCP_READ).filter(kept["proto"] == "tcp", ~kept["duplicate"])
@@ -386,7 +386,7 @@ def _roce_data_frames(frames: pl.DataFrame) -> pl.DataFrame:
     return roce.select(*DATA_QP[:3], "psn", qp="dest_qp")
 
 
-def _roce(frames: pl.DataFrame, carry: _Carry, facts: _Facts) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
+def _roce(frames: pl.DataFrame, carry: _BucketCarry, facts: _Facts) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
     data = _roce_data(frames.filter(~_is_cnp(), ~_is_response()), carry)
     responses = frames.filter(_is_response() | _is_cnp()).with_columns(
         nak_seq=pl.col("syndrome") == NAK_PSN_SEQUENCE,
@@ -437,7 +437,7 @@ def _roce(frames: pl.DataFrame, carry: _Carry, facts: _Facts) -> tuple[dict[str,
     return parts, pl.concat(events)
 
 
-def _roce_data(data: pl.DataFrame, carry: _Carry) -> pl.DataFrame:
+def _roce_data(data: pl.DataFrame, carry: _BucketCarry) -> pl.DataFrame:
     """Data packets per QP with their PSN fate: retransmitted, or how many PSNs are missing before them."""
     data = _with_context(data.with_columns(qp=pl.col("dest_qp")), carry.roce, ROCE_CARRIED)
     data = data.with_columns(rel_psn=_unwrapped("psn", 24, DATA_QP, "rel_psn")).with_columns(
@@ -524,7 +524,7 @@ def _roce_table(every: Callable[[str], pl.DataFrame], facts: _Facts) -> tuple[pl
     return table.with_columns(trouble=trouble, flow=label), _event(cnps, "CNP", label)
 
 
-def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame, carry: _Carry) -> pl.DataFrame:
+def _nak_to_resend(data: pl.DataFrame, answers: pl.DataFrame, carry: _BucketCarry) -> pl.DataFrame:
     """Every NAK (sequence error or RNR) whose resend of the PSN it names is in this piece, and the
     time to it; the others wait for the next piece (carry.naks)."""
     named = ["file", "src", "dst", "qp", "psn"]
@@ -577,7 +577,7 @@ def _segments(frames: pl.DataFrame) -> pl.DataFrame:
 
 
 def _tcp(
-    frames: pl.DataFrame, carry: _Carry, facts: _Facts, windows: PacketWindows
+    frames: pl.DataFrame, carry: _BucketCarry, facts: _Facts, windows: PacketWindows
 ) -> tuple[dict[str, pl.DataFrame], pl.DataFrame]:
     flags = pl.col("flags")
     seglen = pl.col("payload").fill_null(0) + (flags & SYN > 0).cast(pl.Int64) + (flags & FIN > 0).cast(pl.Int64)

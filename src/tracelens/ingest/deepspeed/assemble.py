@@ -93,14 +93,14 @@ def steps(hot: dict[str, pl.DataFrame]) -> pl.DataFrame | None:
 def spilled_steps(spill: Spill) -> pl.LazyFrame | None:
     """A big file's steps from its spilled step records, in memory that follows PIECE_ROWS records, not
     the file nor its biggest stream: the records are assembled a range of lines at a time, each piece
-    starting where the one before left every stream (_Carry), with what a stream's steps need from all
+    starting where the one before left every stream (_StreamCarry), with what a stream's steps need from all
     of it read first (_stream_facts). The pieces' rows, written back, are merged in line order, a step
     whose lines fell in two pieces joined into one row: exactly the rows `steps` gives over the file."""
     parts = {kind: spill.parts[ROWS + kind] for kind in STEP_SOURCES if ROWS + kind in spill.parts}
     if not parts:
         return None
     facts = _stream_facts(_tagged({kind: _scan(paths).drop("body") for kind, paths in parts.items()}))
-    carry: _Carry | None = None
+    carry: _StreamCarry | None = None
     written = []
     for in_piece, holding in _pieces(parts):
         kinds = {kind: _scan(paths).filter(in_piece) for kind, paths in holding.items()}
@@ -250,7 +250,7 @@ def _stream_facts(records: Frame) -> pl.DataFrame:
 
 
 @dataclass(frozen=True)
-class _Carry:
+class _StreamCarry:
     """Where the records assembled so far left each stream, for the next piece: its engine, its last
     progress step and the counted timer lines since that and in all (`streams`), how many progress lines
     each of its step numbers had (`progress`: the n-th is engine n-1), and Megatron's skipped iterations
@@ -261,7 +261,7 @@ class _Carry:
     skipped: pl.DataFrame
 
 
-def _assembled(rows: pl.DataFrame, facts: pl.DataFrame, carry: _Carry | None) -> pl.DataFrame:
+def _assembled(rows: pl.DataFrame, facts: pl.DataFrame, carry: _StreamCarry | None) -> pl.DataFrame:
     """The records of a piece (all of a file's, or a range of its lines), in line order, each with its
     engine and step, ready to merge, and what `_carried` reads of where the piece leaves each stream."""
     rows = rows.join(facts, on=STREAM, how="left", nulls_equal=True, maintain_order="left")
@@ -287,7 +287,7 @@ def _assembled(rows: pl.DataFrame, facts: pl.DataFrame, carry: _Carry | None) ->
 CARRIED = ["_engine0", "_since0", "_timers0", "_seen0"]  # counts a piece starts from, 0 in the first
 
 
-def _at_start(rows: pl.DataFrame, carry: _Carry | None) -> pl.DataFrame:
+def _at_start(rows: pl.DataFrame, carry: _StreamCarry | None) -> pl.DataFrame:
     """The records with where their stream stood when the piece began (nothing before the first piece)."""
     if carry is not None:
         rows = rows.join(carry.streams, on=STREAM, how="left", nulls_equal=True, maintain_order="left")
@@ -297,7 +297,7 @@ def _at_start(rows: pl.DataFrame, carry: _Carry | None) -> pl.DataFrame:
     return rows.with_columns(pl.col(c).fill_null(0).cast(pl.Int64) for c in CARRIED)
 
 
-def _carried(rows: pl.DataFrame, carry: _Carry | None) -> _Carry:
+def _carried(rows: pl.DataFrame, carry: _StreamCarry | None) -> _StreamCarry:
     """Where this piece leaves each stream: the carry for the next one."""
     g, segment = pl.col("_g"), pl.col("_sf")
     before = pl.when(segment.max() == 0).then(pl.col("_since0").first()).otherwise(0)  # no progress line here
@@ -315,7 +315,7 @@ def _carried(rows: pl.DataFrame, carry: _Carry | None) -> _Carry:
         streams = pl.concat([carry.streams, streams]).unique(STREAM, keep="last", maintain_order=True)
         progress = pl.concat([carry.progress, progress]).group_by(*STREAM, "step").agg(pl.col("_seen0").sum())
         skipped = pl.concat([carry.skipped, skipped]).unique(["host", "engine"], keep="last", maintain_order=True)
-    return _Carry(streams, progress, skipped)
+    return _StreamCarry(streams, progress, skipped)
 
 
 def _merged(rows: pl.DataFrame) -> pl.DataFrame:

@@ -33,12 +33,12 @@ COLUMNS: Columns = {
 }
 
 
-class _ToValues(PortLines):
+class _IbstatValues(PortLines):
     def ca(self, items):
         return Device(items[0][1:-1])
 
 
-LINES = LineGrammar("ibstat", _ToValues)
+LINES = LineGrammar("ibstat", _IbstatValues)
 
 
 def sniff(head: bytes) -> bool:

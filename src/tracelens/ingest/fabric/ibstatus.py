@@ -33,13 +33,13 @@ COLUMNS: Columns = {
 }
 
 
-class _ToValues(PortLines):
+class _IbstatusValues(PortLines):
     def port(self, items):
         device, number = items
         return Port(int(number), device[1:-1])
 
 
-LINES = LineGrammar("ibstatus", _ToValues)
+LINES = LineGrammar("ibstatus", _IbstatusValues)
 
 
 def sniff(head: bytes) -> bool:

@@ -45,7 +45,7 @@ COLUMNS: Columns = {
 }
 
 
-class _ToValues(PortLines):
+class _DevinfoValues(PortLines):
     def device(self, items):
         return Device(str(items[1]).strip())
 
@@ -67,7 +67,7 @@ class Gid:
     roce: str | None  # v1 / v2; None on InfiniBand
 
 
-LINES = LineGrammar("ibv_devinfo", _ToValues)
+LINES = LineGrammar("ibv_devinfo", _DevinfoValues)
 
 
 def sniff(head: bytes) -> bool:

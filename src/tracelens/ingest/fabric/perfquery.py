@@ -90,7 +90,7 @@ class Field:
     value: int | None  # None for hex (select/mask) fields
 
 
-class _ToValues(Transformer):
+class _PerfqueryValues(Transformer):
     def counters_header(self, items):
         extended = any(getattr(t, "type", "") == "EXTENDED" for t in items)
         portid, port = [t for t in items if getattr(t, "type", "") in ("PORTID", "INT")]
@@ -114,7 +114,7 @@ class _ToValues(Transformer):
         return Field(ALIASES.get(str(name), str(name)), int(value) if value.type == "INT" else None)
 
 
-LINES = LineGrammar("perfquery", _ToValues)
+LINES = LineGrammar("perfquery", _PerfqueryValues)
 
 
 def sniff(head: bytes) -> bool:
