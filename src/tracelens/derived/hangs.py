@@ -109,10 +109,10 @@ class Stop:
     at: datetime | None = None  # its last sign of progress
 
 
-def entries(t: RunTables) -> pl.DataFrame:
+def entries(tables: RunTables) -> pl.DataFrame:
     """fr_entries with one row per (rank, group, record, sequence ids): the pickle's row before the JSON's."""
     pg = pl.coalesce(pl.col("pg_name"), pl.col("pg_id").cast(pl.String))
-    fr = t["fr_entries"]
+    fr = tables["fr_entries"]
     if fr.height == 0:
         return fr.with_columns(pg=pg)
     key = ["rank", "pg", "record_id", "collective_seq_id", "p2p_seq_id", "is_p2p"]
@@ -127,12 +127,12 @@ def entries(t: RunTables) -> pl.DataFrame:
         .drop("_order", "_frames")
         .sort("rank", "pg", "record_id", nulls_last=True)
     )
-    return _mark_failed(unique.filter(pl.col("status").ne_missing("no dump")), failed_ranks(t))
+    return _mark_failed(unique.filter(pl.col("status").ne_missing("no dump")), failed_ranks(tables))
 
 
-def analyzer_missing(t: RunTables) -> list[int]:
+def analyzer_missing(tables: RunTables) -> list[int]:
     """Ranks PyTorch's analyzer says left no dump, when the run has no dump of them either."""
-    fr = t["fr_entries"]
+    fr = tables["fr_entries"]
     said = fr.filter(pl.col("status") == "no dump")["rank"].drop_nulls()
     dumped = set(
         fr.filter(pl.col("status").ne_missing("no dump"), ~pl.col("encoding").str.starts_with("analyzer"))["rank"]
@@ -142,15 +142,15 @@ def analyzer_missing(t: RunTables) -> list[int]:
     return sorted(set(said.to_list()) - dumped)
 
 
-def stacks(t: RunTables) -> pl.DataFrame:
+def stacks(tables: RunTables) -> pl.DataFrame:
     """The stacks table with the rank of a py-spy dump that names none taken from its pid: NCCL's
     communicator lines give each process's pid and rank (the job's widest communicator), on the
     same host when both name one."""
-    table = t["stacks"]
+    table = tables["stacks"]
     if table.height == 0 or table["rank"].null_count() == 0:
         return table
     comms = (
-        t.scan("nccl_comms")
+        tables.scan("nccl_comms")
         .filter(pl.col("pid").is_not_null(), pl.col("rank").is_not_null())
         .select("pid", "host", "rank", "nranks")
         .collect()
@@ -173,9 +173,9 @@ def stacks(t: RunTables) -> pl.DataFrame:
     )
 
 
-def failed_ranks(t: RunTables) -> list[int]:
+def failed_ranks(tables: RunTables) -> list[int]:
     """Ranks whose log has a Python traceback through a collective: the collective raised."""
-    tracebacks = stacks(t).filter(
+    tracebacks = stacks(tables).filter(
         pl.col("tool") == "traceback", pl.col("exception").is_not_null(), pl.col("rank").is_not_null()
     )
     through = tracebacks.filter(
@@ -197,24 +197,24 @@ def _mark_failed(fr: pl.DataFrame, ranks: list[int]) -> pl.DataFrame:
     )
 
 
-def job_ranks(t: RunTables, fr: pl.DataFrame) -> set[int]:
+def job_ranks(tables: RunTables, fr: pl.DataFrame) -> set[int]:
     """Every rank some source names: dumps, stack dumps, per-rank file names (`rank3/train.log`),
     NCCL communicators of the job's size. A killed rank leaves no dump, but its log names it."""
-    ranks = set(fr["rank"].drop_nulls().to_list()) | set(stacks(t)["rank"].drop_nulls().to_list())
-    for name in t["inputs"]["file"].to_list() if "file" in t["inputs"].columns else []:
+    ranks = set(fr["rank"].drop_nulls().to_list()) | set(stacks(tables)["rank"].drop_nulls().to_list())
+    for name in tables["inputs"]["file"].to_list() if "file" in tables["inputs"].columns else []:
         found = _RANK_IN_NAME.findall(name)
         if found:
             ranks.add(int(found[-1]))
-    world = t.scan("nccl_comms").select(pl.col("nranks").max()).collect().item()
+    world = tables.scan("nccl_comms").select(pl.col("nranks").max()).collect().item()
     if world:
         ranks |= set(range(int(world)))
     return ranks
 
 
-def _members(t: RunTables, fr: pl.DataFrame) -> dict[str, set[int]]:
+def _members(tables: RunTables, fr: pl.DataFrame) -> dict[str, set[int]]:
     """Members per group: pg_config's ranks, else the ranks whose dumps name it; a world group
     (default_pg) without pg_config has every rank of the job."""
-    groups = t["fr_groups"].with_columns(pg=pl.coalesce(pl.col("pg_name"), pl.col("pg_id").cast(pl.String)))
+    groups = tables["fr_groups"].with_columns(pg=pl.coalesce(pl.col("pg_name"), pl.col("pg_id").cast(pl.String)))
     dump_files = fr.filter(~pl.col("encoding").str.starts_with("analyzer"))["file"].unique()
     if dump_files.len():  # the analyzer's text restates the dumps' groups, maybe for a subset of ranks
         groups = groups.filter(pl.col("file").is_in(dump_files.implode()))
@@ -224,7 +224,7 @@ def _members(t: RunTables, fr: pl.DataFrame) -> dict[str, set[int]]:
     members = {pg: set(ranks) for pg, ranks in configured.items()}
     for row in fr.filter(pl.col("rank").is_not_null()).select("pg", "rank").unique().iter_rows(named=True):
         members.setdefault(row["pg"], set()).add(row["rank"])
-    job = job_ranks(t, fr) | set().union(*members.values()) if members else job_ranks(t, fr)
+    job = job_ranks(tables, fr) | set().union(*members.values()) if members else job_ranks(tables, fr)
     for pg in members:
         if pg not in configured and _is_world(fr, pg):
             members[pg] |= job
@@ -236,15 +236,15 @@ def _is_world(fr: pl.DataFrame, pg: str) -> bool:
     return pg == "0" or (desc.len() > 0 and desc[0] == "default_pg")
 
 
-def stuck(t: RunTables) -> list[Stuck]:
+def stuck(tables: RunTables) -> list[Stuck]:
     """Every stuck group's first unfinished collective, the one most ranks wait in first."""
-    fr = entries(t)
+    fr = entries(tables)
     if fr.height == 0:
         return []
     colls = fr.filter(
         ~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null()
     )
-    members = _members(t, fr)
+    members = _members(tables, fr)
     dumped = set(fr["rank"].drop_nulls().to_list())
     found = []
     for (pg,), group in colls.group_by("pg"):
@@ -324,9 +324,9 @@ def _stuck(pg: str, seq: int, group: pl.DataFrame, pending: pl.DataFrame, ranks:
     return Stuck(pg, sample.get("pg_desc"), seq, sample.get("op"), sample.get("input_sizes"), tuple(members), since)
 
 
-def desyncs(t: RunTables) -> list[Desync]:
+def desyncs(tables: RunTables) -> list[Desync]:
     """Per group, the first sequence id where ranks issued different collectives (op, sizes, dtypes)."""
-    fr = entries(t).filter(
+    fr = entries(tables).filter(
         ~pl.col("is_p2p").fill_null(False), pl.col("collective_seq_id").is_not_null(), pl.col("rank").is_not_null()
     )
     # only the sequence ids where something differs are looked at one by one (a job has thousands)
@@ -389,9 +389,9 @@ def where_kind(frames: list[dict] | None, exception: str | None = None) -> str:
     return "Python code" if frames else "an unknown place"
 
 
-def _stack_of(t: RunTables, rank: int) -> dict | None:
+def _stack_of(tables: RunTables, rank: int) -> dict | None:
     """The rank's main-thread stack (py-spy, faulthandler), else its traceback; the richest one."""
-    rows = stacks(t).filter(pl.col("rank") == rank)
+    rows = stacks(tables).filter(pl.col("rank") == rank)
     if rows.height == 0:
         return None
     ranked = rows.with_columns(
@@ -412,17 +412,17 @@ def _last_activity(fr: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def first_stopped(t: RunTables) -> Stop | None:
+def first_stopped(tables: RunTables) -> Stop | None:
     """The rank that stopped first and where it was (None without Flight Recorder entries)."""
-    fr = entries(t)
-    missing = analyzer_missing(t)
+    fr = entries(tables)
+    missing = analyzer_missing(tables)
     if fr.height == 0 and missing:
         unmatched = "PyTorch's analyzer could not match the other ranks' collectives"
         why = f"{unmatched} because {ranks_text(missing)} left no dump"
-        return _locate(t, fr, [], missing[0], why, None)
+        return _locate(tables, fr, [], missing[0], why, None)
     if fr.height == 0:
         return None
-    hung = stuck(t)
+    hung = stuck(tables)
     lives = _last_activity(fr)
     last = dict(lives.iter_rows())
     if hung and hung[0].culprits:
@@ -441,12 +441,12 @@ def first_stopped(t: RunTables) -> Stop | None:
         rank, why = lives["rank"][0], f"rank {lives['rank'][0]}'s last Flight Recorder entry is the oldest"
     else:
         return None
-    return _locate(t, fr, hung, rank, why, last.get(rank))
+    return _locate(tables, fr, hung, rank, why, last.get(rank))
 
 
-def _locate(t: RunTables, fr: pl.DataFrame, hung: list[Stuck], rank: int, why: str, at: datetime | None) -> Stop:
+def _locate(tables: RunTables, fr: pl.DataFrame, hung: list[Stuck], rank: int, why: str, at: datetime | None) -> Stop:
     """Where `rank` was: its stack dump or traceback first, else its own pending entry."""
-    stack = _stack_of(t, rank)
+    stack = _stack_of(tables, rank)
     if stack is not None:
         frame = call_site(stack["frames"])
         where = where_kind(stack["frames"], stack["exception"])
@@ -642,10 +642,10 @@ def _main_threads(rows: pl.DataFrame) -> pl.DataFrame:
     return rows.filter(named | unnamed)
 
 
-def rank_stacks(t: RunTables) -> list[RankStack]:
+def rank_stacks(tables: RunTables) -> list[RankStack]:
     """Per rank with a stack dump of its main thread: where it was (the one waiting in a collective
     when a rank has several dumps, then the one with the most Python frames)."""
-    rows = _main_threads(stacks(t).filter(pl.col("tool").is_in(DUMP_TOOLS), pl.col("rank").is_not_null()))
+    rows = _main_threads(stacks(tables).filter(pl.col("tool").is_in(DUMP_TOOLS), pl.col("rank").is_not_null()))
     found = []
     for (rank,), mine in rows.sort("file", "line").group_by("rank", maintain_order=True):
         candidates = []
@@ -667,10 +667,10 @@ def rank_stacks(t: RunTables) -> list[RankStack]:
     return sorted(found, key=lambda r: r.rank)
 
 
-def last_steps(t: RunTables) -> pl.DataFrame:
+def last_steps(tables: RunTables) -> pl.DataFrame:
     """Per rank that logged steps: host, rank, its last step, the time of its last step line
     (last_ts) and that line (file, line, text): where each rank's progress ends."""
-    rows = t.scan("steps").filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
+    rows = tables.scan("steps").filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
     last = rows.select("host", "rank", "step", "ts", "file", "line", "message").sort("ts", "line")
     return (
         last.group_by("host", "rank")
@@ -681,19 +681,19 @@ def last_steps(t: RunTables) -> pl.DataFrame:
     )
 
 
-def stack_hang(t: RunTables) -> StackHang | None:
+def stack_hang(tables: RunTables) -> StackHang | None:
     """What the ranks' stack dumps say about a hang: at least two ranks dumped, at least half of
     them waiting in a collective, and no step logged after the dumps (when they carry a time).
     The ranks waiting in a collective are grouped by (collective, call site, phase); the ranks in no
     collective, and those outside the one largest group, are the odd ones."""
-    ranks = rank_stacks(t)
+    ranks = rank_stacks(tables)
     waiting = [r for r in ranks if r.collective]
     if len(ranks) < 2 or not waiting or 2 * len(waiting) < len(ranks):
         return None
     times = [r.row["ts"] for r in ranks if r.row.get("ts") is not None]
     dumped_at = max(times) if times else None
     if dumped_at is not None:
-        later = t.scan("steps").filter(pl.col("ts") > dumped_at).select(pl.len()).collect().item()
+        later = tables.scan("steps").filter(pl.col("ts") > dumped_at).select(pl.len()).collect().item()
         if later:
             return None  # the job still made progress after the dumps: they caught it running
     by_key: dict[tuple, list[RankStack]] = {}
@@ -703,7 +703,7 @@ def stack_hang(t: RunTables) -> StackHang | None:
     sole = len(groups) == 1 or len(groups[0]) > len(groups[1])
     odd = [r for g in groups[1:] for r in g] if sole else []
     dumped = {r.rank for r in ranks}
-    undumped = sorted(job_ranks(t, entries(t)) - dumped)
+    undumped = sorted(job_ranks(tables, entries(tables)) - dumped)
     return StackHang(
         tuple(ranks),
         tuple(tuple(g) for g in groups),

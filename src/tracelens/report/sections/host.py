@@ -10,6 +10,7 @@ import polars as pl
 
 from tracelens.derived import RunContext
 from tracelens.derived.hostsignals import KIND_TEXT, incidents, largest_size, port_rates
+from tracelens.tables import RunTables
 
 if TYPE_CHECKING:
     from tracelens.analyze import Analysis
@@ -23,12 +24,12 @@ MAX_EVENTS = 40
 
 def context(ctx: RunContext, analysis: Analysis) -> dict | None:
     """None when the run has no host evidence at all."""
-    t = ctx.tables
+    tables = ctx.tables
     parts = {
-        "gpus": _gpu_summary(t["gpu_samples"]),
-        "interfaces": _interfaces(t),
-        "events": _events(t),
-        "benchmarks": _benchmarks(t),
+        "gpus": _gpu_summary(tables["gpu_samples"]),
+        "interfaces": _interfaces(tables),
+        "events": _events(tables),
+        "benchmarks": _benchmarks(tables),
     }
     return parts if any(parts.values()) else None
 
@@ -61,16 +62,16 @@ def _gpu_summary(samples: pl.DataFrame) -> list[dict]:
     ]
 
 
-def _interfaces(t) -> list[dict]:
+def _interfaces(tables: RunTables) -> list[dict]:
     rows = (
-        t["interfaces"]
+        tables["interfaces"]
         .filter(pl.col("ifname") != "lo")
         .sort("ts", nulls_last=False, maintain_order=True)
         .group_by("host", "ifname", maintain_order=True)
         .agg(pl.all().last())
     )
     ports = (
-        t["ib_ports"]
+        tables["ib_ports"]
         .filter(pl.col("active_mtu").is_not_null())
         .select("host", pl.format("{}:{}", "ca", "port").alias("rdma"), "active_mtu", "max_mtu", "link_layer")
     )
@@ -102,8 +103,8 @@ def _interfaces(t) -> list[dict]:
     return out
 
 
-def _events(t) -> list[dict]:
-    rows = incidents(t).sort("host", "ts", "line", nulls_last=True).head(MAX_EVENTS)
+def _events(tables: RunTables) -> list[dict]:
+    rows = incidents(tables).sort("host", "ts", "line", nulls_last=True).head(MAX_EVENTS)
     return [
         {
             "host": r["host"] or "?",
@@ -120,11 +121,13 @@ def _events(t) -> list[dict]:
     ]
 
 
-def _benchmarks(t) -> list[dict]:
-    rates = port_rates(t).group_by("host").agg(pl.col("rate_gbps").sum(), pl.col("rate_gbps").max().alias("port_gbps"))
+def _benchmarks(tables: RunTables) -> list[dict]:
+    rates = (
+        port_rates(tables).group_by("host").agg(pl.col("rate_gbps").sum(), pl.col("rate_gbps").max().alias("port_gbps"))
+    )
     out = []
-    tests = t["nccl_tests"].filter(pl.col("kind") == "row")
-    averages = t["nccl_tests"].filter(pl.col("kind") == "average")
+    tests = tables["nccl_tests"].filter(pl.col("kind") == "row")
+    averages = tables["nccl_tests"].filter(pl.col("kind") == "average")
     for (file, run_id), run in tests.group_by("file", "run", maintain_order=True):
         largest = largest_size(run)
         average = averages.filter(pl.col("file") == file, pl.col("run") == run_id)["busbw_gbs"]
@@ -147,7 +150,7 @@ def _benchmarks(t) -> list[dict]:
                 "where": ", ".join(hosts),
             }
         )
-    perf = t["perftest"].filter(pl.col("bw_avg").is_not_null())
+    perf = tables["perftest"].filter(pl.col("bw_avg").is_not_null())
     for (file, _run), run in perf.group_by("file", "run", maintain_order=True):
         r = run.filter(pl.col("bytes") == run["bytes"].max()).row(0, named=True)
         gbps = r["bw_avg"] * (8 / 1000 if (r["bw_unit"] or "MB").startswith("MB") else 1.0)
