@@ -80,6 +80,19 @@ def test_the_verdict_says_a_rule_failed_when_nothing_else_was_found(broken_rule,
     assert verdict["because"][1] == f"Not checked: {BROKEN} failed (a bug in tracelens)."
 
 
+@pytest.mark.parametrize("how", ["option", "environment"])
+def test_no_crash_report_writes_no_traceback_of_a_failed_rule(broken_rule, tmp_path, monkeypatch, how):
+    args = ["analyze", str(FIXTURES / "flaky-link"), "-o", str(tmp_path / "r.html"), "--json", str(tmp_path / "r.json")]
+    if how == "option":
+        args.append("--no-crash-report")
+    else:
+        monkeypatch.setenv("TRACELENS_NO_CRASH_REPORT", "1")
+    result = runner.invoke(app, args)
+    assert result.exit_code == RULE_FAILED, result.output
+    assert json.loads((tmp_path / "r.json").read_text())["rules_failed"][0]["rule"] == BROKEN
+    assert "tracebacks" not in result.output and not list((tmp_path / "cache").rglob("crash-*"))
+
+
 def test_without_a_failure_the_exit_status_is_the_findings(tmp_path):
     result = runner.invoke(app, ["analyze", str(RUN), "-o", str(tmp_path / "r.html"), "--fail-on", "warning"])
     assert result.exit_code == 1, result.output

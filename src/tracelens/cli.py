@@ -16,6 +16,7 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
@@ -227,6 +228,9 @@ CRASH_REPORT_HELP = (
     "Write no traceback file when tracelens fails (they go to ~/.cache/tracelens; "
     "TRACELENS_NO_CRASH_REPORT=1 does the same, for shared machines)."
 )
+# Whether the running command may write traceback files: _guarded sets it from --no-crash-report and
+# TRACELENS_NO_CRASH_REPORT, for the command's own reports of failed rules as for its crash.
+_CRASH_REPORTS: ContextVar[bool] = ContextVar("crash_reports", default=True)
 
 
 def _crash_report(text: str) -> Path:
@@ -291,21 +295,25 @@ def _guarded(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def run(*args, no_crash_report: bool = False, **kwargs):
-        with _signals_end_the_run() as stop:
-            try:
-                return command(*args, **kwargs)
-            except (typer.Exit, typer.Abort):
-                raise
-            except RayUnavailable as exc:
-                raise _usage_error(str(exc)) from None
-            except BaseException as exc:
-                if stop is not None and stop.signum is not None:
-                    out.print(f"[red]stopped[/] by {signal.Signals(stop.signum).name}; temporary files removed.")
-                    raise typer.Exit(128 + stop.signum) from None
-                if isinstance(exc, (SystemExit, KeyboardInterrupt)):
-                    raise
-                failed, trace = exc, traceback.format_exc()
         report = not no_crash_report and os.environ.get("TRACELENS_NO_CRASH_REPORT", "") in ("", "0")
+        wanted = _CRASH_REPORTS.set(report)
+        try:
+            with _signals_end_the_run() as stop:
+                try:
+                    return command(*args, **kwargs)
+                except (typer.Exit, typer.Abort):
+                    raise
+                except RayUnavailable as exc:
+                    raise _usage_error(str(exc)) from None
+                except BaseException as exc:
+                    if stop is not None and stop.signum is not None:
+                        out.print(f"[red]stopped[/] by {signal.Signals(stop.signum).name}; temporary files removed.")
+                        raise typer.Exit(128 + stop.signum) from None
+                    if isinstance(exc, (SystemExit, KeyboardInterrupt)):
+                        raise
+                    failed, trace = exc, traceback.format_exc()
+        finally:
+            _CRASH_REPORTS.reset(wanted)
         # written here, after the run's temporary folder is gone (a fallback crash file must outlive it)
         raise _internal_error(failed, trace if report else None) from None
 
@@ -323,8 +331,8 @@ def _guarded(command: Callable) -> Callable:
 
 def _failed_rules_report(failures: list[RuleFailure]) -> list[tuple[str, Path]]:
     """The tracebacks of the rules that failed, in a crash report to send with a bug report: the
-    output line that names it (none when no rule failed)."""
-    if not failures:
+    output line that names it (none when no rule failed, or the user asked for no crash report)."""
+    if not failures or not _CRASH_REPORTS.get():
         return []
     text = "\n".join(f"{f.rule.id} {f.rule.name} failed:\n{f.traceback}" for f in failures)
     return [("Failed rules' tracebacks (a bug in tracelens; please report it with them)", _crash_report(text))]
