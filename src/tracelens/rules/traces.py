@@ -16,14 +16,20 @@ import polars as pl
 from tracelens.derived import RunContext
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.findings.evidence import row_evidence
+from tracelens.ingest.profiler.kineto import EPOCH_MIN_US
 from tracelens.prose import count, number_runs
 from tracelens.rules import Setting, rule
 
 MAX_STEPS_SHOWN = 6
 
 
-def _utc(us: float) -> datetime:
-    return datetime.fromtimestamp(us / 1e6, tz=timezone.utc)
+def _window(begin_us: float | None, end_us: float) -> tuple[datetime, datetime] | None:
+    """The span in UTC, when the trace's clock is the wall clock (not the time since boot)."""
+    if begin_us is None or begin_us < EPOCH_MIN_US:
+        return None
+    return datetime.fromtimestamp(begin_us / 1e6, tz=timezone.utc), datetime.fromtimestamp(
+        end_us / 1e6, tz=timezone.utc
+    )
 
 
 def _files(ctx: RunContext, ranks: list[int]) -> dict[int, dict[str, Any]]:
@@ -112,7 +118,7 @@ def exposed_communication(ctx: RunContext, *, share: float = 0.25, critical_shar
         evidence=_trace_evidence(files, ranks),
         hosts=_hosts(files, ranks),
         ranks=ranks,
-        window=(_utc(begin), _utc(end)) if begin is not None and begin > 1e15 else None,
+        window=_window(begin, end),
         cost_seconds=float(high["exposed_us"].max()) / 1e6,
     )
 
@@ -232,7 +238,7 @@ def _last_rank(
         evidence=_trace_evidence(files, [rank]),
         hosts=[host] if host else [],
         ranks=[rank],
-        window=(_utc(begin), _utc(end)) if begin is not None and begin > 1e15 else None,
+        window=_window(begin, end),
         cost_seconds=float(others["wait_us"].sum()) / 1e6 / max(others["rank"].n_unique(), 1),
     )
 
@@ -313,6 +319,6 @@ def gpu_waits_for_host(ctx: RunContext, *, share: float = 0.1, critical_share: f
         evidence=_trace_evidence(files, ranks),
         hosts=_hosts(files, ranks),
         ranks=ranks,
-        window=(_utc(worst["begin"]), _utc(worst["end"])) if worst["begin"] > 1e15 else None,
+        window=_window(worst["begin"], worst["end"]),
         cost_seconds=float(per_rank["host_wait_us"].max()) / 1e6,
     )
