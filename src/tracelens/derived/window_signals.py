@@ -56,7 +56,7 @@ class Signal:
     """One signal in one place, inside a window against outside it."""
 
     source: str  # packets, counters, NCCL, steps
-    cause: str | None  # what its rise would be a sign of (events.CAUSES), or compute / comm / between for steps
+    cause: str | None  # what its rise would be a sign of (events.CAUSES); for steps and traces a level (LEVELS)
     what: str
     where: str
     rose: bool

@@ -8,7 +8,7 @@ import polars as pl
 
 from tracelens.derived import RunContext, step_times
 from tracelens.derived.imbalance import PEERS, peers_usual
-from tracelens.findings import Evidence, Finding, Severity
+from tracelens.findings import Finding, Severity
 from tracelens.findings.evidence import row_evidence, step_evidence
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
@@ -366,7 +366,7 @@ def stragglers(
                 window=(group["first"].min(), group["last"].max()) if group["first"].min() else None,
             )
     waits = ctx["comm_ops"].filter(pl.col("kind") == "straggler")
-    for (file,), table in waits.group_by(["file"], maintain_order=True):
+    for _, table in waits.group_by(["file"], maintain_order=True):
         comm, wait = table["total_ms"].sum(), table["straggler_total_ms"].sum()
         if comm and wait / comm >= wait_share:
             yield Finding(
@@ -374,8 +374,5 @@ def stragglers(
                 title="Collectives mostly wait for a straggler",
                 summary=f"The comms logger's straggler breakdown shows {wait:.0f} ms of {comm:.0f} ms collective time "
                 f"({wait / comm:.0%}) spent waiting for the slowest rank to arrive, not moving data.",
-                evidence=[
-                    Evidence(file=file, line=r["line"], text=f"{r['op']} {r['msg_bytes']} B")
-                    for r in table.iter_rows(named=True)
-                ],
+                evidence=row_evidence(table.iter_rows(named=True), text=lambda r: f"{r['op']} {r['msg_bytes']} B"),
             )
