@@ -1,8 +1,9 @@
 """Make runs of the lab's matrix for real: lab/matrix.py RUN_ID ... (as root).
 
 Each row of matrix.tsv is one run: a job shape (engine, world size, ranks per host, ZeRO stage,
-overlap_comm, buckets, gradient accumulation, how hosts are named, how logs are laid out) and
-one fault. A run:
+overlap_comm, buckets, gradient accumulation, how hosts are named, how logs are laid out, what
+DeepSpeed prints: `every` rank's timers, progress and comms logger lines at every step, or its
+`default`: timers and progress on rank 0, a progress line every 10 steps) and one fault. A run:
 
 1. makes two network namespaces (net.sh), the "hosts", joined by a veth pair; every rank of a
    host runs in its namespace, pinned to that host's CPU (`taskset`) at nice -10;
@@ -11,9 +12,9 @@ one fault. A run:
    log (layout `rank`), or a host's ranks sharing one log as a launcher prints it: pdsh's
    `host: ` before every line (`pdsh`), or torchrun's own `--tee 3` console with `[default0]:`
    (`torchrun`, which then starts the host's ranks itself);
-4. waits for every rank's first logged step, then FAULT_AFTER s, switches the fault on and
-   records the UTC time, and off FAULT_FOR s later (a blackout BLACKOUT_S; a checkpoint when its
-   pause ends; a hang never: HANG_WAIT s on, py-spy dumps every rank and the job is killed);
+4. waits for every rank's first logged step (rank 0's under `default` printing), then FAULT_AFTER s,
+   switches the fault on and records the UTC time, and off FAULT_FOR s later (a blackout BLACKOUT_S;
+   a checkpoint when its pause ends; a hang never: HANG_WAIT s on, py-spy dumps every rank and the job is killed);
 5. writes the fixture (matrix_fixture.py) into OUT/<run id>/; with --profile every rank also runs
    under torch.profiler and its trace, cut to the steps around the fault, goes beside its host's logs
    (trace_fixture.py). --table reads the runs from another table of matrix.tsv's columns.
@@ -93,6 +94,7 @@ class Run:
     grad_accum: int
     names: str  # a key of NAMES
     layout: str  # rank | pdsh | torchrun
+    printing: str  # every: every rank's timers, progress and comms logger at every step | default: DeepSpeed's
     fault: str  # name[:argument[:detail]]
     held_out: bool
 
@@ -151,6 +153,7 @@ def read_table(path: Path = TABLE) -> list[Run]:
                 grad_accum=int(r["grad_accum"]),
                 names=r["names"],
                 layout=r["layout"],
+                printing=r["printing"],
                 fault=r["fault"],
                 held_out=r["held_out"] == "yes",
             )
@@ -241,6 +244,8 @@ class Lab:
                 str(run.grad_accum),
                 "--bucket",
                 str(run.bucket_elements),
+                "--printing",
+                run.printing,
             ]
             return [str(LAB / "train.py"), *args]
         return [str(LAB / "train_ddp.py"), *args, "--bucket-mb", "0.2" if run.bucket == "small" else "25"]
@@ -334,7 +339,8 @@ class Lab:
         until = time.time() + timeout
         while time.time() < until:
             self.prioritise(self.rank_pids().values())
-            if len(self.ranks_stepped()) == self.run.world:
+            stepped = self.ranks_stepped()
+            if len(stepped) == self.run.world or (self.run.printing == "default" and 0 in stepped):
                 self.note("first step")
                 return
             if any(p.poll() is not None for p in self.ranks):

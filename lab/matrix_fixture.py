@@ -221,6 +221,7 @@ def write_fixture(run: Run, work: Path, fixture: Path, events: dict[str, str], a
             "host_addresses": dict(zip(run.hosts, ("10.99.0.1", "10.99.0.2"), strict=True)),
             "rank_hosts": {str(r): run.hosts[run.host_of(r)] for r in range(run.world)},
             "log_layout": run.layout,
+            "printing": run.printing,
         },
         "held_out": run.held_out,
         "made": f"{first:%Y-%m-%d}",
@@ -247,6 +248,11 @@ def kept(run: Run) -> str:
     return f"the window +-{CAPTURE_MARGIN} s"
 
 
+PRINTING = {
+    "every": "every rank prints its timers, progress line and comms logger lines at every step",
+    "default": "DeepSpeed prints as it does by default: timers and progress on rank 0 only, a progress line every "
+    "10 steps, no comms logger",
+}
 LAYOUT = {
     "rank": "each rank's own log, `<host>/rank<N>.log.gz`",
     "pdsh": "one log per host, `<host>/train.log.gz`, its ranks' lines interleaved with pdsh's `<host>: ` before each",
@@ -271,7 +277,7 @@ def readme(run: Run, expected: dict, how: str, counts: dict, table: list[str]) -
         f"Made on {expected['made']} by `lab/matrix.py {run.id}` (lab/README.md): {run.world} ranks, "
         f"{run.per_host} per host on two hosts `{job['hosts'][0]}` (10.99.0.1) and `{job['hosts'][1]}` (10.99.0.2), "
         f"network namespaces joined by a veth pair, a host's ranks pinned to its CPU at nice -10; {shape}; "
-        f"torch 2.13 CPU. Logs: {LAYOUT[run.layout]}. tcpdump -s 96 on the first host's veth"
+        f"torch 2.13 CPU. Logs: {LAYOUT[run.layout]}; {PRINTING[run.printing]}. tcpdump -s 96 on the first host's veth"
         f" ({kept(run)} kept).",
         "",
         f"**Injected:** {expected['description']}.",

@@ -61,9 +61,10 @@ def log_on_every_rank() -> None:
     comms_logging.log_dist = every_rank_log
 
 
-def ds_config(micro_batch: int, grad_accum: int, stage: int, overlap: bool, bucket: int) -> dict:
+def ds_config(micro_batch: int, grad_accum: int, stage: int, overlap: bool, bucket: int, every: bool) -> dict:
     """--bucket 0 keeps DeepSpeed's bucket sizes (one all-reduce after backward on this model);
-    a small one makes several collectives run inside backward."""
+    a small one makes several collectives run inside backward. `every`: a progress line every step
+    and the comms logger's line per collective; else DeepSpeed's defaults (every 10 steps, no logger)."""
     zero: dict = {"stage": stage, "overlap_comm": overlap, "contiguous_gradients": True}
     if bucket:
         zero |= {"reduce_bucket_size": bucket, "allgather_bucket_size": bucket}
@@ -76,11 +77,11 @@ def ds_config(micro_batch: int, grad_accum: int, stage: int, overlap: bool, buck
     return {
         "train_micro_batch_size_per_gpu": micro_batch,
         "gradient_accumulation_steps": grad_accum,
-        "steps_per_print": 1,
+        "steps_per_print": 1 if every else 10,
         "wall_clock_breakdown": True,
         "zero_optimization": zero,
-        # every collective DeepSpeed issues, with its time and size, on every rank
-        "comms_logger": {"enabled": True, "verbose": True, "prof_all": True, "debug": False},
+        # every collective DeepSpeed issues, with its time and size
+        "comms_logger": {"enabled": every, "verbose": True, "prof_all": True, "debug": False},
     }
 
 
@@ -91,19 +92,28 @@ def main() -> None:
     parser.add_argument("--overlap", choices=("on", "off"), default="on", help="overlap_comm")
     parser.add_argument("--bucket", type=int, default=0, help="reduce/allgather/prefetch bucket, elements (0: default)")
     parser.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step; --batch is split among them")
+    parser.add_argument(
+        "--printing",
+        choices=("every", "default"),
+        default="every",
+        help="every: timers, progress and comms logger on every rank at every step; default: DeepSpeed's own",
+    )
     args = parser.parse_args()
 
     sys.stdout.reconfigure(line_buffering=True)  # one write per line: a launcher's prefixer keeps lines whole
     sys.stderr.reconfigure(line_buffering=True)
     torch.set_num_threads(1)
-    log_on_every_rank()
+    if args.printing == "every":
+        log_on_every_rank()
+    else:
+        set_log_level_from_string("info")  # as most jobs see DeepSpeed: its INFO lines, rank 0's only
     torch.manual_seed(SEED)
     deepspeed.init_distributed(dist_backend="gloo")
     rank = dist.get_rank()
     flags = Flags(args.flags, rank, args)
     side = dist.new_group()  # the desync's collective goes here, where the others never look
     micro = args.batch // args.grad_accum
-    config = ds_config(micro, args.grad_accum, args.zero, args.overlap == "on", args.bucket)
+    config = ds_config(micro, args.grad_accum, args.zero, args.overlap == "on", args.bucket, args.printing == "every")
     if rank == 0:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "ds_config.json").write_text(json.dumps(config, indent=2))

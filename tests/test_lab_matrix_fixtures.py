@@ -67,13 +67,18 @@ def test_a_run_is_its_table_row(run):
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_every_global_rank_logs_its_steps_in_its_hosts_folder(run):
+    """Under DeepSpeed's default printing rank 0 alone logs its steps (every 10th)."""
     job = _expected(run)["job"]
+    default = job.get("printing") == "default"
     for host in job["hosts"]:
         seen: dict[int, int] = {}
         for log in (run / host).glob("*.log.gz"):
             for m in STEP.finditer(gzip.decompress(log.read_bytes())):
                 seen[int(m.group(1))] = seen.get(int(m.group(1)), 0) + 1
-        mine = sorted(int(r) for r, h in job["rank_hosts"].items() if h == host)
+        mine = sorted(int(r) for r, h in job["rank_hosts"].items() if h == host and not (default and int(r)))
+        if not mine:
+            assert not seen, f"{run.name}/{host}: steps of ranks {sorted(seen)} under DeepSpeed's default printing"
+            continue
         assert sorted(seen) == mine, f"{run.name}/{host}: steps of ranks {sorted(seen)}, expected {mine}"
         assert min(seen.values()) >= 20, f"{run.name}/{host}: a rank logged {min(seen.values())} steps"
 

@@ -79,11 +79,7 @@ def rank0_view(folder: Path, into: Path) -> Path:
     """A DeepSpeed lab run (the lab prints every rank's timers, progress and comms logger lines at every
     step) as DeepSpeed prints it by default: timers and progress lines on rank 0 only, progress lines every
     STEPS_PER_PRINT steps, no comms logger. The same real run, seen through the logging most jobs keep;
-    written to `into`/<run> once. Its expected.json: a slow rank or a contended host that is not rank 0's
-    shows in no log's timers, nor does rank 0's own work under ZeRO-3 (its forward all-gathers), so no
-    cause is knowable (`unseen`: the verdict must name none); rank 0's own work rising alone cannot tell
-    a straggler from contention on every rank (`causes`: either, on rank 0); one host's steps measure
-    no clock offset."""
+    written to `into`/<run> once, its job's `printing` set to "default" (what is knowable there: as_printed)."""
     view = into / folder.name
     if view.exists():
         return view
@@ -95,15 +91,29 @@ def rank0_view(folder: Path, into: Path) -> Path:
         with opener(log, "wt") as f:
             f.writelines(lines)
     run = expected_of(folder)
-    if run["cause"] in ("straggler", "contention"):
-        if 0 in run["ranks"] and run["job"].get("zero") != 3:
-            run["causes"] = ["straggler", "contention"]
-            run["ranks"], run["hosts"] = [0], [run["job"]["rank_hosts"]["0"]]
-        else:  # under ZeRO-3 forward all-gathers: rank 0's timers hold no work of its own alone
-            run["unseen"] = True
-    run.pop("clock_offsets", None)
+    run["job"]["printing"] = "default"
     (view / "expected.json").write_text(json.dumps(run, indent=2))
     return view
+
+
+def as_printed(run: dict) -> dict:
+    """What a run's checks can ask of it, given what its logs print. Under DeepSpeed's default printing
+    (rank 0's timers only) a slow rank or a contended host that is not rank 0's shows in no log's timers,
+    nor does rank 0's own work under ZeRO-3 (its forward all-gathers), so no cause is knowable (`unseen`:
+    the verdict must name none); rank 0's own work rising alone cannot tell a straggler from contention on
+    every rank (`causes`: either, on rank 0); one host's steps measure no clock offset."""
+    job = run.get("job", {})
+    if job.get("printing") != "default":
+        return run
+    run = dict(run)
+    if run["cause"] in ("straggler", "contention"):
+        if 0 in run["ranks"] and job.get("zero") != 3:
+            run["causes"] = ["straggler", "contention"]
+            run["ranks"], run["hosts"] = [0], [job["rank_hosts"]["0"]]
+        else:
+            run["unseen"] = True
+    run.pop("clock_offsets", None)
+    return run
 
 
 def named(finding: Finding) -> set[str]:
@@ -166,7 +176,7 @@ def matrix_check(folder: Path, analysis: Analysis, check: str) -> str | None:
     does not apply. cause: the top finding names the injected cause (a clean run: no warning beyond
     its configuration); window: its window within WINDOW_SLACK of the injected one; where: a slow rank's
     rank and host; offset: a skewed clock's offset stated within OFFSET_SLACK_S."""
-    run = expected_of(folder)
+    run = as_printed(expected_of(folder))
     cause = run["cause"]
     findings = analysis.findings
     top = findings[0] if findings else None
