@@ -87,7 +87,7 @@ FIXES = {
 }
 COLLECT_TIMERS = (
     "per-rank step timers on every rank (DeepSpeed `wall_clock_breakdown: true` and `steps_per_print: 1`, "
-    "logged by every rank, not rank 0 only)"
+    "logged by every rank, not rank 0 only) or a PyTorch profiler trace of every rank"
 )
 
 
@@ -412,6 +412,7 @@ def verdict(
     found = candidates(signals, world)
     not_available = list(missing)
     own = _by(signals, "own")
+    partial = False
     if not own:
         not_available.append(
             f"no per-rank step timers: a slow rank cannot be told from a network problem; collect {COLLECT_TIMERS}"
@@ -422,7 +423,7 @@ def verdict(
             "rank and a slow network raise every rank's timers alike; a PyTorch profiler trace of every rank shows "
             "which rank entered each collective last"
         )
-    elif len(timed := sorted({s.where for s in own})) < max(world, 2):
+    elif partial := len(timed := sorted({s.where for s in own})) < max(world, 2):
         of = f" of the job's {world} ranks" if world > len(timed) else ""
         not_available.append(
             f"step timers from {listing(timed)} only{of}: whether the other ranks were slow too (contention on "
@@ -430,7 +431,8 @@ def verdict(
         )
     best = found[0] if found and found[0].score >= 1.0 else None
     if best is None:
-        collect = "; ".join(missing) if missing else COLLECT_TIMERS
+        # what would split a rank's own work from its waiting first, where no timer of any rank does
+        collect = "; ".join(([] if own and not partial else [COLLECT_TIMERS]) + missing)
         why = found[0].because[0] if found else "no signal rose above its level outside the window"
         head = f"Slow {label}: cause undetermined, {why}; collect {collect}"
         return Verdict(None, "undetermined", head, [], against(signals, None), not_available, ""), None
