@@ -97,12 +97,16 @@ def rank0_view(folder: Path, into: Path) -> Path:
 
 
 def as_printed(run: dict) -> dict:
-    """What a run's checks can ask of it, given what its logs print. Under DeepSpeed's default printing
+    """What a run's checks can ask of it, given what its logs print. Plain DDP prints one elapsed time per
+    iteration: a slow rank, contention or a slow loader raise every rank's alike, so none is knowable
+    (`unseen`) without profiler traces (fixtures/lab-traces). Under DeepSpeed's default printing
     (rank 0's timers only) a slow rank or a contended host that is not rank 0's shows in no log's timers,
     nor does rank 0's own work under ZeRO-3 (its forward all-gathers), so no cause is knowable (`unseen`:
     the verdict must name none); rank 0's own work rising alone cannot tell a straggler from contention on
     every rank (`causes`: either, on rank 0); one host's steps measure no clock offset."""
     job = run.get("job", {})
+    if job.get("engine") == "ddp" and not run.get("traces") and run["cause"] in ("straggler", "contention", "input"):
+        return {**run, "unseen": True}  # one time per iteration: no timer splits own work, waiting or loading
     if job.get("printing") != "default":
         return run
     run = dict(run)
