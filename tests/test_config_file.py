@@ -247,7 +247,8 @@ def test_steps_table_sets_what_makes_a_step_slow_for_every_rule(tmp_path, monkey
 def test_baseline_table_sets_when_a_window_signal_rose_for_every_rule_that_judges_one(tmp_path, monkeypatch):
     """scenario-flaky-link: the NAKs and retransmissions of node02's mlx5_1 rise in the slow window
     (TL410 names the link) and the all-reduce time surges (TL402). Asked for a rise of 1000x, no count
-    rose: the verdict is undetermined; asked for a level 1000x its usual, the surge is no surge."""
+    rose: the cause is undetermined (rank 0 alone of 8 prints timers, so waiting for a rank nobody times
+    and slower collectives read alike); asked for a level 1000x its usual, the surge is no surge."""
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "run"
     shutil.copytree(FIXTURES / "scenario-flaky-link", run)
@@ -261,7 +262,7 @@ def test_baseline_table_sets_when_a_window_signal_rose_for_every_rule_that_judge
     assert verdict["verdict"]["cause"] == "link" and verdict["severity"] == "critical" and default["TL402"]
     (run / "tracelens.toml").write_text("[baseline]\nrise = 1000\n")
     (verdict,) = window_findings()["TL410"]
-    assert verdict["verdict"]["cause"] == "comm" and verdict["verdict"]["confidence"] == "medium"
+    assert verdict["verdict"]["cause"] is None and "7 other ranks of the job log no step timers" in verdict["title"]
     assert "bad link" not in verdict["title"] and not verdict["ports"]
     (run / "tracelens.toml").write_text("[baseline]\nlevel_rise = 1000\n")
     assert window_findings()["TL402"] == []
