@@ -179,7 +179,9 @@ def _blocks(
                     next_line, carry, skipping = next_line + 1, b"", True
                 continue
             length = len(carry) + cut
-            yield start, length, next_line, carry + block[:cut] if keep else None
+            # joined over a view: one copy (a slice and then `carry +` would be two, each into fresh
+            # memory the kernel must clear)
+            yield start, length, next_line, b"".join((carry, memoryview(block)[:cut])) if keep else None
             next_line += block.count(b"\n", 0, cut) + 1
             start += length + 1
             carry = block[cut + 1 :]
@@ -220,12 +222,14 @@ def long_lines(path: Path, max_line: int = MAX_LINE_BYTES, block_bytes: int = CH
     newline there makes the line a long one."""
     found: list[tuple[int, int]] = []
     line, start, long_from = 1, 0, None  # the current line, where it starts, and since when it is known long
+    # one buffer read into again and again: fresh memory for each block costs more than the search
+    block = bytearray(min(block_bytes, max(path.stat().st_size, 1)))
     with path.open("rb") as fh:
-        while block := fh.read(block_bytes):
-            base, i = fh.tell() - len(block), 0
-            while i < len(block):
+        while got := fh.readinto(block):
+            base, i = fh.tell() - got, 0
+            while i < got:
                 if long_from is not None:
-                    end = block.find(b"\n", i)
+                    end = block.find(b"\n", i, got)
                     if end < 0:
                         if not skip_hole(fh):  # a hole up to the end of the file: no newline left
                             fh.seek(0, io.SEEK_END)
@@ -234,11 +238,11 @@ def long_lines(path: Path, max_line: int = MAX_LINE_BYTES, block_bytes: int = CH
                     line, start, long_from, i = line + 1, base + end + 1, None, end + 1
                     continue
                 window_end = start + max_line + 1 - base  # a newline before it ends the line short enough
-                last = block.rfind(b"\n", i, min(window_end, len(block)))
+                last = block.rfind(b"\n", i, min(window_end, got))
                 if last >= 0:
                     line += block.count(b"\n", i, last + 1)
                     start, i = base + last + 1, last + 1
-                elif window_end <= len(block):
+                elif window_end <= got:
                     long_from, i = start, window_end
                 else:
                     break
