@@ -742,9 +742,14 @@ def with_ts_text(frame: Frame) -> Frame:
     if "ts" not in columns:
         return frame
     read = pl.col("ts_read") if "ts_read" in columns else pl.col("ts")
-    text = read.dt.to_string("%Y-%m-%d %H:%M:%S%.f")
+    # only the times shown are formatted (a null costs nothing): most rows of a big log have their
+    # printed text, or an inferred time, which shows none
+    shown = read
     if "ts_quality" in columns:  # a time printed somewhere in the input (or a capture's, or a file name's)
-        text = pl.when(pl.col("ts_quality").is_in(["exact", "filename"])).then(text)
+        shown = pl.when(pl.col("ts_quality").is_in(["exact", "filename"])).then(shown)
+    if "ts_text" in columns:
+        shown = pl.when(pl.col("ts_text").is_null()).then(shown)
+    text = shown.dt.to_string("%Y-%m-%d %H:%M:%S%.f")
     if "ts_text" in columns:
         text = pl.coalesce(pl.when(read.is_not_null()).then(pl.col("ts_text")), text)
     if "clock" in columns:
