@@ -9,8 +9,10 @@ Workloads (benchmarks/workloads.py, written under --data, deleted at the end unl
 
 Each is measured as a user runs it, in a fresh process from launch to exit (interpreter start and
 imports included): `tracelens tables INPUT -o OUT` (discover, ingest, every table written as
-Parquet), and as the reference the same input read as lines by polars alone (`pl.read_csv` with
-no separator, the ceiling: 1 line = 1 row). Peak RSS is each child's ru_maxrss (os.wait4).
+Parquet), and as the references the same input read as lines by polars alone (`pl.read_csv` with
+no separator: 1 line = 1 row), and read so with one regex with capture groups run over every line
+(the envelope, ENVELOPE): about the least a reader that takes something out of every line pays. Peak RSS is
+each child's ru_maxrss (os.wait4).
 
     python benchmarks/bench_scale.py [--data DIR] [--only nccl-1gb,deepspeed] [--repeat 3] [--keep]
     python benchmarks/bench_scale.py --src OTHER/src ...   # another checkout beside this one
@@ -45,9 +47,20 @@ POLARS_LINES = (
     "import sys, pathlib, polars as pl\n"
     "paths = [p for p in pathlib.Path(sys.argv[1]).rglob('*') if p.is_file()] if pathlib.Path(sys.argv[1]).is_dir()"
     " else [pathlib.Path(sys.argv[1])]\n"
-    "print(sum(pl.read_csv(p, has_header=False, separator='\\x00', quote_char=None, schema={'text': "
-    "pl.String}).height for p in paths))"
+    "lines = (pl.read_csv(p, has_header=False, separator='\\x00', quote_char=None, schema={'text': pl.String}) "
+    "for p in paths)\n"
 )
+# The envelope every line of these logs has, NCCL's head or DeepSpeed's logger stamp, as one regex with groups
+ENVELOPE = (
+    r"^(?:(?P<tag>[^ :]+): )?(?:(?P<host>[^ :]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL (?P<level>[A-Z]+) "
+    r"|\[(?P<stamp>[^\]]+)\] \[(?P<ds_level>[A-Z]+)\] )"
+)
+POLARS_READS = {  # the references: what polars alone costs to read the lines, and to run one extract over them
+    "polars line read": POLARS_LINES + "print(sum(frame.height for frame in lines))",
+    "polars + one extract": POLARS_LINES
+    + f"print(sum(frame.select(pl.col('text').str.extract_groups({ENVELOPE!r}).struct.field('level')"
+    ".is_not_null().sum()).item() for frame in lines))",
+}
 
 
 def size_of(path: Path) -> int:
@@ -101,7 +114,7 @@ def main() -> None:
     tracelens = str(Path(sys.executable).with_name("tracelens"))
     print(f"tracelens tables vs a polars line read, fresh processes, {load()}, --jobs {args.jobs}")
     print(
-        f"{'workload':<22}{'MB':>8}{'tool':>20}{'s (min-max)':>18}{'MB/s':>14}{'CPU s':>14}{'MB/CPU s':>10}"
+        f"{'workload':<22}{'MB':>8}{'tool':>22}{'s (min-max)':>18}{'MB/s':>14}{'CPU s':>14}{'MB/CPU s':>10}"
         f"{'peak RSS MB':>16}{'load':>7}"
     )
     base_path = os.environ.get("PYTHONPATH", "")
@@ -114,7 +127,8 @@ def main() -> None:
         out = args.data / "out"
         tables = [tracelens, "tables", str(data), "-o", str(out), "--jobs", str(args.jobs)]
         tools = {"tables (before)": (tables, args.src)} if args.src else {}
-        tools |= {"tracelens tables": (tables, None), "polars line read": (python("-c", POLARS_LINES, str(data)), None)}
+        tools |= {"tracelens tables": (tables, None)}
+        tools |= {tool: (python("-c", code, str(data)), None) for tool, code in POLARS_READS.items()}
         for tool, (argv, src) in tools.items():
             os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [src, base_path]))  # run() passes it on
             at_start = os.getloadavg()[0]
@@ -126,7 +140,7 @@ def main() -> None:
             cpu = sorted(c.cpu_s for c in children)
             rss = sorted(c.rss_mb for c in children)
             print(
-                f"{name:<22}{size:>8.0f}{tool:>20}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>18}"
+                f"{name:<22}{size:>8.0f}{tool:>22}{f'{secs[0]:.1f}-{secs[-1]:.1f}':>18}"
                 f"{f'{size / secs[-1]:.0f}-{size / secs[0]:.0f}':>14}{f'{cpu[0]:.1f}-{cpu[-1]:.1f}':>14}"
                 f"{size / cpu[0]:>10.0f}{f'{rss[0]:.0f}-{rss[-1]:.0f}':>16}{at_start:>7.1f}",
                 flush=True,
