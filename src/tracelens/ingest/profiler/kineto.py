@@ -11,16 +11,15 @@ collective name, sizes, dtype, group and sequence number, joined with the `nccl:
 inside it), and every GPU kernel, memcpy and memset with its stream, each placed in the step
 whose CPU span launched it (through the launch's correlation id).
 
-Streaming: a trace can be gigabytes. The events array is read a chunk at a time; raw newlines
-are whitespace in JSON (a string holds `\\n`, never a newline), so a chunk becomes one event per
-line by turning them into spaces and the separators between events into newlines, and polars
-reads those lines in Rust: the event's own fields, and its args as text, decoded only on the
-rows that read them (ids on GPU spans and launches, a collective's on its call and its NCCL
-kernel). A separator is `}`, `,`, `{` and then a quoted
-key and a colon, which never occurs inside a JSON string (a quote there is escaped); a trace
-whose spans nest objects in arrays could still split wrongly, and its batch then fails to
-parse: such a file is read again with ijson, event by event, slower but exact. Only the kept
-spans' columns stay in memory: memory follows the chunk and the kept rows, not the file.
+Streaming: a trace can be gigabytes. The events array is read a chunk of whole events at a time,
+cut at the last separator between events: `}`, `,`, `{` and then a quoted key and a colon, which
+never occurs inside a JSON string (a quote there is escaped). DuckDB's JSON reader (in C++, outside
+the GIL) reads each chunk as an array: the event's own fields, and only on the rows that read them
+the args they need (ids on GPU spans and launches, a collective's on its call and its NCCL kernel).
+A trace whose spans nest objects in arrays could still be cut wrongly, and its chunk then fails to
+parse: such a file is read again with ijson, event by event, slower but exact. Only the kept spans'
+columns stay in memory, their text as categories: memory follows the chunk and the kept rows, not
+the file.
 
 Rank: `distributedInfo.rank`, else a `rank-3` / `rank_3` / `rank3` in the file name, else in a
 folder; else unknown (null), and the account says so. Host: the one the file's path names (the
@@ -34,7 +33,7 @@ import io
 import itertools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -56,8 +55,6 @@ _SNIFF = re.compile(
 _BOUNDARY = re.compile(rb'\}\s*,\s*(?=\{\s*"[A-Za-z_ ]{1,32}"\s*:)')
 _KINETO_SEPARATOR = b"},\n  {"
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
-# raw newlines (whitespace in JSON) to spaces, the marked separators between events to newlines
-_ONE_EVENT_A_LINE = bytes.maketrans(b"\n\r\x1e", b"  \n")
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 
@@ -80,7 +77,8 @@ COLLECTIVE_ARGS = {
     "Dst Rank": "dst_rank",
 }
 _COLLECTIVE_INTS = ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank")
-# an event's fields as read; `args` as its JSON text, decoded only on the rows that need its fields
+# an event's fields as read; `args` as the text of the values of ARG_KEYS (in that order), read only
+# on the rows that need them
 _EVENT_SCHEMA = {
     "ph": pl.String,
     "cat": pl.String,
@@ -89,7 +87,7 @@ _EVENT_SCHEMA = {
     "tid": pl.String,
     "ts": pl.Float64,
     "dur": pl.Float64,
-    "args": pl.String,
+    "args": pl.List(pl.String),
 }
 # the kept rows' fields, typed: the event's and its args'
 FLAT_SCHEMA = (
@@ -100,6 +98,7 @@ FLAT_SCHEMA = (
 CPU_CATS = ("cpu_op", "user_annotation")
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
+ARG_KEYS = [*SPAN_ARGS, *COLLECTIVE_ARGS]  # the correlation id first, then the rest of SPAN_ARGS
 COMM_OP = r"^(?:nccl|gloo|mpi|ucc|xccl):"  # a collective op's name: its backend, a colon, the op
 PARAM_COMMS = "record_param_comms"
 # GPU span classes, as Holistic Trace Analysis draws them: NCCL kernels communicate, copies and sets
@@ -107,6 +106,31 @@ PARAM_COMMS = "record_param_comms"
 COMMUNICATION_KERNEL = r"^nccl.*Kernel"
 MEMORY_KERNEL = r"^(?:Memcpy|Memset|dma)"
 OTHER_KERNEL = r"Memcpy|Memset|Sync"
+
+# The events as DuckDB reads them (_EVENT_SCHEMA): the event's fields, and the args its kind reads,
+# each value as its text: a launch's correlation id, a GPU span's SPAN_ARGS, every ARG_KEYS on an NCCL
+# kernel and a collective call (each reads a prefix of ARG_KEYS)
+_JSON_COLUMNS = {k: {pl.Float64: "DOUBLE"}.get(v, "VARCHAR") for k, v in _EVENT_SCHEMA.items()} | {"args": "JSON"}
+
+
+def _quoted(values: Iterable[str]) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+def _args_sql(count: int) -> str:
+    """The first `count` ARG_KEYS of an event's args, as a list of text (SQL)."""
+    paths = ", ".join(f"""'$."{key}"'""" for key in ARG_KEYS[:count])
+    return f"json_extract_string(args, [{paths}])"
+
+
+_GPU_SQL = f"cat IN ({_quoted(GPU_KINDS)})"
+_SELECT = (
+    "SELECT ph, cat, name, pid, tid, ts, dur, CASE"
+    f" WHEN cat IN ({_quoted(LAUNCH_CATS)}) THEN {_args_sql(1)}"
+    f" WHEN {_GPU_SQL} AND NOT starts_with(name, 'nccl') THEN {_args_sql(len(SPAN_ARGS))}"
+    f" WHEN {_GPU_SQL} OR name = '{PARAM_COMMS}' THEN {_args_sql(len(ARG_KEYS))}"
+    " END AS args FROM events"
+)
 
 
 def sniff(head: bytes) -> bool:
@@ -166,38 +190,45 @@ class Trace:
         cpu = flat.filter(cat.is_in(CPU_CATS))
         calls = cpu["name"] == PARAM_COMMS
         if cpu.height:
-            self.cpu.append(cpu.filter(~calls).select(_CPU_COLUMNS))
+            self.cpu.append(_own(cpu.filter(~calls).select(_CPU_COLUMNS)))
         if calls.any():
-            self.calls.append(_with_args(cpu.filter(calls), COLLECTIVE_ARGS).drop("ph"))
+            self.calls.append(_own(_with_args(cpu.filter(calls), COLLECTIVE_ARGS).drop("ph")))
         gpu = flat.filter(cat.is_in(list(GPU_KINDS)))
         nccl = gpu["name"].str.starts_with("nccl")
         if gpu.height:
-            self.gpu.append(_with_args(gpu.filter(~nccl), SPAN_ARGS).select(_GPU_COLUMNS))
+            self.gpu.append(_own(_with_args(gpu.filter(~nccl), SPAN_ARGS).select(_GPU_COLUMNS)))
         if nccl.any():
-            self.gpu.append(_with_args(gpu.filter(nccl), SPAN_ARGS | COLLECTIVE_ARGS).drop("ph", "pid", "tid"))
+            self.gpu.append(_own(_with_args(gpu.filter(nccl), SPAN_ARGS | COLLECTIVE_ARGS).drop("ph", "pid", "tid")))
         launches = _with_args(flat.filter(cat.is_in(LAUNCH_CATS)), {"correlation": "correlation"})
         launches = launches.filter(pl.col("correlation").is_not_null())
         if launches.height:
             self.launches.append(launches.select("correlation", launch_us="ts"))
 
 
+def _own(kept: pl.DataFrame) -> pl.DataFrame:
+    """`kept` with its text as categories (few distinct names, held once): a filtered text column
+    still holds the whole batch's text (its strings are views into the batch's buffers)."""
+    return kept.with_columns(pl.col(pl.String).cast(pl.Categorical))
+
+
 def _with_args(events: pl.DataFrame, fields: dict[str, str]) -> pl.DataFrame:
-    """`events` with the args `fields` (key in args -> column) decoded from their args' text, typed
-    (FLAT_SCHEMA); args that are not an object hold none of them."""
-    text = pl.col("args")
-    objects = pl.when(text.str.starts_with("{")).then(text).otherwise(pl.lit("{}"))
-    decoded = objects.str.json_decode(pl.Struct(dict.fromkeys(fields, pl.String))).struct.unnest()
-    return _integers(events.with_columns(decoded).drop("args").rename(fields))
+    """`events` with the args `fields` (key in args -> column), typed (FLAT_SCHEMA)."""
+    values = [
+        pl.col("args").list.get(ARG_KEYS.index(key), null_on_oob=True).alias(column) for key, column in fields.items()
+    ]
+    return _integers(events.with_columns(values).drop("args"))
 
 
 def read_trace(path: Path) -> Trace:
-    """The trace's kept events, read a chunk at a time; with ijson, event by event, when a chunk's
-    lines do not parse (a span that nests objects inside arrays split in the wrong place)."""
+    """The trace's kept events, read a chunk at a time; with ijson, event by event, when a chunk does
+    not parse (a span that nests objects inside arrays cut in the wrong place)."""
+    import duckdb  # here, not at the top: only a run with traces pays for loading it
+
     trace = Trace()
     try:
         for batch in _chunked(path, trace.meta):
             trace.keep(batch)
-    except pl.exceptions.ComputeError:
+    except duckdb.Error:
         trace = Trace()
         for batch in _evented(path, trace.meta):
             trace.keep(batch)
@@ -205,14 +236,26 @@ def read_trace(path: Path) -> Trace:
 
 
 def _chunked(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
-    """The events, a chunk's lines at a time: the next chunk is split into lines (Python, holding the
-    GIL) in a thread while polars parses this one (without it), so two cores share the work."""
-    for lines in _ahead(_event_lines(path, meta)):
-        yield _lines_frame(lines)
+    """The events, a chunk at a time, each chunk cut and parsed in a thread (DuckDB parses without
+    the GIL) while the one before is sorted into kinds, so two cores share the work."""
+    return _ahead(_parsed(_event_pieces(path, meta)))
 
 
-def _event_lines(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
-    """The events array's text, a chunk at a time, one event per line; the other keys into `meta`."""
+def _parsed(pieces: Iterator[bytes]) -> Iterator[pl.DataFrame]:
+    """Each run of whole events (the text between `[` and `]`) as its events (_SELECT): DuckDB's JSON
+    reader reads only the fields asked for, and the args only on the rows that read them."""
+    import duckdb
+
+    with duckdb.connect(config={"threads": 1}) as con:
+        for piece in pieces:
+            events = con.read_json(io.BytesIO(b"[" + piece + b"]"), format="array", columns=_JSON_COLUMNS)
+            selected = events.query("events", _SELECT)
+            assert selected is not None  # a SELECT has rows, if none
+            yield selected.pl()
+
+
+def _event_pieces(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
+    """The events array's text, a chunk of whole events at a time; the other keys into `meta`."""
     with path.open("rb") as fh:
         head = b""
         while (found := _EVENTS_KEY.search(head)) is None:
@@ -225,9 +268,9 @@ def _event_lines(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
         split = _split_kineto if _KINETO_SEPARATOR in body else _split_any
         carry = b""
         for chunk in itertools.chain([body], iter(lambda: fh.read(CHUNK_BYTES), b"")):
-            lines, carry = split(carry + chunk)
-            if lines:
-                yield lines
+            piece, carry = split(carry + chunk)
+            if piece:
+                yield piece
     last, trailer = _split_tail(carry.decode("utf-8", errors="replace"))
     meta.update(trailer)
     if last is not None:
@@ -235,36 +278,34 @@ def _event_lines(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
 
 
 def _split_any(text: bytes) -> tuple[bytes, bytes]:
-    """The whole events of `text`, one a line, and the rest (the start of the next event)."""
-    lines = _BOUNDARY.sub(b"}\n", text.replace(b"\n", b" ").replace(b"\r", b" "))
-    cut = lines.rfind(b"\n")
-    return (b"", text) if cut < 0 else (lines[:cut], lines[cut + 1 :])
+    """The whole events at the start of `text` and the rest (the start of the next event), cut at
+    the last separator between events, found in a window at the end grown until it holds one."""
+    window = 1 << 16
+    while True:
+        begin = max(0, len(text) - window)
+        if found := list(_BOUNDARY.finditer(text, begin)):
+            return text[: found[-1].start() + 1], text[found[-1].end() :]
+        if begin == 0:
+            return b"", text
+        window *= 4
 
 
 def _split_kineto(text: bytes) -> tuple[bytes, bytes]:
-    """`_split_any` for Kineto's own layout, a few times faster: its separator between events,
-    `},` newline, two spaces, `{`, holds a raw newline, so it is never inside a string, and its indent
-    is the events array's (an object nested in an event is indented deeper). The rest of a separator
-    cut by the chunk's end is found with the next chunk."""
-    marked = text.replace(_KINETO_SEPARATOR, b"}\x1e{")  # a raw control byte never occurs in JSON text
-    cut = marked.rfind(b"\x1e")
-    if cut < 0:
-        return b"", text
-    return marked[:cut].translate(_ONE_EVENT_A_LINE), marked[cut + 1 :]
+    """`_split_any` for Kineto's own layout, faster: its separator between events, `},` newline, two
+    spaces, `{`, holds a raw newline, so it is never inside a string, and its indent is the events
+    array's (an object nested in an event is indented deeper). The rest of a separator cut by the
+    chunk's end is found with the next chunk."""
+    cut = text.rfind(_KINETO_SEPARATOR)
+    return (b"", text) if cut < 0 else (text[: cut + 1], text[cut + 2 :])
 
 
-def _ahead(items: Iterator[bytes]) -> Iterator[bytes]:
+def _ahead(items: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
     """`items`, each made in a thread while the one before is used."""
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(next, items, None)
         while (item := pending.result()) is not None:
             pending = pool.submit(next, items, None)
             yield item
-
-
-def _lines_frame(lines: bytes) -> pl.DataFrame:
-    """The events of one event per line (_EVENT_SCHEMA)."""
-    return pl.read_ndjson(io.BytesIO(lines), schema=_EVENT_SCHEMA)
 
 
 _INTEGERS = (*SPAN_ARGS.values(), *_COLLECTIVE_INTS)
@@ -335,8 +376,14 @@ def _flat_frame(rows: list[dict]) -> pl.DataFrame:
 def _flat_event(event: dict) -> dict[str, Any]:
     out: dict[str, Any] = {k: _text(event.get(k)) for k in ("ph", "cat", "name", "pid", "tid")}
     out.update({k: _number(event.get(k)) for k in ("ts", "dur")})
-    out["args"] = _text(event.get("args"))
+    args = event.get("args")
+    out["args"] = [_arg_text(args.get(key)) for key in ARG_KEYS] if isinstance(args, dict) else None
     return out
+
+
+def _arg_text(value: Any) -> str | None:
+    """An arg's value as text, as DuckDB's `json_extract_string` writes it."""
+    return value if value is None or isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -422,21 +469,33 @@ def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
             else pl.lit(None, dtype=pl.Datetime("ns", "UTC")),
             ts_quality=pl.lit("exact" if wall else "none"),
         )
-        .sort("start_us")
+        .sort("start_us", maintain_order=True)
         .collect()
     )
 
 
 def _concat(frames: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
+    """The kept frames of one kind as one, their text as categories (as Trace.keep keeps it)."""
     if frames:
         return pl.concat(frames, how="diagonal_relaxed")
-    return pl.DataFrame(schema={c: FLAT_SCHEMA.get(c, pl.Float64) for c in columns})
+    return _own(pl.DataFrame(schema={c: FLAT_SCHEMA.get(c, pl.Float64) for c in columns}))
+
+
+def _matching(frame: pl.DataFrame, column: str, pattern: str) -> pl.Expr:
+    """`column` (text held as categories) matches the regex `pattern`: tried once per distinct value."""
+    values = frame.get_column(column).unique().drop_nulls()
+    return pl.col(column).is_in(values.filter(values.cast(pl.String).str.contains(pattern)).implode())
+
+
+def _as_text(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with its categories as text again."""
+    return frame.with_columns(pl.col(pl.Categorical).cast(pl.String))
 
 
 def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
     """The ProfilerStep#N spans: step number, pid, start and end."""
     return (
-        cpu.filter(pl.col("name").str.starts_with("ProfilerStep#"))
+        _as_text(cpu.filter(_matching(cpu, "name", "^ProfilerStep#")))
         .select(
             step=pl.col("name").str.extract(_STEP.pattern, 1).cast(pl.Int64),
             step_pid=pl.col("pid"),
@@ -450,8 +509,8 @@ def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
 
 def _cpu_spans(cpu: pl.DataFrame) -> pl.DataFrame:
     """The CPU ops and annotations at most MAX_DEPTH deep on their thread (collectives apart)."""
-    ops = ~pl.col("name").str.contains(COMM_OP) & (pl.col("name") != PARAM_COMMS)
-    spans = _with_depth(cpu.select("cat", "name", "pid", "tid", "start_us", "dur_us"), ops)
+    ops = ~_matching(cpu, "name", COMM_OP) & (pl.col("name") != PARAM_COMMS)
+    spans = _as_text(_with_depth(cpu.select("cat", "name", "pid", "tid", "start_us", "dur_us"), ops))
     kind = (
         pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
         .then(pl.lit("step"))
@@ -466,19 +525,21 @@ def _with_depth(spans: pl.DataFrame, among: pl.Expr) -> pl.DataFrame:
     """The spans of `among` at most MAX_DEPTH deep, each with its nesting depth on its thread (0: inside
     no other), levels peeled off one at a time: a span is at the current level when it starts at or
     after the end of every earlier span left. The levels are found on the spans' threads and times
-    alone (a thread as a number: sorting its pid and tid text would cost more than the peeling), and
-    only the spans kept are copied whole: the sorted copies the peeling makes, and a filtered copy of
-    every span, would hold every span's name."""
+    alone (a thread as one number made of its pid's and tid's category ids: sorting their text would
+    cost more than the peeling), and only the spans kept are copied whole: the sorted copies the
+    peeling makes, and a filtered copy of every span, would hold every span's name. Of two spans with
+    the same start and end, the one written first holds the other."""
+    pid, tid = ((pl.col(c).to_physical().cast(pl.UInt64) + 1).fill_null(0) for c in ("pid", "tid"))
     slim = (
         spans.select(
-            thread=pl.struct("pid", "tid").rank("dense"),
+            thread=pid * (1 << 32) + tid,
             start_us="start_us",
             end=pl.col("start_us") + pl.col("dur_us"),
             _i=pl.int_range(pl.len(), dtype=pl.UInt32),
             _among=among,
         )
         .filter("_among")
-        .sort(["thread", "start_us", "end"], descending=[False, False, True])
+        .sort(["thread", "start_us", "end"], descending=[False, False, True], maintain_order=True)
     )
     depth = np.full(spans.height, -1, dtype=np.int32)
     rest = slim
@@ -498,9 +559,9 @@ def _collectives(cpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     number) with the `nccl:*`/`gloo:*` op on the same thread that starts inside it (PyTorch 2) or
     holds it (older); an op with no such call (gloo's worker threads) is a row of its own, and a call
     with neither an op nor a collective name, or that only waits for one (`wait`), is no row."""
-    calls = calls.drop("cat").sort("start_us")
+    calls = _as_text(calls.drop("cat")).sort("start_us")
     ops = (
-        cpu.filter(pl.col("name").str.contains(COMM_OP))
+        _as_text(cpu.filter(_matching(cpu, "name", COMM_OP)))
         .select("pid", "tid", op="name", op_start="start_us", op_end=pl.col("start_us") + pl.col("dur_us"))
         .sort("op_start")
     )
@@ -545,19 +606,19 @@ def _gpu_spans(gpu: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """Kernels, copies and sets with their class and the time their launch was called."""
     first = launches.unique("correlation", keep="first")
     rows = gpu.join(first, on="correlation", how="left") if gpu.height else gpu.with_columns(launch_us=pl.lit(None))
-    name = pl.col("name")
     category = (
-        pl.when(name.str.contains(COMMUNICATION_KERNEL))
+        pl.when(_matching(gpu, "name", COMMUNICATION_KERNEL))
         .then(pl.lit("communication"))
-        .when((pl.col("cat") != "kernel") | name.str.contains(MEMORY_KERNEL))
+        .when((pl.col("cat") != "kernel") | _matching(gpu, "name", MEMORY_KERNEL))
         .then(pl.lit("memory"))
-        .when(name.str.contains(OTHER_KERNEL))
+        .when(_matching(gpu, "name", OTHER_KERNEL))
         .then(pl.lit("other"))
         .otherwise(pl.lit("computation"))
     )
+    rows = _as_text(rows.with_columns(_category=category))
     return rows.with_columns(
-        kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"), category=category, tid=pl.lit(None)
-    ).drop("cat")
+        kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"), category="_category", tid=pl.lit(None)
+    ).drop("cat", "_category")
 
 
 def _in_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
