@@ -29,9 +29,9 @@ name is kept (`host_name`) and taken back where another source of the run names 
 
 from __future__ import annotations
 
-import io
 import json
 import re
+import tempfile
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -242,15 +242,20 @@ def _chunked(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
 
 def _parsed(arrays: Iterator[bytes]) -> Iterator[pl.DataFrame]:
     """Each array of whole events as its events (_SELECT): DuckDB's JSON reader reads only the fields
-    asked for, and the args only on the rows that read them."""
+    asked for, and the args only on the rows that read them. It reads each array from a file of its
+    own in a private folder (by name, as it reads files in C++; a new name each time, so that nothing
+    it keeps of a file it has read can stand for the next)."""
     import duckdb
 
-    with duckdb.connect(config={"threads": 1}) as con:
-        for array in arrays:
-            events = con.read_json(io.BytesIO(array), format="array", columns=_JSON_COLUMNS)
+    with duckdb.connect(config={"threads": 1}) as con, tempfile.TemporaryDirectory(prefix="tracelens-") as folder:
+        for number, array in enumerate(arrays):
+            path = Path(folder) / f"events-{number}.json"
+            path.write_bytes(array)
+            events = con.read_json(str(path), format="array", columns=_JSON_COLUMNS)
             selected = events.query("events", _SELECT)
             assert selected is not None  # a SELECT has rows, if none
             yield selected.pl()
+            path.unlink()
 
 
 def _event_arrays(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
