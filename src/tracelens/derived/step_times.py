@@ -72,8 +72,9 @@ def step_groups(steps: Frame, slow: SlowSteps, folder: Path | None = None) -> li
 
 
 def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowSteps()) -> pl.DataFrame:
-    """Per stream and step: time_ms (by basis), steps_covered, comm_ms, compute_ms, baseline_ms, slow.
-    `wall`: time every step by its step lines' timestamps, whatever timers the log has (a stall in
+    """Per stream and step: time_ms (by basis), steps_covered, gap_ms, comm_ms, compute_ms, baseline_ms,
+    slow. gap_ms is the wall time per step since the step line before, where the printed times measure
+    it. `wall`: time every step by its step lines' timestamps, whatever timers the log has (a stall in
     the data loader or a checkpoint is between the timers, not in them)."""
     timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
     prev_ts, prev_step = pl.col("ts").shift().over(STREAM), pl.col("step").shift().over(STREAM)
@@ -82,6 +83,7 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
     # v0.1 stamps whole seconds: too coarse to time a step
     fine_ts = (pl.col("ts").dt.millisecond() != 0).any().over(STREAM)
     paced = pl.col("ts_paced") & pl.col("ts_paced").shift().over(STREAM)  # both ends of the gap (_paced)
+    gap = pl.when((covered > 0) & fine_ts & paced).then(per_step_gap)
     if wall:  # no iteration time and no timers: the basis falls to the timestamps
         timers = pl.lit(None, pl.Float64)
         steps = steps.with_columns(pl.lit(None, pl.Float64).alias("iter_ms"))
@@ -90,10 +92,9 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
         .filter(pl.col("step").is_not_null())
         .sort([*STREAM, "step"], nulls_last=True)
         .pipe(_paced)
+        .with_columns(gap_ms=gap)
         .with_columns(
-            pl.coalesce(pl.col("iter_ms"), timers, pl.when((covered > 0) & fine_ts & paced).then(per_step_gap)).alias(
-                "time_ms"
-            ),
+            pl.coalesce(pl.col("iter_ms"), timers, pl.col("gap_ms")).alias("time_ms"),
             pl.when(pl.col("iter_ms").is_not_null())
             .then(pl.lit("iteration"))
             .when(timers.is_not_null())

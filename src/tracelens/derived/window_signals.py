@@ -635,14 +635,11 @@ def step_levels(series: pl.DataFrame, forward_waits: bool = False) -> pl.DataFra
     - between_ms: the wall time between this step line and the one before it that the timers do not
       account for (data loading, checkpoints, evaluation); where the log prints a time only every few
       steps, the mean over the steps between two printed times, which is all those times measure."""
-    gap = (pl.col("ts") - pl.col("ts").shift().over(step_times.STREAM)).dt.total_microseconds() / 1000
-    covered = (pl.col("step") - pl.col("step").shift().over(step_times.STREAM)).cast(pl.Float64)
+    consecutive = pl.col("step") - pl.col("step").shift().over(step_times.STREAM) == 1
     timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
-    fine = (pl.col("ts").dt.millisecond() != 0).any().over(step_times.STREAM)
     optimizer = pl.col("optimizer_step_ms").fill_null(0.0)
     own = optimizer if forward_waits else pl.col("fwd_ms") + optimizer
-    paced = pl.col("ts_paced") & pl.col("ts_paced").shift().over(step_times.STREAM)  # both ends of the gap
-    between = pl.when(fine & (covered == 1) & paced).then(gap - pl.coalesce("iter_ms", timers).fill_null(0.0))
+    between = pl.when(consecutive).then(pl.col("gap_ms") - pl.coalesce("iter_ms", timers).fill_null(0.0))
     printed = pl.col("ts_printed").shift(1, fill_value=False).cum_sum().over(step_times.STREAM)
     return (
         series.with_columns(
@@ -817,7 +814,7 @@ LEVEL_COLUMNS = [
     "line",
     "ts",
     "ts_printed",
-    "ts_paced",
+    "gap_ms",
     "message",
     "time_ms",
     "comm_ms",
