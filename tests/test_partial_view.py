@@ -9,7 +9,9 @@ from datetime import datetime, timedelta, timezone
 import polars as pl
 
 from tests.helpers import fire, tables_from
+from tracelens.derived.hangs import last_steps
 from tracelens.derived.step_times import STREAM, step_series
+from tracelens.derived.stream_groups import StreamGroups
 
 STEPS = 300
 SLOW = range(150, 230)
@@ -17,18 +19,22 @@ PRINT_EVERY = 10
 WORLD = [{"engine": "0", "key": "world_size", "value": "4", "source": "log"}]
 
 
-def _rows(slow_rank: int | None) -> list[dict]:
+def _rows(
+    slow_rank: int | None, slow_steps: range = SLOW, steps: int = STEPS, slower: float = 3.0, busy_rank0: float = 1.0
+) -> list[dict]:
     """Four ranks of a ZeRO-2 job with overlapped communication: forward 120 ms, backward 240 ms holding
-    the all-reduce. In SLOW `slow_rank` runs its forward 3x and the others wait for it in backward."""
+    the all-reduce. In `slow_steps` `slow_rank` runs its forward `slower` x and the others wait for it in
+    backward (rank 0's own forward `busy_rank0` x, waiting the less for it)."""
     rows, t = [], datetime(2026, 12, 5, 5, 0, tzinfo=timezone.utc)
-    for step in range(1, STEPS + 1):
-        late = 240.0 if step in SLOW and slow_rank is not None else 0.0
+    for step in range(1, steps + 1):
+        late = 120.0 * (slower - 1) if step in slow_steps and slow_rank is not None else 0.0
         took = 0.0
         for rank in range(4):
             jitter = 1 + 0.04 * (((step * 7 + rank * 3) % 5) - 2) / 2
-            slow = step in SLOW and rank == slow_rank
-            fwd = 120.0 * jitter * (3.0 if slow else 1.0)
-            bwd = 240.0 * jitter + (0.0 if slow else late)
+            slow = step in slow_steps and rank == slow_rank
+            busy = busy_rank0 if step in slow_steps and rank == 0 else 1.0
+            fwd = 120.0 * jitter * (slower if slow else busy)
+            bwd = 240.0 * jitter + (0.0 if slow else late - 120.0 * (busy - 1))
             took = max(took, fwd + bwd + 20.0)
             host = f"node-{'ab'[rank // 2]}"
             rows.append(
@@ -68,6 +74,30 @@ def test_steps_between_progress_lines_run_at_the_pace_the_lines_show():
     assert gaps.min() > 300  # evenly spread, not piled on the midpoint
     placed = dict(zip(series["step"].to_list(), series["ts"].to_list(), strict=True))
     assert all(abs((placed[s] - truth[s]).total_seconds()) < 0.05 for s in range(41, 50))
+
+
+def _placed_off_ms(rows: list[dict], truth: list[dict], steps: range) -> list[float]:
+    series = step_series(tables_from(steps=rows)["steps"])
+    placed = dict(zip(series["step"].to_list(), series["ts"].to_list(), strict=True))
+    true = {r["step"]: r["ts"] for r in truth if r["rank"] == 0}
+    return [abs((placed[s] - true[s]).total_seconds()) * 1000 for s in steps]
+
+
+def test_a_slowdown_between_progress_lines_starts_where_its_timers_rise():
+    """Rank 2 slows at step 145, midway between the progress lines of steps 140 and 150: the steps
+    before it ran at the old pace, as their timers say, not at the interval's mean pace."""
+    truth = _rows(slow_rank=2, slow_steps=range(145, 230))
+    assert max(_placed_off_ms(_rank0_printed(truth), truth, range(141, 150))) < 50
+
+
+def test_steps_after_the_last_progress_line_are_dated_by_their_timers():
+    """A job that hangs five steps after its last progress line: its last step is dated where it ended,
+    not at that line (or the hang would be dated up to a print interval early)."""
+    truth = _rows(slow_rank=None, steps=235)
+    rows = _rank0_printed(truth)
+    assert max(_placed_off_ms(rows, truth, range(231, 236))) < 50
+    (last,) = last_steps(StreamGroups(STREAM, [step_series(tables_from(steps=rows)["steps"])])).to_dicts()
+    assert last["last_step"] == 235 and abs((last["last_ts"] - truth[-4]["ts"]).total_seconds()) < 0.05
 
 
 def test_a_rank_without_timers_slowing_is_not_called_slower_collectives():

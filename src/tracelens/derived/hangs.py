@@ -28,6 +28,7 @@ from datetime import datetime
 
 import polars as pl
 
+from tracelens.derived.stream_groups import StreamGroups
 from tracelens.prose import ranks_text
 from tracelens.tables import RunTables
 
@@ -667,10 +668,12 @@ def rank_stacks(tables: RunTables) -> list[RankStack]:
     return sorted(found, key=lambda r: r.rank)
 
 
-def last_steps(tables: RunTables) -> pl.DataFrame:
-    """Per rank that logged steps: host, rank, its last step, the time of its last step line
-    (last_ts) and that line (file, line, text): where each rank's progress ends."""
-    rows = tables.scan("steps").filter(pl.col("ts").is_not_null(), pl.col("rank").is_not_null())
+def last_steps(series: StreamGroups) -> pl.DataFrame:
+    """Per rank that logged steps: host, rank, its last step, the time of its last step
+    (last_ts) and its line (file, line, text): where each rank's progress ends. Taken from the step
+    series (step_times), whose steps after the last printed time are placed at the pace of their
+    timers: a log that prints a time every ten steps would otherwise date a hang up to ten steps early."""
+    rows = series.scan().filter(pl.col("ts").is_not_null(), pl.col("rank") >= 0)
     last = rows.select("host", "rank", "step", "ts", "file", "line", "message").sort("ts", "line")
     return (
         last.group_by("host", "rank")

@@ -115,47 +115,85 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
 
 def _paced(series: pl.DataFrame) -> pl.DataFrame:
     """Steps whose line printed no time (DeepSpeed's timers every step, its progress line every
-    steps_per_print steps) placed by step number among their stream's printed times: the steps
-    between two progress lines ran at the pace those lines show, those before the first or after the
-    last at the pace of the nearest two, where the timeline alone would put them all at the midpoint
-    of the lines around them (or at the last line before a hang). `series` is sorted by stream and
-    step. `ts_printed` says which rows' times were printed, `ts_paced` which were placed at the pace of
-    the printed times around them (those before the first or after the last have no pace measured)."""
+    steps_per_print steps) placed among their stream's printed times, where the timeline alone would put
+    them all at the midpoint of the lines around them (or at the last line before a hang). Between two
+    printed times each step takes its timed length (iteration or timers) plus an equal share of the
+    time the timers leave out, so a stretch of slow steps starts where its timers rise, not spread over
+    the whole print interval; without timers for every step there, the steps go at the even pace the
+    printed times show. Steps before the first or after the last printed time take the share (or the
+    pace) of the nearest interval. `series` is sorted by stream and step. `ts_printed` says which rows'
+    times were printed, `ts_paced` which lie between two printed times."""
     if "ts_quality" not in series.columns:
         return series.with_columns(ts_printed=pl.lit(True), ts_paced=pl.lit(True))
     exact = (pl.col("ts_quality").fill_null("exact") == "exact") & pl.col("ts").is_not_null()  # null: as given
     us = pl.col("ts").dt.epoch("us").cast(pl.Float64)
+    timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
     known = series.with_columns(
         _lo_us=pl.when(exact).then(us).forward_fill().over(STREAM),
         _lo_step=pl.when(exact).then(pl.col("step")).forward_fill().over(STREAM),
         _hi_us=pl.when(exact).then(us).backward_fill().over(STREAM),
         _hi_step=pl.when(exact).then(pl.col("step")).backward_fill().over(STREAM),
+        _w=pl.coalesce("iter_ms", timers) * 1000,  # the step's timed length, us
         ts_printed=exact,
     )
-    # per printed row, the pace since the printed row before it (us per step)
-    before_us, before_step = pl.col("_lo_us").shift().over(STREAM), pl.col("_lo_step").shift().over(STREAM)
-    pace = pl.when(exact & (pl.col("step") > before_step)).then((us - before_us) / (pl.col("step") - before_step))
-    known = known.with_columns(_pace=pace).with_columns(
+    step, lo_step, hi_step, w = pl.col("step"), pl.col("_lo_step"), pl.col("_hi_step"), pl.col("_w")
+    # every row belongs to the interval that ends at the next printed row (itself, if printed)
+    interval = [*STREAM, "_hi_step"]
+    known = known.with_columns(
+        _start_us=pl.col("_lo_us").shift().over(STREAM), _start_step=lo_step.shift().over(STREAM)
+    )
+    span, start = pl.col("_hi_us") - pl.col("_start_us"), pl.col("_start_step")
+    rows, timed = pl.len().over(interval), w.sum().over(interval)
+    whole = (rows == hi_step - start) & (w.null_count().over(interval) == 0)  # every step there, timed
+    share = pl.when(whole).then(((span - timed) / rows).clip(lower_bound=0))  # untimed time per step
+    known = known.with_columns(
+        _share=share,
+        _first_share=share.backward_fill().over(STREAM),
+        _last_share=share.forward_fill().over(STREAM),
+        _pace=pl.when(exact & (hi_step > start)).then(span / (hi_step - start)),  # us per step
+    ).with_columns(
         _first_pace=pl.col("_pace").backward_fill().over(STREAM), _last_pace=pl.col("_pace").forward_fill().over(STREAM)
     )
-    step, lo_step, hi_step = pl.col("step"), pl.col("_lo_step"), pl.col("_hi_step")
+    done = w.cum_sum().over(interval) + pl.int_range(1, pl.len() + 1).over(interval) * pl.col("_share")
+    length = timed + rows * pl.col("_share")  # the interval's steps end to end: 0 when nothing timed them
+    weighted = pl.col("_start_us") + done * span / length
+    rest = (w + pl.col("_first_share")).sum().over(interval) - (w + pl.col("_first_share")).cum_sum().over(interval)
+    after = pl.when(hi_step.is_null()).then(w + pl.col("_last_share")).cum_sum().over(*STREAM, "_lo_step")
     placed_us = (
         pl.when(exact)
         .then(None)
         .when(hi_step > lo_step)
-        .then(pl.col("_lo_us") + (pl.col("_hi_us") - pl.col("_lo_us")) * (step - lo_step) / (hi_step - lo_step))
+        .then(
+            pl.when(length > 0)
+            .then(weighted)
+            .otherwise(
+                pl.col("_lo_us") + (pl.col("_hi_us") - pl.col("_lo_us")) * (step - lo_step) / (hi_step - lo_step)
+            )
+        )
         .when(lo_step.is_null())
-        .then(pl.col("_hi_us") - (hi_step - step) * pl.col("_first_pace"))
+        .then(pl.coalesce(pl.col("_hi_us") - rest, pl.col("_hi_us") - (hi_step - step) * pl.col("_first_pace")))
         .when(hi_step.is_null())
-        .then(pl.col("_lo_us") + (step - lo_step) * pl.col("_last_pace"))
+        .then(pl.coalesce(pl.col("_lo_us") + after, pl.col("_lo_us") + (step - lo_step) * pl.col("_last_pace")))
     )
     kind = series.schema["ts"]
     placed = pl.from_epoch(placed_us.cast(pl.Int64), time_unit="us").dt.cast_time_unit(kind.time_unit)
     if kind.time_zone:
         placed = placed.dt.replace_time_zone("UTC").dt.convert_time_zone(kind.time_zone)
-    return known.with_columns(
-        ts=pl.coalesce(placed, "ts"), ts_paced=exact | (pl.col("_lo_step") < pl.col("_hi_step")).fill_null(False)
-    ).drop("_lo_us", "_lo_step", "_hi_us", "_hi_step", "_pace", "_first_pace", "_last_pace")
+    return known.with_columns(ts=pl.coalesce(placed, "ts"), ts_paced=exact | (lo_step < hi_step).fill_null(False)).drop(
+        "_lo_us",
+        "_lo_step",
+        "_hi_us",
+        "_hi_step",
+        "_w",
+        "_start_us",
+        "_start_step",
+        "_share",
+        "_first_share",
+        "_last_share",
+        "_pace",
+        "_first_pace",
+        "_last_pace",
+    )
 
 
 def _baseline(series: pl.DataFrame, limits: SlowSteps) -> pl.DataFrame:
