@@ -112,6 +112,16 @@ def test_a_rank_without_timers_slowing_is_not_called_slower_collectives():
     assert any("3 other ranks" in line or "of the job's 4 ranks" in line for line in verdict.verdict.not_available)
 
 
+def test_rank0_busy_too_but_waiting_longer_is_not_called_the_straggler():
+    """Rank 2 is slow and rank 0's own forward rose a little too (a busy machine): rank 0 waited longer
+    still at the collectives, so someone came later than it did; with the others' timers unseen, no
+    rank is named."""
+    rows = _rank0_printed(_rows(slow_rank=2, slower=8.0, busy_rank0=2.0))
+    (verdict,) = fire(tables_from(steps=rows, deepspeed_settings=WORLD), "TL410")
+    assert verdict.verdict.cause is None and "undetermined" in verdict.title and verdict.ranks == []
+    assert "so it waited for someone" in verdict.title
+
+
 def test_every_rank_printing_timers_names_the_slow_one():
     everyone = _rows(slow_rank=2)
     (verdict,) = [

@@ -210,7 +210,7 @@ def _rank_causes(signals: list[Signal], world: int) -> list[Candidate]:
     # packets lost (not a silence: every rank paused for a checkpoint sends nothing either)
     lost = any(s.rose and s.source != "steps" and s.cause == "link" and s.what != "silence" for s in signals)
     unseen = _unseen(ranks.own, world)
-    found = _slow_ranks(ranks, slow) if slow else _late_ranks(ranks, network, unseen)
+    found = _slow_ranks(ranks, slow, unseen) if slow else _late_ranks(ranks, network, unseen)
     stalled = [s for s in ranks.between.values() if s.rose]
     # a stall between steps, not a slower collective: the time outside the timers grew more than the
     # waiting did, or the waiting rose nowhere (ranks stalled out of step wait for each other a little)
@@ -250,12 +250,10 @@ def _every_rank_waited(ranks: _Ranks, waited: list[Signal], network: bool, unsee
     lead = [s.text for s in sorted(waited, key=lambda s: -_change(s))][:4]
     if unseen > 0:
         seen = listing(sorted(ranks.wait))
-        unknown = (
-            f"{seen} waited longer at the collectives while {'their' if len(ranks.wait) > 1 else 'its'} own work "
-            f"did not rise; {unseen} other rank{'s' if unseen > 1 else ''} of the job log no step timers, so one of "
-            "them arriving last cannot be told from slower collectives"
+        mine = "their" if len(ranks.wait) > 1 else "its"
+        return _unseen_came_later(
+            f"{seen} waited longer at the collectives while {mine} own work did not rise", unseen, lead
         )
-        return Candidate("comm", 0.5, [unknown, *lead], [], [], [])
     calls = ranks.coll
     if calls.keys() >= ranks.wait.keys():
         inside = _middle([_change(calls[w]) for w in ranks.wait])
@@ -271,10 +269,41 @@ def _every_rank_waited(ranks: _Ranks, waited: list[Signal], network: bool, unsee
     return Candidate("comm", 1.0, lead + [s.text for s in ranks.own.values()][:2], [], [], [])
 
 
-def _slow_ranks(ranks: _Ranks, slow: list[Signal]) -> list[Candidate]:
+def _unseen_came_later(seen: str, unseen: int, lead: list[str]) -> Candidate:
+    """What the ranks with timers show (`seen`) is a wait for someone, and `unseen` ranks log no step
+    timers: one of them arriving last cannot be told from slower collectives, so no cause is more than a
+    guess (it scores below any cause)."""
+    unknown = (
+        f"{seen}; {unseen} other rank{'s' if unseen > 1 else ''} of the job log no step timers, so one of them "
+        "arriving last cannot be told from slower collectives"
+    )
+    return Candidate("comm", 0.5, [unknown, *lead], [], [], [])
+
+
+# A rank's waiting phases rose by this factor more than its own work did: beyond its own compute
+# slowing (the rolling baseline's sustained ratio), it waited for someone
+WAITED_MORE = 1.25
+
+
+def _waited_more(own: Signal, wait: Signal | None) -> bool:
+    return bool(wait and wait.ratio and own.ratio and wait.ratio > WAITED_MORE * own.ratio)
+
+
+def _slow_ranks(ranks: _Ranks, slow: list[Signal], unseen: int) -> list[Candidate]:
     """Some rank's own work rose: a straggler (the late ranks, the others waiting for them), contention
     on every rank (every rank slower by itself), or both weighed by the share of the others' lost time
-    they spent waiting."""
+    they spent waiting. A straggler waits least: where `unseen` ranks log no step timers and every slow
+    rank seen had its waiting phases rise by a larger factor than its own work (a busy rank's backward
+    compute rises by the same factor as its forward, a straggler's wait falls), someone came later than
+    they did."""
+    waiting = [s for s in slow if _waited_more(s, ranks.wait.get(s.where))]
+    if unseen > 0 and slow and len(waiting) == len(slow):
+        rises = "; ".join(
+            f"{s.where}: waiting phases {ranks.wait[s.where].ratio:.1f}x, own work {s.ratio:.1f}x" for s in slow
+        )
+        seen = f"{rises}, so {'they' if len(slow) > 1 else 'it'} waited for someone"
+        shown = [ranks.wait[s.where].text for s in slow][:2] + [s.text for s in slow][:2]
+        return [_unseen_came_later(seen, unseen, shown)]
     every = len(slow) == len(ranks.own) >= 2
     late = late_ranks(ranks.waited)
     if not late or _middle([_change(ranks.own[w]) for w in late]) <= max(
