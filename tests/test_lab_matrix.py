@@ -49,29 +49,24 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
 
 # (run, check) -> what the analysis gets wrong in the run's rank-0 view (DeepSpeed's default printing).
 EVERY_TEN = (
-    "progress lines every 10 steps place rank 0's steps only to within a print interval, and the window "
-    "found from its timers alone starts or ends more than 6 s off the injected one"
+    "with a progress line every 10 steps, rank 0's timers place its steps, but a slow rank's effect on them "
+    "(or a stall between them) is blurred, and the window found from rank 0 alone starts or ends more than "
+    "6 s off the injected one"
 )
 KNOWN_WRONG_RANK0: dict[tuple[str, str], str] = {
-    ("ds4z1ga4-05-blackout", "window"): EVERY_TEN,
+    ("ds4z2ov-01-clean", "cause"): NOISE,
     ("ds4z2ov-04-slow-rank-r3", "window"): EVERY_TEN,
     ("ds4z2ov-05-slow-rank-r1", "window"): EVERY_TEN,
+    ("ds4z2ov-10-loader-stall", "cause"): "the shared machine slowed the start-up and the steps just before the "
+    "stall; the stall, between the timers, is known only as a mean over each print interval, and the start-up's "
+    "slow steps, a few seconds before it, swallow it: the whole is told as start-up",
     ("ds4z2ov-10-loader-stall", "window"): EVERY_TEN,
     ("ds4z3ov5-02-slow-rank-r2x3", "window"): EVERY_TEN,
-    ("ds4z2ov-09-hang-r2", "window"): "the hang is dated by rank 0's last progress line, up to 10 steps before "
-    "the desync",
     ("ds4z2ov-17-blackout", "cause"): "the lab drops packets before the capture sees them, so a dead link leaves "
     "no trace in it, and rank 0's timers alone cannot tell waiting for the network from waiting for a rank",
     ("ds4z2ov-17-blackout", "window"): "no cause named, and the stall's step is no warning of its own",
     # held out
-    ("ho-ds2z2ov5-02-loss-10", "cause"): SPIKES,
-    ("ho-ds2z2ov5-02-loss-10", "window"): SPIKES,
     ("ho-ds2z2ov5-06-loader-stall", "window"): EVERY_TEN,
-    ("ho-ds2z3ov-01-blackout", "window"): EVERY_TEN,
-    ("ho-ds4z2ov5-09-slow-rank-r2x3", "window"): EVERY_TEN,
-    ("ho-ds4z3ov-03-host-contention-1", "window"): EVERY_TEN,
-    ("ho-ds2z3ga4-01-clean", "cause"): "rank 0's collective timers alone rose for a stretch of a clean run "
-    "(TL402 warns of a surge in gradient communication); every rank's would show it was the shared machine",
 }
 
 

@@ -235,8 +235,8 @@ def _window_finding(ctx: RunContext, series: StreamGroups, episode: step_times.E
         if own is None or own == window:
             break
         again = judged(*own)
-        if again[3] is None or again[3].score < best.score:
-            break  # the narrower window alone says less: the wider one stays
+        if again[3] is None or (again[3].cause != best.cause and again[3].score < best.score):
+            break  # the narrower window alone says something else, and says it less: the wider one stays
         window, signals, diagnosis, best = again
     seen = f"seen in the logs of {count(episode.streams, 'rank')}" if episode.streams > 1 else "seen in one log"
     cost = f"{duration(episode.cost_s)} ({episode.share:.0%} of the run's step time)"
