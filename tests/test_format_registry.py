@@ -89,7 +89,7 @@ def test_no_format_module_declares_itself_by_module_constants():
 
 def test_every_line_format_is_found_in_its_family_package():
     found = {f.name: f for f in line_formats()}
-    assert list(found) == ["deepspeed", "nccl", "nccl_tests", "stacks"]
+    assert list(found) == ["deepspeed", "nccl", "nccl_tests", "rendezvous", "stacks"]
     assert {name for name, f in found.items() if f.spills} == {"deepspeed", "nccl"}
     # NCCL's records wrap onto lines of any text: its parser reads every line, the others their candidates'
     assert {name for name, f in found.items() if not f.candidates} == {"nccl"}

@@ -413,6 +413,12 @@ SCHEMAS: dict[str, pa.Schema] = {
         pa.field("run", pa.int64()),  # which run of the file (a header starts one)
         pa.field("prefix", pa.string()),
     ),
+    # One row per line saying how the processes found each other (ingest/host/rendezvous.py).
+    "rendezvous": _schema(
+        pa.field("role", pa.string()),  # store_server, store_client, master
+        pa.field("address", pa.string()),  # the store's or rank 0's host's address (null for store_server)
+        pa.field("port", pa.int64()),
+    ),
     # One row per perftest result row (ib_write_bw, ib_read_bw, ib_send_bw, *_lat).
     "perftest": _schema(
         pa.field("test", pa.string()),  # `RDMA_Write BW Test`
@@ -535,6 +541,7 @@ INPUTS: dict[str, str] = {
     "gids": "RoCE GID tables (show_gids)",
     "nccl_tests": "nccl-tests output (all_reduce_perf ...)",
     "perftest": "perftest output (ib_write_bw ...)",
+    "rendezvous": "launcher or PyTorch store lines naming the master address (--master_addr, c10d TCPStore)",
     "trace_ranks": "PyTorch profiler traces (torch.profiler, Kineto JSON) of the ranks",
     "trace_spans": "PyTorch profiler traces (torch.profiler, Kineto JSON) of the ranks",
     "inputs": "any readable input",
