@@ -16,7 +16,7 @@ from scapy.packet import Raw
 from scapy.utils import PcapNgWriter, PcapWriter, rdpcap
 
 from synth import pcap as synth
-from tests.helpers.pcap import T0, classic, read, roce
+from tests.helpers.pcap import T0, classic, read, roce, section
 
 
 @pytest.mark.parametrize("nano", [False, True])
@@ -210,21 +210,72 @@ def test_capture_cut_mid_record_keeps_whole_packets(tmp_path):
 
 
 @pytest.mark.parametrize("zeros", [64 << 20, 1 << 40])
-def test_zeros_where_a_record_should_be_end_the_capture_there(tmp_path, zeros: int):
-    """A capture followed by zeros (a sparse file's hole, blocks never written after a crash):
-    16 zero bytes read as an empty record, and each one as the next, so the walk went through every
-    byte of the zeros, a terabyte of them in a sparse file. A blank record header is no packet."""
+def test_zeros_to_the_end_after_the_last_record_are_padding_read_past_fast(tmp_path, zeros: int):
+    """A capture followed by zeros (a sparse file's hole, space preallocated and never written): 16 zero
+    bytes read as an empty record, and each one as the next, so the walk went through every byte of
+    the zeros, a terabyte of them in a sparse file. Zeros up to the end are the file's padding, said
+    as such: no record was cut."""
     path = classic(tmp_path / "z.pcap", [bytes(roce(psn=p)) for p in range(3)])
-    whole = path.stat().st_size
     with path.open("r+b") as fh:
-        fh.truncate(whole + zeros)
+        fh.truncate(path.stat().st_size + zeros)
     started = time.perf_counter()
     packets, account = read(path)
     assert time.perf_counter() - started < 10
     assert packets["psn"].to_list() == [0, 1, 2] and (account.lines, account.parsed) == (3, 3)
+    assert account.errors == []
+    assert account.notes == [
+        f"ends in {zeros:,} zero bytes after its 3 packets (padding, or space allocated and never written), "
+        "not a record cut short"
+    ]
+
+
+def test_zeros_where_a_record_should_be_with_data_after_them_are_corruption(tmp_path):
+    path = classic(tmp_path / "z.pcap", [bytes(roce(psn=p)) for p in range(3)])
+    whole = path.stat().st_size
+    with path.open("r+b") as fh:
+        fh.seek(whole + (64 << 20))
+        fh.write(b"after the hole")
+    packets, account = read(path)
+    assert packets["psn"].to_list() == [0, 1, 2] and account.notes == []
     assert account.errors == [
         f"z.pcap: record at byte {whole} (frame 4) is all zeros (a hole, or blocks never written), not a "
         "packet, so the file is corrupt from there; kept the 3 packets before it"
+    ]
+
+
+@pytest.mark.parametrize("tail", [4, 12, 8192])
+def test_a_pcapng_ending_in_zeros_says_padding_not_a_cut_block(tmp_path, tail: int):
+    frames = [(0, int(T0) * 10**6 + p, bytes(roce(psn=p))) for p in range(2)]
+    path = tmp_path / "z.pcapng"
+    path.write_bytes(section("<", [(1, 0, None)], frames) + bytes(tail))
+    packets, account = read(path)
+    assert packets["psn"].to_list() == [0, 1] and account.errors == []
+    assert account.notes == [
+        f"ends in {tail:,} zero bytes after its 2 packets (padding, or space allocated and never written), "
+        "not a record cut short"
+    ]
+    path.write_bytes(section("<", [(1, 0, None)], frames) + bytes(tail + 12) + b"\x01")  # data after them: a hole
+    packets, account = read(path)
+    assert packets["psn"].to_list() == [0, 1] and account.notes == []
+    assert account.errors == [
+        f"z.pcapng: record at byte {len(section('<', [(1, 0, None)], frames))} (frame 3) is all zeros (a hole, or "
+        "blocks never written), not a packet, so the file is corrupt from there; kept the 2 packets before it"
+    ]
+
+
+@pytest.mark.parametrize(
+    "content", [section("<", [(1, 0, None)], []), struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1)]
+)
+def test_a_capture_of_headers_only_says_it_holds_no_packets(tmp_path, content: bytes):
+    path = tmp_path / "h.pcap"
+    path.write_bytes(content)
+    packets, account = read(path)
+    assert packets is None and account.errors == []
+    assert account.notes == ["a capture of no packets: its headers and nothing after them"]
+    path.write_bytes(content + bytes(100))
+    assert read(path)[1].notes == [
+        "ends in 100 zero bytes after its headers, before any packet (padding, or space allocated and never "
+        "written), not a record cut short"
     ]
 
 

@@ -14,7 +14,9 @@ not the file.
 
 from __future__ import annotations
 
+import errno
 import mmap
+import os
 import struct
 from array import array
 from collections.abc import Iterator
@@ -43,6 +45,7 @@ MAX_CAPLEN = 1 << 24  # a record claiming more is corruption, not a packet
 # A record header of zeros: where a capture runs into a hole or blocks never written. Read as an empty
 # record it would lead to the next 16 zero bytes, and on through every byte of the zeros.
 BLANK_RECORD = bytes(PCAP_RECORD_HEADER)
+_ZERO_SCAN = 16 << 20  # bytes of a file's tail looked at at once for data after its last record
 
 # pcapng block types
 _SHB, _IDB, _PB, _SPB, _EPB = 0x0A0D0D0A, 1, 2, 3, 6
@@ -95,6 +98,7 @@ class Walked:
     order: str  # byte order of the section ("<" or ">")
     interfaces: list[Interface]  # pcapng: the section's interfaces; empty for pcap
     notes: list[str]  # what the walk noted since the previous chunk (a cut record ...)
+    padding: int = 0  # zero bytes the file ends in after its last record, once the walk is there
 
 
 @dataclass
@@ -126,8 +130,9 @@ class CaptureReader:
     mid-way, a corrupt length), each as one sentence without the file name.
     """
 
-    def __init__(self, data: np.ndarray) -> None:
+    def __init__(self, data: np.ndarray, path: Path | None = None) -> None:
         self.data = data
+        self.path = path  # the file `data` maps, if any: its holes are known zeros, not read
         self.view = ByteView(data)
         self.notes: list[str] = []
         self.linktypes: set[int] = set()
@@ -147,6 +152,7 @@ class CaptureReader:
             raise CaptureError(f"not a pcap or pcapng file (starts with {head[:4].hex()})")
         self.walk_notes: list[str] = []  # what the walk noted: each chunk it hands out carries the new ones
         self._noted = 0
+        self.padding = 0
 
     def chunks(self) -> Iterator[Records]:
         """The frames of the capture in file order, CHUNK_RECORDS at a time."""
@@ -161,7 +167,7 @@ class CaptureReader:
         cut or corrupt record) comes with the chunk it was noted in, or in a last one without records."""
         first = min(first or CHUNK_RECORDS, CHUNK_RECORDS)
         yield from self._pcap(first) if self.kind == "pcap" else self._pcapng(first)
-        if len(self.walk_notes) > self._noted:
+        if len(self.walk_notes) > self._noted or self.padding:
             yield self._walked(np.zeros(0, np.int64), np.zeros(0, np.int8), 0, "<", [])
 
     @staticmethod
@@ -176,7 +182,7 @@ class CaptureReader:
     def estimated_records(self) -> int:
         """About how many records the capture holds, from the bytes of its first ones."""
         # a reader of its own: this one's notes stay as they are
-        first = next(CaptureReader(self.data).walk(PROBE_RECORDS), None)
+        first = next(CaptureReader(self.data, self.path).walk(PROBE_RECORDS), None)
         if first is None or len(first.starts) < 2:
             return len(first.starts) if first is not None else 0
         per_record = (int(first.starts[-1]) - int(first.starts[0])) / (len(first.starts) - 1)
@@ -184,7 +190,15 @@ class CaptureReader:
 
     def _walked(self, starts: np.ndarray, kinds: np.ndarray, before: int, order: str, interfaces: list) -> Walked:
         noted, self._noted = self.walk_notes[self._noted :], len(self.walk_notes)
-        return Walked(starts, kinds, before, order, list(interfaces), noted)
+        return Walked(starts, kinds, before, order, list(interfaces), noted, self.padding)
+
+    def _padded(self, pos: int) -> bool:
+        """Whether the file is zeros from `pos` to its end (what a capture preallocated, or copied onto
+        a padded medium, ends in); if so they are the capture's `padding`, not a record cut short."""
+        if not _zeros_to_end(self.data, self.path, pos):
+            return False
+        self.padding = len(self.data) - pos
+        return True
 
     def records(self, walked: Walked) -> Records:
         """The columns of a chunk's records, gathered from the file where the walk found them."""
@@ -192,6 +206,15 @@ class CaptureReader:
             order, frac_ns = PCAP_MAGICS[bytes(self.data[:4])]
             return self._pcap_records(walked.starts, walked.before, order == "<", frac_ns, self.linktype)
         return self._pcapng_records(walked.starts, walked.kinds, walked.before, walked.order, walked.interfaces)
+
+    def _zeros(self, pos: int, kept: int) -> None:
+        """Zeros where a record's header should be at `pos`: the file's padding if nothing but zeros
+        follows, else a hole in the middle of the capture."""
+        if not self._padded(pos):
+            self.walk_notes.append(
+                f"record at byte {pos} (frame {kept + 1}) is all zeros (a hole, or blocks never written), not a "
+                f"packet, so the file is corrupt from there; kept the {kept} packets before it"
+            )
 
     def _cut(self, pos: int, frames: int) -> None:
         self.walk_notes.append(
@@ -246,7 +269,7 @@ class CaptureReader:
         last_header = size - PCAP_RECORD_HEADER
         while True:
             if pos > last_header:  # the end, or a record header cut short
-                if pos != size:
+                if pos != size and not self._padded(pos):
                     self._cut(pos, frames + len(starts))
                 return pos
             caplen = caplen_at(raw, pos + 8)[0]
@@ -257,11 +280,7 @@ class CaptureReader:
                 pos = end
                 continue
             if blank:
-                kept = frames + len(starts)
-                self.walk_notes.append(
-                    f"record at byte {pos} (frame {kept + 1}) is all zeros (a hole, or blocks never written), not a "
-                    f"packet, so the file is corrupt from there; kept the {kept} packets before it"
-                )
+                self._zeros(pos, frames + len(starts))
                 return pos
             if caplen > MAX_CAPLEN:
                 kept = frames + len(starts)
@@ -310,7 +329,8 @@ class CaptureReader:
         starts, kinds = array("q"), array("b")
         while pos < size:
             if pos + 12 > size:
-                self._cut(pos, frames + len(starts))
+                if not self._padded(pos):
+                    self._cut(pos, frames + len(starts))
                 break
             if bytes(raw[pos : pos + 4]) == PCAPNG_SHB:
                 if starts:  # a new section may change byte order and interfaces
@@ -320,6 +340,9 @@ class CaptureReader:
                 bom = struct.unpack_from("<I", raw, pos + 8)[0]
                 order, interfaces = ("<" if bom == PCAPNG_BOM else ">"), []
             btype, blen = struct.unpack_from(order + "II", raw, pos)
+            if btype == blen == 0:
+                self._zeros(pos, frames + len(starts))
+                break
             if blen < 12 or blen % 4 or pos + blen > size:
                 self._cut(pos, frames + len(starts))
                 break
@@ -418,6 +441,33 @@ class CaptureReader:
             ts_valid=~simple,
             linktype=linktype,
         )
+
+
+def _zeros_to_end(data: np.ndarray, path: Path | None, pos: int) -> bool:
+    """Whether `data` is all zeros from `pos` on. Where it maps the file at `path`, only the file's
+    data is read: a hole (a sparse file's terabyte that takes no disk) is zeros without a look."""
+    fd = os.open(path, os.O_RDONLY) if path is not None else -1
+    try:
+        at, size = pos, len(data)
+        while at < size:
+            end = size
+            if fd >= 0:
+                try:
+                    at = os.lseek(fd, at, os.SEEK_DATA)
+                    end = min(size, os.lseek(fd, at, os.SEEK_HOLE))
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # only a hole from here
+                        return True
+                    os.close(fd)  # a file system that cannot tell: every byte is read
+                    fd = -1
+            for start in range(at, end, _ZERO_SCAN):
+                if np.any(data[start : min(start + _ZERO_SCAN, end)]):
+                    return False
+            at = end
+        return True
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def _arrays(starts: array, kinds: array) -> tuple[np.ndarray, np.ndarray]:

@@ -64,7 +64,7 @@ def _messages(stream: IO[bytes]) -> Iterator[Walked]:
         starts = arrays[: 8 * count].view(np.int64)
         kinds = arrays[8 * count :].view(np.int8)
         interfaces = [Interface(*i) for i in about["interfaces"]]
-        yield Walked(starts, kinds, about["before"], about["order"], interfaces, about["notes"])
+        yield Walked(starts, kinds, about["before"], about["order"], interfaces, about["notes"], about["padding"])
 
 
 def main() -> None:
@@ -72,7 +72,7 @@ def main() -> None:
     write each chunk to stdout."""
     records.CHUNK_RECORDS, records.CHUNK_BYTES = int(sys.argv[2]), int(sys.argv[3])
     mapped = records.mapped(Path(sys.argv[1]))
-    reader = CaptureReader(np.frombuffer(mapped, np.uint8))
+    reader = CaptureReader(np.frombuffer(mapped, np.uint8), Path(sys.argv[1]))
     out = sys.stdout.buffer
     for chunk in reader.walk():
         about = {
@@ -81,6 +81,7 @@ def main() -> None:
             "order": chunk.order,
             "interfaces": [astuple(i) for i in chunk.interfaces],
             "notes": chunk.notes,
+            "padding": chunk.padding,
         }
         _send(out, about, chunk.starts.astype(np.int64).tobytes() + chunk.kinds.astype(np.int8).tobytes())
         if len(chunk.starts):  # the pages walked leave this process (the page cache keeps them)

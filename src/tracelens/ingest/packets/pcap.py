@@ -67,7 +67,7 @@ def ingest(source: InputFile) -> IngestResult:
         return result
     mapped = records.mapped(source.path)
     try:
-        reader = CaptureReader(np.frombuffer(mapped, np.uint8))
+        reader = CaptureReader(np.frombuffer(mapped, np.uint8), source.path)
     except CaptureError as exc:
         account.errors.append(f"{source.name}: {exc}")
         return result
@@ -97,8 +97,10 @@ def ingest(source: InputFile) -> IngestResult:
             # mapped capture of several GB would otherwise count whole in its resident size
             mapped.madvise(mmap.MADV_DONTNEED, 0, int(rec.offset[0]) // mmap.PAGESIZE * mmap.PAGESIZE)
 
+        padding = 0
         for chunk in walked:
             reader.notes.extend(chunk.notes)
+            padding = chunk.padding
             if not len(chunk.starts):
                 continue
             rec = reader.records(chunk)
@@ -112,6 +114,14 @@ def ingest(source: InputFile) -> IngestResult:
             finish()
         scan = spill.close() if spill is not None else None
     account.errors.extend(f"{source.name}: {note}" for note in reader.notes)
+    if padding:
+        after = f"after its {account.lines:,} packets" if account.lines else "after its headers, before any packet"
+        account.notes.append(
+            f"ends in {padding:,} zero bytes {after} (padding, or space allocated and never written), not a "
+            "record cut short"
+        )
+    elif not account.lines and not reader.notes:
+        account.notes.append("a capture of no packets: its headers and nothing after them")
     for linktype in sorted(reader.linktypes - set(LINKTYPE_NAMES)):
         account.errors.append(
             f"{source.name}: link type {linktype} is not one tracelens decodes; its packets were skipped"
