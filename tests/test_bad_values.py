@@ -156,7 +156,8 @@ def test_missing_timer_values_give_no_ratio_instead_of_an_error():
 def test_one_nul_byte_does_not_make_a_log_binary_but_utf16_is_named(tmp_path: Path):
     text = b"node01:100:100 [0] NCCL INFO Using network IB\n"
     assert sniff_format(text[:10] + b"\x00" + text[10:] * 20) == "log"
-    assert sniff_format(b"\x00" * 4096) == "binary"
+    assert sniff_format(b"\x01\x00\x00\x00" * 1024) == "binary"
+    assert sniff_format(b"\x00" * 4096) == "zeros"  # what follows them says what the file is (ingest_file)
     utf16 = text.decode().encode("utf-16")
     assert sniff_format(utf16) == "utf16"
     path = tmp_path / "w.log"

@@ -9,6 +9,7 @@ import time
 import zlib
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tracelens.analyze import analyze
@@ -100,3 +101,59 @@ def test_a_member_cut_short_before_a_hole_ends_at_the_hole(tmp_path: Path):
         got, raised = _read_all(ours)
     assert raised == "EOFError" and (bytes(range(256)) * 4000).startswith(got)
     assert time.process_time() - started < 5
+
+
+def _hole_first(path: Path, zeros: int, text: bytes) -> Path:
+    with path.open("wb") as fh:
+        fh.seek(zeros)
+        fh.write(text)
+    return path
+
+
+def test_the_reader_starts_after_the_zeros_a_log_begins_with(tmp_path: Path):
+    """A log truncated while its writer kept its offset (logrotate's copytruncate) begins with a hole
+    up to where the writer went on: the text after it is the file's, line 1 as an editor shows it
+    (the zeros hold no newline), read at once, and no long line is made of the zeros."""
+    path = _hole_first(tmp_path / "rank0.log", 1 << 40, TEXT)
+    started = time.process_time()
+    lines = [text for chunk in read_chunks(path) for text in chunk["text"].to_list()]
+    assert lines == TEXT.decode().splitlines() and long_lines(path) == []
+    assert time.process_time() - started < 10
+
+
+@pytest.mark.parametrize("zeros", [8192, 1 << 30], ids=["written", "hole"])
+@pytest.mark.parametrize("many", [False, True], ids=["alone", "small-files-batch"])
+def test_a_log_that_begins_with_zeros_is_read_after_them_and_says_so(tmp_path: Path, zeros: int, many: bool):
+    run = tmp_path / "run"
+    run.mkdir()
+    text = TEXT[: len(TEXT) // 50] if zeros < 1 << 20 else TEXT  # a small file, or one past the 64 KiB a sniffer reads
+    if zeros < 1 << 20:
+        (run / "rank0.log").write_bytes(bytes(zeros) + text)
+    else:
+        _hole_first(run / "rank0.log", zeros, text)
+    for i in range(1, 3 if many else 1):  # small logs beside it are read as one batch
+        (run / f"rank{i}.log").write_bytes(text)
+    analysis = analyze(run)
+    row = analysis.tables["inputs"].filter(pl.col("file") == "rank0.log").row(0, named=True)
+    want = text.count(b"\n")
+    assert (row["lines"], row["parsed"], row["errors"]) == (want, want, [])
+    assert row["notes"] == [
+        f"begins with {zeros:,} zero bytes (a hole: a log truncated while its writer kept its offset, or space "
+        "never written); read from the text after them, as line 1"
+    ]
+    nccl = analysis.tables["nccl_versions"] if "nccl_versions" in analysis.tables else None
+    assert nccl is None or nccl.height
+
+
+@pytest.mark.parametrize("content, error", [
+    (bytes(100_000), "holds only 100,000 zero bytes"),
+    (bytes(70_000) + b'{"traceEvents": [], "distributedInfo": {"rank": 0}}',
+     "begins with 70,000 zero bytes (a hole: a log truncated while its writer kept its offset, or space never "
+     "written) before a kineto file, read only from its first byte"),
+    (bytes(70_000) + b"\x01\x00\x00\x00" * 4000, "binary content of no format tracelens reads"),
+], ids=["only-zeros", "json-after-zeros", "binary-after-zeros"])  # fmt: skip
+def test_zeros_before_no_text_say_what_the_file_is(tmp_path: Path, content: bytes, error: str):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x.log").write_bytes(content)
+    (row,) = analyze(tmp_path / "run").tables["inputs"].to_dicts()
+    assert row["lines"] == 0 and len(row["errors"]) == 1 and error in row["errors"][0]

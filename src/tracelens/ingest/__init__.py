@@ -16,14 +16,14 @@ import pkgutil
 import re
 from collections.abc import Callable
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import polars as pl
 
-from tracelens.ingest.text.lines import CHUNK_BYTES, MAX_LINE_BYTES, long_lines
+from tracelens.ingest.text.lines import CHUNK_BYTES, MAX_LINE_BYTES, leading_zeros, long_lines
 from tracelens.prose import count
 from tracelens.tables import Spill
 
@@ -132,7 +132,7 @@ def input_format(
     def register(func: Reader) -> Reader:
         if name in _FORMATS:
             raise ValueError(f"format {name!r} registered twice")
-        if name in _UNREADABLE or name == "config":
+        if name in _UNREADABLE or name in ("config", "zeros"):
             raise ValueError(f"format name {name!r} is one discovery gives files no format reads")
         params = inspect.signature(func).parameters
         if splits and not {"jobs", "workers"} <= set(params):
@@ -225,6 +225,8 @@ def sniff_format(head: bytes) -> str:
             return fmt.name
     if looks_like_text(head):
         return "log"
+    if head[:1] == b"\0":  # what follows the zeros says what the file is (ingest_file looks)
+        return "zeros"
     return "utf16" if head[:2] in (b"\xff\xfe", b"\xfe\xff") or _utf16_ascii(head[:4096]) else "binary"
 
 
@@ -268,9 +270,37 @@ _UNREADABLE = {
 }
 
 
+_SNIFFED_BYTES = 64 << 10  # of what follows a file's zeros: as much as discovery sniffs of a file's head
+
+
+def _past_zeros(source: InputFile) -> tuple[InputFile, str]:
+    """A file that begins with zero bytes as the format that follows them, where that is a text format
+    (the line reader starts after leading zeros), and the note that says so; else the file with the
+    error that says why it is not read."""
+    zeros = leading_zeros(source.path)
+    with source.path.open("rb") as fh:
+        fh.seek(zeros)
+        fmt = sniff_format(fh.read(_SNIFFED_BYTES))
+    found = find_format(fmt)
+    what = f"{zeros:,} zero bytes (a hole: a log truncated while its writer kept its offset, or space never written)"
+    if zeros >= source.size:
+        return replace(source, error=f"holds only {what}: nothing to read"), ""
+    if found is not None and found.reads_lines:
+        return replace(source, format=fmt), f"begins with {what}; read from the text after them, as line 1"
+    if fmt in _UNREADABLE:
+        return replace(source, error=_UNREADABLE[fmt]), ""
+    return replace(source, error=f"begins with {what} before a {fmt} file, read only from its first byte"), ""
+
+
 def ingest_file(source: InputFile, jobs: int = 1, workers: Executor | None = None) -> IngestResult:
     """Ingest one file with its format's reader (in `jobs` processes, or on `workers`, where the
     format splits a file into chunks); failures become a one-line error, never a crash."""
+    note = ""
+    if source.format == "zeros" and not source.error:
+        try:
+            source, note = _past_zeros(source)
+        except OSError as exc:
+            source = replace(source, error=f"cannot be read: {exc.strerror or exc}")
     fmt = find_format(source.format)
     if source.error:
         result = IngestResult()
@@ -291,6 +321,7 @@ def ingest_file(source: InputFile, jobs: int = 1, workers: Executor | None = Non
         return result
     if fmt.reads_lines and source.size > MAX_LINE_BYTES:
         result.account.notes += long_lines_note(source.path)
+    result.account.notes += [note] if note else []
     return result
 
 

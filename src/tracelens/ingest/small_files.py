@@ -88,6 +88,7 @@ def _lines(files: list[InputFile]) -> tuple[pl.DataFrame, list[InputFile]]:
         except OSError:
             unread.append(source)
             continue
+        data = data.lstrip(b"\0")  # lines.py: line 1 starts after the zero bytes a file begins with
         data = data[:-1] if data.endswith(b"\n") else data  # lines.py: a last newline ends a line, opens none
         parts.append(b"\n" + data)
         read.append(i)

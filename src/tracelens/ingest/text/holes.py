@@ -31,6 +31,21 @@ def skip_hole(fh: BinaryIO) -> bool:
     return True
 
 
+def skip_zeros(fh: BinaryIO) -> int:
+    """Move `fh` past the zero bytes at its position (holes jumped over, written zeros read a block at
+    a time) to the next byte that is not zero, or to the end; return where it is."""
+    while True:
+        if not skip_hole(fh):
+            return fh.seek(0, os.SEEK_END)
+        at = fh.tell()
+        block = fh.read(_BLOCK)
+        if not block:
+            return at
+        rest = block.lstrip(b"\0")
+        if rest:
+            return fh.seek(at + len(block) - len(rest))
+
+
 class GzipMembers:
     """The decompressed bytes of a gzip file's members, one after the other, as `gzip.open` gives
     them (CRC and length checked, damage raised as zlib.error, EOFError or gzip.BadGzipFile), with

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import polars as pl
 
-from tracelens.ingest.text.holes import skip_hole
+from tracelens.ingest.text.holes import skip_hole, skip_zeros
 from tracelens.ingest.text.pasted import unpaste
 
 if TYPE_CHECKING:
@@ -156,9 +156,11 @@ def _blocks(
     newline, is skipped. Memory stays bounded by the block size, and every block is still the
     file's bytes at its offset (read_span reads the same). The bytes after a block's last newline
     (`carry`) hold no newline, so a block is cut and its lines counted in what was just read: a
-    chunk is copied once, when kept (chunk_spans copies nothing)."""
-    start, next_line, carry, skipping = 0, 1, b"", False  # `carry` holds the file's bytes from `start`
+    chunk is copied once, when kept (chunk_spans copies nothing). Zero bytes the file begins with
+    (leading_zeros) are not read: line 1 is the text after them."""
+    next_line, carry, skipping = 1, b"", False  # `carry` holds the file's bytes from `start`
     with path.open("rb") as fh:
+        start = skip_zeros(fh)
         while True:
             read_at = fh.tell()
             block = fh.read(chunk_bytes)
@@ -215,16 +217,25 @@ def read_span(path: Path, offset: int, length: int, first_line: int) -> pl.DataF
         return _frame(fh.read(length), first_line)
 
 
+def leading_zeros(path: Path) -> int:
+    """The zero bytes a text file begins with, which the reader skips: a hole that a log truncated
+    under its writer (logrotate's copytruncate, `> file` on a running job) gets from the writer's
+    next line at its old offset, or a file preallocated and written from a later point."""
+    with path.open("rb") as fh:
+        return skip_zeros(fh)
+
+
 def long_lines(path: Path, max_line: int = MAX_LINE_BYTES, block_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
     """(line number, length in bytes) of each line of the file longer than `max_line`: the lines the
     reader keeps only the head of. One pass, in steps of about `max_line` bytes: the last newline
     within `max_line` bytes of a line's start ends every line before it short enough, and no
     newline there makes the line a long one."""
     found: list[tuple[int, int]] = []
-    line, start, long_from = 1, 0, None  # the current line, where it starts, and since when it is known long
+    line, long_from = 1, None  # the current line, and since when it is known long
     # one buffer read into again and again: fresh memory for each block costs more than the search
     block = bytearray(min(block_bytes, max(path.stat().st_size, 1)))
     with path.open("rb") as fh:
+        start = skip_zeros(fh)  # where the current line starts
         while got := fh.readinto(block):
             base, i = fh.tell() - got, 0
             while i < got:
