@@ -145,6 +145,17 @@ def test_every_wrong_key_or_value_is_named(tmp_path, text, says):
     assert str(err.value).startswith(f"{path}: {says}")
 
 
+def test_a_config_head_before_gigabytes_is_refused_before_it_is_read(tmp_path):
+    path = tmp_path / "tracelens.toml"
+    with path.open("wb") as fh:
+        fh.write(b'select = ["TL101"]\n')
+        fh.truncate(4 << 30)
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    says = "cannot be read (config file of 4,294,967,296 bytes is larger than the 1 MiB read)"
+    assert str(err.value) == f"{path}: {says}"
+
+
 def test_a_whole_number_is_accepted_where_the_default_is_a_fraction(tmp_path):
     (tmp_path / "tracelens.toml").write_text("[rules.TL504]\ncomm_bound_share = 1\n")
     assert load(tmp_path / "tracelens.toml").settings == {"TL504": {"comm_bound_share": 1.0}}

@@ -7,6 +7,7 @@ import json
 import math
 import random
 import re
+import tracemalloc
 from pathlib import Path
 
 import polars as pl
@@ -247,6 +248,24 @@ def test_ds_config_bad_json_is_one_line_error(tmp_path):
     assert ds_config.sniff(path.read_bytes()) and not ds_config.sniff(b'{"name": "not deepspeed"}')
     errors = ds_config.ingest(InputFile(path, "ds_config.json", "ds_config")).account.errors
     assert len(errors) == 1 and errors[0].startswith("ds_config.json: not valid JSON") and "\n" not in errors[0]
+
+
+def test_a_ds_config_head_before_gigabytes_is_refused_before_it_is_read(tmp_path):
+    """A config's head before a sparse hole of 4 GiB was read whole: 8 GB of memory for a few bytes."""
+    path = tmp_path / "ds_config.json"
+    with path.open("wb") as fh:
+        fh.write(b'{\n  "train_micro_batch_size_per_gpu": 4,\n')
+        fh.truncate(4 << 30)
+    tracemalloc.start()
+    try:
+        result = ds_config.ingest(InputFile(path, "ds_config.json", "ds_config"))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert result.account.errors == [
+        "ds_config.json: DeepSpeed config of 4,294,967,296 bytes is larger than the 16 MiB read"
+    ]
+    assert peak < 16 << 20 and "deepspeed_settings" not in result.tables
 
 
 # ---------------------------------------------------------------- vectorized kinds == grammar

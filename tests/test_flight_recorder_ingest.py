@@ -254,15 +254,19 @@ def test_a_dump_without_entries_still_names_its_groups(tmp_path):
     assert result.tables["fr_groups"]["ranks"].to_list() == [[0, 1, 2]]
 
 
-def test_a_text_dump_of_gigabytes_is_refused_before_it_is_read(tmp_path: Path):
-    """A dump's JSON head before a sparse hole of 4 GiB: its size is checked before anything is read."""
+@pytest.mark.parametrize("head, kind, limit", [
+    (b'{"version": "2.4", "entries": [', "text dump", 64), (b"\x80\x02}q\x00(X\x07\x00\x00\x00version", "pickle", 512),
+], ids=["json", "pickle"])  # fmt: skip
+def test_a_dump_of_gigabytes_is_refused_before_it_is_read(tmp_path: Path, head: bytes, kind: str, limit: int):
+    """A dump's head before a sparse hole of 4 GiB: its size is checked before anything is read (a
+    pickle was read whole first, 8 GB of memory)."""
     import tracemalloc
 
     from tracelens.ingest import InputFile
 
     path = tmp_path / "fr_trace_rank_3.json"
     with path.open("wb") as fh:
-        fh.write(b'{"version": "2.4", "entries": [')
+        fh.write(head)
         fh.truncate(4 << 30)
     tracemalloc.start()
     try:
@@ -272,6 +276,6 @@ def test_a_text_dump_of_gigabytes_is_refused_before_it_is_read(tmp_path: Path):
         tracemalloc.stop()
     assert result.account.errors == [
         "fr_trace_rank_3.json: not a readable Flight Recorder dump: "
-        "text dump of 4,294,967,296 bytes is larger than the 64 MiB read"
+        f"{kind} of 4,294,967,296 bytes is larger than the {limit} MiB read"
     ]
     assert peak < 64 << 20

@@ -92,7 +92,17 @@ def all_imports() -> list[Import]:
 # ingest: tables.py is the contract ingest writes to (each reader conforms its rows to the table's
 # schema, and spills them in that form), while the pipeline puts ingest's rows into RunTables.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
-    ("helpers", ("tracelens", "tracelens.resources", "tracelens.private_cache", "tracelens.prose", "tracelens.stats")),
+    (
+        "helpers",
+        (
+            "tracelens",
+            "tracelens.resources",
+            "tracelens.private_cache",
+            "tracelens.prose",
+            "tracelens.stats",
+            "tracelens.small_read",
+        ),
+    ),
     ("tables", ("tracelens.tables",)),
     ("ingest", ("tracelens.discover", "tracelens.ingest", "tracelens.capture_decoder")),
     ("timeline", ("tracelens.timeline", "tracelens.inferred")),

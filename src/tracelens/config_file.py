@@ -41,6 +41,7 @@ from tracelens.derived.step_times import SlowSteps
 from tracelens.discover import CONFIG_FILES
 from tracelens.findings import Severity
 from tracelens.rules import Rule, Setting, all_rules
+from tracelens.small_read import TooBig, read_small
 from tracelens.tables import SCHEMAS, RunTables
 
 if sys.version_info >= (3, 11):
@@ -49,6 +50,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 FILE_NAME = CONFIG_FILES[0]
+MAX_BYTES = 1 << 20  # a config file is a few lines
 KEYS = ("select", "ignore", "tz", "severity", "rules", *SHARED, "hosts")
 
 
@@ -245,8 +247,8 @@ def rename_hosts(tables: RunTables, aliases: dict[str, str]) -> RunTables:
 
 def _read(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as err:
+        return tomllib.loads(read_small(path, MAX_BYTES, "config file").decode("utf-8"))
+    except (OSError, UnicodeDecodeError, TooBig) as err:
         raise ConfigError(f"{path}: cannot be read ({err})") from err
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML ({err})") from err

@@ -16,6 +16,9 @@ import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, input_format
 from tracelens.ingest.deepspeed.assemble import flatten, render
+from tracelens.small_read import TooBig, read_small
+
+MAX_BYTES = 16 << 20  # a DeepSpeed config is a few KB
 
 MARKERS = (
     b'"zero_optimization"',
@@ -40,7 +43,10 @@ def _unread(result: IngestResult, error: str) -> IngestResult:
 @input_format("ds_config", priority=50, sniff=sniff, reads_lines=False)
 def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
-    text = source.path.read_bytes().decode("utf-8", errors="replace")
+    try:
+        text = read_small(source.path, MAX_BYTES, "DeepSpeed config").decode("utf-8", errors="replace")
+    except TooBig as exc:
+        return _unread(result, f"{source.name}: {exc}")
     result.account.lines = text.count("\n") + 1
     try:
         settings = json.loads(text.lstrip("\ufeff"))

@@ -30,7 +30,6 @@ from __future__ import annotations
 import ast
 import json
 import math
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -40,6 +39,7 @@ import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, input_format
 from tracelens.ingest.hangs import safe_pickle
+from tracelens.small_read import read_small
 
 _PICKLE_HEAD = re.compile(rb"^\x80[\x02-\x05]")
 _JSON_HEAD = re.compile(rb'^\s*\{\s*"(?:version|entries|pg_config|pg_status|comm_lib_version|nccl_comm_state)"')
@@ -103,13 +103,11 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _decode(path: Path) -> tuple[Any, str]:
-    """The dump object and what it was written as (pickle, json, dict text). A text dump's size is
-    checked before it is read: a sparse file of gigabytes with a dump's head is never loaded."""
+    """The dump object and what it was written as (pickle, json, dict text). Its size is checked
+    before it is read: a sparse file of gigabytes with a dump's head is never loaded."""
     with path.open("rb") as fh:
-        head = fh.read(2)
-        if not _PICKLE_HEAD.match(head) and (size := os.fstat(fh.fileno()).st_size) > _MAX_TEXT:
-            raise ValueError(f"text dump of {size:,} bytes is larger than the {_MAX_TEXT >> 20} MiB read")
-        data = head + fh.read()
+        pickled = _PICKLE_HEAD.match(fh.read(2))
+    data = read_small(path, *((safe_pickle.MAX_BYTES, "pickle") if pickled else (_MAX_TEXT, "text dump")))
     if _PICKLE_HEAD.match(data):
         return safe_pickle.loads(data), "pickle"
     text = data.decode("utf-8", errors="replace")

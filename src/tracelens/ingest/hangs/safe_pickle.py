@@ -21,7 +21,7 @@ import pickle
 _TYPED_LISTS = frozenset(
     {"build_intlist", "build_tensorlist", "build_doublelist", "build_boollist", "build_list", "restore_type_tag"}
 )
-_MAX_BYTES = 512 << 20
+MAX_BYTES = 512 << 20  # a Flight Recorder dump is a few MB; more is not one worth the memory
 
 
 class UnsafePickle(pickle.UnpicklingError):
@@ -44,8 +44,8 @@ class _PlainUnpickler(pickle.Unpickler):
 
 def loads(data: bytes):
     """The object in `data` if it is made of plain containers and scalars; UnsafePickle otherwise."""
-    if len(data) > _MAX_BYTES:
-        raise UnsafePickle(f"pickle of {len(data):,} bytes is larger than the {_MAX_BYTES >> 20} MiB read")
+    if len(data) > MAX_BYTES:
+        raise UnsafePickle(f"pickle of {len(data):,} bytes is larger than the {MAX_BYTES >> 20} MiB read")
     try:
         return _PlainUnpickler(io.BytesIO(data)).load()
     except UnsafePickle:
