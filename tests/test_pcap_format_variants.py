@@ -6,8 +6,10 @@ cut at snaplen 64, an FCS length in the pcap link type, a record cut inside its 
 from __future__ import annotations
 
 import struct
+import time
 from pathlib import Path
 
+import numpy as np
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, TCP, UDP
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrHopByHop
@@ -16,6 +18,7 @@ from scapy.packet import Raw
 
 from synth import pcap as synth
 from tests.helpers.pcap import block, classic, read, roce, section
+from tracelens.capture_decoder import records
 
 T0 = int(synth.START)
 
@@ -51,6 +54,20 @@ def test_second_section_brings_its_own_byte_order_and_interfaces(tmp_path):
     assert account.errors == []
     assert packets["psn"].to_list() == [1, 2] and packets["frame"].to_list() == [1, 2]
     assert packets["ts"].dt.epoch("ns").to_list() == [T0 * 10**9 + 7, T0 * 10**9 + 1_000_000]
+
+
+def test_captures_joined_with_cat_are_one_chunk_read_in_linear_time(tmp_path):
+    """5,000 sections of one interface (pcapng files joined with `cat`): the packet-block run after each
+    section's header was followed to the end of the file, 50 s of CPU; each section made a chunk too."""
+    one = section("<", [(1, 0, 9)], [(0, T0 * 10**9 + 7, bytes(roce(psn=1)))])
+    path = write(tmp_path / "joined.pcapng", one * 5000)
+    started = time.process_time()
+    packets, account = read(path)
+    assert time.process_time() - started < 5
+    assert (account.lines, account.parsed, account.errors) == (5000, 5000, [])
+    assert packets["frame"].to_list() == list(range(1, 5001))
+    chunks = list(records.CaptureReader(np.frombuffer(path.read_bytes(), np.uint8)).walk())
+    assert [len(chunk.starts) for chunk in chunks] == [5000]
 
 
 def test_802_1ad_qinq_and_vlan_inside_linux_cooked_v2(tmp_path):

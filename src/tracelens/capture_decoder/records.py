@@ -327,16 +327,13 @@ class CaptureReader:
         order = "<"
         interfaces: list[Interface] = []
         starts, kinds = array("q"), array("b")
+        held: tuple[str, list[Interface]] = (order, interfaces)  # the section the records in `starts` are of
         while pos < size:
             if pos + 12 > size:
                 if not self._padded(pos):
                     self._cut(pos, frames + len(starts))
                 break
             if bytes(raw[pos : pos + 4]) == PCAPNG_SHB:
-                if starts:  # a new section may change byte order and interfaces
-                    yield self._walked(*_arrays(starts, kinds), frames, order, interfaces)
-                    frames += len(starts)
-                    starts, kinds = array("q"), array("b")
                 bom = struct.unpack_from("<I", raw, pos + 8)[0]
                 order, interfaces = ("<" if bom == PCAPNG_BOM else ">"), []
             btype, blen = struct.unpack_from(order + "II", raw, pos)
@@ -349,6 +346,13 @@ class CaptureReader:
             if btype == _IDB:
                 interfaces.append(self._interface(raw, pos, blen, order))
             elif btype in (_EPB, _SPB, _PB):
+                # a new section's records join the chunk unless its byte order or interfaces differ:
+                # captures concatenated with `cat` are thousands of sections of one interface
+                if starts and held != (order, interfaces):
+                    yield self._walked(*_arrays(starts, kinds), frames, *held)
+                    frames += len(starts)
+                    starts, kinds = array("q"), array("b")
+                held = (order, interfaces)
                 starts.append(pos)
                 kinds.append(btype)
                 count, limit = self._chunk_records(frames, starts[0], first), starts[0] + CHUNK_BYTES
@@ -356,32 +360,51 @@ class CaptureReader:
                 starts.frombytes(heads.tobytes())
                 kinds.frombytes(types.astype(np.int8).tobytes())
                 if len(starts) >= count or pos > limit:
-                    yield self._walked(*_arrays(starts, kinds), frames, order, interfaces)
+                    yield self._walked(*_arrays(starts, kinds), frames, *held)
                     frames += len(starts)
                     starts, kinds = array("q"), array("b")
                 continue
             pos += blen
         if starts:
-            yield self._walked(*_arrays(starts, kinds), frames, order, interfaces)
+            yield self._walked(*_arrays(starts, kinds), frames, *held)
 
     def _packet_blocks(
         self, raw: memoryview, pos: int, order: str, room: int, limit: int
     ) -> tuple[np.ndarray, np.ndarray, int]:
         """The packet blocks that follow from `pos` (up to `room`, starting at `limit` at the latest): where
-        each starts, its type, and where the run of them ends. As for pcap records, the chain of block lengths is one
-        comprehension and the checks are numpy's; the run stops before the first block that is not
-        a sound packet block (a section header, an interface, a cut block), left to the block-by-block walk."""
+        each starts, its type, and where the run of them ends. The run stops before the first block that
+        is not a sound packet block (a section header, an interface, a cut block), left to the
+        block-by-block walk. It is followed in steps growing fourfold: the blocks a step follows past the
+        run's end are work thrown away, and a capture of many short sections (captures joined with `cat`)
+        would pay for every block after each section's first packet."""
+        heads, types, step = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 16
+        while room > 0:
+            run, kinds, end, whole = self._packet_run(raw, pos, order, min(step, room), limit)
+            heads.append(run)
+            types.append(kinds)
+            room, pos, step = room - len(run), end, step * 4
+            if not whole:
+                break
+        return np.concatenate(heads), np.concatenate(types), pos
+
+    def _packet_run(
+        self, raw: memoryview, pos: int, order: str, count: int, limit: int
+    ) -> tuple[np.ndarray, np.ndarray, int, bool]:
+        """Up to `count` packet blocks from `pos` (see _packet_blocks), and whether all `count` were
+        sound. As for pcap records, the chain of block lengths is one comprehension and the checks are
+        numpy's."""
         length_at = struct.Struct(order + "I").unpack_from
         last = min(len(raw) - 12, limit)
         p = pos
-        ends = [p := p + length_at(raw, p + 4)[0] for _ in range(room) if p <= last]
+        ends = [p := p + length_at(raw, p + 4)[0] for _ in range(count) if p <= last]
         nexts = np.array(ends, np.int64)
         heads = np.concatenate([[pos], nexts[:-1]]).astype(np.int64) if len(ends) else nexts
         length = nexts - heads
         types = field(self.view.block(heads, 4), 0, 4, order == "<")
         sound = (length >= 12) & (length % 4 == 0) & (nexts <= len(raw)) & np.isin(types, (_EPB, _SPB, _PB))
         good = int(np.argmin(sound)) if not sound.all() else len(ends)
-        return heads[:good], types[:good], int(nexts[good - 1]) if good else pos
+        end = int(nexts[good - 1]) if good else pos
+        return heads[:good], types[:good], end, good == len(ends) == count
 
     @staticmethod
     def _interface(raw: memoryview, pos: int, blen: int, order: str) -> Interface:
