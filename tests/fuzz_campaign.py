@@ -279,6 +279,108 @@ def _hostile_config(run: Path, rng: random.Random, some: Callable[[], bytes]) ->
     (run / "train.log").write_bytes(some())
 
 
+def _hostile_sparse_tails(run: Path, rng: random.Random, some: Callable[[], bytes]) -> None:
+    """The head of each format read whole or as one document, before a hole of gigabytes."""
+    run.mkdir()
+    heads = {
+        "fr_trace_rank_0": b"\x80\x02}q\x00(X\x07\x00\x00\x00versionq\x01X\x03\x00\x00\x002.4q\x02",
+        "fr_trace_rank_1.json": b'{"version": "2.4", "entries": [',
+        "ds_config.json": b'{\n  "train_micro_batch_size_per_gpu": 4,\n  "zero_optimization": {"stage": 2,\n',
+        "rank-0.pt.trace.json": b'{"schemaVersion": 1, "traceEvents": [\n',
+        "perfquery.txt": b"# Port extended counters: Lid 3 port 1 (CapMask: 0x5A00)\nPortXmitData:....1\n",
+        "train.log": some()[:4096],
+    }
+    if rng.random() < 0.3:  # refused as a usage error: the run stops before the other files are read
+        heads["tracelens.toml"] = b'select = ["TL1"]\n'
+    for name, head in heads.items():
+        with open(run / name, "wb") as fh:
+            fh.write(head)
+            fh.truncate(rng.choice([1, 4, 64]) << 30)
+
+
+def _capture(order: str, snaplen: int, records: list[tuple[int, bytes]]) -> bytes:
+    """A classic pcap: (captured length as claimed, bytes) per record."""
+    out = struct.pack(order + "IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, snaplen, 1)
+    for i, (caplen, data) in enumerate(records):
+        out += struct.pack(order + "IIII", 1_700_000_000 + i, 0, caplen, max(caplen, len(data))) + data
+    return out
+
+
+def _block(kind: int, body: bytes, length: int | None = None) -> bytes:
+    body += bytes(-len(body) % 4)
+    size = len(body) + 12 if length is None else length
+    return struct.pack("<II", kind, size) + body + struct.pack("<I", size)
+
+
+def _hostile_captures(run: Path, rng: random.Random, some: Callable[[], bytes]) -> None:
+    """Captures whose headers claim what cannot be: absurd snapshot and captured lengths, pcapng
+    blocks of length zero or of zeros, interfaces never described, zeros where blocks should be."""
+    run.mkdir()
+    frame = bytes(range(64))
+    shb = _block(0x0A0D0D0A, struct.pack("<IHHq", 0x1A2B3C4D, 1, 0, -1))
+    idb = _block(1, struct.pack("<HHI", 1, 0, 0xFFFFFFFF))
+    epb = _block(6, struct.pack("<IIIII", 0, 0, 0, len(frame), len(frame)) + frame)
+    files = {
+        "snaplen.pcap": _capture("<", 0xFFFFFFFF, [(2**31, frame)]),
+        "snaplen-be.pcap": _capture(">", 0xFFFFFFFF, [(len(frame), frame), (2**32 - 1, frame)]),
+        "caplen-past-end.pcap": _capture("<", 65535, [(len(frame), frame), (len(frame) * 1000, frame)]),
+        "zero-records.pcap": _capture("<", 65535, [(0, b"")] * rng.choice([1, 1000])),
+        "zero-length-block.pcapng": shb + idb + _block(6, b"", length=0) + epb,
+        "zero-blocks.pcapng": shb + idb + bytes(rng.choice([12, 4096, 1 << 20])) + epb,
+        "zeros-after.pcapng": shb + idb + epb * 3 + bytes(rng.choice([4, 4096])),
+        "only-header.pcapng": shb,
+        "no-interface.pcapng": shb + epb * 2,
+        "huge-block.pcapng": shb + idb + struct.pack("<II", 6, 0xFFFFFFF0) + bytes(64),
+        "many-sections.pcapng": (shb + idb + epb) * rng.choice([10, 5000]),
+        "caplen-over-block.pcapng": shb + idb + _block(6, struct.pack("<IIIII", 0, 0, 0, 2**31, 2**31) + frame),
+    }
+    for name, data in files.items():
+        (run / name).write_bytes(data if rng.random() < 0.7 else fuzz.mutate(rng, data, [], 0))
+
+
+KINETO = FIXTURES / "profiler-straggler" / "node01" / "rank-0.pt.trace.json"
+# What a Kineto trace's values become in a damaged or hand-edited file: wrong types, numbers out of
+# range, nesting where a value should be.
+KINETO_VALUES = [
+    None, "", "x" * 10_000, -1, 0, 2**64, -(2**63) - 1, 1e308, -1e308, "1e309", [], {}, [[[[[[]]]]]], True,
+    {"nested": {"deeper": [1, 2, {"ts": "now"}]}}, "NaN", "\x1b[2J", "<script>TLFUZZ()</script>",
+]  # fmt: skip
+
+
+def _mangled(rng: random.Random, value: object, depth: int = 0) -> object:
+    """`value` with some of its keys' values replaced, dropped or doubled, at every depth."""
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            roll = rng.random()
+            if roll < 0.03:
+                continue
+            out[key] = rng.choice(KINETO_VALUES) if roll < 0.08 else _mangled(rng, item, depth + 1)
+        return out
+    if isinstance(value, list):
+        items = [_mangled(rng, item, depth + 1) for item in value if rng.random() > 0.02]
+        if items and rng.random() < 0.1:
+            items.insert(rng.randrange(len(items)), rng.choice(KINETO_VALUES))
+        return items
+    return value
+
+
+def _hostile_kineto(run: Path, rng: random.Random, some: Callable[[], bytes]) -> None:
+    """A profiler trace mangled as JSON (wrong types, out-of-range numbers, keys gone), and as text."""
+    run.mkdir()
+    trace = json.loads(KINETO.read_text())
+    for i in range(rng.randint(1, 3)):
+        mangled = _mangled(rng, trace)
+        if rng.random() < 0.3:
+            mangled = {"traceEvents": rng.choice([{}, "events", [[[]]] * 1000, None, mangled])}  # type: ignore[index]
+        text = json.dumps(mangled, allow_nan=rng.random() < 0.5).encode()
+        if rng.random() < 0.3:
+            text = fuzz.mutate(rng, text, [], 1 << 16)
+        (run / f"rank-{i}.pt.trace.json").write_bytes(text)
+    deep = b'{"traceEvents": ' + b"[" * rng.choice([1000, 100_000]) + b"]" * rng.choice([0, 1000])
+    (run / "rank-9.pt.trace.json").write_bytes(deep)
+
+
 # A hostile folder: name -> (run folder to create, rng, a mutated file's bytes on each call).
 HOSTILE: dict[str, Callable[[Path, random.Random, Callable[[], bytes]], None]] = {
     "deep_nesting": _hostile_deep,
@@ -293,6 +395,9 @@ HOSTILE: dict[str, Callable[[Path, random.Random, Callable[[], bytes]], None]] =
     "hostile_file_names": _hostile_names,
     "archive_links_and_escapes": _hostile_archive_members,
     "hostile_config": _hostile_config,
+    "sparse_tails": _hostile_sparse_tails,
+    "captures": _hostile_captures,
+    "kineto_mangled": _hostile_kineto,
 }
 
 
