@@ -30,6 +30,9 @@ MARK = "\ue000"  # stands for a token in a shape; a body holding it is left to t
 _HEX_MARK = "\ue001"  # a hex token while a body is masked
 _HEX_AFTER_DIGIT = r"\d0x[0-9a-fA-F]|\ue001"  # bodies where masking hex tokens first would differ from _MASK
 MAX_PROBES = 32  # tokens probed one by one to find those the grammar needs as they are
+# Bodies longer than this are left to the grammar: a shape's fields are gathered one expression per
+# token, and a body of a MiB (records glued into one line) has tens of thousands of tokens.
+MAX_SHAPE_BYTES = 16 << 10
 
 Piece = str | int  # literal text, or the position of a token in the body
 Recipe = tuple[Piece, ...]
@@ -175,7 +178,9 @@ class ShapeParser:
             pl.DataFrame({"body": bodies})
             .with_row_index("row")
             .with_columns(
-                shape=pl.when(body.str.contains(MARK, literal=True)).then(None).otherwise(pl.lit(masked(bodies)))
+                shape=pl.when(body.str.contains(MARK, literal=True) | (body.str.len_bytes() > MAX_SHAPE_BYTES))
+                .then(None)
+                .otherwise(pl.lit(masked(bodies)))
             )
         )
         firsts = frame.filter(pl.col("shape").is_not_null()).unique("shape", keep="first", maintain_order=True)
