@@ -7,6 +7,8 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -84,7 +86,9 @@ def test_real_trace(name, tmp_path):
     assert sniff_format(path.read_bytes()[:65536]) == "kineto"
     spans, meta, result = read(path)
     assert result.account.lines == events and result.account.parsed == spans.height
-    assert sum(batch.height for batch in kineto._chunked(path, {})) == events  # the fast reader, no fallback
+    assert (
+        sum(batch.height for batch in kineto._chunked(path, kineto.Trace())) == events
+    )  # the fast reader, no fallback
     assert (result.account.errors == []) == (rank is not None)  # an unknown rank is said
     assert (meta["rank"], meta["rank_source"], meta["world_size"], meta["backend"], meta["nccl_version"]) == (
         rank, source, world, backend, nccl,
@@ -133,7 +137,7 @@ def test_old_traces_pair_the_call_with_the_op_that_holds_it(tmp_path):
 def evented(path: Path) -> pl.DataFrame:
     """The trace's spans as the event-by-event reader (ijson) finds them."""
     trace = kineto.Trace()
-    for batch in kineto._evented(path, trace.meta):
+    for batch in kineto._evented(path, trace):
         trace.keep(batch)
     return conform("trace_spans", kineto.span_rows(trace, kineto._rank(trace.meta, path.name)[0], path.name))
 
@@ -167,6 +171,115 @@ def test_a_span_that_nests_objects_is_read_event_by_event(tmp_path):
     assert nested != text
     columns = ["kind", "name", "start_us", "seq", "pg_name"]
     assert read(plain)[0].select(columns).equals(read(nest)[0].select(columns))
+
+
+KERNEL = b'"name": "ampere_sgemm_128x64_tn", "pid": 0, "tid": 7, "ts": 100500.0, "dur": 30000.0, '
+ARGS = b'{"device": 0, "stream": 7, "correlation": 1000002}'
+LAST = b'"name": "multi_tensor_apply_kernel"'
+# A damaged or hand-edited trace, value by value: what is in the trace, what replaces it, and what is
+# read of the event: its correlation and stream, or None when it is lost. Each made DuckDB's reader,
+# ijson's or both fail on the whole trace; none may cost more than its event or argument.
+MANGLED = {
+    "object-arg": (ARGS, b'{"device": 0, "stream": {"x": [7]}, "correlation": [1000002]}', (None, None)),
+    "arg-past-64-bits": (ARGS, ARGS.replace(b"1000002", b"18446744073709551616"), (None, 7)),
+    "arg-past-float-range": (ARGS, ARGS.replace(b"1000002", b"1e309"), (None, 7)),
+    "base-time-out-of-range": (b'"traceEvents": [', b'"baseTimeNanoseconds": 1e30, "traceEvents": [', (1000002, 7)),
+    "name-not-utf8": (KERNEL, KERNEL.replace(b"_tn", b"_\xff\xfe"), (1000002, 7)),
+    "name-lone-surrogate": (KERNEL, KERNEL.replace(b"_tn", b"_\\ud800"), (1000002, 7)),
+    "name-control-character": (KERNEL, KERNEL.replace(b"_tn", b"_\x01"), (1000002, 7)),
+    "time-out-of-range": (KERNEL, KERNEL.replace(b"100500.0", b"1e300"), None),
+    "time-past-64-bits": (KERNEL, KERNEL.replace(b"100500.0", b"18446744073709551616"), None),
+    "time-as-text": (KERNEL, KERNEL.replace(b"100500.0", b'"soon"'), None),
+    "length-infinite": (KERNEL, KERNEL.replace(b"30000.0", b"1e309"), None),
+    "name-bad-escape": (KERNEL, KERNEL.replace(b"_tn", b"_\\x"), None),
+    "last-event-bad-escape": (LAST, LAST.replace(b"_kernel", b"_\\x"), None),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mangle", MANGLED, ids=list(MANGLED))
+def test_a_damaged_value_loses_its_event_or_its_argument_not_the_trace(tmp_path, mangle):
+    text = traces(Job(world=2, steps=3))[0].encode()
+    old, new, kept = MANGLED[mangle]
+    assert old in text
+    before, _, after = text.rpartition(old) if mangle.startswith("last") else text.partition(old)
+    plain, mangled = tmp_path / "rank-0.json", tmp_path / "bad" / "rank-0.json"
+    mangled.parent.mkdir()
+    plain.write_bytes(text)
+    mangled.write_bytes(before + new + after)
+    (spans, _, ours), (theirs, _, result) = read(plain), read(mangled)
+    account = result.account
+    assert account.lines == ours.account.lines == account.parsed + account.ignored + account.unrecognized
+    if kept is None:  # the event lost, and said so
+        (error,) = account.errors
+        assert error.startswith("rank-0.json: 1 event whose ")
+        assert account.unrecognized == 1 and theirs.height == spans.height - 1
+        return
+    assert account.errors == [] and account.unrecognized == 0 and theirs.height == spans.height
+    first = theirs.filter(pl.col("start_us") == spans.filter(pl.col("correlation") == 1000002)["start_us"].max())
+    first = first.filter(pl.col("kind") == "kernel").row(0, named=True)
+    assert first["name"].startswith("ampere_sgemm_128x64_") and (first["correlation"], first["stream"]) == kept
+
+
+def test_trace_values_of_the_wrong_type_are_no_values_and_the_run_goes_on(tmp_path):
+    """A mangled trace's distributedInfo (backend `[]`, a rank past 64 bits, a world size `true`)
+    beside a sound trace: its values are none, and the traces' rows go in one table."""
+    sound, other = traces(Job(world=2, steps=2)).values()
+    info = '"distributedInfo": {"backend": "nccl", "rank": 1, "world_size": 2,'
+    assert info in other
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "a.pt.trace.json").write_text(sound)
+    bad = '"distributedInfo": {"backend": [], "rank": 18446744073709551616, "world_size": true,'
+    (run / "b.pt.trace.json").write_text(other.replace(info, bad))
+    alone = [
+        kineto.ingest(InputFile(path, path.name, "kineto")).tables["trace_ranks"] for path in sorted(run.iterdir())
+    ]
+    assert pl.concat(alone, how="diagonal_relaxed").height == 2  # as a batch of small files puts them together
+    ranks = analyze(run).tables["trace_ranks"].sort("file")
+    assert ranks.select("rank", "backend", "world_size", "pg_count", "rank_source").rows() == [
+        (0, "nccl", 2, 1, "distributedInfo"),
+        (None, None, None, 1, "unknown"),
+    ]
+
+
+def test_an_event_past_the_limit_is_refused_not_held(tmp_path, monkeypatch):
+    """An event with no end in sight (a string of gigabytes in a damaged trace) would be held whole."""
+    monkeypatch.setattr(kineto, "_EVENT_LIMIT", 1 << 20)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 16)
+    text = traces(Job(world=2, steps=3))[0]
+    path = tmp_path / "rank-0.json"
+    path.write_text(text.replace("ampere_sgemm_128x64_tn", "x" * (2 << 20), 1))
+    (error,) = kineto.ingest(InputFile(path, path.name, "kineto")).account.errors
+    assert error.startswith("rank-0.json: not a readable profiler trace: an event longer than 1 MiB at byte ")
+    path.write_text(text.replace("ampere_sgemm_128x64_tn", "x" * (1 << 19), 1))  # within it: read
+    assert read(path)[0].filter(pl.col("name") == "x" * (1 << 19)).height == 1
+
+
+@pytest.mark.parametrize("cut", [False, True], ids=["whole", "cut"])
+def test_zeros_after_a_trace_end_it_fast(tmp_path, cut):
+    """A trace before a hole of 8 GiB (space never written, zero padding) ends at the hole: read as
+    JSON, the zeros would be held as the start of an unfinished event."""
+    text = traces(Job(world=2, steps=3))[0].encode()
+    path = tmp_path / "rank-0.json"
+    with path.open("wb") as fh:
+        fh.write(text[:3000] if cut else text)
+        fh.truncate(8 << 30)
+    started = time.process_time()
+    result = kineto.ingest(InputFile(path, path.name, "kineto"))
+    assert time.process_time() - started < 10
+    if cut:
+        (error,) = result.account.errors
+        assert error.startswith("rank-0.json: not a readable profiler trace: ")
+        assert error.endswith("before zero bytes at byte 3,000 (a hole, or space never written)")
+        return
+    plain = tmp_path / "plain" / "rank-0.json"
+    plain.parent.mkdir()
+    plain.write_bytes(text)
+    assert result.account.notes == [
+        f"a zero byte at byte {len(text):,}, which no JSON holds (a hole, or space never written): "
+        f"read up to it, the {(8 << 30) - len(text):,} bytes from it not"
+    ]
+    assert replace(result.account, notes=[]) == read(plain)[2].account
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,9 @@ name is kept (`host_name`) and taken back where another source of the run names 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -42,11 +44,13 @@ import numpy as np
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, input_format
+from tracelens.prose import count
 from tracelens.tables import RunTables
 
 MAX_DEPTH = 2  # CPU spans kept: depth 0 (ProfilerStep, top-level ops), 1 and 2 on their thread
 CHUNK_BYTES = 8 << 20
 _HEAD_LIMIT = 64 << 20  # the `traceEvents` key must come within this much of the start
+_EVENT_LIMIT = 64 << 20  # bytes of one event at most (a profiler event is a few hundred)
 
 _SNIFF = re.compile(
     rb'^\s*\{\s*"(?:schemaVersion|deviceProperties|distributedInfo|traceEvents|record_shapes|displayTimeUnit)"\s*:'
@@ -143,7 +147,7 @@ def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
     try:
         trace = read_trace(source.path)
-    except (ValueError, OSError, ijson.JSONError) as exc:
+    except (ValueError, OSError, ijson.JSONError, RecursionError) as exc:
         result.account.errors.append(f"{source.name}: not a readable profiler trace: {exc}")
         return result
     rank, rank_source = _rank(trace.meta, source.name)
@@ -155,7 +159,20 @@ def ingest(source: InputFile) -> IngestResult:
     spans = span_rows(trace, rank, source.name)
     result.account.lines = trace.events
     result.account.parsed = spans.height
-    result.account.ignored = trace.events - spans.height
+    result.account.unrecognized = trace.untimed + trace.broken
+    result.account.ignored = trace.events - spans.height - result.account.unrecognized
+    if trace.untimed:
+        result.account.errors.append(
+            f"{source.name}: {count(trace.untimed, 'event')} whose time or length is not a number in range, not read"
+        )
+    if trace.broken:
+        result.account.errors.append(f"{source.name}: {count(trace.broken, 'event')} whose text is not JSON, not read")
+    if trace.zeros is not None:
+        at, rest = trace.zeros
+        result.account.notes.append(
+            f"a zero byte at byte {at:,}, which no JSON holds (a hole, or space never written): "
+            f"read up to it, the {count(rest, 'byte')} from it not"
+        )
     # the host as the run's folders name it, as every other file there is named; else as the trace does
     host = source.host_hint or _machine(trace.meta)
     if host:
@@ -174,7 +191,10 @@ class Trace:
 
     def __init__(self) -> None:
         self.meta: dict[str, Any] = {}
-        self.events = 0
+        self.events = 0  # every event, broken ones too
+        self.untimed = 0  # kept kinds of event whose time is no time (_timed)
+        self.broken = 0  # events whose text is not JSON (read by _pieces)
+        self.zeros: tuple[int, int] | None = None  # where a zero byte ended the trace's text, the bytes from it
         self.cpu: list[pl.DataFrame] = []
         self.calls: list[pl.DataFrame] = []  # record_param_comms, with the collective's args
         self.gpu: list[pl.DataFrame] = []
@@ -186,6 +206,9 @@ class Trace:
         self.events += batch.height
         cat = pl.col("cat")
         flat = batch.filter(pl.col("ph") == "X", cat.is_in([*CPU_CATS, *GPU_KINDS, *LAUNCH_CATS]))
+        timed = _timed(flat)
+        self.untimed += flat.height - int(timed.sum())
+        flat = flat.filter(timed)
         cpu = flat.filter(cat.is_in(CPU_CATS))
         calls = cpu["name"] == PARAM_COMMS
         if cpu.height:
@@ -204,6 +227,20 @@ class Trace:
             self.launches.append(launches.select("correlation", launch_us="ts"))
 
 
+# Microseconds from the epoch (2096) past which a span's time or length is a bad value of its event:
+# in nanoseconds, start plus base time would overflow 64 bits (1e309 reads as infinity).
+TIME_LIMIT_US = 4e15
+
+
+def _timed(events: pl.DataFrame) -> pl.Series:
+    """Whether each event has a time, and its time and length (if any) are within TIME_LIMIT_US."""
+    within = [
+        (pl.col("ts").abs() <= TIME_LIMIT_US).fill_null(False),
+        (pl.col("dur").abs() <= TIME_LIMIT_US).fill_null(True),
+    ]
+    return events.select(pl.all_horizontal(within)).to_series()
+
+
 def _own(kept: pl.DataFrame) -> pl.DataFrame:
     """`kept` with its text as categories (few distinct names, held once): a filtered text column
     still holds the whole batch's text (its strings are views into the batch's buffers)."""
@@ -220,24 +257,29 @@ def _with_args(events: pl.DataFrame, fields: dict[str, str]) -> pl.DataFrame:
 
 def read_trace(path: Path) -> Trace:
     """The trace's kept events, read a chunk at a time; with ijson, event by event, when a chunk does
-    not parse (a span that nests objects inside arrays cut in the wrong place)."""
+    not parse (a span that nests objects inside arrays cut in the wrong place, a value of the wrong
+    type); and when ijson refuses it too (text that is not UTF-8, a broken string, an integer past
+    64 bits), an event at a time with Python's parser, an event that does not parse lost alone."""
     import duckdb  # here, not at the top: only a run with traces pays for loading it
 
-    trace = Trace()
-    try:
-        for batch in _chunked(path, trace.meta):
-            trace.keep(batch)
-    except duckdb.Error:
+    for reader in (_chunked, _evented):
         trace = Trace()
-        for batch in _evented(path, trace.meta):
-            trace.keep(batch)
+        try:
+            for batch in reader(path, trace):
+                trace.keep(batch)
+            return trace
+        except (duckdb.Error, ijson.JSONError):
+            pass
+    trace = Trace()
+    for batch in _pieces(path, trace):
+        trace.keep(batch)
     return trace
 
 
-def _chunked(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
+def _chunked(path: Path, trace: Trace) -> Iterator[pl.DataFrame]:
     """The events, a chunk at a time, each chunk cut and parsed in a thread (DuckDB parses without
     the GIL) while the one before is sorted into kinds, so two cores share the work."""
-    return _ahead(_parsed(_event_arrays(path, meta)))
+    return _ahead(_parsed(_event_arrays(path, trace)))
 
 
 def _parsed(arrays: Iterator[bytes]) -> Iterator[pl.DataFrame]:
@@ -251,33 +293,44 @@ def _parsed(arrays: Iterator[bytes]) -> Iterator[pl.DataFrame]:
         for number, array in enumerate(arrays):
             path = Path(folder) / f"events-{number}.json"
             path.write_bytes(array)
-            events = con.read_json(str(path), format="array", columns=_JSON_COLUMNS)
+            events = con.read_json(
+                str(path), format="array", columns=_JSON_COLUMNS, maximum_object_size=_EVENT_LIMIT + CHUNK_BYTES
+            )
             selected = events.query("events", _SELECT)
             assert selected is not None  # a SELECT has rows, if none
             yield selected.pl()
             path.unlink()
 
 
-def _event_arrays(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
+def _event_arrays(path: Path, trace: Trace) -> Iterator[bytes]:
     """The events array's text, a chunk of whole events at a time, each an array of its own (`[`, the
-    events, `]`); the other keys into `meta`. The file is read into one buffer used again for every
-    chunk: a new one each time is memory the kernel maps and clears again, a large share of the time."""
+    events, `]`); the other keys into `trace.meta`. The file is read into one buffer used again for
+    every chunk: a new one each time is memory the kernel maps and clears again, a large share of the
+    time. No JSON holds a zero byte: the text ends at the first (zero padding after a trace, a hole of
+    gigabytes never written, read as text at great cost), and `trace.zeros` says where."""
     with path.open("rb") as fh:
         head = b""
         while (found := _EVENTS_KEY.search(head)) is None:
             more = fh.read(1 << 20)
-            if not more or len(head) > _HEAD_LIMIT:
+            if not more or len(head) > _HEAD_LIMIT or b"\0" in head:
                 raise ValueError("no traceEvents array")
             head += more
-        meta.update(_object_text(head[: found.start()]))
+        trace.meta.update(_object_text(head[: found.start()]))
         buf = bytearray(head[found.end() :])
         cut = _cut_kineto if _KINETO_SEPARATOR in buf else _cut_any
-        filled = len(buf)
+        filled, offset = len(buf), found.end()  # offset: the file's byte at buf[0]
+        size = os.fstat(fh.fileno()).st_size
+        if (nul := buf.find(b"\0")) >= 0:
+            filled, trace.zeros = nul, (offset + nul, size - offset - nul)
         while True:
             if len(buf) < filled + CHUNK_BYTES:  # the first time, and when an event outgrows a chunk
                 buf.extend(bytes(filled + CHUNK_BYTES - len(buf)))
-            with memoryview(buf) as view:
-                got = fh.readinto(view[filled : filled + CHUNK_BYTES])
+            got = 0
+            if trace.zeros is None:
+                with memoryview(buf) as view:
+                    got = fh.readinto(view[filled : filled + CHUNK_BYTES])
+                if (nul := buf.find(b"\0", filled, filled + got)) >= 0:
+                    got, trace.zeros = nul - filled, (offset + nul, size - offset - nul)
             filled += got
             if ends := cut(buf, filled):
                 with memoryview(buf) as view:
@@ -285,12 +338,22 @@ def _event_arrays(path: Path, meta: dict[str, Any]) -> Iterator[bytes]:
                 rest = buf[ends[1] : filled]
                 buf[: len(rest)] = rest
                 filled = len(rest)
+                offset += ends[1]
+            elif filled > _EVENT_LIMIT:
+                raise ValueError(f"an event longer than {_EVENT_LIMIT >> 20} MiB at byte {offset:,}")
             if not got:
                 break
-    last, trailer = _split_tail(buf[:filled].decode("utf-8", errors="replace"))
-    meta.update(trailer)
+    try:
+        last, trailer = _split_tail(buf[:filled].decode("utf-8", errors="replace"))
+    except ValueError as exc:
+        if trace.zeros is None:
+            raise
+        raise ValueError(
+            f"{exc} before zero bytes at byte {trace.zeros[0]:,} (a hole, or space never written)"
+        ) from None
+    trace.meta.update(trailer)
     if last is not None:
-        yield b"[" + json.dumps(last).encode() + b"]"
+        yield f"[{last}]".encode()
 
 
 def _cut_any(text: bytearray, end: int) -> tuple[int, int] | None:
@@ -332,7 +395,7 @@ def _integers(frame: pl.DataFrame) -> pl.DataFrame:
     """The integer args of `frame` as integers, from decimal, float or hex text (anything else: null)."""
     present = [c for c in _INTEGERS if c in frame.columns and frame.schema[c] == pl.String]
     hexed = [pl.col(c).str.strip_prefix("0x").str.to_integer(base=16, strict=False) for c in present]
-    plain = [pl.col(c).cast(pl.Float64, strict=False).cast(pl.Int64) for c in present]
+    plain = [pl.col(c).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False) for c in present]  # 1e30: null
     return frame.with_columns(
         pl.when(pl.col(c).str.starts_with("0x")).then(h).otherwise(d).alias(c) for c, h, d in zip(present, hexed, plain)
     )
@@ -348,32 +411,50 @@ def _object_text(head: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _split_tail(text: str) -> tuple[dict | None, dict[str, Any]]:
-    """The last event and the keys after the events array (`], "traceName": ..., "baseTimeNanoseconds": ...}`)."""
+_TAIL_TRIES = 16  # the last `]`s of a trace's tail tried as the events array's end
+
+
+def _split_tail(text: str) -> tuple[str | None, dict[str, Any]]:
+    """The last event's text and the keys after the events array (`], "traceName": ...,
+    "baseTimeNanoseconds": ...}`). A last event that does not parse ends at the last `]` that such
+    keys and the closing `}` follow: it is then lost alone, where its parser fails on it."""
     text = text.strip()
-    last = None
-    if text.startswith("{"):
-        last, end = json.JSONDecoder().raw_decode(text)
-        text = text[end:].strip()
+    if not text.startswith("{"):
+        return None, _trailer(text)
+    try:
+        end = json.JSONDecoder().raw_decode(text)[1]
+    except (ValueError, RecursionError):
+        at = len(text)
+        for _ in range(_TAIL_TRIES if text.endswith("}") else 0):
+            if (at := text.rfind("]", 0, at)) <= 0:
+                break
+            with contextlib.suppress(ValueError):
+                return text[:at].rstrip(), _trailer(text[at:])
+        raise ValueError("the traceEvents array does not end") from None
+    return text[:end], _trailer(text[end:])
+
+
+def _trailer(text: str) -> dict[str, Any]:
+    """The keys after the events array, from its `]` on."""
+    text = text.strip()
     if not text.startswith("]"):
         raise ValueError("the traceEvents array does not end")
     rest = text[1:].strip()
-    trailer: dict[str, Any] = {}
-    if rest.startswith(","):
-        value = json.loads("{" + rest[1:])
-        trailer = value if isinstance(value, dict) else {}
-    return (last if isinstance(last, dict) else None), trailer
+    if not rest.startswith(","):
+        return {}
+    value = json.loads("{" + rest[1:])
+    return value if isinstance(value, dict) else {}
 
 
 _EVENT_BATCH = 100_000
 
 
-def _evented(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
-    """The events with ijson (any JSON), in batches; the other top-level keys into `meta`."""
+def _evented(path: Path, trace: Trace) -> Iterator[pl.DataFrame]:
+    """The events with ijson (any JSON), in batches; the other top-level keys into `trace.meta`."""
     with path.open("rb") as fh:
         for key, value in ijson.kvitems(fh, "", use_float=True):
             if key != "traceEvents":
-                meta[key] = value
+                trace.meta[key] = value
     rows: list[dict] = []
     with path.open("rb") as fh:
         for event in ijson.items(fh, "traceEvents.item", use_float=True):
@@ -384,6 +465,27 @@ def _evented(path: Path, meta: dict[str, Any]) -> Iterator[pl.DataFrame]:
                 rows = []
     if rows:
         yield _flat_frame(rows)
+
+
+def _pieces(path: Path, trace: Trace) -> Iterator[pl.DataFrame]:
+    """The events with Python's parser, an event at a time (cut at the separators between events, as
+    `_event_arrays` cuts its chunks): one that does not parse is counted in `trace.broken`, the rest
+    are read. For a trace that neither DuckDB nor ijson reads: a string not UTF-8 or wrongly escaped,
+    a number past 64 bits or past a float's range."""
+    for array in _event_arrays(path, trace):
+        body, rows = array[1:-1], []
+        bounds = list(_BOUNDARY.finditer(body))
+        for start, end in zip([0, *(m.end() for m in bounds)], [*(m.start() + 1 for m in bounds), len(body)]):
+            try:
+                event = json.loads(body[start:end].decode("utf-8", errors="replace"), strict=False)
+            except (ValueError, RecursionError):
+                trace.broken += 1
+                trace.events += 1
+                continue
+            if isinstance(event, dict):
+                rows.append(_flat_event(event))
+        if rows:
+            yield _flat_frame(rows)
 
 
 def _flat_frame(rows: list[dict]) -> pl.DataFrame:
@@ -400,7 +502,7 @@ def _flat_event(event: dict) -> dict[str, Any]:
 
 def _arg_text(value: Any) -> str | None:
     """An arg's value as text, as DuckDB's `json_extract_string` writes it."""
-    return value if value is None or isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    return _str(value) if value is None or isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -409,42 +511,58 @@ def _dict(value: Any) -> dict[str, Any]:
 
 def _text(value: Any) -> str | None:
     if value is None or isinstance(value, str):
-        return value
+        return _str(value)
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def _str(value: Any) -> str | None:
+    """`value` if it is text, its lone surrogates (a `\\ud800` escape in the JSON, which Python's parser
+    keeps) replaced: a column holds UTF-8 only."""
+    return value.encode("utf-8", errors="replace").decode("utf-8") if isinstance(value, str) else None
+
+
+def _int(value: Any) -> int | None:
+    """`value` if it is an integer a 64-bit column holds (not a bool, a float, text or a list)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < 1 << 63
+    return value if ok else None
 
 
 def _number(value: Any) -> float | None:
     try:
         return float(value) if value is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an integer past a float's range
         return None
 
 
 # -- rows -----------------------------------------------------------------------------------------
 
 
+_MAX_RANK = 1 << 31  # a rank past it is no rank (a damaged value, a long number in a name)
+
+
 def _rank(meta: dict[str, Any], name: str) -> tuple[int | None, str]:
-    info = meta.get("distributedInfo")
-    if isinstance(info, dict) and isinstance(info.get("rank"), int):
-        return info["rank"], "distributedInfo"
+    if (rank := _int(_dict(meta.get("distributedInfo")).get("rank"))) is not None and 0 <= rank < _MAX_RANK:
+        return rank, "distributedInfo"
     base = name.rsplit("!", 1)[-1]
     leaf, _, folders = base.rpartition("/")[2], None, base.rpartition("/")[0]
-    if found := _RANK_IN_NAME.search(leaf):
+    if (found := _RANK_IN_NAME.search(leaf)) and int(found.group(1)) < _MAX_RANK:
         return int(found.group(1)), "file name"
-    if in_path := _RANK_IN_NAME.findall(folders):
+    if (in_path := _RANK_IN_NAME.findall(folders)) and int(in_path[-1]) < _MAX_RANK:
         return int(in_path[-1]), "folder"
     return None, "unknown"
 
 
 def _machine(meta: dict[str, Any]) -> str | None:
     """The host name the trace wrote (the machine's)."""
-    name = meta.get("host_name")
-    return name if isinstance(name, str) and name else None
+    return _str(meta.get("host_name")) or None
 
 
 def _base_us(meta: dict[str, Any]) -> float:
+    """Microseconds every `ts` counts from: `baseTimeNanoseconds`, when a number within TIME_LIMIT_US."""
     base = meta.get("baseTimeNanoseconds")
-    return base / 1000 if isinstance(base, (int, float)) else 0.0
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or abs(base) > TIME_LIMIT_US * 1000:
+        return 0.0
+    return base / 1000
 
 
 EPOCH_MIN_US = 1e15  # 2001: a trace time below this (and no baseTimeNanoseconds) is not wall-clock time
@@ -665,14 +783,15 @@ def _rank_row(
                 "file": name,
                 "rank": rank,
                 "rank_source": rank_source,
-                "world_size": info.get("world_size"),
-                "backend": info.get("backend"),
-                "nccl_version": info.get("nccl_version"),
-                "pg_count": info.get("pg_count"),
+                # the trace's own values, each of its column's type or none (a damaged or edited trace)
+                "world_size": _int(info.get("world_size")),
+                "backend": _str(info.get("backend")),
+                "nccl_version": _str(info.get("nccl_version")),
+                "pg_count": _int(info.get("pg_count")),
                 "pg_config": json.dumps(info["pg_config"]) if "pg_config" in info else None,
-                "device_name": next((d.get("name") for d in devices if isinstance(d, dict)), None),
-                "base_time_ns": meta.get("baseTimeNanoseconds"),
-                "schema_version": meta.get("schemaVersion"),
+                "device_name": next((_str(d.get("name")) for d in devices if isinstance(d, dict)), None),
+                "base_time_ns": _int(meta.get("baseTimeNanoseconds")),
+                "schema_version": _int(meta.get("schemaVersion")),
                 "events": trace.events,
                 "spans": spans.height,
                 "kernels": spans.filter(pl.col("kind") == "kernel").height,
