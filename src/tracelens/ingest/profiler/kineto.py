@@ -17,7 +17,9 @@ never occurs inside a JSON string (a quote there is escaped). DuckDB's JSON read
 the GIL) reads each chunk as an array: the event's own fields, and only on the rows that read them
 the args they need (ids on GPU spans and launches, a collective's on its call and its NCCL kernel).
 A trace whose spans nest objects in arrays could still be cut wrongly, and its chunk then fails to
-parse: such a file is read again with ijson, event by event, slower but exact. Only the kept spans'
+parse: such a chunk is read an event at a time with Python's parser, slower, the pieces of an event
+cut wrongly joined again; so is a chunk with a damaged value DuckDB refuses (a time of the wrong
+type, a string not UTF-8 or wrongly escaped), an event that does not parse lost alone. Only the kept spans'
 columns stay in memory, their text as categories: memory follows the chunk and the kept rows, not
 the file.
 
@@ -30,6 +32,7 @@ name is kept (`host_name`) and taken back where another source of the run names 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -39,11 +42,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import ijson
 import numpy as np
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, input_format
+from tracelens.ingest.text.holes import skip_zeros
 from tracelens.prose import count
 from tracelens.tables import RunTables
 
@@ -147,7 +150,7 @@ def ingest(source: InputFile) -> IngestResult:
     result = IngestResult()
     try:
         trace = read_trace(source.path)
-    except (ValueError, OSError, ijson.JSONError, RecursionError) as exc:
+    except (ValueError, OSError) as exc:
         result.account.errors.append(f"{source.name}: not a readable profiler trace: {exc}")
         return result
     rank, rank_source = _rank(trace.meta, source.name)
@@ -170,8 +173,7 @@ def ingest(source: InputFile) -> IngestResult:
     if trace.zeros is not None:
         at, rest = trace.zeros
         result.account.notes.append(
-            f"a zero byte at byte {at:,}, which no JSON holds (a hole, or space never written): "
-            f"read up to it, the {count(rest, 'byte')} from it not"
+            f"ends in {count(rest, 'zero byte')} from byte {at:,} (a hole, or space never written): read up to them"
         )
     # the host as the run's folders name it, as every other file there is named; else as the trace does
     host = source.host_hint or _machine(trace.meta)
@@ -193,8 +195,8 @@ class Trace:
         self.meta: dict[str, Any] = {}
         self.events = 0  # every event, broken ones too
         self.untimed = 0  # kept kinds of event whose time is no time (_timed)
-        self.broken = 0  # events whose text is not JSON (read by _pieces)
-        self.zeros: tuple[int, int] | None = None  # where a zero byte ended the trace's text, the bytes from it
+        self.broken = 0  # events whose text is not JSON (_events_of)
+        self.zeros: tuple[int, int] | None = None  # where the zero bytes the file ends in begin, and how many
         self.cpu: list[pl.DataFrame] = []
         self.calls: list[pl.DataFrame] = []  # record_param_comms, with the collective's args
         self.gpu: list[pl.DataFrame] = []
@@ -256,22 +258,9 @@ def _with_args(events: pl.DataFrame, fields: dict[str, str]) -> pl.DataFrame:
 
 
 def read_trace(path: Path) -> Trace:
-    """The trace's kept events, read a chunk at a time; with ijson, event by event, when a chunk does
-    not parse (a span that nests objects inside arrays cut in the wrong place, a value of the wrong
-    type); and when ijson refuses it too (text that is not UTF-8, a broken string, an integer past
-    64 bits), an event at a time with Python's parser, an event that does not parse lost alone."""
-    import duckdb  # here, not at the top: only a run with traces pays for loading it
-
-    for reader in (_chunked, _evented):
-        trace = Trace()
-        try:
-            for batch in reader(path, trace):
-                trace.keep(batch)
-            return trace
-        except (duckdb.Error, ijson.JSONError):
-            pass
+    """The trace's kept events, read a chunk at a time."""
     trace = Trace()
-    for batch in _pieces(path, trace):
+    for batch in _chunked(path, trace):
         trace.keep(batch)
     return trace
 
@@ -279,49 +268,69 @@ def read_trace(path: Path) -> Trace:
 def _chunked(path: Path, trace: Trace) -> Iterator[pl.DataFrame]:
     """The events, a chunk at a time, each chunk cut and parsed in a thread (DuckDB parses without
     the GIL) while the one before is sorted into kinds, so two cores share the work."""
-    return _ahead(_parsed(_event_arrays(path, trace)))
+    return _ahead(_parsed(_event_arrays(path, trace), trace))
 
 
-def _parsed(arrays: Iterator[bytes]) -> Iterator[pl.DataFrame]:
-    """Each array of whole events as its events (_SELECT): DuckDB's JSON reader reads only the fields
-    asked for, and the args only on the rows that read them. It reads each array from a file of its
-    own in a private folder (by name, as it reads files in C++; a new name each time, so that nothing
-    it keeps of a file it has read can stand for the next)."""
-    import duckdb
+def _parsed(arrays: Iterator[bytes], trace: Trace) -> Iterator[pl.DataFrame]:
+    """Each array of whole events as its events (_EVENT_SCHEMA), read by DuckDB (_duck); an array it
+    does not read, an event at a time by Python's parser (_events_of): a value of the wrong type, a
+    string not UTF-8 or wrongly escaped, or a cut inside an event (between objects nested in its
+    arrays), whose rest then starts the next array, read the same way."""
+    import duckdb  # here, not at the top: only a run with traces pays for loading it
 
     with duckdb.connect(config={"threads": 1}) as con, tempfile.TemporaryDirectory(prefix="tracelens-") as folder:
-        for number, array in enumerate(arrays):
-            path = Path(folder) / f"events-{number}.json"
-            path.write_bytes(array)
-            events = con.read_json(
-                str(path), format="array", columns=_JSON_COLUMNS, maximum_object_size=_EVENT_LIMIT + CHUNK_BYTES
-            )
-            selected = events.query("events", _SELECT)
-            assert selected is not None  # a SELECT has rows, if none
-            yield selected.pl()
-            path.unlink()
+        carry = b""
+        for number, array in enumerate(itertools.chain(arrays, [None])):
+            if array is not None and not carry:
+                try:
+                    yield _duck(con, Path(folder) / f"events-{number}.json", array)
+                    continue
+                except duckdb.Error:
+                    pass
+            body = carry + (b"," if carry and array else b"") + (array[1:-1] if array else b"")
+            rows, carry = _events_of(body, trace, last=array is None)
+            if rows:
+                yield _flat_frame(rows)
+
+
+def _duck(con: Any, path: Path, array: bytes) -> pl.DataFrame:
+    """An array of events as DuckDB's JSON reader reads it (_SELECT): only the fields asked for, and
+    the args only on the rows that read them. It reads the array from a file of its own in a private
+    folder (by name, as it reads files in C++; a new name each time, so that nothing it keeps of a
+    file it has read can stand for the next)."""
+    path.write_bytes(array)
+    try:
+        events = con.read_json(
+            str(path), format="array", columns=_JSON_COLUMNS, maximum_object_size=_EVENT_LIMIT + CHUNK_BYTES
+        )
+        selected = events.query("events", _SELECT)
+        assert selected is not None  # a SELECT has rows, if none
+        return selected.pl()
+    finally:
+        path.unlink()
 
 
 def _event_arrays(path: Path, trace: Trace) -> Iterator[bytes]:
     """The events array's text, a chunk of whole events at a time, each an array of its own (`[`, the
     events, `]`); the other keys into `trace.meta`. The file is read into one buffer used again for
     every chunk: a new one each time is memory the kernel maps and clears again, a large share of the
-    time. No JSON holds a zero byte: the text ends at the first (zero padding after a trace, a hole of
-    gigabytes never written, read as text at great cost), and `trace.zeros` says where."""
+    time. The text ends where only zero bytes are left (zero padding after a trace, a hole of gigabytes
+    never written, read as text at great cost), and `trace.zeros` says where."""
     with path.open("rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        zeros = _EndingZeros(path, size)
         head = b""
         while (found := _EVENTS_KEY.search(head)) is None:
-            more = fh.read(1 << 20)
-            if not more or len(head) > _HEAD_LIMIT or b"\0" in head:
+            more = b"" if trace.zeros else fh.read(1 << 20)
+            if not more or len(head) > _HEAD_LIMIT:
                 raise ValueError("no traceEvents array")
+            if (nul := zeros.find(more, 0, len(more), len(head))) is not None:
+                more, trace.zeros = more[:nul], (len(head) + nul, size - len(head) - nul)
             head += more
         trace.meta.update(_object_text(head[: found.start()]))
         buf = bytearray(head[found.end() :])
         cut = _cut_kineto if _KINETO_SEPARATOR in buf else _cut_any
         filled, offset = len(buf), found.end()  # offset: the file's byte at buf[0]
-        size = os.fstat(fh.fileno()).st_size
-        if (nul := buf.find(b"\0")) >= 0:
-            filled, trace.zeros = nul, (offset + nul, size - offset - nul)
         while True:
             if len(buf) < filled + CHUNK_BYTES:  # the first time, and when an event outgrows a chunk
                 buf.extend(bytes(filled + CHUNK_BYTES - len(buf)))
@@ -329,7 +338,7 @@ def _event_arrays(path: Path, trace: Trace) -> Iterator[bytes]:
             if trace.zeros is None:
                 with memoryview(buf) as view:
                     got = fh.readinto(view[filled : filled + CHUNK_BYTES])
-                if (nul := buf.find(b"\0", filled, filled + got)) >= 0:
+                if (nul := zeros.find(buf, filled, filled + got, offset)) is not None:
                     got, trace.zeros = nul - filled, (offset + nul, size - offset - nul)
             filled += got
             if ends := cut(buf, filled):
@@ -354,6 +363,33 @@ def _event_arrays(path: Path, trace: Trace) -> Iterator[bytes]:
     trace.meta.update(trailer)
     if last is not None:
         yield f"[{last}]".encode()
+
+
+_NOT_ZERO = re.compile(rb"[^\0]")
+
+
+class _EndingZeros:
+    """Where a file's text ends in zero bytes that go on to its end: no JSON holds one, and a hole's
+    zeros read as text cost as much as text. A zero byte with text after it (a damaged byte) is left
+    to the parser. The file is looked at only where a run of zeros reaches the end of what was read."""
+
+    def __init__(self, path: Path, size: int) -> None:
+        self._path, self._size = path, size
+        self._seen = 0  # the file's zero runs before this byte have data after them
+
+    def find(self, data: bytes | bytearray, lo: int, hi: int, offset: int) -> int | None:
+        """The index in `data[lo:hi]` (`data[0]` is the file's byte `offset`) of the zero byte from
+        which only zeros are left in the file, if there is one."""
+        at = max(lo, self._seen - offset)
+        while at < hi and (nul := data.find(b"\0", at, hi)) >= 0:
+            if after := _NOT_ZERO.search(data, nul, hi):
+                at = after.start()
+                continue
+            with self._path.open("rb") as fh:
+                fh.seek(offset + nul)
+                self._seen = skip_zeros(fh)
+            return nul if self._seen >= self._size else None
+        return None
 
 
 def _cut_any(text: bytearray, end: int) -> tuple[int, int] | None:
@@ -429,63 +465,70 @@ def _split_tail(text: str) -> tuple[str | None, dict[str, Any]]:
             if (at := text.rfind("]", 0, at)) <= 0:
                 break
             with contextlib.suppress(ValueError):
-                return text[:at].rstrip(), _trailer(text[at:])
+                return text[:at].rstrip(), _trailer(text[at:], strict=True)
         raise ValueError("the traceEvents array does not end") from None
     return text[:end], _trailer(text[end:])
 
 
-def _trailer(text: str) -> dict[str, Any]:
-    """The keys after the events array, from its `]` on."""
+def _trailer(text: str, strict: bool = False) -> dict[str, Any]:
+    """The keys after the events array, from its `]` on; {} if they do not parse (as the keys before
+    it), unless `strict`."""
     text = text.strip()
     if not text.startswith("]"):
         raise ValueError("the traceEvents array does not end")
     rest = text[1:].strip()
     if not rest.startswith(","):
         return {}
-    value = json.loads("{" + rest[1:])
+    try:
+        value = json.loads("{" + rest[1:])
+    except (ValueError, RecursionError):
+        if strict:
+            raise ValueError("the keys after the traceEvents array do not parse") from None
+        return {}
     return value if isinstance(value, dict) else {}
 
 
-_EVENT_BATCH = 100_000
-
-
-def _evented(path: Path, trace: Trace) -> Iterator[pl.DataFrame]:
-    """The events with ijson (any JSON), in batches; the other top-level keys into `trace.meta`."""
-    with path.open("rb") as fh:
-        for key, value in ijson.kvitems(fh, "", use_float=True):
-            if key != "traceEvents":
-                trace.meta[key] = value
+def _events_of(body: bytes, trace: Trace, last: bool) -> tuple[list[dict], bytes]:
+    """The rows of the events in `body` (events and separators), parsed one at a time: it is cut at
+    every separator between events; a piece whose JSON stops short at its end (a separator between
+    objects nested in an event's arrays) is joined with the pieces after it until it parses; one
+    that does not parse is counted in `trace.broken`, the rest read. And the text of an event that
+    may go on in the next array (unless `last`)."""
+    if not body.strip():
+        return [], b""
+    bounds = list(_BOUNDARY.finditer(body))
+    starts, ends = [0, *(m.end() for m in bounds)], [*(m.start() + 1 for m in bounds), len(body)]
     rows: list[dict] = []
-    with path.open("rb") as fh:
-        for event in ijson.items(fh, "traceEvents.item", use_float=True):
-            if isinstance(event, dict):
-                rows.append(_flat_event(event))
-            if len(rows) >= _EVENT_BATCH:
-                yield _flat_frame(rows)
-                rows = []
-    if rows:
-        yield _flat_frame(rows)
+    i = 0
+    while i < len(starts):
+        j, joins = i, min(len(ends), i + _JOINS)
+        while (event := _event(body[starts[i] : ends[j]])) is _SHORT and j + 1 < joins:
+            j += 1
+        if event is _SHORT and not last and joins == len(ends) and len(body) - starts[i] <= _EVENT_LIMIT:
+            return rows, body[starts[i] :]
+        if event is _SHORT or event is _BROKEN:
+            trace.broken += 1
+            trace.events += 1
+            j = i
+        elif isinstance(event, dict):
+            rows.append(_flat_event(event))
+        i = j + 1
+    return rows, b""
 
 
-def _pieces(path: Path, trace: Trace) -> Iterator[pl.DataFrame]:
-    """The events with Python's parser, an event at a time (cut at the separators between events, as
-    `_event_arrays` cuts its chunks): one that does not parse is counted in `trace.broken`, the rest
-    are read. For a trace that neither DuckDB nor ijson reads: a string not UTF-8 or wrongly escaped,
-    a number past 64 bits or past a float's range."""
-    for array in _event_arrays(path, trace):
-        body, rows = array[1:-1], []
-        bounds = list(_BOUNDARY.finditer(body))
-        for start, end in zip([0, *(m.end() for m in bounds)], [*(m.start() + 1 for m in bounds), len(body)]):
-            try:
-                event = json.loads(body[start:end].decode("utf-8", errors="replace"), strict=False)
-            except (ValueError, RecursionError):
-                trace.broken += 1
-                trace.events += 1
-                continue
-            if isinstance(event, dict):
-                rows.append(_flat_event(event))
-        if rows:
-            yield _flat_frame(rows)
+_JOINS = 256  # pieces joined at most into one event (objects in its arrays)
+_SHORT, _BROKEN = object(), object()  # JSON that stops short at the end of its text; text that is no JSON
+
+
+def _event(text: bytes) -> Any:
+    """`text` parsed (any number, text not UTF-8 made so, control characters in strings), or _SHORT or _BROKEN."""
+    decoded = text.decode("utf-8", errors="replace").rstrip()
+    try:
+        return json.loads(decoded, strict=False)
+    except json.JSONDecodeError as exc:
+        return _SHORT if exc.pos >= len(decoded) else _BROKEN
+    except RecursionError:
+        return _BROKEN
 
 
 def _flat_frame(rows: list[dict]) -> pl.DataFrame:
