@@ -265,6 +265,23 @@ def test_trace_values_of_the_wrong_type_are_no_values_and_the_run_goes_on(tmp_pa
     ]
 
 
+def test_zeros_with_text_after_them_are_damage_not_the_end(tmp_path, monkeypatch):
+    """A run of zero bytes across several reads with events after it: only zeros to the file's end end
+    the trace; these are the damaged text of the one event they precede."""
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 1 << 16)
+    text = traces(Job(world=2, steps=300))[0].encode()
+    plain, holed = tmp_path / "rank-0.json", tmp_path / "holed" / "rank-0.json"
+    holed.parent.mkdir()
+    plain.write_bytes(text)
+    at = text.index(b'"ph": "X", ', (1 << 20) + 1000) + 11  # inside an event past the first MiB (read whole)
+    holed.write_bytes(text[:at] + bytes(200_000) + text[at:])
+    (spans, _, ours), (theirs, _, result) = read(plain), read(holed)
+    assert result.account.notes == [] and result.account.errors == [
+        "rank-0.json: 1 event whose text is not JSON, not read"
+    ]
+    assert result.account.lines == ours.account.lines and theirs.height >= spans.height - 1
+
+
 def test_an_event_past_the_limit_is_refused_not_held(tmp_path, monkeypatch):
     """An event with no end in sight (a string of gigabytes in a damaged trace) would be held whole."""
     monkeypatch.setattr(kineto, "_EVENT_LIMIT", 1 << 20)
