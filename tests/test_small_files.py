@@ -198,3 +198,43 @@ def test_rows_past_the_memory_budget_go_to_disk_and_give_what_memory_gives(name,
     for table in SCHEMAS:
         assert spilled.tables[table].equals(memory.tables[table], null_equal=True), table
     assert [f.to_json() for f in spilled.findings] == [f.to_json() for f in memory.findings]
+
+
+DS = "[2024-01-01 00:00:0{s},000] [INFO] [logging.py:96:log_dist] "
+
+
+def test_deepspeed_logs_are_read_by_one_parser_per_batch_and_stay_apart(tmp_path, monkeypatch):
+    """A folder of thousands of small DeepSpeed logs cost a parser's set-up per file: one parser now
+    reads the batch, and each file's records stay its own (steps of the same rank and step number in
+    two files, a config echo left open at one file's end, a rank from the file name)."""
+    from tracelens.ingest.deepspeed import log
+
+    run = tmp_path / "run"
+    run.mkdir()
+    step = "step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]"
+    _write(run, "a.log", [DS.format(s=1) + step, DS.format(s=2) + "DeepSpeedEngine configuration:"])
+    _write(run, "b.log", ["  train_batch_size ............. 8", DS.format(s=3) + step])  # not a's engine's entry
+    _write(run, "train_rank3.log", [DS.format(s=4) + step])
+    for i in range(20):
+        _write(run, f"x{i:02d}.log", [DS.format(s=5) + step.replace("10", str(100 + i))])
+    opened: list[int] = []
+    real_init = log.DeepSpeedParser.__init__
+
+    def counted(self, source, spill=None, files=None):
+        opened.append(len(files or [source]))
+        real_init(self, source, spill, files)
+
+    monkeypatch.setattr(log.DeepSpeedParser, "__init__", counted)
+    work = tmp_path / "work"
+    discovered = _discovered(run, tmp_path)
+    assert [len(item) for item in small_files.work_items(discovered)] == [23]
+    tables = _ingest(run, work)
+    assert opened == [23]  # one parser for the batch (the NCCL parser reads it once too)
+    steps = tables["steps"].sort("file")
+    assert steps.filter(pl.col("step") == 10).select("file", "rank").rows() == [
+        ("a.log", None), ("b.log", None), ("train_rank3.log", 3)
+    ]  # fmt: skip
+    settings = tables["deepspeed_settings"]
+    assert settings.filter(pl.col("key") == "train_batch_size").height == 0  # b's first line opens no echo
+    monkeypatch.setattr(log.DeepSpeedParser, "__init__", real_init)
+    assert_reads_alike(run, tmp_path / "alike", monkeypatch)

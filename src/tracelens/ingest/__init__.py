@@ -168,16 +168,23 @@ class LineFormat:
     """A format read line by line inside text logs (a launcher's stdout mixes NCCL, DeepSpeed, stack
     dumps ...): its parser class, whether the parser writes a big file's rows to a Spill as it reads
     (it then takes `spill` after the source), and `candidates`, regexes one of which every line it
-    may claim matches; none: any line may be its (NCCL's records wrap onto lines of any text)."""
+    may claim matches; none: any line may be its (NCCL's records wrap onto lines of any text); and
+    whether one parser reads a batch of small files at once (`batches`: it takes `files`, the batch's
+    files, whose lines it is fed keyed by file, lines.FILE_SHIFT, each file's after an empty row)."""
 
     name: str
     parser: Callable[..., LineParser]
     spills: bool
     candidates: tuple[str, ...]
+    batches: bool = False
 
     def open(self, source: InputFile, spill: Spill | None = None) -> LineParser:
         """A parser for one file (`spill`: where a spilling parser writes its rows)."""
         return self.parser(source, spill) if self.spills else self.parser(source)
+
+    def open_batch(self, source: InputFile, files: list[InputFile]) -> LineParser:
+        """A parser for a batch of small files (`source` stands for the batch), where it `batches`."""
+        return self.parser(source, files=files)
 
 
 _LINE_FORMATS: dict[str, LineFormat] = {}
@@ -185,7 +192,7 @@ ParserClass = TypeVar("ParserClass", bound=type)
 
 
 def line_format(
-    name: str, *, candidates: tuple[str, ...] = (), spills: bool = False
+    name: str, *, candidates: tuple[str, ...] = (), spills: bool = False, batches: bool = False
 ) -> Callable[[ParserClass], ParserClass]:
     """Register the decorated class as the LineParser of line format `name` (see LineFormat)."""
 
@@ -195,7 +202,7 @@ def line_format(
         missing = [m for m in ("feed", "finish") if not callable(getattr(cls, m, None))]
         if missing:
             raise ValueError(f"line format {name!r}: {cls.__name__} has no {' or '.join(missing)}")
-        _LINE_FORMATS[name] = LineFormat(name, cls, spills, candidates)
+        _LINE_FORMATS[name] = LineFormat(name, cls, spills, candidates, batches)
         return cls
 
     return register

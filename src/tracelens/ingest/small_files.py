@@ -8,8 +8,10 @@ quote on the next line) reaches into another file. The NCCL parser reads the bat
 rows are given back their file, line and host by key, and each file's account is counted from
 its own lines' statuses. A file that another line parser (DeepSpeed, stacks, nccl-tests) may
 claim (a launcher log mixes DeepSpeed and NCCL lines) has its NCCL records read in the batch too;
-those parsers then read its own lines, as textlog would give them, and each line takes the
-strongest claim. Rows come back in file order, each file's as if it had been read alone.
+DeepSpeed's parser then reads the claimed files of the batch at once, the same way (its records
+keep their file: a file's steps, streams and config echo are its own), the others each file's own
+lines, as textlog would give them; each line takes the strongest claim. Rows come back in file
+order, each file's as if it had been read alone.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, line_formats, with_host_hint
+from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, LineParser, line_formats, with_host_hint
 from tracelens.ingest.text.lines import (
     FILE_SHIFT,
     IGNORED,
@@ -115,22 +117,28 @@ def ingest(files: list[InputFile]) -> BatchResult:
     batch = InputFile(path=Path(), name="", format="log")
     parsers = [fmt.open(batch) for fmt in line_formats() if not fmt.candidates]
     lines = lines.with_columns(status=strongest_claim([p.feed(lines.select("line", "text")) for p in parsers]))
-    parsed = IngestResult()
-    for parser in parsers:
-        parser.finish(parsed)
-    names = pl.Series([f.name for f in files], dtype=pl.String)
-    hints = pl.Series([f.host_hint for f in files], dtype=pl.String)
-    hosts = []
-    for name, frame in parsed.tables.items():
-        idx = frame.select(file_of(pl.col("line")))
-        frame = frame.with_columns(file=names.gather(idx.to_series()), line=pl.col("line") & _LINE_MASK)
-        if "host" in frame.columns:
-            frame = frame.with_columns(host=pl.coalesce("host", hints.gather(idx.to_series())))
-            hosts.append(_named_hosts(frame, idx.to_series()))
-        result.tables[name] = frame
+    hosts: list[pl.DataFrame] = []
+    result.tables = _keyed_back(_finished(parsers), files, hosts)
     lines = _other_parsers(files, lines, result, hosts)
     _accounts(result, files, lines, hosts)
     return result
+
+
+def _keyed_back(parsed: IngestResult, files: list[InputFile], hosts: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """A batch parser's tables with each row's file, line number in it and host (the file's folder's
+    where the row names none) from its line key; the hosts the rows name go to `hosts`."""
+    names = pl.Series([f.name for f in files], dtype=pl.String)
+    hints = pl.Series([f.host_hint for f in files], dtype=pl.String)
+    tables = {}
+    for name, table in parsed.tables.items():
+        frame = table.lazy().collect()
+        idx = frame.select(file_of(pl.col("line"))).to_series()
+        frame = frame.with_columns(file=names.gather(idx), line=pl.col("line") & _LINE_MASK)
+        if "host" in frame.columns:
+            frame = frame.with_columns(host=pl.coalesce("host", hints.gather(idx)))
+            hosts.append(_named_hosts(frame, idx))
+        tables[name] = frame
+    return tables
 
 
 def in_file_order(tables: list[dict[str, pl.DataFrame]], files: list[InputFile]) -> dict[str, pl.DataFrame]:
@@ -152,35 +160,53 @@ def _named_hosts(frame: pl.DataFrame, idx: pl.Series | pl.Expr) -> pl.DataFrame:
 
 
 def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchResult, hosts: list) -> pl.DataFrame:
-    """The line formats with candidates (all but NCCL's), on the files they may claim: each parser on
-    the file's own lines (keys back to line numbers, no empty row), finished into the file's tables;
-    each line's status becomes its strongest claim."""
+    """The line formats with candidates (all but NCCL's), on the files they may claim: a format that
+    `batches` (DeepSpeed's) with one parser on all of them, as NCCL's reads the batch; each other
+    one on each file's own lines (keys back to line numbers, no empty row), finished into the file's
+    tables. Each line's status becomes its strongest claim."""
     text = pl.col("text")
     formats = [fmt for fmt in line_formats() if fmt.candidates]
     others = pl.any_horizontal(text.str.contains(p) for fmt in formats for p in fmt.candidates)
     claimed = sorted(lines.filter(others)["idx"].unique().to_list())
     if not claimed:
         return lines
-    own = lines.filter(pl.col("idx").is_in(claimed) & ((pl.col("line") & _LINE_MASK) > 0))
-    read, claims = [], []
-    for (i,), chunk in own.partition_by("idx", as_dict=True, maintain_order=True).items():
+    together = lines.filter(pl.col("idx").is_in(claimed))  # each file after its empty row
+    claims: list[pl.DataFrame] = []
+    read: list[dict[str, pl.DataFrame]] = []
+    if batched := [
+        fmt.open_batch(InputFile(path=Path(), name="", format="log"), files) for fmt in formats if fmt.batches
+    ]:
+        claims.append(_claims(batched, together.select("line", "text"), together["line"]))
+        read.append(_keyed_back(_finished(batched), files, hosts))
+    alone = [fmt for fmt in formats if not fmt.batches]
+    own = together.filter((pl.col("line") & _LINE_MASK) > 0)
+    for (i,), chunk in own.partition_by("idx", as_dict=True, maintain_order=True).items() if alone else []:
         source = files[i]
-        chunk = chunk.select(pl.col("line") & _LINE_MASK, "text")
-        parsers = [fmt.open(source) for fmt in formats]
-        claims.append(strongest_claim([p.feed(chunk) for p in parsers]).alias("claim").to_frame())
-        parsed = IngestResult()
-        for p in parsers:
-            p.finish(parsed)
+        parsers = [fmt.open(source) for fmt in alone]
+        claims.append(_claims(parsers, chunk.select(pl.col("line") & _LINE_MASK, "text"), chunk["line"]))
         tables = with_host_hint(
-            {name: frame.lazy().collect() for name, frame in parsed.tables.items()}, source.host_hint
+            {name: frame.lazy().collect() for name, frame in _finished(parsers).tables.items()}, source.host_hint
         )
         hosts.extend(_named_hosts(frame, pl.lit(i, pl.Int64)) for frame in tables.values() if "host" in frame.columns)
         read.append(tables)
     result.tables = in_file_order([result.tables, *read], files)
-    claim = pl.concat(claims).select(own["line"], "claim")
+    claim = pl.concat(claims).group_by("line").agg(pl.col("claim").max())
     return lines.join(claim, on="line", how="left", maintain_order="left").select(
         "idx", "line", "text", status=pl.max_horizontal("status", "claim")
     )
+
+
+def _claims(parsers: list[LineParser], chunk: pl.DataFrame, keys: pl.Series) -> pl.DataFrame:
+    """Each line's strongest claim by `parsers` fed `chunk`, by its key in the batch."""
+    return pl.DataFrame({"line": keys, "claim": strongest_claim([p.feed(chunk) for p in parsers])})
+
+
+def _finished(parsers: list[LineParser]) -> IngestResult:
+    """What `parsers` read, once every chunk was fed."""
+    parsed = IngestResult()
+    for parser in parsers:
+        parser.finish(parsed)
+    return parsed
 
 
 def _accounts(result: BatchResult, files: list[InputFile], lines: pl.DataFrame, hosts: list[pl.DataFrame]) -> None:

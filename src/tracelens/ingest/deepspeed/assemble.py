@@ -31,6 +31,7 @@ import polars as pl
 
 from tracelens.ingest import InputFile
 from tracelens.ingest.deepspeed.grammar import parse_body
+from tracelens.ingest.text.lines import file_of
 from tracelens.tables import Frame, Spill
 
 STEP_SOURCES = ("progress", "timers", "throughput", "iteration", "pipe_step")
@@ -46,7 +47,9 @@ MESSAGE_PRIORITY = {"timers": 0, "iteration": 1, "pipe_step": 2, "progress": 3, 
 
 ROWS = "ds_rows_"  # + a step kind: a big file's step records (with their text), spilled chunk by chunk
 PIECE_ROWS = 1 << 18  # a big file's step records are assembled about this many at a time, in line order
-STREAM = ["host", "rank_key"]  # one rank's lines (rank_key: a line that names no rank is rank 0's)
+# one rank's lines in one file (_file: of a batch of small files read as one; rank_key: a line that
+# names no rank is rank 0's)
+STREAM = ["_file", "host", "rank_key"]
 KEY = [*STREAM, "engine", "step"]  # one step row
 
 
@@ -188,7 +191,7 @@ def _collected(query: pl.LazyFrame, source: Frame) -> pl.DataFrame:
 
 def _finished(merged: F) -> F:
     """The steps table's rows: without the assembly's keys, the engine as text."""
-    return merged.drop("rank_key", "message_line", "_priority").with_columns(pl.col("engine").cast(pl.String))
+    return merged.drop("_file", "rank_key", "message_line", "_priority").with_columns(pl.col("engine").cast(pl.String))
 
 
 # ---------------------------------------------------------------- steps
@@ -203,7 +206,7 @@ def _tagged(kinds: dict[str, F]) -> F | None:
     names = rows.collect_schema().names()
     optional = {"role": pl.String, "skipped_iterations": pl.Float64, "skipped": pl.Int64, "step": pl.Int64}
     missing = [pl.lit(None, dtype).alias(col) for col, dtype in optional.items() if col not in names]
-    return rows.with_columns(*missing, rank_key=pl.col("rank").fill_null(0))
+    return rows.with_columns(*missing, _file=file_of(pl.col("line")), rank_key=pl.col("rank").fill_null(0))
 
 
 def _in_line_order(rows: pl.DataFrame) -> pl.DataFrame:
@@ -444,6 +447,13 @@ def deepspeed_settings(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
     are flattened to the dotted keys of ds_config.json (`zero_optimization.overlap_comm`)."""
     if cold is None:
         return pl.DataFrame()
+    rows = cold.filter(pl.col("kind").is_in(CONFIG_KINDS)).sort("line").with_columns(_file=file_of(pl.col("line")))
+    out = [row for part in rows.partition_by("_file", maintain_order=True) for row in _file_settings(part, parsed)]
+    return pl.DataFrame(out, infer_schema_length=None) if out else pl.DataFrame()
+
+
+def _file_settings(rows: pl.DataFrame, parsed: dict) -> list[dict]:
+    """The settings of one file's config records, in line order (its engines numbered from 0)."""
     out: list[dict] = []
     engine = -1
     pending: tuple[dict, str, list[str]] | None = None  # an entry whose JSON value continues
@@ -473,7 +483,7 @@ def deepspeed_settings(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
         for k, v in flatten(value, prefix):
             emit(r, k, v, source, engine)
 
-    for r in cold.filter(pl.col("kind").is_in(CONFIG_KINDS)).sort("line").iter_rows(named=True):
+    for r in rows.iter_rows(named=True):
         if pending and r["kind"] != "json_line":
             close(pending)
             pending = None
@@ -504,7 +514,7 @@ def deepspeed_settings(cold: pl.DataFrame | None, parsed: dict) -> pl.DataFrame:
                     emit(r, f"launcher.{k}", v, "launcher")
     if pending:
         close(pending)
-    return pl.DataFrame(out, infer_schema_length=None) if out else pl.DataFrame()
+    return out
 
 
 def _zero_config(value: str) -> dict:

@@ -44,6 +44,7 @@ from tracelens.ingest.text.lines import (
     PARSED,
     UNRECOGNIZED,
     byte_slice,
+    file_of,
     number,
     within_datetime_range,
 )
@@ -123,13 +124,13 @@ def _search_stamps(envelopes: pl.Series) -> pl.Series:
     return with_ms.fill_null(stamp.str.strptime(pl.Datetime("ns"), "%Y-%m-%d %H:%M:%S", strict=False))
 
 
-def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame:
+def split_envelope(chunk: pl.DataFrame, rank: int | pl.Series | None = None) -> pl.DataFrame:
     """Columns line, host, ts (UTC), ts_text (the stamp as printed), rank, prefix ("deepspeed",
     "foreign" or null), body.
 
-    `rank` is that of the lines that name none (a per-rank log's). Vectorized in cheap steps
-    (anchored regexes, literal finds, slices), searching only the few lines that do not
-    have the common shape: one regex with capture groups over every line costs ten times more."""
+    `rank` is that of the lines that name none (a per-rank log's; per line, for a batch of files).
+    Vectorized in cheap steps (anchored regexes, literal finds, slices), searching only the few lines
+    that do not have the common shape: one regex with capture groups over every line costs ten times more."""
     text = chunk["text"]
     rest = text.str.replace(LAUNCHER_TAG, "")
     tag = text.str.head(text.str.len_chars() - rest.str.len_chars())
@@ -165,7 +166,7 @@ def split_envelope(chunk: pl.DataFrame, rank: int | None = None) -> pl.DataFrame
             .zip_with(ranked, _nulls(message))
             .cast(pl.Int64, strict=False)
             .fill_null(tag.str.extract(TAG_RANK, 1).cast(pl.Int64, strict=False))
-            .fill_null(pl.lit(rank, pl.Int64)),
+            .fill_null(rank if isinstance(rank, pl.Series) else pl.lit(rank, pl.Int64)),
             "prefix": _patched(
                 prefix,
                 others,
@@ -444,13 +445,15 @@ def classify(recs: pl.DataFrame) -> pl.Expr:
     return kind.otherwise(None)
 
 
-@line_format("deepspeed", candidates=(CANDIDATE,), spills=True)
+@line_format("deepspeed", candidates=(CANDIDATE,), spills=True, batches=True)
 class DeepSpeedParser:
-    """One per file: `feed` each chunk in order, then `finish` adds steps, comm_ops and deepspeed_settings."""
+    """One per file, or per batch of small files (`files`, their lines keyed by file, lines.FILE_SHIFT):
+    `feed` each chunk in order, then `finish` adds steps, comm_ops and deepspeed_settings."""
 
-    def __init__(self, source: InputFile, spill: Spill | None = None) -> None:
+    def __init__(self, source: InputFile, spill: Spill | None = None, files: list[InputFile] | None = None) -> None:
         self.source = source
-        self.rank = file_rank(source.name)  # of the lines that name none
+        # the rank of the lines that name none, by the file they are in
+        self._ranks = pl.Series([file_rank(f.name) for f in files or [source]], dtype=pl.Int64)
         self._spill = spill  # where the step lines' text goes, when set: the bulk of a training log's records
         self._hot: dict[str, list[pl.DataFrame]] = {kind: [] for kind in HOT}
         self._cold: list[pl.DataFrame] = []
@@ -469,7 +472,7 @@ class DeepSpeedParser:
         return pl.Series(chunk.height * [NOT_MINE], dtype=pl.UInt8).scatter(candidates.arg_true(), status)
 
     def _feed(self, chunk: pl.DataFrame) -> pl.Series:
-        recs = split_envelope(chunk, self.rank)
+        recs = split_envelope(chunk, self._ranks.gather(chunk.select(file_of(pl.col("line"))).to_series()))
         recs = recs.with_columns(classify(recs).alias("kind"))
         recs = self._continuations(recs)
         recs = recs.with_columns(ok=_hot_ok(recs) | self._parse_cold(recs))
