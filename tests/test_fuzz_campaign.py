@@ -41,6 +41,7 @@ def test_a_clean_case_passes(tmp_path: Path):
     (0, "", {"html": "<p><script>TLFUZZ()</script></p>"}, "html"),
     (0, "", {"html": "<div><p>unclosed</div>"}, "html"),
     (0, "", {"md": "see <img src=x onerror=TLFUZZ>\n"}, "markdown"),
+    (0, "", {"md": "see \\\\<img src=x onerror=TLFUZZ>\n"}, "markdown"),  # an escaped backslash, then the tag
     (0, "", {"report": '{"inputs": [], "x": NaN}'}, "json"),
     (0, "", {"report": {"inputs": [{**REPORT["inputs"][0], "lines": 4}]}}, "accounting"),
     (0, "", {"report": {"inputs": [{**REPORT["inputs"][0], "errors": ["a.log could not be read: x"]}]}}, "file_lost"),
@@ -51,7 +52,10 @@ def test_what_fails_a_case(tmp_path: Path, status: int, killed: str, outputs: di
 
 
 def test_escaped_markup_and_markup_in_code_blocks_pass(tmp_path: Path):
-    md = "````text\n<script>TLFUZZ()</script> [x](javascript:TLFUZZ)\n````\n\\[TLFUZZ\\]\\(javascript:TLFUZZ\\)\n"
+    md = (
+        "````text\n<script>TLFUZZ()</script> [x](javascript:TLFUZZ)\n````\n\\[TLFUZZ\\]\\(javascript:TLFUZZ\\)\n"
+        "- port 1: state Ac\\<img src=x onerror=TLFUZZ\\>tive.\n"  # as report/markdown.py escapes a tag
+    )
     html = "<pre>&lt;script&gt;TLFUZZ()&lt;/script&gt; [TLFUZZ](javascript:TLFUZZ)</pre>"
     assert campaign.check(2, "", 300 << 20, _outputs(tmp_path, md=md, html=html), ARGS) == ([], "")
 
