@@ -3,6 +3,7 @@ unexpected error is one line plus where its traceback went (exit 3), and a kill 
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -119,6 +120,27 @@ def test_an_unexpected_error_of_any_type_exits_3_with_one_line_and_the_traceback
     assert where.parent == tmp_path / "cache" / "tracelens" and where.is_file()
     assert type(error).__name__ in where.read_text() and "Traceback" in where.read_text()
     assert where.stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        OSError(errno.ENOSPC, "No space left on device", "/tmp/tracelens-x/aligned/steps.parquet"),
+        RuntimeError("IO error: failed to write: No space left on device (os error 28)"),
+    ],
+)
+def test_a_full_disk_is_the_machine_s_state_exit_2_not_a_bug(run: Path, tmp_path: Path, monkeypatch, error):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def full(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(cli, "analyze", full)
+    result = runner.invoke(app, ["analyze", str(run), "-o", str(tmp_path / "r.html")])
+    output = _no_traceback(result)
+    assert result.exit_code == 2 and "internal error" not in output and "no space left on the device" in output
+    assert ("writing /tmp/tracelens-x/aligned/steps.parquet" in output) == isinstance(error, OSError)
+    assert not (tmp_path / "cache").exists()  # no crash report: nothing to report
 
 
 @pytest.mark.parametrize("how", ["option", "environment"])

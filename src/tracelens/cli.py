@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import json
@@ -71,7 +72,7 @@ class FailOn(str, Enum):
     critical = "critical"
 
 
-# Exit statuses: 0 analysed, 1 findings at --fail-on, 2 usage error or nothing readable,
+# Exit statuses: 0 analysed, 1 findings at --fail-on, 2 usage error, nothing readable or no disk space,
 # 3 a bug in tracelens (never 1: a CI gate must not read a crash as "findings"), 4 analysed and every
 # output written, but a rule failed (a bug in tracelens: its findings are missing; wins over 1),
 # 128+N killed by signal N.
@@ -249,6 +250,19 @@ def _crash_report(text: str) -> Path:
     return path
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    """A write that found no space left (Python's own error, or polars' and DuckDB's, which carry the
+    system's words and number): the machine's state, not a bug."""
+    return (
+        (isinstance(exc, OSError) and exc.errno in _DISK_FULL)
+        or any(f"(os error {code})" in str(exc) for code in _DISK_FULL)
+        or "No space left on device" in str(exc)
+    )
+
+
 def _internal_error(exc: BaseException, trace: str | None) -> typer.Exit:
     """One line for an unexpected error, and where its traceback was written (`trace`: None when the
     user asked for no crash report)."""
@@ -311,6 +325,12 @@ def _guarded(command: Callable) -> Callable:
                         raise typer.Exit(128 + stop.signum) from None
                     if isinstance(exc, (SystemExit, KeyboardInterrupt)):
                         raise
+                    if _disk_full(exc):
+                        where = f" writing {exc.filename}" if isinstance(exc, OSError) and exc.filename else ""
+                        raise _usage_error(
+                            f"no space left on the device{where}: free some, or point TMPDIR (the working "
+                            "folder) and -o at a disk with room"
+                        ) from None
                     failed, trace = exc, traceback.format_exc()
         finally:
             _CRASH_REPORTS.reset(wanted)
