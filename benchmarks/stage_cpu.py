@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import functools
 import importlib
+import inspect
 import json
 import sys
 import time
@@ -46,6 +47,18 @@ FUNCTIONS = {
     "tracelens.analyze": ["ingest_run", "run_rules"],
     "tracelens.report.html": ["render"],
     "tracelens.inferred": ["inferred_log_times", "_place_file", "_joined_by_range"],
+    "tracelens.ingest.profiler.kineto": [
+        "_event_arrays",
+        "_parsed",
+        "span_rows",
+        "_steps",
+        "_cpu_spans",
+        "_with_depth",
+        "_collectives",
+        "_gpu_spans",
+        "_in_steps",
+    ],
+    "tracelens.derived.traces": ["breakdown", "arrivals", "host_waits", "step_levels"],
 }
 METHODS = {
     "tracelens.ingest.nccl.log:NcclParser": ["parse", "absorb", "_classify_rest", "_join_continuations", "_tables"],
@@ -54,6 +67,7 @@ METHODS = {
     "tracelens.ingest.host.nccl_tests:NcclTestsParser": ["feed"],
     "tracelens.tables:Spill": ["write"],
     "tracelens.tables:RunTables": ["write_parquet", "settled"],
+    "tracelens.ingest.profiler.kineto:Trace": ["keep"],
 }
 INCLUSIVE: collections.Counter = collections.Counter()
 SELF: collections.Counter = collections.Counter()
@@ -66,13 +80,11 @@ def timed(owner: object, name: str, label: str | Callable[[object], str]) -> Non
     first argument: a method's object)."""
     function = getattr(owner, name)
 
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        called = label if isinstance(label, str) else label(args[0])
+    def call(called: str, step: Callable, *args, **kwargs):
         start = time.process_time()
         _open.append(0.0)
         try:
-            return function(*args, **kwargs)
+            return step(*args, **kwargs)
         finally:
             spent, callees = time.process_time() - start, _open.pop()
             INCLUSIVE[called] += spent
@@ -81,7 +93,17 @@ def timed(owner: object, name: str, label: str | Callable[[object], str]) -> Non
             if _open:
                 _open[-1] += spent
 
-    setattr(owner, name, wrapper)
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return call(label if isinstance(label, str) else label(args[0]), function, *args, **kwargs)
+
+    @functools.wraps(function)
+    def generator(*args, **kwargs):  # each item's CPU time, as it is asked for
+        items = function(*args, **kwargs)
+        while (item := call(label, next, items, None)) is not None:  # type: ignore[arg-type]
+            yield item
+
+    setattr(owner, name, generator if inspect.isgeneratorfunction(function) else wrapper)
 
 
 class InOrder(Executor):
@@ -103,6 +125,8 @@ def main() -> None:
     whole = sys.argv[1] == "--analyze"
     source, out = (Path(a) for a in sys.argv[1 + whole : 3 + whole])
     textlog.ThreadPoolExecutor = InOrder  # type: ignore[misc,assignment]
+    kineto = importlib.import_module("tracelens.ingest.profiler.kineto")
+    kineto._ahead = lambda items: items  # the trace's chunks parsed one after the other
     for module, names in FUNCTIONS.items():
         loaded = importlib.import_module(module)
         for name in names:
