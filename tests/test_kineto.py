@@ -413,6 +413,33 @@ def test_breakdown_per_step_adds_up_to_the_window(tmp_path):
     assert whole["window_us"] == pytest.approx(mine["window_us"].sum())  # the steps' windows tile the whole
 
 
+def test_a_kernel_running_over_several_windows_counts_in_each():
+    # steps 1-3 launch a 10 us computation kernel at 0, 100 and 200; step 1 also an NCCL kernel that
+    # runs from 50 to 250, past the last window's end (210)
+    spans = pl.DataFrame(
+        {
+            "rank": [0] * 4,
+            "kind": ["kernel"] * 4,
+            "step": [1, 2, 3, 1],
+            "category": ["computation"] * 3 + ["communication"],
+            "start_us": [0.0, 100.0, 200.0, 50.0],
+            "end_us": [10.0, 110.0, 210.0, 250.0],
+            "dur_us": [10.0, 10.0, 10.0, 200.0],
+            "depth": [None] * 4,
+        },
+        schema_overrides={"depth": pl.Int32},
+    )
+    out = derived.breakdown(spans.lazy())
+    steps = out.filter(pl.col("step").is_not_null()).sort("step")
+    assert steps["window_us"].to_list() == [100, 100, 10]
+    assert steps["communication_us"].to_list() == [50, 100, 10]
+    assert steps["overlapped_comm_us"].to_list() == [0, 10, 10]
+    assert steps["idle_us"].to_list() == [40, 0, 0]
+    whole = out.filter(pl.col("step").is_null()).row(0, named=True)
+    assert (whole["window_us"], whole["communication_us"], whole["exposed_comm_us"]) == (250, 200, 180)
+    assert (whole["computation_us"], whole["idle_us"]) == (30, 40)
+
+
 def test_who_arrived_last_and_each_ranks_wait(tmp_path):
     ctx = context(tmp_path, Job(late=STRAGGLER))
     arrived = ctx.collective_arrivals

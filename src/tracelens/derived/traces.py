@@ -8,7 +8,7 @@ computation + exposed communication + memory + idle = the window. The windows ar
 steps on the GPU: from the first GPU span launched by ProfilerStep#N to the first launched by
 step N+1 (the last step ends with its last span), and, for the whole trace, the first span's start
 to the last one's end (HTA's span). A span running past its window's end is cut there and its
-rest counted in the next window. A rank without GPU spans (a CPU-only gloo run) is measured on
+rest counted in the windows after. A rank without GPU spans (a CPU-only gloo run) is measured on
 its CPU: the step's span is the window, the collective calls are communication, the top-level
 ops the rest of the step are computation (nothing overlaps on one thread).
 
@@ -74,19 +74,60 @@ def _union_us(spans: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
     )
 
 
-def _measures(spans: pl.LazyFrame, windows: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
-    """The breakdown of `spans` (category, start_us, end_us, and `by`) in `windows` (by, window_us)."""
-    sets = {
-        "c": ["computation"],
-        "m": ["communication"],
-        "cm": ["computation", "communication"],
-        "all": ["computation", "communication", "memory"],
-    }
-    out = windows
-    for label, cats in sets.items():
-        union = _union_us(spans.filter(pl.col("category").is_in(cats)), by).rename({"union_us": label})
-        out = out.join(union, on=by, how="left")
-    out = out.with_columns(pl.col(label).fill_null(0.0) for label in sets)
+# the span classes each measure unites: computation, communication, either, and any of the three
+_MEASURED = ("computation", "communication", "memory")
+_UNIONS = {"c": (0,), "m": (1,), "cm": (0, 1), "all": (0, 1, 2)}
+_NO_WINDOW = -(1 << 62)  # a step number no trace writes: past a window's end, before the next one's start
+
+
+def _swept(spans: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
+    """Per rank and window, and per rank over all its spans (`step` null), the length of the union of
+    each class set of _UNIONS (`spans`: rank, category, start_us, end_us; `windows`: rank, step,
+    start_us, end_us). One sweep over the spans' starts and ends in time order, each class's count
+    of running spans carried along: from one time to the next the same classes run, for that long, in
+    the window open then (a span running over a window's end counts in the next ones)."""
+    counts = [(pl.col("category") == c).cast(pl.Int32) for c in _MEASURED]
+    zeros = [pl.lit(0, pl.Int32).alias(c) for c in _MEASURED]
+    # in time order, and at one time in this order: a window's end before the next one's start
+    events = pl.concat(
+        [
+            windows.select("rank", "step", t="end_us").with_columns(*zeros, step=pl.lit(_NO_WINDOW)),
+            windows.select("rank", "step", t="start_us").with_columns(*zeros),
+            *(
+                spans.select("rank", t=edge, **{c: sign * n for c, n in zip(_MEASURED, counts)})
+                for edge, sign in (("start_us", 1), ("end_us", -1))
+            ),
+        ],
+        how="diagonal",
+    ).collect()
+    # two stable sorts: one of several keys costs several times more
+    events = events.sort("t", maintain_order=True).sort("rank", maintain_order=True)
+    # every rank's counts come back to 0 after its last end: one running sum serves all ranks
+    same_rank = pl.col("rank").shift(-1) == pl.col("rank")
+    running = [pl.col(c).cum_sum() > 0 for c in _MEASURED]
+    swept = (
+        events.lazy()
+        .select(
+            "rank",
+            step=pl.col("step").forward_fill().over("rank"),
+            length=pl.when(same_rank).then(pl.col("t").shift(-1) - pl.col("t")).otherwise(0.0),
+            **{label: pl.any_horizontal(running[i] for i in among) for label, among in _UNIONS.items()},
+        )
+        .filter(pl.col("length") > 0)
+    )
+    sums = [(pl.col("length") * pl.col(label)).sum().alias(label) for label in _UNIONS]
+    per_window = (
+        swept.filter(pl.col("step").is_not_null(), pl.col("step") != _NO_WINDOW).group_by("rank", "step").agg(sums)
+    )
+    whole = swept.group_by("rank").agg(sums).with_columns(step=pl.lit(None, pl.Int64))
+    return pl.concat([per_window, whole], how="diagonal")
+
+
+def _measures(sums: pl.LazyFrame, windows: pl.LazyFrame, by: list[str]) -> pl.LazyFrame:
+    """The breakdown in `windows` (by, basis, start_us, window_us) from the unions of _swept."""
+    out = windows.join(sums, on=by, how="left", nulls_equal=True).with_columns(
+        pl.col(label).fill_null(0.0) for label in _UNIONS
+    )
     return out.select(
         *by,
         "basis",
@@ -119,58 +160,37 @@ def _gpu_windows(gpu: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def _in_windows(gpu: pl.LazyFrame, windows: pl.LazyFrame) -> pl.LazyFrame:
-    """The GPU spans placed in the window their start falls in, cut at its end; the cut-off rest
-    goes into the window after."""
-    starts = windows.select("rank", w_step="step", w_start="start_us", w_end="end_us").sort("w_start")
-
-    def place(rows: pl.LazyFrame) -> pl.LazyFrame:
-        return (
-            rows.sort("start_us")
-            .join_asof(starts, left_on="start_us", right_on="w_start", by="rank", check_sortedness=False)
-            .filter(pl.col("w_step").is_not_null(), pl.col("start_us") < pl.col("w_end"))
-        )
-
-    placed = place(gpu.drop("step"))
-    inside = placed.select(
-        "rank", step="w_step", category="category", start_us="start_us", end_us=pl.min_horizontal("end_us", "w_end")
-    )
-    rest = placed.filter(pl.col("end_us") > pl.col("w_end")).select(
-        "rank", "category", start_us="w_end", end_us="end_us"
-    )
-    spill = place(rest).select(
-        "rank", step="w_step", category="category", start_us="start_us", end_us=pl.min_horizontal("end_us", "w_end")
-    )
-    return pl.concat([inside, spill])
-
-
 def _cpu_breakdown(spans: pl.LazyFrame, gpu_ranks: pl.LazyFrame) -> pl.LazyFrame:
     """Ranks without GPU spans: per step, on the CPU, collective calls against the other top-level spans."""
     steps = spans.filter(pl.col("kind") == "step").join(gpu_ranks, on="rank", how="anti")
-    windows = steps.select(*RANK_STEP, "start_us", window_us="dur_us", basis=pl.lit("cpu"))
+    windows = steps.select(*RANK_STEP, "start_us", "end_us", window_us="dur_us", basis=pl.lit("cpu"))
     work = spans.filter(
         pl.col("step").is_not_null(),
         (pl.col("kind") == "collective") | ((pl.col("depth") == 1) & pl.col("kind").is_in(["cpu_op", "annotation"])),
     ).select(
-        *RANK_STEP,
+        "rank",
         "start_us",
         "end_us",
         category=pl.when(pl.col("kind") == "collective").then(pl.lit("communication")).otherwise(pl.lit("computation")),
     )
-    work = work.join(windows.select(RANK_STEP), on=RANK_STEP, how="semi")
-    return _measures(work, windows, RANK_STEP)
+    work = work.join(windows.select("rank").unique(), on="rank", how="semi")
+    return _measures(_swept(work, windows), windows.drop("end_us"), RANK_STEP)
 
 
 def breakdown(spans: pl.LazyFrame) -> pl.DataFrame:
     """Per rank and step, and per rank over the whole trace (`step` null): the temporal breakdown."""
     spans = spans.filter(pl.col("rank").is_not_null())
-    gpu = _gpu_spans(spans)
-    windows = _gpu_windows(gpu)
-    per_step = _measures(_in_windows(gpu, windows), windows.drop("end_us"), RANK_STEP)
+    gpu = _gpu_spans(spans).collect().lazy()
+    windows = _gpu_windows(gpu).collect().lazy()
+    sums = _swept(gpu.drop("step"), windows).collect().lazy()
+    per_step = _measures(sums, windows.drop("end_us"), RANK_STEP)
     whole_windows = gpu.group_by("rank").agg(
-        pl.col("start_us").min(), window_us=pl.col("end_us").max() - pl.col("start_us").min(), basis=pl.lit("gpu")
+        pl.col("start_us").min(),
+        window_us=pl.col("end_us").max() - pl.col("start_us").min(),
+        basis=pl.lit("gpu"),
+        step=pl.lit(None, pl.Int64),
     )
-    whole = _measures(gpu.drop("step"), whole_windows, ["rank"]).with_columns(step=pl.lit(None, dtype=pl.Int64))
+    whole = _measures(sums, whole_windows, RANK_STEP)
     cpu = _cpu_breakdown(spans, gpu.select("rank").unique())
     frames = [f.select(list(BREAKDOWN_SCHEMA)).cast(BREAKDOWN_SCHEMA) for f in (per_step, whole, cpu)]  # type: ignore[arg-type]
     return pl.concat(frames).collect().sort("rank", "step", nulls_last=True)
