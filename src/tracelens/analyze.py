@@ -260,13 +260,15 @@ def _collect(
     units: Iterable[Ingested], tables: RunTables, total: int, progress: Progress | None, spill_root: Path
 ) -> None:
     """Each unit's tables added to `tables` in order, and its files' `inputs` rows; rows in memory past
-    HELD_BYTES go to a spill folder under `spill_root` and are added as lazy scans."""
+    HELD_BYTES go to a spill folder under `spill_root` and are added as lazy scans. A run of one file
+    keeps its rows: they are what its ingest held at its end, and writing them to read them back again
+    and again (the rules, the report) would free nothing."""
     rows = []
     held = 0
     spill: Spill | None = None
     for unit in units:
         for name, frame in unit.tables.items():
-            if isinstance(frame, pl.DataFrame) and (held := held + frame.estimated_size()) > HELD_BYTES:
+            if total > 1 and isinstance(frame, pl.DataFrame) and (held := held + frame.estimated_size()) > HELD_BYTES:
                 spill = spill or Spill(spill_root)
                 if (part := spill.write(name, frame)) is not None:
                     frame = pl.scan_parquet(part)
