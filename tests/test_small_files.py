@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
+from synth.kineto import Job, traces
 from tracelens import analyze
 from tracelens.ingest import IngestResult, InputFile, small_files
 from tracelens.tables import SCHEMAS
@@ -238,3 +239,18 @@ def test_deepspeed_logs_are_read_by_one_parser_per_batch_and_stay_apart(tmp_path
     assert settings.filter(pl.col("key") == "train_batch_size").height == 0  # b's first line opens no echo
     monkeypatch.setattr(log.DeepSpeedParser, "__init__", real_init)
     assert_reads_alike(run, tmp_path / "alike", monkeypatch)
+
+
+@pytest.mark.parametrize("files", [1, 2])
+def test_a_run_of_one_file_keeps_its_rows_past_the_budget(files, tmp_path, monkeypatch):
+    """The rows of a run's only file are what its ingest held anyway: they stay in memory, where a
+    second file's would send them to the spill folder."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for rank, text in list(traces(Job(world=2, steps=3)).items())[:files]:
+        (run / f"rank-{rank}.pt.trace.json").write_text(text)
+    monkeypatch.setattr(analyze, "HELD_BYTES", 0)
+    tables, _ = analyze.ingest_run(run, tmp_path / "work", jobs=1)
+    spans = tables.frame("trace_spans")
+    assert isinstance(spans, pl.DataFrame if files == 1 else pl.LazyFrame)
+    assert tables["trace_spans"]["rank"].n_unique() == files
