@@ -629,27 +629,35 @@ def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
     del cpu, calls
     gpu_rows = _gpu_spans(gpu, launches)
     del gpu, launches
-    # each part placed in its steps apart, then one lazy pass adds the rest and sorts: every step on
-    # the whole rows would copy them (a column added to a frame of several chunks rechunks it)
+    # each part placed in its steps apart, then sorted, then the rest added: every step on the whole
+    # rows would copy them (a column added to a frame of several chunks rechunks it)
     parts = [_in_steps(part, steps) for part in (cpu_rows, gpu_rows)]
     del cpu_rows, gpu_rows
-    first = min((p["start_us"].min() for p in parts if p.height), default=None)
-    wall = first is not None and first >= EPOCH_MIN_US  # type: ignore[operator]
-    return (
-        pl.concat(parts, how="diagonal_relaxed")
-        .lazy()
-        .with_columns(
-            file=pl.lit(name),
-            rank=pl.lit(rank, dtype=pl.Int64),
-            end_us=pl.col("start_us") + pl.col("dur_us"),
-            ts=pl.from_epoch((pl.col("start_us") * 1000).cast(pl.Int64), "ns").dt.replace_time_zone("UTC")
-            if wall
-            else pl.lit(None, dtype=pl.Datetime("ns", "UTC")),
-            ts_quality=pl.lit("exact" if wall else "none"),
-        )
-        .sort("start_us", maintain_order=True)
-        .collect()
+    rows = _sorted(parts)
+    wall = rows.height > 0 and rows["start_us"].min() >= EPOCH_MIN_US  # type: ignore[operator]
+    return rows.with_columns(
+        file=pl.lit(name),
+        rank=pl.lit(rank, dtype=pl.Int64),
+        end_us=pl.col("start_us") + pl.col("dur_us"),
+        ts=pl.from_epoch((pl.col("start_us") * 1000).cast(pl.Int64), "ns").dt.replace_time_zone("UTC")
+        if wall
+        else pl.lit(None, dtype=pl.Datetime("ns", "UTC")),
+        ts_quality=pl.lit("exact" if wall else "none"),
     )
+
+
+def _sorted(parts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The rows of `parts` (emptied) in time order (as they were among equal starts), a column at a
+    time, each unsorted column let go once its sorted copy is made: a sort of the whole frame holds
+    both copies of every column."""
+    rows = pl.concat(parts, how="diagonal_relaxed")
+    parts.clear()
+    order = rows.select(pl.arg_sort_by("start_us", maintain_order=True)).to_series()
+    columns = []
+    for column in rows.columns:
+        columns.append(rows.get_column(column).gather(order))
+        rows = rows.drop(column)
+    return pl.DataFrame(columns)
 
 
 def _concat(frames: list[pl.DataFrame], columns: list[str]) -> pl.DataFrame:
@@ -837,7 +845,7 @@ def _rank_row(
                 "schema_version": _int(meta.get("schemaVersion")),
                 "events": trace.events,
                 "spans": spans.height,
-                "kernels": spans.filter(pl.col("kind") == "kernel").height,
+                "kernels": (spans["kind"] == "kernel").sum(),
                 "steps": steps.height,
                 "first_step": steps["step"].min(),
                 "last_step": steps["step"].max(),
