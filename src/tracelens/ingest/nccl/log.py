@@ -30,7 +30,15 @@ from lark.parsers.lalr_analysis import Shift
 
 from tracelens.ingest import IngestResult, InputFile, line_format
 from tracelens.ingest.text import glued
-from tracelens.ingest.text.lines import IGNORED, PARSED, UNRECOGNIZED, byte_slice, file_of, within_datetime_range
+from tracelens.ingest.text.lines import (
+    IGNORED,
+    PARSED,
+    UNRECOGNIZED,
+    any_of,
+    byte_slice,
+    file_of,
+    within_datetime_range,
+)
 from tracelens.ingest.text.shapes import Locator, ShapeParser
 from tracelens.private_cache import cache_file
 from tracelens.resources import grammar_text
@@ -556,6 +564,7 @@ OTHER_MARKS = [
     "Exception: ",
     "NCCL_",
 ]
+_CANDIDATE, _OTHER = any_of(CANDIDATE_MARKS), any_of(OTHER_MARKS)
 
 
 GLUED_PARTS = 8  # records one line may hold, glued (glued.py)
@@ -590,12 +599,12 @@ def split_records(chunk: pl.DataFrame) -> pl.DataFrame:
 
 def _line_records(lines: pl.DataFrame) -> pl.DataFrame:
     """split_records on lines (columns idx, text), without glued-line cuts."""
-    candidates = lines.filter(pl.col("text").str.contains_any(CANDIDATE_MARKS))
+    candidates = lines.filter(pl.col("text").str.contains(_CANDIDATE))
     candidates = candidates.with_columns(pl.col("text").str.strip_chars_end())
     nccl = _nccl_records(candidates)
     # eager: a lazy plan would push the filter before the anti-join, onto every candidate
     rest = candidates.join(nccl.select("idx"), on="idx", how="anti")
-    rest = rest.filter(pl.col("text").str.contains_any(OTHER_MARKS))
+    rest = rest.filter(pl.col("text").str.contains(_OTHER))
     quoted = _quoted_errors(lines)
     if quoted.height:
         quoted = quoted.join(nccl.select("idx"), on="idx", how="anti")

@@ -9,6 +9,7 @@ the ones an editor shows.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,6 +68,12 @@ def byte_slice(text: pl.Expr, start: pl.Expr | int, length: pl.Expr | int | None
     if length is not None:
         length = length.clip(lower_bound=0) if isinstance(length, (pl.Expr, pl.Series)) else max(length, 0)
     return text.cast(pl.Binary).bin.slice(start, length).cast(pl.String)
+
+
+def any_of(literals: list[str]) -> str:
+    """A regex that matches where any of `literals` occurs: the regex engine searches them all at once
+    (SIMD), several times faster than polars' `str.contains_any` (Aho-Corasick) over long lines."""
+    return "|".join(map(re.escape, literals))
 
 
 # Years a nanosecond timestamp can hold (1677-09-21 .. 2262-04-11): outside them polars wraps around

@@ -26,15 +26,12 @@ _ENTITIES = {
     "&nbsp;": " ",
     "&amp;": "&",
 }
-_MARKS = ["](", "&", "\\"]
+_MARKS = r"\]\(|&|\\"  # a link, an entity, an escape: literals the regex engine searches at once
 
 
 def unpaste(text: pl.Series) -> pl.Series:
     """`text` with quote marks, Markdown links and escapes, and HTML entities undone where present."""
-    # one anchored regex and three literal searches (memchr): a third of one contains_any over every line
-    marked = text.str.contains(_QUOTE)
-    for mark in _MARKS:
-        marked = marked | text.str.contains(mark, literal=True)
+    marked = text.str.contains(_QUOTE) | text.str.contains(_MARKS)
     if not marked.any():
         return text
     rows = marked.arg_true()
