@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import time
 from pathlib import Path
 
@@ -242,6 +243,22 @@ def test_long_lines_are_found_in_one_pass_whatever_the_block_size(tmp_path: Path
     want = [(i + 1, n) for i, n in enumerate(lengths) if n > 10]
     for block in (1, 3, 7, 11, 64, 1 << 20):
         assert long_lines(path, max_line=10, block_bytes=block) == want, block
+
+
+def test_long_lines_match_a_plain_split_on_random_files(tmp_path: Path):
+    # files with no long line are passed over without counting lines: both answers must agree
+    rng = random.Random(5)
+    path = tmp_path / "random.log"
+    for _ in range(400):
+        max_line = rng.choice([4, 8, 16])
+        lengths = [
+            rng.choice([0, max_line - 1, max_line, max_line + 1, rng.randint(0, 3 * max_line)]) for _ in range(12)
+        ]
+        data = b"\n".join(b"x" * n for n in lengths) + rng.choice([b"", b"\n"])
+        path.write_bytes(data)
+        want = [(i + 1, len(line)) for i, line in enumerate(data.split(b"\n")) if len(line) > max_line]
+        for block in (5, 17, 64):
+            assert long_lines(path, max_line=max_line, block_bytes=block) == want, (lengths, block)
 
 
 def test_a_line_over_a_mib_inside_a_block_is_cut_to_its_head_and_noted(tmp_path: Path):

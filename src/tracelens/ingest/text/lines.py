@@ -236,11 +236,39 @@ def leading_zeros(path: Path) -> int:
         return skip_zeros(fh)
 
 
+def _any_long(path: Path, max_line: int, block_bytes: int) -> bool:
+    """Whether the file has a line longer than `max_line`: the search long_lines makes, without
+    counting lines (the costly part), so that a file with none is passed over at reading speed."""
+    block = bytearray(min(block_bytes, max(path.stat().st_size, 1)))
+    since = 0  # bytes of the current line read before this block
+    with path.open("rb") as fh:
+        skip_zeros(fh)  # as long_lines: the zeros a file begins with are no line
+        while got := fh.readinto(block):
+            i = block.find(b"\n", 0, got)
+            if i < 0:
+                since += got
+                if since > max_line:
+                    return True
+                continue
+            if since + i > max_line:
+                return True
+            i += 1
+            while got - i > max_line:  # a line starting at i ends within max_line bytes
+                last = block.rfind(b"\n", i, i + max_line + 1)
+                if last < 0:
+                    return True
+                i = last + 1
+            since = got - 1 - block.rfind(b"\n", i - 1, got)  # after the block's last newline
+    return since > max_line
+
+
 def long_lines(path: Path, max_line: int = MAX_LINE_BYTES, block_bytes: int = CHUNK_BYTES) -> list[tuple[int, int]]:
     """(line number, length in bytes) of each line of the file longer than `max_line`: the lines the
     reader keeps only the head of. One pass, in steps of about `max_line` bytes: the last newline
     within `max_line` bytes of a line's start ends every line before it short enough, and no
     newline there makes the line a long one."""
+    if not _any_long(path, max_line, block_bytes):
+        return []
     found: list[tuple[int, int]] = []
     line, long_from = 1, None  # the current line, and since when it is known long
     # one buffer read into again and again: fresh memory for each block costs more than the search
