@@ -443,3 +443,33 @@ def test_bare_rank_tagged_timer_lines_of_deepspeed_019_belong_to_the_step_before
         (1, 241, 281.0, 9.67),
     ]
     assert result.account.parsed == 6 and result.account.unrecognized == 2  # the `other output` lines
+
+
+@pytest.mark.parametrize(
+    "cells",
+    [
+        ["fwd_microstep: {}", "bwd_microstep: {}", "step_microstep: {}"],
+        ["forward: {}", "backward: {}", "my_timer: {}", "step: {}"],  # a timer no column takes
+        ["fwd: {}", "forward: {}", "step: {}"],  # one column given twice
+    ],
+)
+def test_timer_lines_of_one_set_read_as_the_general_reading_does(cells: list[str]):
+    rng = random.Random(len(cells))
+    values = ["12.5", "0", "nan", "1e309", "-3", "7.25e2", "inf"]
+    bodies = ["time (ms) | " + " | ".join(cell.format(rng.choice(values)) for cell in cells) for _ in range(200)] + [
+        "rank=3 time (ms) | " + " | ".join(cell.format("1.5") for cell in cells)
+    ]
+    recs = pl.DataFrame(
+        {"line": range(len(bodies)), "host": "n1", "ts": None, "ts_text": None, "rank": 0, "body": bodies},
+        schema_overrides={"ts": pl.Datetime("ns", "UTC"), "ts_text": pl.String},
+    )
+    fast = extract_hot("timers", recs)
+    # the same bodies with one line of other timers: the chunk takes the general reading
+    odd = pl.DataFrame(
+        {"line": [-1], "host": "n1", "ts": None, "ts_text": None, "rank": 0, "body": ["time (ms) | other: 1"]},
+        schema=recs.schema,
+    )
+    general = extract_hot("timers", pl.concat([odd, recs]))
+    assert fast[0].equals(general[0].filter(pl.col("line") >= 0))
+    assert fast[1].to_list() == [line for line in general[1].to_list() if line >= 0]
+    assert fast[1].len() > 0  # the out-of-range values were found bad

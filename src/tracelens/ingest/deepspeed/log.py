@@ -133,7 +133,7 @@ def split_envelope(chunk: pl.DataFrame, rank: int | pl.Series | None = None) -> 
     that do not have the common shape: one regex with capture groups over every line costs ten times more."""
     text = chunk["text"]
     rest = text.str.replace(LAUNCHER_TAG, "")
-    tag = text.str.head(text.str.len_chars() - rest.str.len_chars())
+    tag = byte_slice(text, 0, text.str.len_bytes() - rest.str.len_bytes())  # what the anchored replace took off
     colon = tag.str.find(": ", literal=True)
     host = pl.select(pl.when(colon.is_not_null()).then(byte_slice(pl.lit(tag), 0, pl.lit(colon)))).to_series()
     # `steps: 100 loss: ...` (the pipeline engine's bare print) is not a host called "steps"
@@ -383,9 +383,41 @@ def _timers(recs: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series]:
 
 def _timer_columns(body: pl.Series) -> tuple[dict[str, pl.Series], pl.Series]:
     """The TIMERS columns of timer bodies, and which bodies hold a bad value. After `time (ms) | `,
-    a body is `name: value` cells joined by ` | `: as one list of tokens they alternate name, value.
-    The distinct names are mapped to their columns once, the values scattered back to their bodies' rows."""
+    a body is `name: value` cells joined by ` | `."""
     cells = byte_slice(body, body.str.find("time (ms) | ", literal=True) + len("time (ms) | "))
+    return _same_cells(cells) or _any_cells(cells)
+
+
+def _same_cells(cells: pl.Series) -> tuple[dict[str, pl.Series], pl.Series] | None:
+    """_timer_columns where every body has the first one's timers in its order (a log prints the same
+    timers at every step): each cell a column of its own, no tokens exploded; None for other bodies."""
+    first = cells[0] if cells.len() else None
+    if first is None:
+        return None
+    names = [cell.split(": ")[0] for cell in first.split(" | ")]
+    taken = [timer_column(name) for name in names]
+    if len({c for c in taken if c is not None}) < sum(c is not None for c in taken):
+        return None  # a column given twice: the general reading decides which value it keeps
+    parts = cells.str.split_exact(" | ", len(names)).struct.unnest()  # one field more: null where no extra cell
+    if parts[:, len(names)].null_count() != cells.len() or parts[:, len(names) - 1].null_count():
+        return None
+    columns = {col: _nulls(cells, pl.Float64) for col in TIMERS}
+    bad = pl.repeat(False, cells.len(), eager=True)
+    for i, (name, col) in enumerate(zip(names, taken, strict=True)):
+        cell = parts[:, i]
+        if not cell.str.starts_with(f"{name}: ").all():
+            return None
+        text = cell.str.strip_prefix(f"{name}: ")
+        value = pl.select(number(pl.lit(text))).to_series()
+        bad |= value.is_null() & text.is_not_null()
+        if col is not None:
+            columns[col] = value.alias(col)
+    return columns, bad
+
+
+def _any_cells(cells: pl.Series) -> tuple[dict[str, pl.Series], pl.Series]:
+    """_timer_columns for bodies of any timers: as one list of tokens, they alternate name, value. The
+    distinct names are mapped to their columns once, the values scattered back to their bodies' rows."""
     tokens = (
         pl.DataFrame({"token": cells.str.replace_all(" | ", ": ", literal=True).str.split(": ")})
         .with_row_index("row")
@@ -398,9 +430,9 @@ def _timer_columns(body: pl.Series) -> tuple[dict[str, pl.Series], pl.Series]:
     )
     column = name.replace_strict({n: timer_column(n) for n in name.unique()}, return_dtype=pl.String)
     value = pl.select(number(pl.lit(text))).to_series()
-    bad = pl.repeat(False, body.len(), eager=True).scatter(row.filter(value.is_null() & text.is_not_null()), True)
+    bad = pl.repeat(False, cells.len(), eager=True).scatter(row.filter(value.is_null() & text.is_not_null()), True)
     columns = {
-        col: _nulls(body, pl.Float64).scatter(row.filter(column == col), value.filter(column == col)) for col in TIMERS
+        col: _nulls(cells, pl.Float64).scatter(row.filter(column == col), value.filter(column == col)) for col in TIMERS
     }
     return columns, bad
 
