@@ -106,13 +106,14 @@ def spilled_steps(spill: Spill) -> pl.LazyFrame | None:
     carry: _StreamCarry | None = None
     written = []
     for in_piece, holding in _pieces(parts):
-        kinds = {kind: _scan(paths).filter(in_piece) for kind, paths in holding.items()}
-        rows = _tagged({kind: scan.drop("body").collect() for kind, scan in kinds.items()})
+        # read once, text and all: a second, filtered read of the text cost more than holding a piece's
+        kinds = {kind: _scan(paths).filter(in_piece).collect() for kind, paths in holding.items()}
+        rows = _tagged({kind: frame.drop("body") for kind, frame in kinds.items()})
         if rows is None:
             continue
         assembled = _assembled(_in_line_order(rows), facts, carry)
         carry = _carried(assembled, carry)
-        bodies = pl.concat([scan.select("line", "body") for scan in kinds.values()])
+        bodies = pl.concat([frame.select("line", "body") for frame in kinds.values()])
         written.append(spill.write("steps", _with_text(_merged(assembled), bodies)))
     return _rejoined(spill, [path for path in written if path is not None])
 
@@ -174,13 +175,10 @@ def _rejoined(spill: Spill, written: list[Path]) -> pl.LazyFrame | None:
     return _finished(rows)
 
 
-def _with_text(merged: pl.DataFrame, bodies: Frame) -> pl.DataFrame:
-    """Step rows with the text of the line their timing comes from (`message`, joined on `message_line`).
-    The lines are picked from `bodies` by a filter: a semi-join would hold every body it read (all
-    of a big log's spilled step text)."""
-    wanted = pl.col("message_line").is_in(merged["message_line"].implode())
-    text = bodies.lazy().select(message_line="line", message="body").filter(wanted)
-    return _collected(merged.lazy().join(text, on="message_line", how="left", maintain_order="left"), bodies)
+def _with_text(merged: pl.DataFrame, bodies: pl.DataFrame) -> pl.DataFrame:
+    """Step rows with the text of the line their timing comes from (`message`, joined on `message_line`)."""
+    text = bodies.select(message_line="line", message="body")
+    return merged.join(text, on="message_line", how="left", maintain_order="left")
 
 
 def _collected(query: pl.LazyFrame, source: Frame) -> pl.DataFrame:
