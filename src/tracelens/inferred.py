@@ -11,7 +11,8 @@ lines at a time. A forward pass over its ranges carries into each the earlier li
 comes later) and writes each range's partial times to Parquet; a backward pass from the end carries
 the first lines with a time after each range the same way and writes the range's times. Each log
 table's rows of that file are then joined with them range by range and written again: no step
-holds more than one range. The other files are placed together in memory; when their lines are more
+holds more than one range. A range's rows that all keep their own printed time are not written
+again: they are read where they were spilled. The other files are placed together in memory; when their lines are more
 than GROUP_LINES (a folder of thousands of per-rank logs), in groups of whole files of about
 GROUP_LINES lines, taken in the run's input order, each group's times written to Parquet and each log
 table's rows of the group joined with them and written again, group by group.
@@ -391,9 +392,16 @@ def _joined_by_range(
             for name, frame in frames.items():
                 if file not in orders[name]:
                     continue
-                rows = frame.filter(pl.col("file") == file, _range(start, first=i == 0)).collect(engine="streaming")
-                found = times.select(pl.all().gather(rows["line"] - start))
-                placed = pl.concat([rows.select("ts", "ts_quality"), found], how="horizontal").select(*PLACED)
+                in_range = frame.filter(pl.col("file") == file, _range(start, first=i == 0))
+                own = in_range.select("line", "ts", "ts_quality").collect(engine="streaming")
+                found = times.select(pl.all().gather(own["line"] - start))
+                placed = pl.concat([own.select("ts", "ts_quality"), found], how="horizontal").select(*PLACED)
+                if _as_printed(own, placed):  # the rows as they are, read where they lie: nothing to write again
+                    written[name, path] = spill.stored(
+                        name, in_range.with_columns(ts_lo=pl.col("ts"), ts_hi=pl.col("ts"))
+                    )
+                    continue
+                rows = in_range.collect(engine="streaming")
                 if (part := spill.write(name, rows.with_columns(placed.get_columns()))) is not None:
                     written[name, path] = pl.scan_parquet(part)
     members = list(groups.values())
@@ -409,6 +417,20 @@ def _joined_by_range(
     units = {file: [path for _, path in times] for file, times in ranges.items()}
     units |= {file: [path] for path, files in groups.items() for file in files}
     return {name: _in_order(frame, orders[name], small, units, written, name) for name, frame in frames.items()}
+
+
+def _as_printed(rows: pl.DataFrame, placed: pl.DataFrame) -> bool:
+    """Whether placing leaves every row its own time, exactly (a log whose lines all print one, as
+    DeepSpeed's logger does): the placed columns are then the rows' `ts` and `ts_quality` as they are,
+    and `ts` again as both ends of the bracket."""
+    ts, quality = rows["ts"], rows["ts_quality"]
+    return bool(
+        rows.height
+        and placed["ts"].eq_missing(ts).all()
+        and placed["ts_quality"].eq_missing(quality).all()
+        and placed["ts_lo"].eq_missing(ts).all()
+        and placed["ts_hi"].eq_missing(ts).all()
+    )
 
 
 def _in_order(
