@@ -270,9 +270,10 @@ def _place_group(grouped: Path, index: int, spill: Spill, median: datetime | Non
     return spill.write("_times", times)
 
 
-def _range(start: int, first: bool = False) -> pl.Expr:
-    """The rows of the range that starts at line `start` (with `first`, also the rows without a line)."""
-    inside = pl.col("line").is_between(start, start + RANGE_LINES, closed="left")
+def _range(start: int, first: bool = False, last: int | None = None) -> pl.Expr:
+    """The rows of the range that starts at line `start`, or of the ranges from it to the one that
+    starts at `last` (with `first`, also the rows without a line)."""
+    inside = pl.col("line").is_between(start, (start if last is None else last) + RANGE_LINES, closed="left")
     return inside | pl.col("line").is_null() if first else inside
 
 
@@ -387,6 +388,9 @@ def _joined_by_range(
     }
     written: dict[tuple[str, Path], pl.LazyFrame] = {}  # (table, a range's or group's times) -> its rows, placed
     for file, file_ranges in ranges.items():
+        # per table, the first of the ranges in a row read in place (range index, start, path of its times):
+        # one scan for them all, so that no part is read again for each range it holds lines of
+        in_place: dict[str, tuple[int, int, Path]] = {}
         for i, (start, path) in enumerate(file_ranges):
             times = _by_position(pl.read_parquet(path), start)
             for name, frame in frames.items():
@@ -397,10 +401,13 @@ def _joined_by_range(
                 found = times.select(pl.all().gather(own["line"] - start))
                 placed = pl.concat([own.select("ts", "ts_quality"), found], how="horizontal").select(*PLACED)
                 if _as_printed(own, placed):  # the rows as they are, read where they lie: nothing to write again
-                    written[name, path] = spill.stored(
-                        name, in_range.with_columns(ts_lo=pl.col("ts"), ts_hi=pl.col("ts"))
+                    run, run_start, run_path = in_place.setdefault(name, (i, start, path))
+                    rows_in_place = frame.filter(pl.col("file") == file, _range(run_start, run == 0, last=start))
+                    written[name, run_path] = spill.stored(
+                        name, rows_in_place.with_columns(ts_lo=pl.col("ts"), ts_hi=pl.col("ts"))
                     )
                     continue
+                in_place.pop(name, None)
                 rows = in_range.collect(engine="streaming")
                 if (part := spill.write(name, rows.with_columns(placed.get_columns()))) is not None:
                     written[name, path] = pl.scan_parquet(part)
