@@ -552,28 +552,3 @@ def test_clock_offsets_aggregated_a_share_of_the_events_at_a_time_are_those_of_a
     _, at_once = aligned(mixed)
     assert in_shares.offsets.equals(at_once.offsets) and set(in_shares.offsets["basis"]) == {"steps", "packets"}
     assert in_shares.offsets["applied"].sum() == 2
-
-
-def test_a_big_file_whose_rows_print_their_times_is_not_written_again_and_reads_the_same(tmp_path, monkeypatch):
-    """Rows that keep their own time when placed (every DeepSpeed step line prints one) are read where
-    they were spilled, with that time as both ends of their bracket: the same table, column for column,
-    as the rows written again with their placed times; rows whose time placing changes are written."""
-    stamp = datetime(2026, 12, 5, 10, 0, 0, tzinfo=timezone.utc)
-    steps = [
-        {"file": "big.log", "line": n, "ts": stamp + timedelta(microseconds=n), "ts_quality": "exact", "step": n}
-        for n in range(1, 40)
-    ]
-    steps[19] |= {"ts": None, "ts_quality": "none"}  # line 20 takes its neighbours' time: its range is written
-    events = [{"file": "big.log", "line": n, "pid": 7, "ts": None, "message": f"l{n}"} for n in range(40, 60)]
-    tables = RunTables()
-    for name, rows in (("nccl_events", events), ("steps", steps)):
-        tables.add(name, conform(name, pl.DataFrame(rows, infer_schema_length=None)).lazy())
-    monkeypatch.setattr(inferred, "RANGE_LINES", 8)
-    kept = inferred.inferred_log_times(tables, tmp_path / "kept")
-    monkeypatch.setattr(inferred, "_as_printed", lambda rows, placed: False)
-    written = inferred.inferred_log_times(tables, tmp_path / "written")
-    for name in ("nccl_events", "steps"):
-        assert kept[name].lazy().collect().equals(written[name].lazy().collect(), null_equal=True), name
-    assert len(list((tmp_path / "kept").rglob("steps-*.parquet"))) == 1, "only the range of line 20 is written"
-    assert list((tmp_path / "kept").rglob("nccl_events-*.parquet")), "inferred times need writing"
-    assert list((tmp_path / "written").rglob("steps-*.parquet"))

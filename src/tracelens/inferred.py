@@ -11,8 +11,7 @@ lines at a time. A forward pass over its ranges carries into each the earlier li
 comes later) and writes each range's partial times to Parquet; a backward pass from the end carries
 the first lines with a time after each range the same way and writes the range's times. Each log
 table's rows of that file are then joined with them range by range and written again: no step
-holds more than one range. A range's rows that all keep their own printed time are not written
-again: they are read where they were spilled. The other files are placed together in memory; when their lines are more
+holds more than one range. The other files are placed together in memory; when their lines are more
 than GROUP_LINES (a folder of thousands of per-rank logs), in groups of whole files of about
 GROUP_LINES lines, taken in the run's input order, each group's times written to Parquet and each log
 table's rows of the group joined with them and written again, group by group.
@@ -270,10 +269,9 @@ def _place_group(grouped: Path, index: int, spill: Spill, median: datetime | Non
     return spill.write("_times", times)
 
 
-def _range(start: int, first: bool = False, last: int | None = None) -> pl.Expr:
-    """The rows of the range that starts at line `start`, or of the ranges from it to the one that
-    starts at `last` (with `first`, also the rows without a line)."""
-    inside = pl.col("line").is_between(start, (start if last is None else last) + RANGE_LINES, closed="left")
+def _range(start: int, first: bool = False) -> pl.Expr:
+    """The rows of the range that starts at line `start` (with `first`, also the rows without a line)."""
+    inside = pl.col("line").is_between(start, start + RANGE_LINES, closed="left")
     return inside | pl.col("line").is_null() if first else inside
 
 
@@ -388,27 +386,14 @@ def _joined_by_range(
     }
     written: dict[tuple[str, Path], pl.LazyFrame] = {}  # (table, a range's or group's times) -> its rows, placed
     for file, file_ranges in ranges.items():
-        # per table, the first of the ranges in a row read in place (range index, start, path of its times):
-        # one scan for them all, so that no part is read again for each range it holds lines of
-        in_place: dict[str, tuple[int, int, Path]] = {}
         for i, (start, path) in enumerate(file_ranges):
             times = _by_position(pl.read_parquet(path), start)
             for name, frame in frames.items():
                 if file not in orders[name]:
                     continue
-                in_range = frame.filter(pl.col("file") == file, _range(start, first=i == 0))
-                own = in_range.select("line", "ts", "ts_quality").collect(engine="streaming")
-                found = times.select(pl.all().gather(own["line"] - start))
-                placed = pl.concat([own.select("ts", "ts_quality"), found], how="horizontal").select(*PLACED)
-                if _as_printed(own, placed):  # the rows as they are, read where they lie: nothing to write again
-                    run, run_start, run_path = in_place.setdefault(name, (i, start, path))
-                    rows_in_place = frame.filter(pl.col("file") == file, _range(run_start, run == 0, last=start))
-                    written[name, run_path] = spill.stored(
-                        name, rows_in_place.with_columns(ts_lo=pl.col("ts"), ts_hi=pl.col("ts"))
-                    )
-                    continue
-                in_place.pop(name, None)
-                rows = in_range.collect(engine="streaming")
+                rows = frame.filter(pl.col("file") == file, _range(start, first=i == 0)).collect(engine="streaming")
+                found = times.select(pl.all().gather(rows["line"] - start))
+                placed = pl.concat([rows.select("ts", "ts_quality"), found], how="horizontal").select(*PLACED)
                 if (part := spill.write(name, rows.with_columns(placed.get_columns()))) is not None:
                     written[name, path] = pl.scan_parquet(part)
     members = list(groups.values())
@@ -424,20 +409,6 @@ def _joined_by_range(
     units = {file: [path for _, path in times] for file, times in ranges.items()}
     units |= {file: [path] for path, files in groups.items() for file in files}
     return {name: _in_order(frame, orders[name], small, units, written, name) for name, frame in frames.items()}
-
-
-def _as_printed(rows: pl.DataFrame, placed: pl.DataFrame) -> bool:
-    """Whether placing leaves every row its own time, exactly (a log whose lines all print one, as
-    DeepSpeed's logger does): the placed columns are then the rows' `ts` and `ts_quality` as they are,
-    and `ts` again as both ends of the bracket."""
-    ts, quality = rows["ts"], rows["ts_quality"]
-    return bool(
-        rows.height
-        and placed["ts"].eq_missing(ts).all()
-        and placed["ts_quality"].eq_missing(quality).all()
-        and placed["ts_lo"].eq_missing(ts).all()
-        and placed["ts_hi"].eq_missing(ts).all()
-    )
 
 
 def _in_order(

@@ -602,17 +602,12 @@ class Spill:
         if not frame.height:
             return None
         path = self._next_part(name)
-        frame = self.stored(name, frame)
+        frame = conform(name, frame) if name in SCHEMAS else frame
         # lz4, with column statistics: the timeline reads a big file's rows a range of lines at a time
         # (tracelens.inferred), and the parts' line statistics let each range's scan skip the others
         frame.write_parquet(path, compression="lz4")
         self.parts[name].append(path)
         return path
-
-    @staticmethod
-    def stored(name: str, frame: Frame) -> Frame:
-        """`frame` as `write` stores rows of `name`."""
-        return conform(name, frame) if name in SCHEMAS else frame
 
     def sink(self, name: str, rows: pl.LazyFrame, row_group_size: int) -> Path:
         """Stream `rows` as they are (no schema applied) to a new part of `name`, in row groups of
