@@ -251,7 +251,8 @@ class RunContext:
 
     @cached_property
     def host_names(self) -> dict[str, str]:
-        """IP address -> host name, from the interfaces NCCL said it uses."""
+        """IP address -> host name, from the interfaces NCCL said it uses, the hosts' listings and the
+        rendezvous (hosts.host_names)."""
         return hosts.host_names(self.tables)
 
     # -- hangs (Flight Recorder dumps and stack dumps) -----------------------------------------
@@ -280,6 +281,12 @@ class RunContext:
     def stack_hang(self) -> hangs.StackHang | None:
         """Where the ranks' stack dumps show them waiting; None unless they show a hang."""
         return hangs.stack_hang(self.tables)
+
+    @cached_property
+    def last_steps(self) -> pl.DataFrame:
+        """Per rank that logged steps, its last step and when it ended (hangs.last_steps): one pass over
+        the step series for every hang rule."""
+        return hangs.last_steps(self.step_series)
 
     @cached_property
     def network_events(self) -> pl.DataFrame:

@@ -55,13 +55,14 @@ def _rendezvous(tables: RunTables) -> pl.DataFrame:
     """(ip, host) from the rendezvous: the c10d store's address is its server's host, the master
     address rank 0's host; an address two hosts claim ties neither."""
     rows = tables.scan("rendezvous").filter(pl.col("host").is_not_null()).collect()
+    if rows.height == 0:
+        return pl.DataFrame(schema={"ip": pl.String, "host": pl.String})
     reached = rows.filter(pl.col("role") == "store_client", _routable(pl.col("address"))).select("port", "address")
     servers = rows.filter(pl.col("role") == "store_server").select("port", "host")
     store = servers.join(reached, on="port").select(ip="address", host="host")
     rank0 = tables.scan("steps").filter(pl.col("rank") == 0, pl.col("host").is_not_null()).select("host").unique()
     masters = rows.filter(pl.col("role") == "master", _routable(pl.col("address"))).select(ip="address").unique()
-    master = masters.join(rank0.collect(), how="cross") if masters.height else masters.with_columns(host=pl.lit(""))
-    ties = pl.concat([store, master.select("ip", "host")]).unique()
+    ties = pl.concat([store, masters.join(rank0.collect(), how="cross")]).unique()
     return ties.filter(pl.col("host").n_unique().over("ip") == 1)
 
 
@@ -72,14 +73,19 @@ def _run_hosts(tables: RunTables) -> list[str]:
     return sorted(pl.concat(named).unique().collect()["host"].drop_nulls().to_list())
 
 
+def _capture_ends(tables: RunTables) -> pl.Series:
+    """Every address the capture's packets come from or go to."""
+    ends = tables.scan("packets").select(pl.concat([pl.col("src"), pl.col("dst")]).cast(pl.String).alias("ip"))
+    return ends.unique().collect()["ip"].drop_nulls()
+
+
 def _the_other_end(tables: RunTables, names: dict[str, str]) -> dict[str, str]:
     """With two hosts and a capture between two addresses of which one is tied, the other address is
     the other host's."""
     hosts = set(_run_hosts(tables))
     if len(hosts) != 2 or not tables.height("packets"):
         return {}
-    ends = tables.scan("packets").select(pl.concat([pl.col("src"), pl.col("dst")]).cast(pl.String).alias("ip"))
-    ends = ends.unique().filter(_routable(pl.col("ip"))).collect()["ip"].to_list()
+    ends = _capture_ends(tables).to_frame().filter(_routable(pl.col("ip")))["ip"].to_list()
     tied = [ip for ip in ends if names.get(ip) in hosts]
     if len(ends) != 2 or len(tied) != 1:
         return {}
@@ -94,8 +100,7 @@ def untied(tables: RunTables, names: dict[str, str]) -> str:
     hosts = _run_hosts(tables)
     if not hosts or not tables.height("packets"):
         return ""
-    seen = tables.scan("packets").select(pl.concat([pl.col("src"), pl.col("dst")]).cast(pl.String).unique())
-    loose = sorted(set(seen.collect().to_series().drop_nulls().to_list()) - set(names) - set(hosts))
+    loose = sorted(set(_capture_ends(tables).to_list()) - set(names) - set(hosts))
     if not loose:
         return ""
     shown = ", ".join(loose[:6]) + (" ..." if len(loose) > 6 else "")

@@ -37,6 +37,7 @@ BASELINE_ROWS = 201
 WARMUP_ROWS = 2  # DeepSpeed's own ThroughputTimer skips the first two steps too
 MIN_SPREAD = 0.02  # spread floor, as a share of the baseline: very steady runs are not flagged for jitter
 MERGE_GAP_ROWS = 2  # slow rows this close belong to one window
+TIMERS_MS = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")  # wall_clock_breakdown's timed step
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ def step_series(steps: pl.DataFrame, wall: bool = False, slow: SlowSteps = SlowS
     slow. gap_ms is the wall time per step since the step line before, where the printed times measure
     it. `wall`: time every step by its step lines' timestamps, whatever timers the log has (a stall in
     the data loader or a checkpoint is between the timers, not in them)."""
-    timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
+    timers = TIMERS_MS
     prev_ts, prev_step = pl.col("ts").shift().over(STREAM), pl.col("step").shift().over(STREAM)
     covered = (pl.col("step") - prev_step).cast(pl.Float64)
     per_step_gap = (pl.col("ts") - prev_ts).dt.total_microseconds() / 1000 / covered
@@ -127,13 +128,12 @@ def _paced(series: pl.DataFrame) -> pl.DataFrame:
         return series.with_columns(ts_printed=pl.lit(True), ts_paced=pl.lit(True))
     exact = (pl.col("ts_quality").fill_null("exact") == "exact") & pl.col("ts").is_not_null()  # null: as given
     us = pl.col("ts").dt.epoch("us").cast(pl.Float64)
-    timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
     known = series.with_columns(
         _lo_us=pl.when(exact).then(us).forward_fill().over(STREAM),
         _lo_step=pl.when(exact).then(pl.col("step")).forward_fill().over(STREAM),
         _hi_us=pl.when(exact).then(us).backward_fill().over(STREAM),
         _hi_step=pl.when(exact).then(pl.col("step")).backward_fill().over(STREAM),
-        _w=pl.coalesce("iter_ms", timers) * 1000,  # the step's timed length, us
+        _w=pl.coalesce("iter_ms", TIMERS_MS) * 1000,  # the step's timed length, us
         ts_printed=exact,
     )
     step, lo_step, hi_step, w = pl.col("step"), pl.col("_lo_step"), pl.col("_hi_step"), pl.col("_w")

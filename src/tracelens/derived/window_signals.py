@@ -636,7 +636,7 @@ def step_levels(series: pl.DataFrame, forward_waits: bool = False) -> pl.DataFra
       account for (data loading, checkpoints, evaluation); where the log prints a time only every few
       steps, the mean over the steps between two printed times, which is all those times measure."""
     consecutive = pl.col("step") - pl.col("step").shift().over(step_times.STREAM) == 1
-    timers = pl.col("fwd_ms") + pl.col("bwd_ms") + pl.col("step_ms")
+    timers = step_times.TIMERS_MS
     optimizer = pl.col("optimizer_step_ms").fill_null(0.0)
     own = optimizer if forward_waits else pl.col("fwd_ms") + optimizer
     between = pl.when(consecutive).then(pl.col("gap_ms") - pl.coalesce("iter_ms", timers).fill_null(0.0))

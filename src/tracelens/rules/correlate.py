@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 
 import polars as pl
 
-from tracelens.derived import RunContext, hangs, step_times
+from tracelens.derived import RunContext, step_times
 from tracelens.derived.hostsignals import utilisation_phrase
 from tracelens.derived.step_times import MARGIN
 from tracelens.derived.stream_groups import StreamGroups
@@ -411,7 +411,7 @@ def _stopped_first(ctx: RunContext, reporters: set[int]) -> tuple[list[int], str
             silent,
             f"{ranks_text(silent)} never reported it: {'it was' if one else 'they were'} not in the collective",
         )
-    lives = hangs.last_steps(ctx.step_series)
+    lives = ctx.last_steps
     if lives.height >= 2 and lives["last_ts"][0] < lives["last_ts"][1]:
         first = lives.row(0, named=True)
         return [first["rank"]], f"rank {first['rank']}'s last step line (step {first['last_step']}) is the earliest"
@@ -444,7 +444,7 @@ def _hang_finding(ctx: RunContext, hang: dict) -> Finding:
         )
     lost = (hang["end"] - hang["begin"]).total_seconds()
     what = f"{hang['op_type']} SeqNum={hang['seq']}" if hang["seq"] is not None else hang["op_type"]
-    lives = hangs.last_steps(ctx.step_series)
+    lives = ctx.last_steps
     rank_lines = lives.filter(pl.col("rank").is_in(ranks)).to_dicts() if ranks else []
     return Finding(
         severity=Severity.CRITICAL,

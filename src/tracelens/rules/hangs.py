@@ -291,7 +291,7 @@ def hang_in_stack_dumps(ctx: RunContext) -> Iterator[Finding]:
     # the odd ranks first, then the others
     groups = sorted(hang.groups, key=lambda g: g[0].rank not in culprits)
     parts = [_outside_text(r) for r in hang.outside] + [_group_text(g) for g in groups]
-    lives = hangs.last_steps(ctx.step_series)
+    lives = ctx.last_steps
     window, stopped = _stop_window(ctx, hang, lives)
     hosts = sorted({r.host for r in blamed if r.host}) or sorted({r.host for r in hang.ranks if r.host})
     evidence = _stack_evidence(blamed[:4] + [g[0] for g in groups if g[0] not in blamed])

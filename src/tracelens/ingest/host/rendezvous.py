@@ -46,9 +46,9 @@ class RendezvousParser:
         candidate = chunk["text"].str.contains(CANDIDATE)
         if not candidate.any():
             return status
-        text = pl.col("text")
+        text, rows = pl.col("text"), candidate.arg_true()
         server, client, master = (text.str.extract_groups(p) for p in (SERVER, CLIENT, MASTER))
-        found = chunk.filter(candidate).select(
+        found = chunk[rows].select(
             "line",
             role=pl.when(server.struct.field("port").is_not_null())
             .then(pl.lit("store_server"))
@@ -61,12 +61,11 @@ class RendezvousParser:
                 server.struct.field("port"), client.struct.field("port"), text.str.extract(MASTER_PORT, 1)
             ).cast(pl.Int64, strict=False),
         )
-        found = found.filter(pl.col("role").is_not_null())
-        if found.height == 0:
+        mine = found["role"].is_not_null()
+        if not mine.any():
             return status
-        self.parts.append(found)
-        mine = chunk["line"].is_in(found["line"].implode())
-        return status.scatter(mine.arg_true(), PARSED)
+        self.parts.append(found.filter(mine))
+        return status.scatter(rows.filter(mine), PARSED)
 
     def finish(self, result: IngestResult) -> None:
         if not self.parts:
