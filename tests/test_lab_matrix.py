@@ -39,7 +39,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("ds4z3ov-07-clock-skew", "window"): "the run was already 1.9x slow 15 s before the loss began: the window "
     "starts early",
     # held out (each part scored once its model was written, then again as the model changed: lab/README.md)
-    ("ho-ddp8-01-clean", "cause"): NOISE,
     ("ho-ds2z2ov5-02-loss-10", "cause"): SPIKES,
     ("ho-ds2z2ov5-02-loss-10", "window"): SPIKES,
     ("ho-ds4z3-02-loss-3", "window"): "3% loss under ZeRO-3: the bad link is named, but on its evidence's own "

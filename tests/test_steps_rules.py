@@ -278,3 +278,31 @@ def test_spikes_spread_over_the_run_or_a_drift_are_no_stretch():
     assert not any(f.window for f in spread)
     drift = [t * (1.3 if 200 <= i < 260 and i % 2 else 1.0) for i, t in enumerate(_noisy({}))]  # no spike
     assert not any(f.window for f in fire(tables_from(steps=_wall_rows(drift)), "TL401"))
+
+
+def _iteration_rows(rank: int, times_ms: list[float]) -> list[dict]:
+    """One rank's Megatron-style iteration lines, each with the iteration time it reports."""
+    t, rows = datetime(2024, 1, 1), []
+    for step, ms in enumerate(times_ms, start=1):
+        t += timedelta(milliseconds=ms)
+        rows.append(
+            {"file": f"rank{rank}.log", "line": step, "host": f"n{rank // 4}", "rank": rank, "engine": "0"}
+            | {"step": step, "ts": t + timedelta(milliseconds=rank), "iter_ms": ms, "message": f"iteration {step}"}
+        )
+    return rows
+
+
+def test_a_spike_every_rank_waited_on_counts_once():
+    """In a synchronous job every rank's iteration time shows the same slow step: the job lost it once.
+    Eight logs of the same 12 spikes cost what one log's do (under the warning share), where summing
+    them per log would make a clean run's noise cost 8x and warn."""
+    times = [300.0] * 300
+    for i in range(10, 300, 25):
+        times[i] = 1500.0  # 12 single slow steps, 14 s of 90 s: just under a warning's 15% once
+    rows = [r for rank in range(8) for r in _iteration_rows(rank, times)]
+    (spikes,) = fire(tables_from(steps=rows), "TL401")
+    assert spikes.title == "12 isolated step-time spikes" and "read from 8 logs" in spikes.summary
+    assert spikes.cost_seconds == pytest.approx(12 * 1.2, rel=0.05)
+    assert spikes.severity == Severity.INFO
+    (alone,) = fire(tables_from(steps=_iteration_rows(0, times)), "TL401")
+    assert alone.cost_seconds == pytest.approx(spikes.cost_seconds, rel=0.01)

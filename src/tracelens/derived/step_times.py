@@ -512,6 +512,16 @@ def _merged(
     return merged
 
 
+def spike_events(spikes: Sequence[Window]) -> list[list[Window]]:
+    """Isolated spikes of several logs at the same moment, as one event each: every rank waits at the
+    same step, so the job lost the worst log's time once, not once per log. Spikes with no time are
+    events of their own."""
+    timed = [(w.start, w.end, w, 0.0) for w in spikes if w.start is not None and w.end is not None]
+    usual = timedelta(milliseconds=max((w.baseline_ms for w in spikes), default=0.0))
+    events = [group for _, _, group, _ in _merged(timed, usual)]  # type: ignore[arg-type]
+    return events + [[w] for w in spikes if w.start is None or w.end is None]
+
+
 def _lulls_joined(
     stretches: list[tuple[datetime, datetime, list[Window], float]], stalls: list[tuple[datetime, datetime]]
 ) -> list[tuple[datetime, datetime, list[Window], float]]:

@@ -59,7 +59,7 @@ def step_time_spikes(
     slowdown (its median step under [steps] slow_ratio times the usual); otherwise it is told at
     info, with why.
     Isolated spikes (one or two slow steps) warn only when together they cost 15% of the
-    run's step time.
+    run's step time; a spike every rank's log shows at once is one spike of the job.
 
     Why it slows the run: in data-parallel training every rank waits for the slowest at each
     gradient all-reduce, so a slow window stalls the whole job. Windows where every step is
@@ -107,17 +107,21 @@ def step_time_spikes(
             ranks=[x.rank for x in ep.windows if x.rank >= 0],
             window=(ep.begin, ep.end),
         )
-    cost = sum(w.cost_s for w in spikes)
+    events = step_times.spike_events(spikes)
+    cost = sum(max(w.cost_s for w in event) for event in events)
     if spikes and cost >= ctx.slow_steps.min_cost_share * total:
         worst = max(spikes, key=lambda w: w.peak_ms)
+        logs = len({w.file for w in spikes})
         yield Finding(
             # between progress lines a spike may as well be an evaluation or a checkpoint; single slow
             # steps that cost less than spikes_warn_share are a busy machine's noise
             severity=Severity.WARNING
             if worst.basis != "timestamps" and cost >= spikes_warn_share * total
             else Severity.INFO,
-            title=f"{count(len(spikes), 'isolated step-time spike')}",
-            summary=f"{count(len(spikes), 'single slow step')} or pairs, up to {worst.peak_ms:.0f} ms against a usual "
+            title=f"{count(len(events), 'isolated step-time spike')}",
+            summary=f"{count(len(events), 'single slow step')} or pairs"
+            + (f" of the job, read from {logs} logs (a step they all waited on counts once)" if logs > 1 else "")
+            + f", up to {worst.peak_ms:.0f} ms against a usual "
             f"{worst.baseline_ms:.0f} ms ({worst.label}), {_basis_note(worst.basis)}; together they cost "
             f"{cost:.1f} s, {cost / total:.0%} of the run's step time.",
             evidence=[e for w in spikes for e in step_evidence(ctx, w.file, w.lines)],
