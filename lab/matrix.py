@@ -56,6 +56,7 @@ NAMES = {
     "master": ("master", "worker-b"),
     "trainer": ("trainer0", "trainer1"),
     "compute": ("compute-1", "compute-2"),
+    "dgx": ("dgx-07", "dgx-12"),
 }
 FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1"
 STEP = re.compile(r"\[Rank (\d+)\] (?:step=\d+,|iteration +\d+/)")

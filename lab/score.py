@@ -1,5 +1,5 @@
-"""Score the lab matrix as issue 34 checks a verdict: python lab/score.py [--held-out] [--view rank0]
-(from the repository root).
+"""Score the lab matrix as issue 34 checks a verdict: python lab/score.py [--held-out | --runs DIR]
+[--view rank0] (from the repository root).
 
 For every run of fixtures/lab-matrix (the development part, or with --held-out the held-out part), the
 top finding's headline and each check of tests/helpers/lab.py (cause, window, where, offset): a
@@ -26,8 +26,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--held-out", action="store_true", help="score the held-out part instead")
     parser.add_argument("--view", choices=("rank0",), help="the DeepSpeed runs as DeepSpeed prints by default")
+    parser.add_argument(
+        "--runs", type=Path, help="score the runs in this folder instead (matrix.py --out, made outside the fixtures)"
+    )
     args = parser.parse_args()
-    runs = matrix_runs(held_out=args.held_out)
+    if args.runs:
+        runs = sorted(p.parent for p in args.runs.glob("*/expected.json"))
+    else:
+        runs = matrix_runs(held_out=args.held_out)
     if args.view:
         views = Path(tempfile.mkdtemp(prefix="tracelens-views-"))
         jobs = {r: expected_of(r)["job"] for r in runs}
