@@ -27,6 +27,8 @@ LINES = [
     "cmd=['pdsh', '-w', 'worker-0', '--node_rank=%n', '--master_addr=192.168.0.22', '--master_port=29500']",
     "[default0]:master_addr: 10.99.0.1",
     "export MASTER_ADDR=10.1.1.7",
+    "+ torchrun --nnodes=2 --nproc-per-node=2 --master-addr=node-a.cluster --master-port=29400 train.py",
+    "export PET_MASTER_ADDR=10.1.1.8",
     "[W1205 00:02:18.145723113 socket.cpp:207] [c10d] The hostname of the client socket cannot be retrieved. err=-3",
     "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py:81: FutureWarning: deprecated",
 ]
@@ -37,6 +39,8 @@ EXPECTED = [
     ("master", "192.168.0.22", 29500),
     ("master", "10.99.0.1", None),
     ("master", "10.1.1.7", None),
+    ("master", "node-a.cluster", 29400),
+    ("master", "10.1.1.8", None),
 ]
 
 
@@ -50,7 +54,7 @@ def _read(tmp_path: Path, lines: list[str]) -> pl.DataFrame:
 def test_store_and_master_lines_are_read_and_others_left(tmp_path):
     rows = _read(tmp_path, LINES)
     assert list(zip(rows["role"], rows["address"], rows["port"], strict=True)) == EXPECTED
-    assert rows["line"].to_list() == [1, 2, 3, 4, 5, 6]  # the c10d warnings are not the store's lines
+    assert rows["line"].to_list() == list(range(1, len(EXPECTED) + 1))  # the c10d warnings are not the store's lines
 
 
 def test_the_grammar_reads_what_the_regexes_find():

@@ -8,9 +8,10 @@ prefix, a launcher's tag, in the middle of a command line) with the equivalent v
   TORCH_CPP_LOG_LEVEL=INFO): this process runs the store (`store_server`, port);
 - `[c10d - debug] TCP client connected to host 10.99.0.1:29511`: the store's address as the
   process reached it (`store_client`, address, port);
-- `--master_addr=10.0.0.1` or `--master_addr 10.0.0.1` (DeepSpeed's runner and launcher, torchrun),
-  `MASTER_ADDR=10.0.0.1` (an environment echo), `master_addr: 10.0.0.1` (DDP's logger): the
-  address of the host of global rank 0 (`master`, address, and the port where the line gives it).
+- `--master_addr=10.0.0.1` or `--master_addr 10.0.0.1` (DeepSpeed's runner and launcher, torchrun,
+  which also takes `--master-addr`), `MASTER_ADDR=10.0.0.1` (an environment echo; torchrun's
+  `PET_MASTER_ADDR=` too), `master_addr: 10.0.0.1` (DDP's logger): the address of the host of
+  global rank 0 (`master`, address, and the port where the line gives it).
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ _C10D = r"\[c10d(?: - debug)?\] "
 _ADDRESS = r"(?P<address>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)"
 SERVER = _C10D + r"The server has started on port = (?P<port>\d+)\."
 CLIENT = _C10D + r"TCP client connected to host " + _ADDRESS + r":(?P<port>\d+)"
-MASTER = r"(?:--master_addr[= ]|MASTER_ADDR=|master_addr: )['\"]?" + _ADDRESS
-MASTER_PORT = r"(?:--master_port[= ]|MASTER_PORT=|master_port: )['\"]?(\d+)"
+MASTER = r"(?:--master[_-]addr[= ]|MASTER_ADDR=|master_addr: )['\"]?" + _ADDRESS
+MASTER_PORT = r"(?:--master[_-]port[= ]|MASTER_PORT=|master_port: )['\"]?(\d+)"
 # Every line the parser may claim holds one of these.
-CANDIDATE = r"\[c10d|master_addr|MASTER_ADDR"
+CANDIDATE = r"\[c10d|master[_-]addr|MASTER_ADDR"
 
 COLUMNS = ["role", "address", "port"]
 
