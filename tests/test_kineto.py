@@ -538,8 +538,8 @@ def test_traces_tell_a_slow_network_from_a_straggler(tmp_path):
 def test_tl431_names_the_last_arriving_rank(tmp_path):
     (finding,) = fire(context(tmp_path, Job(late=STRAGGLER)).tables, "TL431")
     assert finding.ranks == [2] and finding.hosts == ["node02"]
-    assert "slow steps 20-24" in finding.title and "10 of 10" in finding.title
-    assert "waited 80.00 ms per step" in finding.summary
+    assert "slow steps 20-24" in finding.title and "10 of 10 collectives, 100% of the others" in finding.title
+    assert "100% of the time the other ranks waited at them was for it, 80.00 ms per step" in finding.summary
 
 
 def test_tl431_stays_quiet_when_ranks_arrive_together(tmp_path):

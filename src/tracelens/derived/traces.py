@@ -42,6 +42,7 @@ from tracelens.derived.window_signals import Signal, _level
 
 GPU_KINDS = ("kernel", "memcpy", "memset")
 RANK_STEP = ["rank", "step"]
+COLLECTIVE = ["pg", "step", "key"]  # one collective of the job, as the arrivals' rows name it
 MIN_OFFSET_COLLECTIVES = 3  # matched collectives a host needs for its clock offset to be estimated
 TIE_US = 1.0  # ranks arriving within this of each other arrived together: none of them came last
 
@@ -297,7 +298,7 @@ def arrivals(spans: pl.LazyFrame, ranks: pl.LazyFrame) -> pl.DataFrame:
         wait_by_duration_us=pl.col("dur_us") - pl.col("dur_us").min().over(match),
         last=(pl.col("arrival_us") == last) & (last - pl.col("arrival_us").min().over(match) > TIE_US),
     )
-    return out.select(list(ARRIVAL_SCHEMA)).cast(ARRIVAL_SCHEMA).collect().sort("pg", "step", "key", "rank")  # type: ignore[arg-type]
+    return out.select(list(ARRIVAL_SCHEMA)).cast(ARRIVAL_SCHEMA).collect().sort(*COLLECTIVE, "rank")  # type: ignore[arg-type]
 
 
 def _with_offsets(rows: pl.LazyFrame, match: list[str]) -> pl.LazyFrame:

@@ -14,6 +14,7 @@ from typing import Any
 import polars as pl
 
 from tracelens.derived import RunContext
+from tracelens.derived.traces import COLLECTIVE
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.findings.evidence import row_evidence
 from tracelens.ingest.profiler.kineto import EPOCH_MIN_US
@@ -131,7 +132,9 @@ def exposed_communication(ctx: RunContext, *, share: float = 0.25, critical_shar
     needs=("trace_spans",),
     settings={
         "slow_ratio": Setting("multiple of the median step", "A step slower than this is part of a slow stretch."),
-        "last_share": Setting("share of the collectives", "One rank arrives last at more than this share."),
+        "last_share": Setting(
+            "share of the waiting", "More than this share of the ranks' waiting at collectives is for one rank."
+        ),
         "min_wait_share": Setting("share of the step", "The others wait for it at least this share of their steps."),
         "min_collectives": Setting("collectives", "Fewer matched collectives in a stretch say too little."),
         "min_steps": Setting("steps", "A slow stretch of fewer steps is a spike, not judged on its own."),
@@ -148,9 +151,11 @@ def last_arriving_rank(
 ) -> Iterator[Finding]:
     """
     What it finds: from the collectives matched across the ranks' profiler traces (by process
-    group and sequence number, or by position in the step), the rank that arrives last at more
-    than `last_share` of them, in each slow stretch of steps (steps slower than `slow_ratio` times
-    the median, at least `min_steps` of them) or, when no stretch is slower, over the whole trace;
+    group and sequence number, or by position in the step), the rank the others waited for: the
+    one that arrived last where more than `last_share` of their waiting time was spent, in each
+    slow stretch of steps (the run's slow stretches as its logs
+    show them, else the traced steps slower than `slow_ratio` times their median, at least
+    `min_steps` of them) or, when no stretch is slower, over the whole trace;
     only when the other ranks wait for it at least `min_wait_share` of their step time. A rank
     arrives when its NCCL kernel (or, CPU only, its collective) starts; it waits from then until
     the last rank arrives.
@@ -170,13 +175,26 @@ def last_arriving_rank(
     if arrived.height == 0 or arrived["rank"].n_unique() < 2:
         return
     steps = ctx.trace_breakdown.filter(pl.col("step").is_not_null(), pl.col("window_us") > 0)
-    stretches = [s for s in _slow_stretches(steps, slow_ratio) if len(s) >= min_steps]
-    scopes: list[list[int] | None] = [*stretches] or [None]
+    stretches = _episode_steps(ctx) or _slow_stretches(steps, slow_ratio)
+    scopes: list[list[int] | None] = [s for s in stretches if len(s) >= min_steps] or [None]
     for stretch in scopes:
         rows = arrived if stretch is None else arrived.filter(pl.col("step").is_in(stretch))
         finding = _last_rank(ctx, rows, steps, stretch, last_share, min_wait_share, min_collectives)
         if finding is not None:
             yield finding
+
+
+def _episode_steps(ctx: RunContext) -> list[list[int]]:
+    """The traced steps that ended inside each of the job's slow stretches (the windows TL401 and TL410
+    judge against the whole run): a trace that holds mostly slow steps has no stretch slower than its
+    own median, yet the run's logs still tell which of its steps were slow."""
+    ended = ctx.trace_levels.select("step", "end")
+    found = []
+    for episode in ctx.slow_episodes:
+        inside = ended.filter(pl.col("end").is_between(episode.begin, episode.end))["step"].unique().sort()
+        if inside.len():
+            found.append(inside.to_list())
+    return found
 
 
 def _slow_stretches(steps: pl.DataFrame, slow_ratio: float) -> list[list[int]]:
@@ -198,15 +216,26 @@ def _last_rank(
     min_wait_share: float,
     min_collectives: int,
 ) -> Finding | None:
-    collectives = rows.select("pg", "step", "key").unique().height
+    collectives = rows.select(*COLLECTIVE).unique().height
     if collectives < min_collectives:
         return None
-    lasts = rows.filter("last").group_by("rank").len().sort("len", "rank", descending=[True, False])
-    if lasts.height == 0:
+    # whom the ranks waited for, by time: under ZeRO-3 a step holds many small prefetched collectives
+    # that any rank may start last by a hair; the waiting a slow rank causes is what sets the pace
+    late = rows.filter("last").select(*COLLECTIVE, late=pl.col("rank"))
+    waited_for = (
+        rows.join(late, on=COLLECTIVE)
+        .filter(pl.col("rank") != pl.col("late"))
+        .group_by("late")
+        .agg(pl.col("wait_us").sum())
+        .sort("wait_us", "late", descending=[True, False])
+    )
+    total = waited_for["wait_us"].sum()
+    if waited_for.height == 0 or total <= 0:
         return None
-    rank, times = lasts.row(0)
-    if times <= last_share * collectives:
+    rank, for_it = waited_for.row(0)
+    if for_it <= last_share * total:
         return None
+    times = late.filter(pl.col("late") == rank).height
     others = rows.filter(pl.col("rank") != rank)
     scope = steps if stretch is None else steps.filter(pl.col("step").is_in(stretch))
     other_steps = scope.filter(pl.col("rank") != rank)
@@ -221,19 +250,20 @@ def _last_rank(
     begin, end = rows["arrival_us"].min(), rows["last_arrival_us"].max()
     lateness = rows.filter(pl.col("rank") == rank)
     worst = lateness.join(
-        others.group_by("pg", "step", "key").agg(pl.col("arrival_us").max().alias("next")), on=["pg", "step", "key"]
+        others.group_by(*COLLECTIVE).agg(pl.col("arrival_us").max().alias("next")), on=COLLECTIVE
     ).with_columns(late_us=pl.col("arrival_us") - pl.col("next"))
     late = worst["late_us"].median() or 0.0
     return Finding(
         severity=Severity.WARNING,
-        title=f"Rank {rank}{f' on {host}' if host else ''} arrives last at {times} of {collectives} collectives"
-        + (f" in the slow steps {_steps_text(stretch)}" if stretch else ""),
+        title=f"Rank {rank}{f' on {host}' if host else ''} arrives last at {times} of {collectives} collectives, "
+        f"{for_it / total:.0%} of the others' waiting"
+        + (f", in the slow steps {_steps_text(stretch)}" if stretch else ""),
         summary=(
             f"In {where}, rank {rank} started {times} of the {collectives} collectives matched across "
             f"{rows['rank'].n_unique()} ranks' profiler traces last, a median {late / 1e3:,.2f} ms after the "
-            f"rank before it; the other ranks waited {waited / 1e3:,.2f} ms per step for it "
-            f"({waited / step_us:.0%} of their {step_us / 1e3:,.1f} ms steps), while rank {rank} itself waited "
-            f"{own / 1e3:,.2f} ms per collective."
+            f"rank before it; {for_it / total:.0%} of the time the other ranks waited at them was for it, "
+            f"{waited / 1e3:,.2f} ms per step in all ({waited / step_us:.0%} of their {step_us / 1e3:,.1f} ms "
+            f"steps), while rank {rank} itself waited {own / 1e3:,.2f} ms per collective."
         ),
         evidence=_trace_evidence(files, [rank]),
         hosts=[host] if host else [],
