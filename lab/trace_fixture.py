@@ -7,7 +7,7 @@ layout). The events are cut as text, so what is kept is byte for byte what the p
 metadata events (`"ph": "M"`: process and thread names) and every event that starts inside the kept
 steps, from the first kept ProfilerStep's start to the last one's end. The kept steps are those that
 overlap BEFORE_S seconds before the fault to AFTER_S seconds after it switched on (a clean run: the
-slot a fault would have taken).
+slot a fault would have taken); TRACE_BEFORE_S and TRACE_AFTER_S in the environment set them (3, 5).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from make_fixture import utc
-from matrix import FAULT_AFTER, Run
+from matrix import FAULT_AFTER, Run, env_float
 
-BEFORE_S = 3.0
-AFTER_S = 5.0
+BEFORE_S = env_float("TRACE_BEFORE_S", 3.0)
+AFTER_S = env_float("TRACE_AFTER_S", 5.0)
 SEPARATOR = "},\n  {"
 EVENTS = re.compile(r'"traceEvents"\s*:\s*\[\s*')
 RANK = re.compile(r"^rank(\d+)\.")

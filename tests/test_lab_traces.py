@@ -1,6 +1,7 @@
 """The real lab runs with a profiler trace of every rank (fixtures/lab-traces, lab/traces.tsv): the
 slow-window verdict names the rank that arrived last and the cause, a clean run names none, and the
-traces are what make the verdict on a DDP job, whose logs print only iteration times."""
+traces are what make the verdict on a DDP job, whose logs print only iteration times, and on a
+DeepSpeed job as it prints by default (timers on rank 0 only)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ def _verdicts(findings: list[Finding]) -> list[Finding]:
 
 
 def test_the_runs_are_real_small_and_traced():
-    assert {_expected(p)["scenario"] for p in RUNS} == {"clean", "slow-rank", "loss"}
+    assert {_expected(p)["scenario"] for p in RUNS} == {"clean", "slow-rank", "loss", "contention-all"}
     assert {_expected(p)["job"]["world"] for p in RUNS} == {2, 4}
-    assert sum(f.stat().st_size for f in TRACES.rglob("*") if f.is_file()) < 6e6
+    assert {_expected(p)["job"]["engine"] for p in RUNS} == {"ddp", "deepspeed"}
+    assert sum(f.stat().st_size for f in TRACES.rglob("*") if f.is_file()) < 18e6
     for run in RUNS:
         expected = _expected(run)
         assert expected["real"] is True and expected["synthetic"] is False
@@ -58,7 +60,7 @@ def test_the_verdict_names_the_cause_and_the_last_rank(run, analysis_of):
         assert any("from its profiler trace" in line for line in top.verdict.because)
         last = [f for f in analysis_of(run).findings if f.rule_id == "TL431"]
         assert all(f.ranks == expected["ranks"] and f.hosts == expected["hosts"] for f in last)
-        assert last or expected["job"]["world"] == 2  # the 4-rank run's TL431 names the rank and host too
+        assert last  # TL431 names the rank and host too, by the time the others waited for it
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
@@ -83,8 +85,9 @@ def test_a_clean_run_names_no_cause_and_no_last_rank(analysis_of):
     assert _verdicts(findings) == [] and [f for f in findings if f.rule_id == "TL431"] == []
 
 
-def test_without_the_traces_the_slow_rank_is_undetermined(tmp_path):
-    run = TRACES / "tr-ddp4-02-slow-rank-r3"
+@pytest.mark.parametrize("name", ["tr-ddp4-02-slow-rank-r3", "tr-ds4z2ov5p-01-slow-rank-r1x3"])
+def test_without_the_traces_the_slow_rank_is_undetermined(tmp_path, name):
+    run = TRACES / name
     bare = shutil.copytree(run, tmp_path / run.name)
     for trace in bare.glob("*/rank*.pt.trace.json.gz"):
         trace.unlink()

@@ -103,14 +103,16 @@ def as_printed(run: dict) -> dict:
     (rank 0's timers only) a slow rank or a contended host that is not rank 0's shows in no log's timers,
     nor does rank 0's own work under ZeRO-3 (its forward all-gathers), so no cause is knowable (`unseen`:
     the verdict must name none); rank 0's own work rising alone cannot tell a straggler from contention on
-    every rank (`causes`: either, on rank 0); one host's steps measure no clock offset."""
+    every rank (`causes`: either, on rank 0); one host's steps measure no clock offset. A profiler trace
+    of every rank (`traces`) times each rank's own work and arrival: with them every cause is knowable."""
     job = run.get("job", {})
-    if job.get("engine") == "ddp" and not run.get("traces") and run["cause"] in ("straggler", "contention", "input"):
+    traced = bool(run.get("traces"))
+    if job.get("engine") == "ddp" and not traced and run["cause"] in ("straggler", "contention", "input"):
         return {**run, "unseen": True}  # one time per iteration: no timer splits own work, waiting or loading
     if job.get("printing") != "default":
         return run
     run = dict(run)
-    if run["cause"] in ("straggler", "contention"):
+    if run["cause"] in ("straggler", "contention") and not traced:
         if 0 in run["ranks"] and job.get("zero") != 3:
             run["causes"] = ["straggler", "contention"]
             run["ranks"], run["hosts"] = [0], [job["rank_hosts"]["0"]]
