@@ -128,6 +128,14 @@ def test_base_time_and_collective_arguments(tmp_path):
     assert gpu["step"].drop_nulls().unique().sort().to_list() == [4, 5, 6]
 
 
+def test_a_collective_op_alone_keeps_its_own_length(tmp_path):
+    # gloo's worker threads run `gloo:all_reduce` with no record_param_comms: the op is the row, its
+    # length the trace's to the nanosecond (not rounded where the base time makes its times large)
+    spans, _, _ = read(unpacked("hta_cpu_only_rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", tmp_path))
+    ops = spans.filter(pl.col("kind") == "collective").sort("start_us")
+    assert ops["dur_us"][:2].to_list() == [173209.713, 170471.258]
+
+
 def test_old_traces_pair_the_call_with_the_op_that_holds_it(tmp_path):
     spans, _, _ = read(unpacked("hta_trace_diff_control_control.json.gz", tmp_path))
     calls = spans.filter(pl.col("kind") == "collective")
@@ -136,10 +144,14 @@ def test_old_traces_pair_the_call_with_the_op_that_holds_it(tmp_path):
 
 
 def evented(path: Path, monkeypatch: pytest.MonkeyPatch) -> pl.DataFrame:
-    """The trace's spans as Python's parser reads them, an event at a time (DuckDB made to refuse every chunk)."""
+    """The trace's spans as Python's parser reads them, an event at a time (DuckDB made to refuse every
+    chunk but the events Python's parser read, written again with their types)."""
+    duck = kineto._duck
 
-    def refuse(*_: object) -> pl.DataFrame:
-        raise duckdb.Error("refused")
+    def refuse(con: duckdb.DuckDBPyConnection, path: Path, array: bytes) -> pl.DataFrame:
+        if not path.name.endswith("-typed.json"):
+            raise duckdb.Error("refused")
+        return duck(con, path, array)
 
     with monkeypatch.context() as patched:
         patched.setattr(kineto, "_duck", refuse)

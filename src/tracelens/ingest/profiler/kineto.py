@@ -64,11 +64,9 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _RANK_IN_NAME = re.compile(r"rank[_-]?(\d+)", re.I)
 
-# The args read, as text (made integers below: ROCm writes a stream as "0x0"). Every event's ids
-# and placement ...
+# The args read: every event's ids and placement (integers) ...
 SPAN_ARGS = {"correlation": "correlation", "stream": "stream", "device": "device", "bytes": "bytes"}
-# ... and a collective's, as text (cast below), for the few events that carry them: record_param_comms
-# and NCCL kernels
+# ... and a collective's, for the few events that carry them: record_param_comms and NCCL kernels
 COLLECTIVE_ARGS = {
     "Collective name": "collective",
     "In msg nelems": "in_nelems",
@@ -83,28 +81,21 @@ COLLECTIVE_ARGS = {
     "Dst Rank": "dst_rank",
 }
 _COLLECTIVE_INTS = ("in_nelems", "out_nelems", "group_size", "seq", "src_rank", "dst_rank")
-# an event's fields as read; `args` as the text of the values of ARG_KEYS (in that order), read only
-# on the rows that need them
-_EVENT_SCHEMA = {
-    "ph": pl.String,
-    "cat": pl.String,
-    "name": pl.String,
-    "pid": pl.String,
-    "tid": pl.String,
-    "ts": pl.Float64,
-    "dur": pl.Float64,
-    "args": pl.List(pl.String),
-}
-# the kept rows' fields, typed: the event's and its args'
-FLAT_SCHEMA = (
-    {k: v for k, v in _EVENT_SCHEMA.items() if k != "args"}
-    | dict.fromkeys(SPAN_ARGS.values(), pl.Int64)
-    | {c: pl.Int64 if c in _COLLECTIVE_INTS else pl.String for c in COLLECTIVE_ARGS.values()}
-)
 CPU_CATS = ("cpu_op", "user_annotation")
 GPU_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
-ARG_KEYS = [*SPAN_ARGS, *COLLECTIVE_ARGS]  # the correlation id first, then the rest of SPAN_ARGS
+# the kinds of event kept (`X` spans of these `cat`s), each read as its place in this tuple (`code`)
+_CATS = (*CPU_CATS, *LAUNCH_CATS, *GPU_KINDS)
+UNTIMED = 255  # the code of a kept kind of event whose time or length is no time (TIME_LIMIT_US)
+ARG_KEYS = [*SPAN_ARGS, *COLLECTIVE_ARGS]
+# the kept rows' fields, typed: the event's and its args' (a collective's read as JSON text first)
+FLAT_SCHEMA = (
+    {"code": pl.UInt8, "name": pl.String, "pid": pl.String, "tid": pl.String}
+    | {"start_us": pl.Float64, "dur_us": pl.Float64}  # on the trace's clock (baseTimeNanoseconds added last)
+    | dict.fromkeys(SPAN_ARGS.values(), pl.Int64)
+    | {c: pl.Int64 if c in _COLLECTIVE_INTS else pl.String for c in COLLECTIVE_ARGS.values()}
+    | {"collective_args": pl.String}
+)
 COMM_OP = r"^(?:nccl|gloo|mpi|ucc|xccl):"  # a collective op's name: its backend, a colon, the op
 PARAM_COMMS = "record_param_comms"
 # GPU span classes, as Holistic Trace Analysis draws them: NCCL kernels communicate, copies and sets
@@ -112,30 +103,53 @@ PARAM_COMMS = "record_param_comms"
 COMMUNICATION_KERNEL = r"^nccl.*Kernel"
 MEMORY_KERNEL = r"^(?:Memcpy|Memset|dma)"
 OTHER_KERNEL = r"Memcpy|Memset|Sync"
-
-# The events as DuckDB reads them (_EVENT_SCHEMA): the event's fields, and the args its kind reads,
-# each value as its text: a launch's correlation id, a GPU span's SPAN_ARGS, every ARG_KEYS on an NCCL
-# kernel and a collective call (each reads a prefix of ARG_KEYS)
-_JSON_COLUMNS = {k: {pl.Float64: "DOUBLE"}.get(v, "VARCHAR") for k, v in _EVENT_SCHEMA.items()} | {"args": "JSON"}
+# Microseconds from the epoch (2096) past which a span's time or length is a bad value of its event:
+# in nanoseconds, start plus base time would overflow 64 bits (1e309 reads as infinity).
+TIME_LIMIT_US = 4e15
 
 
-def _quoted(values: Iterable[str]) -> str:
-    return ", ".join(f"'{v}'" for v in values)
+def _code(cats: Iterable[str]) -> list[int]:
+    """The codes of these `cat`s."""
+    return [_CATS.index(c) for c in cats]
 
 
-def _args_sql(count: int) -> str:
-    """The first `count` ARG_KEYS of an event's args, as a list of text (SQL)."""
-    paths = ", ".join(f"""'$."{key}"'""" for key in ARG_KEYS[:count])
-    return f"json_extract_string(args, [{paths}])"
+def _codes_sql(cats: Iterable[str]) -> str:
+    return f"code IN ({', '.join(map(str, _code(cats)))})"
 
 
-_GPU_SQL = f"cat IN ({_quoted(GPU_KINDS)})"
+def _args_sql(fields: dict[str, str]) -> str:
+    """json_transform's structure for the args `fields` (key -> column), typed as FLAT_SCHEMA types the
+    column: an integer from a number or its text, decimal or hex (ROCm writes a stream as "0x0"),
+    anything else null; text as written (a number's text, an array's JSON)."""
+    types = {key: "BIGINT" if FLAT_SCHEMA[column] == pl.Int64 else "VARCHAR" for key, column in fields.items()}
+    return json.dumps(types)
+
+
+# The event's fields as DuckDB reads them (`args` as its JSON, read only where a kind needs it)
+_JSON_COLUMNS = dict.fromkeys(("ph", "cat", "name", "pid", "tid"), "VARCHAR") | {
+    "ts": "DOUBLE",
+    "dur": "DOUBLE",
+    "args": "JSON",
+}
+# Each event as DuckDB reads it: its kind's code (null: not kept; UNTIMED: a time or length out of
+# range, or no time), the name of a CPU or GPU span, a CPU span's thread, its times, the ids of a
+# launch or GPU span (`ids`, SPAN_ARGS typed), and the args of an NCCL kernel or a collective call as
+# JSON text (`collective_args`, typed once at the end by _collective_args: a column of each on every
+# row would cost more than the parse of those rows).
+_TIMED_SQL = f"abs(ts) <= {TIME_LIMIT_US} AND coalesce(abs(dur) <= {TIME_LIMIT_US}, true)"
+_KIND_SQL = " ".join(f"WHEN '{cat}' THEN {code}" for code, cat in enumerate(_CATS))
+_CPU_SQL, _GPU_SQL = _codes_sql(CPU_CATS), _codes_sql(GPU_KINDS)
 _SELECT = (
-    "SELECT ph, cat, name, pid, tid, ts, dur, CASE"
-    f" WHEN cat IN ({_quoted(LAUNCH_CATS)}) THEN {_args_sql(1)}"
-    f" WHEN {_GPU_SQL} AND NOT starts_with(name, 'nccl') THEN {_args_sql(len(SPAN_ARGS))}"
-    f" WHEN {_GPU_SQL} OR name = '{PARAM_COMMS}' THEN {_args_sql(len(ARG_KEYS))}"
-    " END AS args FROM events"
+    f"SELECT code, CASE WHEN {_CPU_SQL} OR {_GPU_SQL} THEN name END AS name,"
+    f" CASE WHEN {_CPU_SQL} THEN pid END AS pid, CASE WHEN {_CPU_SQL} THEN tid END AS tid,"
+    " ts AS start_us, coalesce(dur, 0.0) AS dur_us,"
+    f" CASE WHEN {_GPU_SQL} OR {_codes_sql(LAUNCH_CATS)}"
+    f" THEN json_transform(args, '{_args_sql(SPAN_ARGS)}') END AS ids,"
+    f" CASE WHEN ({_GPU_SQL} AND starts_with(name, 'nccl')) OR ({_CPU_SQL} AND name = '{PARAM_COMMS}')"
+    " THEN args END AS collective_args"
+    f" FROM (SELECT CASE WHEN ph = 'X' AND cat IN ({', '.join(repr(c) for c in _CATS)})"
+    f" THEN CASE WHEN {_TIMED_SQL} THEN CASE cat {_KIND_SQL} END ELSE {UNTIMED} END END::UTINYINT AS code,"
+    " * FROM events)"
 )
 
 
@@ -184,8 +198,8 @@ def ingest(source: InputFile) -> IngestResult:
     return result
 
 
-_CPU_COLUMNS = ["cat", "name", "pid", "tid", "ts", "dur"]
-_GPU_COLUMNS = ["cat", "name", "ts", "dur", *SPAN_ARGS.values()]
+_CPU_COLUMNS = ["code", "name", "pid", "tid", "start_us", "dur_us"]
+_GPU_COLUMNS = ["code", "name", "start_us", "dur_us", *SPAN_ARGS.values()]
 
 
 class Trace:
@@ -194,67 +208,57 @@ class Trace:
     def __init__(self) -> None:
         self.meta: dict[str, Any] = {}
         self.events = 0  # every event, broken ones too
-        self.untimed = 0  # kept kinds of event whose time is no time (_timed)
+        self.untimed = 0  # kept kinds of event whose time is no time (UNTIMED)
         self.broken = 0  # events whose text is not JSON (_events_of)
         self.zeros: tuple[int, int] | None = None  # where the zero bytes the file ends in begin, and how many
         self.cpu: list[pl.DataFrame] = []
         self.calls: list[pl.DataFrame] = []  # record_param_comms, with the collective's args
         self.gpu: list[pl.DataFrame] = []
+        self.nccl: list[pl.DataFrame] = []  # NCCL kernels, with the collective's args; one frame a batch
         self.launches: list[pl.DataFrame] = []
 
     def keep(self, batch: pl.DataFrame) -> None:
-        """Sort a batch of raw events (_EVENT_SCHEMA) into CPU spans, GPU spans and launches, each with
-        the columns it needs: the args are decoded only on the rows that read them."""
+        """Sort a batch of events (_SELECT) into CPU spans, GPU spans and launches, each with the
+        columns it needs."""
         self.events += batch.height
-        cat = pl.col("cat")
-        flat = batch.filter(pl.col("ph") == "X", cat.is_in([*CPU_CATS, *GPU_KINDS, *LAUNCH_CATS]))
-        timed = _timed(flat)
-        self.untimed += flat.height - int(timed.sum())
-        flat = flat.filter(timed)
-        cpu = flat.filter(cat.is_in(CPU_CATS))
-        calls = cpu["name"] == PARAM_COMMS
-        if cpu.height:
-            self.cpu.append(_own(cpu.filter(~calls).select(_CPU_COLUMNS)))
-        if calls.any():
-            self.calls.append(_own(_with_args(cpu.filter(calls), COLLECTIVE_ARGS).drop("ph")))
-        gpu = flat.filter(cat.is_in(list(GPU_KINDS)))
-        nccl = gpu["name"].str.starts_with("nccl")
-        if gpu.height:
-            self.gpu.append(_own(_with_args(gpu.filter(~nccl), SPAN_ARGS).select(_GPU_COLUMNS)))
-        if nccl.any():
-            self.gpu.append(_own(_with_args(gpu.filter(nccl), SPAN_ARGS | COLLECTIVE_ARGS).drop("ph", "pid", "tid")))
-        launches = _with_args(flat.filter(cat.is_in(LAUNCH_CATS)), {"correlation": "correlation"})
-        launches = launches.filter(pl.col("correlation").is_not_null())
-        if launches.height:
-            self.launches.append(launches.select("correlation", launch_us="ts"))
+        self.untimed += int((batch["code"] == UNTIMED).sum())
+        code = pl.col("code")
+        cpu = batch.lazy().filter(code.is_in(_code(CPU_CATS)))
+        calls = pl.col("name") == PARAM_COMMS
+        self.cpu.append(_own(cpu.filter(~calls).select(_CPU_COLUMNS)))
+        self.calls.append(_own(cpu.filter(calls).select(*_CPU_COLUMNS, "collective_args")))
+        gpu = batch.lazy().filter(code.is_in(_code(GPU_KINDS))).unnest("ids")
+        nccl = pl.col("name").str.starts_with("nccl")
+        self.gpu.append(_own(gpu.filter(~nccl).select(_GPU_COLUMNS)))
+        self.nccl.append(_own(gpu.filter(nccl).select(*_GPU_COLUMNS, "collective_args")))
+        correlation = pl.col("ids").struct.field("correlation")
+        launches = batch.lazy().filter(code.is_in(_code(LAUNCH_CATS)), correlation.is_not_null())
+        self.launches.append(launches.select(correlation, launch_us="start_us").collect())
 
 
-# Microseconds from the epoch (2096) past which a span's time or length is a bad value of its event:
-# in nanoseconds, start plus base time would overflow 64 bits (1e309 reads as infinity).
-TIME_LIMIT_US = 4e15
+def _own(kept: pl.LazyFrame) -> pl.DataFrame:
+    """`kept` holding none of its batch's memory: its names as categories (few distinct names, held
+    once) and the collective's args copied. A text column filtered, or imported from DuckDB, is views
+    into buffers it shares with every column of the batch, and keeps them all."""
+    text = pl.col(pl.String).exclude("collective_args").cast(pl.Categorical)
+    if "collective_args" in kept.collect_schema().names():
+        return kept.with_columns(text, pl.concat_str("collective_args", pl.lit(""))).collect()
+    return kept.with_columns(text).collect()
 
 
-def _timed(events: pl.DataFrame) -> pl.Series:
-    """Whether each event has a time, and its time and length (if any) are within TIME_LIMIT_US."""
-    within = [
-        (pl.col("ts").abs() <= TIME_LIMIT_US).fill_null(False),
-        (pl.col("dur").abs() <= TIME_LIMIT_US).fill_null(True),
-    ]
-    return events.select(pl.all_horizontal(within)).to_series()
+def _collective_args(frame: pl.DataFrame) -> pl.DataFrame:
+    """`frame` with its `collective_args` (JSON text) as the COLLECTIVE_ARGS columns, typed as the
+    ids are (_args_sql)."""
+    import duckdb
 
-
-def _own(kept: pl.DataFrame) -> pl.DataFrame:
-    """`kept` with its text as categories (few distinct names, held once): a filtered text column
-    still holds the whole batch's text (its strings are views into the batch's buffers)."""
-    return kept.with_columns(pl.col(pl.String).cast(pl.Categorical))
-
-
-def _with_args(events: pl.DataFrame, fields: dict[str, str]) -> pl.DataFrame:
-    """`events` with the args `fields` (key in args -> column), typed (FLAT_SCHEMA)."""
-    values = [
-        pl.col("args").list.get(ARG_KEYS.index(key), null_on_oob=True).alias(column) for key, column in fields.items()
-    ]
-    return _integers(events.with_columns(values).drop("args"))
+    with duckdb.connect(config={"threads": 1}) as con:  # one thread: the rows stay in their order
+        texts = con.from_arrow(frame.select("collective_args").to_arrow())
+        typed = texts.query(
+            "texts", f"SELECT json_transform(collective_args, '{_args_sql(COLLECTIVE_ARGS)}') AS a FROM texts"
+        )
+        assert typed is not None  # a SELECT has rows, if none
+        args = typed.pl().unnest("a").rename(COLLECTIVE_ARGS)
+    return pl.concat([frame.drop("collective_args"), args], how="horizontal")
 
 
 def read_trace(path: Path) -> Trace:
@@ -272,10 +276,12 @@ def _chunked(path: Path, trace: Trace) -> Iterator[pl.DataFrame]:
 
 
 def _parsed(arrays: Iterator[bytes], trace: Trace) -> Iterator[pl.DataFrame]:
-    """Each array of whole events as its events (_EVENT_SCHEMA), read by DuckDB (_duck); an array it
-    does not read, an event at a time by Python's parser (_events_of): a value of the wrong type, a
-    string not UTF-8 or wrongly escaped, or a cut inside an event (between objects nested in its
-    arrays), whose rest then starts the next array, read the same way."""
+    """Each array of whole events as its events (_SELECT), read by DuckDB (_duck); an array it does
+    not read, an event at a time by Python's parser (_events_of): a value of the wrong type, a string
+    not UTF-8 or wrongly escaped, or a cut inside an event (between objects nested in its arrays),
+    whose rest then starts the next array, read the same way. The events Python reads are written
+    again as JSON DuckDB reads, each value of its field's type, for the same query: one typing of the
+    args for both."""
     import duckdb  # here, not at the top: only a run with traces pays for loading it
 
     with duckdb.connect(config={"threads": 1}) as con, tempfile.TemporaryDirectory(prefix="tracelens-") as folder:
@@ -290,7 +296,8 @@ def _parsed(arrays: Iterator[bytes], trace: Trace) -> Iterator[pl.DataFrame]:
             body = carry + (b"," if carry and array else b"") + (array[1:-1] if array else b"")
             rows, carry = _events_of(body, trace, last=array is None)
             if rows:
-                yield _flat_frame(rows)
+                text = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+                yield _duck(con, Path(folder) / f"events-{number}-typed.json", text.encode("utf-8", errors="replace"))
 
 
 def _duck(con: Any, path: Path, array: bytes) -> pl.DataFrame:
@@ -424,19 +431,6 @@ def _ahead(items: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
             yield item
 
 
-_INTEGERS = (*SPAN_ARGS.values(), *_COLLECTIVE_INTS)
-
-
-def _integers(frame: pl.DataFrame) -> pl.DataFrame:
-    """The integer args of `frame` as integers, from decimal, float or hex text (anything else: null)."""
-    present = [c for c in _INTEGERS if c in frame.columns and frame.schema[c] == pl.String]
-    hexed = [pl.col(c).str.strip_prefix("0x").str.to_integer(base=16, strict=False) for c in present]
-    plain = [pl.col(c).cast(pl.Float64, strict=False).cast(pl.Int64, strict=False) for c in present]  # 1e30: null
-    return frame.with_columns(
-        pl.when(pl.col(c).str.starts_with("0x")).then(h).otherwise(d).alias(c) for c, h, d in zip(present, hexed, plain)
-    )
-
-
 def _object_text(head: bytes) -> dict[str, Any]:
     """The keys before `traceEvents` (`{ "schemaVersion": 1, ..., `), as a dict; {} if they do not parse."""
     text = head.decode("utf-8", errors="replace").strip().rstrip(",")
@@ -511,7 +505,7 @@ def _events_of(body: bytes, trace: Trace, last: bool) -> tuple[list[dict], bytes
             trace.events += 1
             j = i
         elif isinstance(event, dict):
-            rows.append(_flat_event(event))
+            rows.append(_typed_event(event))
         i = j + 1
     return rows, b""
 
@@ -531,21 +525,14 @@ def _event(text: bytes) -> Any:
         return _BROKEN
 
 
-def _flat_frame(rows: list[dict]) -> pl.DataFrame:
-    return pl.DataFrame(rows, schema=_EVENT_SCHEMA)
-
-
-def _flat_event(event: dict) -> dict[str, Any]:
+def _typed_event(event: dict) -> dict[str, Any]:
+    """An event's fields as _JSON_COLUMNS types them (text, or a number: infinity where Python's
+    parser read a number past a float's range), and the args of ARG_KEYS as they are."""
     out: dict[str, Any] = {k: _text(event.get(k)) for k in ("ph", "cat", "name", "pid", "tid")}
     out.update({k: _number(event.get(k)) for k in ("ts", "dur")})
     args = event.get("args")
-    out["args"] = [_arg_text(args.get(key)) for key in ARG_KEYS] if isinstance(args, dict) else None
+    out["args"] = {key: args[key] for key in ARG_KEYS if key in args} if isinstance(args, dict) else None
     return out
-
-
-def _arg_text(value: Any) -> str | None:
-    """An arg's value as text, as DuckDB's `json_extract_string` writes it."""
-    return _str(value) if value is None or isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -615,25 +602,22 @@ def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
     """One row per kept span of the trace, with its step, depth and time in UTC."""
     base = _base_us(trace.meta)
     cpu = _concat(trace.cpu, _CPU_COLUMNS)
-    calls = _concat(trace.calls, [*_CPU_COLUMNS, *COLLECTIVE_ARGS.values()])
-    gpu = _concat(trace.gpu, _GPU_COLUMNS)
+    calls = _collective_args(_concat(trace.calls, [*_CPU_COLUMNS, "collective_args"]))
+    gpu = _gpu_frame(trace.gpu, trace.nccl)
     launches = _concat(trace.launches, ["correlation", "launch_us"])
-    trace.cpu, trace.calls, trace.gpu, trace.launches = [], [], [], []  # their memory goes with the last reference
-    cpu, calls, gpu = (
-        frame.with_columns(start_us=pl.col("ts") + base, dur_us=pl.col("dur").fill_null(0.0)).drop("ts", "dur")
-        for frame in (cpu, calls, gpu)
-    )
-    launches = launches.with_columns(pl.col("launch_us") + base)
+    # their memory goes with the last reference
+    trace.cpu, trace.calls, trace.gpu, trace.nccl, trace.launches = [], [], [], [], []
     steps = _steps(cpu)
     cpu_rows = pl.concat([_cpu_spans(cpu), _collectives(cpu, calls)], how="diagonal_relaxed")
     del cpu, calls
     gpu_rows = _gpu_spans(gpu, launches)
     del gpu, launches
-    # each part placed in its steps apart, then sorted, then the rest added: every step on the whole
-    # rows would copy them (a column added to a frame of several chunks rechunks it)
+    # each part placed in its steps apart, then sorted, then the rest added and the times counted from
+    # the trace's base time: every step on the whole rows would copy them (a column added to a frame
+    # of several chunks rechunks it)
     parts = [_in_steps(part, steps) for part in (cpu_rows, gpu_rows)]
     del cpu_rows, gpu_rows
-    rows = _sorted(parts)
+    rows = _sorted(parts).with_columns(pl.col("start_us", "launch_us") + base)
     wall = rows.height > 0 and rows["start_us"].min() >= EPOCH_MIN_US  # type: ignore[operator]
     return rows.with_columns(
         file=pl.lit(name),
@@ -644,6 +628,19 @@ def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
         else pl.lit(None, dtype=pl.Datetime("ns", "UTC")),
         ts_quality=pl.lit("exact" if wall else "none"),
     )
+
+
+def _gpu_frame(gpu: list[pl.DataFrame], nccl: list[pl.DataFrame]) -> pl.DataFrame:
+    """The GPU spans as one frame, batch after batch, each batch's NCCL kernels after its other spans,
+    their collective's args typed at once for every batch (_collective_args). Only the NCCL kernels
+    are typed: the columns the other spans lack are nulls the concatenation adds, held in no memory
+    until written."""
+    typed = _collective_args(_concat(nccl, [*_GPU_COLUMNS, "collective_args"]))
+    starts = itertools.accumulate((frame.height for frame in nccl), initial=0)
+    parts = [
+        part for other, start, kernels in zip(gpu, starts, nccl) for part in (other, typed.slice(start, kernels.height))
+    ]
+    return pl.concat(parts or [typed], how="diagonal_relaxed")
 
 
 def _sorted(parts: list[pl.DataFrame]) -> pl.DataFrame:
@@ -696,15 +693,15 @@ def _steps(cpu: pl.DataFrame) -> pl.DataFrame:
 def _cpu_spans(cpu: pl.DataFrame) -> pl.DataFrame:
     """The CPU ops and annotations at most MAX_DEPTH deep on their thread (collectives apart)."""
     ops = ~_matching(cpu, "name", COMM_OP) & (pl.col("name") != PARAM_COMMS)
-    spans = _as_text(_with_depth(cpu.select("cat", "name", "pid", "tid", "start_us", "dur_us"), ops))
+    spans = _as_text(_with_depth(cpu.select("code", "name", "pid", "tid", "start_us", "dur_us"), ops))
     kind = (
         pl.when(pl.col("name").str.starts_with("ProfilerStep#"))
         .then(pl.lit("step"))
-        .when(pl.col("cat") == "user_annotation")
+        .when(pl.col("code").is_in(_code(["user_annotation"])))
         .then(pl.lit("annotation"))
         .otherwise(pl.lit("cpu_op"))
     )
-    return spans.with_columns(kind=kind).drop("cat")
+    return spans.with_columns(kind=kind).drop("code")
 
 
 def _with_depth(spans: pl.DataFrame, among: pl.Expr) -> pl.DataFrame:
@@ -745,10 +742,12 @@ def _collectives(cpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     number) with the `nccl:*`/`gloo:*` op on the same thread that starts inside it (PyTorch 2) or
     holds it (older); an op with no such call (gloo's worker threads) is a row of its own, and a call
     with neither an op nor a collective name, or that only waits for one (`wait`), is no row."""
-    calls = _as_text(calls.drop("cat")).sort("start_us")
+    calls = _as_text(calls.drop("code")).sort("start_us")
     ops = (
         _as_text(cpu.filter(_matching(cpu, "name", COMM_OP)))
-        .select("pid", "tid", op="name", op_start="start_us", op_end=pl.col("start_us") + pl.col("dur_us"))
+        .select(
+            "pid", "tid", op="name", op_start="start_us", op_dur="dur_us", op_end=pl.col("start_us") + pl.col("dur_us")
+        )
         .sort("op_start")
     )
     call_end = pl.col("start_us") + pl.col("dur_us")
@@ -771,14 +770,14 @@ def _collectives(cpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         .with_columns(backward=pairs[1]["backward"])
         .with_columns(pick=pl.coalesce("forward", "backward"))
         .with_columns(op=pl.col("pick").struct.field("op"), op_start=pl.col("pick").struct.field("op_start"))
-        .drop("forward", "backward", "pick", "op_end")
+        .drop("forward", "backward", "pick", "op_dur", "op_end")
     )
     named = named.with_columns(name=pl.coalesce("op", "collective")).filter(
         pl.col("name").is_not_null(), pl.col("collective").fill_null("") != "wait"
     )
     matched = named.filter(pl.col("op").is_not_null()).select("pid", "tid", "op_start")
     alone = ops.join(matched, on=["pid", "tid", "op_start"], how="anti").select(
-        "pid", "tid", name="op", start_us="op_start", dur_us=pl.col("op_end") - pl.col("op_start")
+        "pid", "tid", name="op", start_us="op_start", dur_us="op_dur"
     )
     rows = pl.concat([named.drop("op", "op_start"), alone], how="diagonal_relaxed")
     return rows.with_columns(
@@ -795,7 +794,7 @@ def _gpu_spans(gpu: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     category = (
         pl.when(_matching(gpu, "name", COMMUNICATION_KERNEL))
         .then(pl.lit("communication"))
-        .when((pl.col("cat") != "kernel") | _matching(gpu, "name", MEMORY_KERNEL))
+        .when(~pl.col("code").is_in(_code(["kernel"])) | _matching(gpu, "name", MEMORY_KERNEL))
         .then(pl.lit("memory"))
         .when(_matching(gpu, "name", OTHER_KERNEL))
         .then(pl.lit("other"))
@@ -803,8 +802,10 @@ def _gpu_spans(gpu: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     )
     rows = _as_text(rows.with_columns(_category=category))
     return rows.with_columns(
-        kind=pl.col("cat").replace_strict(GPU_KINDS, default="kernel"), category="_category", tid=pl.lit(None)
-    ).drop("cat", "_category")
+        kind=pl.col("code").replace_strict(dict(zip(_code(GPU_KINDS), GPU_KINDS.values())), default="kernel"),
+        category="_category",
+        tid=pl.lit(None),
+    ).drop("code", "_category")
 
 
 def _in_steps(rows: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
