@@ -646,14 +646,15 @@ def _gpu_frame(gpu: list[pl.DataFrame], nccl: list[pl.DataFrame]) -> pl.DataFram
 def _sorted(parts: list[pl.DataFrame]) -> pl.DataFrame:
     """The rows of `parts` (emptied) in time order (as they were among equal starts), a column at a
     time, each unsorted column let go once its sorted copy is made: a sort of the whole frame holds
-    both copies of every column."""
+    both copies of every column, and so does a frame's `drop` when its columns are cut into chunks
+    differently (it copies every other column into one chunk)."""
     rows = pl.concat(parts, how="diagonal_relaxed")
     parts.clear()
     order = rows.select(pl.arg_sort_by("start_us", maintain_order=True)).to_series()
-    columns = []
-    for column in rows.columns:
-        columns.append(rows.get_column(column).gather(order))
-        rows = rows.drop(column)
+    columns = rows.get_columns()
+    del rows
+    for i, column in enumerate(columns):
+        columns[i] = column.gather(order)
     return pl.DataFrame(columns)
 
 
