@@ -631,10 +631,9 @@ def span_rows(trace: Trace, rank: int | None, name: str) -> pl.DataFrame:
 
 
 def _gpu_frame(gpu: list[pl.DataFrame], nccl: list[pl.DataFrame]) -> pl.DataFrame:
-    """The GPU spans as one frame, batch after batch, each batch's NCCL kernels after its other spans,
-    their collective's args typed at once for every batch (_collective_args). Only the NCCL kernels
-    are typed: the columns the other spans lack are nulls the concatenation adds, held in no memory
-    until written."""
+    """The GPU spans as one frame, batch after batch, each batch's NCCL kernels after its other spans
+    (the order spans of equal start keep), the kernels' collective args typed at once for every batch
+    (_collective_args): typing every GPU span's nulls cost more time and memory than the few kernels'."""
     typed = _collective_args(_concat(nccl, [*_GPU_COLUMNS, "collective_args"]))
     starts = itertools.accumulate((frame.height for frame in nccl), initial=0)
     parts = [
