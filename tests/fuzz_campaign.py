@@ -68,6 +68,7 @@ FAILURES = {
     "accounting": "an input's lines not all counted as parsed, ignored or unrecognised",
     "file_lost": "a whole input lost to an internal error",
     "exit_status": "an exit status the command never gives",
+    "harness": "the campaign itself could not make or run the case (an OSError: a full disk ...)",
 }
 
 
@@ -421,14 +422,15 @@ class Case:
     mutations: list[str] = field(default_factory=list)
 
 
-def build(number: int, seed: int, pool: list[tuple[str, bytes]], huge: int, where: Path) -> tuple[Case, Path]:
-    """Case `number` of the campaign written under `where`; returns it and the target to analyse.
-    The first cases take the sources in a shuffled order, so every source is mutated once the
-    campaign has run as many cases as there are sources."""
+def build(case: Case, seed: int, pool: list[tuple[str, bytes]], huge: int, where: Path) -> Path:
+    """Write case `case.number` of the campaign under `where`, filling in `case` as it goes (so a
+    case that fails half made still says what it was); returns the target to analyse. The first
+    cases take the sources in a shuffled order, so every source is mutated once the campaign has
+    run as many cases as there are sources."""
+    number = case.number
     rng = random.Random(seed * 1_000_003 + number)
     order = list(range(len(pool)))
     random.Random(seed).shuffle(order)
-    case = Case(number, "")
 
     def mutated(first: bool = False) -> tuple[str, bytes]:
         source = pool[order[number % len(pool)]] if first else rng.choice(pool)
@@ -443,19 +445,19 @@ def build(number: int, seed: int, pool: list[tuple[str, bytes]], huge: int, wher
         name = rng.choice(list(HOSTILE))
         case.kind = f"hostile:{name}"
         HOSTILE[name](run, rng, lambda: mutated()[1])
-        return case, run
+        return run
     name, data = mutated(first=True)
     if roll < 0.45:
         case.kind = "archive" if case.mutations[-1].startswith("archive") else "file"
         run.mkdir()
         (run / name).write_bytes(data)
-        return case, run / name
+        return run / name
     case.kind = "folder"
     files = [(name, data)] + [mutated() for _ in range(rng.randint(0, 3))]
     for i, (name, data) in enumerate(files):
         (run / f"node{i:02d}").mkdir(parents=True)
         (run / f"node{i:02d}" / name).write_bytes(data)
-    return case, run
+    return run
 
 
 # ---------------------------------------------------------------------------------- running one
@@ -516,6 +518,17 @@ def code_version() -> str:
             if path.is_file() and "__pycache__" not in path.parts:
                 digest.update(path.relative_to(REPO).as_posix().encode() + path.read_bytes())
     return digest.hexdigest()[:12]
+
+
+def attempt(number: int, pool: list[tuple[str, bytes]], where: Path, args: argparse.Namespace) -> Result:
+    """Case `number` made under `where` and run; an OSError of the campaign's own (making the
+    case's files, writing its outputs) is that case's harness error, and the campaign goes on."""
+    case = Case(number, "")
+    try:
+        where.mkdir()
+        return run_case(case, build(case, args.seed, pool, args.huge, where), where, args)
+    except OSError as exc:
+        return Result(case, code_version(), None, 0.0, 0.0, 0.0, ["harness"], f"{FAILURES['harness']}: {exc!r}")
 
 
 def run_case(case: Case, target: Path, where: Path, args: argparse.Namespace) -> Result:
@@ -712,9 +725,8 @@ def main(argv: list[str] | None = None) -> int:
         where = out / f"case-{number:06d}"
         if where.exists():
             _remove(where)
-        where.mkdir()
-        case, target = build(number, args.seed, pool, args.huge, where)
-        result = run_case(case, target, where, args)
+        result = attempt(number, pool, where, args)
+        case = result.case
         with lock:
             results.append(result)
             with open(out / "results.jsonl", "a") as fh:

@@ -69,7 +69,32 @@ def test_a_case_is_made_again_the_same_from_seed_and_number(tmp_path: Path):
     made = []
     for where in (tmp_path / "one", tmp_path / "two"):
         where.mkdir()
-        case, target = campaign.build(7, 36, pool, 1 << 12, where)
+        case = campaign.Case(7, "")
+        target = campaign.build(case, 36, pool, 1 << 12, where)
         files = sorted(p for p in where.rglob("*") if p.is_file())
         made.append((case, target.relative_to(where), [(p.relative_to(where), p.read_bytes()) for p in files]))
     assert made[0] == made[1] and made[0][0].mutations
+
+
+def test_a_case_the_campaign_cannot_make_is_a_harness_error_and_the_campaign_goes_on(tmp_path: Path, monkeypatch):
+    def build(case, seed, pool, huge, where):
+        if case.number == 1:
+            case.kind = "hostile:fifos"
+            raise OSError(28, "No space left on device")
+        (where / "run").mkdir()
+        return where / "run"
+
+    def run_case(case, target, where, args):
+        return campaign.Result(case, "code", 0, 0.1, 0.1, 10.0, [], "")
+
+    monkeypatch.setattr(campaign, "build", build)
+    monkeypatch.setattr(campaign, "run_case", run_case)
+    monkeypatch.setattr(campaign.fuzz, "sources", lambda limit: [("a/train.log", b"x\n")])
+    monkeypatch.setattr(campaign.compileall, "compile_dir", lambda *a, **k: True)
+    out = tmp_path / "campaign"
+    assert campaign.main(["--cases", "3", "--jobs", "1", "--out", str(out)]) == 1
+    records = {r["case"]["number"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert sorted(records) == [0, 1, 2]
+    assert records[1]["failures"] == ["harness"] and "No space left on device" in records[1]["detail"]
+    assert records[1]["case"]["kind"] == "hostile:fifos" and records[1]["status"] is None
+    assert records[0]["failures"] == records[2]["failures"] == []
