@@ -539,7 +539,10 @@ def run_case(case: Case, target: Path, where: Path, args: argparse.Namespace) ->
         sys.executable, "-m", "tracelens", "analyze", str(target), "-o", str(out / "report.html"),
         "--json", str(out / "report.json"), "--markdown", str(out / "report.md"),
     ]  # fmt: skip
-    env = {**os.environ, "XDG_CACHE_HOME": str(where / "cache"), "COLUMNS": "120"}
+    # The command's working folders in the case's own folder: a run killed for its time or memory
+    # leaves them behind, and they go with the case.
+    (where / "tmp").mkdir()
+    env = {**os.environ, "XDG_CACHE_HOME": str(where / "cache"), "TMPDIR": str(where / "tmp"), "COLUMNS": "120"}
     env.pop("NO_COLOR", None)
     started = time.monotonic()
     with open(out / "stdout", "wb") as stdout, open(out / "stderr", "wb") as stderr:
@@ -739,7 +742,8 @@ def main(argv: list[str] | None = None) -> int:
         if not result.failures and args.only is None:
             _remove(where)
         else:
-            _remove(where / "run")  # the inputs are made again from the seed and the number; the outputs stay
+            for made in ("run", "tmp"):  # the inputs are made again from the seed and the number; the outputs stay
+                _remove(where / made)
 
     with ThreadPoolExecutor(args.jobs) as pool_of:
         list(pool_of.map(one, numbers))
