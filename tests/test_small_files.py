@@ -254,3 +254,59 @@ def test_a_run_of_one_file_keeps_its_rows_past_the_budget(files, tmp_path, monke
     spans = tables.frame("trace_spans")
     assert isinstance(spans, pl.DataFrame if files == 1 else pl.LazyFrame)
     assert tables["trace_spans"]["rank"].n_unique() == files
+
+
+NCCL_TESTS_HEAD = (
+    "# nThread 1 nGpus 1 minBytes 8 maxBytes 1048576 step: 2(factor) warmup iters: 5 iters: 20 validation: 1\n"
+    "#  Rank  0 Group  0 Pid  10 on     {host} device  0 [0x1b] NVIDIA A100-SXM4-80GB\n"
+)
+NEW_ROW = "  1048576  262144  float  sum  -1  157  30.00  45.00  0  121  28.00  40.00  0\n"
+OLD_ROW = "  1048576  262144  float  sum  157  30.00  45.00  1e-06  121  28.00  40.00  1e-06\n"
+
+
+def test_stack_dumps_and_nccl_tests_are_read_by_one_parser_per_batch_and_stay_apart(tmp_path, monkeypatch):
+    """Thousands of small stack dumps or nccl-tests outputs cost each file its parsers' set-up: one
+    parser of each now reads the batch, and what each carries from line to line stays in its file (a
+    py-spy process header, the rank a file's name gives, an nccl-tests run's number, test and columns)."""
+    from tracelens.ingest.hangs.stacks import StackParser
+    from tracelens.ingest.host.nccl_tests import NcclTestsParser
+
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run, "a_pyspy_rank1.txt", ["Process 42: python train.py", "Python v3.11.7", "",
+                                      'Thread 42 (idle): "MainThread"', "    all_reduce (c10d.py:3252)"])  # fmt: skip
+    _write(run, "b_dump.txt", ['Thread 43 (active): "MainThread"', "    train (worker.py:103)"])
+    (run / "c_all_reduce_perf.log").write_text(
+        "# Collective test starting: all_reduce_perf\n"
+        + NCCL_TESTS_HEAD.format(host="node01")
+        + "#  size  count  type  redop  time  algbw  busbw  error  time  algbw  busbw  error\n"
+        + OLD_ROW
+        + NCCL_TESTS_HEAD.format(host="node02")
+        + OLD_ROW
+    )
+    (run / "d_results.log").write_text(NEW_ROW + "# Avg bus bandwidth    : 42.5\n")
+    opened: list[str] = []
+    for cls in (StackParser, NcclTestsParser):
+        monkeypatch.setattr(cls, "__init__", _counted(cls.__init__, opened))
+    assert [len(item) for item in small_files.work_items(_discovered(run, tmp_path))] == [4]
+    tables = _ingest(run, tmp_path / "work")
+    assert sorted(opened) == ["NcclTestsParser", "StackParser"]  # one of each for the batch
+    stacks = tables["stacks"].sort("file").select("file", "rank", "pid", "process").rows()
+    assert stacks == [("a_pyspy_rank1.txt", 1, 42, "python train.py"), ("b_dump.txt", None, None, None)]
+    tests = tables["nccl_tests"].filter(pl.col("placement").ne_missing("in")).sort("file", "line")
+    assert tests.select("file", "run", "test", "rank_hosts", "wrong", "error").rows() == [
+        ("c_all_reduce_perf.log", 1, "all_reduce_perf", "node01", None, 1e-06),
+        ("c_all_reduce_perf.log", 2, "all_reduce_perf", "node02", None, 1e-06),
+        ("d_results.log", 0, None, None, 0, None),
+        ("d_results.log", 0, None, None, None, None),  # the average
+    ]
+    monkeypatch.undo()
+    assert_reads_alike(run, tmp_path / "alike", monkeypatch)
+
+
+def _counted(init, opened: list[str]):
+    def counted(self, *args, **kwargs):
+        opened.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    return counted

@@ -169,22 +169,25 @@ class LineFormat:
     dumps ...): its parser class, whether the parser writes a big file's rows to a Spill as it reads
     (it then takes `spill` after the source), and `candidates`, regexes one of which every line it
     may claim matches; none: any line may be its (NCCL's records wrap onto lines of any text); and
-    whether one parser reads a batch of small files at once (`batches`: it takes `files`, the batch's
-    files, whose lines it is fed keyed by file, lines.FILE_SHIFT, each file's after an empty row)."""
+    whether the parser reads something from a file's name (a rank: it then takes `files`).
+
+    One parser reads one file, or a batch of small files at once (ingest/small_files.py): the batch's
+    lines are fed keyed by file (lines.FILE_SHIFT), each file's after an empty row, so what a parser
+    keeps from line to line stays in its file; a parser that reads names takes the batch's `files`."""
 
     name: str
     parser: Callable[..., LineParser]
     spills: bool
     candidates: tuple[str, ...]
-    batches: bool = False
+    reads_names: bool = False
 
-    def open(self, source: InputFile, spill: Spill | None = None) -> LineParser:
-        """A parser for one file (`spill`: where a spilling parser writes its rows)."""
-        return self.parser(source, spill) if self.spills else self.parser(source)
-
-    def open_batch(self, source: InputFile, files: list[InputFile]) -> LineParser:
-        """A parser for a batch of small files (`source` stands for the batch), where it `batches`."""
-        return self.parser(source, files=files)
+    def open(self, source: InputFile, spill: Spill | None = None, files: list[InputFile] | None = None) -> LineParser:
+        """A parser for one file, or for a batch of small `files` (`source` then stands for the batch);
+        `spill`: where a spilling parser writes its rows."""
+        args: dict = {"spill": spill} if self.spills else {}
+        if self.reads_names:
+            args["files"] = files
+        return self.parser(source, **args)
 
 
 _LINE_FORMATS: dict[str, LineFormat] = {}
@@ -192,7 +195,7 @@ ParserClass = TypeVar("ParserClass", bound=type)
 
 
 def line_format(
-    name: str, *, candidates: tuple[str, ...] = (), spills: bool = False, batches: bool = False
+    name: str, *, candidates: tuple[str, ...] = (), spills: bool = False, reads_names: bool = False
 ) -> Callable[[ParserClass], ParserClass]:
     """Register the decorated class as the LineParser of line format `name` (see LineFormat)."""
 
@@ -202,7 +205,7 @@ def line_format(
         missing = [m for m in ("feed", "finish") if not callable(getattr(cls, m, None))]
         if missing:
             raise ValueError(f"line format {name!r}: {cls.__name__} has no {' or '.join(missing)}")
-        _LINE_FORMATS[name] = LineFormat(name, cls, spills, candidates, batches)
+        _LINE_FORMATS[name] = LineFormat(name, cls, spills, candidates, reads_names)
         return cls
 
     return register

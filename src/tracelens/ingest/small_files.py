@@ -4,14 +4,12 @@ Read one by one, a small log costs what its polars calls and parser set-up cost,
 whatever its size. Here a batch of small logs is read into one frame whose lines are keyed by
 file and line (lines.FILE_SHIFT), with an empty row before each file so that nothing the NCCL
 parser looks at across lines (a wrapped record, the blank line before a WARN, a `Last error:`
-quote on the next line) reaches into another file. The NCCL parser reads the batch once; its
-rows are given back their file, line and host by key, and each file's account is counted from
-its own lines' statuses. A file that another line parser (DeepSpeed, stacks, nccl-tests) may
-claim (a launcher log mixes DeepSpeed and NCCL lines) has its NCCL records read in the batch too;
-DeepSpeed's parser then reads the claimed files of the batch at once, the same way (its records
-keep their file: a file's steps, streams and config echo are its own), the others each file's own
-lines, as textlog would give them; each line takes the strongest claim. Rows come back in file
-order, each file's as if it had been read alone.
+quote on the next line) reaches into another file. Each line parser reads the batch once (those
+with candidates only the files with a line of theirs: a launcher log mixes DeepSpeed and NCCL lines);
+its rows are given back their file, line and host by key, and each file's account is counted from its
+own lines' statuses, each line taking the strongest claim. A parser keeps what it carries from line
+to line per file (a stack's thread, an nccl-tests run, a DeepSpeed step's stream, a rank from the
+file's name). Rows come back in file order, each file's as if it had been read alone.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, LineParser, line_formats, with_host_hint
+from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, LineParser, line_formats
 from tracelens.ingest.text.lines import (
     FILE_SHIFT,
     IGNORED,
@@ -160,10 +158,9 @@ def _named_hosts(frame: pl.DataFrame, idx: pl.Series | pl.Expr) -> pl.DataFrame:
 
 
 def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchResult, hosts: list) -> pl.DataFrame:
-    """The line formats with candidates (all but NCCL's), on the files they may claim: a format that
-    `batches` (DeepSpeed's) with one parser on all of them, as NCCL's reads the batch; each other
-    one on each file's own lines (keys back to line numbers, no empty row), finished into the file's
-    tables. Each line's status becomes its strongest claim."""
+    """The line formats with candidates (all but NCCL's), each with one parser on the files of the
+    batch it may claim, as NCCL's reads the whole batch; their rows keyed back to their files. Each
+    line's status becomes its strongest claim."""
     text = pl.col("text")
     formats = [fmt for fmt in line_formats() if fmt.candidates]
     others = pl.any_horizontal(text.str.contains(p) for fmt in formats for p in fmt.candidates)
@@ -171,26 +168,9 @@ def _other_parsers(files: list[InputFile], lines: pl.DataFrame, result: BatchRes
     if not claimed:
         return lines
     together = lines.filter(pl.col("idx").is_in(claimed))  # each file after its empty row
-    claims: list[pl.DataFrame] = []
-    read: list[dict[str, pl.DataFrame]] = []
-    if batched := [
-        fmt.open_batch(InputFile(path=Path(), name="", format="log"), files) for fmt in formats if fmt.batches
-    ]:
-        claims.append(_claims(batched, together.select("line", "text"), together["line"]))
-        read.append(_keyed_back(_finished(batched), files, hosts))
-    alone = [fmt for fmt in formats if not fmt.batches]
-    own = together.filter((pl.col("line") & _LINE_MASK) > 0)
-    for (i,), chunk in own.partition_by("idx", as_dict=True, maintain_order=True).items() if alone else []:
-        source = files[i]
-        parsers = [fmt.open(source) for fmt in alone]
-        claims.append(_claims(parsers, chunk.select(pl.col("line") & _LINE_MASK, "text"), chunk["line"]))
-        tables = with_host_hint(
-            {name: frame.lazy().collect() for name, frame in _finished(parsers).tables.items()}, source.host_hint
-        )
-        hosts.extend(_named_hosts(frame, pl.lit(i, pl.Int64)) for frame in tables.values() if "host" in frame.columns)
-        read.append(tables)
-    result.tables = in_file_order([result.tables, *read], files)
-    claim = pl.concat(claims).group_by("line").agg(pl.col("claim").max())
+    parsers = [fmt.open(InputFile(path=Path(), name="", format="log"), files=files) for fmt in formats]
+    claim = _claims(parsers, together.select("line", "text"), together["line"])
+    result.tables = in_file_order([result.tables, _keyed_back(_finished(parsers), files, hosts)], files)
     return lines.join(claim, on="line", how="left", maintain_order="left").select(
         "idx", "line", "text", status=pl.max_horizontal("status", "claim")
     )

@@ -477,7 +477,7 @@ def classify(recs: pl.DataFrame) -> pl.Expr:
     return kind.otherwise(None)
 
 
-@line_format("deepspeed", candidates=(CANDIDATE,), spills=True, batches=True)
+@line_format("deepspeed", candidates=(CANDIDATE,), spills=True, reads_names=True)
 class DeepSpeedParser:
     """One per file, or per batch of small files (`files`, their lines keyed by file, lines.FILE_SHIFT):
     `feed` each chunk in order, then `finish` adds steps, comm_ops and deepspeed_settings."""

@@ -16,7 +16,9 @@ a stack, and a small state machine groups only those (their number follows the s
 the log). A frame line counts only right below its header or the frame before it (in a traceback,
 after the source line and the `^^^^` marker line Python 3.11+ prints under it).
 
-Rank: a `[rankN]:` launcher tag, else `rank N` in the file name (`pyspy_rank2.txt`).
+Rank: a `[rankN]:` launcher tag, else `rank N` in the file name (`pyspy_rank2.txt`). A batch of small
+files is read by one parser, what it carries from line to line (the open thread, the process header)
+kept to each file.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, line_format
-from tracelens.ingest.text.lines import NOT_MINE, PARSED
+from tracelens.ingest.text.lines import FILE_SHIFT, NOT_MINE, PARSED
 
 _TAG = r"^(?:[\w.-]+: )?(?:\[(?:rank|default)?\s*(?P<tag>\d+)\]:\s?)?"
 CANDIDATE = (
@@ -84,17 +86,23 @@ def _int(text: str | None) -> int | None:
     return value if value is not None and value <= INT64_MAX else None
 
 
-@line_format("stacks", candidates=(CANDIDATE,))
-class StackParser:
-    """One per file: `feed` each chunk in order, then `finish` adds the `stacks` rows."""
+def _file_rank(name: str) -> int | None:
+    found = _RANK_NAME.findall(name)
+    return _int(found[-1]) if found else None
 
-    def __init__(self, source: InputFile) -> None:
+
+@line_format("stacks", candidates=(CANDIDATE,), reads_names=True)
+class StackParser:
+    """One per file, or per batch of small files (`files`, their lines keyed by file, lines.FILE_SHIFT):
+    `feed` each chunk in order, then `finish` adds the `stacks` rows."""
+
+    def __init__(self, source: InputFile, files: list[InputFile] | None = None) -> None:
         self.source = source
-        found = _RANK_NAME.findall(source.name)
-        self.file_rank = _int(found[-1]) if found else None
+        self.file_ranks = [_file_rank(f.name) for f in files or [source]]
         self.blocks: list[_Block] = []
         self.open: _Block | None = None
-        self.process: tuple[int | None, str | None] = (None, None)  # the last py-spy/ray process header
+        self.file = 0  # of the batch: the file of the last line read
+        self.process: tuple[int | None, str | None] = (None, None)  # the file's last py-spy/ray process header
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
         status = pl.Series(chunk.height * [NOT_MINE], dtype=pl.UInt8)
@@ -109,9 +117,11 @@ class StackParser:
 
     def _line(self, line: int, raw: str) -> bool:
         """Read one candidate line; True when it belongs to a stack."""
+        if (of_file := line >> FILE_SHIFT) != self.file:
+            self.file, self.process = of_file, (None, None)
         tag = _TAG_RE.match(raw)
         text = raw[tag.end() :] if tag else raw
-        rank = _int(tag.group("tag")) if tag and tag.group("tag") else self.file_rank
+        rank = _int(tag.group("tag")) if tag and tag.group("tag") else self.file_ranks[of_file]
         block = (
             self.open if self.open and line <= self.open.last + (3 if self.open.tool == "traceback" else 1) else None
         )

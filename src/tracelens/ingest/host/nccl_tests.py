@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 
 from tracelens.ingest import IngestResult, InputFile, line_format
-from tracelens.ingest.text.lines import NOT_MINE, PARSED, UNRECOGNIZED, number
+from tracelens.ingest.text.lines import NOT_MINE, PARSED, UNRECOGNIZED, file_of, number
 from tracelens.ingest.text.prefixes import LAUNCHER_PREFIX
 from tracelens.tables import PROVENANCE_COLUMNS
 
@@ -58,14 +58,14 @@ COLUMNS_NO_REDOP = COLUMNS_OLD[1:]
 
 @line_format("nccl_tests", candidates=CANDIDATES)
 class NcclTestsParser:
-    """Claims nccl-tests header and result lines of a text log; rows are built in `finish`."""
+    """Claims nccl-tests header and result lines of a text log, or of a batch of small files (their
+    lines keyed by file, lines.FILE_SHIFT: runs are numbered, and tests and column layouts carried,
+    within each file); rows are built in `finish`."""
 
     def __init__(self, source: InputFile) -> None:
         self.source = source
         self.parts: list[pl.DataFrame] = []
-        self.run = 0
-        self.test: str | None = None
-        self.old_format = False  # an `error` column: floats, before 2.x's #wrong
+        self.file, self.run = 0, 0  # the last file fed, and its last run
 
     def feed(self, chunk: pl.DataFrame) -> pl.Series:
         # Every line this parser reads starts (after a launcher tag) with `#` or a digit, or names a
@@ -93,8 +93,12 @@ class NcclTestsParser:
         claimed = found["header"] | found["size"].is_not_null()
         if not claimed.any() and not self.parts:
             return pl.Series(chunk.height * [NOT_MINE], dtype=pl.UInt8)
-        found = found.with_columns(run=pl.col("starts").cum_sum() + self.run)
-        self.run = int(found["run"].max())
+        file = file_of(pl.col("line"))
+        found = found.with_columns(_file=file).with_columns(
+            run=pl.col("starts").cum_sum().over("_file")
+            + pl.when(pl.col("_file") == self.file).then(self.run).otherwise(0)
+        )
+        self.file, self.run = found["_file"][-1], found["run"][-1]
         rows = found.filter(
             pl.col("size").is_not_null()
             | pl.col("avg").is_not_null()
@@ -116,12 +120,12 @@ class NcclTestsParser:
         if not self.parts:
             return
         lines = pl.concat(self.parts).with_columns(
-            test=pl.col("test").forward_fill().backward_fill(),
-            old=pl.col("old").forward_fill().fill_null(False),
+            test=pl.col("test").forward_fill().backward_fill().over("_file"),
+            old=pl.col("old").forward_fill().fill_null(False).over("_file"),
         )
         ranks = (
             lines.filter(pl.col("rank").struct.field("rank").is_not_null())
-            .group_by("run")
+            .group_by("_file", "run")
             .agg(
                 nranks=pl.col("rank").struct.field("rank").n_unique(),
                 rank_hosts=pl.col("rank").struct.field("host").unique(maintain_order=True).str.join(","),
@@ -140,7 +144,8 @@ class NcclTestsParser:
         )
         if table is None:
             return
-        table = table.join(ranks, on="run", how="left").with_columns(
+        table = table.with_columns(_file=file_of(pl.col("line"))).join(ranks, on=["_file", "run"], how="left")
+        table = table.with_columns(
             file=pl.lit(self.source.name),
             host=pl.lit(None, pl.String),
             ts=pl.lit(None, pl.Datetime("ns", "UTC")),
