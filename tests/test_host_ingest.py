@@ -19,6 +19,7 @@ from tracelens.ingest.host import kernel
 from tracelens.ingest.text.lines import read_lines
 from tracelens.ingest.text.shell_context import context
 from tracelens.resources import grammar_text
+from tracelens.tables import conform
 
 # folder/file-name part -> (format, table, rows)
 EXPECTED = {
@@ -560,3 +561,15 @@ def test_nccl_tests_behind_shippers_and_runners(tmp_path, prefix):
         plain.account.parsed,
         plain.account.unrecognized,
     )
+
+
+def test_the_tail_of_an_nccl_tests_output_without_result_rows_reads_its_average(tmp_path):
+    """A paste cut after the results: the average alone is a row, the file is read (it was lost to an
+    error: the average's row had no result columns to select)."""
+    path = tmp_path / "tail.txt"
+    path.write_text("[1,0]<stdout>:# Out of bounds values : 0 OK\n[1,0]<stdout>:# Avg bus bandwidth    : 1.15327\n")
+    result = read(path)[1]
+    assert not result.account.errors
+    rows = conform("nccl_tests", result.tables["nccl_tests"])  # as the run's tables hold it
+    assert rows.select("kind", "busbw_gbs", "size_bytes").rows() == [("average", 1.15327, None)]
+    assert (result.account.lines, result.account.parsed) == (2, 2)
