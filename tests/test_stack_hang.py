@@ -135,7 +135,7 @@ def test_a_rank_in_a_collective_the_others_never_issue_is_the_desync(tmp_path):
         hang.summary
     )
     assert (
-        "ranks 0, 1 and 3 (node-a, node-b) wait in all_reduce issued by DeepSpeedZeroOptimizer.allreduce_bucket "
+        "ranks 0, 1 and 3 (node-a and node-b) wait in all_reduce issued by DeepSpeedZeroOptimizer.allreduce_bucket "
         "(deepspeed/runtime/zero/stage_1_and_2.py:2384), in backward" in hang.summary
     )
     assert "a desync" in hang.summary and "last step is 29" in hang.summary
@@ -160,7 +160,7 @@ def test_ddp_ranks_idle_in_backward_wait_for_the_rank_that_issued_an_extra_all_r
     (hang,), _ = tl424(job(tmp_path, {0: DDP_BACKWARD, 1: EXTRA_ALL_REDUCE, 2: DDP_BACKWARD, 3: DDP_BACKWARD}))
     assert hang.ranks == [1] and hang.hosts == ["node-a"]
     assert (
-        "ranks 0, 2 and 3 (node-a, node-b) wait in the gradients' all_reduce (DDP, in backward's C++) issued by "
+        "ranks 0, 2 and 3 (node-a and node-b) wait in the gradients' all_reduce (DDP, in backward's C++) issued by "
         "main (train_ddp.py:71), in backward" in hang.summary
     )
 
@@ -299,3 +299,17 @@ def test_the_report_shows_where_each_rank_waits(tmp_path):
         section
     )
     assert section.count("<td>backward</td>") == 3 and "Process group" not in section
+
+
+def test_the_title_of_a_hang_on_many_hosts_names_a_few_and_counts_the_rest(tmp_path):
+    """Thousands of ranks' dumps: the title lists ranks as runs and at most eight hosts, not every host
+    (a 3,000-rank job's title named 375 of them)."""
+    for rank in range(30):
+        host = tmp_path / f"node{rank:02d}"
+        host.mkdir()
+        (host / f"pyspy-rank{rank}.txt").write_text(pyspy(rank, EXTRA_ALL_REDUCE if rank >= 18 else ZERO2_BUCKET))
+    (hang,), _ = tl424(tmp_path)
+    assert hang.ranks == list(range(18, 30))
+    assert hang.title.startswith(
+        "Hang: ranks 18-29 (node18, node19, node20, node21, node22, node23, node24 and 5 more) wait"
+    )

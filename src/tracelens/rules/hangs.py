@@ -19,7 +19,7 @@ from tracelens.derived import RunContext, hangs
 from tracelens.findings import Evidence, Finding, Severity
 from tracelens.findings.evidence import row_evidence
 from tracelens.inferred import LOG_TABLES
-from tracelens.prose import clock, listing, ranks_text
+from tracelens.prose import clock, listing, ranks_text, some
 from tracelens.rules import Setting, rule
 
 # A job that stopped outranks every slow window and stall (TL410 and TL411 score the sources that
@@ -368,7 +368,7 @@ def _stack_verdict(hang: hangs.StackHang, blamed: list[hangs.RankStack]) -> tupl
 
 def _who(ranks: Sequence[hangs.RankStack]) -> str:
     hosts = sorted({r.host for r in ranks if r.host})
-    return ranks_text([r.rank for r in ranks]) + (f" ({', '.join(hosts)})" if hosts else "")
+    return ranks_text([r.rank for r in ranks]) + (f" ({some(hosts, 8)})" if hosts else "")
 
 
 def _in_phase(r: hangs.RankStack) -> str:
