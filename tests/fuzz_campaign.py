@@ -582,10 +582,10 @@ def run_case(case: Case, target: Path, where: Path, args: argparse.Namespace) ->
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|PanicException")
 PANIC = re.compile(r"panicked at|RUST_BACKTRACE")
 # What the inputs' markup would be if an output let it through: tags in HTML (escaped text shows as
-# text), and tags, links and images in Markdown outside its code blocks (a tag whose `<` is
-# backslash-escaped, after an even number of backslashes, is text).
+# text), and tags, links and images in Markdown outside its code blocks (a tag whose `<`, or a link
+# whose `]`, is backslash-escaped, after an even number of backslashes, is text).
 HTML_MARKUP = re.compile(rf"<script>{fuzz.MARKER}|<img src=x onerror={fuzz.MARKER}")
-MARKDOWN_MARKUP = re.compile(rf"(?<!\\)(?:\\\\)*(?:{HTML_MARKUP.pattern})|\]\(javascript:|!\[{fuzz.MARKER}\]\(")
+MARKDOWN_MARKUP = re.compile(rf"(?<!\\)(?:\\\\)*(?:{HTML_MARKUP.pattern}|\]\(javascript:)|!\[{fuzz.MARKER}\]\(")
 
 
 def outside_fences(markdown: str) -> str:

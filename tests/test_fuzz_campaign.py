@@ -42,6 +42,7 @@ def test_a_clean_case_passes(tmp_path: Path):
     (0, "", {"html": "<div><p>unclosed</div>"}, "html"),
     (0, "", {"md": "see <img src=x onerror=TLFUZZ>\n"}, "markdown"),
     (0, "", {"md": "see \\\\<img src=x onerror=TLFUZZ>\n"}, "markdown"),  # an escaped backslash, then the tag
+    (0, "", {"md": "see [x](javascript:TLFUZZ)\n"}, "markdown"),
     (0, "", {"report": '{"inputs": [], "x": NaN}'}, "json"),
     (0, "", {"report": {"inputs": [{**REPORT["inputs"][0], "lines": 4}]}}, "accounting"),
     (0, "", {"report": {"inputs": [{**REPORT["inputs"][0], "errors": ["a.log could not be read: x"]}]}}, "file_lost"),
@@ -55,6 +56,7 @@ def test_escaped_markup_and_markup_in_code_blocks_pass(tmp_path: Path):
     md = (
         "````text\n<script>TLFUZZ()</script> [x](javascript:TLFUZZ)\n````\n\\[TLFUZZ\\]\\(javascript:TLFUZZ\\)\n"
         "- port 1: state Ac\\<img src=x onerror=TLFUZZ\\>tive.\n"  # as report/markdown.py escapes a tag
+        "- port 1: state A\\[TLFUZZ\\](javascript:TLFUZZ)ctive.\n"  # escaped brackets open no link
     )
     html = "<pre>&lt;script&gt;TLFUZZ()&lt;/script&gt; [TLFUZZ](javascript:TLFUZZ)</pre>"
     assert campaign.check(2, "", 300 << 20, _outputs(tmp_path, md=md, html=html), ARGS) == ([], "")
