@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.helpers.lab import MATRIX_CHECKS, expected_of, matrix_check, matrix_runs, rank0_view  # noqa: E402
+from tests.helpers.lab import MATRIX_CHECKS, expected_of, matrix_check, matrix_runs, rank0_view, runs_in  # noqa: E402
 from tracelens.analyze import analyze  # noqa: E402
 
 MARK = {"": "yes", None: "–"}
@@ -30,10 +30,7 @@ def main() -> None:
         "--runs", type=Path, help="score the runs in this folder instead (matrix.py --out, made outside the fixtures)"
     )
     args = parser.parse_args()
-    if args.runs:
-        runs = sorted(p.parent for p in args.runs.glob("*/expected.json"))
-    else:
-        runs = matrix_runs(held_out=args.held_out)
+    runs = runs_in(args.runs) if args.runs else matrix_runs(held_out=args.held_out)
     if args.view:
         views = Path(tempfile.mkdtemp(prefix="tracelens-views-"))
         jobs = {r: expected_of(r)["job"] for r in runs}

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import csv
 import gzip
-import json
 import re
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
+from tests.helpers.lab import MATRIX, expected_of, runs_in
+
 REPO = Path(__file__).resolve().parents[1]
-MATRIX = REPO / "fixtures" / "lab-matrix"
-RUNS = sorted(p for p in MATRIX.glob("*") if (p / "expected.json").is_file())
+RUNS = runs_in(MATRIX)
 STEP = re.compile(rb"\[Rank (\d+)\] (?:step=\d+,|iteration +\d+/)")
 
 
@@ -28,23 +28,19 @@ def _table() -> dict[str, dict[str, str]]:
     return {row["id"]: row for row in csv.DictReader(rows, delimiter="\t")}
 
 
-def _expected(run: Path) -> dict:
-    return json.loads((run / "expected.json").read_text())
-
-
 def test_the_matrix_is_recorded_and_small():
     assert len(RUNS) >= 40
     table = _table()
     assert {p.name for p in RUNS} <= set(table)
     total = sum(f.stat().st_size for f in MATRIX.rglob("*") if f.is_file())
     assert total < 0.5e6 * len(RUNS), f"lab-matrix takes {total / 1e6:.1f} MB for {len(RUNS)} runs"
-    held = [p for p in RUNS if _expected(p)["held_out"]]
+    held = [p for p in RUNS if expected_of(p)["held_out"]]
     assert held and len(held) < len(RUNS)
 
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_a_run_is_its_table_row(run):
-    row, expected = _table()[run.name], _expected(run)
+    row, expected = _table()[run.name], expected_of(run)
     job = expected["job"]
     assert expected["real"] is True and expected["synthetic"] is False
     assert (job["engine"], job["world"], job["ranks_per_host"], job["grad_accum"], job["log_layout"]) == (
@@ -68,7 +64,7 @@ def test_a_run_is_its_table_row(run):
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_every_global_rank_logs_its_steps_in_its_hosts_folder(run):
     """Under DeepSpeed's default printing rank 0 alone logs its steps (every 10th)."""
-    job = _expected(run)["job"]
+    job = expected_of(run)["job"]
     default = job.get("printing") == "default"
     for host in job["hosts"]:
         seen: dict[int, int] = {}
@@ -85,7 +81,7 @@ def test_every_global_rank_logs_its_steps_in_its_hosts_folder(run):
 
 @pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
 def test_the_fault_window_follows_the_first_step(run):
-    expected = _expected(run)
+    expected = expected_of(run)
     if expected["cause"] is None:
         assert expected["window"] is None and expected["hosts"] == [] and expected["ranks"] == []
         return
@@ -100,9 +96,9 @@ def test_the_fault_window_follows_the_first_step(run):
         assert set(expected["clock_offsets"]) <= set(expected["job"]["hosts"])
 
 
-@pytest.mark.parametrize("run", [p for p in RUNS if _expected(p)["scenario"] == "hang"], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [p for p in RUNS if expected_of(p)["scenario"] == "hang"], ids=lambda p: p.name)
 def test_a_hang_has_a_stack_dump_of_every_rank(run):
-    expected = _expected(run)
+    expected = expected_of(run)
     assert expected["alive_at_dump"] == list(range(expected["job"]["world"]))
     for rank, host in expected["job"]["rank_hosts"].items():
         dump = (run / host / f"pyspy-rank{rank}.txt").read_text()

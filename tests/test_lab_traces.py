@@ -8,21 +8,17 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
-from pathlib import Path
 
 import polars as pl
 import pytest
 
 from tests.helpers import FIXTURES
+from tests.helpers.lab import expected_of, runs_in
 from tracelens.analyze import analyze
 from tracelens.findings import Finding
 
 TRACES = FIXTURES / "lab-traces"
-RUNS = sorted(p for p in TRACES.iterdir() if (p / "expected.json").is_file())
-
-
-def _expected(run: Path) -> dict:
-    return json.loads((run / "expected.json").read_text())
+RUNS = runs_in(TRACES)
 
 
 def _verdicts(findings: list[Finding]) -> list[Finding]:
@@ -30,12 +26,12 @@ def _verdicts(findings: list[Finding]) -> list[Finding]:
 
 
 def test_the_runs_are_real_small_and_traced():
-    assert {_expected(p)["scenario"] for p in RUNS} == {"clean", "slow-rank", "loss", "contention-all"}
-    assert {_expected(p)["job"]["world"] for p in RUNS} == {2, 4}
-    assert {_expected(p)["job"]["engine"] for p in RUNS} == {"ddp", "deepspeed"}
+    assert {expected_of(p)["scenario"] for p in RUNS} == {"clean", "slow-rank", "loss", "contention-all"}
+    assert {expected_of(p)["job"]["world"] for p in RUNS} == {2, 4}
+    assert {expected_of(p)["job"]["engine"] for p in RUNS} == {"ddp", "deepspeed"}
     assert sum(f.stat().st_size for f in TRACES.rglob("*") if f.is_file()) < 18e6
     for run in RUNS:
-        expected = _expected(run)
+        expected = expected_of(run)
         assert expected["real"] is True and expected["synthetic"] is False
         assert "a real run (not synthetic)" in (run / "README.md").read_text()
         for rank, host in expected["job"]["rank_hosts"].items():
@@ -48,9 +44,9 @@ def test_the_runs_are_real_small_and_traced():
             assert steps[0] == f"ProfilerStep#{first}" and steps[-1] == f"ProfilerStep#{last}"
 
 
-@pytest.mark.parametrize("run", [p for p in RUNS if _expected(p)["cause"]], ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [p for p in RUNS if expected_of(p)["cause"]], ids=lambda p: p.name)
 def test_the_verdict_names_the_cause_and_the_last_rank(run, analysis_of):
-    expected = _expected(run)
+    expected = expected_of(run)
     top = _verdicts(analysis_of(run).findings)[0]
     assert top.verdict is not None and top.verdict.cause == expected["cause"]
     if expected["cause"] == "straggler":
@@ -67,7 +63,7 @@ def test_the_verdict_names_the_cause_and_the_last_rank(run, analysis_of):
 def test_the_traces_hosts_are_named_as_the_runs_folders_name_them(run, analysis_of):
     """Every trace says `host_name: vm` (the lab's one machine); the run's folders name the hosts, as
     they do for the ranks' logs beside the traces, and the traces' clock is the machine's."""
-    expected = _expected(run)
+    expected = expected_of(run)
     tables = analysis_of(run).context.tables
     ranks = tables["trace_ranks"]
     assert ranks["host_name"].unique().to_list() == ["vm"]
@@ -80,7 +76,7 @@ def test_the_traces_hosts_are_named_as_the_runs_folders_name_them(run, analysis_
 
 
 def test_a_clean_run_names_no_cause_and_no_last_rank(analysis_of):
-    (clean,) = [p for p in RUNS if not _expected(p)["cause"]]
+    (clean,) = [p for p in RUNS if not expected_of(p)["cause"]]
     findings = analysis_of(clean).findings
     assert _verdicts(findings) == [] and [f for f in findings if f.rule_id == "TL431"] == []
 

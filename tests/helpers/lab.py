@@ -56,10 +56,14 @@ def expected_of(folder: Path) -> dict:
     return json.loads((folder / "expected.json").read_text())
 
 
+def runs_in(folder: Path) -> list[Path]:
+    """The lab's runs in `folder` (each a folder with its expected.json), by name."""
+    return sorted(p.parent for p in folder.glob("*/expected.json"))
+
+
 def matrix_runs(held_out: bool) -> list[Path]:
     """The lab matrix's runs, the held-out part or the rest (lab/README.md)."""
-    runs = sorted(p.parent for p in MATRIX.glob("*/expected.json"))
-    return [p for p in runs if expected_of(p).get("held_out", False) == held_out]
+    return [p for p in runs_in(MATRIX) if expected_of(p).get("held_out", False) == held_out]
 
 
 STEPS_PER_PRINT = 10  # DeepSpeed's default steps_per_print

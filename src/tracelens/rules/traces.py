@@ -153,9 +153,9 @@ def last_arriving_rank(
     What it finds: from the collectives matched across the ranks' profiler traces (by process
     group and sequence number, or by position in the step), the rank the others waited for: the
     one that arrived last where more than `last_share` of their waiting time was spent, in each
-    slow stretch of steps (the run's slow stretches as its logs
-    show them, else the traced steps slower than `slow_ratio` times their median, at least
-    `min_steps` of them) or, when no stretch is slower, over the whole trace;
+    slow stretch of steps (the run's slow stretches as its logs show them, else the traced steps
+    slower than `slow_ratio` times their median, at least `min_steps` of them) or, when no
+    stretch is slower, over the whole trace;
     only when the other ranks wait for it at least `min_wait_share` of their step time. A rank
     arrives when its NCCL kernel (or, CPU only, its collective) starts; it waits from then until
     the last rank arrives.
@@ -221,9 +221,9 @@ def _last_rank(
         return None
     # whom the ranks waited for, by time: under ZeRO-3 a step holds many small prefetched collectives
     # that any rank may start last by a hair; the waiting a slow rank causes is what sets the pace
-    late = rows.filter("last").select(*COLLECTIVE, late=pl.col("rank"))
+    lasts = rows.filter("last").select(*COLLECTIVE, late=pl.col("rank"))
     waited_for = (
-        rows.join(late, on=COLLECTIVE)
+        rows.join(lasts, on=COLLECTIVE)
         .filter(pl.col("rank") != pl.col("late"))
         .group_by("late")
         .agg(pl.col("wait_us").sum())
@@ -235,7 +235,7 @@ def _last_rank(
     rank, for_it = waited_for.row(0)
     if for_it <= last_share * total:
         return None
-    times = late.filter(pl.col("late") == rank).height
+    times = lasts.filter(pl.col("late") == rank).height
     others = rows.filter(pl.col("rank") != rank)
     scope = steps if stretch is None else steps.filter(pl.col("step").is_in(stretch))
     other_steps = scope.filter(pl.col("rank") != rank)
