@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,16 +43,24 @@ def main() -> None:
     print("| run | injected | verdict (top finding) | " + " | ".join(MATRIX_CHECKS) + " |")
     print("|---" * (3 + len(MATRIX_CHECKS)) + "|")
     passed = 0
+    sureness: Counter[tuple[str, str]] = Counter()  # (confidence, cause right?) of the verdicts
     for folder in runs:
         analysis = analyze(folder)
         results = [matrix_check(folder, analysis, check) for check in MATRIX_CHECKS]
         passed += all(r in ("", None) for r in results)
         top = analysis.findings[0] if analysis.findings else None
         headline = f"{top.rule_id} {top.severity.label}: {top.title}" if top else "no finding"
+        if top is not None and top.verdict is not None and top.verdict.cause is not None:
+            sureness[top.verdict.confidence, "right" if results[0] == "" else "wrong"] += 1
         cells = [MARK.get(r, "**no**") for r in results]
         cause = expected_of(folder)["scenario"]
         print(f"| {folder.name} | {cause} | {headline.replace('|', '/')} | " + " | ".join(cells) + " |")
     print(f"\n{passed} of {len(runs)} runs pass every check that applies.")
+    print(
+        "Verdicts naming a cause, by confidence: "
+        + "; ".join(f"{c}: {sureness[c, 'right']} right, {sureness[c, 'wrong']} wrong" for c in ("high", "medium"))
+        + "."
+    )
 
 
 if __name__ == "__main__":

@@ -27,11 +27,6 @@ NOISE = (
     "the shared machine's own load slowed a few steps of every rank; the verdict calls it slower collectives "
     "on every rank (or TL401 warns) where nothing was injected"
 )
-SPIKES = (
-    "10% loss on two ranks stalls single steps, many outside the timers (the loop's own all-reduce): the "
-    "stretch found starts 20 s into the fault, and against the fault's first part as its baseline the "
-    "capture's loss does not rise, so the time between steps reads as an input stall"
-)
 KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("ds4z2ov-01-clean", "cause"): NOISE,
     ("ds2z3ov-03-loss-3", "window"): "3% loss barely slows ZeRO-3 steps with default buckets; the slow stretch "
@@ -39,8 +34,6 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("ds4z3ov-07-clock-skew", "window"): "the run was already 1.9x slow 15 s before the loss began: the window "
     "starts early",
     # held out (each part scored once its model was written, then again as the model changed: lab/README.md)
-    ("ho-ds2z2ov5-02-loss-10", "cause"): SPIKES,
-    ("ho-ds2z2ov5-02-loss-10", "window"): SPIKES,
     ("ho-ds4z3-02-loss-3", "window"): "3% loss under ZeRO-3: the bad link is named, but on its evidence's own "
     "window, which ends 10 s before the loss did (the last steps of the fault were barely slow)",
 }

@@ -1,6 +1,7 @@
 """derived.window_signals.level_extent and dense_extent: when a cause's own per-step level (a rank's
 compute time, the time between steps) or its events (retransmissions) ran high, which is the window a
-verdict gives rather than the slow steps' blurred edges."""
+verdict gives rather than the slow steps' blurred edges; count_signal: a count's rise against the
+run's ordinary time."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tracelens.derived.window_signals import _best_of, _overlapping_runs, blind_edge, dense_extent, level_extent
+from tracelens.derived.window_signals import (
+    _best_of,
+    _overlapping_runs,
+    blind_edge,
+    count_signal,
+    dense_extent,
+    level_extent,
+)
 
 T0 = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
 
@@ -103,6 +111,29 @@ def test_sparse_loss_on_slow_steps_is_one_stretch_not_its_densest_seconds():
     times = _times(sparse + dense)
     first, last = dense_extent(times, T0 + timedelta(seconds=80), T0 + timedelta(seconds=130))
     assert (first, last) == (times.min(), times.max())
+
+
+def test_a_fault_that_slowed_two_stretches_is_not_its_own_baseline():
+    # random loss for 40 s (resends at 0.5/s before and after it): its first 8 s stalled the steps at
+    # 12/s, its next 10 s barely at 3/s, its last 22 s at 6/s; the first and last stretches were found
+    # slow, and the last is judged against the capture's time outside both
+    quiet = [10.5 + 2.0 * i for i in range(5)]  # 10-20 s
+    worst = [20.0 + i / 12.5 for i in range(100)]
+    lull = [28.0 + i / 3 for i in range(30)]
+    last = [38.0 + i / 6 for i in range(132)]
+    after = [61.0 + 2.0 * i for i in range(5)]
+    times, span = _times(quiet + worst + lull + last + after), (T0 + timedelta(seconds=10), T0 + timedelta(seconds=70))
+    window = (T0 + timedelta(seconds=38), T0 + timedelta(seconds=60))
+    first_stretch = (T0 + timedelta(seconds=20), T0 + timedelta(seconds=28))
+
+    def judged(apart):
+        return count_signal("packets", "link", "resends", "a ↔ b", times, span, *window, apart=apart)
+
+    assert not judged(()).rose  # against 20-38 s of the same loss the window is no rise
+    risen = judged([first_stretch])
+    assert risen.rose and "(132)" in risen.text
+    none = count_signal("packets", "link", "resends", "a ↔ b", times.clear(), span, *window, apart=[first_stretch])
+    assert none.comparable and not none.rose
 
 
 def test_a_trickle_outside_the_stretch_does_not_join_it():

@@ -18,6 +18,7 @@ checkpoints, evaluation).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -74,15 +75,22 @@ class Signal:
     evidence: tuple[dict, ...] = field(default=(), compare=False)  # file, line, frame, text, host
 
 
-def measure(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
+Spans = Sequence[tuple[datetime, datetime]]
+
+
+def measure(ctx: RunContext, begin: datetime, end: datetime, apart: Spans = ()) -> list[Signal]:
     """Every signal of the run for the window [begin, end] (packet analysis, counter deltas, host
-    names and the steps' signals from the run's context, computed once for every window)."""
+    names and the steps' signals from the run's context, computed once for every window). `apart`:
+    the run's other slow stretches, left out of the counts' baseline: the baseline is the run's
+    ordinary time, and a fault that slowed two stretches (random loss stalls some steps, not all)
+    would otherwise be its own baseline."""
     names = ctx.host_names
+    apart = [(lo, hi) for lo, hi in apart if hi < begin or lo > end]
     return [
-        *_packet_signals(ctx, names, begin, end),
-        *_counter_signals(ctx, begin, end),
-        *_nccl_signals(ctx, begin, end),
-        *_kernel_signals(ctx, ctx.step_series, begin, end),
+        *_packet_signals(ctx, names, begin, end, apart),
+        *_counter_signals(ctx, begin, end, apart),
+        *_nccl_signals(ctx, begin, end, apart),
+        *_kernel_signals(ctx, ctx.step_series, begin, end, apart),
         *ctx.step_signals(begin, end),
         *ctx.trace_signals(begin, end),  # profiler traces: each rank's exact arrivals (derived.traces)
     ]
@@ -95,14 +103,29 @@ def _seconds(lo: datetime, hi: datetime) -> float:
     return max((hi - lo).total_seconds(), 0.0)
 
 
-def _exposure(span: tuple[datetime, datetime], begin: datetime, end: datetime) -> tuple[float, float, float]:
-    """Seconds of `span` before, inside and after the window."""
+def _exposure(
+    span: tuple[datetime, datetime], begin: datetime, end: datetime, apart: Spans = ()
+) -> tuple[float, float, float]:
+    """Seconds of `span` before, inside and after the window, the `apart` spans (outside the window)
+    left out."""
     first, last = span
+
+    def watched(lo: datetime, hi: datetime) -> float:
+        return _seconds(lo, hi) - sum(_seconds(max(lo, a), min(hi, b)) for a, b in apart)
+
     return (
-        _seconds(first, min(last, begin)),
+        watched(first, min(last, begin)),
         _seconds(max(first, begin), min(last, end)),
-        _seconds(max(first, end), last),
+        watched(max(first, end), last),
     )
+
+
+def _within(times: pl.Series, spans: Spans) -> pl.Series:
+    """Which of `times` fall in any of `spans`."""
+    hit = pl.Series([False] * times.len(), dtype=pl.Boolean)
+    for lo, hi in spans:
+        hit = hit | times.is_between(lo, hi).fill_null(False)
+    return hit
 
 
 def rate_text(count: int, seconds: float) -> str:
@@ -128,14 +151,17 @@ def count_signal(
     evidence: tuple[dict, ...] = (),
     watched: pl.Series | None = None,
     limits: Baseline = Baseline(),
+    apart: Spans = (),
 ) -> Signal:
     """A count signal from event times (one event per time) and the span its source watched;
     `watched`: the times its source saw anything at all (a capture's packets), which say whether the
-    events' stretch has edges the source could see (see blind_edge)."""
-    t_before, t_in, t_after = _exposure(span, begin, end)
-    n_before = int((times < begin).sum())
-    n_after = int((times > end).sum())
-    n_in = times.len() - n_before - n_after
+    events' stretch has edges the source could see (see blind_edge); `apart`: spans outside the
+    window left out of the baseline (measure)."""
+    t_before, t_in, t_after = _exposure(span, begin, end, apart)
+    counted = times.filter(~_within(times, apart))
+    n_before = int((counted < begin).sum())
+    n_after = int((counted > end).sum())
+    n_in = counted.len() - n_before - n_after
     signal = _rate_signal(
         source, cause, what, where, (n_before, t_before), (n_in, t_in), (n_after, t_after), hosts, evidence, limits
     )
@@ -245,7 +271,9 @@ def _rows(frame: pl.DataFrame, begin: datetime, end: datetime, time: str = "ts")
     return tuple(inside.to_dicts())
 
 
-def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end: datetime) -> list[Signal]:
+def _packet_signals(
+    ctx: RunContext, names: dict[str, str], begin: datetime, end: datetime, apart: Spans
+) -> list[Signal]:
     spans = ctx.captures.filter(pl.col("first").is_not_null()).select("file", "first", "last")
     analysis = ctx.packets
     if spans.height == 0 or analysis is None:
@@ -296,6 +324,7 @@ def _packet_signals(ctx: RunContext, names: dict[str, str], begin: datetime, end
                     rows,
                     watched=watched,
                     limits=ctx.baseline,
+                    apart=apart,
                 )
             )
     return signals
@@ -398,7 +427,7 @@ def _rate(bytes_per_s: float) -> str:
     return f"{bytes_per_s * 8 / 1e6:.3g} Mbit/s"
 
 
-def _counter_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
+def _counter_signals(ctx: RunContext, begin: datetime, end: datetime, apart: Spans) -> list[Signal]:
     deltas = ctx.counter_deltas.filter(pl.col("start").is_not_null(), pl.col("interval_s").is_not_null())
     deltas = deltas.with_columns(kind=kind_of(pl.col("counter"))).filter(pl.col("kind").is_in(list(_COUNTER_CAUSE)))
     moved = deltas.filter((pl.col("delta").fill_null(1) > 0).any().over("host", "node", "port", "counter"))
@@ -406,8 +435,13 @@ def _counter_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Si
         return []
     lo, hi = begin - COARSE, end + COARSE
     place = pl.format("{} {} port {}", "host", pl.coalesce("ca", "node"), "port")
+    elsewhere = pl.lit(False)
+    for a, b in apart:  # a dump interval that saw another slow stretch is no baseline
+        elsewhere = elsewhere | ((pl.col("start") < b) & (pl.col("end") > a))
     side = (
-        pl.when(pl.col("end") <= lo)
+        pl.when(elsewhere & ((pl.col("end") <= lo) | (pl.col("start") >= hi)))
+        .then(pl.lit("apart"))
+        .when(pl.col("end") <= lo)
         .then(pl.lit("before"))
         .when(pl.col("start") >= hi)
         .then(pl.lit("after"))
@@ -466,7 +500,7 @@ def _counter_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Si
     return signals
 
 
-def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signal]:
+def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime, apart: Spans) -> list[Signal]:
     spans = (
         ctx.scan("nccl_events")
         .filter(pl.col("ts").is_not_null(), pl.col("host").is_not_null())
@@ -496,12 +530,15 @@ def _nccl_signals(ctx: RunContext, begin: datetime, end: datetime) -> list[Signa
                 (row["host"],),
                 rows,
                 limits=ctx.baseline,
+                apart=apart,
             )
         )
     return signals
 
 
-def _kernel_signals(ctx: RunContext, series: StreamGroups, begin: datetime, end: datetime) -> list[Signal]:
+def _kernel_signals(
+    ctx: RunContext, series: StreamGroups, begin: datetime, end: datetime, apart: Spans
+) -> list[Signal]:
     """Per host and cause, the NIC records of its kernel log (link down, transmit timeouts ...); the
     kernel logs all along, so the exposure is the run's span (its steps and the records themselves)."""
     events = kernel_network_events(ctx.tables)
@@ -530,6 +567,7 @@ def _kernel_signals(ctx: RunContext, series: StreamGroups, begin: datetime, end:
             (host,),
             rows,
             limits=ctx.baseline,
+            apart=apart,
         )
         inside = int(mine["lo"].is_between(begin - COARSE, end + COARSE).sum())
         signals.append(

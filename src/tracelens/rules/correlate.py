@@ -219,8 +219,10 @@ def _window_finding(ctx: RunContext, series: StreamGroups, episode: step_times.E
     w = episode.worst
     missing = _missing(ctx, episode.begin, episode.end)
 
+    apart = [(ep.begin, ep.end) for ep in ctx.slow_episodes if ep is not episode]
+
     def judged(begin: datetime, end: datetime):
-        signals = measure(ctx, begin, end)
+        signals = measure(ctx, begin, end, apart)
         return (
             (begin, end),
             signals,
