@@ -10,8 +10,9 @@ DeepSpeed prints: `every` rank's timers, progress and comms logger lines at ever
 2. records the link with `tcpdump -s 96` from the first host;
 3. starts the job: DeepSpeed (train.py) or PyTorch DDP (train_ddp.py), each rank writing its own
    log (layout `rank`), or a host's ranks sharing one log as a launcher prints it: pdsh's
-   `host: ` before every line (`pdsh`), or torchrun's own `--tee 3` console with `[default0]:`
-   (`torchrun`, which then starts the host's ranks itself);
+   `host: ` before every line (`pdsh`), one node's console with no prefix (`console`, as the
+   `deepspeed` launcher prints its local ranks), or torchrun's own `--tee 3` console with
+   `[default0]:` (`torchrun`, which then starts the host's ranks itself);
 4. waits for every rank's first logged step (rank 0's under `default` printing), then FAULT_AFTER s,
    switches the fault on and records the UTC time, and off FAULT_FOR s later (a blackout BLACKOUT_S;
    a checkpoint when its pause ends; a hang never: HANG_WAIT s on, py-spy dumps every rank and the job is killed);
@@ -94,7 +95,7 @@ class Run:
     bucket: str  # default | small | a size in elements
     grad_accum: int
     names: str  # a key of NAMES
-    layout: str  # rank | pdsh | torchrun
+    layout: str  # rank | pdsh | console | torchrun
     printing: str  # every: every rank's timers, progress and comms logger at every step | default: DeepSpeed's
     fault: str  # name[:argument[:detail]]
     held_out: bool
@@ -318,17 +319,22 @@ class Lab:
             if run.layout == "pdsh":  # as pdsh prints a remote host's output: `host: ` before each line
                 with open(folder / "train.log", "wb") as out:
                     shared = self.spawn(["sed", "-u", f"s/^/{host}: /"], stdin=subprocess.PIPE, stdout=out)
+            console = open(folder / "train.log", "ab") if run.layout == "console" else None
             for local in range(run.per_host):
                 rank = h * run.per_host + local
                 rank_env = env | {"RANK": str(rank), "LOCAL_RANK": str(local), "GROUP_RANK": str(h)}
                 cmd = self.in_host(h, rank_env, [PY, *self.job_args()])
                 if shared is not None:
                     self.ranks.append(self.spawn(cmd, stdout=shared.stdin, stderr=subprocess.STDOUT))
+                elif console is not None:  # one node's launcher console: its ranks' lines as written, no prefix
+                    self.ranks.append(self.spawn(cmd, stdout=console, stderr=subprocess.STDOUT))
                 else:
                     with open(folder / f"rank{rank}.log", "wb") as out:
                         self.ranks.append(self.spawn(cmd, stdout=out, stderr=subprocess.STDOUT))
             if shared is not None:
                 shared.stdin.close()  # the ranks hold it open; sed ends when they do
+            if console is not None:
+                console.close()  # the ranks hold their own copies
 
     def ranks_stepped(self) -> set[int]:
         seen: set[int] = set()

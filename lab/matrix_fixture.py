@@ -256,6 +256,7 @@ PRINTING = {
 LAYOUT = {
     "rank": "each rank's own log, `<host>/rank<N>.log.gz`",
     "pdsh": "one log per host, `<host>/train.log.gz`, its ranks' lines interleaved with pdsh's `<host>: ` before each",
+    "console": "one log per host, `<host>/train.log.gz`, its ranks' lines interleaved as they wrote them, no prefix",
     "torchrun": "one log per host, `<host>/train.log.gz`: torchrun's console with `--tee 3` (`[default<local rank>]:`)",
 }
 
