@@ -31,11 +31,7 @@ KNOWN_WRONG: dict[tuple[str, str], str] = {
     ("ds4z2ov-01-clean", "cause"): NOISE,
     ("ds2z3ov-03-loss-3", "window"): "3% loss barely slows ZeRO-3 steps with default buckets; the slow stretch "
     "found begins 10 s after the fault ended, past the capture's edge",
-    ("ds4z3ov-07-clock-skew", "window"): "the run was already 1.9x slow 15 s before the loss began: the window "
-    "starts early",
     # held out (each part scored once its model was written, then again as the model changed: lab/README.md)
-    ("ho-ds4z3-02-loss-3", "window"): "3% loss under ZeRO-3: the bad link is named, but on its evidence's own "
-    "window, which ends 10 s before the loss did (the last steps of the fault were barely slow)",
 }
 
 

@@ -130,7 +130,9 @@ def _evidence_window(
 ) -> tuple[datetime, datetime] | None:
     """When the named cause's own evidence ran high: its events (retransmissions, NAKs, NCCL warnings)
     dense, or its own step levels (a straggler's compute time, the time between steps) raised. That
-    is the window the verdict gives, rather than the slow steps' blurred edges."""
+    is the window the verdict gives, rather than the slow steps' blurred edges. A network cause's
+    events, where a source recorded them, say when it lasted; the ranks' waiting is its effect on the
+    job, highest where the loss hurt most, not where it began and ended."""
 
     def own(s) -> bool:
         if s.source == "steps":
@@ -144,7 +146,9 @@ def _evidence_window(
     long = [
         s for s in signals if s.rose and s.extent and s.extent[1] - s.extent[0] >= EVIDENCE_SPAN_SHARE * (end - begin)
     ]
-    extents = [s.extent for s in long if own(s)] or [s.extent for s in long if best.cause == "straggler" and waited(s)]
+    mine = [s for s in long if own(s)]
+    events = [s for s in mine if s.source != "steps"]
+    extents = [s.extent for s in events or mine] or [s.extent for s in long if best.cause == "straggler" and waited(s)]
     if not extents:
         return None
     # where several logs or places show it, the edges most of them agree on: one rank's noise next
