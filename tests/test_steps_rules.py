@@ -52,9 +52,16 @@ def test_healthy_fixture_fires_nothing(analysis_of):
     assert analysis_of("ds-healthy-steps").findings == []
 
 
-def test_comm_surge_in_the_window_blames_the_network(analysis_of):
-    surge = [f for f in analysis_of("ds-slow-window").findings if f.rule_id == "TL402"]
-    assert len(surge) == 1 and "stayed at 1.0" in surge[0].summary and "steps 120-159" in surge[0].title
+def test_comm_surge_blames_the_network_only_when_every_rank_is_timed(analysis_of):
+    # rank 0's timers of an 8-rank job: the rank it waited for may be one of the seven without timers
+    (partial,) = [f for f in analysis_of("ds-slow-window").findings if f.rule_id == "TL402"]
+    assert "steps 120-159" in partial.title and "stayed at 1.00x" in partial.summary
+    assert "7 other ranks of the job log no timers" in partial.summary and "network slowed down" not in partial.summary
+    run = FIXTURES / "lab-matrix" / "ds4z2ov-02-loss-8"  # real: every rank's timers, 8% loss
+    if not run.exists():
+        pytest.skip("no lab matrix in fixtures/")
+    (whole,) = [f for f in analysis_of(run).findings if f.rule_id == "TL402"]
+    assert "seen in the logs of 4 ranks: the network slowed down" in whole.summary
 
 
 def test_comm_bound_throughout(tmp_path):

@@ -197,7 +197,7 @@ class _Ranks:
         )
 
 
-def _unseen(timed: Collection[str], world: int) -> int:
+def unseen_ranks(timed: Collection[str], world: int) -> int:
     """How many of the job's `world` ranks log no step timers, given the ranks that do (`timed`); a
     distributed job has two ranks at least, and with no rank timed there is no view to be partial."""
     return max(world, 2) - len(timed) if timed else 0
@@ -209,7 +209,7 @@ def _rank_causes(signals: list[Signal], world: int) -> list[Candidate]:
     network = any(s.rose and s.source != "steps" and s.cause in NETWORK for s in signals)
     # packets lost (not a silence: every rank paused for a checkpoint sends nothing either)
     lost = any(s.rose and s.source != "steps" and s.cause == "link" and s.what != "silence" for s in signals)
-    unseen = _unseen(ranks.own, world)
+    unseen = unseen_ranks(ranks.own, world)
     found = _slow_ranks(ranks, slow, unseen) if slow else _late_ranks(ranks, network, unseen)
     stalled = [s for s in ranks.between.values() if s.rose]
     # a stall between steps, not a slower collective: the time outside the timers grew more than the
@@ -458,7 +458,7 @@ def verdict(
             "rank and a slow network raise every rank's timers alike; a PyTorch profiler trace of every rank shows "
             "which rank entered each collective last"
         )
-    elif partial := _unseen(timed := sorted({s.where for s in own}), world) > 0:
+    elif partial := unseen_ranks(timed := sorted({s.where for s in own}), world) > 0:
         of = f" of the job's {world} ranks" if world > len(timed) else ""
         not_available.append(
             f"step timers from {listing(timed)} only{of}: whether the other ranks were slow too (contention on "

@@ -9,6 +9,7 @@ import polars as pl
 from tracelens.derived import RunContext, step_times
 from tracelens.derived.imbalance import PEERS, peers_usual
 from tracelens.findings import Finding, Severity
+from tracelens.findings.causes import unseen_ranks
 from tracelens.findings.evidence import row_evidence, step_evidence
 from tracelens.prose import count
 from tracelens.rules import Setting, rule
@@ -158,7 +159,9 @@ def comm_bound_steps(
     not overlap with the backward pass) plus ZeRO's `optimizer_allgather`. Either the share
     is high throughout (35% or more of the step), or it surges in a slow stretch of steps
     (twice its usual time, over three steps at least) while every rank's own work (forward and optimizer step) stays
-    flat on every rank: one finding per stretch, however many logs saw it.
+    flat on every rank: one finding per stretch, however many logs saw it. Where some ranks log no timers
+    (DeepSpeed prints them on rank 0 by default), the rank the timed ones waited for may be one of those:
+    the finding says so rather than blame the network.
 
     Why it slows the run: time in these timers is time the GPUs wait for the network. A high
     share throughout means the fabric cannot keep up with the model's gradient volume (too
@@ -190,13 +193,21 @@ def comm_bound_steps(
         compute = max((s.ratio for s in signals if s.cause == "own" and s.ratio), default=1.0)
         w, top = ep.worst, max(surged, key=lambda s: s.ratio or 0.0)
         seen = f", seen in the logs of {count(len(surged), 'rank')}" if len(surged) > 1 else ""
+        # where some ranks log no timers, the one the timed ranks waited for may be among them
+        untimed = unseen_ranks({s.where for s in signals if s.cause == "own"}, ctx.world_size)
+        reading = (
+            f"{count(untimed, 'other rank')} of the job log no timers, so one of them arriving late cannot be told "
+            "from a slower network (TL410 says what to collect)"
+            if untimed
+            else "the network slowed down, not the model"
+        )
         yield Finding(  # rule_id: stamped by Rule.run
             severity=Severity.WARNING,
             title=f"Gradient communication surged in {w.label}",
             summary=(
                 f"In {w.label} the gradient all-reduce/all-gather took {top.ratio:.1f}x its usual time while every "
-                f"rank's own work (forward and optimizer step) stayed at {compute:.2f}x{seen}: the network slowed "
-                "down, not the model."
+                f"{'timed ' if untimed else ''}rank's own work (forward and optimizer step) stayed at "
+                f"{compute:.2f}x{seen}: {reading}."
             ),
             evidence=step_evidence(ctx, w.file, w.lines[:3]) + [e for s in surged for e in row_evidence(s.evidence, 2)],
             hosts=sorted({h for s in surged for h in s.hosts}),
