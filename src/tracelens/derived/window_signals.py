@@ -158,7 +158,7 @@ def count_signal(
     events' stretch has edges the source could see (see blind_edge); `apart`: spans outside the
     window left out of the baseline (measure)."""
     t_before, t_in, t_after = _exposure(span, begin, end, apart)
-    counted = times.filter(~_within(times, apart))
+    counted = times.filter(~_within(times, apart) | times.is_between(begin, end))  # the window's own are its own
     n_before = int((counted < begin).sum())
     n_after = int((counted > end).sum())
     n_in = counted.len() - n_before - n_after
