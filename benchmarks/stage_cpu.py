@@ -126,7 +126,7 @@ def main() -> None:
     source, out = (Path(a) for a in sys.argv[1 + whole : 3 + whole])
     textlog.ThreadPoolExecutor = InOrder  # type: ignore[misc,assignment]
     kineto = importlib.import_module("tracelens.ingest.profiler.kineto")
-    kineto._ahead = lambda items: items  # the trace's chunks parsed one after the other
+    kineto.ThreadPoolExecutor = InOrder  # the trace's chunks parsed one after the other
     for module, names in FUNCTIONS.items():
         loaded = importlib.import_module(module)
         for name in names:

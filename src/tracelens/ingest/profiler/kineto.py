@@ -31,14 +31,16 @@ name is kept (`host_name`) and taken back where another source of the run names 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
 import os
+import queue
 import re
 import tempfile
-from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,7 @@ from tracelens.tables import RunTables
 
 MAX_DEPTH = 2  # CPU spans kept: depth 0 (ProfilerStep, top-level ops), 1 and 2 on their thread
 CHUNK_BYTES = 8 << 20
+PARSERS = max(1, min(4, os.cpu_count() or 1))  # chunks parsed at once
 _HEAD_LIMIT = 64 << 20  # the `traceEvents` key must come within this much of the start
 _EVENT_LIMIT = 64 << 20  # bytes of one event at most (a profiler event is a few hundred)
 
@@ -270,26 +273,40 @@ def read_trace(path: Path) -> Trace:
 
 
 def _chunked(path: Path, trace: Trace) -> Iterator[pl.DataFrame]:
-    """The events, a chunk at a time, each chunk cut and parsed in a thread (DuckDB parses without
-    the GIL) while the one before is sorted into kinds, so two cores share the work."""
-    return _ahead(_parsed(_event_arrays(path, trace), trace))
+    """The events, a chunk at a time, PARSERS chunks parsed at once in threads (DuckDB parses without
+    the GIL) while the one before is sorted into kinds, so that every core has work."""
+    return _parsed(_event_arrays(path, trace), trace)
 
 
 def _parsed(arrays: Iterator[bytes], trace: Trace) -> Iterator[pl.DataFrame]:
     """Each array of whole events as its events (_SELECT), read by DuckDB (_duck); an array it does
     not read, an event at a time by Python's parser (_events_of): a value of the wrong type, a string
     not UTF-8 or wrongly escaped, or a cut inside an event (between objects nested in its arrays),
-    whose rest then starts the next array, read the same way. The events Python reads are written
-    again as JSON DuckDB reads, each value of its field's type, for the same query: one typing of the
-    args for both."""
+    whose rest then starts the next array, read the same way (DuckDB's parse of that array, made
+    ahead, is not used). The events Python reads are written again as JSON DuckDB reads, each value
+    of its field's type, for the same query: one typing of the args for both."""
     import duckdb  # here, not at the top: only a run with traces pays for loading it
 
-    with duckdb.connect(config={"threads": 1}) as con, tempfile.TemporaryDirectory(prefix="tracelens-") as folder:
+    with contextlib.ExitStack() as stack:
+        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tracelens-")))
+        # a database per parser: each parses on the thread that asks, none waits for another's
+        connections: queue.SimpleQueue = queue.SimpleQueue()
+        for _ in range(PARSERS):
+            connections.put(stack.enter_context(duckdb.connect(config={"threads": 1})))
+
+        def parse(name: str, array: bytes) -> pl.DataFrame:
+            con = connections.get()
+            try:
+                return _duck(con, folder / name, array)
+            finally:
+                connections.put(con)
+
         carry = b""
-        for number, array in enumerate(itertools.chain(arrays, [None])):
-            if array is not None and not carry:
+        ahead = _ahead(((f"events-{n}.json", array) for n, array in enumerate(arrays)), parse)
+        for number, (array, parsed) in enumerate(itertools.chain(ahead, [(None, None)])):
+            if array is not None and parsed is not None and not carry:
                 try:
-                    yield _duck(con, Path(folder) / f"events-{number}.json", array)
+                    yield parsed.result()
                     continue
                 except duckdb.Error:
                     pass
@@ -297,7 +314,7 @@ def _parsed(arrays: Iterator[bytes], trace: Trace) -> Iterator[pl.DataFrame]:
             rows, carry = _events_of(body, trace, last=array is None)
             if rows:
                 text = json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
-                yield _duck(con, Path(folder) / f"events-{number}-typed.json", text.encode("utf-8", errors="replace"))
+                yield parse(f"events-{number}-typed.json", text.encode("utf-8", errors="replace"))
 
 
 def _duck(con: Any, path: Path, array: bytes) -> pl.DataFrame:
@@ -422,13 +439,18 @@ def _cut_kineto(text: bytearray, end: int) -> tuple[int, int] | None:
     return None if at < 0 else (at + 1, at + 2)
 
 
-def _ahead(items: Iterator[pl.DataFrame]) -> Iterator[pl.DataFrame]:
-    """`items`, each made in a thread while the one before is used."""
-    with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(next, items, None)
-        while (item := pending.result()) is not None:
-            pending = pool.submit(next, items, None)
-            yield item
+def _ahead(
+    arrays: Iterator[tuple[str, bytes]], parse: Callable[[str, bytes], pl.DataFrame]
+) -> Iterator[tuple[bytes, Future[pl.DataFrame]]]:
+    """Each named array with its parse, PARSERS of them made at once in threads, ahead of their use:
+    one array more than there are parsers is read, so that none waits for the file."""
+    with ThreadPoolExecutor(PARSERS) as pool:
+        pending: collections.deque[tuple[bytes, Future[pl.DataFrame]]] = collections.deque()
+        for name, array in arrays:
+            pending.append((array, pool.submit(parse, name, array)))
+            if len(pending) > PARSERS:
+                yield pending.popleft()
+        yield from pending
 
 
 def _object_text(head: bytes) -> dict[str, Any]:
