@@ -174,6 +174,17 @@ def test_chunk_boundaries_do_not_change_the_rows(tmp_path, monkeypatch):
     assert whole.equals(chunked)
 
 
+def test_a_reader_left_early_waits_for_the_parses_under_way(tmp_path, monkeypatch):
+    # chunks are parsed ahead, several at once: closing the reader (an error in the caller) lets them
+    # finish before their databases and files go, instead of closing a database in use
+    path = unpacked("hta_trace_filter_sampled_rank-0.json.gz", tmp_path)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 4096)
+    monkeypatch.setattr(kineto, "PARSERS", 2)
+    chunks = kineto._chunked(path, kineto.Trace())
+    assert next(chunks).height > 0
+    chunks.close()
+
+
 def test_a_span_that_nests_objects_is_read_event_by_event(tmp_path, monkeypatch):
     # a trace on one line (not Kineto's own layout) is cut at `}, {"name": ...`, which is also what
     # lies between objects nested in an event's arrays: DuckDB fails on such a chunk, and the events

@@ -39,7 +39,7 @@ import os
 import queue
 import re
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -302,7 +302,10 @@ def _parsed(arrays: Iterator[bytes], trace: Trace) -> Iterator[pl.DataFrame]:
                 connections.put(con)
 
         carry = b""
-        ahead = _ahead(((f"events-{n}.json", array) for n, array in enumerate(arrays)), parse)
+        # closed before the connections and the folder: the parses under way end first
+        ahead = stack.enter_context(
+            contextlib.closing(_ahead(((f"events-{n}.json", array) for n, array in enumerate(arrays)), parse))
+        )
         for number, (array, parsed) in enumerate(itertools.chain(ahead, [(None, None)])):
             if array is not None and parsed is not None and not carry:
                 try:
@@ -441,7 +444,7 @@ def _cut_kineto(text: bytearray, end: int) -> tuple[int, int] | None:
 
 def _ahead(
     arrays: Iterator[tuple[str, bytes]], parse: Callable[[str, bytes], pl.DataFrame]
-) -> Iterator[tuple[bytes, Future[pl.DataFrame]]]:
+) -> Generator[tuple[bytes, Future[pl.DataFrame]], None, None]:
     """Each named array with its parse, PARSERS of them made at once in threads, ahead of their use:
     one array more than there are parsers is read, so that none waits for the file."""
     with ThreadPoolExecutor(PARSERS) as pool:
