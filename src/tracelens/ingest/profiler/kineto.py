@@ -814,7 +814,7 @@ def _collectives(cpu: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
 
 def _gpu_spans(gpu: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
     """Kernels, copies and sets with their class and the time their launch was called."""
-    first = launches.unique("correlation", keep="first")
+    first = launches.filter(pl.col("correlation").is_first_distinct())  # in their order: a faster join
     rows = gpu.join(first, on="correlation", how="left") if gpu.height else gpu.with_columns(launch_us=pl.lit(None))
     category = (
         pl.when(_matching(gpu, "name", COMMUNICATION_KERNEL))
