@@ -10,8 +10,9 @@ from tests.helpers.steps import SLOW, T0, analysed, at, counters, slow_span, ste
 from tracelens.analyze import run_rules
 from tracelens.derived import RunContext
 from tracelens.derived.window_signals import Signal
-from tracelens.findings.causes import candidates
+from tracelens.findings.causes import Candidate, candidates
 from tracelens.rules import select_rules
+from tracelens.rules.correlate import _evidence_window
 
 # -- TL410 ----------------------------------------------------------------------------------------
 
@@ -470,3 +471,17 @@ def test_time_between_steps_with_packets_lost_is_the_link():
     lossy = Signal("packets", "link", "retransmissions", "h0 ↔ h1", True, True, "loss-driven retransmissions rose")
     ranked = candidates([*_stalled_between(world=4), lossy], world=4)
     assert ranked[0].cause == "link" and all(c.score < ranked[0].score for c in ranked if c.cause == "input")
+
+
+def test_a_network_causes_window_is_its_events_not_the_ranks_waiting():
+    # loss for 30 s: the capture's resends ran with it, every rank's waiting peaked in its middle 9 s
+    def risen(source: str, cause: str, where: str, first: float, last: float) -> Signal:
+        extent = (T0 + timedelta(seconds=first), T0 + timedelta(seconds=last))
+        return Signal(source, cause, cause, where, True, True, "", extent=extent)
+
+    resends = risen("packets", "link", "a ↔ b", 38.0, 68.0)
+    waits = [risen("steps", "wait", f"rank {r}", 50.0, 59.0) for r in range(8)]
+    link = Candidate("link", 2.0, [], ["a", "b"], [], [])
+    begin, end = T0 + timedelta(seconds=38.5), T0 + timedelta(seconds=69.5)
+    assert _evidence_window([resends, *waits], link, begin, end) == resends.extent
+    assert _evidence_window(waits, link, begin, end) == waits[0].extent  # the waiting where nothing else is
