@@ -97,7 +97,7 @@ def _corpus_tables(*names: str) -> RunTables:
     folder = corpus_dir("perfquery")
     tables = RunTables()
     for name in names:
-        result = perfquery.ingest(InputFile(path=folder / name, name=name, format="perfquery"))
+        result = perfquery.ingest([InputFile(path=folder / name, name=name, format="perfquery")])
         for table, frame in result.tables.items():
             tables.add(table, frame)
     return tables
@@ -242,7 +242,7 @@ def test_real_port_dumps():
 
 
 def ingest_folder_of(folder: Path, name: str) -> RunTables:
-    result = ibstat.ingest(InputFile(path=folder / name, name=name, format="ibstat"))
+    result = ibstat.ingest([InputFile(path=folder / name, name=name, format="ibstat")])
     tables = RunTables()
     tables.add("ib_ports", result.tables["ib_ports"])
     return tables
@@ -270,7 +270,7 @@ def test_roce_on_priority_zero_while_others_use_priority_three(tmp_path):
 
 def test_real_prio_zero_dump_alone_fires_nothing():
     name = "gh_byteps_issue179_ethtool_S_grep_prio_before.txt"
-    result = ethtool.ingest(InputFile(path=corpus_dir("perfquery") / name, name=name, format="ethtool"))
+    result = ethtool.ingest([InputFile(path=corpus_dir("perfquery") / name, name=name, format="ethtool")])
     tables = RunTables()
     tables.add("ib_counters", result.tables["ib_counters"])
     assert findings(tables) == []

@@ -310,3 +310,47 @@ def _counted(init, opened: list[str]):
         init(self, *args, **kwargs)
 
     return counted
+
+
+def test_fabric_dumps_are_read_by_one_reader_per_format_and_stay_apart(tmp_path, monkeypatch):
+    """Thousands of small counter dumps cost each file its reader's set-up: each dump format now reads
+    its small files at once, and what a line takes from the lines around it stays in its file (a
+    `date` line's time, a prompt's host, an `ethtool -S` command's device, a headerless block)."""
+    from tracelens.ingest.fabric import dumps
+
+    run = tmp_path / "run"
+    (run / "node01").mkdir(parents=True)
+    (run / "node01" / "pq-a.txt").write_text(
+        "root@nodeA:~# perfquery -x\nThu Mar  7 09:00:00 UTC 2024\n"
+        "# Port extended counters: Lid 3 port 1 (CapMask: 0x5A00)\nPortXmitData:....................7\n"
+    )
+    (run / "node01" / "pq-b.txt").write_text("PortSelect:......................2\nSymbolErrorCounter:..............5\n")
+    (run / "node01" / "pq-c.txt").write_text(
+        "garbage line\nPortSelect:......................1\nPortRcvErrors:...................3\n"
+    )
+    (run / "node02").mkdir()
+    (run / "node02" / "eth-a.txt").write_text("$ ethtool -S ens1f0\nNIC statistics:\n     rx_prio3_bytes: 10\n")
+    (run / "node02" / "eth-b.txt").write_text("     rx_prio3_bytes: 20\n")
+    (run / "node02" / "sysfs.txt").write_text("/sys/class/infiniband/mlx5_0/ports/1/counters/port_rcv_errors:4\n")
+    calls: list[int] = []
+    real = dumps.read_dumps
+    monkeypatch.setattr(dumps, "read_dumps", lambda sources, parse: calls.append(len(sources)) or real(sources, parse))
+    assert [len(item) for item in small_files.work_items(_discovered(run, tmp_path))] == [6]
+    tables = _ingest(run, tmp_path / "work")
+    assert sorted(calls) == [1, 2, 3]  # one read for each format's files: hw_counters, ethtool, perfquery
+    counters = tables["ib_counters"].sort("file", "line")
+    rows = counters.select("file", "host", "node", "port", "counter", "value", "ts_quality").rows()
+    assert rows == [
+        ("node01/pq-a.txt", "nodeA", "Lid 3", 1, "PortXmitData", 7, "exact"),
+        ("node01/pq-b.txt", "node01", None, 2, "SymbolErrorCounter", 5, "mtime"),  # not a's host nor time
+        ("node01/pq-c.txt", "node01", None, 1, "PortRcvErrors", 3, "mtime"),
+        ("node02/eth-a.txt", "node02", "ens1f0", None, "rx_prio3_bytes", 10, "mtime"),
+        ("node02/eth-b.txt", "node02", None, None, "rx_prio3_bytes", 20, "mtime"),  # not a's device
+        ("node02/sysfs.txt", "node02", "mlx5_0", 1, "PortRcvErrors", 4, "mtime"),
+    ]
+    inputs = {r["file"]: r for r in tables["inputs"].to_dicts()}
+    assert inputs["node01/pq-a.txt"]["host"] == "nodeA" and inputs["node01/pq-b.txt"]["host"] == "node01"
+    assert [(s["line"], s["text"]) for s in inputs["node01/pq-c.txt"]["samples"]] == [(1, "garbage line")]
+    assert [inputs[f"node01/pq-{f}.txt"]["lines"] for f in "abc"] == [4, 2, 3]
+    monkeypatch.undo()
+    assert_reads_alike(run, tmp_path / "alike", monkeypatch)

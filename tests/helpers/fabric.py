@@ -29,7 +29,7 @@ def read(path: Path, fmt: str | None = None, name: str | None = None):
     """The file read as format `fmt`, or as the fabric format that claims it."""
     found = find_format(fmt) if fmt else sniffed(path)
     assert found is not None, path.name
-    return found.ingest(InputFile(path=path, name=name or path.name, format=found.name))
+    return found.read(InputFile(path=path, name=name or path.name, format=found.name))
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:
@@ -48,7 +48,7 @@ def ingest_folder(folder: Path) -> RunTables:
         head = path.read_bytes()[: 64 << 10]
         fmt = next(f for f in FABRIC if f and f.sniff(head))
         rel = PurePosixPath(path.relative_to(folder).as_posix())
-        result = fmt.ingest(InputFile(path=path, name=str(rel), format=fmt.name))
+        result = fmt.read(InputFile(path=path, name=str(rel), format=fmt.name))
         for name, frame in result.tables.items():
             tables.add(name, frame.with_columns(pl.col("host").fill_null(host_from_path(rel))))
     return tables

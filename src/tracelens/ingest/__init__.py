@@ -87,6 +87,16 @@ class IngestResult:
                 self.tables[name] = pl.concat([prev, frame], how="diagonal_relaxed")
 
 
+@dataclass
+class Batch:
+    """Several files of one format read at once (a folder of thousands of small dumps costs what its
+    reader's set-up costs once, not once a file): their rows, one table each, every row naming its
+    `file`, and each file's account by name."""
+
+    tables: dict[str, pl.DataFrame] = field(default_factory=dict)
+    accounts: dict[str, Account] = field(default_factory=dict)
+
+
 def with_host_hint(tables: dict, hint: str | None) -> dict:
     """The tables with the host a file's path suggests on the rows whose content named none."""
     if not hint:
@@ -97,7 +107,9 @@ def with_host_hint(tables: dict, hint: str | None) -> dict:
     }
 
 
-Reader = Callable[..., IngestResult]  # (source: InputFile) -> rows; a splitting reader also takes jobs=, workers=
+# (source: InputFile) -> rows; a splitting reader also takes jobs=, workers=; a batching reader takes
+# (sources: list[InputFile]) -> Batch
+Reader = Callable[..., "IngestResult | Batch"]
 
 
 @dataclass(frozen=True)
@@ -111,23 +123,40 @@ class Format:
     ingest: Reader
     splits: bool = False  # ingest(source, jobs=N, workers=W) parses the chunks of one big file in several workers
     reads_lines: bool = True  # read through the line reader, which cuts a line to its first MAX_LINE_BYTES
+    batches: bool = False  # ingest(sources) reads several small files at once into a Batch
 
     def read(self, source: InputFile, jobs: int = 1, workers: Executor | None = None) -> IngestResult:
         """The file's rows, its chunks parsed in `jobs` workers (or on `workers`) when the format splits."""
-        if self.splits and jobs > 1:
-            return self.ingest(source, jobs=jobs, workers=workers)
-        return self.ingest(source)
+        if self.batches:
+            batch = self.read_batch([source])
+            return IngestResult(dict(batch.tables), batch.accounts[source.name])
+        read = self.ingest(source, jobs=jobs, workers=workers) if self.splits and jobs > 1 else self.ingest(source)
+        assert isinstance(read, IngestResult)
+        return read
+
+    def read_batch(self, sources: list[InputFile]) -> Batch:
+        """Several small files of a batching format, read at once."""
+        batch = self.ingest(sources)
+        assert isinstance(batch, Batch)
+        return batch
 
 
 _FORMATS: dict[str, Format] = {}
 
 
 def input_format(
-    name: str, *, priority: int, sniff: Callable[[bytes], bool], splits: bool = False, reads_lines: bool = True
+    name: str,
+    *,
+    priority: int,
+    sniff: Callable[[bytes], bool],
+    splits: bool = False,
+    reads_lines: bool = True,
+    batches: bool = False,
 ) -> Callable[[Reader], Reader]:
     """Register the decorated `ingest(source)` as the reader of format `name`, claimed by `sniff`.
     `splits`: it takes `jobs` and `workers` and parses a big file's chunks in parallel; `reads_lines`:
-    it reads through the line reader (the file's lines longer than MAX_LINE_BYTES are noted)."""
+    it reads through the line reader (the file's lines longer than MAX_LINE_BYTES are noted);
+    `batches`: it is `ingest(sources)`, reading a list of files into a Batch (one file: a list of one)."""
 
     def register(func: Reader) -> Reader:
         if name in _FORMATS:
@@ -137,7 +166,9 @@ def input_format(
         params = inspect.signature(func).parameters
         if splits and not {"jobs", "workers"} <= set(params):
             raise ValueError(f"format {name!r} splits, so its reader must take jobs= and workers=")
-        _FORMATS[name] = Format(name, priority, sniff, func, splits, reads_lines)
+        if splits and batches:
+            raise ValueError(f"format {name!r}: a reader splits a big file or batches small ones, not both")
+        _FORMATS[name] = Format(name, priority, sniff, func, splits, reads_lines, batches)
         return func
 
     return register

@@ -17,20 +17,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
-from tracelens.ingest import SAMPLE_LIMIT, Account, IngestResult, InputFile, LineParser, line_formats
+from tracelens.ingest import (
+    SAMPLE_LIMIT,
+    Account,
+    Format,
+    IngestResult,
+    InputFile,
+    LineParser,
+    find_format,
+    line_formats,
+)
 from tracelens.ingest.text.lines import (
     FILE_SHIFT,
     IGNORED,
     PARSED,
     UNRECOGNIZED,
     file_of,
+    read_keyed,
     settled,
     strongest_claim,
 )
-from tracelens.ingest.text.pasted import unpaste
 
 SMALL_BYTES = 1 << 20  # a file this small is one chunk for textlog too
 BATCH_BYTES = 16 << 20
@@ -75,68 +83,91 @@ class BatchResult:
 
 
 def _lines(files: list[InputFile]) -> tuple[pl.DataFrame, list[InputFile]]:
-    """Columns idx (file in batch), line (key), text: each small log's lines as lines.read_chunks gives
-    them, after an empty row of line number 0. The other files, and logs that cannot be read now, are
-    returned apart."""
-    parts, read, counts, unread = [], [], [], []
-    for i, source in enumerate(files):
-        if not is_small_log(source):
-            unread.append(source)
-            continue
-        try:
-            data = source.path.read_bytes()
-        except OSError:
-            unread.append(source)
-            continue
-        data = data.lstrip(b"\0")  # lines.py: line 1 starts after the zero bytes a file begins with
-        data = data[:-1] if data.endswith(b"\n") else data  # lines.py: a last newline ends a line, opens none
-        parts.append(b"\n" + data)
-        read.append(i)
-        counts.append(data.count(b"\n") + 2)
-    if not parts:
-        return pl.DataFrame(schema={"idx": pl.Int64, "line": pl.Int64, "text": pl.String}), unread
-    # one decode and one split for the batch: a newline ends any broken UTF-8 sequence, so this is each file's decode
-    text = pl.Series("text", [b"\n".join(parts).decode("utf-8", errors="replace")]).str.split("\n").explode()
-    text = text.str.strip_suffix("\r").str.replace_all("\r", " ", literal=True)  # as lines.py folds CR
-    idx = np.repeat(np.array(read, dtype=np.int64), counts)
-    first = np.repeat(np.cumsum([0, *counts[:-1]], dtype=np.int64), counts)
-    key = (idx << FILE_SHIFT) + np.arange(len(idx), dtype=np.int64) - first
-    return pl.DataFrame({"idx": idx, "line": key, "text": unpaste(text)}), unread
+    """Columns idx (file in batch), line (key), text: each small log's lines as lines.read_keyed gives
+    them. The other files, and logs that cannot be read now, are returned apart."""
+    lines, unread = read_keyed({i: source.path for i, source in enumerate(files) if is_small_log(source)})
+    unread += [i for i, source in enumerate(files) if not is_small_log(source)]
+    return lines, [files[i] for i in sorted(unread)]
 
 
 def ingest(files: list[InputFile]) -> BatchResult:
-    """Read a batch of small logs as one (see the module's docstring)."""
+    """Read a batch of small logs as one (see the module's docstring), and the small files of each
+    format that batches (fabric dumps) at once."""
     lines, unread = _lines(files)
-    result = BatchResult(per_file=unread)
-    if not lines.height:
-        return result
-    # the line formats any line may be of (NCCL's) read the whole batch; the others only the files
-    # with a line of theirs (_other_parsers)
-    batch = InputFile(path=Path(), name="", format="log")
-    parsers = [fmt.open(batch) for fmt in line_formats() if not fmt.candidates]
-    lines = lines.with_columns(status=strongest_claim([p.feed(lines.select("line", "text")) for p in parsers]))
+    result = BatchResult()
     hosts: list[pl.DataFrame] = []
-    result.tables = _keyed_back(_finished(parsers), files, hosts)
-    lines = _other_parsers(files, lines, result, hosts)
-    _accounts(result, files, lines, hosts)
+    accounts: dict[int, Account] = {}
+    if lines.height:
+        # the line formats any line may be of (NCCL's) read the whole batch; the others only the files
+        # with a line of theirs (_other_parsers)
+        batch = InputFile(path=Path(), name="", format="log")
+        parsers = [fmt.open(batch) for fmt in line_formats() if not fmt.candidates]
+        lines = lines.with_columns(status=strongest_claim([p.feed(lines.select("line", "text")) for p in parsers]))
+        result.tables = _keyed_back(_finished(parsers), files, hosts)
+        lines = _other_parsers(files, lines, result, hosts)
+        accounts = _accounts(lines)
+    result.per_file = _batched_formats(files, unread, result, accounts, hosts)
+    named: dict[int, list[str]] = {}
+    if hosts:
+        for idx, host in pl.concat(hosts).unique().sort("host").iter_rows():
+            named.setdefault(idx, []).append(host)
+    for idx, account in sorted(accounts.items()):
+        result.accounts[files[idx].name] = (account, named.get(idx, []))
     return result
 
 
 def _keyed_back(parsed: IngestResult, files: list[InputFile], hosts: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:
-    """A batch parser's tables with each row's file, line number in it and host (the file's folder's
-    where the row names none) from its line key; the hosts the rows name go to `hosts`."""
+    """A batch parser's tables with each row's file and line number in it from its line key, and its
+    host (_hinted)."""
     names = pl.Series([f.name for f in files], dtype=pl.String)
-    hints = pl.Series([f.host_hint for f in files], dtype=pl.String)
     tables = {}
     for name, table in parsed.tables.items():
         frame = table.lazy().collect()
         idx = frame.select(file_of(pl.col("line"))).to_series()
         frame = frame.with_columns(file=names.gather(idx), line=pl.col("line") & _LINE_MASK)
-        if "host" in frame.columns:
-            frame = frame.with_columns(host=pl.coalesce("host", hints.gather(idx)))
-            hosts.append(_named_hosts(frame, idx))
-        tables[name] = frame
+        tables[name] = _hinted(frame, idx, files, hosts)
     return tables
+
+
+def _hinted(frame: pl.DataFrame, idx: pl.Series, files: list[InputFile], hosts: list[pl.DataFrame]) -> pl.DataFrame:
+    """The rows (of the files at `idx` in the batch) with the host their file's folder suggests where
+    they name none, as a file read alone gets it; the hosts the rows name go to `hosts`."""
+    if "host" not in frame.columns:
+        return frame
+    hints = pl.Series([f.host_hint for f in files], dtype=pl.String)
+    frame = frame.with_columns(host=pl.coalesce("host", hints.gather(idx)))
+    hosts.append(_named_hosts(frame, idx))
+    return frame
+
+
+def _batched_formats(
+    files: list[InputFile],
+    unread: list[InputFile],
+    result: BatchResult,
+    accounts: dict[int, Account],
+    hosts: list[pl.DataFrame],
+) -> list[InputFile]:
+    """Of the files `unread` as logs, each format's that batches, read at once (Format.read_batch):
+    their rows, hosts and accounts added to the batch's. The files left to be read alone are returned."""
+    place = {f.name: i for i, f in enumerate(files)}
+    groups: dict[Format, list[InputFile]] = {}
+    left: list[InputFile] = []
+    for source in unread:
+        fmt = find_format(source.format) if source.error is None else None
+        (groups.setdefault(fmt, []) if fmt is not None and fmt.batches else left).append(source)
+    for fmt, group in groups.items():
+        try:
+            batch = fmt.read_batch(group)
+        except Exception:  # each file read alone says what is wrong with it, and the rest are read
+            left += group
+            continue
+        tables = {
+            table: _hinted(frame, frame["file"].replace_strict(place, return_dtype=pl.Int64), files, hosts)
+            for table, frame in batch.tables.items()
+        }
+        result.tables = in_file_order([result.tables, tables], files)
+        accounts.update((place[file], account) for file, account in batch.accounts.items())
+    return sorted(left, key=lambda source: place[source.name])
 
 
 def in_file_order(tables: list[dict[str, pl.DataFrame]], files: list[InputFile]) -> dict[str, pl.DataFrame]:
@@ -189,8 +220,9 @@ def _finished(parsers: list[LineParser]) -> IngestResult:
     return parsed
 
 
-def _accounts(result: BatchResult, files: list[InputFile], lines: pl.DataFrame, hosts: list[pl.DataFrame]) -> None:
-    """Each file's account from its lines' statuses (the empty rows between files are no lines)."""
+def _accounts(lines: pl.DataFrame) -> dict[int, Account]:
+    """Each log's account (by its place in the batch) from its lines' statuses (the empty rows between
+    files are no lines)."""
     lines = lines.filter((pl.col("line") & _LINE_MASK) > 0).with_columns(
         claimed=pl.col("status"), status=settled(pl.col("status"), pl.col("text"))
     )
@@ -210,11 +242,8 @@ def _accounts(result: BatchResult, files: list[InputFile], lines: pl.DataFrame, 
     samples: dict[int, list[tuple[int, str]]] = {}
     for idx, line, text in bad.select("idx", pl.col("line") & _LINE_MASK, "text").iter_rows():
         samples.setdefault(idx, []).append((line, text))
-    named: dict[int, list[str]] = {}
-    if hosts:
-        for idx, host in pl.concat(hosts).unique().sort("host").iter_rows():
-            named.setdefault(idx, []).append(host)
-    for idx, n, n_parsed, n_unrecognized, n_ignored in counts.sort("idx").iter_rows():
-        account = Account(lines=n, parsed=n_parsed, unrecognized=n_unrecognized, ignored=n_ignored)
-        account.add_samples(samples.get(idx, []))
-        result.accounts[files[idx].name] = (account, named.get(idx, []))
+    accounts = {}
+    for idx, n, n_parsed, n_unrecognized, n_ignored in counts.iter_rows():
+        accounts[idx] = Account(lines=n, parsed=n_parsed, unrecognized=n_unrecognized, ignored=n_ignored)
+        accounts[idx].add_samples(samples.get(idx, []))
+    return accounts

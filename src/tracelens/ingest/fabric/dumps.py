@@ -16,6 +16,7 @@ blocks above any), else a time in the file name, else the file's modification ti
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import date, datetime, timezone
@@ -25,8 +26,8 @@ from typing import Any
 import polars as pl
 from lark import Lark, LarkError, Transformer
 
-from tracelens.ingest import Account, InputFile
-from tracelens.ingest.text.lines import IGNORED, PARSED, read_lines
+from tracelens.ingest import Account, Batch, InputFile
+from tracelens.ingest.text.lines import FILE_SHIFT, IGNORED, PARSED, read_keyed, read_lines
 from tracelens.ingest.text.shell_context import USER_AT_HOST, filled, marks
 from tracelens.resources import grammar_text
 
@@ -42,6 +43,7 @@ _NAME_CLOCK = re.compile(r"(?<![\dA-Za-z])(?P<h>[01]\d|2[0-3])(?P<mi>[0-5]\d)(?P
 _TOOLS = r"perfquery|ibstat|ibstatus|ibv_devinfo|ethtool|grep|cat|hostname|date|rdma|ibqueryerrors"
 _COMMAND = re.compile(rf"(?:^|[\s$#>%/])(?P<tool>{_TOOLS})(?:\s|$)")
 _USER_AT_HOST = re.compile(USER_AT_HOST)
+_LINE_MASK = (1 << FILE_SHIFT) - 1
 
 
 def file_time(source: InputFile) -> tuple[datetime, str]:
@@ -106,51 +108,86 @@ def _numbers_fit(value: Any) -> bool:
     return True
 
 
-def read_dump(source: InputFile, parse_line: ParseLine) -> tuple[list[DumpLine], Account]:
-    """Read a dump: the lines `parse_line` understood, with time and host, and the file's account. Of
-    the other lines, a tool's command (`perfquery -x`, `ssh root@node05 ethtool -S ens1f0`) names the
-    host of the output below it (`user@host`) and is each line's `command`; `#` comments are ignored."""
-    lines = marks(read_lines(source))
-    account = Account(lines=lines.height)
-    parsed: dict[int, Any] = {}
+def _lines(sources: list[InputFile]) -> pl.DataFrame:
+    """Columns idx, line (its key, lines.FILE_SHIFT) and text of the files' lines: one file's as
+    read_lines gives them, several small files' as one frame (read_keyed)."""
+    if len(sources) == 1:
+        return read_lines(sources[0]).with_columns(idx=pl.lit(0, pl.Int64))
+    lines, unread = read_keyed(dict(enumerate(s.path for s in sources)))
+    if unread:  # each file read alone then says which cannot be read
+        raise OSError(f"cannot read {sources[unread[0]].name}")
+    return lines
+
+
+def read_dumps(sources: list[InputFile], parse_line: ParseLine) -> list[tuple[list[DumpLine], Account]]:
+    """Read dumps: of each, the lines `parse_line` understood, with time and host, and the file's
+    account. Of the other lines, a tool's command (`perfquery -x`, `ssh root@node05 ethtool -S ens1f0`)
+    names the host of the output below it (`user@host`) and is each line's `command`; `#` comments
+    are ignored. Several small dumps are read as one frame, what a line takes from the lines around
+    it (a time, a host, a command) from its own file only."""
+    lines = marks(_lines(sources)).filter((pl.col("line") & _LINE_MASK) > 0)  # not the rows between files
+    parsed: dict[int, Any] = {}  # by line key
     commands: dict[int, tuple[str, str | None]] = {}
-    unrecognized: list[tuple[int, str]] = []
+    unrecognized: list[list[tuple[int, str]]] = [[] for _ in sources]
     rest = lines.filter(pl.col("ctx").is_null() | (pl.col("ctx") == IGNORED))  # a prompt line shows its command
-    for number, raw, status in rest.select("line", "text", "ctx").iter_rows():
+    for key, raw, status in rest.select("line", "text", "ctx").iter_rows():
         if status is None and (value := parse_line(raw)) is not None and _numbers_fit(value):
-            parsed[number] = value
+            parsed[key] = value
         elif m := _COMMAND.search(text := raw.strip()):
             host = _USER_AT_HOST.search(text[: m.start() + 1])
-            commands[number] = (text[m.start("tool") :], host["host"] if host else None)
+            commands[key] = (text[m.start("tool") :], host["host"] if host else None)
         elif status is None and not text.startswith("#"):  # a comment of the collecting script
-            unrecognized.append((number, raw))
-    statuses = lines["ctx"].value_counts().rows()
-    account.parsed = sum(n for status, n in statuses if status == PARSED) + len(parsed)
-    account.unrecognized = len(unrecognized)
-    account.ignored = account.lines - account.parsed - account.unrecognized
-    account.add_samples(unrecognized)
+            unrecognized[key >> FILE_SHIFT].append((key & _LINE_MASK, raw))
+    accounts = [Account() for _ in sources]
+    parsed_in = Counter(key >> FILE_SHIFT for key in parsed)
+    counts = lines.group_by("idx").agg(pl.len(), context=(pl.col("ctx") == PARSED).sum())
+    for idx, n, n_context in counts.iter_rows():
+        account = accounts[idx]
+        account.lines, account.parsed = n, n_context + parsed_in[idx]
+        account.unrecognized = len(unrecognized[idx])
+        account.ignored = account.lines - account.parsed - account.unrecognized
+        account.add_samples(unrecognized[idx])
+    out: list[list[DumpLine]] = [[] for _ in sources]
     if not parsed:
-        return [], account
+        return list(zip(out, accounts))
     ran = pl.DataFrame(
-        [(n, command, host) for n, (command, host) in commands.items()],
+        [(key, command, host) for key, (command, host) in commands.items()],
         schema={"line": pl.Int64, "command": pl.String, "ran_on": pl.String},
         orient="row",
     )
     lines = filled(
         lines.join(ran, on="line", how="left", maintain_order="left").with_columns(
-            prompt_host=pl.coalesce("prompt_host", "ran_on"), command=pl.col("command").forward_fill()
-        )
+            prompt_host=pl.coalesce("prompt_host", "ran_on"), command=pl.col("command").forward_fill().over("idx")
+        ),
+        over="idx",
     )
-    fallback = file_time(source)
-    out = []
-    for number, raw, stamp, host, command in (
+    fallback = {idx: file_time(sources[idx]) for idx in parsed_in}
+    for key, raw, stamp, host, command in (
         lines.filter(pl.col("line").is_in(list(parsed)))
         .select("line", "text", "stamp", "prompt_host", "command")
         .iter_rows()
     ):
-        ts, quality = (stamp, EXACT) if stamp is not None else fallback
-        out.append(DumpLine(number, raw, parsed[number], ts, quality, host, command))
-    return out, account
+        ts, quality = (stamp, EXACT) if stamp is not None else fallback[key >> FILE_SHIFT]
+        out[key >> FILE_SHIFT].append(DumpLine(key & _LINE_MASK, raw, parsed[key], ts, quality, host, command))
+    return list(zip(out, accounts))
+
+
+def read_batch(
+    sources: list[InputFile],
+    parse_line: ParseLine,
+    rows_of: Callable[[InputFile, list[DumpLine]], dict[str, list[dict]]],
+    frame: Callable[[list[dict]], pl.DataFrame] = lambda rows: pl.DataFrame(rows, infer_schema_length=None),
+) -> Batch:
+    """A dump format's files read at once (read_dumps): each file's account, and the tables of the
+    rows `rows_of` makes of each file's parsed lines (table name -> rows), as `frame` makes them."""
+    batch = Batch()
+    rows: dict[str, list[dict]] = {}
+    for source, (lines, account) in zip(sources, read_dumps(sources, parse_line)):
+        batch.accounts[source.name] = account
+        for table, made in rows_of(source, lines).items():
+            rows.setdefault(table, []).extend(made)
+    batch.tables = {table: frame(made) for table, made in rows.items() if made}
+    return batch
 
 
 class LineGrammar:

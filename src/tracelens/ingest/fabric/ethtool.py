@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
-from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
-from tracelens.ingest.fabric.dumps import counter_frame, read_dump
+from tracelens.ingest import Batch, InputFile, LineStart, input_format
+from tracelens.ingest.fabric.dumps import DumpLine, counter_frame, read_batch
 
 _SNIFF = LineStart(rb"NIC statistics:|\s+(?:rx|tx)_\w+: \d+\r?$")
 _COUNTER = re.compile(r"^\s*(?P<name>[^\s:].*?)\s*:\s*(?P<value>\d+)\s*$")  # bnxt: `[0]: rx_ucast_packets: 5`
@@ -31,9 +31,7 @@ def sniff(head: bytes) -> bool:
     return _SNIFF.search(head)
 
 
-@input_format("ethtool", priority=100, sniff=sniff)
-def ingest(source: InputFile) -> IngestResult:
-    lines, account = read_dump(source, parse_line)
+def _rows(source: InputFile, lines: list[DumpLine]) -> dict[str, list[dict]]:
     rows = []
     for line in lines:
         if line.value == HEADER:
@@ -50,7 +48,9 @@ def ingest(source: InputFile) -> IngestResult:
                 "bits": 64,
             }
         )
-    result = IngestResult(account=account)
-    if rows:
-        result.add("ib_counters", counter_frame(rows))
-    return result
+    return {"ib_counters": rows}
+
+
+@input_format("ethtool", priority=100, sniff=sniff, batches=True)
+def ingest(sources: list[InputFile]) -> Batch:
+    return read_batch(sources, parse_line, _rows, counter_frame)

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
-from tracelens.ingest.fabric.dumps import counter_frame, read_dump
+from tracelens.ingest import Batch, InputFile, LineStart, input_format
+from tracelens.ingest.fabric.dumps import DumpLine, counter_frame, read_batch
 from tracelens.ingest.fabric.perfquery import BASIC_BITS, EXTENDED_DATA
 
 _SYSFS = re.compile(
@@ -86,11 +86,14 @@ def sniff(head: bytes) -> bool:
     return (b"/ports/" in head and _SYSFS_SNIFF.search(head) is not None) or _LINK.search(head)
 
 
-@input_format("hw_counters", priority=100, sniff=sniff)
-def ingest(source: InputFile) -> IngestResult:
-    lines, account = read_dump(source, parse_line)
-    rows = [line.provenance(source) | {"node": counter["ca"]} | counter for line in lines for counter in line.value]
-    result = IngestResult(account=account)
-    if rows:
-        result.add("ib_counters", counter_frame(rows))
-    return result
+def _rows(source: InputFile, lines: list[DumpLine]) -> dict[str, list[dict]]:
+    return {
+        "ib_counters": [
+            line.provenance(source) | {"node": counter["ca"]} | counter for line in lines for counter in line.value
+        ]
+    }
+
+
+@input_format("hw_counters", priority=100, sniff=sniff, batches=True)
+def ingest(sources: list[InputFile]) -> Batch:
+    return read_batch(sources, parse_line, _rows, counter_frame)

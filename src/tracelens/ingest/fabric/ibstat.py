@@ -6,13 +6,13 @@ CA / Port / attribute lines into rows.
 
 from __future__ import annotations
 
-from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
-from tracelens.ingest.fabric.dumps import LineGrammar
+from tracelens.ingest import Batch, InputFile, LineStart, input_format
+from tracelens.ingest.fabric.dumps import DumpLine, LineGrammar, read_batch
 from tracelens.ingest.fabric.ports import (
     Columns,
     Device,
     PortLines,
-    ingest_port_dump,
+    port_rows,
     read_float,
     read_int,
     read_phys_state,
@@ -45,6 +45,10 @@ def sniff(head: bytes) -> bool:
     return _SNIFF.search(head)
 
 
-@input_format("ibstat", priority=100, sniff=sniff)
-def ingest(source: InputFile) -> IngestResult:
-    return ingest_port_dump(source, LINES, "ibstat", COLUMNS)
+def _rows(source: InputFile, lines: list[DumpLine]) -> dict[str, list[dict]]:
+    return {"ib_ports": port_rows(source, lines, "ibstat", COLUMNS)}
+
+
+@input_format("ibstat", priority=100, sniff=sniff, batches=True)
+def ingest(sources: list[InputFile]) -> Batch:
+    return read_batch(sources, LINES, _rows)

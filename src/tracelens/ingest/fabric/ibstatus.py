@@ -7,13 +7,13 @@ from `link_layer`, never from the rate.
 
 from __future__ import annotations
 
-from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
-from tracelens.ingest.fabric.dumps import LineGrammar
+from tracelens.ingest import Batch, InputFile, LineStart, input_format
+from tracelens.ingest.fabric.dumps import DumpLine, LineGrammar, read_batch
 from tracelens.ingest.fabric.ports import (
     Columns,
     Port,
     PortLines,
-    ingest_port_dump,
+    port_rows,
     read_float,
     read_int,
     read_phys_state,
@@ -46,6 +46,10 @@ def sniff(head: bytes) -> bool:
     return _SNIFF.search(head)
 
 
-@input_format("ibstatus", priority=100, sniff=sniff)
-def ingest(source: InputFile) -> IngestResult:
-    return ingest_port_dump(source, LINES, "ibstatus", COLUMNS)
+def _rows(source: InputFile, lines: list[DumpLine]) -> dict[str, list[dict]]:
+    return {"ib_ports": port_rows(source, lines, "ibstatus", COLUMNS)}
+
+
+@input_format("ibstatus", priority=100, sniff=sniff, batches=True)
+def ingest(sources: list[InputFile]) -> Batch:
+    return read_batch(sources, LINES, _rows)

@@ -10,17 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import polars as pl
-
-from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
-from tracelens.ingest.fabric.dumps import LineGrammar, read_dump
+from tracelens.ingest import Batch, InputFile, LineStart, input_format
+from tracelens.ingest.fabric.dumps import DumpLine, LineGrammar, read_batch
 from tracelens.ingest.fabric.ports import (
     Columns,
     Device,
     Port,
     PortLines,
     first_number,
-    ingest_port_dump,
+    port_rows,
     read_float,
     read_int,
     read_phys_state,
@@ -80,10 +78,8 @@ def _rate(row: dict) -> None:
     row["rate_gbps"] = lanes * lane_gbps if lanes and lane_gbps else None
 
 
-def _gids(source: InputFile) -> pl.DataFrame:
-    """The GID table of each port (`-v`), under the device and port lines above it. The dump is
-    read a second time: it is short and its lines' parses are cached."""
-    lines, _ = read_dump(source, LINES)
+def _gids(source: InputFile, lines: list[DumpLine]) -> list[dict]:
+    """The GID table of each port (`-v`), under the device and port lines above it."""
     rows, ca, port = [], None, None
     for line in lines:
         if isinstance(line.value, Device):
@@ -94,7 +90,7 @@ def _gids(source: InputFile) -> pl.DataFrame:
             ipv4 = line.value.gid.removeprefix("::ffff:") if line.value.gid.startswith("::ffff:") else None
             rows.append(
                 {
-                    **line.provenance(source),
+                    **{k: v for k, v in line.provenance(source).items() if k != "dump_ts"},
                     "ca": ca,
                     "port": port,
                     "index": line.value.index,
@@ -104,11 +100,13 @@ def _gids(source: InputFile) -> pl.DataFrame:
                     "source": "ibv_devinfo",
                 }
             )
-    return pl.DataFrame(rows, infer_schema_length=None).drop("dump_ts") if rows else pl.DataFrame()
+    return rows
 
 
-@input_format("ibv_devinfo", priority=100, sniff=sniff)
-def ingest(source: InputFile) -> IngestResult:
-    result = ingest_port_dump(source, LINES, "ibv_devinfo", COLUMNS, finish=_rate)
-    result.add("gids", _gids(source))
-    return result
+def _rows(source: InputFile, lines: list[DumpLine]) -> dict[str, list[dict]]:
+    return {"ib_ports": port_rows(source, lines, "ibv_devinfo", COLUMNS, finish=_rate), "gids": _gids(source, lines)}
+
+
+@input_format("ibv_devinfo", priority=100, sniff=sniff, batches=True)
+def ingest(sources: list[InputFile]) -> Batch:
+    return read_batch(sources, LINES, _rows)

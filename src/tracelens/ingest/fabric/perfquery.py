@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from lark import Transformer
 
-from tracelens.ingest import IngestResult, InputFile, LineStart, input_format
-from tracelens.ingest.fabric.dumps import DumpLine, LineGrammar, blocks, counter_frame, read_dump
+from tracelens.ingest import Batch, InputFile, LineStart, input_format
+from tracelens.ingest.fabric.dumps import DumpLine, LineGrammar, blocks, counter_frame, read_batch
 
 _SNIFF = LineStart(rb"# Port (?:extended )?counters: |# Port\w+ counters: |\w+:\.{3,}(?:\d|0x)")
 
@@ -175,15 +175,11 @@ def _block_rows(source: InputFile, block: list[DumpLine]) -> list[dict]:
     return rows
 
 
-@input_format("perfquery", priority=100, sniff=sniff)
-def ingest(source: InputFile) -> IngestResult:
-    lines, account = read_dump(source, LINES)
-    result = IngestResult(account=account)
-    rows = [
-        row
-        for block in blocks(lines, lambda line: isinstance(line.value, Header))
-        for row in _block_rows(source, block)
-    ]
-    if rows:
-        result.add("ib_counters", counter_frame(rows))
-    return result
+def _rows(source: InputFile, lines: list[DumpLine]) -> dict[str, list[dict]]:
+    starts = blocks(lines, lambda line: isinstance(line.value, Header))
+    return {"ib_counters": [row for block in starts for row in _block_rows(source, block)]}
+
+
+@input_format("perfquery", priority=100, sniff=sniff, batches=True)
+def ingest(sources: list[InputFile]) -> Batch:
+    return read_batch(sources, LINES, _rows, counter_frame)

@@ -16,11 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import polars as pl
 from lark import Transformer
 
-from tracelens.ingest import IngestResult, InputFile
-from tracelens.ingest.fabric.dumps import DumpLine, ParseLine, read_dump
+from tracelens.ingest import InputFile
+from tracelens.ingest.fabric.dumps import DumpLine
 from tracelens.ingest.text.lines import checked_float
 
 STATES = {1: "Down", 2: "Initializing", 3: "Armed", 4: "Active", 5: "ActiveDefer"}
@@ -158,22 +157,18 @@ class _PortRows:
 DEVICE_COLUMNS = {"ca_type", "node_guid"}
 
 
-def ingest_port_dump(
+def port_rows(
     source: InputFile,
-    parse_line: ParseLine,
+    lines: list[DumpLine],
     tool: str,
     columns: Columns,
     finish: Callable[[dict[str, Any]], None] | None = None,
-) -> IngestResult:
-    """Read a port-status dump into ib_ports rows; `finish` may complete each row (e.g. its rate)."""
-    lines, account = read_dump(source, parse_line)
+) -> list[dict[str, Any]]:
+    """A port-status dump's parsed lines as ib_ports rows; `finish` may complete each row (e.g. its rate)."""
     builder = _PortRows(source, tool, columns)
     for line in lines:
         builder.feed(line)
     for row in builder.rows:
         if finish:
             finish(row)
-    result = IngestResult(account=account)
-    if builder.rows:
-        result.add("ib_ports", pl.DataFrame(builder.rows, infer_schema_length=None))
-    return result
+    return builder.rows

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import polars as pl
 
 from tracelens.ingest.text.holes import skip_hole, skip_zeros
@@ -213,6 +214,33 @@ def read_lines(source: InputFile) -> pl.DataFrame:
     """The whole file as columns `line` (1-based) and `text` (for a file small enough to read at once)."""
     chunks = list(read_chunks(source.path))
     return pl.concat(chunks) if chunks else pl.DataFrame(schema={"line": pl.Int64, "text": pl.String})
+
+
+def read_keyed(paths: dict[int, Path]) -> tuple[pl.DataFrame, list[int]]:
+    """Several small files' lines as one frame, each file's as read_lines gives them: columns idx (the
+    file's place, the key of `paths`), line (its key: idx above FILE_SHIFT, the line number below) and
+    text, each file's lines after an empty row of line number 0, so that nothing a parser looks at on
+    the line above reaches into another file. Also the places of the files that could not be read."""
+    parts, read, counts, unread = [], [], [], []
+    for i, path in paths.items():
+        try:
+            data = path.read_bytes()
+        except OSError:
+            unread.append(i)
+            continue
+        data = data.lstrip(b"\0")  # as _blocks: line 1 starts after the zero bytes a file begins with
+        data = data[:-1] if data.endswith(b"\n") else data  # a last newline ends a line, opens none
+        parts.append(b"\n" + data)
+        read.append(i)
+        counts.append(data.count(b"\n") + 2)
+    if not parts:
+        return pl.DataFrame(schema={"idx": pl.Int64, "line": pl.Int64, "text": pl.String}), unread
+    # one decode and one split for all: a newline ends any broken UTF-8 sequence, so this is each file's decode
+    text = _split_lines(b"\n".join(parts))
+    idx = np.repeat(np.array(read, dtype=np.int64), counts)
+    first = np.repeat(np.cumsum([0, *counts[:-1]], dtype=np.int64), counts)
+    key = (idx << FILE_SHIFT) + np.arange(len(idx), dtype=np.int64) - first
+    return pl.DataFrame({"idx": idx, "line": key, "text": unpaste(text)}), unread
 
 
 def chunk_spans(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, int, int]]:

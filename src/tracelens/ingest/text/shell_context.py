@@ -5,7 +5,7 @@ own lines a file may hold `date` output, a `hostname` line or the output of `hos
 prompt and command that made it, blank lines and `...` where a paste was shortened. `marks` finds
 them (vectorized) and what each states; `filled` gives every line the time of the last `date` line
 above it (else the first below) and the host of the last prompt or host line above it (else the
-first below). A format reads the lines that are not context, then `filled` (dumps.read_dump adds
+first below). A format reads the lines that are not context, then `filled` (dumps.read_dumps adds
 the tool command lines it meets among the rest, which name a host and a network device).
 """
 
@@ -158,12 +158,11 @@ def _by_line(lines: pl.DataFrame, values: dict, name: str, dtype: pl.DataType) -
     return pl.Series(name, [values.get(n) for n in lines["line"]], dtype=dtype)
 
 
-def filled(lines: pl.DataFrame) -> pl.DataFrame:
-    """Each line's `stamp` and `prompt_host`: the last stated above it, else the first below."""
-    return lines.with_columns(
-        pl.col("stamp").forward_fill().fill_null(strategy="backward"),
-        pl.col("prompt_host").forward_fill().fill_null(strategy="backward"),
-    )
+def filled(lines: pl.DataFrame, over: str | None = None) -> pl.DataFrame:
+    """Each line's `stamp` and `prompt_host`: the last stated above it, else the first below (in its
+    file, where the column `over` tells several files' lines apart)."""
+    columns = [pl.col(c).forward_fill().fill_null(strategy="backward") for c in ("stamp", "prompt_host")]
+    return lines.with_columns(c.over(over) if over else c for c in columns)
 
 
 def context(lines: pl.DataFrame) -> pl.DataFrame:
