@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tracelens.ingest.text.lines import _blocks, _csv_lines, _frame, _split_lines, read_chunks, read_span
+from tracelens.ingest.text.lines import CHUNK_LINES, _blocks, _csv_lines, _frame, _split_lines, read_chunks, read_span
 
 TRICKY = [
     b"plain\nlines\n",
@@ -60,3 +60,20 @@ def test_spans_read_back_the_chunks_the_reader_keeps(tmp_path: Path):
         for (offset, n, line, block), _ in zip(kept, spans):
             assert read_span(path, offset, n, line).equals(_frame(block, line))
         assert any(n == max_line for _, n, _, _ in kept) == (max_line < 3000)  # a capped line when it can be
+
+
+@pytest.mark.parametrize("data", TRICKY + [b"a\n" * 5000 + b"end", b"\n" * 300, b"x" * 600 + b"\n" + b"y\n" * 700])
+def test_a_chunk_holds_at_most_max_lines_and_the_lines_are_the_same(tmp_path: Path, data: bytes):
+    """A chunk is cut by its lines as well as its bytes (millions of tiny lines cost memory per line):
+    the lines and their numbers are those of a read by bytes alone, and each span reads back its chunk."""
+    path = tmp_path / "x.log"
+    path.write_bytes(data)
+    whole = [(n, t) for f in read_chunks(path) for n, t in f.iter_rows()]
+    for chunk_bytes, max_lines in ((1 << 20, 1), (1 << 20, 7), (64, 3), (1 << 20, 1000), (300, 500)):
+        kept = list(_blocks(path, chunk_bytes, max_lines=max_lines))
+        frames = [_frame(block, line) for _, _, line, block in kept]  # type: ignore[arg-type]
+        assert all(f.height <= max_lines for f in frames)
+        assert [(n, t) for f in frames for n, t in f.iter_rows()] == whole
+        spans = list(_blocks(path, chunk_bytes, keep=False, max_lines=max_lines))
+        assert [(o, n, line) for o, n, line, _ in kept] == [(o, n, line) for o, n, line, _ in spans]
+    assert max((f.height for f in read_chunks(path)), default=0) <= CHUNK_LINES

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
     from tracelens.ingest import InputFile
 
 CHUNK_BYTES = 32 << 20
+# A chunk holds at most this many lines too: what its parsing costs grows with its lines (a column
+# of each kind per line), so a file of millions of tiny lines is cut by their count, not its bytes.
+CHUNK_LINES = 1 << 20
 MAX_LINE_BYTES = 1 << 20  # longer lines (no NCCL or DeepSpeed line comes near) keep their head only
 
 # Many small files read as one frame (ingest/small_files.py) number their lines by key: the file's
@@ -157,11 +160,21 @@ def _frame(block: bytes, first_line: int) -> pl.DataFrame:
     )
 
 
+def _line_end(block: bytes, lines: int) -> int:
+    """Where the `lines`-th newline of `block` is (it has that many)."""
+    pos, window = 0, 1 << 16
+    while (found := block.count(b"\n", pos, pos + window)) < lines:
+        lines, pos = lines - found, pos + window
+    for _ in range(lines):
+        pos = block.index(b"\n", pos) + 1
+    return pos - 1
+
+
 def _blocks(
-    path: Path, chunk_bytes: int, max_line: int = MAX_LINE_BYTES, keep: bool = True
+    path: Path, chunk_bytes: int, max_line: int = MAX_LINE_BYTES, keep: bool = True, max_lines: int = CHUNK_LINES
 ) -> Iterator[tuple[int, int, int, bytes | None]]:
-    """(byte offset, length, first line, bytes if `keep`) of each chunk: blocks of `chunk_bytes` cut
-    after a line end.
+    """(byte offset, length, first line, bytes if `keep`) of each chunk: blocks of `chunk_bytes`, or of
+    `max_lines` lines where that is fewer bytes, cut after a line end.
 
     A line longer than `max_line` with no newline in a whole block (a 200 MB line) is a block of
     its own holding its first `max_line` bytes, counted as one line; the rest of it, up to its
@@ -192,13 +205,18 @@ def _blocks(
                     yield start, max_line, next_line, carry[:max_line] if keep else None
                     next_line, carry, skipping = next_line + 1, b"", True
                 continue
+            lines = block.count(b"\n", 0, cut) + 1
+            recut = lines > max_lines
+            if recut:  # the rest of the block is read again, as the next chunk's start
+                cut, lines = _line_end(block, max_lines), max_lines
+                fh.seek(fh.tell() - len(block) + cut + 1)
             length = len(carry) + cut
             # joined over a view: one copy (a slice and then `carry +` would be two, each into fresh
             # memory the kernel must clear)
             yield start, length, next_line, b"".join((carry, memoryview(block)[:cut])) if keep else None
-            next_line += block.count(b"\n", 0, cut) + 1
+            next_line += lines
             start += length + 1
-            carry = block[cut + 1 :]
+            carry = b"" if recut else block[cut + 1 :]
     if carry:
         yield start, len(carry), next_line, carry
 
