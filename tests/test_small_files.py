@@ -354,3 +354,27 @@ def test_fabric_dumps_are_read_by_one_reader_per_format_and_stay_apart(tmp_path,
     assert [inputs[f"node01/pq-{f}.txt"]["lines"] for f in "abc"] == [4, 2, 3]
     monkeypatch.undo()
     assert_reads_alike(run, tmp_path / "alike", monkeypatch)
+
+
+def test_a_files_samples_are_the_same_read_alone_or_in_a_batch(tmp_path):
+    """The unrecognised lines shown, those a parser came close to first, over the whole file: a last
+    line with no newline after it is a chunk of its own when the file is read alone, and its near
+    miss still comes before the first chunk's unclaimed line, as in a batch."""
+    from tracelens.ingest import ingest_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    cut = DS.format(s=2) + "[timer.py:264:stop] epoch=0/micro_step=21/global_step=21, RunningAvgSamplesPerSec=27.1"
+    (run / "a.log").write_text(
+        f"just some text\n{DS.format(s=1)}step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]\n{cut}"
+    )
+    _write(run, "b.log", ["other text"])
+    files = _discovered(run, tmp_path)
+    alone = ingest_file(files[0]).account
+    batched, _ = small_files.ingest(files).accounts["a.log"]
+    assert [line for line, _ in alone.samples] == [line for line, _ in batched.samples] == [3, 1]
+    assert (
+        (alone.lines, alone.parsed, alone.unrecognized)
+        == (batched.lines, batched.parsed, batched.unrecognized)
+        == (3, 1, 2)
+    )

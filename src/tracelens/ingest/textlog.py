@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections import deque
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -53,17 +54,18 @@ def ingest(
     """Read the file's lines once for every line parser; past two chunks, with `jobs` > 1, the NCCL
     records of `jobs` chunks are parsed at once, in threads (or on `workers`: Ray tasks)."""
     parsers = [fmt.open(source, _spill(source, chunk_bytes) if fmt.spills else None) for fmt in line_formats()]
-    account = Account()
+    account, samples = Account(), Samples()
     if jobs > 1 and source.size > 2 * chunk_bytes:
         if workers is not None:
-            _read_split(source, parsers, account, jobs, chunk_bytes, workers)
+            _read_split(source, parsers, account, samples, jobs, chunk_bytes, workers)
         else:
             # Threads, not processes: the parse is polars work that releases the GIL, and threads
             # pay no start-up or pickling of the chunks' tables.
             with ThreadPoolExecutor(jobs) as pool:
-                _read_split(source, parsers, account, jobs, chunk_bytes, pool, shared=True)
+                _read_split(source, parsers, account, samples, jobs, chunk_bytes, pool, shared=True)
     else:
-        _read_in_threads(source, parsers, account, chunk_bytes)
+        _read_in_threads(source, parsers, account, samples, chunk_bytes)
+    account.add_samples(samples.near + samples.rest)
     result = IngestResult(account=account)
     for parser in parsers:
         parser.finish(result)
@@ -76,7 +78,9 @@ def _spill(source: InputFile, chunk_bytes: int) -> Spill | None:
     return Spill(source.spill) if source.spill is not None and source.size > chunk_bytes else None
 
 
-def _read_in_threads(source: InputFile, parsers: list[LineParser], account: Account, chunk_bytes: int) -> None:
+def _read_in_threads(
+    source: InputFile, parsers: list[LineParser], account: Account, samples: Samples, chunk_bytes: int
+) -> None:
     # The parsers read each chunk side by side while the next chunk is read: the work is mostly
     # polars, which releases the GIL, so a second core takes a share of it. Each parser still sees
     # the chunks in order, one at a time.
@@ -85,13 +89,14 @@ def _read_in_threads(source: InputFile, parsers: list[LineParser], account: Acco
         upcoming = pool.submit(next, chunks, None)
         while (chunk := upcoming.result()) is not None:
             upcoming = pool.submit(next, chunks, None)  # read the next chunk while this one is parsed
-            _account(account, chunk, [f.result() for f in [pool.submit(p.feed, chunk) for p in parsers]])
+            _account(account, samples, chunk, [f.result() for f in [pool.submit(p.feed, chunk) for p in parsers]])
 
 
 def _read_split(
     source: InputFile,
     parsers: list[LineParser],
     account: Account,
+    samples: Samples,
     jobs: int,
     chunk_bytes: int,
     workers: Executor,
@@ -121,7 +126,7 @@ def _read_split(
             read, parsed = parsing.result()
             chunk = read if read is not None else read_span(source.path, *span)
             claims = [threads.submit(p.feed, chunk) for p in others]
-            _account(account, chunk, [nccl_parser.absorb(parsed), *(c.result() for c in claims)])
+            _account(account, samples, chunk, [nccl_parser.absorb(parsed), *(c.result() for c in claims)])
 
 
 # In a worker (thread or Ray task's process): the parser of the reading it is on. Its caches serve
@@ -140,9 +145,19 @@ def _parse_nccl(
     return chunk if shared else None, _WORKER.parser.parse(chunk)
 
 
-def _account(account: Account, chunk: pl.DataFrame, claims_per_parser: list[pl.Series]) -> None:
+@dataclass
+class Samples:
+    """A file's unrecognised lines to show, gathered chunk by chunk: those a parser came close to (a
+    known kind that did not parse) and the others, each in line order; shown near misses first over
+    the whole file (one in the last chunk before the others of the first), as a batch shows them."""
+
+    near: list[tuple[int, str]] = field(default_factory=list)
+    rest: list[tuple[int, str]] = field(default_factory=list)
+
+
+def _account(account: Account, samples: Samples, chunk: pl.DataFrame, claims_per_parser: list[pl.Series]) -> None:
     """Count each line of the chunk under its strongest claim (settled: see lines.settled); keep samples
-    of the unrecognised, those a parser came close to first (a known kind that did not parse)."""
+    of the unrecognised."""
     claimed = strongest_claim(claims_per_parser)
     status = chunk.select(settled(pl.lit(claimed), pl.col("text"))).to_series()
     counts = status.value_counts()
@@ -151,8 +166,10 @@ def _account(account: Account, chunk: pl.DataFrame, claims_per_parser: list[pl.S
     account.parsed += by_code.get(PARSED, 0)
     account.unrecognized += by_code.get(UNRECOGNIZED, 0)
     account.ignored += by_code.get(IGNORED, 0)
-    if by_code.get(UNRECOGNIZED) and len(account.samples) < SAMPLE_LIMIT:
-        near = chunk.filter(claimed == UNRECOGNIZED).head(SAMPLE_LIMIT)
-        rest = chunk.filter((status == UNRECOGNIZED) & (claimed != UNRECOGNIZED)).head(SAMPLE_LIMIT)
-        for bad in (near, rest):
-            account.add_samples(list(zip(bad["line"].to_list(), bad["text"].to_list())))
+    if not by_code.get(UNRECOGNIZED):
+        return
+    near = claimed == UNRECOGNIZED
+    for kept, which in ((samples.near, near), (samples.rest, (status == UNRECOGNIZED) & ~near)):
+        if len(kept) < SAMPLE_LIMIT:
+            bad = chunk.filter(which).head(SAMPLE_LIMIT - len(kept))
+            kept.extend(zip(bad["line"].to_list(), bad["text"].to_list()))
