@@ -6,6 +6,7 @@ line of one file beside the communicators of another, CRLF, no final newline, ot
 from __future__ import annotations
 
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
@@ -378,3 +379,37 @@ def test_a_files_samples_are_the_same_read_alone_or_in_a_batch(tmp_path):
         == (batched.lines, batched.parsed, batched.unrecognized)
         == (3, 1, 2)
     )
+
+
+def test_kernel_logs_are_read_by_one_reader_per_batch_and_stay_apart(tmp_path, monkeypatch):
+    """Thousands of small kernel-log pieces cost each file its reader's set-up: they are now read as
+    one chunk, and what a line takes from its file stays in it (a syslog time's year from the file's
+    date, a host line, an indented continuation only under a record of its own file)."""
+    import os
+
+    from tracelens.ingest.host import kernel
+
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run, "a.log", ["hostname: nodeA", "Mar  7 09:00:01 nodeA kernel: mlx5_core 0000:3b:00.0 ens1f0: Link down"])
+    _write(run, "b.log", ["    continued text", "Mar  7 09:00:02 nodeB kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1"])
+    _write(run, "c.log", ["[  100.000001] mlx5_core 0000:3b:00.0 ens1f0: Link up", "    indented under c's record"])
+    os.utime(run / "b.log", (1_600_000_000, 1_600_000_000))  # 2020: b's syslog times are of 2020
+    calls: list[int] = []
+    real = kernel._chunk
+    monkeypatch.setattr(kernel, "_chunk", lambda sources, *a: calls.append(len(sources)) or real(sources, *a))
+    assert [len(item) for item in small_files.work_items(_discovered(run, tmp_path))] == [3]
+    tables = _ingest(run, tmp_path / "work")
+    assert calls == [3]
+    events = tables["kernel_events"].sort("file")
+    assert events.select("file", "line", "host", "kind").rows() == [
+        ("a.log", 2, "nodeA", "link_down"),
+        ("b.log", 2, "nodeB", "xid"),
+        ("c.log", 1, None, "link_up"),
+    ]
+    assert events["ts"].dt.year().to_list()[:2] == [datetime.now(timezone.utc).year, 2020]
+    inputs = {r["file"]: r for r in tables["inputs"].to_dicts()}
+    assert [s["line"] for s in inputs["b.log"]["samples"]] == [1]  # not a continuation of a.log's record
+    assert inputs["c.log"]["unrecognized"] == 0 and inputs["c.log"]["ignored"] == 1
+    monkeypatch.undo()
+    assert_reads_alike(run, tmp_path / "alike", monkeypatch)

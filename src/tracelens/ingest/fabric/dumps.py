@@ -27,7 +27,7 @@ import polars as pl
 from lark import Lark, LarkError, Transformer
 
 from tracelens.ingest import Account, Batch, InputFile
-from tracelens.ingest.text.lines import FILE_SHIFT, IGNORED, PARSED, read_keyed, read_lines
+from tracelens.ingest.text.lines import FILE_SHIFT, IGNORED, PARSED, read_files, read_lines
 from tracelens.ingest.text.shell_context import USER_AT_HOST, filled, marks
 from tracelens.resources import grammar_text
 
@@ -113,10 +113,7 @@ def _lines(sources: list[InputFile]) -> pl.DataFrame:
     read_lines gives them, several small files' as one frame (read_keyed)."""
     if len(sources) == 1:
         return read_lines(sources[0]).with_columns(idx=pl.lit(0, pl.Int64))
-    lines, unread = read_keyed(dict(enumerate(s.path for s in sources)))
-    if unread:  # each file read alone then says which cannot be read
-        raise OSError(f"cannot read {sources[unread[0]].name}")
-    return lines
+    return read_files([source.path for source in sources])
 
 
 def read_dumps(sources: list[InputFile], parse_line: ParseLine) -> list[tuple[list[DumpLine], Account]]:

@@ -20,20 +20,32 @@ def account(lines: pl.DataFrame, status: pl.Series) -> Account:
     """Count each line under its status and keep samples of the unrecognized. A line no kind fits
     is unrecognized, unless it starts with `#`: a comment of the collecting script or a fixture's
     marker (dumps.py reads them the same way)."""
-    acc = Account(lines=lines.height)
+    return accounts(lines.with_columns(idx=pl.lit(0, pl.Int64)), status).get(0, Account())
+
+
+def accounts(lines: pl.DataFrame, status: pl.Series) -> dict[int, Account]:
+    """`account` of each file of several read as one frame (the column `idx` tells them apart; their
+    `line` is the line number in the file), by idx."""
     comment = lines["text"].str.strip_chars_start().str.starts_with("#")
     status = pl.select(
         pl.when(status.is_null() & comment).then(pl.lit(IGNORED, pl.UInt8)).otherwise(status)
     ).to_series()
     status = status.fill_null(UNRECOGNIZED).replace(NOT_MINE, UNRECOGNIZED)
-    counts = dict(zip(*status.value_counts().to_dict(as_series=False).values()))
-    acc.parsed = counts.get(PARSED, 0)
-    acc.ignored = counts.get(IGNORED, 0)
-    acc.unrecognized = counts.get(UNRECOGNIZED, 0)
-    if acc.unrecognized:
-        bad = lines.filter(status == UNRECOGNIZED).head(20)
-        acc.add_samples(list(zip(bad["line"].to_list(), bad["text"].to_list())))
-    return acc
+    lines = lines.select("idx", "line", "text", status=status)
+    counts = lines.group_by("idx").agg(
+        pl.len(),
+        parsed=(pl.col("status") == PARSED).sum(),
+        ignored=(pl.col("status") == IGNORED).sum(),
+        unrecognized=(pl.col("status") == UNRECOGNIZED).sum(),
+    )
+    found = {
+        idx: Account(lines=n, parsed=parsed, ignored=ignored, unrecognized=unrecognized)
+        for idx, n, parsed, ignored, unrecognized in counts.iter_rows()
+    }
+    bad = lines.filter(pl.col("status") == UNRECOGNIZED).group_by("idx", maintain_order=True).head(20)
+    for idx, line, text in bad.select("idx", "line", "text").iter_rows():
+        found[idx].add_samples([(line, text)])
+    return found
 
 
 def merge(total: Account, part: Account) -> None:

@@ -20,9 +20,9 @@ from datetime import datetime, timezone
 
 import polars as pl
 
-from tracelens.ingest import Account, IngestResult, InputFile, LineStart, input_format
-from tracelens.ingest.host.hostlines import IGNORED, PARSED, account, merge, provenance
-from tracelens.ingest.text.lines import number, read_chunks
+from tracelens.ingest import Account, Batch, InputFile, LineStart, input_format
+from tracelens.ingest.host.hostlines import IGNORED, PARSED, accounts, merge, provenance
+from tracelens.ingest.text.lines import FILE_SHIFT, number, read_chunks, read_files
 from tracelens.ingest.text.shell_context import context
 
 _PREFIX = (
@@ -54,6 +54,7 @@ _JOURNAL_BANNER = (
     r"|^No journal files were found\.$"
 )
 
+_LINE_MASK = (1 << FILE_SHIFT) - 1
 _DEVICE_TAG = (
     r"^(?P<sub>[\w-]+)(?: (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]))?(?: (?P<nd>[\w.@-]+))?:"
 )
@@ -156,8 +157,9 @@ def _year(source: InputFile) -> int:
     return datetime.fromtimestamp(source.path.stat().st_mtime, timezone.utc).year
 
 
-def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
-    """Every line with a record prefix: its time fields, body, kind and named device."""
+def records(lines: pl.DataFrame, year: int | pl.Expr) -> pl.DataFrame:
+    """Every line with a record prefix: its time fields, body, kind and named device; `year`: the
+    year of syslog times (which print none), for every line or each line's."""
     parts = lines.with_columns(p=pl.col("text").str.extract_groups(_PREFIX)).unnest("p")
     recs = parts.filter(pl.col("body").is_not_null())
     spaced = lambda c: pl.col(c).str.replace_all(r"\s+", " ")  # noqa: E731
@@ -174,7 +176,7 @@ def records(lines: pl.DataFrame, year: int) -> pl.DataFrame:
         .dt.replace_time_zone("UTC")
     )
     stime = (
-        (pl.lit(f"{year} ") + spaced("stime"))
+        ((year if isinstance(year, pl.Expr) else pl.lit(year)).cast(pl.String) + " " + spaced("stime"))
         .str.to_datetime("%Y %b %d %H:%M:%S", strict=False, time_unit="ns")
         .dt.replace_time_zone("UTC")
     )
@@ -245,13 +247,19 @@ def _detail() -> pl.Expr:
     )
 
 
-def _chunk(source: InputFile, chunk: pl.DataFrame, year: int, after_record: bool) -> tuple[pl.DataFrame, Account]:
-    """One chunk's kept records and account; `after_record`: a record came before this chunk."""
-    lines = context(chunk)
-    recs = records(lines.filter(pl.col("ctx").is_null()), year)
+def _chunk(
+    sources: list[InputFile], chunk: pl.DataFrame, after_record: bool
+) -> tuple[pl.DataFrame, dict[int, Account]]:
+    """One chunk's kept records and accounts, by file: the chunk's lines carry `idx` (their file in
+    `sources`) and `line` (its key, lines.FILE_SHIFT: several small files are one chunk, each after
+    an empty row); `after_record`: a record came before this chunk (of a file read in chunks)."""
+    years = {i: _year(source) for i, source in enumerate(sources)}
+    lines = context(chunk.with_columns(year=pl.col("idx").replace_strict(years, return_dtype=pl.Int32)), over="idx")
+    lines = lines.filter((pl.col("line") & _LINE_MASK) > 0)  # not the empty rows between files
+    recs = records(lines.filter(pl.col("ctx").is_null()), pl.col("year"))
     is_record = pl.col("line").is_in(recs["line"].implode())
     banner = pl.col("text").str.contains(_JOURNAL_BANNER)
-    seen = is_record.shift(1).fill_null(after_record).cum_max()
+    seen = is_record.shift(1).fill_null(after_record).cum_max().over("idx")
     continuation = pl.col("text").str.contains(r"^\s+\S") & seen  # indented under some record
     status = lines.select(
         pl.when(pl.col("ctx").is_not_null())
@@ -262,22 +270,34 @@ def _chunk(source: InputFile, chunk: pl.DataFrame, year: int, after_record: bool
         .then(pl.lit(IGNORED, pl.UInt8))
     ).to_series()
     kept = recs.filter((pl.col("kind") != "other") | pl.col("subsystem").is_in(NOTED))
-    frame = provenance(source, kept, pl.col("ts")).with_columns(
+    names = pl.Series([source.name for source in sources], dtype=pl.String)
+    frame = provenance(sources[0], kept, pl.col("ts")).with_columns(
+        file=names.gather(kept["idx"]),
+        line=pl.col("line") & _LINE_MASK,
         host=pl.coalesce("syslog_host", "host"),
         zoned=pl.col("printed_zone").fill_null(False),
     )
-    return frame.select(COLUMNS), account(lines, status)
+    return frame.select(COLUMNS), accounts(lines.with_columns(pl.col("line") & _LINE_MASK), status)
 
 
-@input_format("kernel_log", priority=95, sniff=sniff)
-def ingest(source: InputFile) -> IngestResult:
-    """Chunk by chunk (kernel logs run to gigabytes): every line is counted, and the table keeps the
-    records of the kinds above plus the other records of NIC and GPU drivers (NOTED), which say
-    what sits at a PCI address; the rest of a kernel log is counted as parsed and not kept."""
-    result, year, after_record = IngestResult(), _year(source), False
-    for chunk in read_chunks(source.path):
-        frame, acc = _chunk(source, chunk, year, after_record)
+@input_format("kernel_log", priority=95, sniff=sniff, batches=True)
+def ingest(sources: list[InputFile]) -> Batch:
+    """Chunk by chunk (kernel logs run to gigabytes), or several small logs as one chunk: every line
+    is counted, and the table keeps the records of the kinds above plus the other records of NIC and
+    GPU drivers (NOTED), which say what sits at a PCI address; the rest of a kernel log is counted
+    as parsed and not kept."""
+    if len(sources) > 1:
+        frame, found = _chunk(sources, read_files([source.path for source in sources]), False)
+        return Batch(
+            {"kernel_events": frame} if frame.height else {},
+            {source.name: found.get(i, Account()) for i, source in enumerate(sources)},
+        )
+    frames, total, after_record = [], Account(), False
+    for chunk in read_chunks(sources[0].path):
+        frame, found = _chunk(sources, chunk.with_columns(idx=pl.lit(0, pl.Int64)), after_record)
+        acc = found.get(0, Account())
         after_record = after_record or acc.parsed > 0
-        result.add("kernel_events", frame)
-        merge(result.account, acc)
-    return result
+        frames += [frame] if frame.height else []
+        merge(total, acc)
+    tables = {"kernel_events": pl.concat(frames, how="diagonal_relaxed")} if frames else {}
+    return Batch(tables, {sources[0].name: total})

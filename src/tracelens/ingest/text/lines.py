@@ -261,6 +261,15 @@ def read_keyed(paths: dict[int, Path]) -> tuple[pl.DataFrame, list[int]]:
     return pl.DataFrame({"idx": idx, "line": key, "text": unpaste(text)}), unread
 
 
+def read_files(paths: list[Path]) -> pl.DataFrame:
+    """read_keyed of files that must all be read (a format's batch: where one cannot be, each file is
+    read alone, to say which)."""
+    lines, unread = read_keyed(dict(enumerate(paths)))
+    if unread:
+        raise OSError(f"cannot read {paths[unread[0]]}")
+    return lines
+
+
 def chunk_spans(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, int, int]]:
     """(byte offset, length, first line) of the chunks read_chunks yields, for workers that read them themselves."""
     for offset, length, first_line, _ in _blocks(path, chunk_bytes, keep=False):

@@ -165,6 +165,6 @@ def filled(lines: pl.DataFrame, over: str | None = None) -> pl.DataFrame:
     return lines.with_columns(c.over(over) if over else c for c in columns)
 
 
-def context(lines: pl.DataFrame) -> pl.DataFrame:
-    """`marks`, then `filled`: for a format whose own lines name no host or time."""
-    return filled(marks(lines))
+def context(lines: pl.DataFrame, over: str | None = None) -> pl.DataFrame:
+    """`marks`, then `filled` (`over`: see filled): for a format whose own lines name no host or time."""
+    return filled(marks(lines), over)
