@@ -413,3 +413,33 @@ def test_kernel_logs_are_read_by_one_reader_per_batch_and_stay_apart(tmp_path, m
     assert inputs["c.log"]["unrecognized"] == 0 and inputs["c.log"]["ignored"] == 1
     monkeypatch.undo()
     assert_reads_alike(run, tmp_path / "alike", monkeypatch)
+
+
+def test_small_files_that_begin_with_zero_bytes_are_read_in_the_batch(tmp_path, monkeypatch):
+    """Campaign seed 138 case 154: 5,000 pieces of a log, a third of them led by zero bytes (a file
+    truncated under its writer), passed the 60 s CPU limit: each zero-led file was read alone. The batch
+    now reads each as the format after its zeros, with the note a file read alone gets."""
+    run = tmp_path / "run"
+    run.mkdir()
+    _write(run, "a.log", [f"{HEAD}NCCL_IB_HCA set by environment to mlx5_0", "some text"])
+    (run / "b.log").write_bytes(bytes(4096) + f"{HEAD}NCCL_IB_HCA set by environment to mlx5_1\nother\n".encode())
+    (run / "c.log").write_bytes(
+        bytes(100) + b"PortSelect:......................1\nPortRcvErrors:...................3\n"
+    )
+    (run / "d.log").write_bytes(bytes(300))  # only zeros: read alone, its error
+    alone: list[str] = []
+    read_alone = analyze._ingest_with_host
+    monkeypatch.setattr(
+        analyze, "_ingest_with_host", lambda source, *a: alone.append(source.name) or read_alone(source, *a)
+    )
+    assert [len(item) for item in small_files.work_items(_discovered(run, tmp_path))] == [4]
+    tables = _ingest(run, tmp_path / "work")
+    assert alone == ["d.log"]
+    inputs = {r["file"]: r for r in tables["inputs"].to_dicts()}
+    (note,) = inputs["b.log"]["notes"]
+    assert note.startswith("begins with 4,096 zero bytes") and note.endswith("read from the text after them, as line 1")
+    assert (inputs["b.log"]["lines"], inputs["b.log"]["parsed"], inputs["b.log"]["format"]) == (2, 1, "zeros")
+    assert tables["ib_counters"]["file"].to_list() == ["c.log"]  # read as the perfquery dump after its zeros
+    assert "only 300 zero bytes" in inputs["d.log"]["errors"][0]
+    monkeypatch.undo()
+    assert_reads_alike(run, tmp_path / "alike", monkeypatch)

@@ -314,7 +314,7 @@ _UNREADABLE = {
 _SNIFFED_BYTES = 64 << 10  # of what follows a file's zeros: as much as discovery sniffs of a file's head
 
 
-def _past_zeros(source: InputFile) -> tuple[InputFile, str]:
+def past_zeros(source: InputFile) -> tuple[InputFile, str]:
     """A file that begins with zero bytes as the format that follows them, where that is a text format
     (the line reader starts after leading zeros), and the note that says so; else the file with the
     error that says why it is not read."""
@@ -339,7 +339,7 @@ def ingest_file(source: InputFile, jobs: int = 1, workers: Executor | None = Non
     note = ""
     if source.format == "zeros" and not source.error:
         try:
-            source, note = _past_zeros(source)
+            source, note = past_zeros(source)
         except OSError as exc:
             source = replace(source, error=f"cannot be read: {exc.strerror or exc}")
     fmt = find_format(source.format)

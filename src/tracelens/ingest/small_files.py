@@ -28,6 +28,7 @@ from tracelens.ingest import (
     LineParser,
     find_format,
     line_formats,
+    past_zeros,
 )
 from tracelens.ingest.text.lines import (
     FILE_SHIFT,
@@ -92,7 +93,10 @@ def _lines(files: list[InputFile]) -> tuple[pl.DataFrame, list[InputFile]]:
 
 def ingest(files: list[InputFile]) -> BatchResult:
     """Read a batch of small logs as one (see the module's docstring), and the small files of each
-    format that batches (fabric dumps) at once."""
+    format that batches (fabric dumps, kernel logs) at once. A file that begins with zero bytes is
+    read as the format after them, as read alone, with the note that says so."""
+    notes: dict[str, str] = {}
+    files = [_past_zeros(source, notes) for source in files]
     lines, unread = _lines(files)
     result = BatchResult()
     hosts: list[pl.DataFrame] = []
@@ -112,8 +116,24 @@ def ingest(files: list[InputFile]) -> BatchResult:
         for idx, host in pl.concat(hosts).unique().sort("host").iter_rows():
             named.setdefault(idx, []).append(host)
     for idx, account in sorted(accounts.items()):
+        account.notes += [notes[files[idx].name]] if files[idx].name in notes else []
         result.accounts[files[idx].name] = (account, named.get(idx, []))
     return result
+
+
+def _past_zeros(source: InputFile, notes: dict[str, str]) -> InputFile:
+    """A file that begins with zero bytes as the format after them (its note in `notes`); an error
+    it cannot be read past is left for the file read alone to say."""
+    if source.format != "zeros" or source.error is not None:
+        return source
+    try:
+        past, note = past_zeros(source)
+    except OSError:
+        return source
+    if past.error is None and note:
+        notes[source.name] = note
+        return past
+    return source
 
 
 def _keyed_back(parsed: IngestResult, files: list[InputFile], hosts: list[pl.DataFrame]) -> dict[str, pl.DataFrame]:
