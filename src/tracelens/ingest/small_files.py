@@ -31,8 +31,8 @@ from tracelens.ingest import (
     past_zeros,
 )
 from tracelens.ingest.text.lines import (
-    FILE_SHIFT,
     IGNORED,
+    LINE_MASK,
     PARSED,
     UNRECOGNIZED,
     file_of,
@@ -44,7 +44,6 @@ from tracelens.ingest.text.lines import (
 SMALL_BYTES = 1 << 20  # a file this small is one chunk for textlog too
 BATCH_BYTES = 16 << 20
 BATCH_FILES = 4096
-_LINE_MASK = (1 << FILE_SHIFT) - 1
 
 
 def is_small_log(source: InputFile) -> bool:
@@ -144,7 +143,7 @@ def _keyed_back(parsed: IngestResult, files: list[InputFile], hosts: list[pl.Dat
     for name, table in parsed.tables.items():
         frame = table.lazy().collect()
         idx = frame.select(file_of(pl.col("line"))).to_series()
-        frame = frame.with_columns(file=names.gather(idx), line=pl.col("line") & _LINE_MASK)
+        frame = frame.with_columns(file=names.gather(idx), line=pl.col("line") & LINE_MASK)
         tables[name] = _hinted(frame, idx, files, hosts)
     return tables
 
@@ -243,7 +242,7 @@ def _finished(parsers: list[LineParser]) -> IngestResult:
 def _accounts(lines: pl.DataFrame) -> dict[int, Account]:
     """Each log's account (by its place in the batch) from its lines' statuses (the empty rows between
     files are no lines)."""
-    lines = lines.filter((pl.col("line") & _LINE_MASK) > 0).with_columns(
+    lines = lines.filter((pl.col("line") & LINE_MASK) > 0).with_columns(
         claimed=pl.col("status"), status=settled(pl.col("status"), pl.col("text"))
     )
     counts = lines.group_by("idx").agg(
@@ -260,7 +259,7 @@ def _accounts(lines: pl.DataFrame) -> dict[int, Account]:
         .head(SAMPLE_LIMIT)
     )
     samples: dict[int, list[tuple[int, str]]] = {}
-    for idx, line, text in bad.select("idx", pl.col("line") & _LINE_MASK, "text").iter_rows():
+    for idx, line, text in bad.select("idx", pl.col("line") & LINE_MASK, "text").iter_rows():
         samples.setdefault(idx, []).append((line, text))
     accounts = {}
     for idx, n, n_parsed, n_unrecognized, n_ignored in counts.iter_rows():

@@ -27,7 +27,7 @@ import polars as pl
 from lark import Lark, LarkError, Transformer
 
 from tracelens.ingest import Account, Batch, InputFile
-from tracelens.ingest.text.lines import FILE_SHIFT, IGNORED, PARSED, read_files, read_lines
+from tracelens.ingest.text.lines import FILE_SHIFT, IGNORED, LINE_MASK, PARSED, read_files, read_lines
 from tracelens.ingest.text.shell_context import USER_AT_HOST, filled, marks
 from tracelens.resources import grammar_text
 
@@ -43,7 +43,6 @@ _NAME_CLOCK = re.compile(r"(?<![\dA-Za-z])(?P<h>[01]\d|2[0-3])(?P<mi>[0-5]\d)(?P
 _TOOLS = r"perfquery|ibstat|ibstatus|ibv_devinfo|ethtool|grep|cat|hostname|date|rdma|ibqueryerrors"
 _COMMAND = re.compile(rf"(?:^|[\s$#>%/])(?P<tool>{_TOOLS})(?:\s|$)")
 _USER_AT_HOST = re.compile(USER_AT_HOST)
-_LINE_MASK = (1 << FILE_SHIFT) - 1
 
 
 def file_time(source: InputFile) -> tuple[datetime, str]:
@@ -122,7 +121,7 @@ def read_dumps(sources: list[InputFile], parse_line: ParseLine) -> list[tuple[li
     names the host of the output below it (`user@host`) and is each line's `command`; `#` comments
     are ignored. Several small dumps are read as one frame, what a line takes from the lines around
     it (a time, a host, a command) from its own file only."""
-    lines = marks(_lines(sources)).filter((pl.col("line") & _LINE_MASK) > 0)  # not the rows between files
+    lines = marks(_lines(sources)).filter((pl.col("line") & LINE_MASK) > 0)  # not the rows between files
     parsed: dict[int, Any] = {}  # by line key
     commands: dict[int, tuple[str, str | None]] = {}
     unrecognized: list[list[tuple[int, str]]] = [[] for _ in sources]
@@ -134,7 +133,7 @@ def read_dumps(sources: list[InputFile], parse_line: ParseLine) -> list[tuple[li
             host = _USER_AT_HOST.search(text[: m.start() + 1])
             commands[key] = (text[m.start("tool") :], host["host"] if host else None)
         elif status is None and not text.startswith("#"):  # a comment of the collecting script
-            unrecognized[key >> FILE_SHIFT].append((key & _LINE_MASK, raw))
+            unrecognized[key >> FILE_SHIFT].append((key & LINE_MASK, raw))
     accounts = [Account() for _ in sources]
     parsed_in = Counter(key >> FILE_SHIFT for key in parsed)
     counts = lines.group_by("idx").agg(pl.len(), context=(pl.col("ctx") == PARSED).sum())
@@ -165,7 +164,7 @@ def read_dumps(sources: list[InputFile], parse_line: ParseLine) -> list[tuple[li
         .iter_rows()
     ):
         ts, quality = (stamp, EXACT) if stamp is not None else fallback[key >> FILE_SHIFT]
-        out[key >> FILE_SHIFT].append(DumpLine(key & _LINE_MASK, raw, parsed[key], ts, quality, host, command))
+        out[key >> FILE_SHIFT].append(DumpLine(key & LINE_MASK, raw, parsed[key], ts, quality, host, command))
     return list(zip(out, accounts))
 
 

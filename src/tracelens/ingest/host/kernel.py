@@ -22,7 +22,7 @@ import polars as pl
 
 from tracelens.ingest import Account, Batch, InputFile, LineStart, input_format
 from tracelens.ingest.host.hostlines import IGNORED, PARSED, accounts, merge, provenance
-from tracelens.ingest.text.lines import FILE_SHIFT, number, read_chunks, read_files
+from tracelens.ingest.text.lines import LINE_MASK, number, read_chunks, read_files
 from tracelens.ingest.text.shell_context import context
 
 _PREFIX = (
@@ -54,7 +54,6 @@ _JOURNAL_BANNER = (
     r"|^No journal files were found\.$"
 )
 
-_LINE_MASK = (1 << FILE_SHIFT) - 1
 _DEVICE_TAG = (
     r"^(?P<sub>[\w-]+)(?: (?P<pci>[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-9a-fA-F]))?(?: (?P<nd>[\w.@-]+))?:"
 )
@@ -255,7 +254,7 @@ def _chunk(
     an empty row); `after_record`: a record came before this chunk (of a file read in chunks)."""
     years = {i: _year(source) for i, source in enumerate(sources)}
     lines = context(chunk.with_columns(year=pl.col("idx").replace_strict(years, return_dtype=pl.Int32)), over="idx")
-    lines = lines.filter((pl.col("line") & _LINE_MASK) > 0)  # not the empty rows between files
+    lines = lines.filter((pl.col("line") & LINE_MASK) > 0)  # not the empty rows between files
     recs = records(lines.filter(pl.col("ctx").is_null()), pl.col("year"))
     is_record = pl.col("line").is_in(recs["line"].implode())
     banner = pl.col("text").str.contains(_JOURNAL_BANNER)
@@ -273,11 +272,11 @@ def _chunk(
     names = pl.Series([source.name for source in sources], dtype=pl.String)
     frame = provenance(sources[0], kept, pl.col("ts")).with_columns(
         file=names.gather(kept["idx"]),
-        line=pl.col("line") & _LINE_MASK,
+        line=pl.col("line") & LINE_MASK,
         host=pl.coalesce("syslog_host", "host"),
         zoned=pl.col("printed_zone").fill_null(False),
     )
-    return frame.select(COLUMNS), accounts(lines.with_columns(pl.col("line") & _LINE_MASK), status)
+    return frame.select(COLUMNS), accounts(lines.with_columns(pl.col("line") & LINE_MASK), status)
 
 
 @input_format("kernel_log", priority=95, sniff=sniff, batches=True)

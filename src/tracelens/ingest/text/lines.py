@@ -32,6 +32,7 @@ MAX_LINE_BYTES = 1 << 20  # longer lines (no NCCL or DeepSpeed line comes near) 
 # Many small files read as one frame (ingest/small_files.py) number their lines by key: the file's
 # place in the batch above FILE_SHIFT, its line number below. A single file's keys are its line numbers.
 FILE_SHIFT = 32
+LINE_MASK = (1 << FILE_SHIFT) - 1  # a key's line number in its file
 
 
 def file_of(line: pl.Expr) -> pl.Expr:
